@@ -1,0 +1,24 @@
+// JSON and CSV exports of a plan, optionally with simulated timings and statistics.
+#ifndef ZPIPE_CORE_PLAN_EXPORT_H_
+#define ZPIPE_CORE_PLAN_EXPORT_H_
+
+#include <string>
+
+#include "core/plan.h"
+#include "core/simulator.h"
+
+namespace zpipe::core {
+
+// {"schedule":..., "placement":..., "ranks":P, "chunks":V, "microbatches":M,
+//  "makespan":..., "bubble_rate":..., "peak_memory":[...], "rank_bubble":[...],
+//  "actions":[[{"kind":"F","stage":0,"microbatch":0,"start":..,"end":..}, ...], ...]}
+// Statistics and times are present only when `sim` is given.
+std::string PlanToJson(const Plan& plan, const SimResult* sim = nullptr);
+
+// Header "rank,index,kind,stage,microbatch,peer,chunk,bucket,start,end"; start/end empty
+// without `sim`.
+std::string PlanToCsv(const Plan& plan, const SimResult* sim = nullptr);
+
+}  // namespace zpipe::core
+
+#endif  // ZPIPE_CORE_PLAN_EXPORT_H_

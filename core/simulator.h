@@ -1,0 +1,61 @@
+// Timed simulator: runs a plan against a cost model and reports when every action ran.
+//
+// Rules (DESIGN.md "Dependencies"): each rank runs its actions in order, one compute action at a
+// time. F(s,i) waits for F(s-1,i); B(s,i) / BW(s,i) for F(s,i) and B(s+1,i) (or BW(s+1,i));
+// W(s,i) for B(s,i). A cross-rank edge costs T_comm. In a lowered plan the cross-rank edges go
+// through SEND/RECV: a send takes no rank time and its message arrives T_comm later; a receive is
+// posted without blocking (the consumer waits for the arrival) unless `blocking_recv` is set, in
+// which case the rank waits at the RECV itself (the strict in-order check).
+//
+// REDUCE actions run on a per-rank reduction stream: each starts when it is issued (the action
+// before it in the rank's order has started... and ended) and the stream is free, takes
+// `reduce_cost`, and never blocks compute. The iteration ends when the last compute and the last
+// reduction are done.
+//
+// A plan whose ranks cannot all finish is reported as FailedPrecondition ("deadlock: ...") naming
+// the blocked action of every stuck rank and what it waits for.
+#ifndef ZPIPE_CORE_SIMULATOR_H_
+#define ZPIPE_CORE_SIMULATOR_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cost_model.h"
+#include "core/plan.h"
+
+namespace zpipe::core {
+
+struct SimOptions {
+  double reduce_cost = 0;       // duration of each REDUCE action
+  bool blocking_recv = false;   // a RECV blocks its rank until the message arrives
+  bool check_dependencies_exist = true;  // fail when a dependency is missing from the plan
+};
+
+struct ActionTiming {
+  double start = 0;
+  double end = 0;
+};
+
+struct SimResult {
+  std::vector<std::vector<ActionTiming>> timings;  // same shape as plan.ranks
+  double makespan = 0;                  // max over ranks of last end - min start (all actions)
+  std::vector<double> busy;             // per rank, compute time
+  std::vector<double> idle;             // per rank, makespan - busy
+  std::vector<double> rank_bubble;      // per rank, 1 - busy / makespan
+  double bubble_rate = 0;               // 1 - sum(busy) / (p * makespan)
+  std::vector<double> peak_memory;      // per rank, max running sum of memory deltas
+  // Reductions: total wall time, the part that did not overlap the rank's compute, and
+  // overlap = 1 - exposed / total (1 when there is no reduction).
+  std::vector<double> reduce_total;
+  std::vector<double> reduce_exposed;
+  double reduce_overlap = 1;
+  double total_reduce = 0;
+  double total_exposed_reduce = 0;
+};
+
+absl::StatusOr<SimResult> Simulate(const Plan& plan, const CostModel& cost,
+                                   const SimOptions& options = {});
+
+}  // namespace zpipe::core
+
+#endif  // ZPIPE_CORE_SIMULATOR_H_
