@@ -1,0 +1,21 @@
+// `zpipe plan`: generate a schedule locally, print the plan and its simulated statistics.
+#ifndef ZPIPE_CLIENT_PLAN_COMMAND_H_
+#define ZPIPE_CLIENT_PLAN_COMMAND_H_
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace zpipe::cli {
+
+// Runs `zpipe plan ARGS...` (args exclude "zpipe" and "plan"). Returns the process exit code:
+// 0 on success, 2 on bad arguments or a schedule that cannot be generated (one-line error on
+// `err`). Output goes to `out` unless `-o FILE` is given.
+int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Usage text of `zpipe plan`.
+std::string PlanUsage();
+
+}  // namespace zpipe::cli
+
+#endif  // ZPIPE_CLIENT_PLAN_COMMAND_H_
