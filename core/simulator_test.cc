@@ -1,0 +1,114 @@
+#include "core/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "core/schedule.h"
+
+namespace zpipe::core {
+namespace {
+
+Plan Make1F1B(int p, int m) {
+  ScheduleRequest req;
+  req.pipeline = p;
+  req.microbatches = m;
+  req.cost = CostModel::Uniform(p, StageCost{});
+  auto plan = GenerateSchedule(ScheduleKind::k1F1B, req);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+TEST(SimulatorTest, OneF1BUniformClosedForm) {
+  for (int p : {2, 4, 8}) {
+    for (int m : {p, 2 * p, 3 * p + 1}) {
+      const StageCost c{.f = 2, .b = 3, .w = 1.5};
+      CostModel cost = CostModel::Uniform(p, c);
+      auto sim = Simulate(Make1F1B(p, m), cost);
+      ASSERT_TRUE(sim.ok()) << sim.status();
+      const double t = c.f + c.b + c.w;
+      EXPECT_DOUBLE_EQ(sim->makespan, (m + p - 1) * t) << "p=" << p << " m=" << m;
+      for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(sim->idle[r], (p - 1) * t);
+      EXPECT_NEAR(sim->bubble_rate, (p - 1.0) / (m + p - 1.0), 1e-12);
+    }
+  }
+}
+
+TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
+  // GPipe p=2, m=1: F0 | comm | F1 BW1 | comm | BW0.
+  ScheduleRequest req;
+  req.pipeline = 2;
+  req.microbatches = 1;
+  req.cost = CostModel::Uniform(2, StageCost{.f = 1, .b = 1, .w = 1}, /*comm=*/0.5);
+  auto plan = GenerateSchedule(ScheduleKind::kGpipe, req);
+  ASSERT_TRUE(plan.ok());
+  auto sim = Simulate(*plan, req.cost);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_DOUBLE_EQ(sim->makespan, 1 + 0.5 + 1 + 2 + 0.5 + 2);
+  EXPECT_DOUBLE_EQ(sim->timings[1][0].start, 1.5);
+}
+
+TEST(SimulatorTest, PeakMemoryFollowsOrder) {
+  const int p = 4, m = 8;
+  CostModel cost = CostModel::Uniform(p, StageCost{.mem_f = 2, .mem_b = -0.5, .mem_w = -1.5});
+  auto sim = Simulate(Make1F1B(p, m), cost);
+  ASSERT_TRUE(sim.ok());
+  for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(sim->peak_memory[r], 2.0 * (p - r));
+}
+
+TEST(SimulatorTest, DeadlockNamesBlockedActions) {
+  Plan plan = EmptyPlan("bad", Placement::Linear(2), 1);
+  // Rank 0 wants the backward before it ran its forward's successor: a cycle.
+  plan.ranks[0] = {Action::BW(0, 0), Action::F(0, 0)};
+  plan.ranks[1] = {Action::F(1, 0), Action::BW(1, 0)};
+  auto sim = Simulate(plan, CostModel::Uniform(2, StageCost{}));
+  ASSERT_FALSE(sim.ok());
+  EXPECT_EQ(sim.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(sim.status().message().find("deadlock"), std::string::npos);
+  EXPECT_NE(sim.status().message().find("rank 0 at #0 'BW s0 mb0'"), std::string::npos)
+      << sim.status();
+  EXPECT_NE(sim.status().message().find("rank 1 at #0 'F s1 mb0' waits for F s0 mb0"),
+            std::string::npos)
+      << sim.status();
+}
+
+TEST(SimulatorTest, MissingDependencyIsAnError) {
+  Plan plan = EmptyPlan("bad", Placement::Linear(2), 1);
+  plan.ranks[0] = {Action::F(0, 0)};
+  plan.ranks[1] = {Action::F(1, 0), Action::BW(1, 0)};
+  auto sim = Simulate(plan, CostModel::Uniform(2, StageCost{}));
+  ASSERT_TRUE(sim.ok()) << "BW s1 needs only F s1 (last stage)";
+  plan.ranks[0].push_back(Action::W(0, 0));
+  sim = Simulate(plan, CostModel::Uniform(2, StageCost{}));
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("depends on 'B s0 mb0'"), std::string::npos)
+      << sim.status();
+}
+
+TEST(SimulatorTest, OutOfRangeActionsAreRejected) {
+  Plan plan = EmptyPlan("bad", Placement::Linear(2), 1);
+  plan.ranks[0] = {Action::F(1, 0)};
+  auto sim = Simulate(plan, CostModel::Uniform(2, StageCost{}));
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("belongs on rank 1"), std::string::npos);
+  plan.ranks[0] = {Action::F(0, 5)};
+  EXPECT_FALSE(Simulate(plan, CostModel::Uniform(2, StageCost{})).ok());
+}
+
+TEST(SimulatorTest, ReduceOverlapAndExposure) {
+  // One rank: F, B, REDUCE, W with reduce cost 3 and W taking 2: 2 of 3 hidden by W.
+  Plan plan = EmptyPlan("t", Placement::Linear(1), 1);
+  plan.ranks[0] = {Action::F(0, 0), Action::B(0, 0), Action::Reduce(0, 0), Action::W(0, 0)};
+  CostModel cost = CostModel::Uniform(1, StageCost{.f = 1, .b = 1, .w = 2});
+  SimOptions options;
+  options.reduce_cost = 3;
+  auto sim = Simulate(plan, cost, options);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_DOUBLE_EQ(sim->timings[0][2].start, 2);
+  EXPECT_DOUBLE_EQ(sim->timings[0][2].end, 5);
+  EXPECT_DOUBLE_EQ(sim->total_reduce, 3);
+  EXPECT_DOUBLE_EQ(sim->total_exposed_reduce, 1);
+  EXPECT_NEAR(sim->reduce_overlap, 2.0 / 3.0, 1e-12);
+  EXPECT_DOUBLE_EQ(sim->makespan, 5);
+}
+
+}  // namespace
+}  // namespace zpipe::core
