@@ -1,0 +1,1 @@
+#include "core/grad_sync.h"
