@@ -1,0 +1,134 @@
+// zpipe::Client — the C++ library over the coordinator's client API (proto zpipe.v1
+// CoordinatorService): what `zpipe` and any program embedding ZeroPipe use.
+//
+// Every call returns absl::Status(Or) with the canonical code the coordinator sent (the gRPC and
+// absl codes are the same set): INVALID_ARGUMENT for a bad spec (the message names the field),
+// NOT_FOUND for an unknown job, ALREADY_EXISTS for a reused id with a different spec,
+// FAILED_PRECONDITION for an operation the job's state forbids, UNAVAILABLE when the coordinator
+// cannot be reached, DEADLINE_EXCEEDED when it did not answer within ClientOptions::rpc_timeout.
+//
+// Data is exchanged as the API's own messages (v1::JobSpec, v1::Job, v1::Worker, ...); gRPC
+// types (channels, contexts, grpc::Status) never leave client.cc. A Client is thread-safe; the
+// channel connects lazily on the first call.
+#ifndef ZPIPE_CLIENT_CLIENT_H_
+#define ZPIPE_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "zpipe/v1/coordinator.pb.h"
+#include "zpipe/v1/job.pb.h"
+#include "zpipe/v1/worker.pb.h"
+
+namespace zpipe {
+
+struct ClientOptions {
+  absl::Duration rpc_timeout = absl::Seconds(10);  // deadline of each unary call
+};
+
+struct SubmitResult {
+  v1::Job job;
+  bool created = false;  // false: an identical job with this id already existed
+};
+
+struct ListJobsOptions {
+  std::vector<v1::JobState> states;  // empty = every state
+  int page_size = 0;                 // 0 = the coordinator's default
+  std::string page_token;            // empty = first page
+};
+
+struct JobPage {
+  std::vector<v1::Job> jobs;
+  std::string next_page_token;  // empty = last page
+};
+
+// A job's plan as the coordinator made it: core's plan (all pipeline ranks) and its predicted
+// statistics under the job's cost model.
+struct JobPlan {
+  std::string job_id;
+  core::Plan plan;
+  v1::PlanStats predicted;
+};
+
+struct WatchOptions {
+  // 0 = start with a snapshot; N = resume after event N (JobEvent.sequence).
+  uint64_t after_sequence = 0;
+  int progress_interval_ms = 0;  // 0 = the coordinator's default
+  // After the stream has delivered at least one event, an UNAVAILABLE stream (coordinator restart,
+  // network blip) is reopened with after_sequence = the last sequence seen, for this long.
+  // A stream that never delivered anything fails at once, so an unreachable coordinator is
+  // reported promptly.
+  absl::Duration reconnect_timeout = absl::Seconds(30);
+};
+
+// A job's event stream, read one event at a time. Reconnects transparently (WatchOptions);
+// replayed events the caller has already seen are dropped, so each state change and iteration
+// summary is delivered once (a resumed stream may start with a fresh snapshot).
+class JobWatch {
+ public:
+  virtual ~JobWatch() = default;
+
+  // Blocks for the next event. Returns nullopt once the stream has ended normally (after the
+  // job's terminal state change), an error status if it broke and could not be resumed, or
+  // CANCELLED after Cancel().
+  virtual absl::StatusOr<std::optional<v1::JobEvent>> Next() = 0;
+
+  // Makes a blocked or later Next() return CANCELLED. Safe from any thread.
+  virtual void Cancel() = 0;
+
+  // The highest JobEvent.sequence delivered so far (what a later Watch can resume after).
+  virtual uint64_t last_sequence() const = 0;
+};
+
+class Client {
+ public:
+  // A client for the coordinator at `address` ("host:port"). Does not connect yet.
+  static std::unique_ptr<Client> Create(const std::string& address, ClientOptions options = {});
+
+  virtual ~Client() = default;
+
+  // Submits `spec` under `job_id` (empty: the coordinator picks one, and the call is not
+  // idempotent). Resubmitting an identical spec under the same id returns the existing job.
+  // validate_only: validate and plan, create nothing (job.predicted is filled in).
+  virtual absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& spec, const std::string& job_id,
+                                              bool validate_only = false) = 0;
+  virtual absl::StatusOr<v1::Job> Get(const std::string& job_id) = 0;
+  // One page of jobs, oldest first.
+  virtual absl::StatusOr<JobPage> List(const ListJobsOptions& options) = 0;
+  // Every job in `states` (all when empty), following the pages.
+  absl::StatusOr<std::vector<v1::Job>> ListAll(const std::vector<v1::JobState>& states = {});
+  // Cancels a PENDING/SCHEDULING/RUNNING job; a CANCELLED job comes back unchanged.
+  virtual absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason = "") = 0;
+
+  // Iterator form of WatchJob; the stream opens on the first Next().
+  virtual std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options = {}) = 0;
+  // Callback form: calls `on_event` for every event until the job's stream ends (OK) or
+  // `on_event` returns false (OK), or the stream fails (its status).
+  absl::Status Watch(const std::string& job_id, const WatchOptions& options,
+                     const std::function<bool(const v1::JobEvent&)>& on_event);
+
+  // The job's plan; FAILED_PRECONDITION while it has none yet (PENDING).
+  virtual absl::StatusOr<JobPlan> Plan(const std::string& job_id) = 0;
+  virtual absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead = false) = 0;
+
+  // Convenience: follows the job until it is terminal and returns its final record.
+  absl::StatusOr<v1::Job> WaitForTerminal(const std::string& job_id);
+};
+
+// PENDING..CANCELLED as lower-case words ("running"); "unspecified" for 0.
+std::string JobStateName(v1::JobState state);
+// Parses "running" / "RUNNING" / "JOB_STATE_RUNNING". INVALID_ARGUMENT naming the valid states.
+absl::StatusOr<v1::JobState> ParseJobState(const std::string& text);
+bool IsTerminal(v1::JobState state);
+
+}  // namespace zpipe
+
+#endif  // ZPIPE_CLIENT_CLIENT_H_

@@ -1,0 +1,217 @@
+// The gRPC implementation of zpipe::Client: the only client file that sees gRPC types.
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "zpipe/v1/coordinator.grpc.pb.h"
+
+namespace zpipe {
+namespace {
+
+// gRPC and absl share the canonical code numbering (both follow google.rpc.Code).
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+class GrpcJobWatch : public JobWatch {
+ public:
+  GrpcJobWatch(std::shared_ptr<v1::CoordinatorService::Stub> stub, std::string job_id, WatchOptions options)
+      : stub_(std::move(stub)), job_id_(std::move(job_id)), options_(options),
+        last_sequence_(options.after_sequence) {}
+
+  ~GrpcJobWatch() override {
+    Cancel();
+    if (reader_ != nullptr) reader_->Finish();
+  }
+
+  absl::StatusOr<std::optional<v1::JobEvent>> Next() override {
+    absl::Time retry_until = absl::InfinitePast();
+    while (true) {
+      if (done_) return std::optional<v1::JobEvent>();
+      if (reader_ == nullptr) {
+        if (absl::Status s = Open(); !s.ok()) return s;
+      }
+      v1::JobEvent event;
+      if (reader_->Read(&event)) {
+        if (IsReplay(event)) continue;
+        if (event.sequence() > last_sequence_) last_sequence_ = event.sequence();
+        delivered_any_ = true;
+        return std::optional<v1::JobEvent>(std::move(event));
+      }
+      absl::Status status = FromGrpc(reader_->Finish());
+      reader_.reset();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ctx_.reset();
+        if (cancelled_) return absl::CancelledError("watch cancelled");
+      }
+      if (status.ok()) {
+        done_ = true;
+        continue;
+      }
+      // Only a broken connection is worth resuming; anything else is the coordinator's answer.
+      if (status.code() != absl::StatusCode::kUnavailable || !delivered_any_) return status;
+      const absl::Time now = absl::Now();
+      if (retry_until == absl::InfinitePast()) retry_until = now + options_.reconnect_timeout;
+      if (now >= retry_until) {
+        return absl::UnavailableError(absl::StrCat("watch of job ", job_id_, " lost the coordinator: ",
+                                                   status.message()));
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+
+  uint64_t last_sequence() const override { return last_sequence_; }
+
+ private:
+  absl::Status Open() {
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id_);
+    request.set_after_sequence(last_sequence_);
+    request.set_progress_interval_ms(options_.progress_interval_ms);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return absl::CancelledError("watch cancelled");
+    ctx_ = std::make_unique<grpc::ClientContext>();
+    reader_ = stub_->WatchJob(ctx_.get(), request);
+    return absl::OkStatus();
+  }
+
+  // A resumed stream replays state changes and summaries after `after_sequence`; it can also
+  // restart with a snapshot. Progress events repeat the last non-progress sequence by design.
+  bool IsReplay(const v1::JobEvent& event) const {
+    if (event.has_snapshot() || event.has_progress()) return false;
+    return delivered_any_ && event.sequence() <= last_sequence_;
+  }
+
+  std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  const std::string job_id_;
+  const WatchOptions options_;
+  uint64_t last_sequence_;
+  bool delivered_any_ = false;
+  bool done_ = false;
+  std::mutex mu_;  // guards ctx_ and cancelled_ against Cancel() from another thread
+  bool cancelled_ = false;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader_;
+};
+
+class GrpcClient : public Client {
+ public:
+  GrpcClient(const std::string& address, ClientOptions options) : options_(options) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);  // plans of large pipelines exceed the 4 MiB default
+    // Reconnect quickly after a coordinator restart (gRPC's default backoff grows to 2 minutes).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    stub_ = v1::CoordinatorService::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+
+  absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& spec, const std::string& job_id,
+                                      bool validate_only) override {
+    v1::SubmitJobRequest request;
+    request.set_job_id(job_id);
+    *request.mutable_spec() = spec;
+    request.set_validate_only(validate_only);
+    v1::SubmitJobResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, request, &response)); !s.ok()) return s;
+    return SubmitResult{std::move(*response.mutable_job()), response.created()};
+  }
+
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) override {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::Job job;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->GetJob(&ctx, request, &job)); !s.ok()) return s;
+    return job;
+  }
+
+  absl::StatusOr<JobPage> List(const ListJobsOptions& options) override {
+    v1::ListJobsRequest request;
+    for (v1::JobState state : options.states) request.add_states(state);
+    request.set_page_size(options.page_size);
+    request.set_page_token(options.page_token);
+    v1::ListJobsResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->ListJobs(&ctx, request, &response)); !s.ok()) return s;
+    JobPage page;
+    page.jobs.assign(std::make_move_iterator(response.mutable_jobs()->begin()),
+                     std::make_move_iterator(response.mutable_jobs()->end()));
+    page.next_page_token = response.next_page_token();
+    return page;
+  }
+
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason) override {
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    request.set_reason(reason);
+    v1::Job job;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->CancelJob(&ctx, request, &job)); !s.ok()) return s;
+    return job;
+  }
+
+  std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override {
+    return std::make_unique<GrpcJobWatch>(stub_, job_id, options);
+  }
+
+  absl::StatusOr<JobPlan> Plan(const std::string& job_id) override {
+    v1::GetPlanRequest request;
+    request.set_job_id(job_id);
+    v1::GetPlanResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->GetPlan(&ctx, request, &response)); !s.ok()) return s;
+    absl::StatusOr<core::Plan> plan = core::ParsePlanText(response.plan_text());
+    if (!plan.ok()) {
+      return absl::InternalError(absl::StrCat("the coordinator sent a plan that does not parse: ",
+                                              plan.status().message()));
+    }
+    return JobPlan{response.job_id(), *std::move(plan), response.predicted()};
+  }
+
+  absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead) override {
+    v1::ListWorkersRequest request;
+    request.set_include_dead(include_dead);
+    v1::ListWorkersResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->ListWorkers(&ctx, request, &response)); !s.ok()) return s;
+    return std::vector<v1::Worker>(std::make_move_iterator(response.mutable_workers()->begin()),
+                                   std::make_move_iterator(response.mutable_workers()->end()));
+  }
+
+ private:
+  const ClientOptions options_;
+  std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<Client> Client::Create(const std::string& address, ClientOptions options) {
+  return std::make_unique<GrpcClient>(address, options);
+}
+
+}  // namespace zpipe

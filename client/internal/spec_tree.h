@@ -1,0 +1,40 @@
+// A format-neutral tree of a parsed job file, with the source line of every node.
+//
+// YAML and JSON job files are first read into this tree, then mapped onto the proto JobSpec
+// (job_file.cc). Keeping the line of every key and value lets the mapper name the line of an
+// unknown field or a wrongly typed value, whatever the input format was.
+#ifndef ZPIPE_CLIENT_INTERNAL_SPEC_TREE_H_
+#define ZPIPE_CLIENT_INTERNAL_SPEC_TREE_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace zpipe::internal {
+
+struct SpecNode {
+  enum class Kind { kNull, kScalar, kMap, kList };
+  // For scalars: whether the text was quoted in the source ("8" is a string, 8 is a number).
+  Kind kind = Kind::kNull;
+  int line = 0;  // 1-based line where the node starts
+  std::string text;  // scalar text as written (without quotes)
+  bool quoted = false;
+  std::vector<std::pair<std::string, SpecNode>> map;  // in source order; keys are unique
+  std::vector<int> key_lines;                          // line of each map key
+  std::vector<SpecNode> list;
+};
+
+absl::string_view SpecNodeKindName(const SpecNode& node);  // "a string", "a number", "a map", ...
+
+// Parses YAML text. Errors say "line N: ..." (duplicate keys, syntax errors, anchors to nowhere).
+absl::StatusOr<SpecNode> ParseYamlTree(absl::string_view text);
+
+// Parses strict JSON text (nlohmann::json's parser). Errors say "line N: ...".
+absl::StatusOr<SpecNode> ParseJsonTree(absl::string_view text);
+
+}  // namespace zpipe::internal
+
+#endif  // ZPIPE_CLIENT_INTERNAL_SPEC_TREE_H_

@@ -1,0 +1,290 @@
+#include "client/job_file.h"
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "client/internal/spec_tree.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace zpipe {
+namespace {
+
+using internal::SpecNode;
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+absl::Status Error(int line, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
+}
+
+// What an unquoted scalar looks like, for messages and type checks.
+bool IsBoolText(absl::string_view t) {
+  return t == "true" || t == "false" || t == "True" || t == "False" || t == "TRUE" || t == "FALSE";
+}
+bool IsIntText(absl::string_view t) {
+  int64_t i;
+  uint64_t u;
+  return absl::SimpleAtoi(t, &i) || absl::SimpleAtoi(t, &u);
+}
+bool IsFloatText(absl::string_view t) {
+  double d;
+  return absl::SimpleAtod(t, &d) && std::isfinite(d) && !absl::StrContains(absl::AsciiStrToLower(t), "inf") &&
+         !absl::StrContains(absl::AsciiStrToLower(t), "nan");
+}
+
+std::string Describe(const SpecNode& node) {
+  switch (node.kind) {
+    case SpecNode::Kind::kNull: return "null";
+    case SpecNode::Kind::kMap: return "a map";
+    case SpecNode::Kind::kList: return "a list";
+    case SpecNode::Kind::kScalar:
+      if (node.quoted) return absl::StrCat("the string \"", node.text, "\"");
+      if (IsBoolText(node.text)) return absl::StrCat("the boolean ", node.text);
+      if (IsIntText(node.text) || IsFloatText(node.text)) return absl::StrCat("the number ", node.text);
+      return absl::StrCat("'", node.text, "'");
+  }
+  return "?";
+}
+
+std::string FieldPath(absl::string_view prefix, absl::string_view name) {
+  return prefix.empty() ? std::string(name) : absl::StrCat(prefix, ".", name);
+}
+
+// "DeviceKind" -> "DEVICE_KIND_".
+std::string EnumPrefix(const EnumDescriptor& e) {
+  std::string out;
+  for (char c : e.name()) {
+    if (std::isupper(static_cast<unsigned char>(c)) && !out.empty()) out.push_back('_');
+    out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  }
+  return out + "_";
+}
+
+// Accepts "cuda", "CUDA", "DEVICE_KIND_CUDA" (and '-' for '_'); never the UNSPECIFIED value by
+// its short name, so that a typo cannot silently pick the default.
+const EnumValueDescriptor* FindEnumValue(const EnumDescriptor& e, absl::string_view text) {
+  std::string upper = absl::AsciiStrToUpper(absl::StrReplaceAll(text, {{"-", "_"}}));
+  if (const EnumValueDescriptor* v = e.FindValueByName(upper)) return v;
+  return e.FindValueByName(EnumPrefix(e) + upper);
+}
+
+std::string EnumChoices(const EnumDescriptor& e) {
+  const std::string prefix = EnumPrefix(e);
+  std::vector<std::string> names;
+  for (int i = 0; i < e.value_count(); ++i) {
+    absl::string_view name = e.value(i)->name();
+    if (absl::EndsWith(name, "_UNSPECIFIED")) continue;
+    if (absl::StartsWith(name, prefix)) name.remove_prefix(prefix.size());
+    names.push_back(absl::AsciiStrToLower(name));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& msg);
+
+// Sets one scalar (or, for repeated fields, appends one element) of `field` from `node`.
+absl::Status SetScalar(const SpecNode& node, const std::string& path, const FieldDescriptor& field,
+                       Message& msg) {
+  const Reflection& refl = *msg.GetReflection();
+  const bool repeated = field.is_repeated();
+  auto wrong = [&](absl::string_view expected) {
+    return Error(node.line, absl::StrCat("field '", path, "' expects ", expected, ", got ", Describe(node)));
+  };
+  if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    if (node.kind != SpecNode::Kind::kMap) return wrong("a map");
+    Message* child = repeated ? refl.AddMessage(&msg, &field) : refl.MutableMessage(&msg, &field);
+    return SetMessage(node, path, *child);
+  }
+  if (node.kind != SpecNode::Kind::kScalar) {
+    switch (field.cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING: return wrong("a string");
+      case FieldDescriptor::CPPTYPE_BOOL: return wrong("true or false");
+      case FieldDescriptor::CPPTYPE_ENUM: return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+      case FieldDescriptor::CPPTYPE_FLOAT: return wrong("a number");
+      default: return wrong("an integer");
+    }
+  }
+  const std::string& t = node.text;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (!node.quoted && (IsBoolText(t) || IsIntText(t) || IsFloatText(t))) {
+        return wrong("a string (quote it to use it as text)");
+      }
+      repeated ? refl.AddString(&msg, &field, t) : refl.SetString(&msg, &field, t);
+      return absl::OkStatus();
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      if (node.quoted || !IsBoolText(t)) return wrong("true or false");
+      const bool v = absl::AsciiStrToLower(t) == "true";
+      repeated ? refl.AddBool(&msg, &field, v) : refl.SetBool(&msg, &field, v);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const EnumValueDescriptor* v = nullptr;
+      if (!IsBoolText(t)) v = FindEnumValue(*field.enum_type(), t);
+      if (v == nullptr) return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
+      repeated ? refl.AddEnum(&msg, &field, v) : refl.SetEnum(&msg, &field, v);
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double v;
+      if (node.quoted || !IsFloatText(t) || !absl::SimpleAtod(t, &v)) return wrong("a number");
+      if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+        repeated ? refl.AddDouble(&msg, &field, v) : refl.SetDouble(&msg, &field, v);
+      } else {
+        repeated ? refl.AddFloat(&msg, &field, static_cast<float>(v))
+                 : refl.SetFloat(&msg, &field, static_cast<float>(v));
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v;
+      if (node.quoted || !absl::SimpleAtoi(t, &v)) return wrong("an integer");
+      if (field.cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+        if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+          return wrong("a 32-bit integer");
+        }
+        repeated ? refl.AddInt32(&msg, &field, static_cast<int32_t>(v))
+                 : refl.SetInt32(&msg, &field, static_cast<int32_t>(v));
+      } else {
+        repeated ? refl.AddInt64(&msg, &field, v) : refl.SetInt64(&msg, &field, v);
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (node.quoted || absl::StartsWith(t, "-") || !absl::SimpleAtoi(t, &v)) {
+        return wrong("a non-negative integer");
+      }
+      if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
+        if (v > std::numeric_limits<uint32_t>::max()) return wrong("a 32-bit non-negative integer");
+        repeated ? refl.AddUInt32(&msg, &field, static_cast<uint32_t>(v))
+                 : refl.SetUInt32(&msg, &field, static_cast<uint32_t>(v));
+      } else {
+        repeated ? refl.AddUInt64(&msg, &field, v) : refl.SetUInt64(&msg, &field, v);
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return wrong("a supported value");
+}
+
+// Fields whose file form differs from the plain proto mapping.
+// `memory_limit: auto` means "unset" (the proto field is `optional`, unset = auto).
+bool IsAutoValue(const SpecNode& node, const FieldDescriptor& field) {
+  return field.name() == "memory_limit" && field.has_presence() && node.kind == SpecNode::Kind::kScalar &&
+         absl::AsciiStrToLower(node.text) == "auto";
+}
+
+absl::Status SetField(const SpecNode& value, const std::string& path, const FieldDescriptor& field,
+                      Message& msg) {
+  if (value.kind == SpecNode::Kind::kNull || IsAutoValue(value, field)) return absl::OkStatus();
+  if (field.is_map()) {
+    return Error(value.line, absl::StrCat("field '", path, "' is not supported in job files"));
+  }
+  if (field.is_repeated()) {
+    if (value.kind != SpecNode::Kind::kList) {
+      return Error(value.line, absl::StrCat("field '", path, "' expects a list, got ", Describe(value)));
+    }
+    for (size_t i = 0; i < value.list.size(); ++i) {
+      absl::Status s = SetScalar(value.list[i], absl::StrCat(path, "[", i, "]"), field, msg);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE && field.name() == "memory_limit" &&
+      value.kind == SpecNode::Kind::kScalar && !IsFloatText(value.text)) {
+    return Error(value.line, absl::StrCat("field '", path, "' expects a number or auto, got ", Describe(value)));
+  }
+  return SetScalar(value, path, field, msg);
+}
+
+absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& msg) {
+  const Descriptor& desc = *msg.GetDescriptor();
+  for (size_t i = 0; i < node.map.size(); ++i) {
+    const auto& [key, value] = node.map[i];
+    const int key_line = node.key_lines[i];
+    const std::string field_path = FieldPath(path, key);
+    const FieldDescriptor* field = desc.FindFieldByName(key);
+    if (field == nullptr) {
+      std::vector<std::string> known;
+      for (int f = 0; f < desc.field_count(); ++f) known.push_back(desc.field(f)->name());
+      return Error(key_line, absl::StrCat("unknown field '", field_path, "' (", path.empty() ? "top level" : path,
+                                          " has: ", absl::StrJoin(known, ", "), ")"));
+    }
+    if (const auto* oneof = field->real_containing_oneof()) {
+      for (size_t j = 0; j < i; ++j) {
+        const FieldDescriptor* other = desc.FindFieldByName(node.map[j].first);
+        if (other != nullptr && other->real_containing_oneof() == oneof &&
+            node.map[j].second.kind != SpecNode::Kind::kNull) {
+          return Error(key_line, absl::StrCat("field '", field_path, "' conflicts with '",
+                                              FieldPath(path, other->name()), "': give only one of ",
+                                              path.empty() ? oneof->name() : std::string(path)));
+        }
+      }
+    }
+    absl::Status s = SetField(value, field_path, *field, msg);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat format) {
+  if (format == JobFileFormat::kAuto) {
+    absl::string_view t = absl::StripLeadingAsciiWhitespace(text);
+    format = absl::StartsWith(t, "{") ? JobFileFormat::kJson : JobFileFormat::kYaml;
+  }
+  absl::StatusOr<SpecNode> tree =
+      format == JobFileFormat::kJson ? internal::ParseJsonTree(text) : internal::ParseYamlTree(text);
+  if (!tree.ok()) return tree.status();
+  if (tree->kind == SpecNode::Kind::kNull) return absl::InvalidArgumentError("the job file is empty");
+  if (tree->kind != SpecNode::Kind::kMap) {
+    return Error(tree->line, absl::StrCat("a job file is a map of fields (name, model, parallel, ...), got ",
+                                          Describe(*tree)));
+  }
+  v1::JobSpec spec;
+  absl::Status s = SetMessage(*tree, "", spec);
+  if (!s.ok()) return s;
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the job file"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  JobFileFormat format = JobFileFormat::kAuto;
+  const std::string lower = absl::AsciiStrToLower(path);
+  if (absl::EndsWith(lower, ".json")) format = JobFileFormat::kJson;
+  if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) format = JobFileFormat::kYaml;
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str(), format);
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+}  // namespace zpipe

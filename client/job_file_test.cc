@@ -1,0 +1,115 @@
+#include "client/job_file.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace zpipe {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kDesignExample[] = R"(name: gpt-zbv-demo
+model:
+  gpt: {layers: 8, hidden: 256, heads: 4, seq_len: 128, vocab: 512}
+parallel: {pipeline: 4, data: 1}
+schedule: {kind: zb-v, memory_limit: auto}
+batch: {microbatches: 8, microbatch_size: 4}
+train: {iterations: 50, optimizer: adamw, lr: 3.0e-4, seed: 1}
+grad_sync: {bucket_mb: 25, overlap: true}
+checkpoint: {every: 20, dir: ./checkpoints}
+)";
+
+TEST(JobFileTest, ParsesTheDesignExample) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kDesignExample, JobFileFormat::kYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "gpt-zbv-demo");
+  EXPECT_EQ(spec->model().gpt().layers(), 8);
+  EXPECT_EQ(spec->model().gpt().vocab(), 512);
+  EXPECT_EQ(spec->parallel().pipeline(), 4);
+  EXPECT_EQ(spec->schedule().kind(), "zb-v");
+  EXPECT_FALSE(spec->schedule().has_memory_limit());  // auto = unset
+  EXPECT_EQ(spec->batch().microbatch_size(), 4);
+  EXPECT_DOUBLE_EQ(spec->train().lr(), 3.0e-4);
+  EXPECT_EQ(spec->train().seed(), 1u);
+  EXPECT_TRUE(spec->grad_sync().has_overlap());
+  EXPECT_TRUE(spec->grad_sync().overlap());
+  EXPECT_EQ(spec->checkpoint().dir(), "./checkpoints");
+}
+
+TEST(JobFileTest, ParsesJsonWithTheSameFields) {
+  constexpr char kJson[] = R"({
+  "name": "syn",
+  "model": {"synthetic": {"forward_ms": 10, "backward_ms": 10, "weight_ms": 8.5}},
+  "parallel": {"pipeline": 2},
+  "schedule": {"kind": "1f1b", "memory_limit": 3},
+  "device": "cuda"
+})";
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kJson, JobFileFormat::kAuto);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->model().synthetic().weight_ms(), 8.5);
+  EXPECT_TRUE(spec->schedule().has_memory_limit());
+  EXPECT_DOUBLE_EQ(spec->schedule().memory_limit(), 3.0);
+  EXPECT_EQ(spec->device(), v1::DEVICE_KIND_CUDA);
+}
+
+struct BadCase {
+  const char* name;
+  JobFileFormat format;
+  const char* text;
+  const char* expected;  // substring of the error, including the line
+};
+
+class JobFileErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(JobFileErrorTest, NamesTheFieldAndLine) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(GetParam().text, GetParam().format);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(GetParam().expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, JobFileErrorTest,
+    ::testing::Values(
+        BadCase{"unknown_top", JobFileFormat::kYaml, "name: a\nnmae: b\n", "line 2: unknown field 'nmae'"},
+        BadCase{"unknown_nested", JobFileFormat::kYaml, "name: a\nschedule:\n  kind: zb-v\n  memroy: 3\n",
+                "line 4: unknown field 'schedule.memroy'"},
+        BadCase{"string_for_int", JobFileFormat::kYaml, "parallel:\n  pipeline: four\n",
+                "line 2: field 'parallel.pipeline' expects an integer"},
+        BadCase{"fraction_for_int", JobFileFormat::kYaml, "batch: {microbatches: 2.5}\n",
+                "line 1: field 'batch.microbatches' expects an integer"},
+        BadCase{"quoted_number", JobFileFormat::kYaml, "train:\n  lr: \"0.1\"\n",
+                "line 2: field 'train.lr' expects a number"},
+        BadCase{"map_for_scalar", JobFileFormat::kYaml, "name:\n  x: 1\n", "line 2: field 'name' expects a string"},
+        BadCase{"scalar_for_map", JobFileFormat::kYaml, "model: gpt\n", "line 1: field 'model' expects a map"},
+        BadCase{"bad_memory_limit", JobFileFormat::kYaml, "schedule:\n  memory_limit: lots\n",
+                "line 2: field 'schedule.memory_limit' expects a number or auto"},
+        BadCase{"bad_bool", JobFileFormat::kYaml, "grad_sync:\n\n  overlap: 1\n",
+                "line 3: field 'grad_sync.overlap' expects true or false"},
+        BadCase{"bad_enum", JobFileFormat::kYaml, "device: tpu\n", "line 1: field 'device' expects one of: cpu, cuda"},
+        BadCase{"negative_seed", JobFileFormat::kYaml, "train: {seed: -1}\n", "expects a non-negative integer"},
+        BadCase{"two_models", JobFileFormat::kYaml,
+                "model:\n  gpt: {layers: 2}\n  synthetic: {forward_ms: 1}\n",
+                "line 3: field 'model.synthetic' conflicts with 'model.gpt'"},
+        BadCase{"duplicate", JobFileFormat::kYaml, "name: a\nname: b\n", "line 2: duplicate field 'name'"},
+        BadCase{"yaml_syntax", JobFileFormat::kYaml, "name: a\nmodel: {gpt: [\n", "line "},
+        BadCase{"not_a_map", JobFileFormat::kYaml, "- a\n- b\n", "line 1: a job file is a map"},
+        BadCase{"json_unknown", JobFileFormat::kJson, "{\n  \"name\": \"a\",\n  \"batch\": {\n    \"mb\": 3\n  }\n}",
+                "line 4: unknown field 'batch.mb'"},
+        BadCase{"json_type", JobFileFormat::kJson, "{\"parallel\": {\n\"pipeline\": \"4\"}}",
+                "line 2: field 'parallel.pipeline' expects an integer"},
+        BadCase{"json_number_for_string", JobFileFormat::kJson, "{\n\n\"name\": 12\n}",
+                "line 3: field 'name' expects a string"},
+        BadCase{"json_syntax", JobFileFormat::kJson, "{\n\"name\": \"a\",\n}", "line 3"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(JobFileTest, LoadJobFilePrefixesThePath) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile("/nonexistent/job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("/nonexistent/job.yaml"));
+}
+
+}  // namespace
+}  // namespace zpipe
