@@ -1,0 +1,200 @@
+#include "core/timeline.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace zpipe::core {
+namespace {
+
+char KindChar(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward: return 'F';
+    case ActionKind::kBackwardInput: return 'B';
+    case ActionKind::kBackwardWeight: return 'W';
+    case ActionKind::kBackwardFull: return 'X';
+    case ActionKind::kReduce: return 'R';
+    default: return '?';
+  }
+}
+
+const char* KindColor(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward: return "#4e79a7";
+    case ActionKind::kBackwardInput: return "#59a14f";
+    case ActionKind::kBackwardWeight: return "#f28e2b";
+    case ActionKind::kBackwardFull: return "#b07aa1";
+    case ActionKind::kReduce: return "#e15759";
+    default: return "#999999";
+  }
+}
+
+std::string XmlEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+double FirstStart(const Plan& plan, const SimResult& sim) {
+  double first = INFINITY;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
+      if (!IsComm(plan.ranks[r][k].kind)) first = std::min(first, sim.timings[r][k].start);
+    }
+  }
+  return std::isfinite(first) ? first : 0;
+}
+
+// A "nice" tick step giving about `target` ticks over `span`.
+double TickStep(double span, int target) {
+  if (span <= 0) return 1;
+  const double raw = span / target;
+  const double mag = std::pow(10, std::floor(std::log10(raw)));
+  for (double f : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= f * mag) return f * mag;
+  }
+  return 10 * mag;
+}
+
+}  // namespace
+
+std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options) {
+  const int width = std::max(10, options.width);
+  const double t0 = FirstStart(plan, sim);
+  const double span = std::max(sim.makespan, 1e-12);
+  const double scale = width / span;
+  bool any_reduce = false;
+  std::string out = absl::StrFormat("%s: p=%d m=%d makespan=%.6g bubble=%.4f\n",
+                                    plan.schedule.empty() ? "plan" : plan.schedule,
+                                    plan.num_ranks(), plan.num_microbatches, sim.makespan,
+                                    sim.bubble_rate);
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    std::string row(width, '.');
+    std::string reduce_row(width, ' ');
+    const auto& actions = plan.ranks[r];
+    for (size_t k = 0; k < actions.size(); ++k) {
+      const Action& a = actions[k];
+      if (IsComm(a.kind)) continue;
+      const ActionTiming& t = sim.timings[r][k];
+      int lo = static_cast<int>(std::floor((t.start - t0) * scale + 1e-9));
+      int hi = static_cast<int>(std::floor((t.end - t0) * scale + 1e-9));
+      lo = std::clamp(lo, 0, width - 1);
+      hi = std::clamp(std::max(hi, lo + 1), lo + 1, width);
+      if (a.kind == ActionKind::kReduce) {
+        any_reduce = true;
+        for (int c = lo; c < hi; ++c) reduce_row[c] = 'R';
+        continue;
+      }
+      std::string label(1, KindChar(a.kind));
+      absl::StrAppend(&label, a.microbatch);
+      for (int c = lo; c < hi; ++c) {
+        const size_t off = c - lo;
+        row[c] = (hi - lo >= static_cast<int>(label.size()) && off < label.size()) ? label[off]
+                 : off == 0                                                         ? label[0]
+                                                                                    : ' ';
+      }
+    }
+    absl::StrAppendFormat(&out, "r%-3d|%s| bubble %.3f\n", r, row, sim.rank_bubble[r]);
+    if (any_reduce) absl::StrAppendFormat(&out, "    |%s| reduce\n", reduce_row);
+  }
+  absl::StrAppend(&out, "legend: F forward, B input backward, W weight backward, X fused "
+                        "backward (BW), R reduce, . idle; number = microbatch\n");
+  return out;
+}
+
+std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& options) {
+  const int left = 60, right = 20, top = 50, axis = 30, legend = 30;
+  const int width = std::max(300, options.width);
+  const int row_h = std::max(12, options.row_height);
+  const int reduce_h = std::max(4, row_h / 5);
+  const int p = plan.num_ranks();
+  const int lane = row_h + reduce_h + 6;
+  const int height = top + p * lane + axis + legend;
+  const double t0 = FirstStart(plan, sim);
+  const double span = std::max(sim.makespan, 1e-12);
+  const double sx = (width - left - right) / span;
+  const std::string title =
+      absl::StrFormat("%s — bubble rate %.2f%%",
+                      options.title.empty() ? (plan.schedule.empty() ? "plan" : plan.schedule)
+                                            : options.title,
+                      100 * sim.bubble_rate);
+  std::string out = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<title>%s</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
+      width, height, width, height, XmlEscape(title), left, XmlEscape(title));
+  for (int r = 0; r < p; ++r) {
+    const int y = top + r * lane;
+    absl::StrAppendFormat(&out,
+                          "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
+                          "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
+                          left - 6, y + row_h / 2 + 4, r, left, y, span * sx, row_h);
+    const auto& actions = plan.ranks[r];
+    for (size_t k = 0; k < actions.size(); ++k) {
+      const Action& a = actions[k];
+      if (IsComm(a.kind)) continue;
+      const ActionTiming& t = sim.timings[r][k];
+      const double x = left + (t.start - t0) * sx;
+      const double w = std::max(0.5, (t.end - t.start) * sx);
+      const bool reduce = a.kind == ActionKind::kReduce;
+      const int ry = reduce ? y + row_h + 2 : y;
+      const int rh = reduce ? reduce_h : row_h;
+      absl::StrAppendFormat(&out,
+                            "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+                            "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
+                            x, ry, w, rh, KindColor(a.kind), XmlEscape(ActionToString(a)), t.start,
+                            t.end);
+      if (!reduce && w >= 14) {
+        absl::StrAppendFormat(&out,
+                              "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
+                              "font-size=\"9\">%d</text>\n",
+                              x + w / 2, y + row_h / 2 + 3, a.microbatch);
+      }
+    }
+  }
+  // Time axis.
+  const int axis_y = top + p * lane + 4;
+  absl::StrAppendFormat(&out,
+                        "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n",
+                        left, axis_y, left + span * sx, axis_y);
+  const double step = TickStep(span, 10);
+  for (double t = 0; t <= span + 1e-9; t += step) {
+    const double x = left + t * sx;
+    absl::StrAppendFormat(&out,
+                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>"
+                          "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
+  }
+  // Legend.
+  const int ly = axis_y + axis;
+  int lx = left;
+  for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackwardInput,
+                          ActionKind::kBackwardWeight, ActionKind::kBackwardFull,
+                          ActionKind::kReduce}) {
+    const char* name = kind == ActionKind::kForward          ? "F forward"
+                       : kind == ActionKind::kBackwardInput  ? "B input grad"
+                       : kind == ActionKind::kBackwardWeight ? "W weight grad"
+                       : kind == ActionKind::kBackwardFull   ? "BW full backward"
+                                                             : "reduce";
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                          lx, ly - 10, KindColor(kind), lx + 16, ly, name);
+    lx += 130;
+  }
+  absl::StrAppend(&out, "</svg>\n");
+  return out;
+}
+
+}  // namespace zpipe::core
