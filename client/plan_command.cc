@@ -1,14 +1,333 @@
 #include "client/plan_command.h"
 
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
 #include <ostream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/grad_sync.h"
+#include "core/lowering.h"
+#include "core/plan_export.h"
+#include "core/schedule.h"
+#include "core/simulator.h"
+#include "core/timeline.h"
+#include "core/validator.h"
 
 namespace zpipe::cli {
+namespace {
 
-std::string PlanUsage() { return "usage: zpipe plan --schedule NAME --pipeline P --microbatches M\n"; }
+using core::ScheduleKind;
 
-int RunPlanCommand(const std::vector<std::string>&, std::ostream&, std::ostream& err) {
-  err << "zpipe plan: not implemented yet\n";
-  return 2;
+struct PlanArgs {
+  std::string schedule;
+  int pipeline = 0;
+  int microbatches = 0;
+  int chunks = 0;
+  core::StageCost stage_cost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5};
+  double comm = 0;
+  std::optional<double> memory_limit;
+  std::string format = "summary";
+  std::string output;
+  bool lower = false;
+  int buckets = 0;
+  double reduce_cost = 0;
+  int width = 120;
+};
+
+absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view value) {
+  double v = 0;
+  if (!absl::SimpleAtod(value, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", value, "' is not a number"));
+  }
+  return v;
+}
+
+absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view value, int min) {
+  int v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", value, "' is not an integer >= ", min));
+  }
+  return v;
+}
+
+// Parses "k1=v1,k2=v2" with keys from `allowed`.
+absl::StatusOr<std::map<std::string, double>> ParseKeyValues(
+    absl::string_view flag, absl::string_view value, const std::vector<std::string>& allowed) {
+  std::map<std::string, double> out;
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (std::find(allowed.begin(), allowed.end(), kv.first) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown key '", kv.first, "'"));
+    }
+    auto v = ParseNumber(absl::StrCat(flag, " ", kv.first), kv.second);
+    if (!v.ok()) return v.status();
+    out[kv.first] = *v;
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": expected key=value"));
+  return out;
+}
+
+absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
+  PlanArgs pa;
+  bool mem_b_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    const size_t eq = flag.find('=');
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag == "--lower") {
+      pa.lower = true;
+      continue;
+    } else {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
+      value = args[++i];
+    }
+    if (flag == "--schedule") {
+      pa.schedule = value;
+    } else if (flag == "--pipeline" || flag == "-p") {
+      auto v = ParseInt(flag, value, 1);
+      if (!v.ok()) return v.status();
+      pa.pipeline = *v;
+    } else if (flag == "--microbatches" || flag == "-m") {
+      auto v = ParseInt(flag, value, 1);
+      if (!v.ok()) return v.status();
+      pa.microbatches = *v;
+    } else if (flag == "--chunks") {
+      auto v = ParseInt(flag, value, 2);
+      if (!v.ok()) return v.status();
+      pa.chunks = *v;
+    } else if (flag == "--cost") {
+      auto kv = ParseKeyValues(flag, value, {"f", "b", "w", "comm"});
+      if (!kv.ok()) return kv.status();
+      for (const auto& [k, v] : *kv) {
+        if (v < 0) return absl::InvalidArgumentError(absl::StrCat("--cost ", k, ": must be >= 0"));
+        if (k == "f") pa.stage_cost.f = v;
+        if (k == "b") pa.stage_cost.b = v;
+        if (k == "w") pa.stage_cost.w = v;
+        if (k == "comm") pa.comm = v;
+      }
+    } else if (flag == "--memory") {
+      auto kv = ParseKeyValues(flag, value, {"f", "b", "w"});
+      if (!kv.ok()) return kv.status();
+      for (const auto& [k, v] : *kv) {
+        if (k == "f") pa.stage_cost.mem_f = v;
+        if (k == "b") {
+          pa.stage_cost.mem_b = v;
+          mem_b_given = true;
+        }
+        if (k == "w") pa.stage_cost.mem_w = v;
+      }
+    } else if (flag == "--memory-limit") {
+      auto v = ParseNumber(flag, value);
+      if (!v.ok()) return v.status();
+      if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
+      pa.memory_limit = *v;
+    } else if (flag == "--format") {
+      static const std::vector<std::string> kFormats = {"summary", "text", "json",
+                                                        "csv",     "ascii", "svg"};
+      if (std::find(kFormats.begin(), kFormats.end(), value) == kFormats.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--format: '", value, "' is not one of summary, text, json, csv, ascii, svg"));
+      }
+      pa.format = value;
+    } else if (flag == "-o" || flag == "--output") {
+      pa.output = value;
+    } else if (flag == "--buckets") {
+      auto v = ParseInt(flag, value, 1);
+      if (!v.ok()) return v.status();
+      pa.buckets = *v;
+    } else if (flag == "--reduce-cost") {
+      auto v = ParseNumber(flag, value);
+      if (!v.ok()) return v.status();
+      pa.reduce_cost = *v;
+    } else if (flag == "--width") {
+      auto v = ParseInt(flag, value, 10);
+      if (!v.ok()) return v.status();
+      pa.width = *v;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
+    }
+  }
+  if (!mem_b_given) pa.stage_cost.mem_b = -pa.stage_cost.mem_f - pa.stage_cost.mem_w;
+  if (pa.schedule.empty()) return absl::InvalidArgumentError("--schedule is required");
+  if (pa.pipeline == 0) return absl::InvalidArgumentError("--pipeline is required");
+  if (pa.microbatches == 0) return absl::InvalidArgumentError("--microbatches is required");
+  if (pa.schedule == "all" && pa.format != "summary") {
+    return absl::InvalidArgumentError("--schedule all prints a table; use --format summary");
+  }
+  return pa;
+}
+
+struct Planned {
+  core::Plan plan;  // compute plan, or lowered with --lower; REDUCE inserted with --buckets
+  core::SimResult sim;
+  core::CostModel cost;
+  double memory_limit = 0;
+  double generate_seconds = 0;
+};
+
+absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
+  core::ScheduleRequest req;
+  req.pipeline = pa.pipeline;
+  req.microbatches = pa.microbatches;
+  req.chunks = pa.chunks;
+  const core::Placement placement = core::PlacementFor(kind, pa.pipeline, pa.chunks);
+  req.cost = core::CostModel::Uniform(placement.num_stages(), pa.stage_cost, pa.comm);
+  req.memory_limit = pa.memory_limit;
+  Planned out;
+  out.cost = req.cost;
+  out.memory_limit = pa.memory_limit.value_or(
+      core::DefaultMemoryLimit(kind, pa.pipeline, pa.microbatches, req.cost));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto plan = core::GenerateSchedule(kind, req);
+  out.generate_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.ok()) return plan.status();
+  core::ValidateOptions vo{.cost = &req.cost, .memory_limit = out.memory_limit};
+  if (absl::Status st = core::ValidatePlan(*plan, vo); !st.ok()) {
+    return absl::InternalError(absl::StrCat("generated plan is invalid: ", st.message()));
+  }
+  out.plan = *std::move(plan);
+  if (pa.lower) {
+    auto lowered = core::LowerComm(out.plan);
+    if (!lowered.ok()) return lowered.status();
+    out.plan = *std::move(lowered);
+  }
+  if (pa.buckets > 0) {
+    auto gs = core::PlanGradSync(
+        out.plan, core::GradSyncLayout::Uniform(placement.num_stages(), pa.buckets));
+    if (!gs.ok()) return gs.status();
+    out.plan = std::move(gs->plan);
+  }
+  core::SimOptions so;
+  so.reduce_cost = pa.reduce_cost;
+  auto sim = core::Simulate(out.plan, req.cost, so);
+  if (!sim.ok()) return sim.status();
+  out.sim = *std::move(sim);
+  return out;
+}
+
+double MaxOf(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+std::string Summary(const Planned& p) {
+  const core::Plan& plan = p.plan;
+  std::string out;
+  absl::StrAppendFormat(&out, "schedule      %s\n", plan.schedule);
+  absl::StrAppendFormat(&out, "shape         p=%d ranks, v=%d chunks (%s placement), m=%d\n",
+                        plan.num_ranks(), plan.placement.chunks_per_rank(),
+                        core::PlacementKindName(plan.placement.kind()), plan.num_microbatches);
+  absl::StrAppendFormat(&out, "makespan      %.6g\n", p.sim.makespan);
+  absl::StrAppendFormat(&out, "bubble rate   %.4f\n", p.sim.bubble_rate);
+  absl::StrAppendFormat(&out, "memory limit  %.6g per rank; peak %.6g\n", p.memory_limit,
+                        MaxOf(p.sim.peak_memory));
+  if (p.sim.total_reduce > 0) {
+    absl::StrAppendFormat(&out, "reduce        total %.6g, exposed %.6g, overlap %.4f\n",
+                          p.sim.total_reduce, p.sim.total_exposed_reduce, p.sim.reduce_overlap);
+  }
+  absl::StrAppendFormat(&out, "actions       %d\n", plan.num_actions());
+  absl::StrAppend(&out, "\nrank        busy        idle  bubble  peak_memory\n");
+  for (int r = 0; r < plan.num_ranks(); ++r) {
+    absl::StrAppendFormat(&out, "%4d  %10.6g  %10.6g  %6.4f  %11.6g\n", r, p.sim.busy[r],
+                          p.sim.idle[r], p.sim.rank_bubble[r], p.sim.peak_memory[r]);
+  }
+  return out;
+}
+
+std::string CompareAll(const PlanArgs& pa) {
+  std::string out = absl::StrFormat("p=%d m=%d cost f=%g b=%g w=%g comm=%g\n\n", pa.pipeline,
+                                    pa.microbatches, pa.stage_cost.f, pa.stage_cost.b,
+                                    pa.stage_cost.w, pa.comm);
+  absl::StrAppendFormat(&out, "%-12s %12s %8s %12s %12s %10s\n", "schedule", "makespan", "bubble",
+                        "peak_memory", "mem_limit", "gen_ms");
+  for (ScheduleKind kind : core::AllScheduleKinds()) {
+    auto planned = MakePlan(kind, pa);
+    if (!planned.ok()) {
+      absl::StrAppendFormat(&out, "%-12s  unavailable: %s\n", core::ScheduleName(kind),
+                            planned.status().message());
+      continue;
+    }
+    absl::StrAppendFormat(&out, "%-12s %12.6g %8.4f %12.6g %12.6g %10.2f\n",
+                          core::ScheduleName(kind), planned->sim.makespan,
+                          planned->sim.bubble_rate, MaxOf(planned->sim.peak_memory),
+                          planned->memory_limit, 1000 * planned->generate_seconds);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PlanUsage() {
+  return "usage: zpipe plan --schedule NAME|all --pipeline P --microbatches M\n"
+         "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
+         "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
+         "                  [--lower] [--buckets N --reduce-cost T]\n"
+         "                  [--format summary|text|json|csv|ascii|svg] [--width N] [-o FILE]\n"
+         "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
+         "dualpipe-v\n"
+         "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules); defaults\n"
+         "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n";
+}
+
+int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") {
+      out << PlanUsage();
+      return 0;
+    }
+  }
+  auto pa = ParseArgs(args);
+  if (!pa.ok()) {
+    err << "zpipe plan: " << pa.status().message() << "\n";
+    return 2;
+  }
+  std::string text;
+  if (pa->schedule == "all") {
+    text = CompareAll(*pa);
+  } else {
+    auto kind = core::ParseScheduleKind(pa->schedule);
+    if (!kind.ok()) {
+      err << "zpipe plan: " << kind.status().message() << "\n";
+      return 2;
+    }
+    auto planned = MakePlan(*kind, *pa);
+    if (!planned.ok()) {
+      err << "zpipe plan: " << planned.status().message() << "\n";
+      return 2;
+    }
+    if (pa->format == "summary") text = Summary(*planned);
+    if (pa->format == "text") text = core::PlanToText(planned->plan);
+    if (pa->format == "json") text = core::PlanToJson(planned->plan, &planned->sim);
+    if (pa->format == "csv") text = core::PlanToCsv(planned->plan, &planned->sim);
+    if (pa->format == "ascii") {
+      text = core::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
+    }
+    if (pa->format == "svg") text = core::RenderSvg(planned->plan, planned->sim);
+  }
+  if (pa->output.empty()) {
+    out << text;
+    return 0;
+  }
+  std::ofstream file(pa->output);
+  file << text;
+  if (!file) {
+    err << "zpipe plan: cannot write '" << pa->output << "'\n";
+    return 2;
+  }
+  return 0;
 }
 
 }  // namespace zpipe::cli

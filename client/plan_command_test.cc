@@ -1,0 +1,106 @@
+#include "client/plan_command.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/plan.h"
+
+namespace zpipe::cli {
+namespace {
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun Plan(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  const int code = RunPlanCommand(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(PlanCommandTest, SummaryShowsStatistics) {
+  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("bubble rate   0.2727"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("makespan      33"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory limit  4 per rank; peak 4"), std::string::npos) << r.out;
+}
+
+TEST(PlanCommandTest, TextFormatParsesBack) {
+  CliRun r = Plan({"--schedule=gpipe", "--pipeline=2", "--microbatches=3", "--format=text", "--lower"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto plan = core::ParsePlanText(r.out);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_ranks(), 2);
+  EXPECT_TRUE(plan->IsLowered());
+}
+
+TEST(PlanCommandTest, JsonHasTopLevelStatistics) {
+  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "2", "--format",
+                "json", "--cost", "f=1,b=1,w=1,comm=0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"makespan\":9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"bubble_rate\":0.33333333333333"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"peak_memory\":[2,1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"actions\":[["), std::string::npos) << r.out;
+}
+
+TEST(PlanCommandTest, WritesOutputFile) {
+  const std::string path = ::testing::TempDir() + "/plan.svg";
+  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "4", "--format", "svg",
+                "-o", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  EXPECT_NE(content.str().find("<svg"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(PlanCommandTest, AllComparesEverySchedule) {
+  CliRun r = Plan({"--schedule", "all", "--pipeline", "4", "--microbatches", "8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-2p", "zb-v", "v-min",
+                           "dualpipe-v"}) {
+    EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << r.out;
+  }
+}
+
+TEST(PlanCommandTest, GradSyncReportsReduceOverlap) {
+  CliRun r = Plan({"--schedule", "gpipe", "--pipeline", "2", "--microbatches", "4", "--buckets", "2",
+                "--reduce-cost", "0.5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("reduce        total 2, exposed"), std::string::npos) << r.out;
+}
+
+TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {},
+           {"--schedule", "nope", "--pipeline", "4", "--microbatches", "8"},
+           {"--schedule", "1f1b", "--pipeline", "0", "--microbatches", "8"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "x"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--cost", "q=1"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--format", "pdf"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--bogus", "1"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit",
+            "1"},
+           {"--schedule", "interleaved", "--pipeline", "4", "--microbatches", "6"},
+           {"--schedule", "1f1b", "--pipeline"},
+       }) {
+    CliRun r = Plan(args);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.err.rfind("zpipe plan: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit",
+                "1"});
+  EXPECT_NE(r.err.find("memory limit"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace zpipe::cli
