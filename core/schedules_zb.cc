@@ -1,17 +1,414 @@
-// ZB-H1, ZB-H2 and the ZB automatic (memory-bounded greedy) scheduler.
+// ZB-H1, ZB-H2 and the ZB automatic scheduler of "Zero Bubble Pipeline Parallelism" (Qi et al.
+// 2024), on the linear placement (stage s on rank s).
+//
+// All three come out of one list scheduler. The ranks are simulated together in time order; a rank
+// that falls idle picks its next action -- its next F, its next B, or one of its deferred Ws -- by
+// a small policy, and never lets its running memory exceed the limit. The handcrafted schedules
+// are policies with a cap on the activations in flight (F done, B not yet) per rank: ZB-H1 keeps
+// 1F1B's p - r, ZB-H2 allows 2(p - r) - 1; both defer Ws into the bubbles. The automatic
+// scheduler is bounded by memory alone.
+//
+// Each generator tries a family of policies (F/B priority, how far the warm-up may delay the first
+// B, which idle gaps a W may fill, in-flight caps), times every candidate as core::Simulate does
+// (each action as soon as its dependencies and its rank allow, in the chosen order), and keeps the
+// one with the shortest makespan in DESIGN.md's sense: the longest per-rank span from first start
+// to last end. The family shrinks as p * m grows so that p = 32, m = 256 stays well under a second.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
 
 namespace zpipe::core::internal {
+namespace {
 
-absl::StatusOr<Plan> GenerateZbH1(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("zb-h1: not implemented yet");
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kNoCap = std::numeric_limits<int>::max();
+
+using Orders = std::vector<std::vector<Action>>;
+
+struct Problem {
+  int p = 1;
+  int m = 1;
+  const CostModel* cost = nullptr;
+  double limit = 0;
+  double tol = 0;  // the validator's slack on the memory limit
+
+  bool Fits(double mem) const { return mem <= limit + tol; }
+  int Index(int stage, int mb) const { return stage * m + mb; }
+};
+
+// How a candidate performs. `span` is DESIGN.md's makespan (the longest per-rank span, as the ZB
+// paper measures it); `global_span` (last end anywhere - first start anywhere) breaks ties.
+struct Score {
+  double span = kInf;
+  double global_span = kInf;
+
+  bool operator<(const Score& o) const {
+    constexpr double kRel = 1e-12;
+    if (span < o.span * (1 - kRel)) return true;
+    if (o.span < span * (1 - kRel)) return false;
+    return global_span < o.global_span * (1 - kRel);
+  }
+};
+
+// Times `orders` with the simulator's rules; nullopt when the orders deadlock.
+std::optional<Score> Evaluate(const Problem& pr, const Orders& orders) {
+  const int p = pr.p;
+  const CostModel& cost = *pr.cost;
+  std::vector<double> end_f(p * pr.m, -1), end_b(p * pr.m, -1);
+  std::vector<size_t> cursor(p, 0);
+  std::vector<double> free_at(p, 0), first(p, kInf);
+  size_t left = 0;
+  for (const auto& o : orders) left += o.size();
+  // Alternate sweep direction: forward sweeps carry F chains, backward sweeps carry B chains.
+  for (bool forward = true; left > 0; forward = !forward) {
+    size_t done = 0;
+    for (int k = 0; k < p; ++k) {
+      const int r = forward ? k : p - 1 - k;
+      const auto& order = orders[r];
+      while (cursor[r] < order.size()) {
+        const Action& a = order[cursor[r]];
+        const int s = a.stage, i = a.microbatch;
+        double ready = free_at[r];
+        double dur = 0;
+        if (a.kind == ActionKind::kForward) {
+          if (s > 0) {
+            const double dep = end_f[pr.Index(s - 1, i)];
+            if (dep < 0) break;
+            ready = std::max(ready, dep + cost.comm);
+          }
+          dur = cost.stages[s].f;
+        } else if (a.kind == ActionKind::kBackwardInput) {
+          const double dep = end_f[pr.Index(s, i)];
+          if (dep < 0) break;
+          ready = std::max(ready, dep);
+          if (s + 1 < p) {
+            const double up = end_b[pr.Index(s + 1, i)];
+            if (up < 0) break;
+            ready = std::max(ready, up + cost.comm);
+          }
+          dur = cost.stages[s].b;
+        } else {  // W
+          const double dep = end_b[pr.Index(s, i)];
+          if (dep < 0) break;
+          ready = std::max(ready, dep);
+          dur = cost.stages[s].w;
+        }
+        const double end = ready + dur;
+        if (a.kind == ActionKind::kForward) end_f[pr.Index(s, i)] = end;
+        if (a.kind == ActionKind::kBackwardInput) end_b[pr.Index(s, i)] = end;
+        first[r] = std::min(first[r], ready);
+        free_at[r] = end;
+        ++cursor[r];
+        ++done;
+      }
+    }
+    if (done == 0) return std::nullopt;
+    left -= done;
+  }
+  Score score{0, 0};
+  double first_all = kInf, last_all = 0;
+  for (int r = 0; r < p; ++r) {
+    if (orders[r].empty()) continue;
+    score.span = std::max(score.span, free_at[r] - first[r]);
+    first_all = std::min(first_all, first[r]);
+    last_all = std::max(last_all, free_at[r]);
+  }
+  score.global_span = first_all <= last_all ? last_all - first_all : 0;
+  return score;
 }
-absl::StatusOr<Plan> GenerateZbH2(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("zb-h2: not implemented yet");
+
+// One member of the policy family the list scheduler is run with.
+struct Policy {
+  std::vector<int> cap;  // per rank: most activations in flight (F done, B not yet)
+  // Before a rank's first B: run a ready F even when it delays an already-known first B by up to
+  // warmup_slack * T_F (kInf: always fill the warm-up with Fs).
+  double warmup_slack = kInf;
+  bool b_first = true;  // after the first B: a ready B goes before a ready F (else they alternate)
+  double w_gap = 1;     // a deferred W fills an idle gap of at least w_gap * T_W
+};
+
+// The memory-bounded list scheduler. Returns the per-rank orders, or nullopt if the policy got
+// stuck (only possible with memory deltas that the minimum-memory check does not cover).
+std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
+  const int p = pr.p, m = pr.m;
+  const CostModel& cost = *pr.cost;
+  struct Rank {
+    int next_f = 0, next_b = 0;
+    std::deque<int> pending_w;
+    double mem = 0;
+    double free_at = 0;
+    bool started_b = false;
+    bool last_was_b = false;
+  };
+  std::vector<Rank> ranks(p);
+  // When the inputs of F(r, i) / B(r, i) arrive from the neighbour rank; kInf while unknown.
+  std::vector<double> ready_f(p * m, kInf), ready_b(p * m, kInf);
+  for (int i = 0; i < m; ++i) ready_f[pr.Index(0, i)] = 0;
+  Orders orders(p);
+  for (auto& o : orders) o.reserve(3 * m);
+
+  using Event = std::pair<double, int>;  // (time, rank), earliest first
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  for (int r = 0; r < p; ++r) events.push({0.0, r});
+  int remaining = 3 * p * m;
+
+  while (!events.empty() && remaining > 0) {
+    const auto [t, r] = events.top();
+    events.pop();
+    Rank& st = ranks[r];
+    if (t < st.free_at) continue;  // stale: the rank is busy until a later event
+    if (st.next_f == m && st.next_b == m && st.pending_w.empty()) continue;
+    const StageCost& c = cost.stages[r];
+
+    const bool f_left = st.next_f < m;
+    const bool f_fits = pr.Fits(st.mem + c.mem_f);
+    const bool f_allowed = f_left && f_fits && st.next_f - st.next_b < policy.cap[r];
+    const bool b_left = st.next_b < st.next_f;
+    const bool b_allowed = b_left && pr.Fits(st.mem + c.mem_b);
+    const double rf = f_allowed ? ready_f[pr.Index(r, st.next_f)] : kInf;
+    const double rb = b_allowed ? ready_b[pr.Index(r, st.next_b)] : kInf;
+    const bool f_now = f_allowed && rf <= t;
+    const bool b_now = b_allowed && rb <= t;
+
+    enum class Pick { kNone, kF, kB, kW } pick = Pick::kNone;
+    if (!st.started_b) {
+      if (f_now) {
+        const bool delays_b = rb < kInf && t + c.f > rb + policy.warmup_slack * c.f;
+        pick = !delays_b ? Pick::kF : (b_now ? Pick::kB : Pick::kNone);
+      } else if (b_now) {
+        pick = Pick::kB;
+      }
+    } else if (b_now && f_now) {
+      pick = (policy.b_first || !st.last_was_b) ? Pick::kB : Pick::kF;
+    } else if (b_now) {
+      pick = Pick::kB;
+    } else if (f_now) {
+      pick = Pick::kF;
+    }
+    if (pick == Pick::kNone && !st.pending_w.empty() && pr.Fits(st.mem + c.mem_w)) {
+      if (f_left && !f_fits) {
+        pick = Pick::kW;  // recycle memory for the next F
+      } else {
+        // The idle gap until an F or B could start. An input whose producer has not been
+        // scheduled yet cannot arrive before that producer's duration plus T_comm.
+        double next = kInf;
+        if (f_allowed) {
+          next = std::min(next, rf < kInf ? rf : t + cost.stages[r - 1].f + cost.comm);
+        }
+        if (b_allowed) {
+          next = std::min(next, rb < kInf ? rb : t + cost.stages[r + 1].b + cost.comm);
+        }
+        if (next - t >= policy.w_gap * c.w) pick = Pick::kW;
+      }
+    }
+
+    if (pick == Pick::kNone) {
+      // Wait for the earliest known arrival; unknown ones wake the rank when they are scheduled.
+      double wake = kInf;
+      if (rf > t) wake = std::min(wake, rf);
+      if (rb > t) wake = std::min(wake, rb);
+      if (wake < kInf) events.push({wake, r});
+      continue;
+    }
+
+    Action action;
+    if (pick == Pick::kF) {
+      const int i = st.next_f++;
+      action = Action::F(r, i);
+      st.mem += c.mem_f;
+      const double end = t + c.f;
+      if (r + 1 < p) {
+        ready_f[pr.Index(r + 1, i)] = end + cost.comm;
+        events.push({end + cost.comm, r + 1});
+      } else {
+        ready_b[pr.Index(r, i)] = end;  // the loss closes the forward locally
+      }
+      st.last_was_b = false;
+    } else if (pick == Pick::kB) {
+      const int i = st.next_b++;
+      action = Action::B(r, i);
+      st.mem += c.mem_b;
+      st.pending_w.push_back(i);
+      if (r > 0) {
+        ready_b[pr.Index(r - 1, i)] = t + c.b + cost.comm;
+        events.push({t + c.b + cost.comm, r - 1});
+      }
+      st.started_b = true;
+      st.last_was_b = true;
+    } else {
+      action = Action::W(r, st.pending_w.front());
+      st.pending_w.pop_front();
+      st.mem += c.mem_w;
+    }
+    orders[r].push_back(action);
+    st.free_at = t + cost.Duration(action);
+    events.push({st.free_at, r});
+    --remaining;
+  }
+  if (remaining > 0) return std::nullopt;
+  return orders;
 }
-absl::StatusOr<Plan> GenerateZbAuto(const ScheduleRequest&, double, absl::string_view name) {
-  return absl::UnimplementedError(std::string(name) + ": not implemented yet");
+
+// The least memory rank r can run in: one microbatch at a time, F, B, W back to back (plus what
+// every finished microbatch leaves behind when M_F + M_B + M_W > 0).
+double MinimumMemory(const Problem& pr, int r) {
+  const StageCost& c = pr.cost->stages[r];
+  const double leak = std::max(0.0, c.mem_f + c.mem_b + c.mem_w);
+  const double one = std::max({c.mem_f, c.mem_f + c.mem_b, c.mem_f + c.mem_b + c.mem_w, 0.0});
+  return (pr.m - 1) * leak + one;
+}
+
+absl::Status CheckMinimumMemory(const Problem& pr, absl::string_view name) {
+  for (int r = 0; r < pr.p; ++r) {
+    const double need = MinimumMemory(pr, r);
+    if (!pr.Fits(need)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name, ": memory_limit ", pr.limit, " is below the ", need, " that rank ", r,
+          " needs to run even one microbatch at a time; raise the memory limit"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The in-flight caps cap_r = min(m, a * (p - r) + b), at least 1.
+std::vector<int> Caps(const Problem& pr, int a, int b) {
+  std::vector<int> cap(pr.p);
+  for (int r = 0; r < pr.p; ++r) cap[r] = std::clamp(a * (pr.p - r) + b, 1, pr.m);
+  return cap;
+}
+
+// The policy knobs tried for every cap shape, most useful first (on the paper's cost profiles
+// the gap rule matters most, then the warm-up slack, and the F/B priority only now and then).
+std::vector<Policy> Knobs(const std::vector<int>& cap) {
+  std::vector<Policy> out;
+  for (bool b_first : {true, false}) {
+    for (double slack : {0.0, kInf, 0.5}) {
+      for (double w_gap : {0.0, 1.0, 0.5}) out.push_back(Policy{cap, slack, b_first, w_gap});
+    }
+  }
+  return out;
+}
+
+// How many list-scheduler runs a generator may spend: ~a few million action steps in total.
+int Budget(const Problem& pr) {
+  const long actions = 3L * pr.p * pr.m;
+  return static_cast<int>(std::clamp(3'000'000L / std::max(actions, 1L), 6L, 72L));
+}
+
+// A list-scheduler run: the policy and the problem (memory limit) it runs under.
+struct Candidate {
+  const Problem* problem;
+  Policy policy;
+};
+
+// Runs every candidate, keeps the best-scoring plan. `pr` is the request's own problem.
+absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& candidates,
+                            absl::string_view name) {
+  std::optional<Orders> best;
+  Score best_score;
+  for (const Candidate& candidate : candidates) {
+    std::optional<Orders> orders = ListSchedule(*candidate.problem, candidate.policy);
+    if (!orders) continue;
+    std::optional<Score> score = Evaluate(pr, *orders);
+    if (!score) continue;  // cannot happen: the scheduler's own timeline is a witness
+    if (!best || *score < best_score) {
+      best_score = *score;
+      best = std::move(orders);
+    }
+  }
+  if (!best) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
+        ", m = ", pr.m, "; raise the memory limit"));
+  }
+  Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
+  plan.ranks = std::move(*best);
+  return plan;
+}
+
+absl::StatusOr<Problem> MakeProblem(const ScheduleRequest& req, double memory_limit,
+                                    absl::string_view name) {
+  Problem pr;
+  pr.p = req.pipeline;
+  pr.m = req.microbatches;
+  pr.cost = &req.cost;
+  pr.limit = memory_limit;
+  pr.tol = 1e-9 * std::max(1.0, std::abs(memory_limit));
+  if (pr.p < 1 || pr.m < 1 || req.cost.num_stages() != pr.p) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": needs p >= 1, m >= 1 and one cost entry per stage (p = ", pr.p, ", m = ", pr.m,
+        ", stages = ", req.cost.num_stages(), ")"));
+  }
+  if (!std::isfinite(memory_limit)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": memory_limit must be finite"));
+  }
+  if (absl::Status s = CheckMinimumMemory(pr, name); !s.ok()) return s;
+  return pr;
+}
+
+// A handcrafted schedule: the in-flight cap a * (p - r) + b, Ws deferred into the bubbles.
+absl::StatusOr<Plan> Handcrafted(const ScheduleRequest& req, double memory_limit,
+                                 absl::string_view name, int a, int b) {
+  absl::StatusOr<Problem> pr = MakeProblem(req, memory_limit, name);
+  if (!pr.ok()) return pr.status();
+  std::vector<Candidate> candidates;
+  for (Policy& policy : Knobs(Caps(*pr, a, b))) candidates.push_back({&*pr, std::move(policy)});
+  candidates.resize(std::min<size_t>(candidates.size(), std::max(6, Budget(*pr) / 2)));
+  return BestOf(*pr, candidates, name);
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> GenerateZbH1(const ScheduleRequest& req, double memory_limit) {
+  return Handcrafted(req, memory_limit, "zb-h1", 1, 0);
+}
+
+absl::StatusOr<Plan> GenerateZbH2(const ScheduleRequest& req, double memory_limit) {
+  return Handcrafted(req, memory_limit, "zb-h2", 2, -1);
+}
+
+absl::StatusOr<Plan> GenerateZbAuto(const ScheduleRequest& req, double memory_limit,
+                                    absl::string_view name) {
+  absl::StatusOr<Problem> pr = MakeProblem(req, memory_limit, name);
+  if (!pr.ok()) return pr.status();
+  // Memory alone bounds the automatic scheduler; the capped shapes are extra candidates that
+  // sometimes avoid an over-eager warm-up. A plan made under a lower limit fits this one too, and
+  // running one activation below the limit changes when the greedy recycles memory, which now and
+  // then pays off.
+  double max_mem_f = 0;
+  for (const StageCost& c : req.cost.stages) max_mem_f = std::max(max_mem_f, c.mem_f);
+  std::vector<Problem> tiers = {*pr};
+  Problem lower = *pr;
+  lower.limit -= max_mem_f;
+  if (max_mem_f > 0 && CheckMinimumMemory(lower, name).ok()) tiers.push_back(lower);
+  std::vector<std::vector<Policy>> runs;  // per (tier, shape): its knobs, most useful first
+  std::vector<const Problem*> run_problem;
+  for (const Problem& tier : tiers) {
+    for (const std::vector<int>& cap : {std::vector<int>(pr->p, kNoCap), Caps(*pr, 2, -1),
+                                        Caps(*pr, 1, 0), Caps(*pr, 2, 0)}) {
+      runs.push_back(Knobs(cap));
+      run_problem.push_back(&tier);
+    }
+  }
+  // Round-robin over the runs, so that a small budget still tries the best knobs everywhere.
+  std::vector<Candidate> candidates;
+  const size_t budget = Budget(*pr);
+  for (size_t k = 0; k < runs[0].size() && candidates.size() < budget; ++k) {
+    for (size_t j = 0; j < runs.size() && candidates.size() < budget; ++j) {
+      candidates.push_back({run_problem[j], runs[j][k]});
+    }
+  }
+  return BestOf(*pr, candidates, name);
 }
 
 }  // namespace zpipe::core::internal
