@@ -1,29 +1,129 @@
-// The `zpipe` command line. Subcommands live in their own files; this file only dispatches.
+// The `zpipe` command line. Subcommands live in their own files; this file only resolves the
+// global options and dispatches.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "client/cli.h"
 #include "client/plan_command.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe COMMAND [ARGS...]\n"
+    "usage: zpipe [--coordinator ADDR] [-o table|json] COMMAND [ARGS...]\n"
     "\n"
     "commands:\n"
-    "  plan     generate a schedule and print the plan and its statistics\n";
+    "  submit FILE [--id ID] [--wait|--follow]   submit a job file (YAML or JSON)\n"
+    "  status ID                                 show a job\n"
+    "  list [--state S,...]                      list jobs, oldest first\n"
+    "  cancel ID                                 cancel a job\n"
+    "  watch ID                                  follow a job until it ends\n"
+    "  workers [--all]                           list registered workers\n"
+    "  plan --job ID                             show the plan the coordinator made for a job\n"
+    "  plan ...                                  generate a schedule locally and print the plan\n"
+    "\n"
+    "global options (before or after COMMAND):\n"
+    "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:7070)\n"
+    "  -o table|json       output format (default table)\n"
+    "\n"
+    "exit codes: 0 success; 1 job failed or cancelled, or the operation was refused;\n"
+    "            2 usage error or invalid job spec; 3 coordinator unreachable\n";
+
+struct GlobalOptions {
+  std::optional<std::string> coordinator;
+  std::optional<std::string> output;
+};
+
+// Removes --coordinator / -o / --output (with their values) from `args`. Returns an error
+// message, or "" when all is well.
+std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& globals, bool leading_only) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    std::optional<std::string>* target = nullptr;
+    std::string name = a;
+    std::optional<std::string> value;
+    if (size_t eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    }
+    if (name == "--coordinator") target = &globals.coordinator;
+    if (name == "-o" || name == "--output") target = &globals.output;
+    if (target == nullptr) {
+      if (leading_only) {
+        rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+        break;
+      }
+      rest.push_back(a);
+      continue;
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= args.size()) return name + " needs a value";
+      value = args[++i];
+    }
+    *target = *value;
+  }
+  args = std::move(rest);
+  return "";
+}
+
+bool HasJobFlag(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--job" || a.rfind("--job=", 0) == 0) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace zpipe::cli;
   std::vector<std::string> args(argv + 1, argv + argc);
+  GlobalOptions globals;
+  if (std::string error = ExtractGlobals(args, globals, /*leading_only=*/true); !error.empty()) {
+    std::cerr << "zpipe: " << error << "\n" << kUsage;
+    return kExitUsage;
+  }
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-    std::cout << kUsage;
-    return args.empty() ? 2 : 0;
+    (args.empty() ? std::cerr : std::cout) << kUsage;
+    return args.empty() ? kExitUsage : kExitOk;
   }
   const std::string command = args[0];
   args.erase(args.begin());
-  if (command == "plan") return zpipe::cli::RunPlanCommand(args, std::cout, std::cerr);
+  // The local `zpipe plan` has its own -o FILE; leave its arguments alone.
+  if (command == "plan" && !HasJobFlag(args)) return RunPlanCommand(args, std::cout, std::cerr);
+
+  if (std::string error = ExtractGlobals(args, globals, /*leading_only=*/false); !error.empty()) {
+    std::cerr << "zpipe " << command << ": " << error << "\n";
+    return kExitUsage;
+  }
+  OutputFormat output = OutputFormat::kTable;
+  if (globals.output.has_value()) {
+    if (*globals.output == "json") {
+      output = OutputFormat::kJson;
+    } else if (*globals.output != "table") {
+      std::cerr << "zpipe: -o takes table or json, got '" << *globals.output << "'\n";
+      return kExitUsage;
+    }
+  }
+  std::string coordinator = kDefaultCoordinator;
+  if (const char* env = std::getenv(kCoordinatorEnv); env != nullptr && *env != '\0') coordinator = env;
+  if (globals.coordinator.has_value()) coordinator = *globals.coordinator;
+
+  const char* term = std::getenv("TERM");
+  const bool terminal = isatty(STDOUT_FILENO) && !(term != nullptr && std::string(term) == "dumb");
+  CliContext ctx(coordinator, output, std::cout, std::cerr, terminal);
+  if (command == "submit") return RunSubmitCommand(ctx, args);
+  if (command == "status") return RunStatusCommand(ctx, args);
+  if (command == "list") return RunListCommand(ctx, args);
+  if (command == "cancel") return RunCancelCommand(ctx, args);
+  if (command == "watch") return RunWatchCommand(ctx, args);
+  if (command == "workers") return RunWorkersCommand(ctx, args);
+  if (command == "plan") return RunJobPlanCommand(ctx, args);
   std::cerr << "zpipe: unknown command '" << command << "'\n" << kUsage;
-  return 2;
+  return kExitUsage;
 }

@@ -1,0 +1,28 @@
+// `zpipe cancel ID [--reason TEXT]`
+#include <ostream>
+
+#include "client/cli.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] = "usage: zpipe cancel JOB_ID [--reason TEXT]\n";
+
+}  // namespace
+
+int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Flag("--reason");
+  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("cancel", std::string(s.message()), kUsage);
+  if (args.positionals().size() != 1) return ctx.Usage("cancel", "expected one job id", kUsage);
+  absl::StatusOr<v1::Job> job = ctx.client().Cancel(args.positionals()[0], args.Get("--reason"));
+  if (!job.ok()) return ctx.Fail("cancel", job.status());
+  if (ctx.json()) {
+    ctx.out() << ToJson(*job) << "\n";
+  } else {
+    ctx.out() << JobLine(*job) << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,153 @@
+#include "client/cli.h"
+
+#include <ctime>
+#include <ostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace zpipe::cli {
+
+CliContext::CliContext(std::string coordinator, OutputFormat output, std::ostream& out, std::ostream& err,
+                       bool out_is_terminal)
+    : coordinator_(std::move(coordinator)), output_(output), out_(out), err_(err),
+      out_is_terminal_(out_is_terminal) {}
+
+Client& CliContext::client() {
+  if (client_ == nullptr) client_ = Client::Create(coordinator_);
+  return *client_;
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return kExitOk;
+    case absl::StatusCode::kUnavailable: return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kAlreadyExists: return kExitUsage;
+    default: return kExitJobFailed;
+  }
+}
+
+int CliContext::Fail(const std::string& command, const absl::Status& status) {
+  err_ << "zpipe " << command << ": ";
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    err_ << "cannot reach the coordinator at " << coordinator_ << " (" << status.message()
+         << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv << ".\n";
+  } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message() << "\n";
+  } else {
+    err_ << status.message() << "\n";
+  }
+  return ExitCodeFor(status);
+}
+
+int CliContext::Usage(const std::string& command, const std::string& message, const std::string& usage) {
+  err_ << "zpipe " << command << ": " << message << "\n" << usage;
+  return kExitUsage;
+}
+
+Args& Args::Flag(const std::string& name) {
+  flags_.insert(name);
+  return *this;
+}
+
+Args& Args::Switch(const std::string& name) {
+  switches_.insert(name);
+  return *this;
+}
+
+absl::Status Args::Parse(const std::vector<std::string>& args) {
+  bool only_positionals = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_positionals || a.size() < 2 || a[0] != '-') {
+      positionals_.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_positionals = true;
+      continue;
+    }
+    std::string name = a;
+    std::optional<std::string> value;
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    }
+    if (switches_.count(name)) {
+      if (value.has_value()) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      values_[name] = "true";
+    } else if (flags_.count(name)) {
+      if (!value.has_value()) {
+        if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+        value = args[++i];
+      }
+      values_[name] = *value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Args::Get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+void Table::Print(std::ostream& out) const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0) return "-";
+  if (seconds < 1) return absl::StrFormat("%.0fms", seconds * 1000);
+  if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+std::string FormatTime(int64_t seconds_since_epoch) {
+  if (seconds_since_epoch <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(seconds_since_epoch);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string JobLine(const v1::Job& job) {
+  std::string line = absl::StrCat(job.id(), " ", JobStateName(job.state()));
+  const v1::JobProgress& p = job.progress();
+  if (p.iterations_total() > 0) absl::StrAppend(&line, " ", p.iterations_done(), "/", p.iterations_total(), " iterations");
+  if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
+  return line;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,131 @@
+// Shared pieces of the `zpipe` subcommands that talk to a coordinator: global options, exit
+// codes, argument parsing, error reporting and output helpers.
+//
+// Exit codes (documented in `zpipe --help`):
+//   0  success
+//   1  the job failed or was cancelled (submit --wait/--follow, watch), or the coordinator
+//      refused the operation (unknown job, cancelling a finished job, ...)
+//   2  usage: bad arguments, an invalid job file, or a spec the coordinator rejected
+//   3  the coordinator could not be reached
+#ifndef ZPIPE_CLIENT_CLI_H_
+#define ZPIPE_CLIENT_CLI_H_
+
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "google/protobuf/message.h"
+
+namespace zpipe::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUnreachable = 3;
+
+inline constexpr char kDefaultCoordinator[] = "localhost:7070";
+inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
+
+enum class OutputFormat { kTable, kJson };
+
+// What every coordinator subcommand gets: the resolved global options, its streams, and a client
+// made on first use.
+class CliContext {
+ public:
+  CliContext(std::string coordinator, OutputFormat output, std::ostream& out, std::ostream& err,
+             bool out_is_terminal);
+
+  const std::string& coordinator() const { return coordinator_; }
+  OutputFormat output() const { return output_; }
+  bool json() const { return output_ == OutputFormat::kJson; }
+  std::ostream& out() { return out_; }
+  std::ostream& err() { return err_; }
+  bool out_is_terminal() const { return out_is_terminal_; }
+  Client& client();
+
+  // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator) and
+  // returns the exit code for `status`.
+  int Fail(const std::string& command, const absl::Status& status);
+  // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
+  int Usage(const std::string& command, const std::string& message, const std::string& usage);
+
+ private:
+  std::string coordinator_;
+  OutputFormat output_;
+  std::ostream& out_;
+  std::ostream& err_;
+  bool out_is_terminal_;
+  std::unique_ptr<Client> client_;
+};
+
+// The exit code for an error from the client library (see the table above).
+int ExitCodeFor(const absl::Status& status);
+
+// A small flag parser: "--name VALUE", "--name=VALUE", boolean "--name", and positionals.
+// Flags are declared up front so that a typo is an error rather than a positional.
+class Args {
+ public:
+  Args& Flag(const std::string& name);   // takes a value
+  Args& Switch(const std::string& name);  // boolean
+  // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag or a missing value.
+  absl::Status Parse(const std::vector<std::string>& args);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string Get(const std::string& name, const std::string& fallback = "") const;
+  const std::vector<std::string>& positionals() const { return positionals_; }
+
+ private:
+  std::set<std::string> flags_;
+  std::set<std::string> switches_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positionals_;
+};
+
+// The message as JSON with proto field names and every field present (enums as names);
+// indented, or on one line when !pretty (JSON lines for event streams).
+std::string ToJson(const google::protobuf::Message& message, bool pretty = true);
+
+// Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "12s", "3m04s", "2h01m"; "-" for unset.
+std::string FormatDuration(double seconds);
+// RFC 3339 in UTC, seconds precision; "-" for an unset timestamp.
+std::string FormatTime(int64_t seconds_since_epoch);
+// A Job's short one-line description: "job1 running 12/50 iterations".
+std::string JobLine(const v1::Job& job);
+
+// The subcommands. `args` exclude "zpipe" and the command name; global flags are already gone.
+int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunListCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  // plan --job ID
+
+// Follows `job_id` until it is terminal, rendering its events (progress_view.cc), and returns
+// kExitOk if it SUCCEEDED, kExitJobFailed if it FAILED or was CANCELLED. `live` draws per-rank
+// bars in place (a terminal); otherwise one plain line per state change / iteration.
+// `quiet` prints only the final line (submit --wait).
+int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet);
+
+}  // namespace zpipe::cli
+
+#endif  // ZPIPE_CLIENT_CLI_H_

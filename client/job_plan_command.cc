@@ -1,0 +1,83 @@
+// `zpipe plan --job ID`: the plan the coordinator made for a job, with its predicted statistics.
+// (`zpipe plan` without --job generates a plan locally: plan_command.cc.)
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
+#include "client/cli.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zpipe plan --job JOB_ID [--rank R]\n"
+    "  prints the job's plan (core's text form) after its predicted statistics;\n"
+    "  --rank R shows only pipeline rank R\n";
+
+}  // namespace
+
+int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Flag("--job").Flag("--rank");
+  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("plan", std::string(s.message()), kUsage);
+  if (!args.positionals().empty() || args.Get("--job").empty()) {
+    return ctx.Usage("plan", "expected --job JOB_ID", kUsage);
+  }
+  int only_rank = -1;
+  if (args.Has("--rank") && (!absl::SimpleAtoi(args.Get("--rank"), &only_rank) || only_rank < 0)) {
+    return ctx.Usage("plan", "--rank takes a pipeline rank >= 0", kUsage);
+  }
+  absl::StatusOr<JobPlan> plan = ctx.client().Plan(args.Get("--job"));
+  if (!plan.ok()) return ctx.Fail("plan", plan.status());
+  const core::Plan& p = plan->plan;
+  if (only_rank >= p.num_ranks()) {
+    return ctx.Usage("plan", absl::StrCat("--rank ", only_rank, ": the plan has ", p.num_ranks(), " ranks"), kUsage);
+  }
+
+  if (ctx.json()) {
+    nlohmann::json out;
+    out["job_id"] = plan->job_id;
+    out["schedule"] = p.schedule;
+    out["ranks"] = p.num_ranks();
+    out["stages"] = p.num_stages();
+    out["microbatches"] = p.num_microbatches;
+    out["predicted"] = nlohmann::json::parse(ToJson(plan->predicted, false));
+    nlohmann::json actions = nlohmann::json::array();
+    for (int r = 0; r < p.num_ranks(); ++r) {
+      if (only_rank >= 0 && r != only_rank) continue;
+      nlohmann::json rank = {{"rank", r}, {"actions", nlohmann::json::array()}};
+      for (const core::Action& a : p.ranks[r]) rank["actions"].push_back(core::ActionToString(a));
+      actions.push_back(std::move(rank));
+    }
+    out["plan"] = std::move(actions);
+    ctx.out() << out.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  const v1::PlanStats& s = plan->predicted;
+  ctx.out() << absl::StrFormat("job %s: %s, %d ranks, %d stages, %d microbatches, %d actions\n", plan->job_id,
+                               p.schedule, p.num_ranks(), p.num_stages(), p.num_microbatches,
+                               static_cast<int>(p.num_actions()));
+  ctx.out() << absl::StrFormat("predicted: makespan %.2f ms, bubble %.1f%%, reduce overlap %.1f%% (exposed %.2f ms)\n",
+                               s.makespan_ms(), s.bubble_rate() * 100, s.reduce_overlap() * 100,
+                               s.exposed_reduce_ms());
+  Table t({"RANK", "ACTIONS", "BUBBLE", "PEAK MEM", "LIMIT"});
+  for (int r = 0; r < p.num_ranks(); ++r) {
+    t.Add({absl::StrCat(r), absl::StrCat(p.ranks[r].size()),
+           r < s.rank_bubble_size() ? absl::StrFormat("%.1f%%", s.rank_bubble(r) * 100) : "-",
+           r < s.peak_memory_size() ? absl::StrFormat("%.2f", s.peak_memory(r)) : "-",
+           absl::StrFormat("%.2f", s.memory_limit())});
+  }
+  t.Print(ctx.out());
+  for (int r = 0; r < p.num_ranks(); ++r) {
+    if (only_rank >= 0 && r != only_rank) continue;
+    ctx.out() << "\nrank " << r << "\n";
+    for (const core::Action& a : p.ranks[r]) ctx.out() << core::ActionToString(a) << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,50 @@
+// `zpipe list [--state STATE[,STATE...]]`: jobs, oldest first.
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cli.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zpipe list [--state STATE[,STATE...]]\n"
+    "  STATE: pending, scheduling, running, succeeded, failed, cancelled\n";
+
+}  // namespace
+
+int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Flag("--state");
+  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("list", std::string(s.message()), kUsage);
+  if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments", kUsage);
+  std::vector<v1::JobState> states;
+  if (args.Has("--state")) {
+    for (absl::string_view name : absl::StrSplit(args.Get("--state"), ',', absl::SkipEmpty())) {
+      absl::StatusOr<v1::JobState> state = ParseJobState(std::string(name));
+      if (!state.ok()) return ctx.Usage("list", std::string(state.status().message()), kUsage);
+      states.push_back(*state);
+    }
+  }
+  absl::StatusOr<std::vector<v1::Job>> jobs = ctx.client().ListAll(states);
+  if (!jobs.ok()) return ctx.Fail("list", jobs.status());
+  if (ctx.json()) {
+    v1::ListJobsResponse response;
+    for (const v1::Job& job : *jobs) *response.add_jobs() = job;
+    ctx.out() << ToJson(response) << "\n";
+    return kExitOk;
+  }
+  Table t({"ID", "NAME", "STATE", "SCHEDULE", "P", "D", "M", "ITER", "CREATED"});
+  for (const v1::Job& job : *jobs) {
+    const v1::JobSpec& s = job.spec();
+    t.Add({job.id(), s.name(), JobStateName(job.state()), s.schedule().kind(), absl::StrCat(s.parallel().pipeline()),
+           absl::StrCat(std::max(1, s.parallel().data())), absl::StrCat(s.batch().microbatches()),
+           absl::StrCat(job.progress().iterations_done(), "/", s.train().iterations()),
+           FormatTime(job.create_time().seconds())});
+  }
+  t.Print(ctx.out());
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,83 @@
+// `zpipe status ID`: one job's record.
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] = "usage: zpipe status JOB_ID\n";
+
+std::string ModelLine(const v1::JobSpec& spec) {
+  if (spec.model().has_gpt()) {
+    const v1::GptModel& g = spec.model().gpt();
+    return absl::StrFormat("gpt layers=%d hidden=%d heads=%d seq_len=%d vocab=%d", g.layers(), g.hidden(), g.heads(),
+                           g.seq_len(), g.vocab());
+  }
+  if (spec.model().has_synthetic()) {
+    const v1::SyntheticModel& s = spec.model().synthetic();
+    return absl::StrFormat("synthetic F=%gms B=%gms W=%gms", s.forward_ms(), s.backward_ms(), s.weight_ms());
+  }
+  return "-";
+}
+
+}  // namespace
+
+int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("status", std::string(s.message()), kUsage);
+  if (args.positionals().size() != 1) return ctx.Usage("status", "expected one job id", kUsage);
+  absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
+  if (!job.ok()) return ctx.Fail("status", job.status());
+  if (ctx.json()) {
+    ctx.out() << ToJson(*job) << "\n";
+    return kExitOk;
+  }
+  const v1::JobSpec& spec = job->spec();
+  const int d = std::max(1, spec.parallel().data());
+  Table t({"job", job->id()});
+  t.Add({"name", spec.name()});
+  t.Add({"state", JobStateName(job->state())});
+  if (!job->reason().empty()) t.Add({"reason", job->reason()});
+  if (job->state() == v1::JOB_STATE_PENDING) t.Add({"queue", absl::StrCat(job->queue_position())});
+  t.Add({"model", ModelLine(spec)});
+  t.Add({"schedule", absl::StrFormat("%s p=%d d=%d m=%d", spec.schedule().kind(), spec.parallel().pipeline(), d,
+                                     spec.batch().microbatches())});
+  const v1::JobProgress& p = job->progress();
+  t.Add({"iterations", absl::StrCat(p.iterations_done(), "/", spec.train().iterations())});
+  t.Add({"created", FormatTime(job->create_time().seconds())});
+  if (job->has_start_time()) t.Add({"started", FormatTime(job->start_time().seconds())});
+  if (job->has_end_time()) t.Add({"ended", FormatTime(job->end_time().seconds())});
+  if (job->has_predicted()) {
+    t.Add({"predicted", absl::StrFormat("makespan %.1f ms, bubble %.1f%%", job->predicted().makespan_ms(),
+                                        job->predicted().bubble_rate() * 100)});
+  }
+  if (job->has_latest_summary()) {
+    const v1::IterationSummary& s = job->latest_summary();
+    std::string line = absl::StrFormat("iteration %d: %s, bubble %.1f%%", s.iteration() + 1,
+                                       FormatDuration(s.duration_s()), s.bubble_rate() * 100);
+    if (s.has_loss()) absl::StrAppend(&line, absl::StrFormat(", loss %.4f", s.loss()));
+    t.Add({"measured", line});
+  }
+  t.Print(ctx.out());
+  if (job->ranks_size() > 0) {
+    ctx.out() << "\n";
+    Table ranks({"RANK", "DP", "WORKER", "HOST", "F", "B", "W"});
+    for (const v1::RankAssignment& r : job->ranks()) {
+      std::string f = "-", b = "-", w = "-";
+      for (const v1::RankProgress& rp : p.ranks()) {
+        if (rp.pipeline_rank() != r.pipeline_rank() || rp.data_rank() != r.data_rank()) continue;
+        f = absl::StrCat(rp.forward_done(), "/", rp.forward_total());
+        b = absl::StrCat(rp.backward_done(), "/", rp.backward_total());
+        w = absl::StrCat(rp.weight_done(), "/", rp.weight_total());
+      }
+      ranks.Add({absl::StrCat(r.pipeline_rank()), absl::StrCat(r.data_rank()), r.worker_name(), r.host(), f, b, w});
+    }
+    ranks.Print(ctx.out());
+  }
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli
