@@ -1,0 +1,62 @@
+// Google Benchmark: generate + lower + simulate for every schedule at p = 8, 16, 32 and
+// m = 4p, 8p (uniform unit costs, T_comm = 0.05). Run through `scripts/bench schedules`.
+#include <benchmark/benchmark.h>
+
+#include "core/lowering.h"
+#include "core/schedule.h"
+#include "core/simulator.h"
+
+namespace zpipe::core {
+namespace {
+
+void BM_Schedule(benchmark::State& state, ScheduleKind kind) {
+  const int p = static_cast<int>(state.range(0));
+  const int m = static_cast<int>(state.range(1));
+  ScheduleRequest req;
+  req.pipeline = p;
+  req.microbatches = m;
+  req.cost = CostModel::Uniform(PlacementFor(kind, p).num_stages(),
+                                StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5,
+                                          .mem_w = -0.5},
+                                0.05);
+  double bubble = 0;
+  for (auto _ : state) {
+    auto plan = GenerateSchedule(kind, req);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    auto lowered = LowerComm(*plan);
+    auto sim = Simulate(*lowered, req.cost);
+    if (!sim.ok()) {
+      state.SkipWithError(std::string(sim.status().message()).c_str());
+      return;
+    }
+    bubble = sim->bubble_rate;
+    benchmark::DoNotOptimize(bubble);
+  }
+  state.counters["bubble"] = bubble;
+  state.counters["actions"] = static_cast<double>(p) * m * 3;
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int p : {8, 16, 32}) {
+    for (int f : {4, 8}) b->Args({p, f * p});
+  }
+  b->Args({32, 256});
+  b->Unit(benchmark::kMillisecond);
+}
+
+int Register() {
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    benchmark::RegisterBenchmark(std::string(ScheduleName(kind)).c_str(), BM_Schedule, kind)
+        ->Apply(Shapes);
+  }
+  return 0;
+}
+const int kRegistered = Register();
+
+}  // namespace
+}  // namespace zpipe::core
+
+BENCHMARK_MAIN();
