@@ -299,10 +299,11 @@ std::vector<Policy> Knobs(const std::vector<int>& cap) {
   return out;
 }
 
-// How many list-scheduler runs a generator may spend: ~a few million action steps in total.
+// How many list-scheduler runs a generator may spend: about two million action steps in all, so
+// p = 32, m = 256 costs ~0.3 s, and small problems try every candidate.
 int Budget(const Problem& pr) {
   const long actions = 3L * pr.p * pr.m;
-  return static_cast<int>(std::clamp(3'000'000L / std::max(actions, 1L), 6L, 72L));
+  return static_cast<int>(std::clamp(2'000'000L / std::max(actions, 1L), 8L, 160L));
 }
 
 // A list-scheduler run: the policy and the problem (memory limit) it runs under.
