@@ -1,0 +1,422 @@
+// Progress-ingestion benchmark: N simulated workers stream batched progress events to one
+// zpipe-coordinator on loopback, while a reader polls GetJob.
+//
+// The coordinator runs as its own process (the real binary), so its CPU time is measured from
+// /proc without the load generator's share. Every simulated worker registers through the real
+// worker API, holds its own Session stream (its own TCP connection by default) and, once the
+// benchmark job has assigned it a rank, streams that rank's compute actions (F, B, W of its plan)
+// iteration after iteration in ProgressBatch messages of --batch events. Events are counted as
+// sent by the workers and as applied by the coordinator (from GetJob's per-rank progress), so
+// events the coordinator dropped do not flatter the result.
+//
+// Usage: zpipe_ingest_bench [--streams 256] [--pipeline 8] [--microbatches 8] [--batch 512]
+//          [--seconds 10] [--warmup 2] [--getjob-interval-ms 5] [--connections N]
+//          [--coordinator-bin PATH]
+#include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "core/plan.h"
+#include "zpipe/v1/worker.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int streams = 256;
+  int pipeline = 8;
+  int microbatches = 8;
+  int batch = 512;
+  double seconds = 10;
+  double warmup = 2;
+  int getjob_interval_ms = 5;
+  int connections = 0;  // 0 = one per stream
+  std::string coordinator_bin = ZPIPE_COORDINATOR_BIN;
+};
+
+bool ParseOptions(int argc, char** argv, Options& o) {
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string v;
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    }
+    kv[a] = v;
+  }
+  for (const auto& [k, v] : kv) {
+    bool ok = true;
+    if (k == "--streams") ok = absl::SimpleAtoi(v, &o.streams);
+    else if (k == "--pipeline") ok = absl::SimpleAtoi(v, &o.pipeline);
+    else if (k == "--microbatches") ok = absl::SimpleAtoi(v, &o.microbatches);
+    else if (k == "--batch") ok = absl::SimpleAtoi(v, &o.batch);
+    else if (k == "--seconds") ok = absl::SimpleAtod(v, &o.seconds);
+    else if (k == "--warmup") ok = absl::SimpleAtod(v, &o.warmup);
+    else if (k == "--getjob-interval-ms") ok = absl::SimpleAtoi(v, &o.getjob_interval_ms);
+    else if (k == "--connections") ok = absl::SimpleAtoi(v, &o.connections);
+    else if (k == "--coordinator-bin") o.coordinator_bin = v;
+    else ok = false;
+    if (!ok) {
+      std::cerr << "ingest_bench: bad option " << k << " " << v << "\n";
+      return false;
+    }
+  }
+  if (o.streams % o.pipeline != 0) {
+    std::cerr << "ingest_bench: --streams must be a multiple of --pipeline\n";
+    return false;
+  }
+  return true;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// utime + stime of a process, in seconds.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close_paren + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stod(f);
+    if (i == 15) {
+      stime = std::stod(f);
+      break;
+    }
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+}
+
+// One simulated worker: register, open the session, wait for the assignment, then stream.
+class SimWorker {
+ public:
+  SimWorker(std::shared_ptr<grpc::Channel> channel, std::string name, int index)
+      : stub_(zpipe::v1::WorkerService::NewStub(channel)), name_(std::move(name)), index_(index) {}
+
+  bool Register() {
+    zpipe::v1::RegisterWorkerRequest req;
+    req.set_name(name_);
+    req.set_device_kind(zpipe::v1::DEVICE_KIND_CPU);
+    req.set_device_index(index_);
+    req.set_host("127.0.0.1");
+    req.set_memory_bytes(1ull << 30);
+    zpipe::v1::RegisterWorkerResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << name_ << ": register: " << s.error_message() << "\n";
+      return false;
+    }
+    stream_ = stub_->Session(&ctx_);
+    zpipe::v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id(resp.worker_id());
+    return stream_->Write(hello);
+  }
+
+  // Blocks until the assignment arrives; prepares the batch this worker will send.
+  bool AwaitAssignment(int batch) {
+    zpipe::v1::CoordinatorMessage m;
+    while (stream_->Read(&m)) {
+      if (!m.has_assignment()) continue;
+      const zpipe::v1::Assignment& a = m.assignment();
+      absl::StatusOr<zpipe::core::Plan> plan = zpipe::core::ParsePlanText(a.plan_text());
+      if (!plan.ok()) return false;
+      for (const zpipe::core::Action& act : plan->ranks[a.pipeline_rank()]) {
+        zpipe::v1::ComputeOp op;
+        switch (act.kind) {
+          case zpipe::core::ActionKind::kForward: op = zpipe::v1::COMPUTE_OP_F; break;
+          case zpipe::core::ActionKind::kBackwardInput: op = zpipe::v1::COMPUTE_OP_B; break;
+          case zpipe::core::ActionKind::kBackwardWeight: op = zpipe::v1::COMPUTE_OP_W; break;
+          case zpipe::core::ActionKind::kBackwardFull: op = zpipe::v1::COMPUTE_OP_BW; break;
+          default: continue;
+        }
+        actions_.push_back({op, act.stage, act.microbatch});
+      }
+      job_id_ = a.job_id();
+      pipeline_rank_ = a.pipeline_rank();
+      data_rank_ = a.data_rank();
+      batch_ = batch;
+      return !actions_.empty();
+    }
+    return false;
+  }
+
+  // Streams until `stop`; counts events written into `sent`.
+  void Stream(const std::atomic<bool>& stop) {
+    zpipe::v1::WorkerMessage m;
+    zpipe::v1::ProgressBatch* b = m.mutable_progress();
+    b->set_job_id(job_id_);
+    b->set_pipeline_rank(pipeline_rank_);
+    b->set_data_rank(data_rank_);
+    size_t next = 0;
+    int iteration = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      b->clear_iterations();
+      b->clear_ops();
+      b->clear_stages();
+      b->clear_microbatches();
+      for (int i = 0; i < batch_; ++i) {
+        const Event& e = actions_[next];
+        b->add_iterations(iteration);
+        b->add_ops(e.op);
+        b->add_stages(e.stage);
+        b->add_microbatches(e.microbatch);
+        if (++next == actions_.size()) {
+          next = 0;
+          ++iteration;
+        }
+      }
+      if (!stream_->Write(m)) break;
+      sent_.fetch_add(batch_, std::memory_order_relaxed);
+    }
+  }
+
+  void Close() {
+    stream_->WritesDone();
+    ctx_.TryCancel();
+    stream_->Finish();
+  }
+
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  int events_per_iteration() const { return static_cast<int>(actions_.size()); }
+  int pipeline_rank() const { return pipeline_rank_; }
+  int data_rank() const { return data_rank_; }
+
+ private:
+  struct Event {
+    zpipe::v1::ComputeOp op;
+    int stage, microbatch;
+  };
+  std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
+  std::string name_;
+  int index_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>> stream_;
+  std::vector<Event> actions_;
+  std::string job_id_;
+  int pipeline_rank_ = 0, data_rank_ = 0, batch_ = 0;
+  std::atomic<uint64_t> sent_{0};
+};
+
+// Events the coordinator has applied, from GetJob: per rank, completed iterations' events plus
+// the current iteration's F/B/W counts (zb-h1 has no fused BW, so each event counts once).
+uint64_t AppliedEvents(const zpipe::v1::Job& job) {
+  uint64_t total = 0;
+  for (const zpipe::v1::RankProgress& r : job.progress().ranks()) {
+    const uint64_t per_iteration = r.forward_total() + r.backward_total() + r.weight_total();
+    total += static_cast<uint64_t>(r.iteration()) * per_iteration + r.forward_done() + r.backward_done() +
+             r.weight_done();
+  }
+  return total;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!ParseOptions(argc, argv, o)) return 2;
+  const int connections = o.connections > 0 ? o.connections : o.streams;
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+
+  // The coordinator, as its own process.
+  const std::string listen = "--listen=" + address;
+  const std::string metrics = absl::StrCat("--metrics-listen=127.0.0.1:", FreePort());
+  pid_t coordinator = fork();
+  if (coordinator == 0) {
+    int null_fd = open("/dev/null", O_WRONLY);
+    dup2(null_fd, 1);
+    dup2(null_fd, 2);
+    execl(o.coordinator_bin.c_str(), o.coordinator_bin.c_str(), listen.c_str(), metrics.c_str(), "--db=:memory:",
+          "--heartbeat-timeout=120s", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto cleanup = [&] {
+    kill(coordinator, SIGTERM);
+    int status;
+    waitpid(coordinator, &status, 0);
+  };
+  std::unique_ptr<zpipe::Client> client = zpipe::Client::Create(address);
+  for (int i = 0; !client->Workers().ok(); ++i) {
+    if (i > 300) {
+      std::cerr << "ingest_bench: coordinator did not start (" << o.coordinator_bin << ")\n";
+      cleanup();
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  // Workers: register all, then submit a job that needs exactly all of them.
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int c = 0; c < connections; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("zpipe.bench.connection", c);  // distinct args: a connection of its own
+    channels.push_back(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  std::vector<std::unique_ptr<SimWorker>> workers;
+  for (int i = 0; i < o.streams; ++i) {
+    workers.push_back(std::make_unique<SimWorker>(channels[i % connections], absl::StrCat("bench-", i), i));
+    if (!workers.back()->Register()) {
+      cleanup();
+      return 1;
+    }
+  }
+  zpipe::v1::JobSpec spec;
+  spec.set_name("ingest-bench");
+  zpipe::v1::SyntheticModel* model = spec.mutable_model()->mutable_synthetic();
+  model->set_forward_ms(1);
+  model->set_backward_ms(1);
+  model->set_weight_ms(1);
+  spec.mutable_parallel()->set_pipeline(o.pipeline);
+  spec.mutable_parallel()->set_data(o.streams / o.pipeline);
+  spec.mutable_schedule()->set_kind("zb-h1");
+  spec.mutable_batch()->set_microbatches(o.microbatches);
+  spec.mutable_batch()->set_microbatch_size(1);
+  spec.mutable_train()->set_iterations(10'000'000);
+  spec.mutable_train()->set_lr(0.1);
+  absl::StatusOr<zpipe::SubmitResult> submitted = client->Submit(spec, "ingest-bench");
+  if (!submitted.ok()) {
+    std::cerr << "ingest_bench: submit: " << submitted.status() << "\n";
+    cleanup();
+    return 1;
+  }
+  {
+    std::vector<std::thread> waits;
+    std::atomic<int> assigned{0};
+    for (auto& w : workers) {
+      waits.emplace_back([&, wp = w.get()] { assigned += wp->AwaitAssignment(o.batch); });
+    }
+    for (std::thread& t : waits) t.join();
+    if (assigned != o.streams) {
+      std::cerr << "ingest_bench: only " << assigned << " of " << o.streams << " workers got an assignment\n";
+      cleanup();
+      return 1;
+    }
+  }
+
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> streams;
+  for (auto& w : workers) streams.emplace_back([&, wp = w.get()] { wp->Stream(stop); });
+
+  // GetJob poller: latency of each call during the measurement window.
+  std::atomic<bool> measuring{false};
+  std::atomic<bool> stop_poll{false};
+  std::vector<double> latencies_ms;
+  std::thread poller([&] {
+    std::unique_ptr<zpipe::Client> c = zpipe::Client::Create(address);
+    while (!stop_poll) {
+      const auto t0 = Clock::now();
+      absl::StatusOr<zpipe::v1::Job> job = c->Get("ingest-bench");
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (measuring && job.ok()) latencies_ms.push_back(ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.getjob_interval_ms));
+    }
+  });
+
+  auto sent_total = [&] {
+    uint64_t s = 0;
+    for (auto& w : workers) s += w->sent();
+    return s;
+  };
+  auto applied_total = [&]() -> uint64_t {
+    absl::StatusOr<zpipe::v1::Job> job = client->Get("ingest-bench");
+    return job.ok() ? AppliedEvents(*job) : 0;
+  };
+
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup));
+  const uint64_t sent0 = sent_total();
+  const uint64_t applied0 = applied_total();
+  const double ccpu0 = ProcessCpuSeconds(coordinator);
+  const double bcpu0 = SelfCpuSeconds();
+  const auto t0 = Clock::now();
+  measuring = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  measuring = false;
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const uint64_t sent1 = sent_total();
+  const uint64_t applied1 = applied_total();
+  const double ccpu1 = ProcessCpuSeconds(coordinator);
+  const double bcpu1 = SelfCpuSeconds();
+
+  stop = true;
+  stop_poll = true;
+  poller.join();
+  for (auto& w : workers) w->Close();
+  for (std::thread& t : streams) t.join();
+  cleanup();
+
+  const double sent_rate = (sent1 - sent0) / wall;
+  const double applied_rate = (applied1 - applied0) / wall;
+  std::cout << absl::StrFormat("== progress ingestion: %d streams (%d connections), batch %d events, "
+                               "p=%d d=%d m=%d zb-h1, %.0fs window, %d cores\n",
+                               o.streams, connections, o.batch, o.pipeline, o.streams / o.pipeline, o.microbatches,
+                               o.seconds, static_cast<int>(std::thread::hardware_concurrency()));
+  std::cout << absl::StrFormat("%-34s %14s\n", "metric", "value");
+  std::cout << absl::StrFormat("%-34s %14.0f\n", "events/s sent by workers", sent_rate);
+  std::cout << absl::StrFormat("%-34s %14.0f\n", "events/s applied by coordinator", applied_rate);
+  std::cout << absl::StrFormat("%-34s %13.0f%%\n", "coordinator CPU (of one core)", 100 * (ccpu1 - ccpu0) / wall);
+  std::cout << absl::StrFormat("%-34s %13.0f%%\n", "load generator CPU (of one core)", 100 * (bcpu1 - bcpu0) / wall);
+  std::cout << absl::StrFormat("%-34s %14.2f\n", "coordinator us CPU per 1k events",
+                               applied_rate > 0 ? 1e6 * (ccpu1 - ccpu0) / wall / applied_rate * 1000 : 0.0);
+  std::cout << absl::StrFormat("%-34s %14zu\n", "GetJob calls", latencies_ms.size());
+  std::cout << absl::StrFormat("%-34s %14.2f\n", "GetJob p50 ms", Percentile(latencies_ms, 0.50));
+  std::cout << absl::StrFormat("%-34s %14.2f\n", "GetJob p99 ms", Percentile(latencies_ms, 0.99));
+  std::cout << absl::StrFormat("%-34s %14.2f\n", "GetJob max ms", Percentile(latencies_ms, 1.0));
+  const bool pass = applied_rate >= 1e6 && Percentile(latencies_ms, 0.99) < 10;
+  std::cout << "target: >= 1,000,000 events/s applied and GetJob p99 < 10 ms: " << (pass ? "met" : "NOT met")
+            << "\n";
+  return 0;
+}

@@ -1,0 +1,330 @@
+// End-to-end tests of the `zpipe` CLI: a real zpipe-coordinator on a free loopback port with an
+// in-memory database, fake workers (threads speaking the real worker API), and the built `zpipe`
+// binary run as a subprocess. -o json outputs are parsed, never grepped.
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cli/fake_worker.h"
+#include "tests/cli/subprocess.h"
+
+namespace zpipe::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+constexpr char kJobYaml[] = R"(name: cli-test
+model:
+  synthetic: {forward_ms: 1, backward_ms: 1, weight_ms: 1, activation_kb: 1, params_mb: 1}
+parallel: {pipeline: 2, data: 1}
+schedule: {kind: 1f1b, memory_limit: auto}
+batch: {microbatches: 4, microbatch_size: 1}
+train: {iterations: ITERATIONS, optimizer: sgd, lr: 0.1, seed: 1}
+)";
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "zpipe_cli_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string mkdir = "mkdir -p " + dir_;
+    ASSERT_EQ(std::system(mkdir.c_str()), 0);
+    StartCoordinator();
+  }
+
+  void TearDown() override {
+    workers_.clear();
+    if (coordinator_ != nullptr) {
+      coordinator_->Signal(SIGTERM);
+      ProcessResult r = coordinator_->Wait(20);
+      if (HasFailure()) std::cerr << "coordinator stderr:\n" << r.err << "\n";
+    }
+  }
+
+  void StartCoordinator() {
+    port_ = FreePort();
+    address_ = absl::StrCat("127.0.0.1:", port_);
+    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
+        absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()), "--db=:memory:", "--heartbeat-timeout=5s"});
+    std::unique_ptr<Client> client = Client::Create(address_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!client->Workers().ok()) {
+      ASSERT_TRUE(coordinator_->Running()) << "coordinator exited:\n" << coordinator_->ReadErr();
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "coordinator did not come up";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // Starts n fake workers and waits until the coordinator lists them.
+  void AddWorkers(int n, FakeWorkerOptions::Mode mode) {
+    const size_t before = workers_.size();
+    for (int i = 0; i < n; ++i) {
+      FakeWorkerOptions o;
+      o.name = absl::StrCat("fake-", before + i);
+      o.device_index = static_cast<int>(before) + i;
+      o.mode = mode;
+      workers_.push_back(std::make_unique<FakeWorker>(address_, o));
+      ASSERT_TRUE(workers_.back()->Start().ok());
+    }
+    std::unique_ptr<Client> client = Client::Create(address_);
+    for (int tries = 0; tries < 200; ++tries) {
+      absl::StatusOr<std::vector<v1::Worker>> ws = client->Workers();
+      if (ws.ok() && ws->size() == workers_.size()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL() << "workers did not register";
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::string JobFile(int iterations = 3) {
+    std::string text = kJobYaml;
+    text.replace(text.find("ITERATIONS"), 10, std::to_string(iterations));
+    return WriteFile(absl::StrCat("job", iterations, ".yaml"), text);
+  }
+
+  std::vector<std::string> Zpipe(std::vector<std::string> args) {
+    args.insert(args.begin(), {ZPIPE_CLI_BIN, "--coordinator", address_});
+    return args;
+  }
+
+  ProcessResult RunZpipe(const std::vector<std::string>& args) { return RunProcess(Zpipe(args)); }
+
+  static json Parse(const ProcessResult& r) {
+    json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << r.out << "\nstderr:\n" << r.err;
+    return j;
+  }
+
+  // Polls `status -o json` until the job reaches `state` (e.g. "JOB_STATE_RUNNING").
+  void WaitForState(const std::string& id, const std::string& state) {
+    for (int tries = 0; tries < 400; ++tries) {
+      ProcessResult r = RunZpipe({"status", id, "-o", "json"});
+      if (r.exit_code == 0 && Parse(r)["state"] == state) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL() << "job " << id << " never reached " << state;
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(CliTest, SubmitStatusListWithJson) {
+  ProcessResult submit = RunZpipe({"submit", JobFile(), "--id", "job-a", "-o", "json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  json s = Parse(submit);
+  EXPECT_EQ(s["job"]["id"], "job-a");
+  EXPECT_EQ(s["created"], true);
+  EXPECT_EQ(s["job"]["state"], "JOB_STATE_PENDING");  // no workers yet
+  EXPECT_EQ(s["job"]["spec"]["schedule"]["kind"], "1f1b");
+
+  ProcessResult status = RunZpipe({"status", "job-a", "-o", "json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  json st = Parse(status);
+  EXPECT_EQ(st["id"], "job-a");
+  EXPECT_EQ(st["spec"]["name"], "cli-test");
+  EXPECT_EQ(st["spec"]["parallel"]["pipeline"], 2);
+
+  ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "job-b"}).exit_code, 0);
+  ProcessResult list = RunZpipe({"-o", "json", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  json l = Parse(list);
+  ASSERT_EQ(l["jobs"].size(), 2u);
+  EXPECT_EQ(l["jobs"][0]["id"], "job-a");
+  EXPECT_EQ(l["jobs"][1]["id"], "job-b");
+
+  ProcessResult filtered = RunZpipe({"list", "--state", "running,succeeded", "-o", "json"});
+  ASSERT_EQ(filtered.exit_code, 0) << filtered.err;
+  EXPECT_EQ(Parse(filtered)["jobs"].size(), 0u);
+
+  ProcessResult table = RunZpipe({"list"});
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_THAT(table.out, HasSubstr("ID"));
+  EXPECT_THAT(table.out, HasSubstr("job-b"));
+}
+
+TEST_F(CliTest, ResubmitIsIdempotent) {
+  const std::string file = JobFile();
+  ASSERT_EQ(RunZpipe({"submit", file, "--id", "same"}).exit_code, 0);
+  ProcessResult again = RunZpipe({"submit", file, "--id", "same", "-o", "json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(Parse(again)["created"], false);
+  ProcessResult different = RunZpipe({"submit", JobFile(5), "--id", "same"});
+  EXPECT_EQ(different.exit_code, 2) << different.err;  // ALREADY_EXISTS: usage error
+}
+
+TEST_F(CliTest, WorkersListsRegisteredWorkers) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kHold);
+  ProcessResult r = RunZpipe({"workers", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json w = Parse(r);
+  ASSERT_EQ(w["workers"].size(), 2u);
+  EXPECT_EQ(w["workers"][0]["name"], "fake-0");
+  EXPECT_EQ(w["workers"][1]["name"], "fake-1");
+  EXPECT_EQ(w["workers"][0]["state"], "WORKER_STATE_IDLE");
+  EXPECT_EQ(w["workers"][0]["device_kind"], "DEVICE_KIND_CPU");
+
+  ProcessResult table = RunZpipe({"workers"});
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_THAT(table.out, HasSubstr("fake-1"));
+}
+
+TEST_F(CliTest, SubmitWaitSucceedsWithWorkers) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kRun);
+  ProcessResult r = RunZpipe({"submit", JobFile(3), "--id", "run-1", "--wait", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = Parse(r);
+  EXPECT_EQ(j["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(j["progress"]["iterations_done"], 3);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+
+  // The plan the coordinator made: one action list per pipeline rank.
+  ProcessResult plan = RunZpipe({"plan", "--job", "run-1", "-o", "json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  json p = Parse(plan);
+  EXPECT_EQ(p["ranks"], 2);
+  EXPECT_EQ(p["microbatches"], 4);
+  ASSERT_EQ(p["plan"].size(), 2u);
+  EXPECT_EQ(p["plan"][0]["actions"][0], "F s0 mb0");
+  ProcessResult plan_table = RunZpipe({"plan", "--job", "run-1"});
+  ASSERT_EQ(plan_table.exit_code, 0) << plan_table.err;
+  EXPECT_THAT(plan_table.out, HasSubstr("rank 1"));
+}
+
+TEST_F(CliTest, FollowPrintsPlainLinesWhenNotATerminal) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kRun);
+  ProcessResult r = RunZpipe({"submit", JobFile(3), "--id", "follow-1", "--follow"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("submitted job follow-1"));
+  EXPECT_THAT(r.out, HasSubstr("iteration 3/3"));
+  EXPECT_THAT(r.out, HasSubstr("follow-1 succeeded"));
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "no terminal escapes in a pipe";
+}
+
+TEST_F(CliTest, WatchJsonStreamsEventsAsJsonLines) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kRun);
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "watch-1"}).exit_code, 0);
+  ProcessResult r = RunZpipe({"watch", "watch-1", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<json> events;
+  size_t start = 0;
+  while (start < r.out.size()) {
+    size_t end = r.out.find('\n', start);
+    if (end == std::string::npos) end = r.out.size();
+    if (end > start) events.push_back(json::parse(r.out.substr(start, end - start)));
+    start = end + 1;
+  }
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.front().contains("snapshot"));
+  ASSERT_TRUE(events.back().contains("state_change") || events.back().contains("snapshot")) << events.back();
+  const json& last = events.back();
+  const std::string final_state =
+      last.contains("state_change") ? last["state_change"]["to"] : last["snapshot"]["state"];
+  EXPECT_EQ(final_state, "JOB_STATE_SUCCEEDED");
+}
+
+TEST_F(CliTest, CancelPendingJob) {
+  ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "to-cancel"}).exit_code, 0);
+  ProcessResult r = RunZpipe({"cancel", "to-cancel", "--reason", "not needed", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = Parse(r);
+  EXPECT_EQ(j["state"], "JOB_STATE_CANCELLED");
+  EXPECT_THAT(j["reason"].get<std::string>(), HasSubstr("not needed"));
+  // Watching a cancelled job ends at once with exit 1.
+  EXPECT_EQ(RunZpipe({"watch", "to-cancel"}).exit_code, 1);
+}
+
+TEST_F(CliTest, WaitOnJobThatGetsCancelledExitsOne) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kHold);
+  Subprocess waiter(Zpipe({"submit", JobFile(), "--id", "held", "--wait"}));
+  WaitForState("held", "JOB_STATE_RUNNING");
+  ProcessResult cancel = RunZpipe({"cancel", "held"});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  ProcessResult r = waiter.Wait(30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("held cancelled"));
+  // The workers were told and released.
+  for (const auto& w : workers_) EXPECT_EQ(w->cancels(), 1);
+}
+
+TEST_F(CliTest, InvalidJobFileIsAUsageErrorNamingTheLine) {
+  const std::string bad = WriteFile("bad.yaml", "name: x\nparallel:\n  pipeline: 2\n  pipelines: 3\n");
+  ProcessResult r = RunZpipe({"submit", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("line 4"));
+  EXPECT_THAT(r.err, HasSubstr("parallel.pipelines"));
+
+  const std::string typed = WriteFile("typed.json", "{\n  \"batch\": {\"microbatches\": \"eight\"}\n}\n");
+  ProcessResult t = RunZpipe({"submit", typed});
+  EXPECT_EQ(t.exit_code, 2);
+  EXPECT_THAT(t.err, HasSubstr("line 2"));
+  EXPECT_THAT(t.err, HasSubstr("batch.microbatches"));
+}
+
+TEST_F(CliTest, SpecRejectedByCoordinatorIsAUsageError) {
+  const std::string file = WriteFile("p0.yaml", "name: x\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\n"
+                                                "parallel: {pipeline: 0}\nschedule: {kind: 1f1b}\n"
+                                                "batch: {microbatches: 4, microbatch_size: 1}\n"
+                                                "train: {iterations: 1, lr: 0.1}\n");
+  ProcessResult r = RunZpipe({"submit", file});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("parallel.pipeline"));
+}
+
+TEST_F(CliTest, UsageErrors) {
+  EXPECT_EQ(RunZpipe({}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"status"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"list", "--bogus"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"list", "--state", "sleeping"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"list", "-o", "yaml"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"submit", JobFile(), "--wait", "--follow"}).exit_code, 2);
+}
+
+TEST_F(CliTest, UnknownJobExitsOne) {
+  ProcessResult r = RunZpipe({"status", "nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(r.err.empty());
+}
+
+TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
+  const std::string dead = absl::StrCat("127.0.0.1:", FreePort());
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"list"}, {"status", "x"}, {"workers"}, {"cancel", "x"}, {"watch", "x"}, {"submit", JobFile()},
+           {"plan", "--job", "x"}}) {
+    std::vector<std::string> argv = {ZPIPE_CLI_BIN, "--coordinator", dead};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ProcessResult r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 3) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator")) << args[0];
+  }
+}
+
+TEST_F(CliTest, CoordinatorFromEnvironment) {
+  ProcessResult r = RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Parse(r)["jobs"].is_array());
+}
+
+}  // namespace
+}  // namespace zpipe::testing
