@@ -1,0 +1,192 @@
+#include "coordinator/coordinator_service.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/grpc_status.h"
+#include "coordinator/job_proto.h"
+#include "coordinator/worker_proto.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+void WriteSnapshot(const JobView& view, v1::JobEvent* event) {
+  event->set_sequence(view.record.last_sequence);
+  TimeToProto(absl::Now(), event->mutable_time());
+  *event->mutable_snapshot() = JobViewToProto(view);
+}
+
+}  // namespace
+
+grpc::Status CoordinatorServiceImpl::Done(absl::string_view method, const absl::Status& status) {
+  metrics_.CountRpc(method, status.code());
+  return ToGrpcStatus(status);
+}
+
+grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*,
+                                               const v1::SubmitJobRequest* req,
+                                               v1::SubmitJobResponse* resp) {
+  absl::StatusOr<JobSpec> spec = SpecFromProto(req->spec());
+  if (!spec.ok()) return Done("SubmitJob", spec.status());
+  absl::StatusOr<SubmitResult> result =
+      manager_.Submit(req->job_id(), *spec, req->validate_only());
+  if (!result.ok()) return Done("SubmitJob", result.status());
+  *resp->mutable_job() = JobViewToProto(result->job);
+  if (req->validate_only()) resp->mutable_job()->set_state(v1::JOB_STATE_UNSPECIFIED);
+  resp->set_created(result->created);
+  return Done("SubmitJob", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                                            v1::Job* resp) {
+  absl::StatusOr<JobView> view = manager_.Get(req->job_id());
+  if (!view.ok()) return Done("GetJob", view.status());
+  *resp = JobViewToProto(*view);
+  return Done("GetJob", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*,
+                                              const v1::ListJobsRequest* req,
+                                              v1::ListJobsResponse* resp) {
+  std::set<JobState> states;
+  for (int s : req->states()) {
+    absl::StatusOr<JobState> state = StateFromProto(static_cast<v1::JobState>(s));
+    if (!state.ok()) {
+      return Done("ListJobs", absl::InvalidArgumentError(
+                                  absl::StrCat("states: ", state.status().message())));
+    }
+    states.insert(*state);
+  }
+  absl::StatusOr<ListResult> result =
+      manager_.List(states, req->page_size(), req->page_token());
+  if (!result.ok()) return Done("ListJobs", result.status());
+  for (const JobView& view : result->jobs) *resp->add_jobs() = JobViewToProto(view);
+  resp->set_next_page_token(result->next_page_token);
+  return Done("ListJobs", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*,
+                                               const v1::CancelJobRequest* req, v1::Job* resp) {
+  if (req->reason().size() > 4096) {
+    return Done("CancelJob", absl::InvalidArgumentError("reason: at most 4096 characters"));
+  }
+  absl::StatusOr<JobView> view = manager_.Cancel(req->job_id(), req->reason());
+  if (!view.ok()) return Done("CancelJob", view.status());
+  *resp = JobViewToProto(*view);
+  return Done("CancelJob", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx,
+                                              const v1::WatchJobRequest* req,
+                                              grpc::ServerWriter<v1::JobEvent>* writer) {
+  return Done("WatchJob", Watch(ctx, *req, writer));
+}
+
+absl::Status CoordinatorServiceImpl::Watch(grpc::ServerContext* ctx,
+                                           const v1::WatchJobRequest& req,
+                                           grpc::ServerWriter<v1::JobEvent>* writer) {
+  const std::string& id = req.job_id();
+  const absl::Duration interval = absl::Milliseconds(
+      req.progress_interval_ms() == 0 ? 200 : std::max(20, req.progress_interval_ms()));
+  const JobEventLog& log = manager_.events();
+  const absl::Status gone = absl::CancelledError("watcher went away");
+
+  absl::StatusOr<JobView> view = manager_.Get(id);
+  if (!view.ok()) return view.status();
+  uint64_t cursor = 0;
+  bool terminal = false;
+  std::vector<JobEvent> batch;
+
+  // Sends the events after `cursor`, or a snapshot when some are no longer retained.
+  auto catch_up = [&]() -> absl::Status {
+    if (!log.EventsAfter(id, cursor, &batch)) {
+      absl::StatusOr<JobView> now = manager_.Get(id);
+      if (!now.ok()) return now.status();
+      v1::JobEvent event;
+      WriteSnapshot(*now, &event);
+      if (!writer->Write(event)) return gone;
+      cursor = now->record.last_sequence;
+      terminal = IsTerminal(now->record.state);
+      return absl::OkStatus();
+    }
+    for (const JobEvent& e : batch) {
+      v1::JobEvent event;
+      JobEventToProto(e, &event);
+      if (!writer->Write(event)) return gone;
+      cursor = e.sequence;
+      if (e.kind == JobEvent::Kind::kStateChange && IsTerminal(e.to)) terminal = true;
+    }
+    return absl::OkStatus();
+  };
+
+  if (req.after_sequence() > 0) {
+    cursor = req.after_sequence();
+    if (absl::Status st = catch_up(); !st.ok()) return st;
+    // Resumed at (or past) the end of a finished job: the client has seen everything.
+    if (IsTerminal(view->record.state) && cursor >= view->record.last_sequence) terminal = true;
+  } else {
+    v1::JobEvent event;
+    WriteSnapshot(*view, &event);
+    if (!writer->Write(event)) return gone;
+    cursor = view->record.last_sequence;
+    terminal = IsTerminal(view->record.state);
+  }
+
+  uint64_t progress_version = manager_.ProgressVersion(id);
+  absl::Time next_progress = absl::Now() + interval;
+  while (!terminal) {
+    if (ctx->IsCancelled()) return gone;
+    if (log.closed()) return absl::UnavailableError("coordinator shutting down");
+    if (log.WaitForEventAfter(id, cursor, next_progress)) {
+      if (absl::Status st = catch_up(); !st.ok()) return st;
+      if (terminal) break;
+    }
+    if (absl::Now() < next_progress) continue;
+    next_progress = absl::Now() + interval;
+    const uint64_t version = manager_.ProgressVersion(id);
+    if (version == progress_version) continue;
+    progress_version = version;
+    absl::StatusOr<JobView> now = manager_.Get(id);
+    if (!now.ok()) return now.status();
+    if (!now->progress) continue;
+    v1::JobEvent event;
+    event.set_sequence(cursor);
+    TimeToProto(absl::Now(), event.mutable_time());
+    *event.mutable_progress() = ProgressToProto(*now->progress);
+    if (!writer->Write(event)) return gone;
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext*, const v1::GetPlanRequest* req,
+                                             v1::GetPlanResponse* resp) {
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = manager_.Plan(req->job_id());
+  if (!plan.ok()) return Done("GetPlan", plan.status());
+  const JobPlan& p = **plan;
+  resp->set_job_id(req->job_id());
+  resp->set_schedule(p.plan.schedule);
+  resp->set_plan_text(p.text);
+  for (int r = 0; r < p.plan.num_ranks(); ++r) {
+    v1::RankPlan* rank = resp->add_ranks();
+    rank->set_pipeline_rank(r);
+    std::string text;
+    for (const core::Action& a : p.plan.ranks[r]) absl::StrAppend(&text, core::ActionToString(a), "\n");
+    rank->set_text(std::move(text));
+    rank->set_num_actions(static_cast<int>(p.plan.ranks[r].size()));
+  }
+  *resp->mutable_predicted() = PlanStatsToProto(p);
+  return Done("GetPlan", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*,
+                                                 const v1::ListWorkersRequest* req,
+                                                 v1::ListWorkersResponse* resp) {
+  for (const WorkerInfo& w : manager_.Workers(req->include_dead())) {
+    *resp->add_workers() = WorkerInfoToProto(w);
+  }
+  return Done("ListWorkers", absl::OkStatus());
+}
+
+}  // namespace zpipe::coordinator

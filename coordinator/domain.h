@@ -1,0 +1,169 @@
+// Domain types of the coordinator: job specs, job records, workers and measurements.
+//
+// These mirror the zpipe.v1 proto messages but carry no protobuf; *_proto.cc adapters convert.
+// Everything behind the gRPC services (job manager, store, tracker) works on these.
+#ifndef ZPIPE_COORDINATOR_DOMAIN_H_
+#define ZPIPE_COORDINATOR_DOMAIN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace zpipe::coordinator {
+
+enum class DeviceKind { kCpu, kCuda };
+absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
+
+struct GptConfig {
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int seq_len = 0;
+  int vocab = 0;
+  friend bool operator==(const GptConfig&, const GptConfig&) = default;
+};
+
+// Sizes are per pipeline rank (1/p of the model); see SyntheticModel in job.proto.
+struct SyntheticConfig {
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double weight_ms = 0;
+  double activation_kb = 0;
+  double params_mb = 0;
+  friend bool operator==(const SyntheticConfig&, const SyntheticConfig&) = default;
+};
+
+// The job spec as submitted (zpipe.v1.JobSpec); defaults are NOT filled in, so that resubmits
+// compare equal field by field. Field meanings and ranges: proto/zpipe/v1/job.proto.
+struct JobSpec {
+  std::string name;
+  std::variant<std::monostate, GptConfig, SyntheticConfig> model;
+  int pipeline = 0;
+  int data = 0;  // 0 = 1
+  std::string schedule;
+  std::optional<double> memory_limit;  // M_F units; nullopt = auto
+  int chunks = 0;
+  int microbatches = 0;
+  int microbatch_size = 0;
+  int iterations = 0;
+  std::string optimizer;  // "" = adamw
+  double lr = 0;
+  uint64_t seed = 0;
+  double bucket_mb = 0;  // 0 = 25
+  std::optional<bool> overlap;  // nullopt = true
+  int checkpoint_every = 0;
+  std::string checkpoint_dir;
+  DeviceKind device = DeviceKind::kCpu;
+
+  int data_parallel() const { return data == 0 ? 1 : data; }
+  int world_size() const { return pipeline * data_parallel(); }
+  double bucket_mb_or_default() const { return bucket_mb == 0 ? 25.0 : bucket_mb; }
+  bool overlap_or_default() const { return overlap.value_or(true); }
+
+  friend bool operator==(const JobSpec&, const JobSpec&) = default;
+};
+
+enum class JobState { kPending, kScheduling, kRunning, kSucceeded, kFailed, kCancelled };
+absl::string_view JobStateName(JobState state);  // "PENDING", ...
+bool IsTerminal(JobState state);
+inline constexpr JobState kAllJobStates[] = {JobState::kPending,   JobState::kScheduling,
+                                             JobState::kRunning,   JobState::kSucceeded,
+                                             JobState::kFailed,    JobState::kCancelled};
+
+// Which worker holds one rank of a scheduled job.
+struct RankSlot {
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  std::string worker_name;
+  std::string host;
+  int device_index = 0;
+  friend bool operator==(const RankSlot&, const RankSlot&) = default;
+};
+
+// One rank's measurements of one iteration (RankIterationStats in job.proto).
+struct RankStats {
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  double duration_s = 0;
+  double busy_s = 0;
+  double idle_s = 0;
+  double forward_s = 0;
+  double backward_s = 0;
+  double weight_s = 0;
+  double bubble_ratio = 0;
+  double reduce_s = 0;
+  double exposed_reduce_s = 0;
+  double p2p_wait_s = 0;
+  double tokens = 0;
+  friend bool operator==(const RankStats&, const RankStats&) = default;
+};
+
+struct IterationSummary {
+  int iteration = 0;
+  double duration_s = 0;
+  std::optional<double> loss;
+  double bubble_rate = 0;
+  double predicted_bubble_rate = 0;
+  double reduce_total_s = 0;
+  double reduce_exposed_s = 0;
+  std::vector<RankStats> ranks;  // by global rank
+  friend bool operator==(const IterationSummary&, const IterationSummary&) = default;
+};
+
+// What the store keeps about a job.
+struct JobRecord {
+  std::string id;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time start_time = absl::InfinitePast();  // InfinitePast = unset
+  absl::Time end_time = absl::InfinitePast();
+  int64_t submit_order = 0;  // FIFO position among all jobs ever submitted
+  int attempt = 0;
+  std::vector<RankSlot> ranks;  // by global rank; empty while PENDING
+  uint64_t last_sequence = 0;   // last WatchJob event sequence issued
+  std::optional<IterationSummary> latest_summary;
+  int iterations_done = 0;
+};
+
+enum class WorkerState { kIdle, kBusy, kDead };
+absl::string_view WorkerStateName(WorkerState state);  // "idle", "busy", "dead"
+inline constexpr WorkerState kAllWorkerStates[] = {WorkerState::kIdle, WorkerState::kBusy,
+                                                   WorkerState::kDead};
+
+struct WorkerRegistration {
+  std::string name;
+  DeviceKind device_kind = DeviceKind::kCpu;
+  int device_index = 0;
+  std::string host;
+  uint64_t memory_bytes = 0;
+  std::string version;
+  // A job still being executed from a previous session; empty when idle.
+  std::string running_job_id;
+  int running_pipeline_rank = 0;
+  int running_data_rank = 0;
+};
+
+// A worker as the registry sees it.
+struct WorkerInfo {
+  WorkerRegistration registration;
+  std::string worker_id;
+  WorkerState state = WorkerState::kIdle;
+  bool connected = false;  // has a live Session stream
+  std::string job_id;      // busy only
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  absl::Time register_time = absl::InfinitePast();
+  absl::Time last_seen = absl::InfinitePast();
+  std::string reason;  // dead only
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_DOMAIN_H_

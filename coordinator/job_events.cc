@@ -1,0 +1,63 @@
+#include "coordinator/job_events.h"
+
+namespace zpipe::coordinator {
+
+void JobEventLog::Open(const std::string& job_id, uint64_t last_sequence) {
+  absl::MutexLock lock(&mu_);
+  Log& log = logs_[job_id];
+  log.events.clear();
+  log.last = last_sequence;
+  log.first_retained = last_sequence + 1;
+}
+
+void JobEventLog::Append(const std::string& job_id, JobEvent event) {
+  absl::MutexLock lock(&mu_);
+  Log& log = logs_[job_id];
+  if (log.events.empty()) log.first_retained = event.sequence;
+  log.last = event.sequence;
+  log.events.push_back(std::move(event));
+  if (log.events.size() > kRetained) {
+    log.events.pop_front();
+    log.first_retained = log.events.front().sequence;
+  }
+}
+
+bool JobEventLog::EventsAfter(const std::string& job_id, uint64_t after,
+                              std::vector<JobEvent>* out) const {
+  out->clear();
+  absl::MutexLock lock(&mu_);
+  auto it = logs_.find(job_id);
+  if (it == logs_.end()) return false;
+  const Log& log = it->second;
+  if (after >= log.last) return after == log.last;
+  if (after + 1 < log.first_retained) return false;
+  for (const JobEvent& e : log.events) {
+    if (e.sequence > after) out->push_back(e);
+  }
+  return true;
+}
+
+bool JobEventLog::WaitForEventAfter(const std::string& job_id, uint64_t after,
+                                    absl::Time deadline) const {
+  auto ready = [&]() {
+    if (closed_) return true;
+    auto it = logs_.find(job_id);
+    return it != logs_.end() && it->second.last > after;
+  };
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  auto it = logs_.find(job_id);
+  return it != logs_.end() && it->second.last > after;
+}
+
+bool JobEventLog::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+void JobEventLog::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,67 @@
+// JobEventLog: the per-job event history WatchJob streams and resumes from.
+//
+// The job manager assigns each job's events strictly increasing sequence numbers (persisted with
+// the job, so they keep increasing across restarts) and appends them here. The log retains the
+// last kRetained state changes and iteration summaries per job; a watcher that resumes after a
+// sequence the log no longer holds gets a snapshot instead. Thread-safe.
+#ifndef ZPIPE_COORDINATOR_JOB_EVENTS_H_
+#define ZPIPE_COORDINATOR_JOB_EVENTS_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/domain.h"
+
+namespace zpipe::coordinator {
+
+struct JobEvent {
+  enum class Kind { kStateChange, kIteration };
+  uint64_t sequence = 0;
+  absl::Time time;
+  Kind kind = Kind::kStateChange;
+  JobState from = JobState::kPending;  // state change
+  JobState to = JobState::kPending;
+  std::string reason;
+  IterationSummary summary;  // iteration
+};
+
+class JobEventLog {
+ public:
+  static constexpr size_t kRetained = 1024;
+
+  // Starts (or restarts) a job's log: events up to `last_sequence` happened before and are not
+  // retained (after a coordinator restart).
+  void Open(const std::string& job_id, uint64_t last_sequence);
+  void Append(const std::string& job_id, JobEvent event);
+
+  // Sets *out to the retained events with sequence > after. Returns false when some of them are
+  // no longer retained (or the job is unknown): the caller should send a snapshot instead.
+  bool EventsAfter(const std::string& job_id, uint64_t after, std::vector<JobEvent>* out) const;
+
+  // Blocks until the job has an event with sequence > after, `deadline` passes, or Close(). Returns
+  // whether such an event exists.
+  bool WaitForEventAfter(const std::string& job_id, uint64_t after, absl::Time deadline) const;
+
+  // Wakes every waiter (server shutdown); later waits return at once.
+  void Close();
+  bool closed() const;
+
+ private:
+  struct Log {
+    uint64_t first_retained = 1;  // sequence of events.front() (or the next one when empty)
+    uint64_t last = 0;
+    std::deque<JobEvent> events;
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Log> logs_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_JOB_EVENTS_H_

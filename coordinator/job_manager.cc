@@ -1,0 +1,375 @@
+// JobManager: job lifecycle, scheduling and the client-facing operations.
+// Worker-facing operations, liveness and rendezvous are in job_manager_workers.cc.
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/log.h"
+#include "coordinator/spec_validator.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+std::string GenerateJobId(absl::Time now) {
+  static std::atomic<uint32_t> counter{0};
+  return absl::StrFormat("job-%x-%d", absl::ToUnixSeconds(now), counter.fetch_add(1));
+}
+
+std::string WaitingReason(const JobSpec& spec, int available) {
+  return absl::StrCat("waiting for ", spec.world_size(), " idle ", DeviceKindName(spec.device),
+                      " workers (", available, " available)");
+}
+
+}  // namespace
+
+JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerOptions options)
+    : clock_(clock), store_(store), metrics_(metrics), options_(options) {}
+
+JobManager::~JobManager() = default;
+
+absl::Status JobManager::Load() {
+  absl::StatusOr<std::vector<JobRecord>> loaded = store_.LoadAll();
+  if (!loaded.ok()) return loaded.status();
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  int running = 0;
+  for (JobRecord& rec : *loaded) {
+    const std::string id = rec.id;
+    const int64_t order = rec.submit_order;
+    next_submit_order_ = std::max(next_submit_order_, order + 1);
+    events_.Open(id, rec.last_sequence);
+    if (!IsTerminal(rec.state)) rendezvous_.Open(id);
+    job_index_[id] = order;
+    JobRecord& job = jobs_[order] = std::move(rec);
+    if (job.state == JobState::kScheduling) {
+      job.ranks.clear();
+      SetStateLocked(job, JobState::kPending,
+                     "coordinator restarted while scheduling; queued again");
+    } else if (job.state == JobState::kRunning) {
+      ++running;
+      JobRuntime& rt = runtime_[id];
+      rt.reconnect_deadline = now + options_.heartbeat_timeout;
+      if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
+        tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
+                          plan->sim.bubble_rate, job.ranks);
+      }
+    }
+  }
+  LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running,
+          " RUNNING jobs wait up to ", absl::FormatDuration(options_.heartbeat_timeout),
+          " for their workers to reconnect");
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpec& spec,
+                                                bool validate_only) {
+  if (job_id.empty() && !validate_only) job_id = GenerateJobId(clock_.Now());
+  if (!job_id.empty()) {
+    if (absl::Status st = ValidateJobId(job_id); !st.ok()) return st;
+  }
+  if (absl::Status st = ValidateSpecFields(spec); !st.ok()) return st;
+
+  auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
+    const JobRecord* job = FindJobLocked(job_id);
+    if (job == nullptr) return absl::NotFoundError("");
+    if (job->spec == spec) return SubmitResult{ViewLocked(*job, true, true), false};
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job_id: job '", job_id, "' already exists with a different spec; choose another id"));
+  };
+  if (!validate_only) {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<SubmitResult> found = existing();
+    if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
+  }
+
+  // Planning can take a while for big pipelines: do it outside the lock.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(spec);
+  if (!plan.ok()) return plan.status();
+  if (validate_only) {
+    SubmitResult result;
+    result.job.record.id = job_id;
+    result.job.record.spec = spec;
+    result.job.plan = *plan;
+    return result;
+  }
+
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<SubmitResult> found = existing();  // a concurrent submit of the same id
+  if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
+  if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+
+  JobRecord rec;
+  rec.id = job_id;
+  rec.spec = spec;
+  rec.state = JobState::kPending;
+  rec.reason = WaitingReason(spec, 0);
+  rec.create_time = clock_.Now();
+  rec.submit_order = next_submit_order_++;
+  job_index_[job_id] = rec.submit_order;
+  JobRecord& job = jobs_[rec.submit_order] = std::move(rec);
+  runtime_[job_id].plan = *plan;
+  events_.Open(job_id, 0);
+  rendezvous_.Open(job_id);
+  PersistLocked(job);
+  LogInfo("job ", job_id, ": submitted '", spec.name, "' (", spec.schedule, ", p=", spec.pipeline,
+          " d=", spec.data_parallel(), " m=", spec.microbatches, ", ", spec.iterations,
+          " iterations, ", DeviceKindName(spec.device), ") -> PENDING");
+  TryScheduleLocked();
+  UpdateGaugesLocked();
+  return SubmitResult{ViewLocked(job, true, true), true};
+}
+
+absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  return ViewLocked(*job, true, with_microbatches);
+}
+
+absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, int page_size,
+                                            const std::string& page_token) const {
+  if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
+  page_size = page_size == 0 ? 100 : std::min(page_size, 1000);
+  int64_t after = 0;
+  if (!page_token.empty() && (!absl::SimpleAtoi(page_token, &after) || after < 0)) {
+    return absl::InvalidArgumentError("page_token: not a token from a previous ListJobs");
+  }
+  ListResult result;
+  absl::ReaderMutexLock lock(&mu_);
+  for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
+    const JobRecord& job = it->second;
+    if (!states.empty() && !states.contains(job.state)) continue;
+    if (static_cast<int>(result.jobs.size()) == page_size) {
+      result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
+      break;
+    }
+    result.jobs.push_back(ViewLocked(job, true, false));
+  }
+  return result;
+}
+
+absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::string reason) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  if (job->state == JobState::kCancelled) return ViewLocked(*job, true, true);
+  if (IsTerminal(job->state)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_id, "' already ", JobStateName(job->state), "; only active jobs can be cancelled"));
+  }
+  if (reason.empty()) reason = "cancelled by user";
+  FinishJobLocked(*job, JobState::kCancelled, std::move(reason));
+  return ViewLocked(*job, true, true);
+}
+
+absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  std::shared_ptr<const JobPlan> plan = PlanForLocked(*job);
+  if (!plan) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' has no plan"));
+  }
+  return plan;
+}
+
+std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  for (const auto& [name, w] : workers_) {
+    if (include_dead || w.info.state != WorkerState::kDead) out.push_back(w.info);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+JobRecord* JobManager::FindJobLocked(const std::string& job_id) {
+  auto it = job_index_.find(job_id);
+  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
+}
+
+const JobRecord* JobManager::FindJobLocked(const std::string& job_id) const {
+  auto it = job_index_.find(job_id);
+  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
+}
+
+JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
+                               bool with_microbatches) const {
+  JobView view;
+  view.record = job;
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) view.plan = rt->second.plan;
+  if (with_progress && job.state != JobState::kPending) {
+    view.progress = tracker_.Get(job.id, with_microbatches);
+  }
+  if (job.state == JobState::kPending) {
+    int ahead = 0;
+    for (const auto& [order, other] : jobs_) {
+      if (order >= job.submit_order) break;
+      if (other.state == JobState::kPending && other.spec.device == job.spec.device) ++ahead;
+    }
+    view.queue_position = ahead;
+  }
+  return view;
+}
+
+void JobManager::SetStateLocked(JobRecord& job, JobState to, std::string reason) {
+  const JobState from = job.state;
+  const absl::Time now = clock_.Now();
+  job.state = to;
+  job.reason = std::move(reason);
+  if (to == JobState::kRunning) job.start_time = now;
+  if (IsTerminal(to)) job.end_time = now;
+  JobEvent event;
+  event.sequence = ++job.last_sequence;
+  event.time = now;
+  event.kind = JobEvent::Kind::kStateChange;
+  event.from = from;
+  event.to = to;
+  event.reason = job.reason;
+  events_.Append(job.id, std::move(event));
+  PersistLocked(job);
+  LogInfo("job ", job.id, ": ", JobStateName(from), " -> ", JobStateName(to), " (", job.reason,
+          ")");
+  UpdateGaugesLocked();
+}
+
+void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason) {
+  SetStateLocked(job, to, std::move(reason));
+  for (const RankSlot& slot : job.ranks) {
+    auto it = workers_.find(slot.worker_name);
+    if (it == workers_.end()) continue;
+    WorkerEntry& w = it->second;
+    if (w.info.state != WorkerState::kBusy || w.info.job_id != job.id) continue;
+    if (to != JobState::kSucceeded && w.connection != nullptr) {
+      WorkerCommand cancel;
+      cancel.kind = WorkerCommand::Kind::kCancel;
+      cancel.job_id = job.id;
+      cancel.reason = job.reason;
+      w.connection->Send(std::move(cancel));
+    }
+    w.info.job_id.clear();
+    if (w.connection != nullptr) {
+      w.info.state = WorkerState::kIdle;
+    } else {
+      w.info.state = WorkerState::kDead;
+      w.info.reason = "session stream closed";
+    }
+  }
+  rendezvous_.Close(job.id);
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
+    rt->second.finished.clear();
+    rt->second.reconnected.clear();
+    rt->second.reconnect_deadline.reset();
+  }
+  TryScheduleLocked();
+  UpdateGaugesLocked();
+}
+
+void JobManager::TryScheduleLocked() {
+  if (shut_down_) return;
+  std::set<DeviceKind> blocked;  // FIFO per device kind: the oldest job blocks the later ones
+  for (auto& [order, job] : jobs_) {
+    if (job.state != JobState::kPending || blocked.contains(job.spec.device)) continue;
+    std::vector<WorkerEntry*> idle;
+    for (auto& [name, w] : workers_) {
+      if (w.info.state == WorkerState::kIdle && w.connection != nullptr &&
+          w.info.registration.device_kind == job.spec.device) {
+        idle.push_back(&w);
+      }
+    }
+    if (static_cast<int>(idle.size()) < job.spec.world_size()) {
+      blocked.insert(job.spec.device);
+      job.reason = WaitingReason(job.spec, static_cast<int>(idle.size()));
+      continue;
+    }
+    idle.resize(job.spec.world_size());
+    ScheduleJobLocked(job, std::move(idle));
+  }
+}
+
+bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers) {
+  std::shared_ptr<const JobPlan> plan = PlanForLocked(job);
+  if (!plan) {
+    // Cannot happen for a job whose spec was accepted by this build; fail it rather than loop.
+    SetStateLocked(job, JobState::kFailed, "the plan could not be generated (see coordinator log)");
+    rendezvous_.Close(job.id);
+    return false;
+  }
+  const int p = job.spec.pipeline, d = job.spec.data_parallel();
+  ++job.attempt;
+  job.ranks.clear();
+  std::string names;
+  for (int g = 0; g < p * d; ++g) {
+    WorkerEntry& w = *workers[g];
+    RankSlot slot{g % p, g / p, w.info.registration.name, w.info.registration.host,
+                  w.info.registration.device_index};
+    w.info.state = WorkerState::kBusy;
+    w.info.job_id = job.id;
+    w.info.pipeline_rank = slot.pipeline_rank;
+    w.info.data_rank = slot.data_rank;
+    absl::StrAppend(&names, g == 0 ? "" : ", ", slot.worker_name);
+    job.ranks.push_back(std::move(slot));
+  }
+  SetStateLocked(job, JobState::kScheduling,
+                 absl::StrCat("attempt ", job.attempt, " on workers ", names));
+  tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
+                    plan->sim.bubble_rate, job.ranks);
+  JobRuntime& rt = runtime_[job.id];
+  rt.finished.clear();
+  rt.reconnected.clear();
+  rt.reconnect_deadline.reset();
+  for (int g = 0; g < p * d; ++g) {
+    auto a = std::make_shared<AssignmentData>();
+    a->job_id = job.id;
+    a->spec = job.spec;
+    a->attempt = job.attempt;
+    a->self = job.ranks[g];
+    a->pipeline_size = p;
+    a->data_size = d;
+    a->plan = plan;
+    a->peers = job.ranks;
+    a->rendezvous_prefix = absl::StrCat(job.id, "/a", job.attempt, "/");
+    WorkerCommand cmd;
+    cmd.kind = WorkerCommand::Kind::kAssign;
+    cmd.assignment = std::move(a);
+    workers[g]->connection->Send(std::move(cmd));
+  }
+  SetStateLocked(job, JobState::kRunning,
+                 absl::StrCat("assignments sent to ", p * d, " workers"));
+  return true;
+}
+
+std::shared_ptr<const JobPlan> JobManager::PlanForLocked(const JobRecord& job) {
+  JobRuntime& rt = runtime_[job.id];
+  if (rt.plan) return rt.plan;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(job.spec);
+  if (!plan.ok()) {
+    LogError("job ", job.id, ": cannot make its plan: ", plan.status().ToString());
+    return nullptr;
+  }
+  rt.plan = *plan;
+  return rt.plan;
+}
+
+void JobManager::PersistLocked(const JobRecord& job) {
+  if (absl::Status st = store_.Put(job); !st.ok()) {
+    LogError("job ", job.id, ": store write failed: ", st.ToString());
+  }
+}
+
+void JobManager::UpdateGaugesLocked() {
+  int64_t jobs[6] = {};
+  for (const auto& [order, job] : jobs_) ++jobs[static_cast<int>(job.state)];
+  for (JobState s : kAllJobStates) metrics_.SetJobCount(s, jobs[static_cast<int>(s)]);
+  int64_t workers[3] = {};
+  for (const auto& [name, w] : workers_) ++workers[static_cast<int>(w.info.state)];
+  for (WorkerState s : kAllWorkerStates) metrics_.SetWorkerCount(s, workers[static_cast<int>(s)]);
+}
+
+}  // namespace zpipe::coordinator

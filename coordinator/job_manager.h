@@ -1,0 +1,237 @@
+// JobManager: the coordinator's logic. Jobs, workers, scheduling, progress and rendezvous, on
+// domain types; the gRPC services are thin adapters over it.
+//
+// Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; terminal states
+// always carry a reason. Pending jobs are scheduled FIFO per device kind: the oldest pending job
+// of a kind takes the first p*d idle, connected workers of that kind (ordered by name; global rank
+// g = data_rank * p + pipeline_rank gets the g-th), and later jobs of that kind wait behind it.
+//
+// Liveness: only heartbeats refresh a worker. CheckLiveness() (called periodically by the server)
+// marks a worker silent for the heartbeat timeout DEAD; its job FAILS naming worker and rank, and
+// the job's other workers get a cancel and become idle. A worker whose stream ends keeps its rank
+// until the timeout, so it can reconnect.
+//
+// Restart reconciliation: Load() restores every job. PENDING jobs stay queued; SCHEDULING jobs go
+// back to PENDING (their assignments may not all have arrived); RUNNING jobs wait one heartbeat
+// timeout for their workers to re-register with the same name, claiming the job and rank
+// (RegisterWorker's running_job_*): those continue; if any worker is still missing at the
+// deadline, the job FAILS naming it. A worker that re-registers without claiming the job it held
+// fails that job too (it lost its state).
+//
+// Thread-safe. Collaborators (clock, store, metrics) are injected and must outlive the manager.
+#ifndef ZPIPE_COORDINATOR_JOB_MANAGER_H_
+#define ZPIPE_COORDINATOR_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/domain.h"
+#include "coordinator/job_events.h"
+#include "coordinator/job_store.h"
+#include "coordinator/metrics.h"
+#include "coordinator/planner.h"
+#include "coordinator/progress_tracker.h"
+#include "coordinator/rendezvous.h"
+
+namespace zpipe::coordinator {
+
+// "Run rank (pipeline_rank, data_rank) of this job."
+struct AssignmentData {
+  std::string job_id;
+  JobSpec spec;
+  int attempt = 0;
+  RankSlot self;
+  int pipeline_size = 0;
+  int data_size = 0;
+  std::shared_ptr<const JobPlan> plan;
+  std::vector<RankSlot> peers;  // by global rank
+  std::string rendezvous_prefix;
+  int start_iteration = 0;
+};
+
+struct WorkerCommand {
+  enum class Kind { kAssign, kCancel, kShutdown };
+  Kind kind = Kind::kAssign;
+  std::shared_ptr<const AssignmentData> assignment;  // kAssign
+  std::string job_id;                                // kCancel
+  std::string reason;                                // kCancel, kShutdown
+};
+
+// The downstream half of a worker's Session stream.
+class WorkerConnection {
+ public:
+  virtual ~WorkerConnection() = default;
+  // Queues a command; never blocks. Called with the manager's lock held.
+  virtual void Send(WorkerCommand command) = 0;
+  // Ends the stream with `status` (e.g. the worker was replaced or declared dead).
+  virtual void Close(absl::Status status) = 0;
+};
+
+struct ManagerOptions {
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+};
+
+// A job as clients see it.
+struct JobView {
+  JobRecord record;
+  std::shared_ptr<const JobPlan> plan;     // null when it could not be (re)made
+  std::optional<JobProgressView> progress;  // from SCHEDULING on
+  int queue_position = -1;                  // PENDING only
+};
+
+struct SubmitResult {
+  JobView job;
+  bool created = false;
+};
+
+struct ListResult {
+  std::vector<JobView> jobs;
+  std::string next_page_token;
+};
+
+struct RegisterResult {
+  std::string worker_id;
+  bool resume_running_job = false;
+};
+
+struct ProgressBatchData {
+  std::string job_id;
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  ProgressEvents events;
+};
+
+class JobManager {
+ public:
+  JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerOptions options);
+  ~JobManager();
+
+  // Restores jobs from the store; call once before serving.
+  absl::Status Load();
+
+  // ---- client-facing ----
+  // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency.
+  absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec,
+                                      bool validate_only);
+  absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true) const;
+  // page_size: 0 = 100, capped at 1000. Empty `states` = all.
+  absl::StatusOr<ListResult> List(const std::set<JobState>& states, int page_size,
+                                  const std::string& page_token) const;
+  absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
+  std::vector<WorkerInfo> Workers(bool include_dead) const;
+  // The job's plan (made on first use after a restart). FailedPrecondition when it cannot be
+  // made (the job FAILED for that reason).
+  absl::StatusOr<std::shared_ptr<const JobPlan>> Plan(const std::string& job_id);
+
+  // ---- worker-facing ----
+  absl::StatusOr<RegisterResult> RegisterWorker(const WorkerRegistration& registration);
+  // Binds a Session stream to a registration. NotFound for an unknown id; Aborted when the
+  // registration was replaced. `connection` must stay valid until DetachSession.
+  absl::Status AttachSession(const std::string& worker_id, WorkerConnection* connection);
+  void DetachSession(const std::string& worker_id, WorkerConnection* connection);
+  // Aborted when `worker_id` is no longer the worker's current registration.
+  absl::Status Heartbeat(const std::string& worker_id);
+  // Lock-free with respect to the job table: for ingest rate.
+  void Progress(const std::string& worker_name, const ProgressBatchData& batch);
+  absl::Status IterationReport(const std::string& worker_id, const std::string& job_id,
+                               int iteration, const RankStats& stats, std::optional<double> loss);
+  absl::Status RankFinished(const std::string& worker_id, const std::string& job_id,
+                            int pipeline_rank, int data_rank);
+  absl::Status RankFailed(const std::string& worker_id, const std::string& job_id,
+                          int pipeline_rank, int data_rank, const std::string& message);
+  // The worker's stable name for a registration id (for the session's progress path).
+  absl::StatusOr<std::string> WorkerName(const std::string& worker_id) const;
+
+  // ---- rendezvous ----
+  absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
+                             std::string value);
+  absl::StatusOr<std::string> RendezvousGet(const std::string& job_id,
+                                            const std::string& key) const;
+  absl::StatusOr<std::vector<std::string>> RendezvousWait(
+      const std::string& job_id, const std::vector<std::string>& keys, absl::Time deadline,
+      const std::function<bool()>& cancelled) const;
+
+  // ---- housekeeping ----
+  // Declares silent workers dead and fails the jobs they held; fails RUNNING jobs whose workers
+  // did not come back after a restart. Call periodically.
+  void CheckLiveness();
+  // Tells every connected worker to shut down and wakes all watchers.
+  void Shutdown();
+
+  const JobEventLog& events() const { return events_; }
+  // Changes whenever the job's progress does (WatchJob polls it).
+  uint64_t ProgressVersion(const std::string& job_id) const { return tracker_.Version(job_id); }
+  uint64_t dropped_progress_events() const { return tracker_.dropped_events(); }
+  const ManagerOptions& options() const { return options_; }
+
+ private:
+  struct JobRuntime {
+    std::shared_ptr<const JobPlan> plan;
+    std::set<int> finished;  // global ranks done with every iteration
+    std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
+    std::set<int> reconnected;                     // global ranks whose worker came back
+  };
+  struct WorkerEntry {
+    WorkerInfo info;
+    WorkerConnection* connection = nullptr;
+  };
+
+  JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const JobRecord* FindJobLocked(const std::string& job_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  WorkerEntry* WorkerByIdLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRankLocked(const WorkerEntry& w, const std::string& job_id, int pipeline_rank,
+                               int data_rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  void SetStateLocked(JobRecord& job, JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the job to a terminal state and releases its workers (cancelling them unless
+  // SUCCEEDED); then tries to schedule pending jobs.
+  void FinishJobLocked(JobRecord& job, JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeadLocked(WorkerEntry& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock& clock_;
+  JobStore& store_;
+  Metrics& metrics_;
+  const ManagerOptions options_;
+  ProgressTracker tracker_;
+  Rendezvous rendezvous_;
+  JobEventLog events_;
+
+  mutable absl::Mutex mu_;
+  std::map<int64_t, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by submit_order
+  absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);  // by name
+  absl::flat_hash_map<std::string, std::string> worker_ids_ ABSL_GUARDED_BY(mu_);  // id -> name
+  int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_JOB_MANAGER_H_

@@ -1,0 +1,366 @@
+// JobManager: worker registration, sessions, reports, liveness and rendezvous.
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/log.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+absl::Status CheckRegistration(const WorkerRegistration& r) {
+  if (r.name.empty() || r.name.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: must be 1..128 characters, got ", r.name.size()));
+  }
+  for (char c : r.name) {
+    if (!(absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '/')) {
+      return absl::InvalidArgumentError("name: may only contain A-Z, a-z, 0-9 and . _ - : /");
+    }
+  }
+  if (r.device_index < 0) return absl::InvalidArgumentError("device_index: must be >= 0");
+  if (r.host.size() > 256) return absl::InvalidArgumentError("host: at most 256 characters");
+  if (r.version.size() > 256) return absl::InvalidArgumentError("version: at most 256 characters");
+  return absl::OkStatus();
+}
+
+std::string RankName(const std::string& worker, int pipeline_rank, int data_rank) {
+  return absl::StrCat("worker ", worker, " (pipeline rank ", pipeline_rank, ", data rank ",
+                      data_rank, ")");
+}
+
+}  // namespace
+
+absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistration& reg) {
+  if (absl::Status st = CheckRegistration(reg); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+  const absl::Time now = clock_.Now();
+
+  // The rank this name holds in an active job, whether from the live registry or (after a
+  // coordinator restart) only from the job records.
+  JobRecord* held_job = nullptr;
+  const RankSlot* held_slot = nullptr;
+  for (auto& [order, job] : jobs_) {
+    if (job.state != JobState::kScheduling && job.state != JobState::kRunning) continue;
+    for (const RankSlot& slot : job.ranks) {
+      if (slot.worker_name == reg.name) {
+        held_job = &job;
+        held_slot = &slot;
+      }
+    }
+  }
+
+  auto it = workers_.find(reg.name);
+  if (it != workers_.end()) {
+    WorkerEntry& old = it->second;
+    if (old.connection != nullptr) {
+      old.connection->Close(absl::AbortedError("worker re-registered under the same name"));
+    }
+    worker_ids_.erase(old.info.worker_id);
+    workers_.erase(it);
+  }
+
+  WorkerEntry entry;
+  entry.info.registration = reg;
+  entry.info.worker_id = absl::StrCat("w", next_worker_id_++, "-", reg.name);
+  entry.info.state = WorkerState::kIdle;
+  entry.info.register_time = now;
+  entry.info.last_seen = now;
+  RegisterResult result;
+  result.worker_id = entry.info.worker_id;
+
+  std::string failure;
+  if (held_job != nullptr) {
+    const bool claims = reg.running_job_id == held_job->id &&
+                        reg.running_pipeline_rank == held_slot->pipeline_rank &&
+                        reg.running_data_rank == held_slot->data_rank;
+    if (claims && held_job->state == JobState::kRunning) {
+      result.resume_running_job = true;
+      entry.info.state = WorkerState::kBusy;
+      entry.info.job_id = held_job->id;
+      entry.info.pipeline_rank = held_slot->pipeline_rank;
+      entry.info.data_rank = held_slot->data_rank;
+      JobRuntime& rt = runtime_[held_job->id];
+      rt.reconnected.insert(held_slot->data_rank * held_job->spec.pipeline +
+                            held_slot->pipeline_rank);
+      LogInfo("job ", held_job->id, ": ",
+              RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
+              " re-registered and continues");
+    } else {
+      failure = absl::StrCat(RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
+                             " re-registered without the job (it restarted and lost its state)");
+    }
+  } else if (!reg.running_job_id.empty()) {
+    LogInfo("worker ", reg.name, ": claims job ", reg.running_job_id,
+            " which it does not hold; told to abandon it");
+  }
+  worker_ids_[entry.info.worker_id] = reg.name;
+  workers_[reg.name] = std::move(entry);
+  LogInfo("worker ", reg.name, ": registered (", DeviceKindName(reg.device_kind), ":",
+          reg.device_index, " on ", reg.host.empty() ? "?" : reg.host, ") as ", result.worker_id);
+  if (!failure.empty()) FinishJobLocked(*held_job, JobState::kFailed, failure);
+  UpdateGaugesLocked();
+  return result;
+}
+
+absl::Status JobManager::AttachSession(const std::string& worker_id,
+                                       WorkerConnection* connection) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker_id '", worker_id, "' is unknown or was replaced; register again"));
+  }
+  if (w->info.state == WorkerState::kDead) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", w->info.registration.name, " was declared dead (",
+                     w->info.reason, "); register again"));
+  }
+  if (w->connection != nullptr && w->connection != connection) {
+    w->connection->Close(absl::AbortedError("another session attached for this worker"));
+  }
+  w->connection = connection;
+  w->info.connected = true;
+  w->info.last_seen = clock_.Now();
+  LogInfo("worker ", w->info.registration.name, ": session open");
+  TryScheduleLocked();
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* connection) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr || w->connection != connection) return;
+  w->connection = nullptr;
+  w->info.connected = false;
+  if (w->info.state == WorkerState::kIdle) {
+    w->info.state = WorkerState::kDead;
+    w->info.reason = "session stream closed";
+  }
+  LogInfo("worker ", w->info.registration.name, ": session closed",
+          w->info.state == WorkerState::kBusy
+              ? absl::StrCat("; holds job ", w->info.job_id, " until the heartbeat timeout")
+              : "");
+  UpdateGaugesLocked();
+}
+
+absl::Status JobManager::Heartbeat(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr || w->info.state == WorkerState::kDead) {
+    return absl::AbortedError(absl::StrCat("worker_id '", worker_id,
+                                           "' is no longer current; register again"));
+  }
+  w->info.last_seen = clock_.Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = worker_ids_.find(worker_id);
+  if (it == worker_ids_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker_id '", worker_id, "' is unknown"));
+  }
+  return it->second;
+}
+
+void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
+  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank,
+                     batch.events);
+}
+
+absl::Status JobManager::IterationReport(const std::string& worker_id, const std::string& job_id,
+                                         int iteration, const RankStats& stats,
+                                         std::optional<double> loss) {
+  absl::StatusOr<std::string> name = WorkerName(worker_id);
+  if (!name.ok()) return name.status();
+  std::optional<IterationSummary> summary =
+      tracker_.AddReport(job_id, *name, iteration, stats, loss);
+  if (!summary) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
+  job->iterations_done = std::max(job->iterations_done, summary->iteration + 1);
+  JobEvent event;
+  event.sequence = ++job->last_sequence;
+  event.time = clock_.Now();
+  event.kind = JobEvent::Kind::kIteration;
+  event.summary = *summary;
+  job->latest_summary = std::move(*summary);
+  events_.Append(job_id, std::move(event));
+  PersistLocked(*job);
+  const IterationSummary& s = *job->latest_summary;
+  LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s,
+          " s (bubble ", s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
+          s.loss ? absl::StrCat(", loss ", *s.loss) : "", ")");
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::CheckRankLocked(const WorkerEntry& w, const std::string& job_id,
+                                         int pipeline_rank, int data_rank) const {
+  if (w.info.state != WorkerState::kBusy || w.info.job_id != job_id ||
+      w.info.pipeline_rank != pipeline_rank || w.info.data_rank != data_rank) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(w.info.registration.name, pipeline_rank, data_rank),
+                     " does not hold that rank of job '", job_id, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::RankFinished(const std::string& worker_id, const std::string& job_id,
+                                      int pipeline_rank, int data_rank) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
+  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+    return st;
+  }
+  JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr || job->state != JobState::kRunning) return absl::OkStatus();
+  JobRuntime& rt = runtime_[job_id];
+  rt.finished.insert(data_rank * job->spec.pipeline + pipeline_rank);
+  LogInfo("job ", job_id, ": ", RankName(w->info.registration.name, pipeline_rank, data_rank),
+          " finished (", rt.finished.size(), "/", job->spec.world_size(), ")");
+  if (static_cast<int>(rt.finished.size()) == job->spec.world_size()) {
+    FinishJobLocked(*job, JobState::kSucceeded,
+                    absl::StrCat("all ", job->spec.world_size(), " ranks finished ",
+                                 job->spec.iterations, " iterations"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
+                                    int pipeline_rank, int data_rank,
+                                    const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
+  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+    return st;
+  }
+  JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
+  FinishJobLocked(*job, JobState::kFailed,
+                  absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
+                               " failed: ", message.substr(0, 4096)));
+  return absl::OkStatus();
+}
+
+void JobManager::CheckLiveness() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  for (auto& [name, w] : workers_) {
+    if (w.info.state == WorkerState::kDead) continue;
+    if (now - w.info.last_seen > options_.heartbeat_timeout) {
+      MarkDeadLocked(w, absl::StrCat("no heartbeat for ",
+                                     absl::FormatDuration(now - w.info.last_seen)));
+    }
+  }
+  for (auto& [order, job] : jobs_) {
+    if (job.state != JobState::kRunning) continue;
+    JobRuntime& rt = runtime_[job.id];
+    if (!rt.reconnect_deadline || now < *rt.reconnect_deadline) continue;
+    for (const RankSlot& slot : job.ranks) {
+      const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
+      if (rt.reconnected.contains(g)) continue;
+      FinishJobLocked(job, JobState::kFailed,
+                      absl::StrCat("coordinator restarted and ",
+                                   RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
+                                   " did not reconnect within ",
+                                   absl::FormatDuration(options_.heartbeat_timeout)));
+      break;
+    }
+    rt.reconnect_deadline.reset();
+  }
+}
+
+void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
+  w.info.state = WorkerState::kDead;
+  w.info.reason = reason;
+  if (w.connection != nullptr) {
+    w.connection->Close(absl::UnavailableError(absl::StrCat("declared dead: ", reason)));
+    w.connection = nullptr;
+    w.info.connected = false;
+  }
+  LogWarning("worker ", w.info.registration.name, ": dead (", reason, ")");
+  const std::string job_id = std::move(w.info.job_id);
+  w.info.job_id.clear();
+  if (!job_id.empty()) {
+    JobRecord* job = FindJobLocked(job_id);
+    if (job != nullptr && !IsTerminal(job->state)) {
+      FinishJobLocked(*job, JobState::kFailed,
+                      absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank,
+                                            w.info.data_rank),
+                                   " lost: ", reason));
+    }
+  }
+  UpdateGaugesLocked();
+}
+
+void JobManager::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    for (auto& [name, w] : workers_) {
+      if (w.connection == nullptr) continue;
+      WorkerCommand cmd;
+      cmd.kind = WorkerCommand::Kind::kShutdown;
+      cmd.reason = "coordinator shutting down";
+      w.connection->Send(std::move(cmd));
+    }
+  }
+  events_.Close();
+}
+
+JobManager::WorkerEntry* JobManager::WorkerByIdLocked(const std::string& worker_id) {
+  auto it = worker_ids_.find(worker_id);
+  if (it == worker_ids_.end()) return nullptr;
+  auto w = workers_.find(it->second);
+  return w == workers_.end() ? nullptr : &w->second;
+}
+
+// ---- rendezvous ----
+
+namespace {
+absl::Status ClosedStore(const std::string& job_id, const JobRecord* job) {
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job '", job_id, "' is ", JobStateName(job->state), "; its rendezvous store is closed"));
+}
+}  // namespace
+
+absl::Status JobManager::RendezvousSet(const std::string& job_id, const std::string& key,
+                                       std::string value) {
+  absl::Status st = rendezvous_.Set(job_id, key, std::move(value));
+  if (st.code() == absl::StatusCode::kNotFound && !rendezvous_.IsOpen(job_id)) {
+    absl::ReaderMutexLock lock(&mu_);
+    return ClosedStore(job_id, FindJobLocked(job_id));
+  }
+  return st;
+}
+
+absl::StatusOr<std::string> JobManager::RendezvousGet(const std::string& job_id,
+                                                      const std::string& key) const {
+  absl::StatusOr<std::string> value = rendezvous_.Get(job_id, key);
+  if (!value.ok() && value.status().code() == absl::StatusCode::kNotFound &&
+      !rendezvous_.IsOpen(job_id)) {
+    absl::ReaderMutexLock lock(&mu_);
+    return ClosedStore(job_id, FindJobLocked(job_id));
+  }
+  return value;
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::RendezvousWait(
+    const std::string& job_id, const std::vector<std::string>& keys, absl::Time deadline,
+    const std::function<bool()>& cancelled) const {
+  if (!rendezvous_.IsOpen(job_id)) {
+    absl::ReaderMutexLock lock(&mu_);
+    return ClosedStore(job_id, FindJobLocked(job_id));
+  }
+  return rendezvous_.Wait(job_id, keys, deadline, cancelled);
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,294 @@
+#include "coordinator/job_proto.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::coordinator {
+
+absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
+  JobSpec s;
+  s.name = p.name();
+  switch (p.model().kind_case()) {
+    case v1::ModelSpec::kGpt: {
+      const auto& g = p.model().gpt();
+      s.model = GptConfig{g.layers(), g.hidden(), g.heads(), g.seq_len(), g.vocab()};
+      break;
+    }
+    case v1::ModelSpec::kSynthetic: {
+      const auto& y = p.model().synthetic();
+      s.model = SyntheticConfig{y.forward_ms(), y.backward_ms(), y.weight_ms(),
+                                y.activation_kb(), y.params_mb()};
+      break;
+    }
+    case v1::ModelSpec::KIND_NOT_SET:
+      break;
+  }
+  s.pipeline = p.parallel().pipeline();
+  s.data = p.parallel().data();
+  s.schedule = p.schedule().kind();
+  if (p.schedule().has_memory_limit()) s.memory_limit = p.schedule().memory_limit();
+  s.chunks = p.schedule().chunks();
+  s.microbatches = p.batch().microbatches();
+  s.microbatch_size = p.batch().microbatch_size();
+  s.iterations = p.train().iterations();
+  s.optimizer = p.train().optimizer();
+  s.lr = p.train().lr();
+  s.seed = p.train().seed();
+  s.bucket_mb = p.grad_sync().bucket_mb();
+  if (p.grad_sync().has_overlap()) s.overlap = p.grad_sync().overlap();
+  s.checkpoint_every = p.checkpoint().every();
+  s.checkpoint_dir = p.checkpoint().dir();
+  switch (p.device()) {
+    case v1::DEVICE_KIND_UNSPECIFIED:
+    case v1::DEVICE_KIND_CPU:
+      s.device = DeviceKind::kCpu;
+      break;
+    case v1::DEVICE_KIND_CUDA:
+      s.device = DeviceKind::kCuda;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.device: unknown device kind ", static_cast<int>(p.device()),
+                       " (expected cpu or cuda)"));
+  }
+  return s;
+}
+
+v1::DeviceKind DeviceKindToProto(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
+}
+
+v1::JobSpec SpecToProto(const JobSpec& s) {
+  v1::JobSpec p;
+  p.set_name(s.name);
+  if (const auto* g = std::get_if<GptConfig>(&s.model)) {
+    auto* m = p.mutable_model()->mutable_gpt();
+    m->set_layers(g->layers);
+    m->set_hidden(g->hidden);
+    m->set_heads(g->heads);
+    m->set_seq_len(g->seq_len);
+    m->set_vocab(g->vocab);
+  } else if (const auto* y = std::get_if<SyntheticConfig>(&s.model)) {
+    auto* m = p.mutable_model()->mutable_synthetic();
+    m->set_forward_ms(y->forward_ms);
+    m->set_backward_ms(y->backward_ms);
+    m->set_weight_ms(y->weight_ms);
+    m->set_activation_kb(y->activation_kb);
+    m->set_params_mb(y->params_mb);
+  }
+  p.mutable_parallel()->set_pipeline(s.pipeline);
+  p.mutable_parallel()->set_data(s.data);
+  p.mutable_schedule()->set_kind(s.schedule);
+  if (s.memory_limit) p.mutable_schedule()->set_memory_limit(*s.memory_limit);
+  p.mutable_schedule()->set_chunks(s.chunks);
+  p.mutable_batch()->set_microbatches(s.microbatches);
+  p.mutable_batch()->set_microbatch_size(s.microbatch_size);
+  p.mutable_train()->set_iterations(s.iterations);
+  p.mutable_train()->set_optimizer(s.optimizer);
+  p.mutable_train()->set_lr(s.lr);
+  p.mutable_train()->set_seed(s.seed);
+  p.mutable_grad_sync()->set_bucket_mb(s.bucket_mb);
+  if (s.overlap) p.mutable_grad_sync()->set_overlap(*s.overlap);
+  p.mutable_checkpoint()->set_every(s.checkpoint_every);
+  p.mutable_checkpoint()->set_dir(s.checkpoint_dir);
+  p.set_device(DeviceKindToProto(s.device));
+  return p;
+}
+
+v1::JobState StateToProto(JobState state) {
+  switch (state) {
+    case JobState::kPending:
+      return v1::JOB_STATE_PENDING;
+    case JobState::kScheduling:
+      return v1::JOB_STATE_SCHEDULING;
+    case JobState::kRunning:
+      return v1::JOB_STATE_RUNNING;
+    case JobState::kSucceeded:
+      return v1::JOB_STATE_SUCCEEDED;
+    case JobState::kFailed:
+      return v1::JOB_STATE_FAILED;
+    case JobState::kCancelled:
+      return v1::JOB_STATE_CANCELLED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+absl::StatusOr<JobState> StateFromProto(v1::JobState state) {
+  for (JobState s : kAllJobStates) {
+    if (StateToProto(s) == state) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown job state ", static_cast<int>(state)));
+}
+
+v1::RankIterationStats RankStatsToProto(const RankStats& s) {
+  v1::RankIterationStats p;
+  p.set_pipeline_rank(s.pipeline_rank);
+  p.set_data_rank(s.data_rank);
+  p.set_duration_s(s.duration_s);
+  p.set_busy_s(s.busy_s);
+  p.set_idle_s(s.idle_s);
+  p.set_forward_s(s.forward_s);
+  p.set_backward_s(s.backward_s);
+  p.set_weight_s(s.weight_s);
+  p.set_bubble_ratio(s.bubble_ratio);
+  p.set_reduce_s(s.reduce_s);
+  p.set_exposed_reduce_s(s.exposed_reduce_s);
+  p.set_p2p_wait_s(s.p2p_wait_s);
+  p.set_tokens(s.tokens);
+  return p;
+}
+
+RankStats RankStatsFromProto(const v1::RankIterationStats& p) {
+  RankStats s;
+  s.pipeline_rank = p.pipeline_rank();
+  s.data_rank = p.data_rank();
+  s.duration_s = p.duration_s();
+  s.busy_s = p.busy_s();
+  s.idle_s = p.idle_s();
+  s.forward_s = p.forward_s();
+  s.backward_s = p.backward_s();
+  s.weight_s = p.weight_s();
+  s.bubble_ratio = p.bubble_ratio();
+  s.reduce_s = p.reduce_s();
+  s.exposed_reduce_s = p.exposed_reduce_s();
+  s.p2p_wait_s = p.p2p_wait_s();
+  s.tokens = p.tokens();
+  return s;
+}
+
+v1::IterationSummary SummaryToProto(const IterationSummary& s) {
+  v1::IterationSummary p;
+  p.set_iteration(s.iteration);
+  p.set_duration_s(s.duration_s);
+  if (s.loss) p.set_loss(*s.loss);
+  p.set_bubble_rate(s.bubble_rate);
+  p.set_predicted_bubble_rate(s.predicted_bubble_rate);
+  p.set_reduce_total_s(s.reduce_total_s);
+  p.set_reduce_exposed_s(s.reduce_exposed_s);
+  for (const auto& r : s.ranks) *p.add_ranks() = RankStatsToProto(r);
+  return p;
+}
+
+IterationSummary SummaryFromProto(const v1::IterationSummary& p) {
+  IterationSummary s;
+  s.iteration = p.iteration();
+  s.duration_s = p.duration_s();
+  if (p.has_loss()) s.loss = p.loss();
+  s.bubble_rate = p.bubble_rate();
+  s.predicted_bubble_rate = p.predicted_bubble_rate();
+  s.reduce_total_s = p.reduce_total_s();
+  s.reduce_exposed_s = p.reduce_exposed_s();
+  for (const auto& r : p.ranks()) s.ranks.push_back(RankStatsFromProto(r));
+  return s;
+}
+
+v1::RankAssignment RankSlotToProto(const RankSlot& slot) {
+  v1::RankAssignment p;
+  p.set_pipeline_rank(slot.pipeline_rank);
+  p.set_data_rank(slot.data_rank);
+  p.set_worker_name(slot.worker_name);
+  p.set_host(slot.host);
+  p.set_device_index(slot.device_index);
+  return p;
+}
+
+RankSlot RankSlotFromProto(const v1::RankAssignment& p) {
+  return RankSlot{p.pipeline_rank(), p.data_rank(), p.worker_name(), p.host(),
+                  p.device_index()};
+}
+
+v1::PlanStats PlanStatsToProto(const JobPlan& plan) {
+  v1::PlanStats p;
+  p.set_makespan_ms(plan.sim.makespan);
+  p.set_bubble_rate(plan.sim.bubble_rate);
+  for (double b : plan.sim.rank_bubble) p.add_rank_bubble(b);
+  for (double m : plan.sim.peak_memory) p.add_peak_memory(m);
+  p.set_memory_limit(plan.memory_limit);
+  p.set_reduce_overlap(plan.sim.reduce_overlap);
+  p.set_total_reduce_ms(plan.sim.total_reduce);
+  p.set_exposed_reduce_ms(plan.sim.total_exposed_reduce);
+  p.set_num_actions(static_cast<int64_t>(plan.plan.num_actions()));
+  return p;
+}
+
+void TimeToProto(absl::Time t, google::protobuf::Timestamp* out) {
+  if (t == absl::InfinitePast()) {
+    out->Clear();
+    return;
+  }
+  const int64_t nanos = absl::ToUnixNanos(t);
+  out->set_seconds(nanos / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
+}
+
+absl::Time TimeFromProto(const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return absl::InfinitePast();
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+v1::Job JobRecordToProto(const JobRecord& r) {
+  v1::Job p;
+  p.set_id(r.id);
+  *p.mutable_spec() = SpecToProto(r.spec);
+  p.set_state(StateToProto(r.state));
+  p.set_reason(r.reason);
+  TimeToProto(r.create_time, p.mutable_create_time());
+  if (r.start_time != absl::InfinitePast()) TimeToProto(r.start_time, p.mutable_start_time());
+  if (r.end_time != absl::InfinitePast()) TimeToProto(r.end_time, p.mutable_end_time());
+  for (const auto& slot : r.ranks) *p.add_ranks() = RankSlotToProto(slot);
+  if (r.latest_summary) *p.mutable_latest_summary() = SummaryToProto(*r.latest_summary);
+  p.set_attempt(r.attempt);
+  return p;
+}
+
+}  // namespace zpipe::coordinator
+
+namespace zpipe::coordinator {
+
+v1::JobProgress ProgressToProto(const JobProgressView& view) {
+  v1::JobProgress p;
+  p.set_iteration(view.iteration);
+  p.set_iterations_total(view.iterations_total);
+  p.set_iterations_done(view.iterations_done);
+  for (const RankProgressView& r : view.ranks) {
+    v1::RankProgress* rp = p.add_ranks();
+    rp->set_pipeline_rank(r.pipeline_rank);
+    rp->set_data_rank(r.data_rank);
+    rp->set_worker_name(r.worker_name);
+    rp->set_iteration(r.iteration);
+    rp->set_forward_done(r.forward_done);
+    rp->set_backward_done(r.backward_done);
+    rp->set_weight_done(r.weight_done);
+    rp->set_forward_total(r.per_iteration);
+    rp->set_backward_total(r.per_iteration);
+    rp->set_weight_total(r.per_iteration);
+    rp->mutable_microbatches()->Reserve(static_cast<int>(r.microbatches.size()));
+    for (Phase phase : r.microbatches) {
+      rp->add_microbatches(static_cast<v1::MicrobatchPhase>(phase));
+    }
+    rp->set_iterations_done(r.iterations_done);
+  }
+  return p;
+}
+
+v1::Job JobViewToProto(const JobView& view) {
+  v1::Job p = JobRecordToProto(view.record);
+  if (view.plan) *p.mutable_predicted() = PlanStatsToProto(*view.plan);
+  if (view.progress) *p.mutable_progress() = ProgressToProto(*view.progress);
+  p.set_queue_position(std::max(view.queue_position, 0));
+  return p;
+}
+
+void JobEventToProto(const JobEvent& event, v1::JobEvent* out) {
+  out->set_sequence(event.sequence);
+  TimeToProto(event.time, out->mutable_time());
+  if (event.kind == JobEvent::Kind::kStateChange) {
+    v1::StateChange* sc = out->mutable_state_change();
+    sc->set_from(StateToProto(event.from));
+    sc->set_to(StateToProto(event.to));
+    sc->set_reason(event.reason);
+  } else {
+    *out->mutable_iteration() = SummaryToProto(event.summary);
+  }
+}
+
+}  // namespace zpipe::coordinator

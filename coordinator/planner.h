@@ -1,0 +1,52 @@
+// Planner: turns a validated JobSpec into the plan every rank executes, with its cost model and
+// predicted statistics.
+//
+// Pipeline: cost model (synthetic: from the *_ms fields; GPT: FLOP-proportional, uniform per
+// stage) -> core::GenerateSchedule -> core::ValidatePlan (memory) -> core::LowerComm ->
+// core::PlanGradSync -> core::ValidatePlan -> core::Simulate. Times are in milliseconds; memory
+// in M_F units (one rank's share of one microbatch's activations; a stage holds 1/v of it).
+// The plan is deterministic in the spec, so it is regenerated rather than stored.
+#ifndef ZPIPE_COORDINATOR_PLANNER_H_
+#define ZPIPE_COORDINATOR_PLANNER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cost_model.h"
+#include "core/grad_sync.h"
+#include "core/plan.h"
+#include "core/simulator.h"
+#include "coordinator/domain.h"
+
+namespace zpipe::coordinator {
+
+struct StageInfo {
+  double activation_kb = 0;  // output activation per microbatch
+  double params_mb = 0;
+};
+
+struct JobPlan {
+  core::Plan plan;  // lowered, with REDUCE actions
+  std::string text;  // core::PlanToText(plan)
+  core::CostModel cost;
+  std::vector<StageInfo> stages;
+  std::vector<core::BucketPlan> buckets;  // all ranks
+  double bucket_size_mb = 0;
+  double memory_limit = 0;  // resolved, M_F units
+  core::SimResult sim;
+};
+
+// `spec` must have passed ValidateSpecFields. Schedule constraints the generator rejects become
+// InvalidArgument naming the field ("spec.batch.microbatches: ...",
+// "spec.schedule.memory_limit: ...", "spec.schedule.kind: ..."); a plan core itself rejects is
+// Internal (a bug, not a user error).
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec);
+
+// The cost model alone (exposed for tests).
+core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int chunks_per_rank);
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_PLANNER_H_

@@ -1,0 +1,190 @@
+#include "coordinator/progress_tracker.h"
+
+#include <algorithm>
+
+namespace zpipe::coordinator {
+namespace {
+constexpr size_t kMaxPendingIterations = 64;
+}  // namespace
+
+void ProgressTracker::StartJob(const std::string& job_id, const core::Placement& placement,
+                               int microbatches, int iterations, double predicted_bubble,
+                               const std::vector<RankSlot>& ranks) {
+  auto job = std::make_shared<Job>();
+  job->placement = placement;
+  job->m = microbatches;
+  job->iterations = iterations;
+  job->predicted_bubble = predicted_bubble;
+  const size_t per_rank = static_cast<size_t>(placement.chunks_per_rank()) * microbatches;
+  for (const RankSlot& slot : ranks) {
+    auto rank = std::make_unique<RankState>();
+    rank->slot = slot;
+    rank->phases.assign(per_rank, Phase::kNone);
+    job->ranks.push_back(std::move(rank));
+  }
+  absl::MutexLock lock(&mu_);
+  jobs_[job_id] = std::move(job);
+}
+
+std::shared_ptr<ProgressTracker::Job> ProgressTracker::Find(const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+int ProgressTracker::AddEvents(const std::string& job_id, const std::string& worker_name,
+                               int pipeline_rank, int data_rank, const ProgressEvents& ev) {
+  const size_t n = ev.iterations.size();
+  std::shared_ptr<Job> job = Find(job_id);
+  const int p = job ? job->placement.num_ranks() : 0;
+  if (!job || ev.ops.size() != n || ev.stages.size() != n || ev.microbatches.size() != n ||
+      pipeline_rank < 0 || pipeline_rank >= p || data_rank < 0 ||
+      static_cast<size_t>(data_rank * p + pipeline_rank) >= job->ranks.size()) {
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    return 0;
+  }
+  RankState& rank = *job->ranks[data_rank * p + pipeline_rank];
+  int applied = 0;
+  {
+    absl::MutexLock lock(&rank.mu);
+    if (rank.slot.worker_name != worker_name) {
+      dropped_.fetch_add(n, std::memory_order_relaxed);
+      return 0;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const int it = ev.iterations[i], stage = ev.stages[i], mb = ev.microbatches[i];
+      if (it < rank.iteration || it >= job->iterations || mb < 0 || mb >= job->m || stage < 0 ||
+          stage >= job->placement.num_stages() ||
+          job->placement.RankOf(stage) != pipeline_rank) {
+        continue;
+      }
+      if (it > rank.iteration) {
+        rank.iteration = it;
+        rank.f = rank.b = rank.w = 0;
+        std::fill(rank.phases.begin(), rank.phases.end(), Phase::kNone);
+      }
+      Phase& phase = rank.phases[job->placement.ChunkOf(stage) * job->m + mb];
+      switch (static_cast<Op>(ev.ops[i])) {
+        case Op::kF:
+          ++rank.f;
+          phase = std::max(phase, Phase::kForward);
+          break;
+        case Op::kB:
+          ++rank.b;
+          phase = std::max(phase, Phase::kBackward);
+          break;
+        case Op::kW:
+          ++rank.w;
+          phase = Phase::kDone;
+          break;
+        case Op::kBW:
+          ++rank.b;
+          ++rank.w;
+          phase = Phase::kDone;
+          break;
+        default:
+          continue;
+      }
+      ++applied;
+    }
+  }
+  if (applied < static_cast<int>(n)) dropped_.fetch_add(n - applied, std::memory_order_relaxed);
+  if (applied > 0) job->version.fetch_add(1, std::memory_order_relaxed);
+  return applied;
+}
+
+std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& job_id,
+                                                           const std::string& worker_name,
+                                                           int iteration, const RankStats& stats,
+                                                           std::optional<double> loss) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (!job) return std::nullopt;
+  const int p = job->placement.num_ranks();
+  const int world = static_cast<int>(job->ranks.size());
+  const int g = stats.data_rank * p + stats.pipeline_rank;
+  if (stats.pipeline_rank < 0 || stats.pipeline_rank >= p || stats.data_rank < 0 || g >= world ||
+      iteration < 0 || iteration >= job->iterations) {
+    return std::nullopt;
+  }
+  RankState& rank = *job->ranks[g];
+  {
+    absl::MutexLock lock(&rank.mu);
+    if (rank.slot.worker_name != worker_name) return std::nullopt;
+    rank.iterations_done = std::max(rank.iterations_done, iteration + 1);
+  }
+  job->version.fetch_add(1, std::memory_order_relaxed);
+
+  absl::MutexLock lock(&job->reports_mu);
+  if (iteration < job->iterations_done) return std::nullopt;  // already summarised
+  PendingIteration& pending = job->pending[iteration];
+  if (pending.ranks.empty()) pending.ranks.resize(world);
+  if (pending.ranks[g].has_value()) return std::nullopt;  // duplicate
+  pending.ranks[g] = stats;
+  if (loss) pending.losses.push_back(*loss);
+  if (++pending.reported < world) {
+    while (job->pending.size() > kMaxPendingIterations) job->pending.erase(job->pending.begin());
+    return std::nullopt;
+  }
+
+  IterationSummary s;
+  s.iteration = iteration;
+  s.predicted_bubble_rate = job->predicted_bubble;
+  double busy = 0;
+  for (const auto& r : pending.ranks) {
+    s.duration_s = std::max(s.duration_s, r->duration_s);
+    busy += r->busy_s;
+    s.reduce_total_s += r->reduce_s;
+    s.reduce_exposed_s += r->exposed_reduce_s;
+    s.ranks.push_back(*r);
+  }
+  if (s.duration_s > 0) s.bubble_rate = std::max(0.0, 1.0 - busy / (world * s.duration_s));
+  if (!pending.losses.empty()) {
+    double sum = 0;
+    for (double l : pending.losses) sum += l;
+    s.loss = sum / pending.losses.size();
+  }
+  job->pending.erase(job->pending.begin(), job->pending.upper_bound(iteration));
+  job->iterations_done = iteration + 1;
+  return s;
+}
+
+std::optional<JobProgressView> ProgressTracker::Get(const std::string& job_id,
+                                                    bool with_microbatches) const {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (!job) return std::nullopt;
+  JobProgressView view;
+  view.iterations_total = job->iterations;
+  {
+    absl::MutexLock lock(&job->reports_mu);
+    view.iterations_done = job->iterations_done;
+  }
+  const int per_iteration = job->placement.chunks_per_rank() * job->m;
+  int lowest = job->iterations;
+  for (const auto& rank : job->ranks) {
+    RankProgressView r;
+    {
+      absl::MutexLock lock(&rank->mu);
+      r.pipeline_rank = rank->slot.pipeline_rank;
+      r.data_rank = rank->slot.data_rank;
+      r.worker_name = rank->slot.worker_name;
+      r.iteration = rank->iteration;
+      r.forward_done = rank->f;
+      r.backward_done = rank->b;
+      r.weight_done = rank->w;
+      r.iterations_done = rank->iterations_done;
+      if (with_microbatches) r.microbatches = rank->phases;
+    }
+    r.per_iteration = per_iteration;
+    lowest = std::min(lowest, std::max(r.iteration, r.iterations_done));
+    view.ranks.push_back(std::move(r));
+  }
+  view.iteration = std::min(lowest, std::max(job->iterations - 1, 0));
+  return view;
+}
+
+uint64_t ProgressTracker::Version(const std::string& job_id) const {
+  std::shared_ptr<Job> job = Find(job_id);
+  return job ? job->version.load(std::memory_order_relaxed) : 0;
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,116 @@
+// ProgressTracker: per job, per rank F/B/W progress of the current iteration, and the assembly of
+// per-rank iteration reports into job-wide iteration summaries.
+//
+// Built for ingest rate: each rank has its own lock, so ranks streaming progress never contend
+// with each other, and readers (GetJob, WatchJob) only take the rank locks briefly. Events that do
+// not fit the job's plan (unknown job, a rank not held by the sender, stage or microbatch out of
+// range, an older iteration) are dropped and counted, never fatal. Thread-safe.
+#ifndef ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
+#define ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "core/placement.h"
+#include "coordinator/domain.h"
+
+namespace zpipe::coordinator {
+
+enum class Op : uint8_t { kF = 1, kB = 2, kW = 3, kBW = 4 };
+// Values match v1::MicrobatchPhase.
+enum class Phase : uint8_t { kNone = 0, kForward = 1, kBackward = 2, kDone = 3 };
+
+struct RankProgressView {
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  std::string worker_name;
+  int iteration = 0;
+  int forward_done = 0, backward_done = 0, weight_done = 0;
+  int per_iteration = 0;  // v * m: total of each of F, B, W per iteration
+  std::vector<Phase> microbatches;  // chunk * m + microbatch; empty unless requested
+  int iterations_done = 0;
+};
+
+struct JobProgressView {
+  int iteration = 0;
+  int iterations_total = 0;
+  int iterations_done = 0;
+  std::vector<RankProgressView> ranks;  // by global rank
+};
+
+// Columnar events from one ProgressBatch; all spans have equal length.
+struct ProgressEvents {
+  absl::Span<const int32_t> iterations;
+  absl::Span<const int32_t> ops;  // Op values
+  absl::Span<const int32_t> stages;
+  absl::Span<const int32_t> microbatches;
+};
+
+class ProgressTracker {
+ public:
+  // Starts tracking a scheduled job (replacing any previous attempt's progress).
+  void StartJob(const std::string& job_id, const core::Placement& placement, int microbatches,
+                int iterations, double predicted_bubble, const std::vector<RankSlot>& ranks);
+
+  // Applies events from `worker_name` for rank (pipeline_rank, data_rank). Returns how many were
+  // applied; the rest are dropped.
+  int AddEvents(const std::string& job_id, const std::string& worker_name, int pipeline_rank,
+                int data_rank, const ProgressEvents& events);
+
+  // Records one rank's report of one iteration. Returns the job-wide summary when this report
+  // completes the iteration (every rank reported it), else nullopt.
+  std::optional<IterationSummary> AddReport(const std::string& job_id,
+                                            const std::string& worker_name, int iteration,
+                                            const RankStats& stats, std::optional<double> loss);
+
+  // nullopt for a job never started.
+  std::optional<JobProgressView> Get(const std::string& job_id, bool with_microbatches) const;
+  // Changes whenever the job's progress changes (cheap poll for WatchJob).
+  uint64_t Version(const std::string& job_id) const;
+
+  uint64_t dropped_events() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct RankState {
+    mutable absl::Mutex mu;
+    RankSlot slot;
+    int iteration = 0;
+    int f = 0, b = 0, w = 0;
+    int iterations_done = 0;
+    std::vector<Phase> phases;
+  };
+  struct PendingIteration {
+    std::vector<std::optional<RankStats>> ranks;
+    std::vector<double> losses;
+    int reported = 0;
+  };
+  struct Job {
+    core::Placement placement;
+    int m = 0;
+    int iterations = 0;
+    double predicted_bubble = 0;
+    std::vector<std::unique_ptr<RankState>> ranks;  // by global rank
+    std::atomic<uint64_t> version{0};
+    mutable absl::Mutex reports_mu;
+    std::map<int, PendingIteration> pending ABSL_GUARDED_BY(reports_mu);
+    int iterations_done ABSL_GUARDED_BY(reports_mu) = 0;
+  };
+
+  std::shared_ptr<Job> Find(const std::string& job_id) const;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> dropped_{0};
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_

@@ -1,0 +1,52 @@
+// Rendezvous: a per-job key/value store that workers use to bootstrap Gloo and NCCL.
+//
+// A job's namespace is opened when the job is accepted and closed when it reaches a terminal
+// state; closing drops its keys and fails pending waits with Cancelled. Waits use the real time
+// deadline they are given. Thread-safe.
+#ifndef ZPIPE_COORDINATOR_RENDEZVOUS_H_
+#define ZPIPE_COORDINATOR_RENDEZVOUS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace zpipe::coordinator {
+
+class Rendezvous {
+ public:
+  static constexpr size_t kMaxKeyBytes = 512;
+  static constexpr size_t kMaxValueBytes = 1 << 20;
+  static constexpr size_t kMaxKeysPerJob = 65536;
+  static constexpr size_t kMaxWaitKeys = 1024;
+
+  void Open(const std::string& job_id);
+  void Close(const std::string& job_id);
+  bool IsOpen(const std::string& job_id) const;
+
+  // NotFound for a job not open; InvalidArgument for a bad key or value; ResourceExhausted when
+  // the job holds too many keys.
+  absl::Status Set(const std::string& job_id, const std::string& key, std::string value);
+  // NotFound for a job not open or a missing key.
+  absl::StatusOr<std::string> Get(const std::string& job_id, const std::string& key) const;
+  // Values of `keys` once all exist. DeadlineExceeded at `deadline`; Cancelled when the job is
+  // closed or `cancelled()` (polled every 50 ms) returns true.
+  absl::StatusOr<std::vector<std::string>> Wait(const std::string& job_id,
+                                                const std::vector<std::string>& keys,
+                                                absl::Time deadline,
+                                                const std::function<bool()>& cancelled) const;
+
+ private:
+  using Keys = absl::flat_hash_map<std::string, std::string>;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Keys> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_RENDEZVOUS_H_

@@ -1,0 +1,89 @@
+#include "coordinator/server.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/log.h"
+#include "coordinator/prometheus_metrics.h"
+#include "coordinator/sqlite_job_store.h"
+#include "coordinator/worker_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace zpipe::coordinator {
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->options_ = options;
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(options.db);
+  if (!store.ok()) return store.status();
+  s->store_ = std::move(*store);
+
+  s->registry_ = std::make_shared<prometheus::Registry>();
+  s->metrics_ = std::make_unique<PrometheusMetrics>(*s->registry_);
+  ManagerOptions mopts;
+  mopts.heartbeat_timeout = options.heartbeat_timeout;
+  mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
+                                 ? options.heartbeat_interval
+                                 : options.heartbeat_timeout / 5;
+  s->manager_ = std::make_unique<JobManager>(s->clock_, *s->store_, *s->metrics_, mopts);
+  if (absl::Status st = s->manager_->Load(); !st.ok()) return st;
+
+  if (!options.metrics_listen.empty()) {
+    auto exposer = StartMetricsExposer(options.metrics_listen, s->registry_);
+    if (!exposer.ok()) return exposer.status();
+    s->exposer_ = std::move(*exposer);
+    std::vector<int> ports = s->exposer_->GetListeningPorts();
+    s->metrics_port_ = ports.empty() ? 0 : ports.front();
+  }
+
+  s->client_service_ = std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(*s->manager_, *s->metrics_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterService(s->client_service_.get());
+  builder.RegisterService(s->worker_service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options.listen));
+  }
+  s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
+  LogInfo("coordinator serving on port ", s->port_, " (metrics ",
+          s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled",
+          ", db ", options.db, ", heartbeat timeout ",
+          absl::FormatDuration(options.heartbeat_timeout), ")");
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::LivenessLoop() {
+  const absl::Duration tick =
+      std::clamp(options_.heartbeat_timeout / 4, absl::Milliseconds(20), absl::Seconds(1));
+  while (!stop_.WaitForNotificationWithTimeout(tick)) manager_->CheckLiveness();
+}
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  LogInfo("coordinator shutting down");
+  if (manager_) manager_->Shutdown();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  stop_.Notify();
+  if (liveness_.joinable()) liveness_.join();
+  exposer_.reset();
+}
+
+void CoordinatorServer::Wait() { stop_.WaitForNotification(); }
+
+}  // namespace zpipe::coordinator

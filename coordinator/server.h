@@ -1,0 +1,81 @@
+// CoordinatorServer: wires store, metrics, job manager and the gRPC services into a running
+// coordinator (plus grpc.health.v1, server reflection and the /metrics HTTP endpoint).
+// `zpipe-coordinator` is a thin main around it; tests start it in-process on port 0.
+#ifndef ZPIPE_COORDINATOR_SERVER_H_
+#define ZPIPE_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/job_manager.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+class Registry;
+}  // namespace prometheus
+
+namespace zpipe::coordinator {
+
+class CoordinatorServiceImpl;
+class WorkerServiceImpl;
+class JobStore;
+class Metrics;
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:50051";          // gRPC; port 0 = pick a free one
+  std::string metrics_listen = "0.0.0.0:9464";   // /metrics; empty = disabled
+  std::string db = "zpipe-coordinator.db";       // SQLite file, or ":memory:"
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
+  int max_message_bytes = 64 << 20;  // requests larger than this get RESOURCE_EXHAUSTED
+};
+
+class CoordinatorServer {
+ public:
+  // Opens the store, restores jobs, binds both ports and starts serving.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ServerOptions& options);
+  ~CoordinatorServer();  // Shutdown()
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }  // 0 when disabled
+  JobManager& manager() { return *manager_; }
+
+  // Tells workers to shut down, stops serving (in-flight calls get up to `grace`), stops the
+  // liveness loop. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Milliseconds(500));
+  // Blocks until Shutdown() has been called.
+  void Wait();
+
+ private:
+  CoordinatorServer() = default;
+  void LivenessLoop();
+
+  ServerOptions options_;
+  RealClock clock_;
+  std::unique_ptr<JobStore> store_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<CoordinatorServiceImpl> client_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  absl::Notification stop_;
+  std::thread liveness_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ = false;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_SERVER_H_

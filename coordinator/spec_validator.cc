@@ -1,0 +1,159 @@
+#include "coordinator/spec_validator.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/schedule.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+absl::Status Bad(absl::string_view path, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
+}
+
+absl::Status IntIn(absl::string_view path, int value, int lo, int hi) {
+  if (value < lo || value > hi) {
+    return Bad(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+// lo_open: the value must be > lo (else >= lo).
+absl::Status DoubleIn(absl::string_view path, double value, double lo, double hi, bool lo_open) {
+  if (!std::isfinite(value)) return Bad(path, absl::StrCat("must be a finite number, got ", value));
+  if ((lo_open ? value <= lo : value < lo) || value > hi) {
+    return Bad(path, absl::StrCat("must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ",
+                                  value));
+  }
+  return absl::OkStatus();
+}
+
+bool NameChar(char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; }
+
+#define ZPIPE_RETURN_IF_ERROR(expr)         \
+  do {                                      \
+    if (absl::Status s_ = (expr); !s_.ok()) \
+      return s_;                            \
+  } while (0)
+
+absl::Status ValidateGpt(const GptConfig& g, int stages) {
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.layers", g.layers, 1, 4096));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.hidden", g.hidden, 1, 65536));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.heads", g.heads, 1, 1024));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.seq_len", g.seq_len, 1, 1 << 20));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.vocab", g.vocab, 2, 10'000'000));
+  if (g.hidden % g.heads != 0) {
+    return Bad("spec.model.gpt.hidden",
+               absl::StrCat("must be a multiple of heads (", g.heads, "), got ", g.hidden));
+  }
+  if (g.layers % stages != 0) {
+    return Bad("spec.model.gpt.layers",
+               absl::StrCat(g.layers, " layers cannot be split evenly into ", stages,
+                            " stages (pipeline x chunks); use a multiple of ", stages));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSynthetic(const SyntheticConfig& s) {
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.forward_ms", s.forward_ms, 0, 60000, true));
+  ZPIPE_RETURN_IF_ERROR(
+      DoubleIn("spec.model.synthetic.backward_ms", s.backward_ms, 0, 60000, true));
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.weight_ms", s.weight_ms, 0, 60000, false));
+  ZPIPE_RETURN_IF_ERROR(
+      DoubleIn("spec.model.synthetic.activation_kb", s.activation_kb, 0, 1 << 20, false));
+  ZPIPE_RETURN_IF_ERROR(
+      DoubleIn("spec.model.synthetic.params_mb", s.params_mb, 0, 1 << 20, false));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view id) {
+  if (id.empty() || id.size() > 64) {
+    return Bad("job_id", absl::StrCat("must be 1..64 characters, got ", id.size()));
+  }
+  if (!absl::ascii_isalnum(id[0])) return Bad("job_id", "must start with a letter or digit");
+  for (char c : id) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '.' || c == '_' || c == '-')) {
+      return Bad("job_id", "may only contain a-z, 0-9, '.', '_' and '-'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSpecFields(const JobSpec& spec) {
+  if (spec.name.empty() || spec.name.size() > 128) {
+    return Bad("spec.name", absl::StrCat("must be 1..128 characters, got ", spec.name.size()));
+  }
+  for (char c : spec.name) {
+    if (!NameChar(c)) return Bad("spec.name", "may only contain A-Z, a-z, 0-9, '.', '_' and '-'");
+  }
+
+  // Parallelism and schedule first: the model checks need p * v.
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.parallel.pipeline", spec.pipeline, 1, kMaxPipeline));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.parallel.data", spec.data, 0, kMaxData));
+  if (spec.world_size() > kMaxWorldSize) {
+    return Bad("spec.parallel.data", absl::StrCat("pipeline x data = ", spec.world_size(),
+                                                  " exceeds ", kMaxWorldSize, " workers"));
+  }
+  if (spec.schedule.empty()) return Bad("spec.schedule.kind", "is required");
+  absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
+  if (!kind.ok()) return Bad("spec.schedule.kind", kind.status().message());
+  if (*kind == core::ScheduleKind::kInterleaved1F1B) {
+    if (spec.chunks != 0) ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.chunks", spec.chunks, 2, 16));
+  } else if (spec.chunks != 0) {
+    return Bad("spec.schedule.chunks",
+               absl::StrCat("only 'interleaved' takes chunks; ", spec.schedule,
+                            " has a fixed number, leave it 0 (got ", spec.chunks, ")"));
+  }
+  if (spec.memory_limit.has_value()) {
+    ZPIPE_RETURN_IF_ERROR(
+        DoubleIn("spec.schedule.memory_limit", *spec.memory_limit, 0, 1e6, true));
+  }
+  const int v = core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
+
+  if (std::holds_alternative<std::monostate>(spec.model)) {
+    return Bad("spec.model", "one of gpt or synthetic is required");
+  }
+  if (const auto* gpt = std::get_if<GptConfig>(&spec.model)) {
+    ZPIPE_RETURN_IF_ERROR(ValidateGpt(*gpt, spec.pipeline * v));
+  } else {
+    ZPIPE_RETURN_IF_ERROR(ValidateSynthetic(std::get<SyntheticConfig>(spec.model)));
+  }
+
+  ZPIPE_RETURN_IF_ERROR(
+      IntIn("spec.batch.microbatches", spec.microbatches, 1, kMaxMicrobatches));
+  if (static_cast<int64_t>(spec.pipeline) * v * spec.microbatches > kMaxStageMicrobatches) {
+    return Bad("spec.batch.microbatches",
+               absl::StrCat("pipeline x chunks x microbatches = ",
+                            static_cast<int64_t>(spec.pipeline) * v * spec.microbatches,
+                            " exceeds ", kMaxStageMicrobatches));
+  }
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.batch.microbatch_size", spec.microbatch_size, 1, 65536));
+
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.train.iterations", spec.iterations, 1, 10'000'000));
+  if (!(spec.optimizer.empty() || spec.optimizer == "sgd" || spec.optimizer == "adam" ||
+        spec.optimizer == "adamw")) {
+    return Bad("spec.train.optimizer",
+               absl::StrCat("unknown optimizer '", spec.optimizer.substr(0, 64),
+                            "' (expected sgd, adam or adamw)"));
+  }
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.lr", spec.lr, 0, 10, true));
+
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.grad_sync.bucket_mb", spec.bucket_mb, 0, 4096, false));
+
+  ZPIPE_RETURN_IF_ERROR(
+      IntIn("spec.checkpoint.every", spec.checkpoint_every, 0, 10'000'000));
+  if (spec.checkpoint_every > 0 && spec.checkpoint_dir.empty()) {
+    return Bad("spec.checkpoint.dir", "is required when checkpoint.every > 0");
+  }
+  if (spec.checkpoint_dir.size() > 4096) {
+    return Bad("spec.checkpoint.dir", "must be at most 4096 characters");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,186 @@
+#include "coordinator/sqlite_job_store.h"
+
+#include <sqlite3.h>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_proto.h"
+#include "zpipe/v1/job.pb.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id TEXT PRIMARY KEY,
+  submit_order INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  create_us INTEGER NOT NULL,
+  start_us INTEGER,
+  end_us INTEGER,
+  attempt INTEGER NOT NULL,
+  last_sequence INTEGER NOT NULL,
+  iterations_done INTEGER NOT NULL,
+  spec BLOB NOT NULL,          -- zpipe.v1.JobSpec
+  ranks BLOB NOT NULL,         -- zpipe.v1.Job with only `ranks`
+  summary BLOB                 -- zpipe.v1.IterationSummary, NULL before the first
+);
+)sql";
+
+absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+// Unset times are stored as NULL.
+void BindTime(sqlite3_stmt* st, int index, absl::Time t) {
+  if (t == absl::InfinitePast()) {
+    sqlite3_bind_null(st, index);
+  } else {
+    sqlite3_bind_int64(st, index, absl::ToUnixMicros(t));
+  }
+}
+
+absl::Time ColumnTime(sqlite3_stmt* st, int col) {
+  if (sqlite3_column_type(st, col) == SQLITE_NULL) return absl::InfinitePast();
+  return absl::FromUnixMicros(sqlite3_column_int64(st, col));
+}
+
+std::string ColumnBlob(sqlite3_stmt* st, int col) {
+  const void* data = sqlite3_column_blob(st, col);
+  return std::string(static_cast<const char*>(data), sqlite3_column_bytes(st, col));
+}
+
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
+  ~Statement() { sqlite3_finalize(st_); }
+  sqlite3_stmt* get() { return st_; }
+
+ private:
+  sqlite3_stmt* st_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                            SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    absl::Status st = absl::UnavailableError(
+        absl::StrCat("sqlite: cannot open '", path, "': ", db ? sqlite3_errmsg(db) : "no memory"));
+    sqlite3_close(db);
+    return st;
+  }
+  std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(db));
+  char* err = nullptr;
+  const std::string setup = absl::StrCat(
+      path == ":memory:" ? "" : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; ", kSchema);
+  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    absl::Status st = absl::InternalError(absl::StrCat("sqlite: schema: ", err ? err : "?"));
+    sqlite3_free(err);
+    return st;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  return store;
+}
+
+SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
+
+absl::Status SqliteJobStore::Put(const JobRecord& job) {
+  v1::Job ranks;
+  for (const auto& slot : job.ranks) *ranks.add_ranks() = RankSlotToProto(slot);
+  const std::string spec_bytes = SpecToProto(job.spec).SerializeAsString();
+  const std::string ranks_bytes = ranks.SerializeAsString();
+  std::string summary_bytes;
+  if (job.latest_summary) summary_bytes = SummaryToProto(*job.latest_summary).SerializeAsString();
+
+  absl::MutexLock lock(&mu_);
+  Statement st(db_,
+               "INSERT OR REPLACE INTO jobs (id, submit_order, state, reason, create_us, "
+               "start_us, end_us, attempt, last_sequence, iterations_done, spec, ranks, summary) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+  sqlite3_stmt* s = st.get();
+  if (s == nullptr) return SqlError(db_, "prepare insert");
+  sqlite3_bind_text(s, 1, job.id.data(), static_cast<int>(job.id.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s, 2, job.submit_order);
+  const absl::string_view state = JobStateName(job.state);
+  sqlite3_bind_text(s, 3, state.data(), static_cast<int>(state.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 4, job.reason.data(), static_cast<int>(job.reason.size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s, 5, absl::ToUnixMicros(job.create_time));
+  BindTime(s, 6, job.start_time);
+  BindTime(s, 7, job.end_time);
+  sqlite3_bind_int(s, 8, job.attempt);
+  sqlite3_bind_int64(s, 9, static_cast<sqlite3_int64>(job.last_sequence));
+  sqlite3_bind_int(s, 10, job.iterations_done);
+  sqlite3_bind_blob(s, 11, spec_bytes.data(), static_cast<int>(spec_bytes.size()),
+                    SQLITE_TRANSIENT);
+  sqlite3_bind_blob(s, 12, ranks_bytes.data(), static_cast<int>(ranks_bytes.size()),
+                    SQLITE_TRANSIENT);
+  if (job.latest_summary) {
+    sqlite3_bind_blob(s, 13, summary_bytes.data(), static_cast<int>(summary_bytes.size()),
+                      SQLITE_TRANSIENT);
+  } else {
+    sqlite3_bind_null(s, 13);
+  }
+  if (sqlite3_step(s) != SQLITE_DONE) return SqlError(db_, absl::StrCat("write job ", job.id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
+  absl::MutexLock lock(&mu_);
+  Statement st(db_,
+               "SELECT id, submit_order, state, reason, create_us, start_us, end_us, attempt, "
+               "last_sequence, iterations_done, spec, ranks, summary FROM jobs "
+               "ORDER BY submit_order");
+  sqlite3_stmt* s = st.get();
+  if (s == nullptr) return SqlError(db_, "prepare select");
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    JobRecord r;
+    r.id = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    r.submit_order = sqlite3_column_int64(s, 1);
+    const std::string state = reinterpret_cast<const char*>(sqlite3_column_text(s, 2));
+    bool known = false;
+    for (JobState js : kAllJobStates) {
+      if (JobStateName(js) == state) {
+        r.state = js;
+        known = true;
+      }
+    }
+    if (!known) return absl::DataLossError(absl::StrCat("job ", r.id, ": bad state ", state));
+    r.reason = reinterpret_cast<const char*>(sqlite3_column_text(s, 3));
+    r.create_time = absl::FromUnixMicros(sqlite3_column_int64(s, 4));
+    r.start_time = ColumnTime(s, 5);
+    r.end_time = ColumnTime(s, 6);
+    r.attempt = sqlite3_column_int(s, 7);
+    r.last_sequence = static_cast<uint64_t>(sqlite3_column_int64(s, 8));
+    r.iterations_done = sqlite3_column_int(s, 9);
+    v1::JobSpec spec;
+    if (!spec.ParseFromString(ColumnBlob(s, 10))) {
+      return absl::DataLossError(absl::StrCat("job ", r.id, ": unreadable spec"));
+    }
+    absl::StatusOr<JobSpec> domain = SpecFromProto(spec);
+    if (!domain.ok()) return absl::DataLossError(absl::StrCat("job ", r.id, ": ", domain.status().message()));
+    r.spec = std::move(*domain);
+    v1::Job ranks;
+    if (!ranks.ParseFromString(ColumnBlob(s, 11))) {
+      return absl::DataLossError(absl::StrCat("job ", r.id, ": unreadable ranks"));
+    }
+    for (const auto& slot : ranks.ranks()) r.ranks.push_back(RankSlotFromProto(slot));
+    if (sqlite3_column_type(s, 12) != SQLITE_NULL) {
+      v1::IterationSummary summary;
+      if (!summary.ParseFromString(ColumnBlob(s, 12))) {
+        return absl::DataLossError(absl::StrCat("job ", r.id, ": unreadable summary"));
+      }
+      r.latest_summary = SummaryFromProto(summary);
+    }
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "read jobs");
+  return out;
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,34 @@
+// SqliteJobStore: JobStore on an embedded SQLite database (one `jobs` table, WAL mode).
+#ifndef ZPIPE_COORDINATOR_SQLITE_JOB_STORE_H_
+#define ZPIPE_COORDINATOR_SQLITE_JOB_STORE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/job_store.h"
+
+struct sqlite3;
+
+namespace zpipe::coordinator {
+
+class SqliteJobStore : public JobStore {
+ public:
+  // `path` is a file (created if missing) or ":memory:". Fails when the database cannot be
+  // opened or its schema created.
+  static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const std::string& path);
+  ~SqliteJobStore() override;
+
+  absl::Status Put(const JobRecord& job) override;
+  absl::StatusOr<std::vector<JobRecord>> LoadAll() override;
+
+ private:
+  explicit SqliteJobStore(sqlite3* db) : db_(db) {}
+  absl::Mutex mu_;
+  sqlite3* db_;  // owned
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_SQLITE_JOB_STORE_H_

@@ -1,0 +1,231 @@
+#include "coordinator/worker_service.h"
+
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "coordinator/grpc_status.h"
+#include "coordinator/job_proto.h"
+#include "coordinator/log.h"
+#include "coordinator/worker_proto.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+using SessionStream = grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>;
+
+// The downstream half of a Session: commands queue here (never blocking the job manager) and a
+// writer thread drains them onto the stream.
+class SessionConnection : public WorkerConnection {
+ public:
+  SessionConnection(grpc::ServerContext* ctx, SessionStream* stream)
+      : ctx_(ctx), stream_(stream), writer_([this] { WriteLoop(); }) {}
+  ~SessionConnection() override { Stop(); }
+
+  void Send(WorkerCommand command) override {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) queue_.push_back(std::move(command));
+  }
+
+  void Close(absl::Status status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (close_status_.ok()) close_status_ = std::move(status);
+    }
+    ctx_->TryCancel();  // unblocks the reader
+  }
+
+  // Flushes what is queued, then ends the writer. Idempotent.
+  void Stop() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (writer_.joinable()) writer_.join();
+  }
+
+  absl::Status close_status() {
+    absl::MutexLock lock(&mu_);
+    return close_status_;
+  }
+
+ private:
+  void WriteLoop() {
+    while (true) {
+      WorkerCommand command;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](SessionConnection* c) { return c->stopping_ || !c->queue_.empty(); }, this));
+        if (queue_.empty()) return;
+        command = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      v1::CoordinatorMessage message;
+      CommandToProto(command, &message);
+      if (!stream_->Write(message)) {
+        absl::MutexLock lock(&mu_);
+        queue_.clear();
+        stopping_ = true;
+        return;
+      }
+    }
+  }
+
+  grpc::ServerContext* ctx_;
+  SessionStream* stream_;
+  absl::Mutex mu_;
+  std::deque<WorkerCommand> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  std::thread writer_;  // last: starts once the rest is built
+};
+
+ProgressBatchData BatchFromProto(const v1::ProgressBatch& b) {
+  ProgressBatchData data;
+  data.job_id = b.job_id();
+  data.pipeline_rank = b.pipeline_rank();
+  data.data_rank = b.data_rank();
+  data.events.iterations = absl::MakeConstSpan(b.iterations().data(), b.iterations_size());
+  data.events.ops = absl::MakeConstSpan(b.ops().data(), b.ops_size());
+  data.events.stages = absl::MakeConstSpan(b.stages().data(), b.stages_size());
+  data.events.microbatches = absl::MakeConstSpan(b.microbatches().data(), b.microbatches_size());
+  return data;
+}
+
+// Reports that no longer apply (a cancelled job, a stale rank) are expected in races; only a
+// replaced registration ends the session.
+bool EndsSession(const absl::Status& st) { return st.code() == absl::StatusCode::kAborted; }
+
+}  // namespace
+
+grpc::Status WorkerServiceImpl::Done(absl::string_view method, const absl::Status& status) {
+  metrics_.CountRpc(method, status.code());
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
+                                               const v1::RegisterWorkerRequest* req,
+                                               v1::RegisterWorkerResponse* resp) {
+  absl::StatusOr<WorkerRegistration> reg = RegistrationFromProto(*req);
+  if (!reg.ok()) return Done("RegisterWorker", reg.status());
+  absl::StatusOr<RegisterResult> result = manager_.RegisterWorker(*reg);
+  if (!result.ok()) return Done("RegisterWorker", result.status());
+  resp->set_worker_id(result->worker_id);
+  resp->set_resume_running_job(result->resume_running_job);
+  using google::protobuf::util::TimeUtil;
+  *resp->mutable_heartbeat_interval() = TimeUtil::NanosecondsToDuration(
+      absl::ToInt64Nanoseconds(manager_.options().heartbeat_interval));
+  *resp->mutable_heartbeat_timeout() = TimeUtil::NanosecondsToDuration(
+      absl::ToInt64Nanoseconds(manager_.options().heartbeat_timeout));
+  return Done("RegisterWorker", absl::OkStatus());
+}
+
+grpc::Status WorkerServiceImpl::Session(grpc::ServerContext* ctx, SessionStream* stream) {
+  return Done("Session", RunSession(ctx, stream));
+}
+
+absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStream* stream) {
+  v1::WorkerMessage msg;
+  if (!stream->Read(&msg)) return absl::CancelledError("stream ended before hello");
+  if (!msg.has_hello()) {
+    return absl::InvalidArgumentError("the first Session message must be hello");
+  }
+  const std::string worker_id = msg.hello().worker_id();
+  absl::StatusOr<std::string> name = manager_.WorkerName(worker_id);
+  if (!name.ok()) return name.status();
+
+  SessionConnection connection(ctx, stream);
+  if (absl::Status st = manager_.AttachSession(worker_id, &connection); !st.ok()) return st;
+  absl::Status result;
+  while (result.ok() && stream->Read(&msg)) {
+    switch (msg.kind_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        result = manager_.Heartbeat(worker_id);
+        break;
+      case v1::WorkerMessage::kProgress: {
+        const v1::ProgressBatch& b = msg.progress();
+        const int n = b.iterations_size();
+        if (b.ops_size() != n || b.stages_size() != n || b.microbatches_size() != n) {
+          result = absl::InvalidArgumentError(
+              "progress: iterations, ops, stages and microbatches must have equal lengths");
+          break;
+        }
+        manager_.Progress(*name, BatchFromProto(b));
+        break;
+      }
+      case v1::WorkerMessage::kIteration: {
+        const v1::IterationReport& r = msg.iteration();
+        std::optional<double> loss;
+        if (r.has_loss()) loss = r.loss();
+        absl::Status st = manager_.IterationReport(worker_id, r.job_id(), r.iteration(),
+                                                   RankStatsFromProto(r.stats()), loss);
+        if (EndsSession(st)) result = st;
+        break;
+      }
+      case v1::WorkerMessage::kFinished: {
+        const v1::RankFinished& f = msg.finished();
+        absl::Status st =
+            manager_.RankFinished(worker_id, f.job_id(), f.pipeline_rank(), f.data_rank());
+        if (!st.ok()) LogWarning("worker ", *name, ": finished report ignored: ", st.message());
+        if (EndsSession(st)) result = st;
+        break;
+      }
+      case v1::WorkerMessage::kFailure: {
+        const v1::RankFailure& f = msg.failure();
+        absl::Status st = manager_.RankFailed(worker_id, f.job_id(), f.pipeline_rank(),
+                                              f.data_rank(), f.message());
+        if (!st.ok()) LogWarning("worker ", *name, ": failure report ignored: ", st.message());
+        if (EndsSession(st)) result = st;
+        break;
+      }
+      case v1::WorkerMessage::kHello:
+      case v1::WorkerMessage::KIND_NOT_SET:
+        break;
+    }
+  }
+  manager_.DetachSession(worker_id, &connection);  // no Send() after this returns
+  connection.Stop();
+  if (absl::Status closed = connection.close_status(); !closed.ok()) return closed;
+  return result;
+}
+
+grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext*,
+                                              const v1::RendezvousSetRequest* req,
+                                              v1::RendezvousSetResponse*) {
+  return Done("RendezvousSet", manager_.RendezvousSet(req->job_id(), req->key(), req->value()));
+}
+
+grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext*,
+                                              const v1::RendezvousGetRequest* req,
+                                              v1::RendezvousGetResponse* resp) {
+  absl::StatusOr<std::string> value = manager_.RendezvousGet(req->job_id(), req->key());
+  if (!value.ok()) return Done("RendezvousGet", value.status());
+  resp->set_value(std::move(*value));
+  return Done("RendezvousGet", absl::OkStatus());
+}
+
+grpc::Status WorkerServiceImpl::RendezvousWait(grpc::ServerContext* ctx,
+                                               const v1::RendezvousWaitRequest* req,
+                                               v1::RendezvousWaitResponse* resp) {
+  absl::Time deadline = absl::FromChrono(ctx->deadline());
+  if (req->has_timeout()) {
+    const absl::Duration timeout =
+        absl::Seconds(req->timeout().seconds()) + absl::Nanoseconds(req->timeout().nanos());
+    if (timeout < absl::ZeroDuration()) {
+      return Done("RendezvousWait", absl::InvalidArgumentError("timeout: must be >= 0"));
+    }
+    if (timeout > absl::ZeroDuration()) deadline = std::min(deadline, absl::Now() + timeout);
+  }
+  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  absl::StatusOr<std::vector<std::string>> values = manager_.RendezvousWait(
+      req->job_id(), keys, deadline, [ctx] { return ctx->IsCancelled(); });
+  if (!values.ok()) return Done("RendezvousWait", values.status());
+  for (std::string& v : *values) resp->add_values(std::move(v));
+  return Done("RendezvousWait", absl::OkStatus());
+}
+
+}  // namespace zpipe::coordinator

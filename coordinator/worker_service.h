@@ -1,0 +1,41 @@
+// WorkerServiceImpl: the worker-facing gRPC service (zpipe.v1.WorkerService): registration, the
+// per-worker Session stream, and rendezvous. Decodes, calls JobManager, encodes; no job logic.
+#ifndef ZPIPE_COORDINATOR_WORKER_SERVICE_H_
+#define ZPIPE_COORDINATOR_WORKER_SERVICE_H_
+
+#include "coordinator/job_manager.h"
+#include "coordinator/metrics.h"
+#include "zpipe/v1/worker.grpc.pb.h"
+
+namespace zpipe::coordinator {
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  WorkerServiceImpl(JobManager& manager, Metrics& metrics)
+      : manager_(manager), metrics_(metrics) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
+                              v1::RegisterWorkerResponse* resp) override;
+  grpc::Status Session(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;
+  grpc::Status RendezvousSet(grpc::ServerContext* ctx, const v1::RendezvousSetRequest* req,
+                             v1::RendezvousSetResponse* resp) override;
+  grpc::Status RendezvousGet(grpc::ServerContext* ctx, const v1::RendezvousGetRequest* req,
+                             v1::RendezvousGetResponse* resp) override;
+  grpc::Status RendezvousWait(grpc::ServerContext* ctx, const v1::RendezvousWaitRequest* req,
+                              v1::RendezvousWaitResponse* resp) override;
+
+ private:
+  grpc::Status Done(absl::string_view method, const absl::Status& status);
+  absl::Status RunSession(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream);
+
+  JobManager& manager_;
+  Metrics& metrics_;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_WORKER_SERVICE_H_
