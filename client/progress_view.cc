@@ -64,7 +64,7 @@ class JobView {
       }
       case v1::JobEvent::kIteration:
         *job_.mutable_latest_summary() = event.iteration();
-        Line(IterationLine(event.iteration(), job_.progress().iterations_total()));
+        Line(IterationLine(event.iteration(), job_.spec().train().iterations()));
         break;
       case v1::JobEvent::kProgress:
         *job_.mutable_progress() = event.progress();

@@ -41,7 +41,8 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     v1::SubmitJobResponse response;
     *response.mutable_job() = job;
     response.set_created(result->created);
-    ctx.out() << ToJson(response) << "\n";
+    // With --follow the events follow as JSON lines, so the response takes one line too.
+    ctx.out() << ToJson(response, /*pretty=*/!follow) << "\n";
     if (!follow) return kExitOk;
   } else if (!ctx.json()) {
     if (dry_run) {

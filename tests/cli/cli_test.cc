@@ -68,13 +68,14 @@ class CliTest : public ::testing::Test {
   }
 
   // Starts n fake workers and waits until the coordinator lists them.
-  void AddWorkers(int n, FakeWorkerOptions::Mode mode) {
+  void AddWorkers(int n, FakeWorkerOptions::Mode mode, absl::Duration iteration_time = absl::Milliseconds(20)) {
     const size_t before = workers_.size();
     for (int i = 0; i < n; ++i) {
       FakeWorkerOptions o;
       o.name = absl::StrCat("fake-", before + i);
       o.device_index = static_cast<int>(before) + i;
       o.mode = mode;
+      o.iteration_time = iteration_time;
       workers_.push_back(std::make_unique<FakeWorker>(address_, o));
       ASSERT_TRUE(workers_.back()->Start().ok());
     }
@@ -219,6 +220,16 @@ TEST_F(CliTest, FollowPrintsPlainLinesWhenNotATerminal) {
   EXPECT_THAT(r.out, HasSubstr("iteration 3/3"));
   EXPECT_THAT(r.out, HasSubstr("follow-1 succeeded"));
   EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "no terminal escapes in a pipe";
+}
+
+TEST_F(CliTest, FollowDrawsPerRankBarsOnATerminal) {
+  // Slow enough iterations that the rate-limited progress events arrive while it runs.
+  AddWorkers(2, FakeWorkerOptions::Mode::kRun, absl::Milliseconds(100));
+  ProcessResult r = RunInTerminal(Zpipe({"submit", JobFile(8), "--id", "tty-1", "--follow"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\x1b["));  // redrawn in place
+  EXPECT_THAT(r.out, HasSubstr("rank  1/0  F ["));
+  EXPECT_THAT(r.out, HasSubstr("tty-1 succeeded"));
 }
 
 TEST_F(CliTest, WatchJsonStreamsEventsAsJsonLines) {

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -117,6 +119,41 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<st
                   double timeout_s) {
   Subprocess p(argv, env);
   return p.Wait(timeout_s);
+}
+
+ProcessResult RunInTerminal(const std::vector<std::string>& argv, double timeout_s) {
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) {
+    std::perror("forkpty");
+    std::abort();
+  }
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    setenv("TERM", "xterm", 1);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  ProcessResult result;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child has exited and the slave side is closed
+    result.out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  close(master);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
 }
 
 int FreePort() {

@@ -47,6 +47,10 @@ class Subprocess {
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
                   double timeout_s = 60);
 
+// Runs with stdout and stderr on a pseudo-terminal (what a user at a shell sees); `out` gets
+// everything written, `err` stays empty.
+ProcessResult RunInTerminal(const std::vector<std::string>& argv, double timeout_s = 60);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
 
