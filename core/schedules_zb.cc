@@ -18,7 +18,6 @@
 #include <deque>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,15 +59,30 @@ struct Score {
   }
 };
 
-// Times `orders` with the simulator's rules; nullopt when the orders deadlock.
-std::optional<Score> Evaluate(const Problem& pr, const Orders& orders) {
+// Start and end of every action of a candidate, indexed like the orders.
+struct Timeline {
+  std::vector<std::vector<double>> start, end;
+};
+
+// Times `orders` with the simulator's rules; nullopt when the orders deadlock or, with
+// `check_memory`, when a rank's running memory exceeds the limit. Fills `timeline` if given.
+std::optional<Score> Evaluate(const Problem& pr, const Orders& orders, bool check_memory = false,
+                              Timeline* timeline = nullptr) {
   const int p = pr.p;
   const CostModel& cost = *pr.cost;
   std::vector<double> end_f(p * pr.m, -1), end_b(p * pr.m, -1);
   std::vector<size_t> cursor(p, 0);
-  std::vector<double> free_at(p, 0), first(p, kInf);
+  std::vector<double> free_at(p, 0), first(p, kInf), mem(p, 0);
   size_t left = 0;
   for (const auto& o : orders) left += o.size();
+  if (timeline != nullptr) {
+    timeline->start.resize(p);
+    timeline->end.resize(p);
+    for (int r = 0; r < p; ++r) {
+      timeline->start[r].assign(orders[r].size(), 0);
+      timeline->end[r].assign(orders[r].size(), 0);
+    }
+  }
   // Alternate sweep direction: forward sweeps carry F chains, backward sweeps carry B chains.
   for (bool forward = true; left > 0; forward = !forward) {
     size_t done = 0;
@@ -79,14 +93,12 @@ std::optional<Score> Evaluate(const Problem& pr, const Orders& orders) {
         const Action& a = order[cursor[r]];
         const int s = a.stage, i = a.microbatch;
         double ready = free_at[r];
-        double dur = 0;
         if (a.kind == ActionKind::kForward) {
           if (s > 0) {
             const double dep = end_f[pr.Index(s - 1, i)];
             if (dep < 0) break;
             ready = std::max(ready, dep + cost.comm);
           }
-          dur = cost.stages[s].f;
         } else if (a.kind == ActionKind::kBackwardInput) {
           const double dep = end_f[pr.Index(s, i)];
           if (dep < 0) break;
@@ -96,16 +108,20 @@ std::optional<Score> Evaluate(const Problem& pr, const Orders& orders) {
             if (up < 0) break;
             ready = std::max(ready, up + cost.comm);
           }
-          dur = cost.stages[s].b;
         } else {  // W
           const double dep = end_b[pr.Index(s, i)];
           if (dep < 0) break;
           ready = std::max(ready, dep);
-          dur = cost.stages[s].w;
         }
-        const double end = ready + dur;
+        mem[r] += cost.MemoryDelta(a);
+        if (check_memory && !pr.Fits(mem[r])) return std::nullopt;
+        const double end = ready + cost.Duration(a);
         if (a.kind == ActionKind::kForward) end_f[pr.Index(s, i)] = end;
         if (a.kind == ActionKind::kBackwardInput) end_b[pr.Index(s, i)] = end;
+        if (timeline != nullptr) {
+          timeline->start[r][cursor[r]] = ready;
+          timeline->end[r][cursor[r]] = end;
+        }
         first[r] = std::min(first[r], ready);
         free_at[r] = end;
         ++cursor[r];
@@ -126,6 +142,127 @@ std::optional<Score> Evaluate(const Problem& pr, const Orders& orders) {
   score.global_span = first_all <= last_all ? last_all - first_all : 0;
   return score;
 }
+
+// The rank whose span is the makespan.
+int CriticalRank(const Timeline& tl) {
+  int best = 0;
+  double span = -1;
+  for (size_t r = 0; r < tl.start.size(); ++r) {
+    if (tl.start[r].empty()) continue;
+    const double s = tl.end[r].back() - tl.start[r].front();
+    if (s > span) span = s, best = static_cast<int>(r);
+  }
+  return best;
+}
+
+// Walks the critical path back from the end of the critical rank and returns the positions (r, k)
+// where action k of rank r was held up by action k - 1 of its own rank rather than by its inputs:
+// swapping those two may shorten the path.
+std::vector<std::pair<int, int>> HeldUpPairs(const Problem& pr, const Orders& orders,
+                                             const Timeline& tl, size_t limit) {
+  const int p = pr.p;
+  // Where each F and B sits in its rank's order, to follow cross-rank dependencies.
+  std::vector<int> pos_f(p * pr.m, -1), pos_b(p * pr.m, -1);
+  for (int r = 0; r < p; ++r) {
+    for (size_t k = 0; k < orders[r].size(); ++k) {
+      const Action& a = orders[r][k];
+      if (a.kind == ActionKind::kForward) pos_f[pr.Index(a.stage, a.microbatch)] = k;
+      if (a.kind == ActionKind::kBackwardInput) pos_b[pr.Index(a.stage, a.microbatch)] = k;
+    }
+  }
+  const double comm = pr.cost->comm;
+  std::vector<std::pair<int, int>> out;
+  int r = CriticalRank(tl);
+  int k = static_cast<int>(orders[r].size()) - 1;
+  while (k >= 0 && out.size() < limit) {
+    const Action& a = orders[r][k];
+    const double start = tl.start[r][k];
+    const double eps = 1e-9 * std::max(1.0, start);
+    // The cross-rank input that binds, if any.
+    int dep_rank = -1, dep_pos = -1;
+    double dep_ready = -kInf;
+    if (a.kind == ActionKind::kForward && a.stage > 0) {
+      dep_rank = r - 1;
+      dep_pos = pos_f[pr.Index(a.stage - 1, a.microbatch)];
+      dep_ready = tl.end[dep_rank][dep_pos] + comm;
+    } else if (a.kind == ActionKind::kBackwardInput && a.stage + 1 < p) {
+      dep_rank = r + 1;
+      dep_pos = pos_b[pr.Index(a.stage + 1, a.microbatch)];
+      dep_ready = tl.end[dep_rank][dep_pos] + comm;
+    }
+    if (dep_rank >= 0 && dep_ready >= start - eps) {
+      r = dep_rank;
+      k = dep_pos;
+      continue;
+    }
+    if (k == 0) break;
+    const Action& prev = orders[r][k - 1];
+    const bool own_input = prev.microbatch == a.microbatch;  // F -> B or B -> W of one microbatch
+    if (prev.kind != a.kind && !own_input) out.push_back({r, k});
+    --k;
+  }
+  return out;
+}
+
+// Beyond the paper's heuristic: local search on the best list schedule. Repeatedly walks the
+// critical path and tries swapping an action with the same-rank action that held it up, keeping
+// a swap when the plan stays within memory and gets strictly better. Bounded by `evaluations`.
+void Polish(const Problem& pr, Orders& orders, Score& score, int evaluations) {
+  Timeline tl;
+  if (!Evaluate(pr, orders, /*check_memory=*/false, &tl)) return;
+  while (evaluations > 0) {
+    const std::vector<std::pair<int, int>> pairs = HeldUpPairs(pr, orders, tl, /*limit=*/2 * pr.p);
+    // Trials: every held-up pair on the path at once (a path is often held up a little at every
+    // rank, and no single swap shortens it), then each pair alone.
+    std::vector<std::vector<std::pair<int, int>>> trials;
+    if (pairs.size() > 1) trials.push_back(pairs);
+    for (size_t j = 0; j < pairs.size() && j < 8; ++j) trials.push_back({pairs[j]});
+    bool improved = false;
+    for (const auto& trial : trials) {
+      if (evaluations-- <= 0) break;
+      for (const auto& [r, k] : trial) std::swap(orders[r][k - 1], orders[r][k]);
+      Timeline trial_tl;
+      std::optional<Score> s = Evaluate(pr, orders, /*check_memory=*/true, &trial_tl);
+      if (s && *s < score) {
+        score = *s;
+        tl = std::move(trial_tl);
+        improved = true;
+        break;
+      }
+      for (auto it = trial.rbegin(); it != trial.rend(); ++it) {
+        std::swap(orders[it->first][it->second - 1], orders[it->first][it->second]);
+      }
+    }
+    if (!improved) return;
+  }
+}
+
+// The earliest of p wake-up times, kept in a tournament tree: set one in O(log p), read the
+// earliest in O(1). Ties go to the lower rank.
+class WakeTimes {
+ public:
+  explicit WakeTimes(int n) : leaves_(1) {
+    while (leaves_ < n) leaves_ *= 2;
+    time_.assign(leaves_, kInf);
+    tree_.assign(2 * leaves_, 0);
+    for (int i = 0; i < leaves_; ++i) tree_[leaves_ + i] = i;
+    for (int i = leaves_ - 1; i >= 1; --i) tree_[i] = Earlier(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  double at(int r) const { return time_[r]; }
+  void Set(int r, double t) {
+    time_[r] = t;
+    for (int i = (leaves_ + r) / 2; i >= 1; i /= 2) {
+      tree_[i] = Earlier(tree_[2 * i], tree_[2 * i + 1]);
+    }
+  }
+  int Earliest() const { return tree_[1]; }
+
+ private:
+  int Earlier(int a, int b) const { return time_[b] < time_[a] ? b : a; }
+  int leaves_;
+  std::vector<double> time_;
+  std::vector<int> tree_;
+};
 
 // One member of the policy family the list scheduler is run with.
 struct Policy {
@@ -157,16 +294,22 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
   Orders orders(p);
   for (auto& o : orders) o.reserve(3 * m);
 
-  using Event = std::pair<double, int>;  // (time, rank), earliest first
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  for (int r = 0; r < p; ++r) events.push({0.0, r});
+  // When each rank next needs to decide (kInf: blocked until a neighbour makes an input known).
+  // A rank only ever needs its earliest pending wake-up.
+  WakeTimes wake(p);
+  for (int r = 0; r < p; ++r) wake.Set(r, 0);
+  auto wake_at = [&](int q, double time) {
+    const double at = std::max(time, ranks[q].free_at);
+    if (at < wake.at(q)) wake.Set(q, at);
+  };
   int remaining = 3 * p * m;
 
-  while (!events.empty() && remaining > 0) {
-    const auto [t, r] = events.top();
-    events.pop();
+  while (remaining > 0) {
+    const int r = wake.Earliest();
+    const double t = wake.at(r);
+    if (t == kInf) break;  // every rank is blocked: stuck
+    wake.Set(r, kInf);
     Rank& st = ranks[r];
-    if (t < st.free_at) continue;  // stale: the rank is busy until a later event
     if (st.next_f == m && st.next_b == m && st.pending_w.empty()) continue;
     const StageCost& c = cost.stages[r];
 
@@ -214,10 +357,10 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
 
     if (pick == Pick::kNone) {
       // Wait for the earliest known arrival; unknown ones wake the rank when they are scheduled.
-      double wake = kInf;
-      if (rf > t) wake = std::min(wake, rf);
-      if (rb > t) wake = std::min(wake, rb);
-      if (wake < kInf) events.push({wake, r});
+      double next_wake = kInf;
+      if (rf > t) next_wake = std::min(next_wake, rf);
+      if (rb > t) next_wake = std::min(next_wake, rb);
+      if (next_wake < kInf) wake.Set(r, next_wake);
       continue;
     }
 
@@ -229,7 +372,7 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
       const double end = t + c.f;
       if (r + 1 < p) {
         ready_f[pr.Index(r + 1, i)] = end + cost.comm;
-        events.push({end + cost.comm, r + 1});
+        wake_at(r + 1, end + cost.comm);
       } else {
         ready_b[pr.Index(r, i)] = end;  // the loss closes the forward locally
       }
@@ -241,7 +384,7 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
       st.pending_w.push_back(i);
       if (r > 0) {
         ready_b[pr.Index(r - 1, i)] = t + c.b + cost.comm;
-        events.push({t + c.b + cost.comm, r - 1});
+        wake_at(r - 1, t + c.b + cost.comm);
       }
       st.started_b = true;
       st.last_was_b = true;
@@ -252,7 +395,7 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
     }
     orders[r].push_back(action);
     st.free_at = t + cost.Duration(action);
-    events.push({st.free_at, r});
+    wake.Set(r, st.free_at);
     --remaining;
   }
   if (remaining > 0) return std::nullopt;
@@ -300,7 +443,7 @@ std::vector<Policy> Knobs(const std::vector<int>& cap) {
 }
 
 // How many list-scheduler runs a generator may spend: about two million action steps in all, so
-// p = 32, m = 256 costs ~0.3 s, and small problems try every candidate.
+// p = 32, m = 256 costs ~0.2 s of CPU, and small problems try every candidate.
 int Budget(const Problem& pr) {
   const long actions = 3L * pr.p * pr.m;
   return static_cast<int>(std::clamp(2'000'000L / std::max(actions, 1L), 8L, 160L));
@@ -327,6 +470,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
       best = std::move(orders);
     }
   }
+  if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr)));
   if (!best) {
     return absl::FailedPreconditionError(absl::StrCat(
         name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,

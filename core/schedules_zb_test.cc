@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cmath>
 #include <random>
 #include <string>
@@ -232,20 +233,23 @@ TEST(ZbPropertyTest, MoreMemoryNeverHurts) {
   }
 }
 
-// The performance goal: p = 32, m = 256 well under a second (Release, this 2-core machine).
+// The performance goal: p = 32, m = 256 well under a second (Release, this 2-core machine). The
+// bound is on the process's CPU time, which other jobs on a shared machine do not inflate.
 TEST(ZbPerformanceTest, P32M256) {
   const ScheduleRequest req =
       Request(32, 256, CostModel::Uniform(32, Stage(10419, 10207, 7715), 408));
   for (ScheduleKind kind : kZbKinds) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto wall0 = std::chrono::steady_clock::now();
+    const std::clock_t cpu0 = std::clock();
     absl::StatusOr<Plan> plan = GenerateSchedule(kind, req);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::printf("%-8s p=32 m=256 generated in %.3f s\n", std::string(ScheduleName(kind)).c_str(),
-                seconds);
+    std::printf("%-8s p=32 m=256 generated in %.3f s CPU (%.3f s wall)\n",
+                std::string(ScheduleName(kind)).c_str(), cpu, wall);
 #ifdef NDEBUG
-    EXPECT_LT(seconds, 1.0) << ScheduleName(kind);
+    EXPECT_LT(cpu, 0.5) << ScheduleName(kind);
 #endif
   }
 }
