@@ -1,0 +1,80 @@
+// GPT-style decoder, cut into pipeline stages by layers, with the B/W-split backward.
+//
+// Model: token + position embedding, L blocks of (LayerNorm -> causal self-attention -> residual,
+// LayerNorm -> MLP(GELU) -> residual), final LayerNorm, LM head (no bias), mean cross-entropy.
+// Stage 0 holds the embeddings, stage S-1 the final LayerNorm, head and loss; layers are split as
+// evenly as possible (StageLayers). Every parameter is initialised from a generator seeded by
+// (job seed, its global name), and global names contain the global layer index, so a stage's
+// parameters equal the corresponding ones of the unpartitioned GptReference bit for bit, for any
+// S and placement.
+//
+// Every Linear (attention qkv/proj, MLP fc1/fc2, head) is a "split linear": its backward during B
+// computes only the input gradient and queues a closure (capturing the layer input and output
+// gradient) that computes and accumulates weight and bias gradients in W. LayerNorm parameters
+// and embeddings get their gradients from autograd during B.
+#ifndef ZPIPE_WORKER_MODEL_GPT_H_
+#define ZPIPE_WORKER_MODEL_GPT_H_
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/stage.h"
+
+namespace zpipe::worker::model {
+
+// DESIGN.md job spec `model.gpt`.
+struct GptConfig {
+  int layers = 0;   // transformer blocks L
+  int hidden = 0;   // width H, a multiple of heads
+  int heads = 0;
+  int seq_len = 0;  // maximum tokens per sample (position embedding size)
+  int vocab = 0;
+};
+
+// OK when every field is positive, hidden % heads == 0, vocab >= 2 and
+// 1 <= num_stages <= layers; otherwise InvalidArgument naming the field.
+absl::Status ValidateGptConfig(const GptConfig& config, int num_stages);
+
+// Blocks [begin, end) of stage `stage`: L / S each, the first L % S stages one more.
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+};
+LayerRange StageLayers(int layers, int num_stages, int stage);
+
+// Stage `options.stage` of `options.num_stages`. InvalidArgument on a bad config or stage index.
+absl::StatusOr<std::unique_ptr<Stage>> MakeGptStage(const GptConfig& config,
+                                                    const StageOptions& options);
+
+// The same model in one piece with ordinary autograd (no split), for parity tests and as the
+// single-process baseline. Parameter names and values equal the stages'.
+class GptReference {
+ public:
+  static absl::StatusOr<std::unique_ptr<GptReference>> Make(const GptConfig& config, uint64_t seed,
+                                                            torch::Device device = torch::kCPU,
+                                                            torch::Dtype dtype = torch::kFloat32);
+  ~GptReference();
+
+  // Mean cross-entropy over all tokens of `tokens`/`targets` ([b, T] int64), with the autograd
+  // graph attached (call .backward() on it). InvalidArgument on bad shapes.
+  absl::StatusOr<torch::Tensor> Loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+
+  // Phases and counts describe what the split stages would report; the reference itself gets
+  // every gradient from autograd.
+  const std::vector<ParamInfo>& params() const;
+  std::vector<torch::Tensor> parameters() const;
+
+ private:
+  struct Impl;
+  explicit GptReference(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zpipe::worker::model
+
+#endif  // ZPIPE_WORKER_MODEL_GPT_H_

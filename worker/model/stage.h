@@ -1,0 +1,137 @@
+// Stage: one pipeline stage of a model, as the plan executor drives it.
+//
+// A model is cut into S = p * v stages; stage s is a contiguous slice of it and owns its
+// parameters and its WeightGradStore. The executor calls, per plan action:
+//   F(s,i)  Forward(i, input, targets)  keeps what B needs, returns the output to send on.
+//   B(s,i)  BackwardInput(i, grad)      returns ONLY the input gradient (sent upstream); frees
+//                                       what only B needed; queues weight-gradient work for W.
+//   W(s,i)  BackwardWeight(i)           runs exactly microbatch i's queued work; accumulates
+//                                       into parameter .grad in place.
+//   BW(s,i) BackwardFull(i, grad)       B then W at once.
+// Order per microbatch: F, then B (after F), then W (after B); B and W of different microbatches
+// may interleave freely. Violations return FailedPrecondition naming the stage and microbatch;
+// LibTorch exceptions are caught here and returned as Internal/InvalidArgument statuses.
+//
+// Gradient accounting (for exactly-once gradient sync): params() lists every parameter with the
+// phase its gradient arrives in (B or W; BW delivers both) and how many accumulations into its
+// .grad one microbatch causes. A bucket's contributions per iteration are m x the sum over its
+// parameters. Gradients are accumulated in place into existing .grad tensors (autograd does the
+// same for B-phase parameters), so .grad may be a view into a flat bucket buffer; ZeroGrad keeps
+// that storage.
+//
+// Thread-safety: a Stage is driven by one thread at a time (the executor). Distinct stages are
+// independent (no global state) and may run on different threads.
+#ifndef ZPIPE_WORKER_MODEL_STAGE_H_
+#define ZPIPE_WORKER_MODEL_STAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace zpipe::worker::model {
+
+// When a parameter's gradient is accumulated.
+enum class GradPhase {
+  kB,  // during B (LayerNorm, embeddings): autograd accumulates it with the input gradient
+  kW,  // during W (split linear weights and biases): a queued closure accumulates it
+};
+
+inline const char* GradPhaseName(GradPhase phase) { return phase == GradPhase::kB ? "B" : "W"; }
+
+struct ParamInfo {
+  std::string name;      // global name, identical to the reference model's ("layers.3.mlp.fc1.weight")
+  torch::Tensor tensor;  // the parameter itself (shares storage and .grad with the stage's)
+  GradPhase phase = GradPhase::kW;
+  int accumulations_per_microbatch = 1;  // .grad accumulations per microbatch (B, W or BW)
+  int layer = 0;  // position in the whole model: -1 embeddings, 0..L-1 blocks, L final/head
+};
+
+// Shape and dtype of a tensor crossing a stage boundary (for pre-posted receives).
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  torch::Dtype dtype = torch::kFloat32;
+};
+
+// Construction parameters shared by every stage kind.
+struct StageOptions {
+  int stage = 0;        // s, 0-based
+  int num_stages = 1;   // S = p * v
+  int num_microbatches = 1;  // m: the last stage's loss gradient is 1/m
+  uint64_t seed = 0;    // job seed; parameters depend only on (seed, global layer, param name)
+  torch::Device device = torch::kCPU;
+  torch::Dtype dtype = torch::kFloat32;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  virtual int stage() const = 0;
+  virtual int num_stages() const = 0;
+  bool is_first() const { return stage() == 0; }
+  bool is_last() const { return stage() == num_stages() - 1; }
+
+  // F(s,i). `input`: token ids [b, T] (int64) for the first stage (synthetic: ignored, may be
+  // undefined), else the previous stage's output. `targets`: last stage only, token ids
+  // [b, T]. Returns the output activation (detached; send it on), or for the last stage the
+  // microbatch's mean loss as a detached scalar. FailedPrecondition if F(i) already ran and B(i)
+  // has not; InvalidArgument on bad shapes.
+  virtual absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
+                                                const torch::Tensor* targets = nullptr) = 0;
+
+  // B(s,i). `grad_output`: gradient of this stage's output, shaped like it; for the last stage
+  // pass an undefined tensor to start from loss / m (or a scalar to use as dLoss). Returns the
+  // input gradient, or an undefined tensor for the first stage. FailedPrecondition if F(i) did
+  // not run or B(i) already ran.
+  virtual absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor& grad_output) = 0;
+
+  // W(s,i). FailedPrecondition naming stage and microbatch if B(i) did not run or W(i) already
+  // did.
+  virtual absl::Status BackwardWeight(int mb) = 0;
+
+  // BW(s,i): BackwardInput then BackwardWeight.
+  absl::StatusOr<torch::Tensor> BackwardFull(int mb, const torch::Tensor& grad_output) {
+    absl::StatusOr<torch::Tensor> grad_input = BackwardInput(mb, grad_output);
+    if (!grad_input.ok()) return grad_input;
+    if (absl::Status st = BackwardWeight(mb); !st.ok()) return st;
+    return grad_input;
+  }
+
+  // The mean loss of microbatch `mb` (last stage, after its F). NotFound otherwise. Losses stay
+  // until ClearLosses().
+  virtual absl::StatusOr<float> Loss(int mb) const = 0;
+  virtual void ClearLosses() = 0;
+
+  // Drops everything held for `mb` (forward state, queued weight work, loss); for aborts.
+  virtual void FreeMicrobatch(int mb) = 0;
+  // Microbatches with forward state or queued weight work still held (0 after a full iteration).
+  virtual int pending_microbatches() const = 0;
+
+  // Parameters in model (forward) order, with gradient accounting.
+  virtual const std::vector<ParamInfo>& params() const = 0;
+  std::vector<torch::Tensor> parameters() const {
+    std::vector<torch::Tensor> out;
+    for (const ParamInfo& p : params()) out.push_back(p.tensor);
+    return out;
+  }
+  // Sets every defined .grad to zero in place (keeps its storage).
+  void ZeroGrad() {
+    torch::NoGradGuard no_grad;
+    for (const ParamInfo& p : params()) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+    }
+  }
+
+  // The activation exchanged at this stage's output boundary (and, for s > 0, its input), for a
+  // microbatch of `microbatch_size` samples; gradients have the same spec.
+  virtual TensorSpec ActivationSpec(int microbatch_size) const = 0;
+};
+
+}  // namespace zpipe::worker::model
+
+#endif  // ZPIPE_WORKER_MODEL_STAGE_H_

@@ -1,0 +1,187 @@
+#include "worker/model/synthetic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/internal/torch_status.h"
+#include "worker/model/weight_grad_store.h"
+
+namespace zpipe::worker::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using internal::GuardTorch;
+
+constexpr int64_t kMaxTensorFloats = 1'000'000;  // 4 MB per parameter tensor
+
+class SyntheticStage final : public Stage {
+ public:
+  SyntheticStage(const SyntheticStageConfig& config, const StageOptions& options)
+      : config_(config), options_(options), store_(options.stage) {
+    activation_floats_ = static_cast<int64_t>(std::llround(config.activation_kb * 1024.0 / 4.0));
+    int64_t remaining = static_cast<int64_t>(std::llround(config.params_mb * 1e6 / 4.0));
+    torch::NoGradGuard no_grad;
+    for (int k = 0; remaining > 0; ++k) {
+      const int64_t n = std::min(remaining, kMaxTensorFloats);
+      remaining -= n;
+      torch::Tensor t =
+          torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32).device(options.device));
+      t.set_requires_grad(true);
+      infos_.push_back(ParamInfo{absl::StrCat("synthetic.stage", options.stage, ".p", k), t,
+                                 GradPhase::kW, 1, k});
+    }
+  }
+
+  int stage() const override { return options_.stage; }
+  int num_stages() const override { return options_.num_stages; }
+
+  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
+                                        const torch::Tensor*) override {
+    const Clock::time_point start = Clock::now();
+    if (forwarded_.count(mb)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage(), " F microbatch ", mb, " forward state already held (F twice)"));
+    }
+    if (!is_first() && input.defined() && input.numel() != activation_floats_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", stage(), " F microbatch ", mb, " input has ", input.numel(),
+                       " elements, want ", activation_floats_));
+    }
+    absl::StatusOr<torch::Tensor> out =
+        GuardTorch(stage(), "F", mb, [&]() -> absl::StatusOr<torch::Tensor> {
+          if (is_last()) {
+            const float loss = 4.0f / (1.0f + 0.01f * static_cast<float>(forwards_++));
+            losses_[mb] = loss;
+            return torch::full({}, loss, torch::TensorOptions().dtype(torch::kFloat32));
+          }
+          return torch::full({activation_floats_}, static_cast<float>(stage() + 1),
+                             torch::TensorOptions().dtype(torch::kFloat32).device(options_.device));
+        });
+    if (out.ok()) forwarded_.insert({mb, true});
+    WaitUntil(start, config_.forward_ms);
+    return out;
+  }
+
+  absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor&) override {
+    const Clock::time_point start = Clock::now();
+    if (!forwarded_.erase(mb)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage(), " B microbatch ", mb, " no forward state (B without F, or B twice)"));
+    }
+    if (absl::Status s = store_.Open(mb); !s.ok()) return s;
+    absl::StatusOr<torch::Tensor> grad =
+        GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<torch::Tensor> {
+          absl::Status pushed = store_.Push(mb, [this] { WeightWork(); });
+          if (!pushed.ok()) return pushed;
+          if (is_first()) return torch::Tensor();
+          return torch::full({activation_floats_}, static_cast<float>(-(stage() + 1)),
+                             torch::TensorOptions().dtype(torch::kFloat32).device(options_.device));
+        });
+    if (!grad.ok()) store_.Drop(mb);
+    WaitUntil(start, config_.backward_ms);
+    return grad;
+  }
+
+  absl::Status BackwardWeight(int mb) override {
+    absl::StatusOr<std::vector<WeightGradStore::Closure>> work = store_.Take(mb);
+    if (!work.ok()) return work.status();
+    return GuardTorch(stage(), "W", mb, [&]() -> absl::Status {
+      for (const WeightGradStore::Closure& fn : *work) fn();
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<float> Loss(int mb) const override {
+    auto it = losses_.find(mb);
+    if (it == losses_.end()) {
+      return absl::NotFoundError(absl::StrCat("stage ", stage(), " microbatch ", mb,
+                                              ": no loss (not the last stage, or F not run)"));
+    }
+    return it->second;
+  }
+  void ClearLosses() override { losses_.clear(); }
+
+  void FreeMicrobatch(int mb) override {
+    forwarded_.erase(mb);
+    store_.Drop(mb);
+    losses_.erase(mb);
+  }
+  int pending_microbatches() const override {
+    return static_cast<int>(forwarded_.size()) + store_.pending_microbatches();
+  }
+
+  const std::vector<ParamInfo>& params() const override { return infos_; }
+
+  TensorSpec ActivationSpec(int) const override {
+    return TensorSpec{{activation_floats_}, torch::kFloat32};
+  }
+
+ private:
+  void WeightWork() {
+    const Clock::time_point start = Clock::now();
+    torch::NoGradGuard no_grad;
+    const double inc = 1.0 / options_.num_microbatches;
+    for (const ParamInfo& p : infos_) {
+      torch::Tensor& g = p.tensor.mutable_grad();
+      if (g.defined()) {
+        g.add_(inc);
+      } else {
+        g = torch::full_like(p.tensor, inc);
+      }
+    }
+    WaitUntil(start, config_.weight_ms);
+  }
+
+  void WaitUntil(Clock::time_point start, double ms) const {
+    const Clock::time_point end =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    if (config_.timing == SyntheticStageConfig::Timing::kSleep) {
+      std::this_thread::sleep_until(end);
+    } else {
+      while (Clock::now() < end) {
+      }
+    }
+  }
+
+  const SyntheticStageConfig config_;
+  const StageOptions options_;
+  WeightGradStore store_;
+  int64_t activation_floats_ = 0;
+  std::vector<ParamInfo> infos_;
+  std::map<int, bool> forwarded_;
+  std::map<int, float> losses_;
+  int64_t forwards_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Stage>> MakeSyntheticStage(const SyntheticStageConfig& config,
+                                                          const StageOptions& options) {
+  auto negative = [](absl::string_view field, double v) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.synthetic.", field, ": ", v, " must be >= 0"));
+  };
+  if (!(config.forward_ms >= 0)) return negative("forward_ms", config.forward_ms);
+  if (!(config.backward_ms >= 0)) return negative("backward_ms", config.backward_ms);
+  if (!(config.weight_ms >= 0)) return negative("weight_ms", config.weight_ms);
+  if (!(config.activation_kb >= 0)) return negative("activation_kb", config.activation_kb);
+  if (!(config.params_mb >= 0)) return negative("params_mb", config.params_mb);
+  if (options.num_stages < 1 || options.stage < 0 || options.stage >= options.num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage ", options.stage, " not in 0..", options.num_stages - 1));
+  }
+  if (options.num_microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_microbatches ", options.num_microbatches, " must be >= 1"));
+  }
+  return GuardTorch(options.stage, "init", -1, [&]() -> absl::StatusOr<std::unique_ptr<Stage>> {
+    return std::unique_ptr<Stage>(std::make_unique<SyntheticStage>(config, options));
+  });
+}
+
+}  // namespace zpipe::worker::model

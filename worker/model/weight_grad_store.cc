@@ -1,0 +1,71 @@
+#include "worker/model/weight_grad_store.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::worker::model {
+
+absl::Status WeightGradStore::Open(int mb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.try_emplace(mb).second) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", stage_, " microbatch ", mb,
+                     ": B ran again before W consumed the previous weight gradients"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightGradStore::Push(int mb, Closure closure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(mb);
+  if (it == pending_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", stage_, " microbatch ", mb,
+                     ": weight-gradient work queued outside B (store not open)"));
+  }
+  it->second.push_back(std::move(closure));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<WeightGradStore::Closure>> WeightGradStore::Take(int mb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(mb);
+  if (it == pending_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", stage_, " microbatch ", mb,
+                     ": W has no pending weight gradients (W without B, or W twice)"));
+  }
+  std::vector<Closure> out = std::move(it->second);
+  pending_.erase(it);
+  return out;
+}
+
+void WeightGradStore::Drop(int mb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(mb);
+}
+
+void WeightGradStore::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.clear();
+}
+
+bool WeightGradStore::Contains(int mb) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.count(mb) > 0;
+}
+
+int WeightGradStore::pending_microbatches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(pending_.size());
+}
+
+int WeightGradStore::pending_closures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [mb, closures] : pending_) n += static_cast<int>(closures.size());
+  return n;
+}
+
+}  // namespace zpipe::worker::model

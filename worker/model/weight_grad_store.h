@@ -1,0 +1,59 @@
+// WeightGradStore: the deferred weight-gradient work of one pipeline stage, keyed by microbatch.
+//
+// B(s,i) opens microbatch i (Open), and the split-linear backward pushes one closure per linear
+// layer (Push); each closure captures what it needs (layer input, output gradient) and
+// accumulates into its parameters' .grad in place. W(s,i) takes exactly microbatch i's closures
+// (Take) and runs them. The store belongs to one stage, so its errors name that stage.
+//
+// Thread-safety: all methods may be called concurrently (the autograd engine may run a backward,
+// and so Push, on one of its own threads).
+#ifndef ZPIPE_WORKER_MODEL_WEIGHT_GRAD_STORE_H_
+#define ZPIPE_WORKER_MODEL_WEIGHT_GRAD_STORE_H_
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace zpipe::worker::model {
+
+class WeightGradStore {
+ public:
+  using Closure = std::function<void()>;
+
+  explicit WeightGradStore(int stage) : stage_(stage) {}
+  WeightGradStore(const WeightGradStore&) = delete;
+  WeightGradStore& operator=(const WeightGradStore&) = delete;
+
+  int stage() const { return stage_; }
+
+  // Starts collecting microbatch `mb`'s closures. FailedPrecondition if `mb` is already open
+  // (B twice without W in between).
+  absl::Status Open(int mb);
+  // Appends a closure to open microbatch `mb`. FailedPrecondition if `mb` is not open (a
+  // backward ran outside B).
+  absl::Status Push(int mb, Closure closure);
+  // Removes and returns microbatch `mb`'s closures, in push order. FailedPrecondition naming the
+  // stage and microbatch if `mb` is not open (W without B, or W twice).
+  absl::StatusOr<std::vector<Closure>> Take(int mb);
+  // Forgets microbatch `mb` (no-op if absent); for aborted iterations.
+  void Drop(int mb);
+  // Forgets everything.
+  void Clear();
+
+  bool Contains(int mb) const;
+  int pending_microbatches() const;
+  int pending_closures() const;
+
+ private:
+  const int stage_;
+  mutable std::mutex mu_;
+  std::map<int, std::vector<Closure>> pending_;  // guarded by mu_
+};
+
+}  // namespace zpipe::worker::model
+
+#endif  // ZPIPE_WORKER_MODEL_WEIGHT_GRAD_STORE_H_
