@@ -1,0 +1,237 @@
+// Every JobSpec field is checked before acceptance: each bad spec gets INVALID_ARGUMENT whose
+// message starts with the field path. Oversized requests are refused without harm.
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/test_cluster.h"
+
+namespace zpipe::testing {
+namespace {
+
+struct BadSpec {
+  std::string what;
+  std::function<void(v1::SubmitJobRequest&)> mutate;
+  std::string path;  // expected prefix of the error message
+};
+
+v1::JobSpec Gpt(int layers, int p, const std::string& schedule = "1f1b") {
+  v1::JobSpec spec = SyntheticSpec(p);
+  auto* g = spec.mutable_model()->mutable_gpt();
+  g->set_layers(layers);
+  g->set_hidden(64);
+  g->set_heads(4);
+  g->set_seq_len(32);
+  g->set_vocab(128);
+  spec.mutable_schedule()->set_kind(schedule);
+  return spec;
+}
+
+std::vector<BadSpec> BadSpecs() {
+  const double nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  using R = v1::SubmitJobRequest;
+  auto spec = [](R& r) { return r.mutable_spec(); };
+  auto synth = [](R& r) { return r.mutable_spec()->mutable_model()->mutable_synthetic(); };
+  auto gpt = [](R& r) {
+    *r.mutable_spec() = Gpt(8, 2);
+    return r.mutable_spec()->mutable_model()->mutable_gpt();
+  };
+  return {
+      {"empty name", [&](R& r) { spec(r)->set_name(""); }, "spec.name"},
+      {"name with space", [&](R& r) { spec(r)->set_name("my job"); }, "spec.name"},
+      {"long name", [&](R& r) { spec(r)->set_name(std::string(200, 'a')); }, "spec.name"},
+      {"no model", [&](R& r) { spec(r)->clear_model(); }, "spec.model"},
+      {"gpt layers 0", [&](R& r) { gpt(r)->set_layers(0); }, "spec.model.gpt.layers"},
+      {"gpt layers not multiple of p*v", [&](R& r) { *r.mutable_spec() = Gpt(7, 2); },
+       "spec.model.gpt.layers"},
+      {"gpt layers vs V stages", [&](R& r) { *r.mutable_spec() = Gpt(6, 4, "zb-v"); },
+       "spec.model.gpt.layers"},
+      {"gpt hidden 0", [&](R& r) { gpt(r)->set_hidden(0); }, "spec.model.gpt.hidden"},
+      {"gpt hidden vs heads", [&](R& r) { gpt(r)->set_heads(3); }, "spec.model.gpt.hidden"},
+      {"gpt heads 0", [&](R& r) { gpt(r)->set_heads(0); }, "spec.model.gpt.heads"},
+      {"gpt seq_len 0", [&](R& r) { gpt(r)->set_seq_len(0); }, "spec.model.gpt.seq_len"},
+      {"gpt vocab 1", [&](R& r) { gpt(r)->set_vocab(1); }, "spec.model.gpt.vocab"},
+      {"forward_ms 0", [&](R& r) { synth(r)->set_forward_ms(0); },
+       "spec.model.synthetic.forward_ms"},
+      {"forward_ms NaN", [&](R& r) { synth(r)->set_forward_ms(nan); },
+       "spec.model.synthetic.forward_ms"},
+      {"backward_ms negative", [&](R& r) { synth(r)->set_backward_ms(-1); },
+       "spec.model.synthetic.backward_ms"},
+      {"weight_ms infinite", [&](R& r) { synth(r)->set_weight_ms(inf); },
+       "spec.model.synthetic.weight_ms"},
+      {"activation_kb negative", [&](R& r) { synth(r)->set_activation_kb(-5); },
+       "spec.model.synthetic.activation_kb"},
+      {"params_mb huge", [&](R& r) { synth(r)->set_params_mb(1e12); },
+       "spec.model.synthetic.params_mb"},
+      {"pipeline 0", [&](R& r) { spec(r)->mutable_parallel()->set_pipeline(0); },
+       "spec.parallel.pipeline"},
+      {"pipeline 65", [&](R& r) { spec(r)->mutable_parallel()->set_pipeline(65); },
+       "spec.parallel.pipeline"},
+      {"data negative", [&](R& r) { spec(r)->mutable_parallel()->set_data(-1); },
+       "spec.parallel.data"},
+      {"data 65", [&](R& r) { spec(r)->mutable_parallel()->set_data(65); }, "spec.parallel.data"},
+      {"world too big",
+       [&](R& r) {
+         spec(r)->mutable_parallel()->set_pipeline(64);
+         spec(r)->mutable_parallel()->set_data(32);
+       },
+       "spec.parallel.data"},
+      {"no schedule", [&](R& r) { spec(r)->mutable_schedule()->set_kind(""); },
+       "spec.schedule.kind"},
+      {"unknown schedule", [&](R& r) { spec(r)->mutable_schedule()->set_kind("2f2b"); },
+       "spec.schedule.kind"},
+      {"chunks on 1f1b", [&](R& r) { spec(r)->mutable_schedule()->set_chunks(3); },
+       "spec.schedule.chunks"},
+      {"interleaved chunks 1",
+       [&](R& r) {
+         spec(r)->mutable_schedule()->set_kind("interleaved");
+         spec(r)->mutable_schedule()->set_chunks(1);
+       },
+       "spec.schedule.chunks"},
+      {"memory_limit 0", [&](R& r) { spec(r)->mutable_schedule()->set_memory_limit(0); },
+       "spec.schedule.memory_limit"},
+      {"memory_limit negative", [&](R& r) { spec(r)->mutable_schedule()->set_memory_limit(-2); },
+       "spec.schedule.memory_limit"},
+      {"memory_limit below what 1f1b needs",
+       [&](R& r) { spec(r)->mutable_schedule()->set_memory_limit(0.5); },
+       "spec.schedule.memory_limit"},
+      {"interleaved m not a multiple of p",
+       [&](R& r) {
+         spec(r)->mutable_schedule()->set_kind("interleaved");
+         spec(r)->mutable_batch()->set_microbatches(3);
+       },
+       "spec.batch.microbatches"},
+      {"microbatches 0", [&](R& r) { spec(r)->mutable_batch()->set_microbatches(0); },
+       "spec.batch.microbatches"},
+      {"microbatches 5000", [&](R& r) { spec(r)->mutable_batch()->set_microbatches(5000); },
+       "spec.batch.microbatches"},
+      {"plan too large",
+       [&](R& r) {
+         spec(r)->mutable_parallel()->set_pipeline(64);
+         spec(r)->mutable_batch()->set_microbatches(2048);
+       },
+       "spec.batch.microbatches"},
+      {"microbatch_size 0", [&](R& r) { spec(r)->mutable_batch()->set_microbatch_size(0); },
+       "spec.batch.microbatch_size"},
+      {"iterations 0", [&](R& r) { spec(r)->mutable_train()->set_iterations(0); },
+       "spec.train.iterations"},
+      {"iterations negative", [&](R& r) { spec(r)->mutable_train()->set_iterations(-3); },
+       "spec.train.iterations"},
+      {"unknown optimizer", [&](R& r) { spec(r)->mutable_train()->set_optimizer("lbfgs"); },
+       "spec.train.optimizer"},
+      {"lr 0", [&](R& r) { spec(r)->mutable_train()->set_lr(0); }, "spec.train.lr"},
+      {"lr 100", [&](R& r) { spec(r)->mutable_train()->set_lr(100); }, "spec.train.lr"},
+      {"bucket_mb negative", [&](R& r) { spec(r)->mutable_grad_sync()->set_bucket_mb(-1); },
+       "spec.grad_sync.bucket_mb"},
+      {"bucket_mb huge", [&](R& r) { spec(r)->mutable_grad_sync()->set_bucket_mb(1e5); },
+       "spec.grad_sync.bucket_mb"},
+      {"checkpoint every negative", [&](R& r) { spec(r)->mutable_checkpoint()->set_every(-1); },
+       "spec.checkpoint.every"},
+      {"checkpoint without dir", [&](R& r) { spec(r)->mutable_checkpoint()->set_every(10); },
+       "spec.checkpoint.dir"},
+      {"unknown device", [&](R& r) { spec(r)->set_device(static_cast<v1::DeviceKind>(7)); },
+       "spec.device"},
+      {"job id with space", [&](R& r) { r.set_job_id("Bad ID"); }, "job_id"},
+      {"job id too long", [&](R& r) { r.set_job_id(std::string(100, 'a')); }, "job_id"},
+      {"job id leading dash", [&](R& r) { r.set_job_id("-x"); }, "job_id"},
+  };
+}
+
+TEST(SpecValidation, EachBadFieldIsRejectedWithItsPath) {
+  auto server = StartCoordinator();
+  auto stub = v1::CoordinatorService::NewStub(Connect(server->port()));
+  const std::vector<BadSpec> cases = BadSpecs();
+  ASSERT_GE(cases.size(), 30u);
+  int n = 0;
+  for (const BadSpec& c : cases) {
+    v1::SubmitJobRequest req;
+    req.set_job_id(absl::StrCat("bad-", n++));
+    *req.mutable_spec() = SyntheticSpec();
+    c.mutate(req);
+    grpc::ClientContext ctx;
+    v1::SubmitJobResponse resp;
+    grpc::Status st = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.what << ": " << st.error_message();
+    EXPECT_EQ(st.error_message().rfind(c.path + ":", 0), 0u)
+        << c.what << ": expected path " << c.path << ", got: " << st.error_message();
+  }
+  // None of them was stored.
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(stub->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+}
+
+TEST(SpecValidation, ValidSpecsAreAccepted) {
+  auto server = StartCoordinator();
+  auto stub = v1::CoordinatorService::NewStub(Connect(server->port()));
+  std::vector<v1::JobSpec> good = {SyntheticSpec(), Gpt(8, 2), Gpt(4, 4, "gpipe"),
+                                   SyntheticSpec(4, 8, 1, 2)};
+  v1::JobSpec interleaved = SyntheticSpec(2, 4);
+  interleaved.mutable_schedule()->set_kind("interleaved");
+  good.push_back(interleaved);
+  v1::JobSpec limited = SyntheticSpec(2, 4);
+  limited.mutable_schedule()->set_memory_limit(2);
+  good.push_back(limited);
+  int n = 0;
+  for (const v1::JobSpec& spec : good) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.set_job_id(absl::StrCat("good-", n++));
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status st = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << req.job_id() << ": " << st.error_message();
+  }
+}
+
+TEST(SpecValidation, HugeAndMalformedRequestsDoNotHurtTheCoordinator) {
+  auto server = StartCoordinator();
+  auto stub = v1::CoordinatorService::NewStub(Connect(server->port()));
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.set_job_id("huge");
+    *req.mutable_spec() = SyntheticSpec();
+    req.mutable_spec()->set_name(std::string(70 << 20, 'x'));
+    v1::SubmitJobResponse resp;
+    EXPECT_EQ(stub->SubmitJob(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    // Garbage bytes where a SubmitJobRequest should be.
+    grpc::GenericStub generic(Connect(server->port()));
+    grpc::ClientContext ctx;
+    grpc::CompletionQueue cq;
+    std::string junk = "\xff\xff\xff\xff\x0f garbage";
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    auto call = generic.PrepareUnaryCall(&ctx, "/zpipe.v1.CoordinatorService/SubmitJob", request,
+                                         &cq);
+    call->StartCall();
+    grpc::Status st;
+    call->Finish(&response, &st, reinterpret_cast<void*>(1));
+    void* tag;
+    bool ok;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_FALSE(st.ok());
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  // Still serving.
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  req.set_job_id("after");
+  *req.mutable_spec() = SyntheticSpec();
+  v1::SubmitJobResponse resp;
+  EXPECT_TRUE(stub->SubmitJob(&ctx, req, &resp).ok());
+}
+
+}  // namespace
+}  // namespace zpipe::testing

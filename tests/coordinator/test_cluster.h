@@ -1,0 +1,106 @@
+// Test harness for coordinator tests: an in-process coordinator on loopback and test workers
+// (threads) that speak the real worker-facing gRPC API.
+#ifndef ZPIPE_TESTS_COORDINATOR_TEST_CLUSTER_H_
+#define ZPIPE_TESTS_COORDINATOR_TEST_CLUSTER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/server.h"
+#include "grpcpp/grpcpp.h"
+#include "zpipe/v1/coordinator.grpc.pb.h"
+#include "zpipe/v1/worker.grpc.pb.h"
+
+namespace zpipe::testing {
+
+// Starts a coordinator on 127.0.0.1:0 (and /metrics on 127.0.0.1:0).
+std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(
+    const std::string& db = ":memory:", absl::Duration heartbeat_timeout = absl::Seconds(10));
+
+std::shared_ptr<grpc::Channel> Connect(int port);
+
+// A valid synthetic 1F1B spec: p pipeline ranks, m microbatches, `iterations` iterations.
+v1::JobSpec SyntheticSpec(int p = 2, int m = 4, int iterations = 2, int d = 1);
+
+// A worker: registers, holds a Session, heartbeats at the interval the coordinator asks for, and
+// (when auto_run) executes each assignment by reporting progress for every compute action of its
+// rank, an iteration report per iteration, and RankFinished.
+class TestWorker {
+ public:
+  struct Options {
+    Options(std::string name, v1::DeviceKind device = v1::DEVICE_KIND_CPU, bool auto_run = true)
+        : name(std::move(name)), device(device), auto_run(auto_run) {}
+    std::string name;
+    v1::DeviceKind device;
+    bool auto_run;
+    // Set in RegisterWorkerRequest.running_job_* (reconnecting after a coordinator restart).
+    std::string running_job_id;
+    int running_pipeline_rank = 0;
+    int running_data_rank = 0;
+  };
+
+  TestWorker(int port, Options options);
+  ~TestWorker();  // Stop()
+
+  // Registers and opens the session. False (with the status in last_error()) on failure.
+  bool Start();
+  void Stop();
+  void StopHeartbeats() { heartbeats_ = false; }
+
+  // Waits until `pred` holds on this worker's state (polled), up to `timeout`.
+  bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(10));
+
+  std::vector<v1::Assignment> assignments() const;
+  std::vector<v1::CancelAssignment> cancels() const;
+  bool resumed() const { return resumed_; }
+  const std::string& name() const { return options_.name; }
+  grpc::Status last_error() const;
+
+  // Runs an assignment as auto_run would (for workers that hold theirs).
+  void Execute(const v1::Assignment& a);
+  // Sends RankFinished without executing (e.g. after a reconnect).
+  void SendFinished(const std::string& job_id, int pipeline_rank, int data_rank);
+  void SendFailure(const std::string& job_id, int pipeline_rank, int data_rank,
+                   const std::string& message);
+
+ private:
+  void ReadLoop();
+  void HeartbeatLoop();
+  bool Write(const v1::WorkerMessage& message);
+
+  const int port_;
+  const Options options_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream_;
+  std::string worker_id_;
+  absl::Duration heartbeat_interval_ = absl::Milliseconds(100);
+  std::atomic<bool> heartbeats_{true};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> resumed_{false};
+  std::thread reader_, heartbeater_;
+  std::vector<std::thread> runners_;
+  mutable absl::Mutex mu_;
+  absl::Mutex write_mu_;
+  std::vector<v1::Assignment> assignments_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::CancelAssignment> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> cancelled_jobs_ ABSL_GUARDED_BY(mu_);
+  grpc::Status last_error_ ABSL_GUARDED_BY(mu_);
+};
+
+// Polls GetJob until the job is in `state` (or `timeout`); returns the last Job seen.
+v1::Job WaitForState(v1::CoordinatorService::Stub& stub, const std::string& job_id,
+                     v1::JobState state, absl::Duration timeout = absl::Seconds(10));
+
+// Blocking HTTP GET of http://127.0.0.1:port/path; returns the body ("" on failure).
+std::string HttpGet(int port, const std::string& path);
+
+}  // namespace zpipe::testing
+
+#endif  // ZPIPE_TESTS_COORDINATOR_TEST_CLUSTER_H_
