@@ -204,33 +204,77 @@ std::vector<std::pair<int, int>> HeldUpPairs(const Problem& pr, const Orders& or
   return out;
 }
 
-// Beyond the paper's heuristic: local search on the best list schedule. Repeatedly walks the
-// critical path and tries swapping an action with the same-rank action that held it up, keeping
-// a swap when the plan stays within memory and gets strictly better. Bounded by `evaluations`.
+// Moves B(r, j) on every rank ahead of the deferred Ws that held it up: Ws that were still running
+// when its inputs arrived. A drain is often slowed a little at every rank of a microbatch's B
+// chain, and only fixing all ranks at once shortens it. Returns false when nothing moves.
+bool UnblockChain(const Problem& pr, const Timeline& tl, int j, Orders& orders) {
+  bool moved = false;
+  double arrival_from_above = 0;  // when B(r + 1, j)'s output reached rank r
+  for (int r = pr.p - 1; r >= 0; --r) {
+    auto& order = orders[r];
+    int k = 0, f = -1;
+    for (int x = 0; x < static_cast<int>(order.size()); ++x) {
+      if (order[x].microbatch != j) continue;
+      if (order[x].kind == ActionKind::kForward) f = x;
+      if (order[x].kind == ActionKind::kBackwardInput) k = x;
+    }
+    const double arrival = std::max(f >= 0 ? tl.end[r][f] : 0.0, arrival_from_above);
+    const double eps = 1e-9 * std::max(1.0, arrival);
+    int to = k;
+    while (to > 0 && order[to - 1].kind == ActionKind::kBackwardWeight &&
+           tl.end[r][to - 1] > arrival + eps) {
+      --to;
+    }
+    double end = tl.end[r][k];
+    if (to < k) {
+      std::rotate(order.begin() + to, order.begin() + k, order.begin() + k + 1);
+      moved = true;
+      // Where it now ends, if everything before it keeps its time.
+      end = std::max(arrival, to > 0 ? tl.end[r][to - 1] : 0.0) + pr.cost->stages[r].b;
+    }
+    arrival_from_above = end + pr.cost->comm;
+  }
+  return moved;
+}
+
+// Beyond the paper's heuristic: local search on the best list schedule. Each round tries a few
+// rewrites -- moving the last microbatches' Bs ahead of the Ws that held them up, and swapping
+// actions on the critical path with the same-rank action that held them up -- and keeps the
+// first that stays within memory and is strictly better. Bounded by `evaluations`.
 void Polish(const Problem& pr, Orders& orders, Score& score, int evaluations) {
   Timeline tl;
   if (!Evaluate(pr, orders, /*check_memory=*/false, &tl)) return;
   while (evaluations > 0) {
+    std::vector<Orders> trials;
+    for (int j = pr.m - 1; j >= std::max(0, pr.m - 3); --j) {
+      Orders trial = orders;
+      if (UnblockChain(pr, tl, j, trial)) trials.push_back(std::move(trial));
+    }
+    // Held-up pairs on the critical path: all at once (a path is often held up a little at every
+    // rank, and no single swap shortens it), then each alone.
     const std::vector<std::pair<int, int>> pairs = HeldUpPairs(pr, orders, tl, /*limit=*/2 * pr.p);
-    // Trials: every held-up pair on the path at once (a path is often held up a little at every
-    // rank, and no single swap shortens it), then each pair alone.
-    std::vector<std::vector<std::pair<int, int>>> trials;
-    if (pairs.size() > 1) trials.push_back(pairs);
-    for (size_t j = 0; j < pairs.size() && j < 8; ++j) trials.push_back({pairs[j]});
+    for (size_t n = 0; n < pairs.size() && n < 9; ++n) {
+      Orders trial = orders;
+      if (n == 0) {
+        if (pairs.size() < 2) continue;
+        for (const auto& [r, k] : pairs) std::swap(trial[r][k - 1], trial[r][k]);
+      } else {
+        const auto& [r, k] = pairs[n - 1];
+        std::swap(trial[r][k - 1], trial[r][k]);
+      }
+      trials.push_back(std::move(trial));
+    }
     bool improved = false;
-    for (const auto& trial : trials) {
+    for (Orders& trial : trials) {
       if (evaluations-- <= 0) break;
-      for (const auto& [r, k] : trial) std::swap(orders[r][k - 1], orders[r][k]);
       Timeline trial_tl;
-      std::optional<Score> s = Evaluate(pr, orders, /*check_memory=*/true, &trial_tl);
+      std::optional<Score> s = Evaluate(pr, trial, /*check_memory=*/true, &trial_tl);
       if (s && *s < score) {
         score = *s;
+        orders = std::move(trial);
         tl = std::move(trial_tl);
         improved = true;
         break;
-      }
-      for (auto it = trial.rbegin(); it != trial.rend(); ++it) {
-        std::swap(orders[it->first][it->second - 1], orders[it->first][it->second]);
       }
     }
     if (!improved) return;
@@ -470,7 +514,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
       best = std::move(orders);
     }
   }
-  if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr)));
+  if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr) / 2));
   if (!best) {
     return absl::FailedPreconditionError(absl::StrCat(
         name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
