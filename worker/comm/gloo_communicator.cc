@@ -1,0 +1,452 @@
+#include "worker/comm/gloo_communicator.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "worker/comm/completion.h"
+#include "worker/comm/gloo_store.h"
+
+namespace zpipe::worker {
+namespace {
+
+using internal::Completion;
+
+// Gloo's own collectives use slot prefixes 0x01..0x08 in the top byte; P2P gets its own.
+constexpr uint64_t kP2pSlotBase = uint64_t{0x40} << 56;
+constexpr int kMaxTag = 1 << 24;
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Gloo reports every failure as an exception; its timeouts say so in the message.
+absl::Status FromGloo(const std::exception& e, absl::string_view what) {
+  const std::string msg = e.what();
+  const std::string lower = absl::AsciiStrToLower(msg);
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(what, ": no progress within the communicator timeout (is the peer alive?): ",
+                     msg));
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": ", msg));
+}
+
+struct P2pOp {
+  bool is_send = false;
+  int peer = 0;
+  int tag = 0;
+  torch::Tensor tensor;  // keeps the memory under `buffer` alive
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  std::shared_ptr<Completion> done = std::make_shared<Completion>();
+
+  std::string Describe() const {
+    return absl::StrCat(is_send ? "send to" : "recv from", " pipeline rank ", peer, " (tag ", tag,
+                        ", ", tensor.nbytes(), " bytes)");
+  }
+};
+
+// Ops whose transport state may still reference their buffer (failed or aborted). Freed only
+// after the contexts are gone, so Gloo never writes into freed memory.
+class Graveyard {
+ public:
+  void Bury(std::shared_ptr<P2pOp> op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(std::move(op));
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::shared_ptr<P2pOp>> ops_;
+};
+
+// Completes the ops of one (peer, direction) in posting order. Within a pair the plan's order is
+// the wire order, so waiting in order never delays an op that has already completed behind
+// another; different peers get different waiters and never delay each other.
+class PeerWaiter {
+ public:
+  PeerWaiter(std::chrono::milliseconds timeout, Graveyard& graveyard)
+      : timeout_(timeout), graveyard_(graveyard), thread_([this] { Run(); }) {}
+
+  ~PeerWaiter() { Stop(); }
+
+  void Push(std::shared_ptr<P2pOp> op) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stop_) {
+        queue_.push_back(std::move(op));
+        cv_.notify_one();
+        return;
+      }
+    }
+    op->done->Finish(absl::CancelledError("communicator is shutting down"));
+    graveyard_.Bury(std::move(op));
+  }
+
+  // Aborts the op being waited for, cancels the queued ones and joins the thread.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ && !thread_.joinable()) return;
+      stop_ = true;
+      if (current_ != nullptr) {
+        if (current_->is_send) {
+          current_->buffer->abortWaitSend();
+        } else {
+          current_->buffer->abortWaitRecv();
+        }
+      }
+      for (auto& op : queue_) {
+        op->done->Finish(absl::CancelledError(
+            absl::StrCat(op->Describe(), ": communicator destroyed before it completed")));
+        graveyard_.Bury(std::move(op));
+      }
+      queue_.clear();
+      cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::shared_ptr<P2pOp> op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        current_ = op;
+      }
+      absl::Status status;
+      try {
+        const bool completed =
+            op->is_send ? op->buffer->waitSend(timeout_) : op->buffer->waitRecv(timeout_);
+        if (!completed) {
+          status = absl::CancelledError(
+              absl::StrCat(op->Describe(), ": communicator destroyed before it completed"));
+        }
+      } catch (const std::exception& e) {
+        status = FromGloo(e, op->Describe());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        current_.reset();
+      }
+      const bool failed = !status.ok();
+      op->done->Finish(std::move(status));
+      if (failed) graveyard_.Bury(std::move(op));
+    }
+  }
+
+  const std::chrono::milliseconds timeout_;
+  Graveyard& graveyard_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<std::shared_ptr<P2pOp>> queue_;
+  std::shared_ptr<P2pOp> current_;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+struct ReduceOp {
+  torch::Tensor buffer;
+  std::shared_ptr<Completion> done;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const CommunicatorOptions& options,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::Context> pipeline, std::shared_ptr<gloo::Context> data)
+      : options_(options),
+        timeout_(ToMillis(options.timeout)),
+        device_(std::move(device)),
+        pipeline_(std::move(pipeline)),
+        data_(std::move(data)) {
+    if (data_ != nullptr) reduce_thread_ = std::thread([this] { RunReduces(); });
+  }
+
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(reduce_mu_);
+      reduce_stop_ = true;
+      reduce_cv_.notify_one();
+    }
+    if (reduce_thread_.joinable()) reduce_thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(waiters_mu_);
+      for (auto& [key, waiter] : waiters_) waiter->Stop();
+      waiters_.clear();
+    }
+    pipeline_.reset();
+    data_.reset();
+    graveyard_.Clear();
+    device_.reset();
+  }
+
+  int pipeline_rank() const override { return options_.pipeline_rank; }
+  int pipeline_size() const override { return options_.pipeline_size; }
+  int data_rank() const override { return options_.data_rank; }
+  int data_size() const override { return options_.data_size; }
+  torch::Device device() const override { return torch::kCPU; }
+
+  std::unique_ptr<CommHandle> Send(const torch::Tensor& tensor, int peer, int tag) override {
+    if (absl::Status s = CheckP2p(tensor, peer, tag, "send"); !s.ok()) {
+      return internal::FinishedHandle(s);
+    }
+    // contiguous() returns `tensor` itself when it already is, so no copy in the common case.
+    return PostP2p(/*is_send=*/true, tensor.contiguous(), peer, tag);
+  }
+
+  std::unique_ptr<CommHandle> Recv(torch::Tensor into, int peer, int tag) override {
+    if (absl::Status s = CheckP2p(into, peer, tag, "recv"); !s.ok()) {
+      return internal::FinishedHandle(s);
+    }
+    if (!into.is_contiguous()) {
+      return internal::FinishedHandle(
+          absl::InvalidArgumentError("recv: the destination tensor must be contiguous"));
+    }
+    return PostP2p(/*is_send=*/false, std::move(into), peer, tag);
+  }
+
+  std::unique_ptr<CommHandle> AllReduceAverage(torch::Tensor buffer) override {
+    if (!buffer.defined() || buffer.scalar_type() != torch::kFloat32 || !buffer.is_contiguous() ||
+        !buffer.device().is_cpu()) {
+      return internal::FinishedHandle(absl::InvalidArgumentError(
+          "all-reduce: the buffer must be a defined, contiguous float32 CPU tensor"));
+    }
+    auto done = std::make_shared<Completion>();
+    if (data_ == nullptr || buffer.numel() == 0) {  // d = 1: the average of one is itself
+      done->Finish(absl::OkStatus());
+      return internal::MakeHandle(done);
+    }
+    {
+      std::lock_guard<std::mutex> lock(reduce_mu_);
+      if (reduce_stop_) {
+        done->Finish(absl::CancelledError("all-reduce: communicator is shutting down"));
+      } else {
+        reduce_queue_.push_back({std::move(buffer), done});
+        reduce_cv_.notify_one();
+      }
+    }
+    return internal::MakeHandle(done);
+  }
+
+  absl::Status Barrier() override {
+    for (const auto& [context, name] :
+         {std::pair{pipeline_, "pipeline"}, std::pair{data_, "data-parallel"}}) {
+      if (context == nullptr) continue;
+      try {
+        gloo::BarrierOptions opts(context);
+        opts.setTimeout(timeout_);
+        gloo::barrier(opts);
+      } catch (const std::exception& e) {
+        return FromGloo(e, absl::StrCat("barrier (", name, " group)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckP2p(const torch::Tensor& t, int peer, int tag, absl::string_view what) const {
+    if (pipeline_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the pipeline group has a single rank"));
+    }
+    if (peer < 0 || peer >= options_.pipeline_size || peer == options_.pipeline_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", peer,
+                                                     " is not another rank of a pipeline of ",
+                                                     options_.pipeline_size));
+    }
+    if (tag < 0 || tag >= kMaxTag) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": tag ", tag, " outside [0, 2^24)"));
+    }
+    if (!t.defined() || !t.device().is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": needs a defined CPU tensor"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<CommHandle> PostP2p(bool is_send, torch::Tensor tensor, int peer, int tag) {
+    auto op = std::make_shared<P2pOp>();
+    op->is_send = is_send;
+    op->peer = peer;
+    op->tag = tag;
+    op->tensor = std::move(tensor);
+    auto handle = internal::MakeHandle(op->done);
+    op->done->MarkStarted();
+    const size_t nbytes = op->tensor.nbytes();
+    if (nbytes == 0) {  // nothing on the wire; both sides agree since sizes must match
+      op->done->Finish(absl::OkStatus());
+      return handle;
+    }
+    try {
+      op->buffer = pipeline_->createUnboundBuffer(op->tensor.data_ptr(), nbytes);
+      const uint64_t slot = kP2pSlotBase | static_cast<uint64_t>(tag);
+      if (is_send) {
+        op->buffer->send(peer, slot);
+      } else {
+        op->buffer->recv(peer, slot);
+      }
+    } catch (const std::exception& e) {
+      op->done->Finish(FromGloo(e, op->Describe()));
+      graveyard_.Bury(std::move(op));
+      return handle;
+    }
+    Waiter(peer, is_send).Push(std::move(op));
+    return handle;
+  }
+
+  PeerWaiter& Waiter(int peer, bool is_send) {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    auto& slot = waiters_[{peer, is_send}];
+    if (slot == nullptr) slot = std::make_unique<PeerWaiter>(timeout_, graveyard_);
+    return *slot;
+  }
+
+  void RunReduces() {
+    uint32_t tag = 0;
+    for (;;) {
+      ReduceOp op;
+      {
+        std::unique_lock<std::mutex> lock(reduce_mu_);
+        reduce_cv_.wait(lock, [&] { return reduce_stop_ || !reduce_queue_.empty(); });
+        if (reduce_stop_) {
+          for (ReduceOp& left : reduce_queue_) {
+            left.done->Finish(
+                absl::CancelledError("all-reduce: communicator destroyed before it ran"));
+          }
+          reduce_queue_.clear();
+          return;
+        }
+        op = std::move(reduce_queue_.front());
+        reduce_queue_.pop_front();
+      }
+      op.done->MarkStarted();
+      absl::Status status;
+      try {
+        gloo::AllreduceOptions opts(data_);
+        opts.setOutput<float>(op.buffer.data_ptr<float>(), op.buffer.numel());
+        void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+        opts.setReduceFunction(sum);
+        opts.setTag(tag++);
+        opts.setTimeout(timeout_);
+        gloo::allreduce(opts);
+        op.buffer.div_(options_.data_size);
+      } catch (const std::exception& e) {
+        status = FromGloo(e, absl::StrCat("all-reduce of ", op.buffer.numel(),
+                                          " floats in the data-parallel group of pipeline rank ",
+                                          options_.pipeline_rank));
+      }
+      op.done->Finish(std::move(status));
+    }
+  }
+
+  const CommunicatorOptions options_;
+  const std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> pipeline_;  // null when p = 1
+  std::shared_ptr<gloo::Context> data_;      // null when d = 1
+  Graveyard graveyard_;
+
+  std::mutex waiters_mu_;
+  std::map<std::pair<int, bool>, std::unique_ptr<PeerWaiter>> waiters_;
+
+  std::mutex reduce_mu_;
+  std::condition_variable reduce_cv_;
+  bool reduce_stop_ = false;
+  std::deque<ReduceOp> reduce_queue_;
+  std::thread reduce_thread_;
+};
+
+absl::StatusOr<std::shared_ptr<gloo::Context>> Connect(
+    KeyValueStore& store, const std::string& prefix, absl::string_view group, int rank, int size,
+    absl::Duration timeout, std::shared_ptr<gloo::transport::Device>& device) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(ToMillis(timeout));
+  auto gloo_store = NewGlooStore(store, prefix, timeout);
+  try {
+    context->connectFullMesh(*gloo_store, device);
+  } catch (const GlooStoreTimeout& e) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "gloo: the ", group, " group (rank ", rank, " of ", size, ") did not assemble within ",
+        absl::FormatDuration(timeout), ": ", e.what(), "; is every rank of the job running?"));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("gloo: connecting the ", group, " group (rank ",
+                                               rank, " of ", size, ") failed: ", e.what()));
+  }
+  return std::shared_ptr<gloo::Context>(std::move(context));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
+    const CommunicatorOptions& options, KeyValueStore& store) {
+  const CommunicatorOptions& o = options;
+  if (o.pipeline_size < 1 || o.data_size < 1 || o.pipeline_rank < 0 ||
+      o.pipeline_rank >= o.pipeline_size || o.data_rank < 0 || o.data_rank >= o.data_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo: rank (", o.pipeline_rank, ", ", o.data_rank, ") does not fit p = ",
+        o.pipeline_size, ", d = ", o.data_size));
+  }
+  if (o.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gloo: the timeout must be positive");
+  }
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!o.iface.empty()) {
+      attr.iface = o.iface;
+    } else {
+      attr.hostname = o.hostname;
+    }
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("gloo: cannot open a TCP device on '",
+                                               o.iface.empty() ? o.hostname : o.iface,
+                                               "': ", e.what()));
+  }
+  // Every rank connects its pipeline group first, then its DP group. A rank waiting in its DP
+  // group only waits for ranks that are done with (or can finish) their own pipeline group, so
+  // the two phases cannot deadlock.
+  std::shared_ptr<gloo::Context> pipeline, data;
+  if (o.pipeline_size > 1) {
+    auto c = Connect(store, absl::StrCat(o.key_prefix, "pp/", o.data_rank, "/"), "pipeline",
+                     o.pipeline_rank, o.pipeline_size, o.timeout, device);
+    if (!c.ok()) return c.status();
+    pipeline = *std::move(c);
+  }
+  if (o.data_size > 1) {
+    auto c = Connect(store, absl::StrCat(o.key_prefix, "dp/", o.pipeline_rank, "/"),
+                     "data-parallel", o.data_rank, o.data_size, o.timeout, device);
+    if (!c.ok()) return c.status();
+    data = *std::move(c);
+  }
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(options, std::move(device), std::move(pipeline), std::move(data)));
+}
+
+}  // namespace zpipe::worker

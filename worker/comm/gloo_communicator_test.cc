@@ -1,0 +1,286 @@
+// Every rank is a thread over one InMemoryStore, talking Gloo over loopback (as gloo's own tests
+// do), parameterised over world size.
+#include "worker/comm/gloo_communicator.h"
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn(rank) for every rank on its own thread and joins them.
+void RunRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+CommunicatorOptions Options(int pr, int p, int dr, int d, absl::Duration timeout) {
+  CommunicatorOptions o;
+  o.pipeline_rank = pr;
+  o.pipeline_size = p;
+  o.data_rank = dr;
+  o.data_size = d;
+  o.key_prefix = "job/a1/";
+  o.timeout = timeout;
+  return o;
+}
+
+std::unique_ptr<Communicator> MustConnect(const CommunicatorOptions& o, KeyValueStore& store) {
+  auto comm = NewGlooCommunicator(o, store);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  return comm.ok() ? *std::move(comm) : nullptr;
+}
+
+torch::Tensor Pattern(int from, int to, int k, int64_t n) {
+  return torch::arange(n, torch::kFloat32) + 1000.0 * from + 100.0 * to + k;
+}
+
+class GlooWorldTest : public ::testing::TestWithParam<int> {};
+
+// Ring: rank r sends kMessages tensors to r+1 and receives as many from r-1, all posted before
+// any is waited for (many in flight per pair, matched order).
+TEST_P(GlooWorldTest, RingSendRecvManyInFlight) {
+  const int n = GetParam();
+  constexpr int kMessages = 24;
+  auto store = NewInMemoryStore();
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(rank, n, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    std::vector<std::unique_ptr<CommHandle>> sends, recvs;
+    std::vector<torch::Tensor> got(kMessages);
+    for (int k = 0; k < kMessages; ++k) {
+      recvs.push_back(comm->Recv({3, 17 + k}, torch::kFloat32, prev, k, &got[k]));
+    }
+    for (int k = 0; k < kMessages; ++k) {
+      sends.push_back(comm->Send(Pattern(rank, next, k, 3 * (17 + k)).view({3, 17 + k}), next, k));
+    }
+    for (auto& h : sends) EXPECT_TRUE(h->Wait(absl::Seconds(20)).ok());
+    for (int k = 0; k < kMessages; ++k) {
+      ASSERT_TRUE(recvs[k]->Wait(absl::Seconds(20)).ok());
+      EXPECT_TRUE(recvs[k]->Test());
+      EXPECT_TRUE(torch::equal(got[k].flatten(), Pattern(prev, rank, k, 3 * (17 + k))))
+          << "rank " << rank << " message " << k;
+    }
+  });
+}
+
+// Every ordered pair exchanges in matched order, with the same tag reused for every message
+// (tags are allowed but order alone must match them, as NCCL requires).
+TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
+  const int n = GetParam();
+  constexpr int kMessages = 8;
+  auto store = NewInMemoryStore();
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(rank, n, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    std::vector<std::unique_ptr<CommHandle>> handles;
+    std::vector<std::vector<torch::Tensor>> got(n);
+    for (int k = 0; k < kMessages; ++k) {
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank) continue;
+        got[peer].push_back(torch::empty({1000}));
+        handles.push_back(comm->Recv(got[peer].back(), peer, /*tag=*/0));
+        handles.push_back(comm->Send(Pattern(rank, peer, k, 1000), peer, /*tag=*/0));
+      }
+    }
+    for (auto& h : handles) ASSERT_TRUE(h->Wait(absl::Seconds(20)).ok());
+    for (int peer = 0; peer < n; ++peer) {
+      for (int k = 0; k < static_cast<int>(got[peer].size()); ++k) {
+        EXPECT_TRUE(torch::equal(got[peer][k], Pattern(peer, rank, k, 1000)));
+      }
+    }
+  });
+}
+
+TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
+  const int n = GetParam();
+  auto store = NewInMemoryStore();
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(0, 1, rank, n, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    std::vector<torch::Tensor> buffers;
+    std::vector<std::unique_ptr<CommHandle>> handles;
+    for (int k = 0; k < 6; ++k) {  // several in flight, different sizes
+      buffers.push_back(torch::arange(1000 * (k + 1), torch::kFloat32) * (rank + 1) + k);
+      handles.push_back(comm->AllReduceAverage(buffers.back()));
+    }
+    // average over ranks of (i*(r+1) + k) = i * (n+1)/2 + k
+    for (int k = 0; k < 6; ++k) {
+      ASSERT_TRUE(handles[k]->Wait(absl::Seconds(20)).ok());
+      auto want = torch::arange(1000 * (k + 1), torch::kFloat32) * ((n + 1) / 2.0f) + k;
+      EXPECT_TRUE(torch::allclose(buffers[k], want, 1e-5, 1e-4)) << "rank " << rank << " k " << k;
+      const CommTimes t = handles[k]->times();
+      EXPECT_LE(t.start, t.end);
+    }
+  });
+}
+
+TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
+  const int d = GetParam();
+  const int p = 2;
+  auto store = NewInMemoryStore();
+  RunRanks(p * d, [&](int global) {
+    const int pr = global % p, dr = global / p;
+    auto comm = MustConnect(Options(pr, p, dr, d, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());
+    torch::Tensor grad = torch::full({4096}, static_cast<float>(dr + 10 * pr));
+    auto reduce = comm->AllReduceAverage(grad);
+    // The pipeline partners exchange one activation each way while the all-reduce runs.
+    torch::Tensor got = torch::empty({64});
+    auto recv = comm->Recv(got, 1 - pr, 7);
+    auto send = comm->Send(torch::full({64}, static_cast<float>(100 * dr + pr)), 1 - pr, 7);
+    ASSERT_TRUE(send->Wait().ok());
+    ASSERT_TRUE(recv->Wait().ok());
+    EXPECT_EQ(got[0].item<float>(), 100.0f * dr + (1 - pr));
+    ASSERT_TRUE(reduce->Wait().ok());
+    EXPECT_FLOAT_EQ(grad[4095].item<float>(), (d - 1) / 2.0f + 10 * pr);
+    ASSERT_TRUE(comm->Barrier().ok());
+  });
+}
+
+// The all-reduce runs on the communicator's thread: the call returns before the reduce ends and
+// the caller computes meanwhile.
+TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
+  const int n = GetParam();
+  auto store = NewInMemoryStore();
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(0, 1, rank, n, absl::Seconds(30)), *store);
+    ASSERT_NE(comm, nullptr);
+    torch::Tensor big = torch::full({1 << 22}, static_cast<float>(rank));
+    const auto before = Clock::now();
+    auto handle = comm->AllReduceAverage(big);
+    const auto returned = Clock::now();
+    EXPECT_LT(returned - before, std::chrono::milliseconds(50));
+    // "Compute" while it runs; the handle can be polled without blocking.
+    double acc = 0;
+    int polls = 0;
+    while (!handle->Test()) {
+      for (int i = 0; i < 1000; ++i) acc += i * 1e-9;
+      ++polls;
+    }
+    ASSERT_TRUE(handle->Wait(absl::ZeroDuration()).ok());
+    EXPECT_GT(handle->times().end, returned);
+    EXPECT_FLOAT_EQ(big[0].item<float>(), (n - 1) / 2.0f);
+    EXPECT_GE(acc, 0);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, GlooWorldTest, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return absl::StrCat("n", info.param); });
+
+TEST(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
+  auto store = NewInMemoryStore();
+  const auto start = Clock::now();
+  auto comm = NewGlooCommunicator(Options(0, 2, 0, 1, absl::Milliseconds(300)), *store);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
+  EXPECT_NE(comm.status().message().find("pipeline"), std::string::npos) << comm.status();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(GlooFailureTest, PeerThatNeverSendsTimesOut) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Milliseconds(500)), *store);
+    ASSERT_NE(comm, nullptr);
+    if (rank == 0) {
+      const auto start = Clock::now();
+      auto recv = comm->Recv(torch::empty({16}), 1, 0);
+      absl::Status s = recv->Wait(absl::Seconds(30));
+      EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+    } else {
+      absl::SleepFor(absl::Seconds(1.5));  // alive, but sends nothing
+    }
+  });
+}
+
+TEST(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
+  auto store = NewInMemoryStore();
+  // p = 2, d = 2: global 0 = (0,0), 1 = (1,0), 2 = (0,1), 3 = (1,1). (1,0) dies after connecting;
+  // (0,0) waits on a recv from it and (1,1) on an all-reduce with it.
+  std::atomic<int> connected{0};
+  RunRanks(4, [&](int global) {
+    const int pr = global % 2, dr = global / 2;
+    auto comm = MustConnect(Options(pr, 2, dr, 2, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ++connected;
+    while (connected.load() < 4) std::this_thread::yield();
+    const auto start = Clock::now();
+    if (global == 1) {
+      absl::SleepFor(absl::Milliseconds(200));
+      comm.reset();  // dies: its connections close
+      return;
+    }
+    if (global == 0) {
+      auto recv = comm->Recv(torch::empty({16}), 1, 0);
+      absl::Status s = recv->Wait(absl::Seconds(30));
+      EXPECT_FALSE(s.ok());
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << s;
+    }
+    if (global == 3) {
+      auto reduce = comm->AllReduceAverage(torch::ones({1024}));
+      absl::Status s = reduce->Wait(absl::Seconds(30));
+      EXPECT_FALSE(s.ok());
+      EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << s;
+    }
+  });
+}
+
+TEST(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());
+    if (rank == 0) {
+      auto recv = comm->Recv(torch::empty({16}), 1, 3);
+      comm.reset();
+      absl::Status s = recv->Wait(absl::Seconds(5));
+      EXPECT_FALSE(s.ok());
+      EXPECT_TRUE(recv->Test());
+    }
+  });
+}
+
+TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), rank, 0)->Wait()));
+    EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), 5, 0)->Wait()));
+    EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), 1 - rank, -1)->Wait()));
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        comm->Recv(torch::ones({4, 4}).t(), 1 - rank, 0)->Wait()));
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        comm->AllReduceAverage(torch::ones({2}, torch::kFloat64))->Wait()));
+    // d = 1: the average of one replica is itself.
+    torch::Tensor t = torch::full({3}, 5.0f);
+    EXPECT_TRUE(comm->AllReduceAverage(t)->Wait().ok());
+    EXPECT_FLOAT_EQ(t[2].item<float>(), 5.0f);
+  });
+}
+
+TEST(GlooArgumentTest, InconsistentRanksAreRejected) {
+  auto store = NewInMemoryStore();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      NewGlooCommunicator(Options(2, 2, 0, 1, absl::Seconds(1)), *store).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      NewGlooCommunicator(Options(0, 1, 0, 0, absl::Seconds(1)), *store).status()));
+}
+
+}  // namespace
+}  // namespace zpipe::worker
