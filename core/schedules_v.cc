@@ -1,20 +1,601 @@
 // V-shape schedules: ZB-V, V-Half, V-Min and DualPipeV.
+//
+// All four place stage s < p on rank s (chunk 0) and stage s >= p on rank 2p-1-s (chunk 1), so a
+// microbatch runs down the ranks on chunk 0, turns around locally on rank p-1 and comes back up on
+// chunk 1; its backward retraces the V. Rank 0 holds both the first and the last stage.
+//
+// ZB-V, V-Half and V-Min come from one memory-bounded list scheduler (VGreedy): an event-driven
+// simulation that, whenever a rank is free, starts the best action that is ready (B before F,
+// W to fill what would otherwise be idle time or to free memory), admitting a chunk-0 forward
+// only while the rank still has room for one chunk-1 forward after it. That admission rule is
+// what makes the scheduler deadlock-free under any memory limit that holds one microbatch's two
+// chunks: microbatches pass through each rank's chunk-1 slot in order, and the slot always
+// drains (its backward only needs ranks closer to rank 0, which themselves drain), so every
+// microbatch admitted on chunk 0 can finish. The schedules differ in the memory limit they get:
+// ZB-V the 1F1B-equal 2p chunk activations, V-Half and V-Min about a half and a third of that
+// (DefaultMemoryLimit). With that limit the scheduler reproduces the papers' shapes: a warm-up
+// of chunk-0 forwards as deep as memory allows, a steady F/B phase with W in the gaps, and a
+// cool-down filled with the deferred Ws. Several tie-breaking policies are simulated and the
+// plan with the shortest makespan is kept.
+//
+// DualPipeV follows DeepSeek's step structure (warm-up forwards, then F/B pairs that DualPipe
+// would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
+// other; both orders of the pair are tried and the shorter plan within the memory limit kept.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
 
 namespace zpipe::core::internal {
+namespace {
 
-absl::StatusOr<Plan> GenerateZbV(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("zb-v: not implemented yet");
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kUnset = -1;  // "not started yet" in the time tables (times are >= 0)
+
+using Orders = std::vector<std::vector<Action>>;
+
+// The shape and the per-stage costs, flattened for the inner loops.
+struct VProblem {
+  int p = 1;
+  int m = 1;
+  int S = 2;
+  std::vector<double> f, b, w, mf, mb, mw;
+  double comm = 0;
+  double limit = 0;
+  double eps = 0;  // tolerance of memory comparisons
+
+  VProblem(const ScheduleRequest& req, double memory_limit)
+      : p(req.pipeline), m(req.microbatches), S(2 * req.pipeline), comm(req.cost.comm),
+        limit(memory_limit) {
+    double scale = 0;
+    for (const StageCost& c : req.cost.stages) {
+      f.push_back(c.f);
+      b.push_back(c.b);
+      w.push_back(c.w);
+      mf.push_back(c.mem_f);
+      mb.push_back(c.mem_b);
+      mw.push_back(c.mem_w);
+      scale = std::max({scale, std::abs(c.mem_f), std::abs(c.mem_b), std::abs(c.mem_w)});
+    }
+    eps = 1e-9 * std::max(1.0, scale) * std::max(1, m);
+  }
+
+  int RankOf(int s) const { return s < p ? s : S - 1 - s; }
+  int StageOf(int r, int chunk) const { return chunk == 0 ? r : S - 1 - r; }
+  // Latency of the edge s -> s + 1: T_comm unless it is the local turn-around on rank p-1.
+  double Edge(int s) const { return s == p - 1 ? 0 : comm; }
+  size_t Idx(int s, int i) const { return size_t(s) * m + i; }
+};
+
+// ------------------------------------------------------------------------------------------
+// Evaluation: a fast simulator for V-shape compute plans, used to rank candidate plans. It
+// follows the rules of core::Simulate (per-rank order, dependency edges, T_comm across ranks).
+
+struct Score {
+  double span = kInf;       // global makespan: last end - first start (core::Simulate's)
+  double rank_span = kInf;  // max over ranks of (last end - first start), the papers' measure
+  double peak = 0;          // max over ranks of peak memory
+  bool Better(const Score& o) const {
+    if (span != o.span) return span < o.span;
+    if (rank_span != o.rank_span) return rank_span < o.rank_span;
+    return peak < o.peak;
+  }
+};
+
+// Returns false when the orders deadlock.
+bool Evaluate(const VProblem& pb, const Orders& orders, Score* out) {
+  const int p = pb.p;
+  std::vector<double> f_end(size_t(pb.S) * pb.m, kUnset), b_end(f_end);
+  std::vector<size_t> cursor(p, 0);
+  std::vector<double> now(p, 0), first(p, kInf), mem(p, 0);
+  Score score;
+  score.peak = 0;
+  size_t remaining = 0;
+  for (const auto& o : orders) remaining += o.size();
+  bool progress = true;
+  while (remaining > 0 && progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const auto& order = orders[r];
+      while (cursor[r] < order.size()) {
+        const Action& a = order[cursor[r]];
+        const int s = a.stage, i = a.microbatch;
+        double ready = 0, dur = 0, dmem = 0;
+        if (a.kind == ActionKind::kForward) {
+          if (s > 0) {
+            const double t = f_end[pb.Idx(s - 1, i)];
+            if (t == kUnset) break;
+            ready = t + pb.Edge(s - 1);
+          }
+          dur = pb.f[s];
+          dmem = pb.mf[s];
+        } else if (a.kind == ActionKind::kBackwardInput) {
+          const double tf = f_end[pb.Idx(s, i)];
+          if (tf == kUnset) break;
+          ready = tf;
+          if (s < pb.S - 1) {
+            const double t = b_end[pb.Idx(s + 1, i)];
+            if (t == kUnset) break;
+            ready = std::max(ready, t + pb.Edge(s));
+          }
+          dur = pb.b[s];
+          dmem = pb.mb[s];
+        } else {  // W
+          const double t = b_end[pb.Idx(s, i)];
+          if (t == kUnset) break;
+          ready = t;
+          dur = pb.w[s];
+          dmem = pb.mw[s];
+        }
+        const double start = std::max(now[r], ready);
+        const double end = start + dur;
+        if (a.kind == ActionKind::kForward) f_end[pb.Idx(s, i)] = end;
+        if (a.kind == ActionKind::kBackwardInput) b_end[pb.Idx(s, i)] = end;
+        first[r] = std::min(first[r], start);
+        now[r] = end;
+        mem[r] += dmem;
+        score.peak = std::max(score.peak, mem[r]);
+        ++cursor[r];
+        --remaining;
+        progress = true;
+      }
+    }
+  }
+  if (remaining > 0) return false;
+  double lo = kInf, hi = 0;
+  score.rank_span = 0;
+  for (int r = 0; r < p; ++r) {
+    if (orders[r].empty()) continue;
+    lo = std::min(lo, first[r]);
+    hi = std::max(hi, now[r]);
+    score.rank_span = std::max(score.rank_span, now[r] - first[r]);
+  }
+  score.span = lo <= hi ? hi - lo : 0;
+  *out = score;
+  return true;
 }
-absl::StatusOr<Plan> GenerateVHalf(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("v-half: not implemented yet");
+
+// ------------------------------------------------------------------------------------------
+// VGreedy: the memory-bounded list scheduler behind ZB-V, V-Half and V-Min.
+
+struct GreedyPolicy {
+  // Whether ready forwards go before ready backwards. Forward-first keeps the forward wave (and
+  // so the last microbatches' round trips) short; backward-first frees memory sooner.
+  bool forward_first = true;
+  // Which of two ready backwards goes first: 0 = chunk 1 (the later stage), 1 = chunk 0.
+  int b_order = 0;
+  // Which of two ready forwards goes first: 0 = chunk 1, 1 = chunk 0.
+  int f_order = 0;
+  // A rank with nothing ready but pending Ws waits instead of starting a W when a B or F
+  // becomes ready within w_wait * T_W (0 = always fill with W).
+  double w_wait = 0;
+  // A rank whose best ready choice is a chunk-0 forward waits instead when a backward or a
+  // chunk-1 forward (the V's return path, which gates memory release) becomes ready within
+  // f0_wait * T_F; the chunk-0 forward would otherwise hold it up.
+  double f0_wait = 0;
+  // Rank r admits a chunk-0 forward only while its chunk-0 activations leave room for
+  // 1 + round(reserve_per_rank * r) chunk-1 activations. One slot is what deadlock freedom
+  // needs; ranks further from rank 0 keep chunk-1 microbatches longer (their chunk-1 backward
+  // has to come back from rank 0) and need more slots to keep the return path flowing.
+  double reserve_per_rank = 0;
+};
+
+class VGreedy {
+ public:
+  VGreedy(const VProblem& pb, const GreedyPolicy& policy) : pb_(pb), pol_(policy) {}
+
+  // Fills `orders`; false if the scheduler got stuck (only possible with unusual memory deltas,
+  // e.g. a B that needs memory).
+  bool Run(Orders* orders);
+
+ private:
+  struct RankState {
+    double free = 0;
+    double mem = 0;
+    double mem0 = 0;  // the part of mem held by chunk-0 activations
+    int nf[2] = {0, 0};  // next microbatch to forward, per chunk
+    int nb[2] = {0, 0};  // next microbatch to backward, per chunk
+    std::deque<int> wq;  // pending Ws, as stage * m + microbatch, in B order
+  };
+  enum Kind { kNone, kF, kB, kW };
+  struct Cand {
+    Kind kind = kNone;
+    int chunk = 0;
+    int mb = 0;
+    double ready = kInf;
+  };
+
+  double FReady(int s, int i) const {
+    if (s == 0) return 0;
+    const double t = f_end_[pb_.Idx(s - 1, i)];
+    return t == kUnset ? kInf : t + pb_.Edge(s - 1);
+  }
+  double BReady(int s, int i) const {
+    const double tf = f_end_[pb_.Idx(s, i)];
+    if (tf == kUnset) return kInf;
+    if (s == pb_.S - 1) return tf;
+    const double t = b_end_[pb_.Idx(s + 1, i)];
+    return t == kUnset ? kInf : std::max(tf, t + pb_.Edge(s));
+  }
+  bool Admissible(int r, int chunk, int s) const {
+    const RankState& st = ranks_[r];
+    if (chunk == 1) return st.mem + pb_.mf[s] <= pb_.limit + pb_.eps;
+    const int slots = 1 + int(std::lround(pol_.reserve_per_rank * r));
+    return st.mem + pb_.mf[s] <= pb_.limit + pb_.eps &&
+           st.mem0 + pb_.mf[s] + slots * pb_.mf[pb_.StageOf(r, 1)] <= pb_.limit + pb_.eps;
+  }
+  bool TryStart(int r, double now);
+  void Start(int r, double now, Kind kind, int stage, int mb);
+
+  const VProblem& pb_;
+  const GreedyPolicy& pol_;
+  std::vector<RankState> ranks_;
+  std::vector<double> f_end_, b_end_;
+  // (time, rank): when something that may let the rank start an action happens (its own action
+  // ends, or an input arrives); only such ranks are re-examined.
+  using Event = std::pair<double, int>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  Orders* out_ = nullptr;
+  size_t started_ = 0;
+};
+
+bool VGreedy::Run(Orders* orders) {
+  const int p = pb_.p;
+  ranks_.assign(p, RankState{});
+  f_end_.assign(size_t(pb_.S) * pb_.m, kUnset);
+  b_end_.assign(f_end_.size(), kUnset);
+  events_ = {};
+  orders->assign(p, {});
+  for (auto& o : *orders) o.reserve(size_t(6) * pb_.m);
+  out_ = orders;
+  started_ = 0;
+  const size_t total = size_t(3) * pb_.S * pb_.m;
+  std::vector<char> dirty(p, 1);
+  double now = 0;
+  while (true) {
+    while (!events_.empty() && events_.top().first <= now) {
+      dirty[events_.top().second] = 1;
+      events_.pop();
+    }
+    bool any = false;
+    for (int r = 0; r < p; ++r) {
+      if (!dirty[r]) continue;
+      dirty[r] = 0;
+      if (ranks_[r].free <= now && TryStart(r, now)) any = true;
+    }
+    if (started_ == total) return true;
+    if (any) continue;  // zero-length actions may have made more ready at `now`
+    if (events_.empty()) return false;  // nothing running and nothing can start
+    now = events_.top().first;
+  }
 }
-absl::StatusOr<Plan> GenerateVMin(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("v-min: not implemented yet");
+
+bool VGreedy::TryStart(int r, double now) {
+  RankState& st = ranks_[r];
+  Cand fc[2], bc[2];
+  for (int c = 0; c < 2; ++c) {
+    const int s = pb_.StageOf(r, c);
+    if (st.nf[c] < pb_.m && Admissible(r, c, s)) {
+      fc[c] = {kF, c, st.nf[c], FReady(s, st.nf[c])};
+    }
+    if (st.nb[c] < pb_.m) bc[c] = {kB, c, st.nb[c], BReady(s, st.nb[c])};
+  }
+  // The ready one of a pair, or the preferred chunk (0 = chunk 1 first) when both are.
+  auto pick = [&](const Cand (&cands)[2], int order) -> const Cand* {
+    const bool r0 = cands[0].kind != kNone && cands[0].ready <= now;
+    const bool r1 = cands[1].kind != kNone && cands[1].ready <= now;
+    if (!r0 && !r1) return nullptr;
+    if (r0 != r1) return r0 ? &cands[0] : &cands[1];
+    return order == 0 ? &cands[1] : &cands[0];
+  };
+  const Cand* bsel = pick(bc, pol_.b_order);
+  const Cand* fsel = pick(fc, pol_.f_order);
+  const Cand* sel = pol_.forward_first ? (fsel ? fsel : bsel) : (bsel ? bsel : fsel);
+  if (sel && sel->kind == kF && sel->chunk == 0 && pol_.f0_wait > 0) {
+    double due = kInf;
+    if (fc[1].kind != kNone) due = std::min(due, fc[1].ready);
+    for (const Cand& c : bc) {
+      if (c.kind != kNone) due = std::min(due, c.ready);
+    }
+    if (due > now && due - now < pol_.f0_wait * pb_.f[pb_.StageOf(r, 0)]) return false;
+  }
+  if (sel) {
+    Start(r, now, sel->kind, pb_.StageOf(r, sel->chunk), sel->mb);
+    return true;
+  }
+  if (st.wq.empty()) return false;
+  const int w_key = st.wq.front();
+  if (pol_.w_wait > 0) {
+    double due = kInf;
+    for (int c = 0; c < 2; ++c) {
+      if (fc[c].kind != kNone) due = std::min(due, fc[c].ready);
+      if (bc[c].kind != kNone) due = std::min(due, bc[c].ready);
+    }
+    if (due < kInf && due - now < pol_.w_wait * pb_.w[w_key / pb_.m]) return false;
+  }
+  Start(r, now, kW, w_key / pb_.m, w_key % pb_.m);
+  return true;
 }
-absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest&, double) {
-  return absl::UnimplementedError("dualpipe-v: not implemented yet");
+
+void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
+  RankState& st = ranks_[r];
+  const int chunk = s < pb_.p ? 0 : 1;
+  double end = now;
+  switch (kind) {
+    case kF:
+      end += pb_.f[s];
+      st.mem += pb_.mf[s];
+      if (chunk == 0) st.mem0 += pb_.mf[s];
+      ++st.nf[chunk];
+      f_end_[pb_.Idx(s, i)] = end;
+      (*out_)[r].push_back(Action::F(s, i));
+      if (s < pb_.S - 1) events_.push({end + pb_.Edge(s), pb_.RankOf(s + 1)});
+      break;
+    case kB:
+      end += pb_.b[s];
+      st.mem += pb_.mb[s];
+      if (chunk == 0) st.mem0 += pb_.mb[s];
+      ++st.nb[chunk];
+      b_end_[pb_.Idx(s, i)] = end;
+      st.wq.push_back(int(pb_.Idx(s, i)));
+      (*out_)[r].push_back(Action::B(s, i));
+      if (s > 0) events_.push({end + pb_.Edge(s - 1), pb_.RankOf(s - 1)});
+      break;
+    case kW:
+      end += pb_.w[s];
+      st.mem += pb_.mw[s];
+      if (chunk == 0) st.mem0 += pb_.mw[s];
+      st.wq.pop_front();
+      (*out_)[r].push_back(Action::W(s, i));
+      break;
+    case kNone:
+      return;
+  }
+  st.free = end;
+  events_.push({end, r});
+  ++started_;
+}
+
+// The smallest memory limit under which VGreedy always finds a plan: every rank must hold one
+// microbatch's chunk-0 and chunk-1 activations at once.
+absl::Status CheckGreedyLimit(const VProblem& pb, absl::string_view name) {
+  for (int r = 0; r < pb.p; ++r) {
+    const int s0 = pb.StageOf(r, 0), s1 = pb.StageOf(r, 1);
+    const double need = std::max(0.0, pb.mf[s0]) + std::max(0.0, pb.mf[s1]);
+    if (need > pb.limit + pb.eps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ",
+          s0, " and ", s1, " that rank ", r, " must hold at once for one microbatch"));
+    }
+    if (pb.mb[s0] > 0 || pb.mb[s1] > 0 || pb.mw[s0] > 0 || pb.mw[s1] > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": needs B and W to free memory (mem_b <= 0, mem_w <= 0); stage ",
+          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? s0 : s1, " has mem_b ",
+          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? pb.mb[s0] : pb.mb[s1], ", mem_w ",
+          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? pb.mw[s0] : pb.mw[s1]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Plan MakePlan(absl::string_view name, const VProblem& pb, Orders orders) {
+  Plan plan = EmptyPlan(std::string(name), Placement::VShape(pb.p), pb.m);
+  plan.ranks = std::move(orders);
+  return plan;
+}
+
+// The policies every V generator tries; the plan with the shortest makespan wins. The first is
+// the safe one (a single chunk-1 slot), which always completes.
+std::vector<GreedyPolicy> Policies() {
+  std::vector<GreedyPolicy> out;
+  out.push_back({.forward_first = false});
+  for (int b_order : {0, 1}) {
+    for (double w_wait : {0.5, 0.75}) {
+      for (double reserve : {0.75, 1.0}) {
+        out.push_back({.forward_first = true, .b_order = b_order, .w_wait = w_wait,
+                       .f0_wait = 0.5, .reserve_per_rank = reserve});
+      }
+    }
+  }
+  out.push_back({.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5});
+  out.push_back({.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0});
+  out.push_back({.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5});
+  return out;
+}
+
+Orders DualPipeVOrders(const VProblem& pb, bool b_first_main);
+
+absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
+                                     absl::string_view name) {
+  const VProblem pb(req, memory_limit);
+  if (absl::Status st = CheckGreedyLimit(pb, name); !st.ok()) return st;
+  // The same problem with each cross-rank latency folded into the action that feeds the edge:
+  // scheduling against it lines arrivals up with when ranks become free, which often helps
+  // when T_comm is a sizeable part of T_F and T_B.
+  VProblem folded_problem = pb;
+  const VProblem& folded = folded_problem;
+  for (int s = 0; s < pb.S; ++s) {
+    if (s < pb.S - 1) folded_problem.f[s] += pb.Edge(s);
+    if (s > 0) folded_problem.b[s] += pb.Edge(s - 1);
+  }
+  folded_problem.comm = 0;
+  const std::vector<GreedyPolicy> policies = Policies();
+  Orders best_orders, orders;
+  Score best;
+  for (const VProblem* guide : {&pb, &folded}) {
+    if (guide == &folded && pb.comm == 0) break;
+    for (const GreedyPolicy& pol : policies) {
+      VGreedy greedy(*guide, pol);
+      if (!greedy.Run(&orders)) continue;
+      Score score;
+      if (!Evaluate(pb, orders, &score)) continue;  // cannot happen: the order was timed
+      if (score.peak > pb.limit + pb.eps) continue;
+      if (score.Better(best)) {
+        best = score;
+        best_orders = orders;
+      }
+    }
+  }
+  // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
+  // m >= 2p it competes as one more candidate.
+  if (pb.m >= 2 * pb.p) {
+    for (bool b_first : {false, true}) {
+      orders = DualPipeVOrders(pb, b_first);
+      Score score;
+      if (!Evaluate(pb, orders, &score) || score.peak > pb.limit + pb.eps) continue;
+      if (score.Better(best)) {
+        best = score;
+        best_orders = orders;
+      }
+    }
+  }
+  if (best_orders.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": found no schedule within the memory limit ", memory_limit,
+        " (the memory deltas need B and W to free what F allocates)"));
+  }
+  return MakePlan(name, pb, std::move(best_orders));
+}
+
+// ------------------------------------------------------------------------------------------
+// DualPipeV: DeepSeek's step structure, serialised without F/B overlap.
+
+// Per rank, DualPipeV's eight steps. `b_first_main`: in the pairs DualPipe overlaps, run the
+// backward before the forward (otherwise the forward first).
+Orders DualPipeVOrders(const VProblem& pb, bool b_first_main) {
+  const int p = pb.p, m = pb.m;
+  Orders orders(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Action>& out = orders[r];
+    const int s0 = pb.StageOf(r, 0), s1 = pb.StageOf(r, 1);
+    int nf0 = 0, nf1 = 0, nb0 = 0, nb1 = 0;
+    std::deque<Action> wq;  // deferred weight gradients, FIFO
+    auto f0 = [&] { out.push_back(Action::F(s0, nf0++)); };
+    auto f1 = [&] { out.push_back(Action::F(s1, nf1++)); };
+    // A backward; `defer` queues its W (zero-bubble), otherwise W runs right after it.
+    auto bwd = [&](int chunk, bool defer) {
+      const Action bact = chunk == 0 ? Action::B(s0, nb0++) : Action::B(s1, nb1++);
+      out.push_back(bact);
+      const Action wact = Action::W(bact.stage, bact.microbatch);
+      if (defer) {
+        wq.push_back(wact);
+      } else {
+        out.push_back(wact);
+      }
+    };
+    auto w = [&] {
+      out.push_back(wq.front());
+      wq.pop_front();
+    };
+    // 1: chunk-0 warm-up, deeper on ranks nearer the ends of the V.
+    for (int k = 0; k < 2 * (p - r - 1); ++k) f0();
+    // 2: alternate chunk-0 and chunk-1 forwards.
+    for (int k = 0; k < r + 1; ++k) {
+      f0();
+      f1();
+    }
+    // 3: B1 W1 F1 (zero bubble: the W right after its B, before the next forward).
+    for (int k = 0; k < p - r - 1; ++k) {
+      bwd(1, /*defer=*/true);
+      w();
+      f1();
+    }
+    // 4: main phase, pairs (F0, B1) and (F1, B0) that DualPipe overlaps.
+    const int main_steps = m - 2 * p + r + 1;
+    for (int k = 0; k < main_steps; ++k) {
+      if (b_first_main) {  // keeps the peak at the 2p chunks of the warm-up
+        bwd(1, false);
+        f0();
+        bwd(0, false);
+        f1();
+      } else {
+        f0();
+        bwd(1, false);
+        f1();
+        bwd(0, false);
+      }
+    }
+    // 5: B1, then the pair (F1, B0).
+    for (int k = 0; k < p - r - 1; ++k) {
+      bwd(1, false);
+      if (b_first_main) {
+        bwd(0, false);
+        f1();
+      } else {
+        f1();
+        bwd(0, false);
+      }
+    }
+    // 6: B1 B0; the second half defers W (exactly r + 1 deferred).
+    bool defer = false;
+    for (int k = 0; k < r + 1; ++k) {
+      if (k == (r + 1) / 2 && r % 2 == 1) defer = true;
+      bwd(1, defer);
+      if (k == (r + 1) / 2 && r % 2 == 0) defer = true;
+      bwd(0, defer);
+    }
+    // 7: W then B0 (deferred).
+    for (int k = 0; k < p - r - 1; ++k) {
+      w();
+      bwd(0, true);
+    }
+    // 8: drain the remaining Ws.
+    while (!wq.empty()) w();
+  }
+  return orders;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> GenerateZbV(const ScheduleRequest& req, double memory_limit) {
+  return GenerateGreedyV(req, memory_limit, "zb-v");
+}
+
+absl::StatusOr<Plan> GenerateVHalf(const ScheduleRequest& req, double memory_limit) {
+  return GenerateGreedyV(req, memory_limit, "v-half");
+}
+
+absl::StatusOr<Plan> GenerateVMin(const ScheduleRequest& req, double memory_limit) {
+  return GenerateGreedyV(req, memory_limit, "v-min");
+}
+
+absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest& req, double memory_limit) {
+  const VProblem pb(req, memory_limit);
+  if (pb.m < 2 * pb.p) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dualpipe-v: needs microbatches >= 2 * pipeline (", 2 * pb.p, "), got ",
+                     pb.m));
+  }
+  Orders best_orders;
+  Score best;
+  double lowest_peak = kInf;
+  for (bool b_first : {false, true}) {
+    Orders orders = DualPipeVOrders(pb, b_first);
+    Score score;
+    if (!Evaluate(pb, orders, &score)) {
+      return absl::InternalError("dualpipe-v: generated order deadlocks");
+    }
+    lowest_peak = std::min(lowest_peak, score.peak);
+    if (score.peak > pb.limit + pb.eps) continue;
+    if (score.Better(best)) {
+      best = score;
+      best_orders = std::move(orders);
+    }
+  }
+  if (best_orders.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dualpipe-v: memory limit ", memory_limit, " is below ", lowest_peak,
+                     ", the least peak activation memory of a DualPipeV order"));
+  }
+  return MakePlan("dualpipe-v", pb, std::move(best_orders));
 }
 
 }  // namespace zpipe::core::internal
