@@ -12,7 +12,13 @@
 // B, which idle gaps a W may fill, in-flight caps), times every candidate as core::Simulate does
 // (each action as soon as its dependencies and its rank allow, in the chosen order), and keeps the
 // one with the shortest makespan in DESIGN.md's sense: the longest per-rank span from first start
-// to last end. The family shrinks as p * m grows so that p = 32, m = 256 stays well under a second.
+// to last end. A short local search then polishes the winner along its critical path (beyond the
+// paper, which hands this step to an ILP). The family and the search shrink as p * m grows so
+// that p = 32, m = 256 stays well under a second.
+//
+// The memory limit is always honoured. Under a limit below what the H1 / H2 shapes need, ZB-H1
+// and ZB-H2 still return the best plan that fits; only a limit below one microbatch at a time is
+// an error (FailedPrecondition naming memory_limit).
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -486,11 +492,11 @@ std::vector<Policy> Knobs(const std::vector<int>& cap) {
   return out;
 }
 
-// How many list-scheduler runs a generator may spend: about two million action steps in all, so
+// How many list-scheduler runs a generator may spend: about 1.5 million action steps in all, so
 // p = 32, m = 256 costs ~0.2 s of CPU, and small problems try every candidate.
 int Budget(const Problem& pr) {
   const long actions = 3L * pr.p * pr.m;
-  return static_cast<int>(std::clamp(2'000'000L / std::max(actions, 1L), 8L, 160L));
+  return static_cast<int>(std::clamp(1'500'000L / std::max(actions, 1L), 8L, 160L));
 }
 
 // A list-scheduler run: the policy and the problem (memory limit) it runs under.
@@ -513,6 +519,12 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
       best_score = *score;
       best = std::move(orders);
     }
+  }
+  if (!best) {
+    // Every policy got stuck (memory deltas where a B or W needs room, all of it taken by Fs).
+    // One microbatch in flight per rank always fits a limit that passed CheckMinimumMemory.
+    best = ListSchedule(pr, Policy{std::vector<int>(pr.p, 1), kInf, true, 0});
+    if (best) best_score = Evaluate(pr, *best).value_or(Score{});
   }
   if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr) / 2));
   if (!best) {

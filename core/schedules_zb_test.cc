@@ -217,6 +217,22 @@ TEST(ZbErrorTest, OneMicrobatchAtATimeStillWorks) {
   }
 }
 
+// A B that needs memory of its own (M_B > 0) must find room next to the Fs the scheduler ran;
+// at the least limit every generator still finds a plan.
+TEST(ZbErrorTest, BackwardThatAllocatesStillFits) {
+  StageCost c = Stage(1, 1, 1);
+  c.mem_b = 0.5;
+  c.mem_w = -1.5;
+  const CostModel cost = CostModel::Uniform(4, c, 0.1);
+  for (ScheduleKind kind : kZbKinds) {
+    for (double limit : {1.5, 2.0, 3.7}) {
+      ScheduleRequest req = Request(4, 9, cost);
+      req.memory_limit = limit;
+      CheckPlan(kind, req, limit, absl::StrCat(ScheduleName(kind), " limit=", limit));
+    }
+  }
+}
+
 // ZB-1p is never worse than ZB-H1 (whose candidates it contains at this size), and twice the
 // memory does not make zb-auto worse beyond noise (the greedy is not monotone in memory).
 TEST(ZbPropertyTest, MoreMemoryNeverHurts) {
