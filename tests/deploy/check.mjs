@@ -1,0 +1,423 @@
+// Offline checks of rendered Kubernetes manifests (the output of `kubectl kustomize`).
+//
+//   node check.mjs schema FILE...          every object passes strict schema validation
+//   node check.mjs reject FILE...          every file holds an object the validator must reject,
+//                                          at the path named by its "# expect-error-at:" lines
+//   node check.mjs policy [--gpu] FILE...  the ZeroPipe policies (see policyViolations)
+//   node check.mjs policy-selftest CPU GPU each policy catches a deliberate break of itself
+//
+// Schemas come from kubernetes-models (core API) and @kubernetes-models/prometheus-operator
+// (ServiceMonitor, PodMonitor, PrometheusRule). Their generated validators check types, enums,
+// formats and required fields but ignore unknown fields, which the API server would drop
+// silently; "strict" adds that: each field is probed with a value no schema accepts, and a field
+// whose probe draws no error at its own path is a field the schema does not know.
+import fs from 'node:fs';
+import { parseAllDocuments } from 'yaml';
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+function loadObjects(file) {
+  const docs = parseAllDocuments(fs.readFileSync(file, 'utf8'));
+  const objects = [];
+  for (const doc of docs) {
+    if (doc.errors.length > 0) throw new Error(`${file}: YAML error: ${doc.errors[0].message}`);
+    const obj = doc.toJS();
+    if (obj !== null && obj !== undefined) objects.push(obj);
+  }
+  return objects;
+}
+
+const name = (o) => `${o.kind}/${o.metadata?.name ?? '?'}`;
+
+// ---------------------------------------------------------------------------------------------
+// Strict schema validation
+
+async function modelFor(obj) {
+  const apiVersion = String(obj.apiVersion ?? '');
+  let module;
+  if (apiVersion.startsWith('monitoring.coreos.com/')) {
+    module = `@kubernetes-models/prometheus-operator/${apiVersion}`;
+  } else if (/^[a-z0-9]+$/.test(apiVersion)) {
+    module = `kubernetes-models/${apiVersion}`;  // the core group: v1
+  } else {
+    module = `kubernetes-models/${apiVersion}`;
+  }
+  let exports;
+  try {
+    exports = await import(module);
+  } catch {
+    return null;
+  }
+  return exports[obj.kind] ?? null;
+}
+
+// Runs the generated validator; returns ajv's error list ([] when valid).
+function validateWith(Model, obj) {
+  try {
+    new Model(obj).validate();
+    return [];
+  } catch (e) {
+    if (Array.isArray(e.errors)) return e.errors;
+    return [{ instancePath: '', message: String(e.message ?? e) }];
+  }
+}
+
+const pointer = (parts) => parts.map((p) => '/' + String(p).replace(/~/g, '~0').replace(/\//g, '~1')).join('');
+
+// Every (path, key) of plain-object properties below the root, depth first.
+function* objectKeys(value, path = []) {
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) yield* objectKeys(value[i], [...path, i]);
+  } else if (value !== null && typeof value === 'object') {
+    for (const key of Object.keys(value)) {
+      yield [...path, key];
+      yield* objectKeys(value[key], [...path, key]);
+    }
+  }
+}
+
+function setAt(root, parts, value) {
+  let node = root;
+  for (const p of parts.slice(0, -1)) node = node[p];
+  node[parts[parts.length - 1]] = value;
+}
+
+const NO_SCHEMA_ACCEPTS = Symbol('probe');
+
+// Returns human-readable problems of one object: schema errors, then unknown fields.
+export async function schemaProblems(obj) {
+  const Model = await modelFor(obj);
+  if (!Model) return [`no schema for apiVersion ${obj.apiVersion} kind ${obj.kind}`];
+  const under = (errors, at) => errors.some((e) => e.instancePath === at || e.instancePath.startsWith(at + '/'));
+  const errors = validateWith(Model, obj);
+  const typeProblems = errors.map((e) => `${e.instancePath || '/'}: ${e.message ?? e.keyword}`);
+  const unknown = [];
+  for (const parts of objectKeys(obj)) {
+    if (parts.length === 1 && (parts[0] === 'apiVersion' || parts[0] === 'kind')) continue;
+    const at = pointer(parts);
+    if (under(errors, at)) continue;  // already reported above
+    const probe = structuredClone(obj);
+    setAt(probe, parts, NO_SCHEMA_ACCEPTS);
+    if (!under(validateWith(Model, probe), at)) unknown.push(at);
+  }
+  // A parent that is unknown makes all its children unknown too; report the parent only.
+  const unknownProblems = unknown
+    .filter((at) => !unknown.some((parent) => at.startsWith(parent + '/')))
+    .map((at) => `${at}: unknown field "${at.split('/').pop().replace(/~1/g, '/').replace(/~0/g, '~')}"`);
+  return [...typeProblems, ...unknownProblems];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policy
+
+const WORKLOAD_KINDS = new Set(['Deployment', 'StatefulSet', 'DaemonSet', 'Job', 'CronJob', 'Pod']);
+const LONG_RUNNING = new Set(['Deployment', 'StatefulSet', 'DaemonSet']);
+
+function podTemplate(obj) {
+  switch (obj.kind) {
+    case 'Pod': return { metadata: obj.metadata, spec: obj.spec };
+    case 'CronJob': return obj.spec?.jobTemplate?.spec?.template;
+    default: return obj.spec?.template;
+  }
+}
+
+const nsOf = (o) => o.metadata?.namespace ?? '';
+const sameNs = (a, b) => nsOf(a) === nsOf(b);
+
+function matchesLabels(selector, labels) {
+  // A selector with nothing in it would select everything; treat it as a mistake.
+  const matchLabels = selector?.matchLabels ?? {};
+  const exprs = selector?.matchExpressions ?? [];
+  if (Object.keys(matchLabels).length === 0 && exprs.length === 0) return false;
+  for (const [k, v] of Object.entries(matchLabels)) if (labels?.[k] !== v) return false;
+  for (const e of exprs) {
+    const has = labels && Object.prototype.hasOwnProperty.call(labels, e.key);
+    if (e.operator === 'In' && !(has && e.values.includes(labels[e.key]))) return false;
+    if (e.operator === 'NotIn' && has && e.values.includes(labels[e.key])) return false;
+    if (e.operator === 'Exists' && !has) return false;
+    if (e.operator === 'DoesNotExist' && has) return false;
+  }
+  return true;
+}
+
+// Pod templates in `objects` (same namespace as `of`) selected by `selector`.
+function selectedPods(objects, of, selector) {
+  return objects
+    .filter((o) => WORKLOAD_KINDS.has(o.kind) && sameNs(o, of))
+    .map((o) => ({ owner: o, pod: podTemplate(o) }))
+    .filter(({ pod }) => pod && matchesLabels(selector, pod.metadata?.labels));
+}
+
+function portExists(containers, port) {
+  return containers.some((c) => (c.ports ?? []).some((p) =>
+    (typeof port === 'number' ? p.containerPort === port : p.name === port)));
+}
+
+function imageIsPinned(image) {
+  if (image.includes('@sha256:')) return true;
+  const lastPart = image.split('/').pop();
+  const colon = lastPart.lastIndexOf(':');
+  if (colon < 0) return false;  // no tag means :latest
+  const tag = lastPart.slice(colon + 1);
+  return tag !== '' && tag !== 'latest';
+}
+
+// Returns one line per violation; [] when every policy holds.
+//   gpu: the objects are the GPU overlay (workers must request GPUs).
+export function policyViolations(objects, { gpu = false } = {}) {
+  const v = [];
+  const services = objects.filter((o) => o.kind === 'Service');
+
+  for (const obj of objects.filter((o) => WORKLOAD_KINDS.has(o.kind))) {
+    const pod = podTemplate(obj);
+    const spec = pod?.spec ?? {};
+    const podSc = spec.securityContext ?? {};
+    const containers = [...(spec.initContainers ?? []), ...(spec.containers ?? [])];
+    const tag = name(obj);
+
+    if (obj.spec?.selector && !['Job', 'CronJob', 'Pod'].includes(obj.kind) &&
+        !matchesLabels(obj.spec.selector, pod?.metadata?.labels)) {
+      v.push(`${tag}: spec.selector does not match its pod template's labels`);
+    }
+    for (const c of containers) {
+      const ct = `${tag} container ${c.name}`;
+      const sc = c.securityContext ?? {};
+      for (const kind of ['requests', 'limits']) {
+        for (const r of ['cpu', 'memory']) {
+          if (c.resources?.[kind]?.[r] === undefined) v.push(`${ct}: no resources.${kind}.${r}`);
+        }
+      }
+      if (LONG_RUNNING.has(obj.kind) && (spec.containers ?? []).includes(c)) {
+        for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+          if (!c[probe]) v.push(`${ct}: no ${probe}`);
+        }
+      }
+      for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+        const p = c[probe];
+        if (!p) continue;
+        const port = p.grpc?.port ?? p.httpGet?.port ?? p.tcpSocket?.port;
+        if (port !== undefined && !portExists([c], port)) {
+          v.push(`${ct}: ${probe} port ${port} is not a port of the container`);
+        }
+      }
+      const nonRoot = sc.runAsNonRoot ?? podSc.runAsNonRoot;
+      const uid = sc.runAsUser ?? podSc.runAsUser;
+      if (nonRoot !== true) v.push(`${ct}: runAsNonRoot is not true`);
+      if (uid === 0) v.push(`${ct}: runAsUser is 0`);
+      if (sc.allowPrivilegeEscalation !== false) v.push(`${ct}: allowPrivilegeEscalation is not false`);
+      if (!(sc.capabilities?.drop ?? []).includes('ALL')) v.push(`${ct}: capabilities do not drop ALL`);
+      if (sc.readOnlyRootFilesystem !== true) v.push(`${ct}: readOnlyRootFilesystem is not true`);
+      if (!imageIsPinned(String(c.image ?? ''))) v.push(`${ct}: image ${c.image} is :latest or untagged`);
+    }
+  }
+
+  // Services select pods, and their target ports exist on those pods.
+  for (const svc of services) {
+    const pods = selectedPods(objects, svc, svc.spec?.selector && { matchLabels: svc.spec.selector });
+    if (pods.length === 0) { v.push(`${name(svc)}: selects no pods`); continue; }
+    for (const p of svc.spec?.ports ?? []) {
+      const target = p.targetPort ?? p.port;
+      for (const { owner, pod } of pods) {
+        if (!portExists(pod.spec?.containers ?? [], target)) {
+          v.push(`${name(svc)} port ${p.name}: targetPort ${target} is not a port of ${name(owner)}`);
+        }
+      }
+    }
+  }
+
+  // StatefulSets are governed by a headless Service that selects their pods.
+  for (const sts of objects.filter((o) => o.kind === 'StatefulSet')) {
+    const svc = services.find((s) => s.metadata?.name === sts.spec?.serviceName && sameNs(s, sts));
+    if (!svc) { v.push(`${name(sts)}: serviceName ${sts.spec?.serviceName} is not a Service here`); continue; }
+    if (svc.spec?.clusterIP !== 'None') v.push(`${name(sts)}: Service ${svc.metadata.name} is not headless`);
+    if (!matchesLabels({ matchLabels: svc.spec?.selector }, podTemplate(sts)?.metadata?.labels)) {
+      v.push(`${name(sts)}: Service ${svc.metadata.name} does not select its pods`);
+    }
+  }
+
+  // PodDisruptionBudgets cover real pods.
+  for (const pdb of objects.filter((o) => o.kind === 'PodDisruptionBudget')) {
+    if (selectedPods(objects, pdb, pdb.spec?.selector).length === 0) {
+      v.push(`${name(pdb)}: selector matches no pods`);
+    }
+  }
+
+  // Monitors scrape ports that exist.
+  for (const sm of objects.filter((o) => o.kind === 'ServiceMonitor')) {
+    const targets = services.filter((s) => sameNs(s, sm) && matchesLabels(sm.spec?.selector, s.metadata?.labels));
+    if (targets.length === 0) v.push(`${name(sm)}: selects no Service`);
+    for (const ep of sm.spec?.endpoints ?? []) {
+      for (const s of targets) {
+        if (!(s.spec?.ports ?? []).some((p) => p.name === ep.port)) {
+          v.push(`${name(sm)}: port ${ep.port} is not a named port of ${name(s)}`);
+        }
+      }
+    }
+  }
+  for (const pm of objects.filter((o) => o.kind === 'PodMonitor')) {
+    const pods = selectedPods(objects, pm, pm.spec?.selector);
+    if (pods.length === 0) v.push(`${name(pm)}: selects no pods`);
+    for (const ep of pm.spec?.podMetricsEndpoints ?? []) {
+      for (const { owner, pod } of pods) {
+        if (!portExists(pod.spec?.containers ?? [], ep.port)) {
+          v.push(`${name(pm)}: port ${ep.port} is not a named port of ${name(owner)}`);
+        }
+      }
+    }
+  }
+
+  // The shape ZeroPipe relies on.
+  const coordinator = objects.find((o) => o.kind === 'Deployment' && o.metadata?.name === 'zpipe-coordinator');
+  const workers = objects.find((o) => o.kind === 'StatefulSet' && o.metadata?.name === 'zpipe-worker');
+  if (coordinator || workers) {
+    if (!coordinator) v.push('no Deployment/zpipe-coordinator');
+    if (!workers) v.push('no StatefulSet/zpipe-worker');
+  }
+  if (coordinator) {
+    if (coordinator.spec?.replicas !== 1) v.push('Deployment/zpipe-coordinator: replicas is not 1');
+    if (coordinator.spec?.strategy?.type !== 'Recreate') v.push('Deployment/zpipe-coordinator: strategy is not Recreate');
+    const claims = (coordinator.spec?.template?.spec?.volumes ?? [])
+      .map((vol) => vol.persistentVolumeClaim?.claimName).filter(Boolean);
+    if (claims.length === 0) v.push('Deployment/zpipe-coordinator: no PersistentVolumeClaim volume');
+    for (const claim of claims) {
+      if (!objects.some((o) => o.kind === 'PersistentVolumeClaim' && o.metadata?.name === claim && sameNs(o, coordinator))) {
+        v.push(`Deployment/zpipe-coordinator: PersistentVolumeClaim ${claim} is not defined`);
+      }
+    }
+    const svc = services.find((s) => s.metadata?.name === 'zpipe-coordinator');
+    for (const port of ['grpc', 'metrics']) {
+      if (!(svc?.spec?.ports ?? []).some((p) => p.name === port)) v.push(`Service/zpipe-coordinator: no port named ${port}`);
+    }
+  }
+  if (workers) {
+    const spec = workers.spec?.template?.spec ?? {};
+    if (workers.spec?.podManagementPolicy !== 'Parallel') v.push('StatefulSet/zpipe-worker: podManagementPolicy is not Parallel');
+    if (!(spec.terminationGracePeriodSeconds >= 30)) v.push('StatefulSet/zpipe-worker: terminationGracePeriodSeconds under 30');
+    const shm = (spec.containers?.[0]?.volumeMounts ?? []).find((m) => m.mountPath === '/dev/shm');
+    const vol = shm && (spec.volumes ?? []).find((x) => x.name === shm.name);
+    if (vol?.emptyDir?.medium !== 'Memory') v.push('StatefulSet/zpipe-worker: /dev/shm is not a memory emptyDir');
+    if (gpu) {
+      for (const c of spec.containers ?? []) {
+        for (const kind of ['requests', 'limits']) {
+          if (!(Number(c.resources?.[kind]?.['nvidia.com/gpu']) >= 1)) {
+            v.push(`StatefulSet/zpipe-worker container ${c.name}: no nvidia.com/gpu in ${kind}`);
+          }
+        }
+        if (!(c.args ?? []).some((a) => /^--device=cuda:\d+$/.test(a))) {
+          v.push(`StatefulSet/zpipe-worker container ${c.name}: not started with --device=cuda:N`);
+        }
+      }
+      if (!(spec.tolerations ?? []).some((t) => t.key === 'nvidia.com/gpu')) v.push('StatefulSet/zpipe-worker: no nvidia.com/gpu toleration');
+      if (Object.keys(spec.nodeSelector ?? {}).length === 0) v.push('StatefulSet/zpipe-worker: no nodeSelector');
+    }
+  }
+  if (coordinator) {
+    const dash = objects.find((o) => o.kind === 'ConfigMap' && o.metadata?.labels?.grafana_dashboard === '1');
+    if (!dash) {
+      v.push('no ConfigMap labelled grafana_dashboard: "1"');
+    } else {
+      for (const [key, text] of Object.entries(dash.data ?? {})) {
+        try { JSON.parse(text); } catch (e) { v.push(`${name(dash)}: ${key} is not JSON (${e.message})`); }
+      }
+    }
+    const rules = objects.find((o) => o.kind === 'PrometheusRule');
+    if (!(rules?.spec?.groups ?? []).some((g) => (g.rules ?? []).some((r) => r.record))) {
+      v.push('no PrometheusRule with a recording rule');
+    }
+    for (const kind of ['ServiceMonitor', 'PodMonitor', 'ServiceAccount', 'PodDisruptionBudget']) {
+      if (!objects.some((o) => o.kind === kind)) v.push(`no ${kind}`);
+    }
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Self-test: break each policy on purpose and see it caught.
+
+const find = (objs, kind, n) => objs.find((o) => o.kind === kind && o.metadata?.name === n);
+const workerPod = (objs) => find(objs, 'StatefulSet', 'zpipe-worker').spec.template.spec;
+const coordinatorPod = (objs) => find(objs, 'Deployment', 'zpipe-coordinator').spec.template.spec;
+
+const MUTATIONS = [
+  ['container without resources', false, (o) => { delete workerPod(o).containers[0].resources; }, /no resources/],
+  ['container without liveness probe', false, (o) => { delete coordinatorPod(o).containers[0].livenessProbe; }, /no livenessProbe/],
+  ['container running as root', false, (o) => {
+    delete workerPod(o).securityContext.runAsNonRoot; workerPod(o).securityContext.runAsUser = 0;
+  }, /runAsNonRoot is not true/],
+  ['probe on a port the container lacks', false, (o) => { workerPod(o).containers[0].readinessProbe.grpc.port = 1234; }, /readinessProbe port 1234/],
+  ['Service targetPort missing', false, (o) => { find(o, 'Service', 'zpipe-coordinator').spec.ports[1].targetPort = 'prom'; }, /targetPort prom/],
+  ['ServiceMonitor port missing', false, (o) => { find(o, 'ServiceMonitor', 'zpipe-coordinator').spec.endpoints[0].port = 'http'; }, /port http is not a named port/],
+  ['PodMonitor port missing', false, (o) => { find(o, 'PodMonitor', 'zpipe-worker').spec.podMetricsEndpoints[0].port = 'http'; }, /port http is not a named port/],
+  ['StatefulSet Service not headless', false, (o) => { delete find(o, 'Service', 'zpipe-worker').spec.clusterIP; }, /is not headless/],
+  ['StatefulSet serviceName wrong', false, (o) => { find(o, 'StatefulSet', 'zpipe-worker').spec.serviceName = 'workers'; }, /serviceName workers/],
+  ['PDB selects nothing', false, (o) => {
+    find(o, 'PodDisruptionBudget', 'zpipe-worker').spec.selector.matchLabels['app.kubernetes.io/name'] = 'worker';
+  }, /selector matches no pods/],
+  ['coordinator RollingUpdate', false, (o) => { find(o, 'Deployment', 'zpipe-coordinator').spec.strategy = { type: 'RollingUpdate' }; }, /not Recreate/],
+  ['workers OrderedReady', false, (o) => { find(o, 'StatefulSet', 'zpipe-worker').spec.podManagementPolicy = 'OrderedReady'; }, /not Parallel/],
+  ['/dev/shm on disk', false, (o) => { workerPod(o).volumes.find((x) => x.name === 'dshm').emptyDir = {}; }, /dev\/shm/],
+  ['no dashboard label', false, (o) => { o.forEach((x) => { if (x.metadata?.labels) delete x.metadata.labels.grafana_dashboard; }); }, /grafana_dashboard/],
+  ['GPU worker without a GPU', true, (o) => { delete workerPod(o).containers[0].resources.limits['nvidia.com/gpu']; }, /no nvidia.com\/gpu in limits/],
+  ['GPU worker on cpu', true, (o) => { const a = workerPod(o).containers[0].args; a[a.findIndex((x) => x.startsWith('--device'))] = '--device=cpu'; }, /--device=cuda/],
+  ['GPU worker without toleration', true, (o) => { delete workerPod(o).tolerations; }, /toleration/],
+  ['GPU image :latest', true, (o) => { workerPod(o).containers[0].image = 'zeropipe/zpipe:latest'; }, /:latest or untagged/],
+  ['GPU image untagged', true, (o) => { coordinatorPod(o).containers[0].image = 'zeropipe/zpipe'; }, /:latest or untagged/],
+];
+
+function policySelftest(cpuObjects, gpuObjects) {
+  let failures = 0;
+  for (const [what, gpu, mutate, expected] of MUTATIONS) {
+    const objs = structuredClone(gpu ? gpuObjects : cpuObjects);
+    mutate(objs);
+    const v = policyViolations(objs, { gpu });
+    const ok = v.some((line) => expected.test(line));
+    console.log(`${ok ? 'caught' : 'MISSED'}: ${what}${ok ? '' : ` (violations: ${JSON.stringify(v)})`}`);
+    if (!ok) failures++;
+  }
+  return failures;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(argv) {
+  const [command, ...rest] = argv;
+  const gpu = rest.includes('--gpu');
+  const files = rest.filter((a) => a !== '--gpu');
+  let failures = 0;
+  if (command === 'schema') {
+    for (const file of files) {
+      for (const obj of loadObjects(file)) {
+        for (const p of await schemaProblems(obj)) { console.log(`${file}: ${name(obj)}: ${p}`); failures++; }
+      }
+    }
+    if (!failures) console.log(`schema: all objects in ${files.length} file(s) valid`);
+  } else if (command === 'reject') {
+    for (const file of files) {
+      const expected = [...fs.readFileSync(file, 'utf8').matchAll(/^# expect-error-at: (\S+)$/gm)].map((m) => m[1]);
+      if (expected.length === 0) throw new Error(`${file}: no "# expect-error-at:" line`);
+      const problems = [];
+      for (const obj of loadObjects(file)) problems.push(...await schemaProblems(obj));
+      for (const at of expected) {
+        const hit = problems.find((p) => p.startsWith(at + ':'));
+        console.log(`${file}: ${hit ? 'rejected' : 'NOT rejected'} at ${at}${hit ? ` (${hit})` : ''}`);
+        if (!hit) failures++;
+      }
+    }
+  } else if (command === 'policy') {
+    for (const file of files) {
+      const v = policyViolations(loadObjects(file), { gpu });
+      for (const line of v) console.log(`${file}: ${line}`);
+      failures += v.length;
+    }
+    if (!failures) console.log(`policy: ${files.length} file(s) comply`);
+  } else if (command === 'policy-selftest') {
+    failures = policySelftest(loadObjects(files[0]), loadObjects(files[1]));
+  } else {
+    console.error('usage: node check.mjs schema|reject|policy [--gpu]|policy-selftest FILE...');
+    return 2;
+  }
+  return failures ? 1 : 0;
+}
+
+process.exitCode = await main(process.argv.slice(2));
