@@ -1,0 +1,478 @@
+#include "worker/executor/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::worker {
+namespace {
+
+using core::Action;
+using core::ActionKind;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+constexpr int kMaxTag = (1 << 24) - 1;
+constexpr int kNormGatherTag = kMaxTag - 1;
+constexpr int kNormBroadcastTag = kMaxTag - 2;
+
+// Sum of pairwise intersections of two sorted lists of disjoint intervals.
+double Overlap(const std::vector<std::pair<SteadyTime, SteadyTime>>& a,
+               const std::vector<std::pair<SteadyTime, SteadyTime>>& b) {
+  double total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const SteadyTime lo = std::max(a[i].first, b[j].first);
+    const SteadyTime hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += Seconds(hi - lo);
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+struct Executor::Impl {
+  core::Plan plan;
+  int rank = 0;
+  int data_rank = 0;
+  ExecutorConfig config;
+  std::vector<std::unique_ptr<model::Stage>> stages;
+  Communicator* comm = nullptr;
+  const model::SyntheticTokenData* data = nullptr;
+  GradSyncDriver* grad_sync = nullptr;
+  ActionSink* sink = nullptr;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<torch::Tensor> params;
+  double wall_offset_s = 0;  // system_clock - steady_clock, in seconds
+
+  // Per-iteration state.
+  using Key = std::tuple<ActionKind, int, int>;  // (SEND kind, producing stage, microbatch)
+  struct PendingRecv {
+    torch::Tensor tensor;
+    std::unique_ptr<CommHandle> handle;
+  };
+  std::map<std::pair<int, int>, torch::Tensor> outputs;     // F outputs by (stage, mb)
+  std::map<std::pair<int, int>, torch::Tensor> grads;       // B input grads by (stage, mb)
+  std::map<Key, PendingRecv> recvs;
+  std::vector<std::unique_ptr<CommHandle>> sends;
+  size_t next_recv = 0;  // index into recv_positions of the next receive to post
+  std::vector<size_t> recv_positions;  // indices of RECV actions in the rank's plan
+  double p2p_wait_s = 0;
+
+  int Tag(ActionKind send_kind, int stage, int mb) const {
+    const int kind = send_kind == ActionKind::kSendAct ? 0 : 1;
+    return ((kind * plan.num_stages() + stage) * plan.num_microbatches + mb) % (kMaxTag - 2);
+  }
+
+  model::Stage& StageOf(int s) { return *stages[plan.placement.ChunkOf(s)]; }
+
+  double Wall(SteadyTime t) const {
+    return wall_offset_s + std::chrono::duration<double>(t.time_since_epoch()).count();
+  }
+
+  absl::Status PostRecv(const Action& a) {
+    const bool act = a.kind == ActionKind::kRecvAct;
+    // The local consumer's boundary spec: stage s+1 receives s's output; s-1 receives s's grad.
+    const int local_stage = act ? a.stage + 1 : a.stage - 1;
+    const model::TensorSpec spec = StageOf(local_stage).ActivationSpec(config.microbatch_size);
+    torch::Tensor buffer =
+        torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
+    const ActionKind send_kind = act ? ActionKind::kSendAct : ActionKind::kSendGrad;
+    PendingRecv pending;
+    pending.handle = comm->Recv(buffer, a.peer, Tag(send_kind, a.stage, a.microbatch));
+    pending.tensor = buffer;
+    recvs[{send_kind, a.stage, a.microbatch}] = std::move(pending);
+    return absl::OkStatus();
+  }
+
+  // Posts receives in plan order up to `upto` (inclusive) and keeps `lookahead` more posted.
+  absl::Status PostRecvsThrough(size_t upto) {
+    const auto& actions = plan.ranks[rank];
+    while (next_recv < recv_positions.size()) {
+      const size_t pos = recv_positions[next_recv];
+      const bool needed = pos <= upto;
+      const bool ahead = static_cast<int>(recvs.size()) < config.recv_lookahead;
+      if (!needed && !ahead) break;
+      if (absl::Status st = PostRecv(actions[pos]); !st.ok()) return st;
+      ++next_recv;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<torch::Tensor> TakeRecv(ActionKind send_kind, int stage, int mb) {
+    auto it = recvs.find({send_kind, stage, mb});
+    if (it == recvs.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, ": no receive posted for ", send_kind == ActionKind::kSendAct ? "ACT" : "GRAD",
+          " s", stage, " mb", mb, " (plan lacks the RECV before its consumer)"));
+    }
+    const auto t0 = Clock::now();
+    absl::Status st = it->second.handle->Wait(config.timeout);
+    p2p_wait_s += Seconds(Clock::now() - t0);
+    if (!st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("rank ", rank, ": receiving ",
+                                       send_kind == ActionKind::kSendAct ? "activation" : "gradient",
+                                       " of stage ", stage, " microbatch ", mb, ": ", st.message()));
+    }
+    torch::Tensor t = std::move(it->second.tensor);
+    recvs.erase(it);
+    return t;
+  }
+
+  absl::StatusOr<torch::Tensor> ForwardInput(int iteration, const Action& a,
+                                             model::TokenBatch* batch) {
+    const int s = a.stage;
+    if (s == 0) {
+      if (data != nullptr) return batch->tokens;
+      return torch::Tensor();
+    }
+    if (plan.placement.RankOf(s - 1) == rank) {
+      auto it = outputs.find({s - 1, a.microbatch});
+      if (it == outputs.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("rank ", rank, ": F s", s, " mb", a.microbatch, " before F s", s - 1));
+      }
+      torch::Tensor t = it->second;
+      outputs.erase(it);
+      return t;
+    }
+    (void)iteration;
+    return TakeRecv(ActionKind::kSendAct, s - 1, a.microbatch);
+  }
+
+  absl::StatusOr<torch::Tensor> OutputGrad(const Action& a) {
+    const int s = a.stage;
+    if (s == plan.num_stages() - 1) return torch::Tensor();
+    if (plan.placement.RankOf(s + 1) == rank) {
+      auto it = grads.find({s + 1, a.microbatch});
+      if (it == grads.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("rank ", rank, ": B s", s, " mb", a.microbatch, " before B s", s + 1));
+      }
+      torch::Tensor t = it->second;
+      grads.erase(it);
+      return t;
+    }
+    return TakeRecv(ActionKind::kSendGrad, s + 1, a.microbatch);
+  }
+
+  absl::Status Send(const Action& a) {
+    const bool act = a.kind == ActionKind::kSendAct;
+    auto& source = act ? outputs : grads;
+    auto it = source.find({a.stage, a.microbatch});
+    if (it == source.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", rank, ": '",
+                                                        core::ActionToString(a),
+                                                        "' before its tensor was produced"));
+    }
+    sends.push_back(comm->Send(it->second, a.peer, Tag(a.kind, a.stage, a.microbatch)));
+    source.erase(it);
+    // Reap finished sends so their errors surface early and the list stays short.
+    std::erase_if(sends, [](const std::unique_ptr<CommHandle>& h) {
+      return h->Test() && h->Wait(absl::ZeroDuration()).ok();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> GlobalGradNorm() {
+    double local = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& p : params) {
+        if (p.grad().defined()) local += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      }
+    }
+    const int p = plan.num_ranks();
+    if (p == 1) return std::sqrt(local);
+    auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(comm->device());
+    if (rank == 0) {
+      double total = local;
+      for (int r = 1; r < p; ++r) {
+        torch::Tensor buf = torch::empty({1}, opts);
+        auto h = comm->Recv(buf, r, kNormGatherTag);
+        if (absl::Status st = h->Wait(config.timeout); !st.ok()) {
+          return absl::Status(st.code(), absl::StrCat("gradient norm from rank ", r, ": ",
+                                                      st.message()));
+        }
+        total += buf.cpu().item<double>();
+      }
+      torch::Tensor out = torch::full({1}, total, opts);
+      std::vector<std::unique_ptr<CommHandle>> hs;
+      for (int r = 1; r < p; ++r) hs.push_back(comm->Send(out, r, kNormBroadcastTag));
+      for (auto& h : hs) {
+        if (absl::Status st = h->Wait(config.timeout); !st.ok()) return st;
+      }
+      return std::sqrt(total);
+    }
+    torch::Tensor mine = torch::full({1}, local, opts);
+    auto hs = comm->Send(mine, 0, kNormGatherTag);
+    torch::Tensor buf = torch::empty({1}, opts);
+    auto hr = comm->Recv(buf, 0, kNormBroadcastTag);
+    if (absl::Status st = hs->Wait(config.timeout); !st.ok()) return st;
+    if (absl::Status st = hr->Wait(config.timeout); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("gradient norm from rank 0: ", st.message()));
+    }
+    return std::sqrt(buf.cpu().item<double>());
+  }
+
+  absl::StatusOr<IterationSummary> Run(int iteration);
+};
+
+absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
+  IterationSummary summary;
+  summary.iteration = iteration;
+  outputs.clear();
+  grads.clear();
+  recvs.clear();
+  sends.clear();
+  next_recv = 0;
+  p2p_wait_s = 0;
+  for (auto& st : stages) {
+    st->ZeroGrad();
+    st->ClearLosses();
+  }
+  if (grad_sync != nullptr) {
+    if (absl::Status st = grad_sync->BeginIteration(iteration); !st.ok()) return st;
+  }
+  const auto& actions = plan.ranks[rank];
+  std::vector<std::pair<SteadyTime, SteadyTime>> compute;
+  std::map<int, model::TokenBatch> batches;  // by microbatch, for stage 0 and the last stage
+  auto batch_for = [&](int mb) -> model::TokenBatch* {
+    if (data == nullptr) return nullptr;
+    auto it = batches.find(mb);
+    if (it == batches.end()) it = batches.emplace(mb, data->Microbatch(iteration, data_rank, mb)).first;
+    return &it->second;
+  };
+  const int last_stage = plan.num_stages() - 1;
+  std::vector<double> losses;
+
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const Action& a = actions[k];
+    if (absl::Status st = PostRecvsThrough(k); !st.ok()) return st;
+    if (core::IsRecv(a.kind) || a.kind == ActionKind::kReduce) {
+      if (a.kind == ActionKind::kReduce && grad_sync != nullptr) {
+        if (absl::Status st = grad_sync->OnReduceAction(a.chunk, a.bucket); !st.ok()) return st;
+      }
+      continue;  // receives were posted above
+    }
+    if (core::IsSend(a.kind)) {
+      if (absl::Status st = Send(a); !st.ok()) return st;
+      continue;
+    }
+    // Compute. Inputs are gathered first so waiting on a receive is not counted as busy.
+    model::Stage& stage = StageOf(a.stage);
+    torch::Tensor input;
+    model::TokenBatch* batch = nullptr;
+    if (a.kind == ActionKind::kForward) {
+      batch = batch_for(a.microbatch);
+      auto in = ForwardInput(iteration, a, batch);
+      if (!in.ok()) return in.status();
+      input = *std::move(in);
+    } else if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+      auto g = OutputGrad(a);
+      if (!g.ok()) return g.status();
+      input = *std::move(g);
+    }
+    const SteadyTime start = Clock::now();
+    absl::Status status;
+    switch (a.kind) {
+      case ActionKind::kForward: {
+        const torch::Tensor* targets = nullptr;
+        if (a.stage == last_stage && batch != nullptr) targets = &batch->targets;
+        auto out = stage.Forward(a.microbatch, input, targets);
+        if (!out.ok()) return out.status();
+        if (a.stage == last_stage) {
+          auto loss = stage.Loss(a.microbatch);
+          if (loss.ok()) losses.push_back(*loss);
+        } else {
+          outputs[{a.stage, a.microbatch}] = *std::move(out);
+        }
+        if (a.stage == 0 && batch != nullptr) summary.tokens += batch->tokens.numel();
+        break;
+      }
+      case ActionKind::kBackwardInput:
+      case ActionKind::kBackwardFull: {
+        auto g = a.kind == ActionKind::kBackwardInput ? stage.BackwardInput(a.microbatch, input)
+                                                      : stage.BackwardFull(a.microbatch, input);
+        if (!g.ok()) return g.status();
+        if (a.stage > 0) grads[{a.stage, a.microbatch}] = *std::move(g);
+        break;
+      }
+      case ActionKind::kBackwardWeight:
+        status = stage.BackwardWeight(a.microbatch);
+        break;
+      default:
+        break;
+    }
+    if (!status.ok()) return status;
+    if (grad_sync != nullptr) {
+      if (absl::Status st = grad_sync->OnCompute(a); !st.ok()) return st;
+    }
+    const SteadyTime end = Clock::now();
+    compute.push_back({start, end});
+    const double secs = Seconds(end - start);
+    summary.busy_s += secs;
+    if (a.kind == ActionKind::kForward) summary.forward_s += secs;
+    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+      summary.backward_s += secs;
+    }
+    if (a.kind == ActionKind::kBackwardWeight) summary.weight_s += secs;
+    if (sink != nullptr) sink->OnAction({iteration, a, Wall(start), Wall(end)});
+    if (a.kind == ActionKind::kForward && a.stage != 0 && a.stage != last_stage) {
+      batches.erase(a.microbatch);
+    }
+  }
+  // Drain: every send delivered, every reduction done.
+  for (auto& h : sends) {
+    if (absl::Status st = h->Wait(config.timeout); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("rank ", rank, ": send: ", st.message()));
+    }
+  }
+  sends.clear();
+  if (!recvs.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, ": ", recvs.size(), " receive(s) posted but never consumed"));
+  }
+  SteadyTime last = compute.empty() ? Clock::now() : compute.back().second;
+  const SteadyTime first = compute.empty() ? last : compute.front().first;
+  if (grad_sync != nullptr) {
+    auto reductions = grad_sync->FinishIteration();
+    if (!reductions.ok()) return reductions.status();
+    summary.reductions = *std::move(reductions);
+    std::vector<std::pair<SteadyTime, SteadyTime>> reduce;
+    for (const ReduceInterval& r : summary.reductions) {
+      reduce.push_back({r.start, r.end});
+      summary.reduce_s += Seconds(r.end - r.start);
+      last = std::max(last, r.end);
+    }
+    std::sort(reduce.begin(), reduce.end());
+    summary.exposed_reduce_s = summary.reduce_s - Overlap(compute, reduce);
+  }
+  summary.duration_s = Seconds(last - first);
+  summary.idle_s = std::max(0.0, summary.duration_s - summary.busy_s);
+  summary.bubble_ratio = summary.duration_s > 0 ? 1 - summary.busy_s / summary.duration_s : 0;
+  summary.p2p_wait_s = p2p_wait_s;
+  if (!losses.empty()) {
+    double sum = 0;
+    for (double l : losses) sum += l;
+    summary.loss = sum / losses.size();
+  }
+  // Optimizer step with global-norm clipping.
+  const SteadyTime step0 = Clock::now();
+  auto norm = GlobalGradNorm();
+  if (!norm.ok()) return norm.status();
+  summary.grad_norm = *norm;
+  try {
+    torch::NoGradGuard no_grad;
+    if (config.max_grad_norm > 0 && *norm > config.max_grad_norm) {
+      const double scale = config.max_grad_norm / (*norm + 1e-6);
+      for (torch::Tensor& p : params) {
+        if (p.grad().defined()) p.mutable_grad().mul_(scale);
+      }
+    }
+    if (optimizer != nullptr) optimizer->step();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("optimizer step: ", e.what()));
+  }
+  summary.step_s = Seconds(Clock::now() - step0);
+  for (auto& st : stages) {
+    if (st->pending_microbatches() != 0) {
+      return absl::InternalError(absl::StrCat("stage ", st->stage(), " still holds ",
+                                              st->pending_microbatches(),
+                                              " microbatch(es) after the iteration"));
+    }
+  }
+  return summary;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
+    const core::Plan& plan, int pipeline_rank, int data_rank, const ExecutorConfig& config,
+    std::vector<std::unique_ptr<model::Stage>> stages, Communicator& comm,
+    const model::SyntheticTokenData* data, GradSyncDriver* grad_sync, ActionSink* sink) {
+  if (pipeline_rank < 0 || pipeline_rank >= plan.num_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat("executor: pipeline rank ", pipeline_rank,
+                                                   " not in a plan of ", plan.num_ranks()));
+  }
+  if (static_cast<int>(stages.size()) != plan.placement.chunks_per_rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("executor: ", stages.size(),
+                                                   " stages given, the placement has ",
+                                                   plan.placement.chunks_per_rank(), " per rank"));
+  }
+  for (int c = 0; c < static_cast<int>(stages.size()); ++c) {
+    const int want = plan.placement.StageOf(pipeline_rank, c);
+    if (stages[c] == nullptr || stages[c]->stage() != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: chunk ", c, " of rank ", pipeline_rank, " must be stage ", want));
+    }
+  }
+  if (config.microbatch_size < 1) return absl::InvalidArgumentError("executor: microbatch_size < 1");
+  auto impl = std::make_unique<Impl>();
+  impl->plan = plan;
+  impl->rank = pipeline_rank;
+  impl->data_rank = data_rank;
+  impl->config = config;
+  impl->config.recv_lookahead = std::max(1, config.recv_lookahead);
+  impl->stages = std::move(stages);
+  impl->comm = &comm;
+  impl->data = data;
+  impl->grad_sync = grad_sync;
+  impl->sink = sink;
+  for (const auto& st : impl->stages) {
+    for (const torch::Tensor& p : st->parameters()) impl->params.push_back(p);
+  }
+  const auto& actions = impl->plan.ranks[pipeline_rank];
+  for (size_t k = 0; k < actions.size(); ++k) {
+    if (core::IsRecv(actions[k].kind)) impl->recv_positions.push_back(k);
+  }
+  impl->wall_offset_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  if (!impl->params.empty()) {
+    try {
+      if (config.optimizer == "adamw" || config.optimizer.empty()) {
+        impl->optimizer = std::make_unique<torch::optim::AdamW>(
+            impl->params, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
+      } else if (config.optimizer == "adam") {
+        impl->optimizer =
+            std::make_unique<torch::optim::Adam>(impl->params, torch::optim::AdamOptions(config.lr));
+      } else if (config.optimizer == "sgd") {
+        impl->optimizer =
+            std::make_unique<torch::optim::SGD>(impl->params, torch::optim::SGDOptions(config.lr));
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("executor: unknown optimizer '", config.optimizer, "'"));
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("executor: optimizer: ", e.what()));
+    }
+  }
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() = default;
+
+absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
+  try {
+    return impl_->Run(iteration);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("rank ", impl_->rank, ": ", e.what()));
+  }
+}
+
+const std::vector<std::unique_ptr<model::Stage>>& Executor::stages() const {
+  return impl_->stages;
+}
+
+}  // namespace zpipe::worker

@@ -1,0 +1,134 @@
+// Executor: runs one pipeline rank's plan, one iteration at a time.
+//
+// For every action of the rank's (lowered) plan, in order:
+//   F(s,i)      input from the data (stage 0), the local hand-over (previous stage on this rank:
+//               the V turn-around) or a posted receive; runs the stage; keeps the output for its
+//               SEND or the local consumer.
+//   B(s,i)      output gradient from the loss (last stage, scaled 1/m by the stage), the local
+//               hand-over or a posted receive; runs the input backward; keeps the input gradient.
+//   W(s,i)      runs the queued weight-gradient work.   BW(s,i): B then W.
+//   SEND_*      hands the tensor to the communicator; never blocks.
+//   RECV_*      posted ahead: the executor keeps the next `recv_lookahead` receives of the plan
+//               posted, in plan order (so the pairwise order rule holds); the consumer waits.
+//   REDUCE      the plan's predicted launch point of a bucket's all-reduce; the launch itself is
+//               driven by the gradient-sync countdown (GradSyncDriver), which must have fired.
+// After the last action it waits for every send and reduction, clips the gradients by their
+// global norm (across pipeline ranks; DP replicas hold identical averaged gradients), steps the
+// optimizer, and returns the iteration's measurements. Every compute action's start and end goes
+// to the ActionSink as it completes.
+//
+// Thread-safety: one thread drives an Executor. Errors (communication failures and timeouts,
+// stage errors) come back as absl::Status; the executor is then unusable.
+#ifndef ZPIPE_WORKER_EXECUTOR_EXECUTOR_H_
+#define ZPIPE_WORKER_EXECUTOR_EXECUTOR_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/data.h"
+#include "worker/model/stage.h"
+
+namespace zpipe::worker {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+struct ExecutorConfig {
+  int microbatch_size = 1;
+  int recv_lookahead = 4;          // receives kept posted ahead of the current action
+  absl::Duration timeout = absl::Seconds(60);  // per wait on a receive, send or reduction
+  std::string optimizer = "adamw";  // "adamw", "adam" or "sgd"
+  double lr = 3e-4;
+  double weight_decay = 0.01;       // adamw only
+  double max_grad_norm = 1.0;       // clip the global gradient norm to this; <= 0 = no clipping
+};
+
+// One executed compute action. Times are wall-clock seconds since the Unix epoch.
+struct ActionRecord {
+  int iteration = 0;
+  core::Action action;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+// Receives every executed compute action as it completes. Must not block (a queue).
+class ActionSink {
+ public:
+  virtual ~ActionSink() = default;
+  virtual void OnAction(const ActionRecord& record) = 0;
+};
+
+// A completed reduction, for overlap accounting.
+struct ReduceInterval {
+  int chunk = 0;
+  int bucket = 0;
+  SteadyTime launch;
+  SteadyTime start;
+  SteadyTime end;
+};
+
+// Gradient sync as the executor drives it; implemented over worker/grad_sync.
+class GradSyncDriver {
+ public:
+  virtual ~GradSyncDriver() = default;
+  virtual absl::Status BeginIteration(int iteration) = 0;
+  // After every compute action, with the action: counts its gradient contributions down and
+  // launches each bucket whose count reaches zero.
+  virtual absl::Status OnCompute(const core::Action& action) = 0;
+  // At a REDUCE action of the plan: the bucket should have been launched by now.
+  virtual absl::Status OnReduceAction(int chunk, int bucket) = 0;
+  // Waits for every reduction of the iteration; errors for a bucket that over- or under-counted.
+  virtual absl::StatusOr<std::vector<ReduceInterval>> FinishIteration() = 0;
+};
+
+struct IterationSummary {
+  int iteration = 0;
+  double duration_s = 0;  // first action start to last action or reduction end
+  double busy_s = 0;
+  double idle_s = 0;
+  double forward_s = 0;
+  double backward_s = 0;  // B and BW
+  double weight_s = 0;    // W
+  double bubble_ratio = 0;
+  double reduce_s = 0;
+  double exposed_reduce_s = 0;
+  double p2p_wait_s = 0;
+  double tokens = 0;                 // tokens entering stage 0 on this rank
+  std::optional<double> loss;        // mean over microbatches, on the rank of the last stage
+  double grad_norm = 0;              // global norm before clipping
+  double step_s = 0;                 // optimizer step (after the last action)
+  std::vector<ReduceInterval> reductions;
+};
+
+class Executor {
+ public:
+  // `plan`: the whole lowered plan (every pipeline rank; REDUCE actions optional).
+  // `stages[c]`: this rank's stage of local chunk c (placement.StageOf(rank, c)).
+  // `data`: token data for GPT stages; nullptr for synthetic stages.
+  // `grad_sync`, `sink`: optional. `comm`, `data`, `grad_sync`, `sink` must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> Make(
+      const core::Plan& plan, int pipeline_rank, int data_rank, const ExecutorConfig& config,
+      std::vector<std::unique_ptr<model::Stage>> stages, Communicator& comm,
+      const model::SyntheticTokenData* data, GradSyncDriver* grad_sync, ActionSink* sink);
+
+  ~Executor();
+
+  absl::StatusOr<IterationSummary> RunIteration(int iteration);
+
+  const std::vector<std::unique_ptr<model::Stage>>& stages() const;
+
+ private:
+  struct Impl;
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zpipe::worker
+
+#endif  // ZPIPE_WORKER_EXECUTOR_EXECUTOR_H_
