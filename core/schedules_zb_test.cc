@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/lowering.h"
@@ -115,6 +116,42 @@ TEST(ZbClosedFormTest, Zb2pReachesTheMemoryBoundForLargeM) {
           << "p=" << p << " F/B/W=" << c.f << "/" << c.b << "/" << c.w;
     }
   }
+}
+
+// The compact per-rank form of a plan, e.g. "F0 F1 B0 W0 ...", one string per rank.
+std::vector<std::string> Compact(const Plan& plan) {
+  std::vector<std::string> out;
+  for (const auto& rank : plan.ranks) {
+    std::string line;
+    for (const Action& a : rank) {
+      absl::StrAppend(&line, line.empty() ? "" : " ", ActionKindName(a.kind), a.microbatch);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+// Golden plans, p = 4, m = 8, T_F = T_B = T_W = 1, no comm: the parallelograms of the paper's
+// ZB-H2 figure (2(p - r) - 1 warm-up Fs, then B/W alternating with the remaining Fs, Ws drained
+// at the end) and the same shape for ZB-2p, both without a bubble.
+TEST(ZbGoldenTest, P4M8) {
+  const ScheduleRequest req = Request(4, 8, CostModel::Uniform(4, Stage(1, 1, 1)));
+  const std::vector<std::string> h2 = {
+      "F0 F1 F2 F3 F4 F5 F6 B0 W0 B1 F7 B2 W1 B3 W2 B4 W3 B5 W4 B6 W5 B7 W6 W7",
+      "F0 F1 F2 F3 F4 B0 F5 B1 F6 B2 F7 B3 W0 B4 W1 B5 W2 B6 W3 B7 W4 W5 W6 W7",
+      "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 W0 B6 W1 B7 W2 W3 W4 W5 W6 W7",
+      "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W0 W1 W2 W3 W4 W5 W6 W7"};
+  const std::vector<std::string> two_p = {
+      "F0 F1 F2 F3 F4 F5 F6 B0 F7 B1 W0 B2 W1 B3 W2 B4 W3 B5 W4 B6 W5 B7 W6 W7",
+      "F0 F1 F2 F3 F4 B0 F5 B1 F6 B2 F7 B3 W0 B4 W1 B5 W2 B6 W3 B7 W4 W5 W6 W7",
+      "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 W0 B6 W1 B7 W2 W3 W4 W5 W6 W7",
+      "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W0 W1 W2 W3 W4 W5 W6 W7"};
+  const Generated g_h2 = GenerateAndSimulate(ScheduleKind::kZbH2, req);
+  EXPECT_EQ(Compact(g_h2.plan), h2);
+  EXPECT_DOUBLE_EQ(g_h2.span, 24);
+  const Generated g_2p = GenerateAndSimulate(ScheduleKind::kZb2p, req);
+  EXPECT_EQ(Compact(g_2p.plan), two_p);
+  EXPECT_DOUBLE_EQ(g_2p.span, 24);
 }
 
 // Random per-stage costs: the memory shape of the paper (B frees a random share of the
