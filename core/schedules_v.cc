@@ -192,14 +192,17 @@ class VGreedy {
  public:
   VGreedy(const VProblem& pb, const GreedyPolicy& policy) : pb_(pb), pol_(policy) {}
 
-  // Fills `orders`; false if the scheduler got stuck (only possible with unusual memory deltas,
-  // e.g. a B that needs memory).
-  bool Run(Orders* orders);
+  // Fills `orders` and, timed against the problem it was given, `score`. False if the scheduler
+  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or if the
+  // plan would end after `give_up_after`.
+  bool Run(Orders* orders, Score* score, double give_up_after = kInf);
 
  private:
   struct RankState {
     double free = 0;
+    double first = kInf;  // start of the rank's first action
     double mem = 0;
+    double peak = 0;
     double mem0 = 0;  // the part of mem held by chunk-0 activations
     int nf[2] = {0, 0};  // next microbatch to forward, per chunk
     int nb[2] = {0, 0};  // next microbatch to backward, per chunk
@@ -247,7 +250,7 @@ class VGreedy {
   size_t started_ = 0;
 };
 
-bool VGreedy::Run(Orders* orders) {
+bool VGreedy::Run(Orders* orders, Score* score, double give_up_after) {
   const int p = pb_.p;
   ranks_.assign(p, RankState{});
   f_end_.assign(size_t(pb_.S) * pb_.m, kUnset);
@@ -271,11 +274,25 @@ bool VGreedy::Run(Orders* orders) {
       dirty[r] = 0;
       if (ranks_[r].free <= now && TryStart(r, now)) any = true;
     }
-    if (started_ == total) return true;
+    if (started_ == total) break;
     if (any) continue;  // zero-length actions may have made more ready at `now`
     if (events_.empty()) return false;  // nothing running and nothing can start
     now = events_.top().first;
+    if (now > give_up_after) return false;
   }
+  *score = Score{};
+  double lo = kInf, hi = 0;
+  score->rank_span = 0;
+  score->peak = 0;
+  for (const RankState& st : ranks_) {
+    if (st.first == kInf) continue;
+    lo = std::min(lo, st.first);
+    hi = std::max(hi, st.free);
+    score->rank_span = std::max(score->rank_span, st.free - st.first);
+    score->peak = std::max(score->peak, st.peak);
+  }
+  score->span = lo <= hi ? hi - lo : 0;
+  return true;
 }
 
 bool VGreedy::TryStart(int r, double now) {
@@ -360,6 +377,8 @@ void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
       return;
   }
   st.free = end;
+  st.first = std::min(st.first, now);
+  st.peak = std::max(st.peak, st.mem);
   events_.push({end, r});
   ++started_;
 }
@@ -405,9 +424,12 @@ std::vector<GreedyPolicy> Policies() {
       }
     }
   }
+  // Backward-first variants; these win under tight limits (V-Half, V-Min).
   out.push_back({.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5});
   out.push_back({.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0});
   out.push_back({.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5});
+  out.push_back({.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5});
+  out.push_back({.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5});
   return out;
 }
 
@@ -434,9 +456,11 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     if (guide == &folded && pb.comm == 0) break;
     for (const GreedyPolicy& pol : policies) {
       VGreedy greedy(*guide, pol);
-      if (!greedy.Run(&orders)) continue;
       Score score;
-      if (!Evaluate(pb, orders, &score)) continue;  // cannot happen: the order was timed
+      // Against the real problem the greedy's own timing is the plan's; a folded run is timed
+      // again.
+      if (!greedy.Run(&orders, &score, guide == &pb ? best.span : kInf)) continue;
+      if (guide != &pb && !Evaluate(pb, orders, &score)) continue;  // cannot fail: timed order
       if (score.peak > pb.limit + pb.eps) continue;
       if (score.Better(best)) {
         best = score;
