@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Offline checks of deploy/ (no cluster needed). ctest runs each as its own test (tests/deploy.cmake).
+#
+#   tests/deploy/check.sh [CHECK...]     CHECK: setup render schema reject policy golden dashboards
+#                                        (default: all of them, in that order)
+#   UPDATE_GOLDEN=1 tests/deploy/check.sh golden    rewrite tests/deploy/golden/ from deploy/
+#
+#   render      `kubectl kustomize` renders deploy/base and every deploy/overlays/*, without a
+#               warning (a deprecated field such as commonLabels warns)
+#   schema      every rendered object, and every deploy/examples/*.yaml, passes strict schema
+#               validation (kubernetes-models; unknown fields rejected)
+#   reject      the validator rejects each tests/deploy/fixtures/reject-*.yaml where it should
+#   policy      resources, probes, non-root, ports, headless Service, PDBs, GPUs, pinned images;
+#               then each policy is broken on purpose once and must be caught
+#   golden      the rendered overlays equal tests/deploy/golden/<overlay>.yaml exactly
+#   dashboards  deploy/base/monitoring/generated/ matches dashboards/ (deploy/sync-dashboards)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+kubectl_bin() {
+  local candidate
+  for candidate in "${KUBECTL:-}" "$(command -v kubectl || true)" "$here/.tools/kubectl"; do
+    if [[ -n $candidate ]] && "$candidate" version --client 2>/dev/null | grep -q '^Kustomize Version: v5\.'; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo "check.sh: no kubectl with kustomize v5; run tests/deploy/setup" >&2
+  return 1
+}
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+overlays() { (cd "$root/deploy/overlays" && for d in */; do [[ -f $d/kustomization.yaml ]] && echo "${d%/}"; done); }
+
+# render_all: deploy/base and each overlay into $out/<name>.yaml; fails on errors and warnings.
+render_all() {
+  local kubectl name dir
+  kubectl=$(kubectl_bin)
+  for name in base $(overlays); do
+    dir=$root/deploy/overlays/$name
+    [[ $name == base ]] && dir=$root/deploy/base
+    if ! "$kubectl" kustomize "$dir" >"$out/$name.yaml" 2>"$out/$name.err"; then
+      echo "render: kubectl kustomize ${dir#"$root"/} failed:" >&2
+      cat "$out/$name.err" >&2
+      return 1
+    fi
+    if [[ -s $out/$name.err ]]; then
+      echo "render: kubectl kustomize ${dir#"$root"/} warned:" >&2
+      cat "$out/$name.err" >&2
+      return 1
+    fi
+    if ! grep -q '^kind: ' "$out/$name.yaml"; then
+      echo "render: ${dir#"$root"/} rendered no objects" >&2
+      return 1
+    fi
+  done
+}
+
+check_render() {
+  render_all
+  echo "render: base and overlays ($(overlays | tr '\n' ' ')) render without warnings"
+}
+
+check_schema() {
+  render_all
+  node "$here/check.mjs" schema "$out"/*.yaml "$root"/deploy/examples/*.yaml
+}
+
+check_reject() {
+  node "$here/check.mjs" reject "$here"/fixtures/reject-*.yaml
+}
+
+check_policy() {
+  render_all
+  local name flags
+  for name in $(overlays); do
+    flags=()
+    [[ $name == gpu ]] && flags=(--gpu)
+    node "$here/check.mjs" policy "${flags[@]}" "$out/$name.yaml"
+  done
+  node "$here/check.mjs" policy "$root"/deploy/examples/*.yaml
+  [[ -f $out/gpu.yaml ]] || { echo "policy: there is no deploy/overlays/gpu" >&2; return 1; }
+  node "$here/check.mjs" policy-selftest "$out/cpu-dev.yaml" "$out/gpu.yaml"
+}
+
+check_golden() {
+  render_all
+  local name status=0
+  if [[ ${UPDATE_GOLDEN:-0} == 1 ]]; then
+    rm -f "$here"/golden/*.yaml
+    for name in $(overlays); do cp "$out/$name.yaml" "$here/golden/$name.yaml"; done
+    echo "golden: rewrote tests/deploy/golden/ ($(overlays | tr '\n' ' '))"
+    return
+  fi
+  for name in $(overlays); do
+    if [[ ! -f $here/golden/$name.yaml ]]; then
+      echo "golden: no tests/deploy/golden/$name.yaml for deploy/overlays/$name" >&2
+      status=1
+    elif ! diff -u "$here/golden/$name.yaml" "$out/$name.yaml" >"$out/$name.diff"; then
+      echo "golden: deploy/overlays/$name renders differently from tests/deploy/golden/$name.yaml:" >&2
+      head -80 "$out/$name.diff" >&2
+      status=1
+    fi
+  done
+  for golden in "$here"/golden/*.yaml; do
+    name=$(basename "$golden" .yaml)
+    if [[ ! -f $root/deploy/overlays/$name/kustomization.yaml ]]; then
+      echo "golden: tests/deploy/golden/$name.yaml has no overlay deploy/overlays/$name" >&2
+      status=1
+    fi
+  done
+  if ((status)); then
+    echo "golden: if the change is intended: UPDATE_GOLDEN=1 tests/deploy/check.sh golden" \
+         "(rendered with $("$(kubectl_bin)" version --client | grep Kustomize))" >&2
+    return 1
+  fi
+  echo "golden: $(overlays | tr '\n' ' ')match"
+}
+
+check_dashboards() {
+  "$root/deploy/sync-dashboards" --check
+  echo "dashboards: deploy/base/monitoring/generated/ matches its sources"
+}
+
+checks=("$@")
+((${#checks[@]})) || checks=(setup render schema reject policy golden dashboards)
+for check in "${checks[@]}"; do
+  case $check in
+    setup) "$here/setup" ;;
+    render | schema | reject | policy | golden | dashboards) "check_$check" ;;
+    *) echo "check.sh: unknown check '$check'" >&2; exit 2 ;;
+  esac
+done
