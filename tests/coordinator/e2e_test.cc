@@ -93,7 +93,7 @@ TEST(CoordinatorE2E, SubmitScheduleRunSucceeds) {
   std::set<int> ranks;
   for (const auto& w : workers) {
     ASSERT_EQ(w->assignments().size(), 1u) << w->name();
-    const v1::Assignment& a = w->assignments()[0];
+    const v1::Assignment a = w->assignments()[0];
     ranks.insert(a.pipeline_rank());
     EXPECT_EQ(a.job_id(), "e2e-1");
     EXPECT_EQ(a.pipeline_size(), 2);
@@ -304,7 +304,7 @@ TEST(CoordinatorE2E, PendingJobsQueueFifoAndListPages) {
   // Finishing q1 schedules q2 (FIFO).
   for (const auto& w : workers) {
     ASSERT_EQ(w->assignments().size(), 1u);
-    const auto& a = w->assignments()[0];
+    const v1::Assignment a = w->assignments()[0];
     w->SendFinished(a.job_id(), a.pipeline_rank(), a.data_rank());
   }
   EXPECT_EQ(WaitForState(*f.stub, "q1", v1::JOB_STATE_SUCCEEDED).state(),
@@ -328,7 +328,7 @@ TEST(CoordinatorE2E, DataParallelRanksAndDeviceKinds) {
   std::set<std::pair<int, int>> ranks;
   for (const auto& w : workers) {
     ASSERT_EQ(w->assignments().size(), 1u);
-    const auto& a = w->assignments()[0];
+    const v1::Assignment a = w->assignments()[0];
     ranks.insert({a.pipeline_rank(), a.data_rank()});
     EXPECT_EQ(a.global_rank(), a.data_rank() * 2 + a.pipeline_rank());
     EXPECT_EQ(a.peers_size(), 4);

@@ -40,7 +40,9 @@ TEST(Restart, JobsSurviveAndRunningJobsReconcile) {
       done_before = WaitForState(*stub, "done", v1::JOB_STATE_SUCCEEDED);
       ASSERT_EQ(done_before.state(), v1::JOB_STATE_SUCCEEDED);
     }
-    ASSERT_TRUE(Submit(*stub, "waiting", SyntheticSpec(4)).ok());
+    v1::JobSpec cuda = SyntheticSpec(4);
+    cuda.set_device(v1::DEVICE_KIND_CUDA);  // queued behind no CPU job: there is no CUDA worker
+    ASSERT_TRUE(Submit(*stub, "waiting", cuda).ok());
     ASSERT_TRUE(Submit(*stub, "stopped", SyntheticSpec(8)).ok());
     grpc::ClientContext ctx;
     v1::CancelJobRequest cancel;

@@ -96,6 +96,7 @@ bool TestWorker::Start() {
 
 void TestWorker::Stop() {
   if (stopping_.exchange(true)) return;
+  stopped_.Notify();
   if (stream_) ctx_.TryCancel();
   if (reader_.joinable()) reader_.join();  // no new runners after this
   for (auto& t : runners_) t.join();
@@ -131,9 +132,8 @@ void TestWorker::ReadLoop() {
 }
 
 void TestWorker::HeartbeatLoop() {
-  while (!stopping_) {
-    absl::SleepFor(heartbeat_interval_);
-    if (stopping_ || !heartbeats_) continue;
+  while (!stopped_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
+    if (!heartbeats_) continue;
     v1::WorkerMessage hb;
     hb.mutable_heartbeat()->set_job_id("");
     Write(hb);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/server.h"
 #include "grpcpp/grpcpp.h"
@@ -84,6 +85,7 @@ class TestWorker {
   std::atomic<bool> heartbeats_{true};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> resumed_{false};
+  absl::Notification stopped_;
   std::thread reader_, heartbeater_;
   std::vector<std::thread> runners_;
   mutable absl::Mutex mu_;
