@@ -207,7 +207,9 @@ TEST(ZbPropertyTest, RandomCostsValidateLowerAndFitMemory) {
     for (int m : {1, 2, p - 1, p, 2 * p - 1, 37, 64}) {
       if (m < 1 || m > 64) continue;
       const CostModel cost = RandomCost(p, rng);
-      for (ScheduleKind kind : kZbKinds) {
+      // zb-auto's default limit is ZB-1p's; AutoUnderRandomLimits covers other limits.
+      for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZb1p,
+                                ScheduleKind::kZb2p}) {
         ScheduleRequest req = Request(p, m, cost);
         const double limit = DefaultMemoryLimit(kind, p, m, cost);
         CheckPlan(kind, req, limit,
