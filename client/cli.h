@@ -31,7 +31,7 @@ inline constexpr int kExitJobFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;
 
-inline constexpr char kDefaultCoordinator[] = "localhost:7070";
+inline constexpr char kDefaultCoordinator[] = "localhost:50051";
 inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
 
 enum class OutputFormat { kTable, kJson };

@@ -115,10 +115,11 @@ class GrpcClient : public Client {
   GrpcClient(const std::string& address, ClientOptions options) : options_(options) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);  // plans of large pipelines exceed the 4 MiB default
-    // Reconnect quickly after a coordinator restart (gRPC's default backoff grows to 2 minutes).
+    // Reconnect quickly after a coordinator (re)start: gRPC's default backoff grows to 2 minutes,
+    // and after a failed connect the channel re-resolves the address at most every 30 s by default.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
     stub_ = v1::CoordinatorService::NewStub(
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }

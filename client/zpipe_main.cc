@@ -27,7 +27,7 @@ constexpr char kUsage[] =
     "  plan ...                                  generate a schedule locally and print the plan\n"
     "\n"
     "global options (before or after COMMAND):\n"
-    "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:7070)\n"
+    "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
     "  -o table|json       output format (default table)\n"
     "\n"
     "exit codes: 0 success; 1 job failed or cancelled, or the operation was refused;\n"

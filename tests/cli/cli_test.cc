@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -95,8 +96,7 @@ class CliTest : public ::testing::Test {
   }
 
   std::string JobFile(int iterations = 3) {
-    std::string text = kJobYaml;
-    text.replace(text.find("ITERATIONS"), 10, std::to_string(iterations));
+    const std::string text = absl::StrReplaceAll(kJobYaml, {{"ITERATIONS", std::to_string(iterations)}});
     return WriteFile(absl::StrCat("job", iterations, ".yaml"), text);
   }
 
