@@ -186,6 +186,10 @@ struct GreedyPolicy {
   // needs; ranks further from rank 0 keep chunk-1 microbatches longer (their chunk-1 backward
   // has to come back from rank 0) and need more slots to keep the return path flowing.
   double reserve_per_rank = 0;
+  // Schedule against the problem with each cross-rank latency folded into the action that
+  // feeds the edge (the plan is then timed against the real one): arrivals then line up with
+  // when ranks become free, which often helps when T_comm is a sizeable part of T_F and T_B.
+  bool fold_comm = false;
 };
 
 class VGreedy {
@@ -412,74 +416,79 @@ Plan MakePlan(absl::string_view name, const VProblem& pb, Orders orders) {
 }
 
 // The policies every V generator tries; the plan with the shortest makespan wins. The first is
-// the safe one (a single chunk-1 slot), which always completes.
+// the safe one (a single chunk-1 slot), which always completes. The forward-first ones were
+// picked as the smallest set that matches a 256-policy grid on a spread of shapes and costs at
+// the ZB-V limit; the backward-first ones win under the tighter V-Half and V-Min limits.
 std::vector<GreedyPolicy> Policies() {
-  std::vector<GreedyPolicy> out;
-  out.push_back({.forward_first = false});
-  for (int b_order : {0, 1}) {
-    for (double w_wait : {0.5, 0.75}) {
-      for (double reserve : {0.75, 1.0}) {
-        out.push_back({.forward_first = true, .b_order = b_order, .w_wait = w_wait,
-                       .f0_wait = 0.5, .reserve_per_rank = reserve});
-      }
-    }
-  }
-  // Backward-first variants; these win under tight limits (V-Half, V-Min).
-  out.push_back({.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5});
-  out.push_back({.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0});
-  out.push_back({.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5});
-  out.push_back({.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5});
-  out.push_back({.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5});
-  return out;
+  return {
+      {.forward_first = false},
+      {.forward_first = true, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.75},
+      {.forward_first = true, .f0_wait = 0.5, .reserve_per_rank = 1.0},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .reserve_per_rank = 0.5,
+       .fold_comm = true},
+      {.forward_first = false, .reserve_per_rank = 0.75, .fold_comm = true},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .fold_comm = true},
+      {.forward_first = true, .w_wait = 0.75, .f0_wait = 0.5, .reserve_per_rank = 0.75},
+      {.forward_first = true, .w_wait = 0.75, .f0_wait = 0.5, .reserve_per_rank = 0.75,
+       .fold_comm = true},
+      {.forward_first = true, .w_wait = 0.5, .reserve_per_rank = 0.5, .fold_comm = true},
+      {.forward_first = false, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
+       .reserve_per_rank = 1.0},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
+       .reserve_per_rank = 1.0},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
+       .reserve_per_rank = 0.75},
+      {.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5},
+      {.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0},
+      {.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5},
+      {.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5},
+      {.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5},
+      {.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5, .fold_comm = true},
+      {.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5,
+       .fold_comm = true},
+  };
 }
 
-Orders DualPipeVOrders(const VProblem& pb, bool b_first_main);
+Orders DualPipeVOrders(const VProblem& pb, bool b_first_main);  // below
 
 absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
                                      absl::string_view name) {
   const VProblem pb(req, memory_limit);
   if (absl::Status st = CheckGreedyLimit(pb, name); !st.ok()) return st;
-  // The same problem with each cross-rank latency folded into the action that feeds the edge:
-  // scheduling against it lines arrivals up with when ranks become free, which often helps
-  // when T_comm is a sizeable part of T_F and T_B.
-  VProblem folded_problem = pb;
-  const VProblem& folded = folded_problem;
+  VProblem folded = pb;
   for (int s = 0; s < pb.S; ++s) {
-    if (s < pb.S - 1) folded_problem.f[s] += pb.Edge(s);
-    if (s > 0) folded_problem.b[s] += pb.Edge(s - 1);
+    if (s < pb.S - 1) folded.f[s] += pb.Edge(s);
+    if (s > 0) folded.b[s] += pb.Edge(s - 1);
   }
-  folded_problem.comm = 0;
-  const std::vector<GreedyPolicy> policies = Policies();
+  folded.comm = 0;
   Orders best_orders, orders;
   Score best;
-  for (const VProblem* guide : {&pb, &folded}) {
-    if (guide == &folded && pb.comm == 0) break;
-    for (const GreedyPolicy& pol : policies) {
-      VGreedy greedy(*guide, pol);
-      Score score;
-      // Against the real problem the greedy's own timing is the plan's; a folded run is timed
-      // again.
-      if (!greedy.Run(&orders, &score, guide == &pb ? best.span : kInf)) continue;
-      if (guide != &pb && !Evaluate(pb, orders, &score)) continue;  // cannot fail: timed order
-      if (score.peak > pb.limit + pb.eps) continue;
-      if (score.Better(best)) {
-        best = score;
-        best_orders = orders;
-      }
-    }
-  }
+  auto consider = [&](const Score& score) {
+    if (score.peak > pb.limit + pb.eps || !score.Better(best)) return;
+    best = score;
+    best_orders = orders;
+  };
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
-  // m >= 2p it competes as one more candidate.
+  // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
+  // at which the greedy runs give up.
   if (pb.m >= 2 * pb.p) {
     for (bool b_first : {false, true}) {
       orders = DualPipeVOrders(pb, b_first);
       Score score;
-      if (!Evaluate(pb, orders, &score) || score.peak > pb.limit + pb.eps) continue;
-      if (score.Better(best)) {
-        best = score;
-        best_orders = orders;
-      }
+      if (Evaluate(pb, orders, &score)) consider(score);
     }
+  }
+  for (const GreedyPolicy& pol : Policies()) {
+    if (pol.fold_comm && pb.comm == 0) continue;
+    VGreedy greedy(pol.fold_comm ? folded : pb, pol);
+    Score score;
+    if (pol.fold_comm) {
+      // Timed against the folded problem: time the order again against the real one.
+      if (!greedy.Run(&orders, &score) || !Evaluate(pb, orders, &score)) continue;
+    } else if (!greedy.Run(&orders, &score, best.span)) {
+      continue;  // stuck, or behind the best plan
+    }
+    consider(score);
   }
   if (best_orders.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
