@@ -5,18 +5,21 @@
 // chunk 1; its backward retraces the V. Rank 0 holds both the first and the last stage.
 //
 // ZB-V, V-Half and V-Min come from one memory-bounded list scheduler (VGreedy): an event-driven
-// simulation that, whenever a rank is free, starts the best action that is ready (B before F,
-// W to fill what would otherwise be idle time or to free memory), admitting a chunk-0 forward
-// only while the rank still has room for one chunk-1 forward after it. That admission rule is
-// what makes the scheduler deadlock-free under any memory limit that holds one microbatch's two
-// chunks: microbatches pass through each rank's chunk-1 slot in order, and the slot always
-// drains (its backward only needs ranks closer to rank 0, which themselves drain), so every
-// microbatch admitted on chunk 0 can finish. The schedules differ in the memory limit they get:
-// ZB-V the 1F1B-equal 2p chunk activations, V-Half and V-Min about a half and a third of that
-// (DefaultMemoryLimit). With that limit the scheduler reproduces the papers' shapes: a warm-up
-// of chunk-0 forwards as deep as memory allows, a steady F/B phase with W in the gaps, and a
-// cool-down filled with the deferred Ws. Several tie-breaking policies are simulated and the
-// plan with the shortest makespan is kept.
+// simulation that, whenever a rank is free, starts the best ready action under a policy
+// (forwards or backwards first, which chunk first, whether to wait briefly for an action on
+// the V's return path rather than start a chunk-0 forward or a W), and fills idle time with
+// deferred Ws, or runs them when memory blocks a forward. A chunk-0 forward is admitted only
+// while the rank keeps room for at least one chunk-1 forward after it. That rule makes the
+// scheduler deadlock-free under any limit that holds one microbatch's two chunks:
+// microbatches pass through each rank's chunk-1 slot in order, and the slot always drains (the
+// chunk-1 backward only needs ranks closer to rank 0, which drain the same way), so every
+// microbatch admitted on chunk 0 can finish. Policies that reserve more chunk-1 slots on ranks
+// far from rank 0 flow better but may get stuck under tight limits; they are simply skipped
+// then, and the one-slot policy always completes. Each policy is simulated and the plan with
+// the shortest makespan (core::Simulate's measure) is kept; DualPipeV's fixed order competes
+// as one more ZB-V candidate. The three schedules differ only in their memory limit: ZB-V the
+// 1F1B-equal 2p chunk activations, V-Half and V-Min about a half and a third of that
+// (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is bubble-free per rank.
 //
 // DualPipeV follows DeepSeek's step structure (warm-up forwards, then F/B pairs that DualPipe
 // would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
@@ -480,7 +483,7 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
   }
   for (const GreedyPolicy& pol : Policies()) {
     if (pol.fold_comm && pb.comm == 0) continue;
-    VGreedy greedy(pol.fold_comm ? folded : pb, pol);
+    VGreedy greedy(pol.fold_comm ? static_cast<const VProblem&>(folded) : pb, pol);
     Score score;
     if (pol.fold_comm) {
       // Timed against the folded problem: time the order again against the real one.
