@@ -82,6 +82,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   stop_.Notify();
   if (liveness_.joinable()) liveness_.join();
   exposer_.reset();
+  LogInfo("coordinator stopped");
 }
 
 void CoordinatorServer::Wait() { stop_.WaitForNotification(); }

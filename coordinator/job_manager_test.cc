@@ -1,0 +1,174 @@
+// JobManager logic with injected fakes: FakeClock drives liveness deterministically, fake
+// connections record what workers would receive, the store is SQLite in memory.
+#include "coordinator/job_manager.h"
+
+#include <memory>
+
+#include "coordinator/sqlite_job_store.h"
+#include "gtest/gtest.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+class FakeConnection : public WorkerConnection {
+ public:
+  void Send(WorkerCommand command) override { commands.push_back(std::move(command)); }
+  void Close(absl::Status status) override { closed = std::move(status); }
+  std::vector<WorkerCommand> commands;
+  absl::Status closed;
+};
+
+JobSpec Spec(int p, int iterations = 2) {
+  JobSpec s;
+  s.name = "unit";
+  s.model = SyntheticConfig{1, 1, 1, 16, 8};
+  s.pipeline = p;
+  s.schedule = "1f1b";
+  s.microbatches = 4;
+  s.microbatch_size = 1;
+  s.iterations = iterations;
+  s.lr = 0.1;
+  return s;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::move(*SqliteJobStore::Open(":memory:"));
+    manager_ = MakeManager();
+  }
+  std::unique_ptr<JobManager> MakeManager() {
+    ManagerOptions options;
+    options.heartbeat_timeout = absl::Seconds(10);
+    auto m = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
+    EXPECT_TRUE(m->Load().ok());
+    return m;
+  }
+  // Registers and attaches a worker; returns its id.
+  std::string AddWorker(const std::string& name, FakeConnection* connection,
+                        const std::string& running_job = "") {
+    WorkerRegistration reg;
+    reg.name = name;
+    reg.running_job_id = running_job;
+    absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(manager_->AttachSession(r->worker_id, connection).ok());
+    return r->worker_id;
+  }
+
+  FakeClock clock_;
+  NullMetrics metrics_;
+  std::unique_ptr<SqliteJobStore> store_;
+  FakeConnection c0_, c1_;  // outlive the manager
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kPending);
+  const std::string w1 = AddWorker("b", &c1_);
+  JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kRunning);
+  ASSERT_EQ(c0_.commands.size(), 1u);
+  EXPECT_EQ(c0_.commands[0].kind, WorkerCommand::Kind::kAssign);
+  EXPECT_EQ(c0_.commands[0].assignment->self.pipeline_rank, 0);
+  EXPECT_EQ(c1_.commands[0].assignment->self.pipeline_rank, 1);
+
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(manager_->Heartbeat(w0).ok());
+  manager_->CheckLiveness();
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+  clock_.Advance(absl::Seconds(6));  // b silent for 12 s, a for 6 s
+  manager_->CheckLiveness();
+  job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason, "worker b (pipeline rank 1, data rank 0) lost: no heartbeat for 12s");
+  EXPECT_EQ(c1_.closed.code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(c0_.commands.size(), 2u);
+  EXPECT_EQ(c0_.commands[1].kind, WorkerCommand::Kind::kCancel);
+  EXPECT_EQ(manager_->Heartbeat(w1).code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 9}, stages = {0, 0, 0},
+                             mbs = {0, 0, 7};
+  ProgressBatchData batch{"j", 0, 0, {its, ops, stages, mbs}};
+  manager_->Progress("a", batch);
+  EXPECT_EQ(manager_->dropped_progress_events(), 1u);  // the bad op / microbatch
+  JobView job = *manager_->Get("j");
+  ASSERT_TRUE(job.progress.has_value());
+  EXPECT_EQ(job.progress->ranks[0].forward_done, 1);
+  EXPECT_EQ(job.progress->ranks[0].backward_done, 1);
+  EXPECT_EQ(job.progress->ranks[0].microbatches[0], Phase::kDone);
+
+  RankStats stats;
+  stats.duration_s = 2;
+  stats.busy_s = 1.5;
+  ASSERT_TRUE(manager_->IterationReport(w0, "j", 0, stats, 3.5).ok());
+  job = *manager_->Get("j");
+  ASSERT_TRUE(job.record.latest_summary.has_value());
+  EXPECT_DOUBLE_EQ(job.record.latest_summary->bubble_rate, 0.25);
+  EXPECT_DOUBLE_EQ(*job.record.latest_summary->loss, 3.5);
+  std::vector<JobEvent> events;
+  ASSERT_TRUE(manager_->events().EventsAfter("j", 0, &events));
+  ASSERT_EQ(events.size(), 3u);  // SCHEDULING, RUNNING, iteration 0
+  EXPECT_EQ(events[2].kind, JobEvent::Kind::kIteration);
+
+  EXPECT_EQ(manager_->RankFinished(w0, "j", 1, 0).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(manager_->RankFinished(w0, "j", 0, 0).ok());
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kSucceeded);
+  EXPECT_EQ(manager_->Workers(false)[0].state, WorkerState::kIdle);
+}
+
+TEST_F(JobManagerTest, RestartReconcilesRunningJobs) {
+  ASSERT_TRUE(manager_->Submit("keep", Spec(1), false).ok());
+  AddWorker("a", &c0_);
+  ASSERT_TRUE(manager_->Submit("lose", Spec(1), false).ok());
+  AddWorker("b", &c1_);
+  ASSERT_EQ(manager_->Get("lose")->record.state, JobState::kRunning);
+
+  manager_ = MakeManager();  // a new coordinator on the same store
+  EXPECT_EQ(manager_->Get("keep")->record.state, JobState::kRunning);
+  FakeConnection back;
+  WorkerRegistration reg;
+  reg.name = "a";
+  reg.running_job_id = "keep";
+  absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->resume_running_job);
+  ASSERT_TRUE(manager_->AttachSession(r->worker_id, &back).ok());
+
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(manager_->Heartbeat(r->worker_id).ok());
+  clock_.Advance(absl::Seconds(6));
+  manager_->CheckLiveness();
+  EXPECT_EQ(manager_->Get("keep")->record.state, JobState::kRunning);
+  JobView lost = *manager_->Get("lose");
+  EXPECT_EQ(lost.record.state, JobState::kFailed);
+  EXPECT_EQ(lost.record.reason,
+            "coordinator restarted and worker b (pipeline rank 0, data rank 0) did not reconnect "
+            "within 10s");
+  manager_.reset();  // before `back`
+}
+
+TEST_F(JobManagerTest, PendingJobsWaitFifoPerDeviceKind) {
+  JobSpec cuda = Spec(1);
+  cuda.device = DeviceKind::kCuda;
+  ASSERT_TRUE(manager_->Submit("big", Spec(2), false).ok());
+  ASSERT_TRUE(manager_->Submit("gpu", cuda, false).ok());
+  ASSERT_TRUE(manager_->Submit("small", Spec(1), false).ok());
+  AddWorker("a", &c0_);
+  // "small" fits but waits behind "big" (FIFO); "gpu" needs a CUDA worker.
+  EXPECT_EQ(manager_->Get("small")->record.state, JobState::kPending);
+  EXPECT_EQ(manager_->Get("small")->queue_position, 1);
+  EXPECT_EQ(manager_->Get("gpu")->queue_position, 0);
+  ASSERT_TRUE(manager_->Cancel("big", "").ok());
+  EXPECT_EQ(manager_->Get("big")->record.reason, "cancelled by user");
+  EXPECT_EQ(manager_->Get("small")->record.state, JobState::kRunning);
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
