@@ -16,10 +16,11 @@
 // microbatch admitted on chunk 0 can finish. Policies that reserve more chunk-1 slots on ranks
 // far from rank 0 flow better but may get stuck under tight limits; they are simply skipped
 // then, and the one-slot policy always completes. Each policy is simulated and the plan with
-// the shortest makespan (core::Simulate's measure) is kept; DualPipeV's fixed order competes
-// as one more ZB-V candidate. The three schedules differ only in their memory limit: ZB-V the
-// 1F1B-equal 2p chunk activations, V-Half and V-Min about a half and a third of that
-// (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is bubble-free per rank.
+// the shortest makespan (DESIGN.md's span: the longest of the ranks' own spans) is kept;
+// DualPipeV's fixed order competes as one more ZB-V candidate. The three schedules differ only
+// in their memory limit: ZB-V the 1F1B-equal 2p chunk activations, V-Half and V-Min about a
+// half and a third of that (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is
+// bubble-free.
 //
 // DualPipeV follows DeepSeek's step structure (warm-up forwards, then F/B pairs that DualPipe
 // would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
@@ -83,12 +84,14 @@ struct VProblem {
 // follows the rules of core::Simulate (per-rank order, dependency edges, T_comm across ranks).
 
 struct Score {
-  double span = kInf;       // global makespan: last end - first start (core::Simulate's)
-  double rank_span = kInf;  // max over ranks of (last end - first start), the papers' measure
-  double peak = 0;          // max over ranks of peak memory
+  // DESIGN.md's span (core::Simulate's makespan): the longest of the ranks' own spans, each
+  // from the start of the rank's first action to the end of its last.
+  double rank_span = kInf;
+  double span = kInf;  // first start of any rank to last end of any rank
+  double peak = 0;     // max over ranks of peak memory
   bool Better(const Score& o) const {
-    if (span != o.span) return span < o.span;
     if (rank_span != o.rank_span) return rank_span < o.rank_span;
+    if (span != o.span) return span < o.span;
     return peak < o.peak;
   }
 };
@@ -200,9 +203,9 @@ class VGreedy {
   VGreedy(const VProblem& pb, const GreedyPolicy& policy) : pb_(pb), pol_(policy) {}
 
   // Fills `orders` and, timed against the problem it was given, `score`. False if the scheduler
-  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or if the
-  // plan would end after `give_up_after`.
-  bool Run(Orders* orders, Score* score, double give_up_after = kInf);
+  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or once
+  // some rank's span is sure to exceed `give_up_above`.
+  bool Run(Orders* orders, Score* score, double give_up_above = kInf);
 
  private:
   struct RankState {
@@ -257,7 +260,7 @@ class VGreedy {
   size_t started_ = 0;
 };
 
-bool VGreedy::Run(Orders* orders, Score* score, double give_up_after) {
+bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   const int p = pb_.p;
   ranks_.assign(p, RankState{});
   f_end_.assign(size_t(pb_.S) * pb_.m, kUnset);
@@ -285,7 +288,15 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_after) {
     if (any) continue;  // zero-length actions may have made more ready at `now`
     if (events_.empty()) return false;  // nothing running and nothing can start
     now = events_.top().first;
-    if (now > give_up_after) return false;
+    if (give_up_above < kInf) {
+      // A rank that has started spans at least until `now` if it has actions left.
+      for (int r = 0; r < p; ++r) {
+        const RankState& st = ranks_[r];
+        if (st.first == kInf) continue;
+        const bool left = st.nb[0] < pb_.m || st.nb[1] < pb_.m || !st.wq.empty();
+        if ((left ? std::max(now, st.free) : st.free) - st.first > give_up_above) return false;
+      }
+    }
   }
   *score = Score{};
   double lo = kInf, hi = 0;
@@ -420,8 +431,9 @@ Plan MakePlan(absl::string_view name, const VProblem& pb, Orders orders) {
 
 // The policies every V generator tries; the plan with the shortest makespan wins. The first is
 // the safe one (a single chunk-1 slot), which always completes. The forward-first ones were
-// picked as the smallest set that matches a 256-policy grid on a spread of shapes and costs at
-// the ZB-V limit; the backward-first ones win under the tighter V-Half and V-Min limits.
+// picked as the smallest sets that match policy grids (up to 384 policies) on a spread of
+// shapes and costs at the ZB-V limit; the backward-first ones win under the tighter V-Half
+// and V-Min limits.
 std::vector<GreedyPolicy> Policies() {
   return {
       {.forward_first = false},
@@ -441,6 +453,13 @@ std::vector<GreedyPolicy> Policies() {
        .reserve_per_rank = 1.0},
       {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
        .reserve_per_rank = 0.75},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .reserve_per_rank = 0.75,
+       .fold_comm = true},
+      {.forward_first = true, .w_wait = 0.75, .fold_comm = true},
+      {.forward_first = true, .b_order = 1, .w_wait = 1.0, .fold_comm = true},
+      {.forward_first = true, .w_wait = 1.0, .reserve_per_rank = 0.75, .fold_comm = true},
+      {.forward_first = true, .w_wait = 1.0, .fold_comm = true},
+      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5, .fold_comm = true},
       {.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5},
       {.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0},
       {.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5},
@@ -488,7 +507,7 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     if (pol.fold_comm) {
       // Timed against the folded problem: time the order again against the real one.
       if (!greedy.Run(&orders, &score) || !Evaluate(pb, orders, &score)) continue;
-    } else if (!greedy.Run(&orders, &score, best.span)) {
+    } else if (!greedy.Run(&orders, &score, best.rank_span)) {
       continue;  // stuck, or behind the best plan
     }
     consider(score);
