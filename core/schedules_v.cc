@@ -412,12 +412,12 @@ absl::Status CheckGreedyLimit(const VProblem& pb, absl::string_view name) {
           name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ",
           s0, " and ", s1, " that rank ", r, " must hold at once for one microbatch"));
     }
-    if (pb.mb[s0] > 0 || pb.mb[s1] > 0 || pb.mw[s0] > 0 || pb.mw[s1] > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": needs B and W to free memory (mem_b <= 0, mem_w <= 0); stage ",
-          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? s0 : s1, " has mem_b ",
-          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? pb.mb[s0] : pb.mb[s1], ", mem_w ",
-          pb.mb[s0] > 0 || pb.mw[s0] > 0 ? pb.mw[s0] : pb.mw[s1]));
+    for (int s : {s0, s1}) {
+      if (pb.mb[s] > 0 || pb.mw[s] > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": stage ", s, " has mem_b ", pb.mb[s], " and mem_w ", pb.mw[s],
+            "; the V schedulers need B and W to free memory (both <= 0)"));
+      }
     }
   }
   return absl::OkStatus();
