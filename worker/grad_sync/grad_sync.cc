@@ -304,6 +304,23 @@ absl::Status GradSync::OnActionDone(const core::Action& action) {
   return first;
 }
 
+absl::Status GradSync::ExpectLaunched(int chunk, int bucket) {
+  if (chunk < 0 || chunk >= static_cast<int>(stage_slots_.size()) || bucket < 0 ||
+      bucket >= static_cast<int>(stage_slots_[chunk].size())) {
+    return absl::InvalidArgumentError(absl::StrCat("grad sync: REDUCE chunk", chunk, " bucket",
+                                                   bucket, " names no bucket of pipeline rank ",
+                                                   rank_, " (the plan used another layout?)"));
+  }
+  const int slot = stage_slots_[chunk][bucket];
+  if (!options_.overlap || records_[slot].launches > 0) return absl::OkStatus();
+  std::string msg = absl::StrCat("grad sync: the plan reduces ", Name(slot),
+                                 " here, but it has not fired: received ",
+                                 records_[slot].received, " of ", records_[slot].expected,
+                                 " contributions");
+  errors_.push_back(msg);
+  return absl::FailedPreconditionError(std::move(msg));
+}
+
 absl::Status GradSync::FinishIteration() {
   if (!in_iteration_) {
     return absl::FailedPreconditionError("grad sync: FinishIteration outside an iteration");

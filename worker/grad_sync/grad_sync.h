@@ -139,6 +139,12 @@ class GradSync {
   // parameters.
   absl::Status OnActionDone(const core::Action& action);
 
+  // For the executor at a plan REDUCE action of local chunk `chunk`: with overlap on, the bucket
+  // must have been launched by now (FAILED_PRECONDITION naming it otherwise, also kept in
+  // errors()); with overlap off it launches in FinishIteration, so this is always OK.
+  // INVALID_ARGUMENT for a bucket this rank does not have (the plan used another layout).
+  absl::Status ExpectLaunched(int chunk, int bucket);
+
   // Ends the iteration: launches the buckets still due (all of them with overlap off), reports
   // every bucket that never fired, waits for every launched all-reduce and records its times. OK
   // when every bucket fired exactly once and reduced; otherwise the reduce error's code (e.g.

@@ -15,9 +15,11 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/grad_sync/model_params.h"
 
 namespace zpipe::worker {
 namespace {
@@ -428,6 +430,72 @@ TEST(GradSyncTest, OnActionDoneMatchesPerParameterCounting) {
       EXPECT_FALSE((*gs)->FinishIteration().ok());
     }
   }
+}
+
+// The executor checks every REDUCE action of a plan made with the same layout: by then the
+// bucket has fired. Earlier it has not, and a foreign bucket is refused.
+TEST(GradSyncTest, ExpectLaunchedAgreesWithThePlansReduceActions) {
+  auto store = NewInMemoryStore();
+  auto comm = NewGlooCommunicator(CommunicatorOptions{}, *store);
+  ASSERT_TRUE(comm.ok());
+  const core::Plan plan = MakePlan(core::ScheduleKind::kZbV);
+  const core::Placement& pl = plan.placement;
+  for (int rank = 0; rank < kP; ++rank) {
+    auto gs = GradSync::Create(plan, rank, {StageParams(), StageParams()},
+                               {.bucket_bytes = kBucketBytes}, **comm);
+    ASSERT_TRUE(gs.ok()) << gs.status();
+    core::GradSyncLayout layout;
+    layout.buckets.resize(pl.num_stages());
+    for (int c = 0; c < 2; ++c) {
+      for (const BucketLayout& b : PackBuckets(pl.StageOf(rank, c), StageParams(), kBucketBytes)) {
+        layout.buckets[b.stage].push_back({b.grads_in_b, b.grads_in_w, 1});
+      }
+    }
+    auto with_reduce = core::PlanGradSync(plan, layout);
+    ASSERT_TRUE(with_reduce.ok()) << with_reduce.status();
+    ASSERT_TRUE((*gs)->BeginIteration().ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition((*gs)->ExpectLaunched(0, 0)));
+    EXPECT_TRUE(absl::IsInvalidArgument((*gs)->ExpectLaunched(0, 7)));
+    int reduces = 0;
+    for (const core::Action& a : with_reduce->plan.ranks[rank]) {
+      if (a.kind == ActionKind::kReduce) {
+        ++reduces;
+        EXPECT_TRUE((*gs)->ExpectLaunched(a.chunk, a.bucket).ok()) << core::ActionToString(a);
+      } else {
+        ASSERT_TRUE((*gs)->OnActionDone(a).ok());
+      }
+    }
+    EXPECT_EQ(reduces, 6);
+    EXPECT_FALSE((*gs)->FinishIteration().ok());  // the early ExpectLaunched was recorded
+    EXPECT_EQ((*gs)->errors().size(), 1u);
+  }
+}
+
+TEST(ModelParamsTest, MapsPhaseUsesLayerAndSize) {
+  std::vector<model::ParamInfo> params(2);
+  params[0].name = "embed.weight";
+  params[0].tensor = torch::zeros({3, 4});
+  params[0].phase = model::GradPhase::kB;
+  params[0].accumulations_per_microbatch = 2;
+  params[0].layer = -1;
+  params[1].name = "layers.0.fc1.weight";
+  params[1].tensor = torch::zeros({5});
+  params[1].phase = model::GradPhase::kW;
+  params[1].layer = 0;
+  const std::vector<ParamInfo> infos = ParamsFromModel(params);
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0].name, "embed.weight");
+  EXPECT_EQ(infos[0].numel, 12);
+  EXPECT_TRUE(infos[0].grads_in_b);
+  EXPECT_FALSE(infos[0].grads_in_w);
+  EXPECT_EQ(infos[0].uses_per_microbatch, 2);
+  EXPECT_EQ(infos[0].layer, -1);
+  EXPECT_TRUE(infos[1].grads_in_w && !infos[1].grads_in_b);
+  EXPECT_EQ(TensorsFromModel(params)[1].numel(), 5);
+  // Embeddings (layer -1) pack last: reverse layer order.
+  const auto buckets = PackBuckets(0, infos, 1 << 20);
+  ASSERT_EQ(buckets.size(), 1u);
+  EXPECT_EQ(buckets[0].params, (std::vector<int>{1, 0}));
 }
 
 }  // namespace
