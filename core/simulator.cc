@@ -327,10 +327,13 @@ absl::StatusOr<SimResult> Simulation::Run() {
         absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
   }
 
-  double first = std::numeric_limits<double>::infinity();
-  double last = 0;
+  // span (DESIGN.md): the longest of the ranks' own spans, each from the start of its first
+  // action to the end of its last (compute and reductions; comm occupies no rank time).
+  double span_max = 0;
   for (int r = 0; r < p_; ++r) {
     const auto& actions = plan_.ranks[r];
+    double first = std::numeric_limits<double>::infinity();
+    double last = -std::numeric_limits<double>::infinity();
     for (size_t k = 0; k < actions.size(); ++k) {
       ActionTiming& t = result_.timings[r][k];
       if (IsRecv(actions[k].kind) && !options_.blocking_recv) {
@@ -339,13 +342,13 @@ absl::StatusOr<SimResult> Simulation::Run() {
                                    .at(a.stage, a.microbatch);
         if (Known(arrival)) t.end = std::max(t.start, arrival);
       }
-      if (IsComm(actions[k].kind)) continue;  // comm occupies no rank time
+      if (IsComm(actions[k].kind)) continue;
       first = std::min(first, t.start);
       last = std::max(last, t.end);
     }
+    if (last >= first) span_max = std::max(span_max, last - first);
   }
-  if (first > last) first = last = 0;
-  result_.makespan = last - first;
+  result_.makespan = span_max;
   const double span = result_.makespan;
   result_.idle.resize(p_);
   result_.rank_bubble.resize(p_);

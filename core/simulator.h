@@ -38,7 +38,7 @@ struct ActionTiming {
 
 struct SimResult {
   std::vector<std::vector<ActionTiming>> timings;  // same shape as plan.ranks
-  double makespan = 0;                  // max over ranks of last end - min start (all actions)
+  double makespan = 0;  // span: max over ranks of (its last end - its first start)
   std::vector<double> busy;             // per rank, compute time
   std::vector<double> idle;             // per rank, makespan - busy
   std::vector<double> rank_bubble;      // per rank, 1 - busy / makespan
