@@ -19,7 +19,9 @@ void ProgressTracker::StartJob(const std::string& job_id, const core::Placement&
   for (const RankSlot& slot : ranks) {
     auto rank = std::make_unique<RankState>();
     rank->slot = slot;
-    rank->phases.assign(per_rank, Phase::kNone);
+    rank->phases = std::make_unique<std::atomic<uint8_t>[]>(per_rank);
+    rank->num_phases = per_rank;
+    for (size_t i = 0; i < per_rank; ++i) rank->phases[i].store(0, std::memory_order_relaxed);
     job->ranks.push_back(std::move(rank));
   }
   absl::MutexLock lock(&mu_);
@@ -44,49 +46,58 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
     return 0;
   }
   RankState& rank = *job->ranks[data_rank * p + pipeline_rank];
+  if (rank.slot.worker_name != worker_name) {
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    return 0;
+  }
+  constexpr auto kRelaxed = std::memory_order_relaxed;
   int applied = 0;
   {
     absl::MutexLock lock(&rank.mu);
-    if (rank.slot.worker_name != worker_name) {
-      dropped_.fetch_add(n, std::memory_order_relaxed);
-      return 0;
-    }
+    int current = rank.iteration.load(kRelaxed);
+    int f = rank.f.load(kRelaxed), b = rank.b.load(kRelaxed), w = rank.w.load(kRelaxed);
     for (size_t i = 0; i < n; ++i) {
       const int it = ev.iterations[i], stage = ev.stages[i], mb = ev.microbatches[i];
-      if (it < rank.iteration || it >= job->iterations || mb < 0 || mb >= job->m || stage < 0 ||
+      if (it < current || it >= job->iterations || mb < 0 || mb >= job->m || stage < 0 ||
           stage >= job->placement.num_stages() ||
           job->placement.RankOf(stage) != pipeline_rank) {
         continue;
       }
-      if (it > rank.iteration) {
-        rank.iteration = it;
-        rank.f = rank.b = rank.w = 0;
-        std::fill(rank.phases.begin(), rank.phases.end(), Phase::kNone);
+      const Op op = static_cast<Op>(ev.ops[i]);
+      if (op != Op::kF && op != Op::kB && op != Op::kW && op != Op::kBW) continue;
+      if (it > current) {
+        current = it;
+        f = b = w = 0;
+        for (size_t k = 0; k < rank.num_phases; ++k) rank.phases[k].store(0, kRelaxed);
+        rank.iteration.store(current, kRelaxed);
       }
-      Phase& phase = rank.phases[job->placement.ChunkOf(stage) * job->m + mb];
-      switch (static_cast<Op>(ev.ops[i])) {
+      std::atomic<uint8_t>& phase = rank.phases[job->placement.ChunkOf(stage) * job->m + mb];
+      uint8_t next = phase.load(kRelaxed);
+      switch (op) {
         case Op::kF:
-          ++rank.f;
-          phase = std::max(phase, Phase::kForward);
+          ++f;
+          next = std::max<uint8_t>(next, static_cast<uint8_t>(Phase::kForward));
           break;
         case Op::kB:
-          ++rank.b;
-          phase = std::max(phase, Phase::kBackward);
+          ++b;
+          next = std::max<uint8_t>(next, static_cast<uint8_t>(Phase::kBackward));
           break;
         case Op::kW:
-          ++rank.w;
-          phase = Phase::kDone;
+          ++w;
+          next = static_cast<uint8_t>(Phase::kDone);
           break;
         case Op::kBW:
-          ++rank.b;
-          ++rank.w;
-          phase = Phase::kDone;
+          ++b;
+          ++w;
+          next = static_cast<uint8_t>(Phase::kDone);
           break;
-        default:
-          continue;
       }
+      phase.store(next, kRelaxed);
       ++applied;
     }
+    rank.f.store(f, kRelaxed);
+    rank.b.store(b, kRelaxed);
+    rank.w.store(w, kRelaxed);
   }
   if (applied < static_cast<int>(n)) dropped_.fetch_add(n - applied, std::memory_order_relaxed);
   if (applied > 0) job->version.fetch_add(1, std::memory_order_relaxed);
@@ -107,10 +118,10 @@ std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& jo
     return std::nullopt;
   }
   RankState& rank = *job->ranks[g];
+  if (rank.slot.worker_name != worker_name) return std::nullopt;
   {
     absl::MutexLock lock(&rank.mu);
-    if (rank.slot.worker_name != worker_name) return std::nullopt;
-    rank.iterations_done = std::max(rank.iterations_done, iteration + 1);
+    rank.iterations_done.store(std::max(rank.iterations_done.load(), iteration + 1));
   }
   job->version.fetch_add(1, std::memory_order_relaxed);
 
@@ -162,17 +173,19 @@ std::optional<JobProgressView> ProgressTracker::Get(const std::string& job_id,
   int lowest = job->iterations;
   for (const auto& rank : job->ranks) {
     RankProgressView r;
-    {
-      absl::MutexLock lock(&rank->mu);
-      r.pipeline_rank = rank->slot.pipeline_rank;
-      r.data_rank = rank->slot.data_rank;
-      r.worker_name = rank->slot.worker_name;
-      r.iteration = rank->iteration;
-      r.forward_done = rank->f;
-      r.backward_done = rank->b;
-      r.weight_done = rank->w;
-      r.iterations_done = rank->iterations_done;
-      if (with_microbatches) r.microbatches = rank->phases;
+    r.pipeline_rank = rank->slot.pipeline_rank;
+    r.data_rank = rank->slot.data_rank;
+    r.worker_name = rank->slot.worker_name;
+    r.iteration = rank->iteration.load(std::memory_order_relaxed);
+    r.forward_done = rank->f.load(std::memory_order_relaxed);
+    r.backward_done = rank->b.load(std::memory_order_relaxed);
+    r.weight_done = rank->w.load(std::memory_order_relaxed);
+    r.iterations_done = rank->iterations_done.load(std::memory_order_relaxed);
+    if (with_microbatches) {
+      r.microbatches.reserve(rank->num_phases);
+      for (size_t k = 0; k < rank->num_phases; ++k) {
+        r.microbatches.push_back(static_cast<Phase>(rank->phases[k].load(std::memory_order_relaxed)));
+      }
     }
     r.per_iteration = per_iteration;
     lowest = std::min(lowest, std::max(r.iteration, r.iterations_done));

@@ -1,8 +1,9 @@
 // ProgressTracker: per job, per rank F/B/W progress of the current iteration, and the assembly of
 // per-rank iteration reports into job-wide iteration summaries.
 //
-// Built for ingest rate: each rank has its own lock, so ranks streaming progress never contend
-// with each other, and readers (GetJob, WatchJob) only take the rank locks briefly. Events that do
+// Built for ingest rate: each rank has its own writer lock, so ranks streaming progress never
+// contend with each other, and the counters are atomics, so readers (GetJob, WatchJob) never wait
+// for a writer (a reader may see a rank mid-batch; progress is a display, not an invariant). Events that do
 // not fit the job's plan (unknown job, a rank not held by the sender, stage or microbatch out of
 // range, an older iteration) are dropped and counted, never fatal. Thread-safe.
 #ifndef ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
@@ -80,12 +81,13 @@ class ProgressTracker {
 
  private:
   struct RankState {
-    mutable absl::Mutex mu;
-    RankSlot slot;
-    int iteration = 0;
-    int f = 0, b = 0, w = 0;
-    int iterations_done = 0;
-    std::vector<Phase> phases;
+    absl::Mutex mu;  // serialises writers only
+    RankSlot slot;   // immutable after StartJob
+    std::atomic<int> iteration{0};
+    std::atomic<int> f{0}, b{0}, w{0};
+    std::atomic<int> iterations_done{0};
+    std::unique_ptr<std::atomic<uint8_t>[]> phases;  // Phase values, v * m of them
+    size_t num_phases = 0;
   };
   struct PendingIteration {
     std::vector<std::optional<RankStats>> ranks;
