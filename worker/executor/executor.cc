@@ -109,6 +109,22 @@ struct Executor::Impl {
     return absl::OkStatus();
   }
 
+  // Waits for `handle` up to the configured timeout, giving up early on a cancel.
+  absl::Status WaitFor(CommHandle& handle) {
+    const auto deadline = Clock::now() + absl::ToChronoNanoseconds(config.timeout);
+    while (true) {
+      if (config.cancelled != nullptr && config.cancelled->load()) {
+        return absl::CancelledError("job cancelled");
+      }
+      absl::Status st = handle.Wait(absl::Milliseconds(50));
+      if (st.ok() || handle.Test()) return st;
+      if (Clock::now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no progress for ", absl::FormatDuration(config.timeout), " (peer gone or stuck?)"));
+      }
+    }
+  }
+
   absl::StatusOr<torch::Tensor> TakeRecv(ActionKind send_kind, int stage, int mb) {
     auto it = recvs.find({send_kind, stage, mb});
     if (it == recvs.end()) {
@@ -117,7 +133,7 @@ struct Executor::Impl {
           " s", stage, " mb", mb, " (plan lacks the RECV before its consumer)"));
     }
     const auto t0 = Clock::now();
-    absl::Status st = it->second.handle->Wait(config.timeout);
+    absl::Status st = WaitFor(*it->second.handle);
     p2p_wait_s += Seconds(Clock::now() - t0);
     if (!st.ok()) {
       return absl::Status(st.code(),
@@ -201,7 +217,7 @@ struct Executor::Impl {
       for (int r = 1; r < p; ++r) {
         torch::Tensor buf = torch::empty({1}, opts);
         auto h = comm->Recv(buf, r, kNormGatherTag);
-        if (absl::Status st = h->Wait(config.timeout); !st.ok()) {
+        if (absl::Status st = WaitFor(*h); !st.ok()) {
           return absl::Status(st.code(), absl::StrCat("gradient norm from rank ", r, ": ",
                                                       st.message()));
         }
@@ -211,7 +227,7 @@ struct Executor::Impl {
       std::vector<std::unique_ptr<CommHandle>> hs;
       for (int r = 1; r < p; ++r) hs.push_back(comm->Send(out, r, kNormBroadcastTag));
       for (auto& h : hs) {
-        if (absl::Status st = h->Wait(config.timeout); !st.ok()) return st;
+        if (absl::Status st = WaitFor(*h); !st.ok()) return st;
       }
       return std::sqrt(total);
     }
@@ -219,8 +235,8 @@ struct Executor::Impl {
     auto hs = comm->Send(mine, 0, kNormGatherTag);
     torch::Tensor buf = torch::empty({1}, opts);
     auto hr = comm->Recv(buf, 0, kNormBroadcastTag);
-    if (absl::Status st = hs->Wait(config.timeout); !st.ok()) return st;
-    if (absl::Status st = hr->Wait(config.timeout); !st.ok()) {
+    if (absl::Status st = WaitFor(*hs); !st.ok()) return st;
+    if (absl::Status st = WaitFor(*hr); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("gradient norm from rank 0: ", st.message()));
     }
     return std::sqrt(buf.cpu().item<double>());
@@ -335,7 +351,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   }
   // Drain: every send delivered, every reduction done.
   for (auto& h : sends) {
-    if (absl::Status st = h->Wait(config.timeout); !st.ok()) {
+    if (absl::Status st = WaitFor(*h); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("rank ", rank, ": send: ", st.message()));
     }
   }

@@ -22,6 +22,7 @@
 #ifndef ZPIPE_WORKER_EXECUTOR_EXECUTOR_H_
 #define ZPIPE_WORKER_EXECUTOR_EXECUTOR_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -47,6 +48,8 @@ struct ExecutorConfig {
   double lr = 3e-4;
   double weight_decay = 0.01;       // adamw only
   double max_grad_norm = 1.0;       // clip the global gradient norm to this; <= 0 = no clipping
+  // When set and true, waits give up with CANCELLED (checked every 50 ms); for job cancels.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 // One executed compute action. Times are wall-clock seconds since the Unix epoch.

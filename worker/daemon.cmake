@@ -1,0 +1,6 @@
+# The worker daemon: coordinator session, rendezvous over gRPC, progress reporting, main.
+zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zpipe::worker_comm
+                       zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
+                       absl::time absl::strings)
+add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
+target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)

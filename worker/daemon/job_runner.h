@@ -1,0 +1,35 @@
+// RunAssignment: executes one job assignment on this worker from start to end.
+//
+// Builds the rank's stages (GPT or synthetic) from the assignment, bootstraps the communicator
+// through the coordinator's rendezvous, runs the executor for every iteration, reports each
+// iteration's measurements and, at the end, that the rank finished. Progress of every action goes
+// through a ProgressReporter. Returns the first error (the caller reports it as the rank's
+// failure); returns CANCELLED when `cancelled` became true.
+#ifndef ZPIPE_WORKER_DAEMON_JOB_RUNNER_H_
+#define ZPIPE_WORKER_DAEMON_JOB_RUNNER_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "zpipe/v1/worker.grpc.pb.h"
+
+namespace zpipe::worker {
+
+struct JobRunnerOptions {
+  std::string hostname = "127.0.0.1";  // address Gloo binds and advertises
+  absl::Duration comm_timeout = absl::Seconds(60);
+};
+
+using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;
+
+absl::Status RunAssignment(const zpipe::v1::Assignment& assignment,
+                           zpipe::v1::WorkerService::StubInterface& stub,
+                           const SendToCoordinator& send, const JobRunnerOptions& options,
+                           const std::atomic<bool>& cancelled);
+
+}  // namespace zpipe::worker
+
+#endif  // ZPIPE_WORKER_DAEMON_JOB_RUNNER_H_

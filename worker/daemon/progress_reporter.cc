@@ -1,0 +1,106 @@
+#include "worker/daemon/progress_reporter.h"
+
+#include <cstdio>
+
+namespace zpipe::worker {
+namespace {
+
+zpipe::v1::ComputeOp OpOf(core::ActionKind kind) {
+  switch (kind) {
+    case core::ActionKind::kForward: return zpipe::v1::COMPUTE_OP_F;
+    case core::ActionKind::kBackwardInput: return zpipe::v1::COMPUTE_OP_B;
+    case core::ActionKind::kBackwardWeight: return zpipe::v1::COMPUTE_OP_W;
+    case core::ActionKind::kBackwardFull: return zpipe::v1::COMPUTE_OP_BW;
+    default: return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
+  }
+}
+
+}  // namespace
+
+ProgressReporter::ProgressReporter(std::string job_id, int pipeline_rank, int data_rank,
+                                   SendFn send, Options options)
+    : job_id_(std::move(job_id)),
+      pipeline_rank_(pipeline_rank),
+      data_rank_(data_rank),
+      send_(std::move(send)),
+      options_(options),
+      thread_([this] { Loop(); }) {}
+
+ProgressReporter::~ProgressReporter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ProgressReporter::OnAction(const ActionRecord& record) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= options_.capacity) {
+      ++dropped_;
+      return;
+    }
+    queue_.push_back(record);
+    wake = queue_.size() >= options_.batch_size;
+  }
+  if (wake) cv_.notify_one();
+}
+
+void ProgressReporter::Flush() {
+  std::vector<ActionRecord> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(queue_);
+  }
+  SendQueued(batch);
+}
+
+void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  for (size_t begin = 0; begin < batch.size(); begin += options_.batch_size) {
+    const size_t end = std::min(batch.size(), begin + options_.batch_size);
+    zpipe::v1::WorkerMessage msg;
+    auto* p = msg.mutable_progress();
+    p->set_job_id(job_id_);
+    p->set_pipeline_rank(pipeline_rank_);
+    p->set_data_rank(data_rank_);
+    for (size_t k = begin; k < end; ++k) {
+      const ActionRecord& r = batch[k];
+      p->add_iterations(r.iteration);
+      p->add_ops(OpOf(r.action.kind));
+      p->add_stages(r.action.stage);
+      p->add_microbatches(r.action.microbatch);
+      p->add_start_times(r.start_s);
+      p->add_end_times(r.end_s);
+    }
+    p->set_dropped_events(dropped_.load());
+    if (!send_(msg)) return;
+    sent_ += end - begin;
+  }
+  batch.clear();
+}
+
+void ProgressReporter::Loop() {
+  std::vector<ActionRecord> batch;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.flush_interval),
+                   [&] { return stop_ || queue_.size() >= options_.batch_size; });
+      batch.swap(queue_);
+      if (stop_ && batch.empty()) break;
+    }
+    if (!batch.empty()) SendQueued(batch);
+    batch.clear();
+  }
+  if (dropped_.load() > 0) {
+    std::fprintf(stderr, "zpipe-worker: job %s rank %d/%d: %llu progress events dropped (queue full)\n",
+                 job_id_.c_str(), pipeline_rank_, data_rank_,
+                 static_cast<unsigned long long>(dropped_.load()));
+  }
+}
+
+}  // namespace zpipe::worker

@@ -1,0 +1,262 @@
+#include "worker/daemon/worker_daemon.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace zpipe::worker {
+namespace {
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "zpipe-worker: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d, absl::Duration fallback) {
+  const absl::Duration out = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+  return out > absl::ZeroDuration() ? out : fallback;
+}
+
+}  // namespace
+
+WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
+                                       args);
+  stub_ = zpipe::v1::WorkerService::NewStub(channel_);
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  Stop();
+  JoinJobIfDone(/*wait=*/true);
+}
+
+void WorkerDaemon::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  if (job_cancelled_) job_cancelled_->store(true);
+  if (session_ctx_ != nullptr) session_ctx_->TryCancel();
+  cv_.notify_all();
+}
+
+bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream = stream_;
+  }
+  // Without a stream (reconnecting) the message is lost; iteration reports are re-derivable
+  // and the coordinator reconciles on reconnect.
+  return stream != nullptr && stream->Write(msg);
+}
+
+void WorkerDaemon::JoinJobIfDone(bool wait) {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job_thread_.joinable()) return;
+    if (!wait && !(job_done_ && job_done_->load())) return;
+    t = std::move(job_thread_);
+  }
+  t.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_done_ && job_done_->load()) {
+    job_id_.clear();
+    job_cancelled_.reset();
+    job_done_.reset();
+  }
+}
+
+void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
+  JoinJobIfDone(/*wait=*/false);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_id_.empty()) {
+    if (job_id_ == assignment.job_id()) return;  // a repeated delivery after a reconnect
+    Log(absl::StrCat("job ", assignment.job_id(), ": refused, still running job ", job_id_));
+    zpipe::v1::WorkerMessage msg;
+    auto* f = msg.mutable_failure();
+    f->set_job_id(assignment.job_id());
+    f->set_pipeline_rank(assignment.pipeline_rank());
+    f->set_data_rank(assignment.data_rank());
+    f->set_message(absl::StrCat("worker ", options_.name, " is still running job ", job_id_));
+    std::thread([this, msg] { Send(msg); }).detach();
+    return;
+  }
+  job_id_ = assignment.job_id();
+  job_pipeline_rank_ = assignment.pipeline_rank();
+  job_data_rank_ = assignment.data_rank();
+  job_cancelled_ = std::make_shared<std::atomic<bool>>(false);
+  job_done_ = std::make_shared<std::atomic<bool>>(false);
+  auto cancelled = job_cancelled_;
+  auto done = job_done_;
+  Log(absl::StrCat("job ", job_id_, ": rank ", assignment.pipeline_rank(), "/",
+                   assignment.data_rank(), " of p=", assignment.pipeline_size(),
+                   " d=", assignment.data_size(), ", ", assignment.spec().train().iterations(),
+                   " iterations"));
+  job_thread_ = std::thread([this, assignment, cancelled, done] {
+    JobRunnerOptions jo;
+    jo.hostname = options_.host;
+    jo.comm_timeout = options_.comm_timeout;
+    absl::Status st = RunAssignment(
+        assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
+        *cancelled);
+    if (st.ok()) {
+      Log(absl::StrCat("job ", assignment.job_id(), ": rank finished"));
+    } else if (cancelled->load()) {
+      Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
+    } else {
+      Log(absl::StrCat("job ", assignment.job_id(), ": failed: ", st.ToString()));
+      zpipe::v1::WorkerMessage msg;
+      auto* f = msg.mutable_failure();
+      f->set_job_id(assignment.job_id());
+      f->set_pipeline_rank(assignment.pipeline_rank());
+      f->set_data_rank(assignment.data_rank());
+      f->set_message(std::string(st.message()));
+      Send(msg);
+    }
+    done->store(true);
+  });
+}
+
+void WorkerDaemon::CancelJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_id_ == job_id && job_cancelled_) {
+    Log(absl::StrCat("job ", job_id, ": cancel received"));
+    job_cancelled_->store(true);
+  }
+}
+
+absl::Status WorkerDaemon::RunSession(bool* registered) {
+  *registered = false;
+  zpipe::v1::RegisterWorkerRequest req;
+  req.set_name(options_.name);
+  req.set_device_kind(options_.device_kind);
+  req.set_device_index(options_.device_index);
+  req.set_host(options_.host);
+  req.set_memory_bytes(options_.memory_bytes);
+  req.set_version("0.1.0");
+  {
+    JoinJobIfDone(/*wait=*/false);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job_id_.empty()) {
+      req.set_running_job_id(job_id_);
+      req.set_running_pipeline_rank(job_pipeline_rank_);
+      req.set_running_data_rank(job_data_rank_);
+    }
+  }
+  zpipe::v1::RegisterWorkerResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat("register: ", st.error_message()));
+    }
+  }
+  *registered = true;
+  if (!req.running_job_id().empty() && !resp.resume_running_job()) {
+    Log(absl::StrCat("job ", req.running_job_id(), ": coordinator did not take it back; abandoning"));
+    CancelJob(req.running_job_id());
+  }
+  const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
+  grpc::ClientContext ctx;
+  auto stream = stub_->Session(&ctx);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::OkStatus();
+    session_ctx_ = &ctx;
+    stream_ = stream.get();
+  }
+  Log(absl::StrCat("registered as ", options_.name, " with ", options_.coordinator));
+  zpipe::v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id(resp.worker_id());
+  Send(hello);
+
+  std::atomic<bool> session_over{false};
+  std::thread heartbeats([&] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_ && !session_over.load()) {
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
+      if (stopping_ || session_over.load()) break;
+      zpipe::v1::WorkerMessage hb;
+      hb.mutable_heartbeat()->mutable_time()->set_seconds(absl::ToUnixSeconds(absl::Now()));
+      hb.mutable_heartbeat()->set_job_id(job_id_);
+      lock.unlock();
+      Send(hb);
+      JoinJobIfDone(/*wait=*/false);
+      lock.lock();
+    }
+  });
+
+  zpipe::v1::CoordinatorMessage msg;
+  bool shutdown = false;
+  while (stream->Read(&msg)) {
+    if (msg.has_assignment()) {
+      StartJob(msg.assignment());
+    } else if (msg.has_cancel()) {
+      CancelJob(msg.cancel().job_id());
+    } else if (msg.has_shutdown()) {
+      Log(absl::StrCat("shutdown requested: ", msg.shutdown().reason()));
+      shutdown = true;
+      break;
+    }
+  }
+  session_over = true;
+  cv_.notify_all();
+  heartbeats.join();
+  {
+    std::lock_guard<std::mutex> wlock(write_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_ = nullptr;
+    session_ctx_ = nullptr;
+  }
+  if (!shutdown) ctx.TryCancel();
+  grpc::Status st = stream->Finish();
+  if (shutdown) {
+    Stop();
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat("session ended: ", st.error_message()));
+}
+
+absl::Status WorkerDaemon::Run() {
+  if (options_.name.empty()) return absl::InvalidArgumentError("worker name is empty");
+  absl::Time unreachable_since = absl::Now();
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    bool registered = false;
+    absl::Status st = RunSession(&registered);
+    if (registered) unreachable_since = absl::Now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    Log(absl::StrCat(st.ToString(), "; reconnecting"));
+    if (options_.give_up_after > absl::ZeroDuration() &&
+        absl::Now() - unreachable_since > options_.give_up_after) {
+      Stop();
+      JoinJobIfDone(/*wait=*/true);
+      return absl::UnavailableError(absl::StrCat("coordinator ", options_.coordinator,
+                                                 " unreachable for ",
+                                                 absl::FormatDuration(options_.give_up_after)));
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.reconnect_backoff),
+                 [&] { return stopping_; });
+  }
+  JoinJobIfDone(/*wait=*/true);
+  Log("stopped");
+  return absl::OkStatus();
+}
+
+}  // namespace zpipe::worker

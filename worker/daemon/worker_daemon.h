@@ -1,0 +1,79 @@
+// WorkerDaemon: the zpipe-worker process's control loop.
+//
+// Registers with the coordinator under a stable name, holds one Session stream, sends heartbeats,
+// runs the assignments it receives one after another on a job thread (RunAssignment), reports a
+// job's failure and goes back to idle. When the stream breaks it reconnects with backoff,
+// re-registering with the job it is still running; if the coordinator does not take it back the
+// job is abandoned. Stop() (e.g. from SIGTERM) cancels the running job, closes the stream and
+// makes Run() return.
+#ifndef ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
+#define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "worker/daemon/job_runner.h"
+#include "zpipe/v1/worker.grpc.pb.h"
+
+namespace zpipe::worker {
+
+struct DaemonOptions {
+  std::string coordinator = "localhost:7070";
+  std::string name;  // stable identity; required
+  zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  int device_index = 0;
+  std::string host = "127.0.0.1";  // address peers reach this worker on (Gloo)
+  uint64_t memory_bytes = 0;
+  absl::Duration comm_timeout = absl::Seconds(60);
+  absl::Duration reconnect_backoff = absl::Milliseconds(500);
+  // Give up when the coordinator cannot be reached for this long (0 = retry forever).
+  absl::Duration give_up_after = absl::ZeroDuration();
+};
+
+class WorkerDaemon {
+ public:
+  explicit WorkerDaemon(DaemonOptions options);
+  ~WorkerDaemon();
+
+  // Blocks until Stop() or, with give_up_after, until the coordinator stayed unreachable.
+  absl::Status Run();
+  // Thread-safe and async-signal-tolerant enough for a signal-watching thread to call.
+  void Stop();
+
+ private:
+  absl::Status RunSession(bool* registered);
+  bool Send(const zpipe::v1::WorkerMessage& msg);
+  void StartJob(const zpipe::v1::Assignment& assignment);
+  void CancelJob(const std::string& job_id);
+  void JoinJobIfDone(bool wait);
+
+  const DaemonOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  grpc::ClientContext* session_ctx_ = nullptr;
+  grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream_ =
+      nullptr;
+  std::mutex write_mu_;
+
+  // The running job.
+  std::string job_id_;
+  int job_pipeline_rank_ = 0;
+  int job_data_rank_ = 0;
+  std::thread job_thread_;
+  std::shared_ptr<std::atomic<bool>> job_cancelled_;
+  std::shared_ptr<std::atomic<bool>> job_done_;
+};
+
+}  // namespace zpipe::worker
+
+#endif  // ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_

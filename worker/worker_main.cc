@@ -1,0 +1,120 @@
+// zpipe-worker: registers with the coordinator and runs the job ranks it is assigned.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "worker/daemon/worker_daemon.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
+    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS]\n"
+    "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:7070)\n"
+    "  --name         stable worker name (default HOST/DEVICE)\n"
+    "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
+    "  --threads      intra-op threads for LibTorch (default 1)\n"
+    "  --host         address peers reach this worker on (default 127.0.0.1)\n"
+    "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n";
+
+int Usage(const std::string& error) {
+  std::fprintf(stderr, "zpipe-worker: %s\n%s", error.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  zpipe::worker::DaemonOptions options;
+  if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
+  std::string device = "cpu";
+  int threads = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    const size_t eq = flag.find('=');
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Usage(flag + ": missing value");
+    }
+    if (flag == "--coordinator") {
+      options.coordinator = value;
+    } else if (flag == "--name") {
+      options.name = value;
+    } else if (flag == "--device") {
+      device = value;
+    } else if (flag == "--threads") {
+      if (!absl::SimpleAtoi(value, &threads) || threads < 1) return Usage("--threads: must be >= 1");
+    } else if (flag == "--host") {
+      options.host = value;
+    } else if (flag == "--comm-timeout") {
+      double secs = 0;
+      if (!absl::SimpleAtod(value, &secs) || secs <= 0) return Usage("--comm-timeout: must be > 0");
+      options.comm_timeout = absl::Seconds(secs);
+    } else {
+      return Usage("unknown flag " + flag);
+    }
+  }
+  if (device == "cpu") {
+    options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  } else if (device.rfind("cpu:", 0) == 0 && absl::SimpleAtoi(device.substr(4), &options.device_index) &&
+             options.device_index >= 0) {
+    options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  } else if (device.rfind("cuda:", 0) == 0 &&
+             absl::SimpleAtoi(device.substr(5), &options.device_index) && options.device_index >= 0) {
+    options.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "zpipe-worker: --device %s: this LibTorch build has no CUDA device\n",
+                   device.c_str());
+      return 2;
+    }
+  } else {
+    return Usage("--device: expected cpu, cpu:N or cuda:N, got '" + device + "'");
+  }
+  if (options.name.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    options.name = absl::StrCat(host, "/", device == "cpu" ? "cpu0" : device);
+    for (char& c : options.name) {
+      if (c == ':') c = '-';
+    }
+  }
+  options.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  torch::set_num_threads(threads);
+
+  // SIGTERM / SIGINT: a watcher thread turns the signal into a clean Stop().
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  zpipe::worker::WorkerDaemon daemon(options);
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "zpipe-worker: signal %d, stopping\n", sig);
+    daemon.Stop();
+  });
+  watcher.detach();
+  absl::Status st = daemon.Run();
+  if (!st.ok()) {
+    std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
