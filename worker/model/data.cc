@@ -1,5 +1,7 @@
 #include "worker/model/data.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace zpipe::worker::model {
@@ -68,6 +70,18 @@ TokenBatch SyntheticTokenData::Microbatch(int64_t iteration, int dp_rank, int mb
   torch::Tensor all =
       torch::from_blob(seq.data(), {microbatch_size_, n}, torch::kLong).clone();
   return TokenBatch{all.narrow(1, 0, seq_len_).contiguous(), all.narrow(1, 1, seq_len_).contiguous()};
+}
+
+TokenBatch SyntheticTokenData::GlobalBatch(int64_t iteration, int dp_size, int m) const {
+  std::vector<torch::Tensor> tokens, targets;
+  for (int d = 0; d < dp_size; ++d) {
+    for (int i = 0; i < m; ++i) {
+      TokenBatch b = Microbatch(iteration, d, i);
+      tokens.push_back(std::move(b.tokens));
+      targets.push_back(std::move(b.targets));
+    }
+  }
+  return TokenBatch{torch::cat(tokens), torch::cat(targets)};
 }
 
 }  // namespace zpipe::worker::model

@@ -36,6 +36,10 @@ class SyntheticTokenData {
   // Microbatch `mb` of iteration `iteration` for data-parallel rank `dp_rank`.
   TokenBatch Microbatch(int64_t iteration, int dp_rank, int mb) const;
 
+  // The global batch of one iteration: microbatches (d, i) for d < dp_size, i < m, concatenated
+  // along the batch dimension in that order (what a single-process reference trains on).
+  TokenBatch GlobalBatch(int64_t iteration, int dp_size, int m) const;
+
   int vocab() const { return vocab_; }
   int seq_len() const { return seq_len_; }
   int microbatch_size() const { return microbatch_size_; }

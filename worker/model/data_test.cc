@@ -70,6 +70,15 @@ TEST(SyntheticTokenDataTest, HasLearnableStructure) {
   EXPECT_GT(entropy, 0.5);
 }
 
+TEST(SyntheticTokenDataTest, GlobalBatchConcatenatesRanksThenMicrobatches) {
+  const SyntheticTokenData d = Data(5);
+  const TokenBatch g = d.GlobalBatch(2, /*dp_size=*/2, /*m=*/3);
+  ASSERT_EQ(g.tokens.size(0), 2 * 3 * 4);
+  EXPECT_TRUE(torch::equal(g.tokens.narrow(0, 0, 4), d.Microbatch(2, 0, 0).tokens));
+  EXPECT_TRUE(torch::equal(g.tokens.narrow(0, 4 * 4, 4), d.Microbatch(2, 1, 1).tokens));
+  EXPECT_TRUE(torch::equal(g.targets.narrow(0, 5 * 4, 4), d.Microbatch(2, 1, 2).targets));
+}
+
 TEST(SyntheticTokenDataTest, RejectsBadShapes) {
   EXPECT_FALSE(SyntheticTokenData::Make(1, 1, 16, 4).ok());
   EXPECT_FALSE(SyntheticTokenData::Make(1, 64, 0, 4).ok());

@@ -192,7 +192,6 @@ torch::Tensor BlockForward(const Block& b, torch::Tensor x, int heads, const Lin
   return x + linear(torch::gelu(linear(m, b.fc1)), b.fc2);
 }
 
-template <typename LinearOp>
 torch::Tensor Embed(const Parts& p, const torch::Tensor& tokens) {
   const int64_t t = tokens.size(1);
   return torch::embedding(p.tok_emb, tokens) + p.pos_emb.narrow(0, 0, t);
@@ -210,6 +209,15 @@ torch::Tensor HeadLoss(const Parts& p, const torch::Tensor& x, const torch::Tens
   torch::Tensor y = torch::layer_norm(x, {x.size(-1)}, p.lnf_w, p.lnf_b, 1e-5);
   torch::Tensor logits = linear(y, p.head);
   return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+// A copy the stage owns, so callers may reuse their buffers once a call returns (autograd keeps
+// inputs, token ids and targets until B).
+torch::Tensor OwnedCopy(const torch::Tensor& t, torch::Device device) {
+  return t.detach().to(device, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+}
+torch::Tensor OwnedCopy(const torch::Tensor& t, torch::Device device, torch::Dtype dtype) {
+  return t.detach().to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
 }
 
 absl::Status CheckTokens(const GptConfig& c, const torch::Tensor& t, absl::string_view what) {
@@ -251,14 +259,14 @@ class GptStage final : public Stage {
       torch::Tensor x;
       if (is_first()) {
         if (absl::Status s = CheckTokens(config_, input, Where("F", mb, "input")); !s.ok()) return s;
-        x = Embed<SplitLinear>(parts_, input.to(options_.device));
+        x = Embed(parts_, OwnedCopy(input, options_.device));
       } else {
         if (!input.defined() || input.dim() != 3 || input.size(2) != config_.hidden ||
             input.size(1) > config_.seq_len) {
           return Invalid("F", mb, absl::StrCat("input activation must be [batch, seq<=",
                                                config_.seq_len, ", ", config_.hidden, "]"));
         }
-        st.input = input.detach().to(options_.device, options_.dtype).requires_grad_(true);
+        st.input = OwnedCopy(input, options_.device, options_.dtype).requires_grad_(true);
         x = st.input;
       }
       x = Blocks(parts_, std::move(x), config_.heads, linear);
@@ -273,7 +281,7 @@ class GptStage final : public Stage {
       if (targets->size(0) != x.size(0) || targets->size(1) != x.size(1)) {
         return Invalid("F", mb, "targets shape differs from the activation's [batch, seq]");
       }
-      torch::Tensor loss = HeadLoss(parts_, x, targets->to(options_.device), linear);
+      torch::Tensor loss = HeadLoss(parts_, x, OwnedCopy(*targets, options_.device), linear);
       losses_[mb] = loss.item<float>();
       st.output = loss;
       fwd_.emplace(mb, std::move(st));
@@ -305,7 +313,10 @@ class GptStage final : public Stage {
     if (absl::Status s = store_.Open(mb); !s.ok()) return s;
     absl::StatusOr<torch::Tensor> result =
         GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<torch::Tensor> {
-          torch::autograd::backward({root}, {grad.to(root.options())}, /*retain_graph=*/false);
+          // A private copy: W closures may keep the output gradient until W(i), and the caller
+          // may reuse its buffer as soon as B returns.
+          torch::autograd::backward({root}, {grad.to(root.options(), false, /*copy=*/true)},
+                                    /*retain_graph=*/false);
           if (is_first()) return torch::Tensor();
           return it->second.input.grad().detach();
         });
@@ -367,7 +378,9 @@ class GptStage final : public Stage {
   const GptConfig config_;
   const StageOptions options_;
   WeightGradStore store_;
-  Parts parts_;  // after store_: nothing refers back, but keep construction order obvious
+  Parts parts_;
+  // Declared after store_ and parts_: the graphs held here point at both (SplitLinearFn saves
+  // their addresses), so they must be destroyed first.
   std::map<int, MicrobatchState> fwd_;
   std::map<int, float> losses_;
 };
@@ -452,7 +465,7 @@ absl::StatusOr<torch::Tensor> GptReference::Loss(const torch::Tensor& tokens,
   }
   return GuardTorch(0, "reference F", -1, [&]() -> absl::StatusOr<torch::Tensor> {
     const PlainLinear linear;
-    torch::Tensor x = Embed<PlainLinear>(impl_->parts, tokens.to(impl_->device));
+    torch::Tensor x = Embed(impl_->parts, tokens.to(impl_->device));
     x = Blocks(impl_->parts, std::move(x), impl_->config.heads, linear);
     return HeadLoss(impl_->parts, x, targets.to(impl_->device), linear);
   });

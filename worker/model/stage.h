@@ -19,6 +19,10 @@
 // same for B-phase parameters), so .grad may be a view into a flat bucket buffer; ZeroGrad keeps
 // that storage.
 //
+// Tensors: a stage copies what it keeps (inputs, token ids, targets, output gradients), so the
+// caller may reuse or overwrite its buffers as soon as a call returns; returned tensors belong to
+// the caller (detached, no graph) and the stage never reads them again.
+//
 // Thread-safety: a Stage is driven by one thread at a time (the executor). Distinct stages are
 // independent (no global state) and may run on different threads.
 #ifndef ZPIPE_WORKER_MODEL_STAGE_H_
@@ -32,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/plan.h"
 
 namespace zpipe::worker::model {
 
@@ -50,6 +55,15 @@ struct ParamInfo {
   int accumulations_per_microbatch = 1;  // .grad accumulations per microbatch (B, W or BW)
   int layer = 0;  // position in the whole model: -1 embeddings, 0..L-1 blocks, L final/head
 };
+
+// Accumulations into `p`'s .grad that one compute action of `kind` (B, W or BW) on one
+// microbatch issues: what the executor counts down per bucket. 0 for F and non-compute actions.
+inline int Accumulations(const ParamInfo& p, core::ActionKind kind) {
+  const bool now = kind == core::ActionKind::kBackwardFull ||
+                   (kind == core::ActionKind::kBackwardInput && p.phase == GradPhase::kB) ||
+                   (kind == core::ActionKind::kBackwardWeight && p.phase == GradPhase::kW);
+  return now ? p.accumulations_per_microbatch : 0;
+}
 
 // Shape and dtype of a tensor crossing a stage boundary (for pre-posted receives).
 struct TensorSpec {

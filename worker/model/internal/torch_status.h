@@ -5,12 +5,12 @@
 
 #include <cstdint>
 #include <exception>
-#include "absl/strings/string_view.h"
 
 #include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace zpipe::worker::model::internal {
 
