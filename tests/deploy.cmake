@@ -4,7 +4,7 @@
 set(ZPIPE_DEPLOY_CHECK ${CMAKE_CURRENT_LIST_DIR}/deploy/check.sh)
 add_test(NAME deploy_setup COMMAND ${ZPIPE_DEPLOY_CHECK} setup)
 set_tests_properties(deploy_setup PROPERTIES FIXTURES_SETUP deploy_tools LABELS deploy TIMEOUT 600)
-foreach(check render schema reject policy golden dashboards)
+foreach(check render schema reject policy golden dashboards docker)
   add_test(NAME deploy_${check} COMMAND ${ZPIPE_DEPLOY_CHECK} ${check})
   set_tests_properties(deploy_${check} PROPERTIES FIXTURES_REQUIRED deploy_tools LABELS deploy
                        TIMEOUT 300)

@@ -2,6 +2,7 @@
 # Offline checks of deploy/ (no cluster needed). ctest runs each as its own test (tests/deploy.cmake).
 #
 #   tests/deploy/check.sh [CHECK...]     CHECK: setup render schema reject policy golden dashboards
+#                                        docker
 #                                        (default: all of them, in that order)
 #   UPDATE_GOLDEN=1 tests/deploy/check.sh golden    rewrite tests/deploy/golden/ from deploy/
 #
@@ -14,6 +15,9 @@
 #               then each policy is broken on purpose once and must be caught
 #   golden      the rendered overlays equal tests/deploy/golden/<overlay>.yaml exactly
 #   dashboards  deploy/base/monitoring/generated/ matches dashboards/ (deploy/sync-dashboards)
+#   docker      deploy/docker/Dockerfile.*: pinned base images, multi-stage, builder uses
+#               scripts/setup, final stage non-root with runtime packages only; the overlays'
+#               image tags are the ones the Dockerfiles say they build
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -125,12 +129,48 @@ check_dashboards() {
   echo "dashboards: deploy/base/monitoring/generated/ matches its sources"
 }
 
+check_docker() {
+  local file status=0 final
+  for file in "$root"/deploy/docker/Dockerfile.*; do
+    [[ $file == *.dockerignore ]] && continue
+    local f=${file#"$root"/}
+    grep -qE '^FROM .* AS builder$' "$file" || { echo "docker: $f has no builder stage" >&2; status=1; }
+    ((($(grep -c '^FROM ' "$file")) >= 2)) || { echo "docker: $f is not multi-stage" >&2; status=1; }
+    grep -q 'scripts/setup' "$file" || { echo "docker: $f does not install through scripts/setup" >&2; status=1; }
+    # Base images: each ARG default or FROM that names an image has a tag other than latest.
+    while read -r image; do
+      if [[ $image != *:* || $image == *:latest ]]; then echo "docker: $f: base image $image is not pinned" >&2; status=1; fi
+    done < <(sed -nE 's/^ARG [A-Z_]*IMAGE=(.*)$/\1/p; s/^FROM ([^$ ]+)( AS .*)?$/\1/p' "$file")
+    final=$(awk '/^FROM /{stage=""} {stage=stage $0 "\n"} END{printf "%s", stage}' "$file")
+    if ! grep -qE '^USER [1-9][0-9]*(:[1-9][0-9]*)?$' <<<"$final"; then
+      echo "docker: $f: the final stage does not switch to a non-root USER uid" >&2; status=1
+    fi
+    if grep -E 'scripts/setup|cmake|ninja|build-essential|g\+\+|gcc|-dev( |$)' <<<"$final" | grep -v '^#' >&2; then
+      echo "docker: $f: the final stage installs build tools (above)" >&2; status=1
+    fi
+    if grep -E 'apt-get install' <<<"$final" | grep -vq 'xargs -a /tmp/runtime-packages.txt'; then
+      echo "docker: $f: the final stage installs packages other than runtime-packages.txt" >&2; status=1
+    fi
+  done
+  local overlay flavour tag
+  for overlay in cpu-dev:cpu gpu:cuda; do
+    flavour=${overlay#*:} overlay=${overlay%%:*}
+    tag=$(sed -nE 's/^ +newTag: (.*)$/\1/p' "$root/deploy/overlays/$overlay/kustomization.yaml")
+    if ! grep -qE "^#.*docker build .*-t [^ ]+:$tag " "$root/deploy/docker/Dockerfile.$flavour"; then
+      echo "docker: deploy/overlays/$overlay uses tag '$tag', which deploy/docker/Dockerfile.$flavour does not build" >&2
+      status=1
+    fi
+  done
+  ((status == 0)) && echo "docker: Dockerfiles are multi-stage, pinned, non-root; overlay tags match"
+  return $status
+}
+
 checks=("$@")
-((${#checks[@]})) || checks=(setup render schema reject policy golden dashboards)
+((${#checks[@]})) || checks=(setup render schema reject policy golden dashboards docker)
 for check in "${checks[@]}"; do
   case $check in
     setup) "$here/setup" ;;
-    render | schema | reject | policy | golden | dashboards) "check_$check" ;;
+    render | schema | reject | policy | golden | dashboards | docker) "check_$check" ;;
     *) echo "check.sh: unknown check '$check'" >&2; exit 2 ;;
   esac
 done
