@@ -267,6 +267,14 @@ export function policyViolations(objects, { gpu = false } = {}) {
     }
   }
 
+  // An overlay that creates a Namespace puts everything in it (nothing strays into "default").
+  const namespaces = objects.filter((o) => o.kind === 'Namespace').map((o) => o.metadata?.name);
+  if (namespaces.length > 0) {
+    for (const o of objects.filter((x) => x.kind !== 'Namespace' && !namespaces.includes(nsOf(x)))) {
+      v.push(`${name(o)}: namespace "${nsOf(o)}" is not the overlay's (${namespaces.join(', ')})`);
+    }
+  }
+
   // The shape ZeroPipe relies on.
   const coordinator = objects.find((o) => o.kind === 'Deployment' && o.metadata?.name === 'zpipe-coordinator');
   const workers = objects.find((o) => o.kind === 'StatefulSet' && o.metadata?.name === 'zpipe-worker');
@@ -340,6 +348,7 @@ const workerPod = (objs) => find(objs, 'StatefulSet', 'zpipe-worker').spec.templ
 const coordinatorPod = (objs) => find(objs, 'Deployment', 'zpipe-coordinator').spec.template.spec;
 
 const MUTATIONS = [
+  ['object outside the namespace', false, (o) => { delete find(o, 'ServiceMonitor', 'zpipe-coordinator').metadata.namespace; }, /is not the overlay's/],
   ['container without resources', false, (o) => { delete workerPod(o).containers[0].resources; }, /no resources/],
   ['container without liveness probe', false, (o) => { delete coordinatorPod(o).containers[0].livenessProbe; }, /no livenessProbe/],
   ['container running as root', false, (o) => {
