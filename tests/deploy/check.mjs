@@ -305,6 +305,12 @@ export function policyViolations(objects, { gpu = false } = {}) {
     const shm = (spec.containers?.[0]?.volumeMounts ?? []).find((m) => m.mountPath === '/dev/shm');
     const vol = shm && (spec.volumes ?? []).find((x) => x.name === shm.name);
     if (vol?.emptyDir?.medium !== 'Memory') v.push('StatefulSet/zpipe-worker: /dev/shm is not a memory emptyDir');
+    // Workers advertise their pod IP to peers (zpipe-worker --host defaults to loopback).
+    const worker = spec.containers?.[0] ?? {};
+    const podIp = (worker.env ?? []).find((e) => e.valueFrom?.fieldRef?.fieldPath === 'status.podIP');
+    if (!podIp || !(worker.args ?? []).includes(`--host=$(${podIp.name})`)) {
+      v.push('StatefulSet/zpipe-worker: not started with --host=$(POD_IP) from status.podIP');
+    }
     if (gpu) {
       for (const c of spec.containers ?? []) {
         for (const kind of ['requests', 'limits']) {
@@ -349,6 +355,7 @@ const coordinatorPod = (objs) => find(objs, 'Deployment', 'zpipe-coordinator').s
 
 const MUTATIONS = [
   ['object outside the namespace', false, (o) => { delete find(o, 'ServiceMonitor', 'zpipe-coordinator').metadata.namespace; }, /is not the overlay's/],
+  ['worker advertising loopback', false, (o) => { const a = workerPod(o).containers[0].args; a.splice(a.findIndex((x) => x.startsWith('--host')), 1); }, /--host=\$\(POD_IP\)/],
   ['container without resources', false, (o) => { delete workerPod(o).containers[0].resources; }, /no resources/],
   ['container without liveness probe', false, (o) => { delete coordinatorPod(o).containers[0].livenessProbe; }, /no livenessProbe/],
   ['container running as root', false, (o) => {
