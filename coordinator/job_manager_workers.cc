@@ -9,6 +9,8 @@
 namespace zpipe::coordinator {
 namespace {
 
+constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
+
 absl::Status CheckRegistration(const WorkerRegistration& r) {
   if (r.name.empty() || r.name.size() > 128) {
     return absl::InvalidArgumentError(
@@ -257,6 +259,16 @@ void JobManager::CheckLiveness() {
     if (now - w.info.last_seen > options_.heartbeat_timeout) {
       MarkDeadLocked(w, absl::StrCat("no heartbeat for ",
                                      absl::FormatDuration(now - w.info.last_seen)));
+    }
+  }
+  // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const WorkerInfo& info = it->second.info;
+    if (info.state == WorkerState::kDead && now - info.last_seen > kDeadWorkerRetention) {
+      worker_ids_.erase(info.worker_id);
+      it = workers_.erase(it);
+    } else {
+      ++it;
     }
   }
   for (auto& [order, job] : jobs_) {

@@ -35,7 +35,7 @@ struct ServerOptions {
   std::string db = "zpipe-coordinator.db";       // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
-  int max_message_bytes = 64 << 20;  // requests larger than this get RESOURCE_EXHAUSTED
+  int max_message_bytes = 16 << 20;  // requests larger than this get RESOURCE_EXHAUSTED
 };
 
 class CoordinatorServer {

@@ -1,0 +1,90 @@
+// ProgressTracker: per-rank F/B/W counting, iteration roll-over, dropping events that do not fit
+// the plan, and assembling iteration summaries from every rank's report.
+#include "coordinator/progress_tracker.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+std::vector<RankSlot> Slots(int p, int d) {
+  std::vector<RankSlot> slots;
+  for (int g = 0; g < p * d; ++g) slots.push_back({g % p, g / p, absl::StrCat("w", g), "", 0});
+  return slots;
+}
+
+int Add(ProgressTracker& t, const std::string& worker, int prank, int drank,
+        std::vector<int32_t> its, std::vector<int32_t> ops, std::vector<int32_t> stages,
+        std::vector<int32_t> mbs) {
+  return t.AddEvents("j", worker, prank, drank, {its, ops, stages, mbs});
+}
+
+TEST(ProgressTracker, CountsPhasesAndRollsOverIterations) {
+  ProgressTracker t;
+  t.StartJob("j", core::Placement::VShape(2), /*m=*/2, /*iterations=*/3, 0.1, Slots(2, 1));
+  // Rank 0 holds stages 0 and 3 (V shape).
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0, 0, 0, 0}, {1, 1, 2, 3}, {0, 3, 3, 3}, {0, 1, 1, 1}), 4);
+  JobProgressView v = *t.Get("j", true);
+  const RankProgressView& r0 = v.ranks[0];
+  EXPECT_EQ(r0.forward_done, 2);
+  EXPECT_EQ(r0.backward_done, 1);
+  EXPECT_EQ(r0.weight_done, 1);
+  EXPECT_EQ(r0.per_iteration, 4);
+  // index = chunk * m + microbatch: stage 0 is chunk 0, stage 3 is chunk 1.
+  EXPECT_EQ(r0.microbatches,
+            (std::vector<Phase>{Phase::kForward, Phase::kNone, Phase::kNone, Phase::kDone}));
+  // Next iteration resets the counts; an older iteration is then dropped.
+  EXPECT_EQ(Add(t, "w0", 0, 0, {1, 0}, {1, 1}, {0, 0}, {0, 0}), 1);
+  v = *t.Get("j", false);
+  EXPECT_EQ(v.ranks[0].iteration, 1);
+  EXPECT_EQ(v.ranks[0].forward_done, 1);
+  EXPECT_TRUE(v.ranks[0].microbatches.empty());
+  EXPECT_EQ(t.dropped_events(), 1u);
+}
+
+TEST(ProgressTracker, DropsWhatDoesNotFit) {
+  ProgressTracker t;
+  t.StartJob("j", core::Placement::Linear(2), 2, 3, 0.1, Slots(2, 1));
+  EXPECT_EQ(Add(t, "w1", 0, 0, {0}, {1}, {0}, {0}), 0);        // not this worker's rank
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {1}, {0}), 0);        // stage on another rank
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {0}, {2}), 0);        // microbatch out of range
+  EXPECT_EQ(Add(t, "w0", 0, 0, {3}, {1}, {0}, {0}), 0);        // iteration out of range
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {7}, {0}, {0}), 0);        // unknown op
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0, 0}, {1}, {0}, {0}), 0);     // ragged columns
+  EXPECT_EQ(Add(t, "w0", 5, 0, {0}, {1}, {0}, {0}), 0);        // rank out of range
+  EXPECT_EQ(t.AddEvents("nope", "w0", 0, 0, {}), 0);
+  EXPECT_EQ(t.dropped_events(), 8u);
+}
+
+TEST(ProgressTracker, SummaryWhenEveryRankReported) {
+  ProgressTracker t;
+  t.StartJob("j", core::Placement::Linear(2), 2, 3, 0.25, Slots(2, 2));
+  RankStats s;
+  s.duration_s = 1;
+  s.busy_s = 0.5;
+  s.reduce_s = 0.1;
+  s.exposed_reduce_s = 0.05;
+  for (int g = 0; g < 3; ++g) {
+    s.pipeline_rank = g % 2;
+    s.data_rank = g / 2;
+    EXPECT_FALSE(t.AddReport("j", absl::StrCat("w", g), 0, s, std::nullopt).has_value());
+  }
+  EXPECT_FALSE(t.AddReport("j", "w2", 0, s, std::nullopt).has_value());  // duplicate
+  s.pipeline_rank = 1;
+  s.data_rank = 1;
+  s.duration_s = 2;
+  std::optional<IterationSummary> sum = t.AddReport("j", "w3", 0, s, 4.0);
+  ASSERT_TRUE(sum.has_value());
+  EXPECT_EQ(sum->iteration, 0);
+  EXPECT_DOUBLE_EQ(sum->duration_s, 2);
+  EXPECT_DOUBLE_EQ(sum->bubble_rate, 1 - 2.0 / (4 * 2));
+  EXPECT_DOUBLE_EQ(sum->predicted_bubble_rate, 0.25);
+  EXPECT_DOUBLE_EQ(sum->reduce_total_s, 0.4);
+  EXPECT_DOUBLE_EQ(*sum->loss, 4.0);
+  EXPECT_EQ(sum->ranks.size(), 4u);
+  EXPECT_EQ(t.Get("j", false)->iterations_done, 1);
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
