@@ -270,13 +270,14 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const CommunicatorOptions& options, KeyValueStore& store, NcclOptions nccl,
                    std::map<int, std::shared_ptr<NcclComm>> out,
-                   std::map<int, std::shared_ptr<NcclComm>> in, std::shared_ptr<NcclComm> dp,
-                   std::shared_ptr<TimeBase> base)
+                   std::map<int, std::shared_ptr<NcclComm>> in, std::shared_ptr<NcclComm> far,
+                   std::shared_ptr<NcclComm> dp, std::shared_ptr<TimeBase> base)
       : options_(options),
         store_(store),
         nccl_(std::move(nccl)),
         out_(std::move(out)),
         in_(std::move(in)),
+        far_(std::move(far)),
         dp_(std::move(dp)),
         base_(std::move(base)) {}
 
@@ -284,6 +285,7 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard guard(options_.device_index);
     for (auto& [peer, c] : out_) c->Close();
     for (auto& [peer, c] : in_) c->Close();
+    if (far_ != nullptr) far_->Close();
     if (dp_ != nullptr) dp_->Close();
     std::lock_guard<std::mutex> lock(mu_);
     inflight_.clear();
@@ -298,33 +300,32 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<CommHandle> Send(const torch::Tensor& tensor, int peer, int tag) override {
-    auto it = out_.find(peer);
-    if (absl::Status s = Check(tensor, it != out_.end(), peer, tag, "send"); !s.ok()) {
+    auto [comm, nccl_peer] = Route(peer, /*send=*/true);
+    if (absl::Status s = Check(tensor, comm != nullptr, peer, tag, "send"); !s.ok()) {
       return internal::FinishedHandle(s);
     }
-    std::shared_ptr<NcclComm> comm = it->second;
     return Launch(comm, tensor.contiguous(),
                   absl::StrCat("send to pipeline rank ", peer, " (tag ", tag, ")"),
-                  [comm](void* ptr, size_t nbytes) {
-                    // In the directed pair communicator the sender is rank 0.
-                    return ncclSend(ptr, nbytes, ncclUint8, 1, comm->comm(), comm->stream());
+                  [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
+                    return ncclSend(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(),
+                                    comm->stream());
                   });
   }
 
   std::unique_ptr<CommHandle> Recv(torch::Tensor into, int peer, int tag) override {
-    auto it = in_.find(peer);
-    if (absl::Status s = Check(into, it != in_.end(), peer, tag, "recv"); !s.ok()) {
+    auto [comm, nccl_peer] = Route(peer, /*send=*/false);
+    if (absl::Status s = Check(into, comm != nullptr, peer, tag, "recv"); !s.ok()) {
       return internal::FinishedHandle(s);
     }
     if (!into.is_contiguous()) {
       return internal::FinishedHandle(
           absl::InvalidArgumentError("recv: the destination tensor must be contiguous"));
     }
-    std::shared_ptr<NcclComm> comm = it->second;
     return Launch(comm, std::move(into),
                   absl::StrCat("recv from pipeline rank ", peer, " (tag ", tag, ")"),
-                  [comm](void* ptr, size_t nbytes) {
-                    return ncclRecv(ptr, nbytes, ncclUint8, 0, comm->comm(), comm->stream());
+                  [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
+                    return ncclRecv(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(),
+                                    comm->stream());
                   });
   }
 
@@ -361,12 +362,25 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // The communicator for traffic with pipeline rank `peer` and the peer's rank in it: the
+  // directed pair communicator for a neighbour (sender = rank 0, receiver = rank 1), else the
+  // whole-pipeline one.
+  std::pair<std::shared_ptr<NcclComm>, int> Route(int peer, bool send) const {
+    const auto& pairs = send ? out_ : in_;
+    if (auto it = pairs.find(peer); it != pairs.end()) return {it->second, send ? 1 : 0};
+    if (far_ != nullptr && peer >= 0 && peer < options_.pipeline_size &&
+        peer != options_.pipeline_rank) {
+      return {far_, peer};
+    }
+    return {nullptr, -1};
+  }
+
   absl::Status Check(const torch::Tensor& t, bool known_peer, int peer, int tag,
                      absl::string_view what) const {
     if (!known_peer) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": pipeline rank ", peer, " is not a neighbour of rank ", options_.pipeline_rank,
-          " (NCCL P2P connects r to r+-1 mod p only)"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", peer,
+                                                     " is not another rank of a pipeline of ",
+                                                     options_.pipeline_size));
     }
     if (tag < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative tag"));
     if (!t.defined() || !t.is_cuda() || t.device().index() != options_.device_index) {
@@ -434,6 +448,7 @@ class NcclCommunicator final : public Communicator {
   const NcclOptions nccl_;
   std::map<int, std::shared_ptr<NcclComm>> out_;  // peer -> directed comm this -> peer
   std::map<int, std::shared_ptr<NcclComm>> in_;   // peer -> directed comm peer -> this
+  std::shared_ptr<NcclComm> far_;                 // whole pipeline group; null when p <= 3
   std::shared_ptr<NcclComm> dp_;                  // null when d = 1
   std::shared_ptr<TimeBase> base_;
   std::mutex mu_;
@@ -493,6 +508,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
     in[n] = add({0, o.data_rank, n, r}, absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", n,
                                                       "-", r),
                 2, 1, false, absl::StrCat("p2p ", n, "->", r));
+  }
+  // Non-neighbours (e.g. the executor's gradient-norm gather on rank 0) share one communicator of
+  // the whole pipeline group; it sorts before the pairs.
+  std::shared_ptr<NcclComm> far;
+  if (p > 3) {
+    far = add({0, o.data_rank, -1, -1}, absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/all"),
+              p, r, r == 0, absl::StrCat("pipeline group ", o.data_rank));
   }
   std::shared_ptr<NcclComm> dp;
   if (o.data_size > 1) {
@@ -575,8 +597,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
   cudaEventSynchronize(base->ref);
   base->host = Clock::now();
   return std::unique_ptr<Communicator>(new NcclCommunicator(
-      options, store, std::move(nccl), std::move(out), std::move(in), std::move(dp),
-      std::move(base)));
+      options, store, std::move(nccl), std::move(out), std::move(in), std::move(far),
+      std::move(dp), std::move(base)));
 }
 
 }  // namespace zpipe::worker

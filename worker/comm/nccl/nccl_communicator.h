@@ -3,8 +3,10 @@
 // P2P: one two-rank NCCL communicator per *direction* between pipeline neighbours (r -> r±1 mod
 // p, which covers linear, interleaved and V placements), each with its own CUDA stream, so the
 // k-th send a -> b meets the k-th recv on b in issue order, and traffic in one direction never
-// waits behind the other (a single shared stream would deadlock a send/send crossing). Other
-// peers get INVALID_ARGUMENT. All-reduce: one NCCL communicator per DP group with ncclAvg on a
+// waits behind the other (a single shared stream would deadlock a send/send crossing). Traffic
+// with other pipeline ranks (p > 3; e.g. a gather on rank 0) goes through one whole-pipeline
+// communicator on one stream, in issue order: there, two ranks must not both send to each other
+// before either receives. All-reduce: one NCCL communicator per DP group with ncclAvg on a
 // dedicated stream. Unique ids go through the KeyValueStore ("<key_prefix>nccl/...").
 //
 // Stream semantics: every operation first waits (on the GPU) for the work already queued on the

@@ -101,5 +101,26 @@ TEST(NcclCommunicatorTest, AllReduceAverageAcrossTheDataParallelGroup) {
   });
 }
 
+// p = 4: neighbours use pair communicators, rank 0 <-> rank 2 the whole-pipeline one.
+TEST(NcclCommunicatorTest, NonNeighbourGatherOnRankZero) {
+  ZPIPE_REQUIRE_GPUS(4);
+  auto store = NewInMemoryStore();
+  RunRanks(4, [&](int rank) {
+    auto comm = NewNcclCommunicator(Options(rank, 4, 0, 1, rank, absl::Seconds(60)), *store);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    const torch::Device dev(torch::kCUDA, rank);
+    if (rank == 0) {
+      for (int r = 1; r < 4; ++r) {
+        torch::Tensor got = torch::empty({4}, dev);
+        ASSERT_TRUE((*comm)->Recv(got, r, 9)->Wait(absl::Seconds(60)).ok());
+        EXPECT_FLOAT_EQ(got[3].item<float>(), static_cast<float>(r));
+      }
+    } else {
+      ASSERT_TRUE(
+          (*comm)->Send(torch::full({4}, static_cast<float>(rank), dev), 0, 9)->Wait().ok());
+    }
+  });
+}
+
 }  // namespace
 }  // namespace zpipe::worker
