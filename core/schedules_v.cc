@@ -17,7 +17,10 @@
 // far from rank 0 flow better but may get stuck under tight limits; they are simply skipped
 // then, and the one-slot policy always completes. Each policy is simulated and the plan with
 // the shortest makespan (DESIGN.md's span: the longest of the ranks' own spans) is kept;
-// DualPipeV's fixed order competes as one more ZB-V candidate. The three schedules differ only
+// DualPipeV's fixed order competes as one more ZB-V candidate. Finally the best F/B order and
+// DualPipeV's are replayed with their Ws placed anew (VGreedy's fixed-order mode: a W goes
+// where its rank would otherwise idle, unless a backward is due, or where memory needs it),
+// which removes most of what the greedy loses in the cool-down. The three schedules differ only
 // in their memory limit: ZB-V the 1F1B-equal 2p chunk activations, V-Half and V-Min about a
 // half and a third of that (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is
 // bubble-free.
@@ -192,15 +195,15 @@ struct GreedyPolicy {
   // needs; ranks further from rank 0 keep chunk-1 microbatches longer (their chunk-1 backward
   // has to come back from rank 0) and need more slots to keep the return path flowing.
   double reserve_per_rank = 0;
-  // Schedule against the problem with each cross-rank latency folded into the action that
-  // feeds the edge (the plan is then timed against the real one): arrivals then line up with
-  // when ranks become free, which often helps when T_comm is a sizeable part of T_F and T_B.
-  bool fold_comm = false;
 };
 
 class VGreedy {
  public:
   VGreedy(const VProblem& pb, const GreedyPolicy& policy) : pb_(pb), pol_(policy) {}
+  // Follows `fb_order`'s per-rank order of Fs and Bs (its Ws are ignored) and places the Ws
+  // anew: in idle time (w_wait applies) and wherever memory needs them.
+  VGreedy(const VProblem& pb, const GreedyPolicy& policy, const Orders& fb_order)
+      : pb_(pb), pol_(policy), fb_order_(&fb_order) {}
 
   // Fills `orders` and, timed against the problem it was given, `score`. False if the scheduler
   // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or once
@@ -211,6 +214,8 @@ class VGreedy {
   struct RankState {
     double free = 0;
     double first = kInf;  // start of the rank's first action
+    double work_left = 0;  // duration of the actions not started yet
+    int actions_left = 0;  // and their number
     double mem = 0;
     double peak = 0;
     double mem0 = 0;  // the part of mem held by chunk-0 activations
@@ -248,8 +253,12 @@ class VGreedy {
   bool TryStart(int r, double now);
   void Start(int r, double now, Kind kind, int stage, int mb);
 
+  bool TryStartFixed(int r, double now);
+
   const VProblem& pb_;
   const GreedyPolicy& pol_;
+  const Orders* fb_order_ = nullptr;
+  std::vector<size_t> fb_pos_;  // per rank, the next entry of fb_order_ to consider
   std::vector<RankState> ranks_;
   std::vector<double> f_end_, b_end_;
   // (time, rank): when something that may let the rank start an action happens (its own action
@@ -263,6 +272,13 @@ class VGreedy {
 bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   const int p = pb_.p;
   ranks_.assign(p, RankState{});
+  for (int r = 0; r < p; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      const int s = pb_.StageOf(r, c);
+      ranks_[r].work_left += pb_.m * (pb_.f[s] + pb_.b[s] + pb_.w[s]);
+    }
+    ranks_[r].actions_left = 6 * pb_.m;
+  }
   f_end_.assign(size_t(pb_.S) * pb_.m, kUnset);
   b_end_.assign(f_end_.size(), kUnset);
   events_ = {};
@@ -271,6 +287,7 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   out_ = orders;
   started_ = 0;
   const size_t total = size_t(3) * pb_.S * pb_.m;
+  fb_pos_.assign(p, 0);
   std::vector<char> dirty(p, 1);
   double now = 0;
   while (true) {
@@ -289,12 +306,13 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
     if (events_.empty()) return false;  // nothing running and nothing can start
     now = events_.top().first;
     if (give_up_above < kInf) {
-      // A rank that has started spans at least until `now` if it has actions left.
+      // A rank that has started cannot end before it has run what it has left.
       for (int r = 0; r < p; ++r) {
         const RankState& st = ranks_[r];
         if (st.first == kInf) continue;
-        const bool left = st.nb[0] < pb_.m || st.nb[1] < pb_.m || !st.wq.empty();
-        if ((left ? std::max(now, st.free) : st.free) - st.first > give_up_above) return false;
+        const double end =
+            st.actions_left > 0 ? std::max(now, st.free) + std::max(0.0, st.work_left) : st.free;
+        if (end - st.first > give_up_above) return false;
       }
     }
   }
@@ -313,7 +331,36 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   return true;
 }
 
+bool VGreedy::TryStartFixed(int r, double now) {
+  RankState& st = ranks_[r];
+  const std::vector<Action>& seq = (*fb_order_)[r];
+  size_t& pos = fb_pos_[r];
+  while (pos < seq.size() && seq[pos].kind == ActionKind::kBackwardWeight) ++pos;
+  double due = kInf;
+  if (pos < seq.size()) {
+    const Action& a = seq[pos];
+    const bool fwd = a.kind == ActionKind::kForward;
+    due = fwd ? FReady(a.stage, a.microbatch) : BReady(a.stage, a.microbatch);
+    const double dmem = fwd ? pb_.mf[a.stage] : pb_.mb[a.stage];
+    if (st.mem + dmem <= pb_.limit + pb_.eps) {
+      if (due <= now) {
+        ++pos;
+        Start(r, now, fwd ? kF : kB, a.stage, a.microbatch);
+        return true;
+      }
+    } else {
+      due = kInf;  // only Ws can make room
+    }
+  }
+  if (st.wq.empty()) return false;
+  const int w_key = st.wq.front();
+  if (due < kInf && due - now < pol_.w_wait * pb_.w[w_key / pb_.m]) return false;
+  Start(r, now, kW, w_key / pb_.m, w_key % pb_.m);
+  return true;
+}
+
 bool VGreedy::TryStart(int r, double now) {
+  if (fb_order_ != nullptr) return TryStartFixed(r, now);
   RankState& st = ranks_[r];
   Cand fc[2], bc[2];
   for (int c = 0; c < 2; ++c) {
@@ -395,6 +442,8 @@ void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
       return;
   }
   st.free = end;
+  st.work_left -= end - now;
+  --st.actions_left;
   st.first = std::min(st.first, now);
   st.peak = std::max(st.peak, st.mem);
   events_.push({end, r});
@@ -439,50 +488,30 @@ std::vector<GreedyPolicy> Policies() {
       {.forward_first = false},
       {.forward_first = true, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.75},
       {.forward_first = true, .f0_wait = 0.5, .reserve_per_rank = 1.0},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .reserve_per_rank = 0.5,
-       .fold_comm = true},
-      {.forward_first = false, .reserve_per_rank = 0.75, .fold_comm = true},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .fold_comm = true},
       {.forward_first = true, .w_wait = 0.75, .f0_wait = 0.5, .reserve_per_rank = 0.75},
-      {.forward_first = true, .w_wait = 0.75, .f0_wait = 0.5, .reserve_per_rank = 0.75,
-       .fold_comm = true},
-      {.forward_first = true, .w_wait = 0.5, .reserve_per_rank = 0.5, .fold_comm = true},
       {.forward_first = false, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
        .reserve_per_rank = 1.0},
       {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
        .reserve_per_rank = 1.0},
       {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
        .reserve_per_rank = 0.75},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.75, .reserve_per_rank = 0.75,
-       .fold_comm = true},
-      {.forward_first = true, .w_wait = 0.75, .fold_comm = true},
-      {.forward_first = true, .b_order = 1, .w_wait = 1.0, .fold_comm = true},
-      {.forward_first = true, .w_wait = 1.0, .reserve_per_rank = 0.75, .fold_comm = true},
-      {.forward_first = true, .w_wait = 1.0, .fold_comm = true},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5, .fold_comm = true},
       {.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5},
       {.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0},
       {.forward_first = false, .b_order = 1, .w_wait = 0.5, .reserve_per_rank = 0.5},
       {.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5},
       {.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5},
-      {.forward_first = false, .w_wait = 1.0, .f0_wait = 0.5, .fold_comm = true},
-      {.forward_first = false, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.5,
-       .fold_comm = true},
   };
 }
 
-Orders DualPipeVOrders(const VProblem& pb, bool b_first_main);  // below
+// Per rank, DualPipeV's eight steps (below). In the pairs DualPipe overlaps, the backward
+// runs first in (F0, B1) pairs when bit 0 of `b_first` is set, in (F1, B0) pairs for bit 1.
+constexpr int kDualPipeVariants = 4;
+Orders DualPipeVOrders(const VProblem& pb, int b_first);
 
 absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
                                      absl::string_view name) {
   const VProblem pb(req, memory_limit);
   if (absl::Status st = CheckGreedyLimit(pb, name); !st.ok()) return st;
-  VProblem folded = pb;
-  for (int s = 0; s < pb.S; ++s) {
-    if (s < pb.S - 1) folded.f[s] += pb.Edge(s);
-    if (s > 0) folded.b[s] += pb.Edge(s - 1);
-  }
-  folded.comm = 0;
   Orders best_orders, orders;
   Score best;
   auto consider = [&](const Score& score) {
@@ -494,23 +523,36 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
   // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
   // at which the greedy runs give up.
   if (pb.m >= 2 * pb.p) {
-    for (bool b_first : {false, true}) {
-      orders = DualPipeVOrders(pb, b_first);
+    for (int variant = 0; variant < kDualPipeVariants; ++variant) {
+      orders = DualPipeVOrders(pb, variant);
       Score score;
       if (Evaluate(pb, orders, &score)) consider(score);
     }
   }
   for (const GreedyPolicy& pol : Policies()) {
-    if (pol.fold_comm && pb.comm == 0) continue;
-    VGreedy greedy(pol.fold_comm ? static_cast<const VProblem&>(folded) : pb, pol);
+    VGreedy greedy(pb, pol);
     Score score;
-    if (pol.fold_comm) {
-      // Timed against the folded problem: time the order again against the real one.
-      if (!greedy.Run(&orders, &score) || !Evaluate(pb, orders, &score)) continue;
-    } else if (!greedy.Run(&orders, &score, best.rank_span)) {
-      continue;  // stuck, or behind the best plan
+    if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
+  }
+  // The best F/B order found so far and DualPipeV's, with their Ws placed anew: a W in an order
+  // can hold up a backward that arrives while it runs, or be missing where a gap needs filling.
+  // This step is what brings ZB-V close to (p=16) or below (p=32) the ZB paper's Table 8.
+  if (!best_orders.empty()) {
+    std::vector<Orders> bases = {best_orders};
+    if (pb.m >= 2 * pb.p) {
+      for (int variant = 0; variant < kDualPipeVariants; ++variant) {
+        bases.push_back(DualPipeVOrders(pb, variant));
+      }
     }
-    consider(score);
+    for (const Orders& base : bases) {
+      for (double w_wait : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+        GreedyPolicy pol;
+        pol.w_wait = w_wait;
+        VGreedy greedy(pb, pol, base);
+        Score score;
+        if (greedy.Run(&orders, &score, best.rank_span)) consider(score);
+      }
+    }
   }
   if (best_orders.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -523,9 +565,8 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
 // ------------------------------------------------------------------------------------------
 // DualPipeV: DeepSeek's step structure, serialised without F/B overlap.
 
-// Per rank, DualPipeV's eight steps. `b_first_main`: in the pairs DualPipe overlaps, run the
-// backward before the forward (otherwise the forward first).
-Orders DualPipeVOrders(const VProblem& pb, bool b_first_main) {
+Orders DualPipeVOrders(const VProblem& pb, int b_first) {
+  const bool b1_first = b_first & 1, b0_first = b_first & 2;
   const int p = pb.p, m = pb.m;
   Orders orders(p);
   for (int r = 0; r < p; ++r) {
@@ -566,14 +607,18 @@ Orders DualPipeVOrders(const VProblem& pb, bool b_first_main) {
     // 4: main phase, pairs (F0, B1) and (F1, B0) that DualPipe overlaps.
     const int main_steps = m - 2 * p + r + 1;
     for (int k = 0; k < main_steps; ++k) {
-      if (b_first_main) {  // keeps the peak at the 2p chunks of the warm-up
+      // Backward first keeps the peak at the 2p chunks of the warm-up.
+      if (b1_first) {
         bwd(1, false);
         f0();
-        bwd(0, false);
-        f1();
       } else {
         f0();
         bwd(1, false);
+      }
+      if (b0_first) {
+        bwd(0, false);
+        f1();
+      } else {
         f1();
         bwd(0, false);
       }
@@ -581,7 +626,7 @@ Orders DualPipeVOrders(const VProblem& pb, bool b_first_main) {
     // 5: B1, then the pair (F1, B0).
     for (int k = 0; k < p - r - 1; ++k) {
       bwd(1, false);
-      if (b_first_main) {
+      if (b0_first) {
         bwd(0, false);
         f1();
       } else {
@@ -632,8 +677,8 @@ absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest& req, double memory
   Orders best_orders;
   Score best;
   double lowest_peak = kInf;
-  for (bool b_first : {false, true}) {
-    Orders orders = DualPipeVOrders(pb, b_first);
+  for (int variant = 0; variant < kDualPipeVariants; ++variant) {
+    Orders orders = DualPipeVOrders(pb, variant);
     Score score;
     if (!Evaluate(pb, orders, &score)) {
       return absl::InternalError("dualpipe-v: generated order deadlocks");

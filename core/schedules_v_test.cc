@@ -73,8 +73,8 @@ struct Published {
 };
 // The table's times read as per chunk (each of the 2p stages).
 constexpr Published kZbVTable8[] = {
-    {16, 48, 14407, 14380, 9676, 1610, .0697, .0962},
-    {32, 96, 9458, 9748, 7288, 879, .0593, .0784},
+    {16, 48, 14407, 14380, 9676, 1610, .0697, .0720},
+    {32, 96, 9458, 9748, 7288, 879, .0593, .0585},
 };
 
 absl::StatusOr<SimResult> GenerateAndSimulate(ScheduleKind kind, const ScheduleRequest& req,
@@ -95,7 +95,10 @@ TEST(ZbVTest, PublishedBubbleRatesRegression) {
                 row.p, row.m, bubbles.per_rank, bubbles.global, row.bubble,
                 MaxOf(sim->peak_memory), 2 * row.p);
     EXPECT_LE(MaxOf(sim->peak_memory), 2 * row.p);
-    EXPECT_LE(bubbles.per_rank, row.ours + 0.002) << "p=" << row.p;
+    EXPECT_LE(bubbles.per_rank, row.ours + 1e-4) << "p=" << row.p;  // no regression
+    if (row.ours <= row.bubble + 0.002) {
+      EXPECT_LE(bubbles.per_rank, row.bubble + 0.002) << "p=" << row.p;  // issue 2's bound
+    }
   }
 }
 
@@ -124,7 +127,8 @@ TEST(ZbVTest, NotBelowTheMemoryBound) {
 }
 
 // The acceptance bound of issue 2 (within 0.002 of the ZB paper's Table 8 or lower, at 2p chunk
-// activations). Not met yet: see the regression test above for where we stand.
+// activations) for every row. Met for p=32 (0.0585 against 0.0593); p=16 is 0.0720 against
+// 0.0697, 0.0003 outside the tolerance.
 TEST(ZbVTest, DISABLED_PublishedBubbleRates) {
   for (const Published& row : kZbVTable8) {
     ScheduleRequest req = Request(row.p, row.m, VCost(row.p, row.f, row.b, row.w, row.comm));
