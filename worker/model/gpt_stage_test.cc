@@ -488,7 +488,7 @@ TEST(GptStageTest, GradientsAccumulateInPlace) {
 }
 
 TEST(GptTrainingTest, PipelineLossCurveMatchesReferenceAndFalls) {
-  const int m = 2, steps = 30;
+  const int m = 4, steps = 30;
   auto stages = MakeStages(2, m);
   std::unique_ptr<GptReference> ref = *GptReference::Make(kConfig, kSeed);
   std::vector<torch::Tensor> stage_params;
@@ -527,7 +527,8 @@ TEST(GptTrainingTest, PipelineLossCurveMatchesReferenceAndFalls) {
   RecordProperty("first_loss", std::to_string(first));
   RecordProperty("last5_loss", std::to_string(last));
   EXPECT_NEAR(first, std::log(static_cast<float>(kConfig.vocab)), 0.3);
-  EXPECT_LT(last, first - 1.0) << "first " << first << " last5 " << last;
+  // About 4.2 -> 2.3 with these settings (ln 64 -> towards the data's ln 4 bigram floor).
+  EXPECT_LT(last, first - 1.5) << "first " << first << " last5 " << last;
 }
 
 }  // namespace

@@ -55,9 +55,9 @@ TEST(SyntheticStageTest, ActionsTakeTheConfiguredTimes) {
   for (double x : f) EXPECT_GE(x, 20);
   for (double x : b) EXPECT_GE(x, 15);
   for (double x : w) EXPECT_GE(x, 10);
-  EXPECT_LT(Median(f), 20 + 5);
-  EXPECT_LT(Median(b), 15 + 5);
-  EXPECT_LT(Median(w), 10 + 5);
+  EXPECT_LT(Median(f), 20 + 10);
+  EXPECT_LT(Median(b), 15 + 10);
+  EXPECT_LT(Median(w), 10 + 10);
 }
 
 TEST(SyntheticStageTest, SleepingStagesShareCores) {
