@@ -2,6 +2,7 @@
 // WatchJob (with resume), GetPlan, cancel, idempotent resubmit, FIFO queueing and ListJobs paging.
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "core/plan.h"
 #include "core/validator.h"
 #include "gtest/gtest.h"
@@ -34,7 +35,9 @@ struct Fixture {
     }
     return out;
   }
-  std::vector<v1::JobEvent> Watch(const std::string& id, uint64_t after, grpc::Status* status) {
+  // Reads the whole WatchJob stream; `first` (if given) is notified once the first event arrived.
+  std::vector<v1::JobEvent> Watch(const std::string& id, uint64_t after, grpc::Status* status,
+                                  absl::Notification* first = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     v1::WatchJobRequest req;
@@ -44,7 +47,11 @@ struct Fixture {
     auto reader = stub->WatchJob(&ctx, req);
     std::vector<v1::JobEvent> events;
     v1::JobEvent e;
-    while (reader->Read(&e)) events.push_back(e);
+    while (reader->Read(&e)) {
+      events.push_back(e);
+      if (first != nullptr && events.size() == 1) first->Notify();
+    }
+    if (first != nullptr && !first->HasBeenNotified()) first->Notify();
     *status = reader->Finish();
     return events;
   }
@@ -63,7 +70,9 @@ TEST(CoordinatorE2E, SubmitScheduleRunSucceeds) {
 
   std::vector<v1::JobEvent> watched;
   grpc::Status watch_status;
-  std::thread watcher([&] { watched = f.Watch("e2e-1", 0, &watch_status); });
+  absl::Notification watching;
+  std::thread watcher([&] { watched = f.Watch("e2e-1", 0, &watch_status, &watching); });
+  ASSERT_TRUE(watching.WaitForNotificationWithTimeout(absl::Seconds(10)));
 
   auto workers = f.Workers(2, /*auto_run=*/true);
   v1::Job job = WaitForState(*f.stub, "e2e-1", v1::JOB_STATE_SUCCEEDED);

@@ -6,7 +6,8 @@
 namespace zpipe::testing {
 namespace {
 
-constexpr absl::Duration kTimeout = absl::Milliseconds(600);
+// Generous against a loaded machine: healthy workers heartbeat every timeout / 5.
+constexpr absl::Duration kTimeout = absl::Milliseconds(1500);
 
 struct Running {
   std::unique_ptr<coordinator::CoordinatorServer> server = StartCoordinator(":memory:", kTimeout);
