@@ -354,7 +354,10 @@ bool VGreedy::TryStartFixed(int r, double now) {
   }
   if (st.wq.empty()) return false;
   const int w_key = st.wq.front();
-  if (due < kInf && due - now < pol_.w_wait * pb_.w[w_key / pb_.m]) return false;
+  // Rank 0 holds the first and the last stage, so its span is the iteration's: it fills every
+  // gap. The other ranks may wait instead, to pass the returning backwards on sooner.
+  const double w_wait = r == 0 ? 0 : pol_.w_wait;
+  if (due < kInf && due - now < w_wait * pb_.w[w_key / pb_.m]) return false;
   Start(r, now, kW, w_key / pb_.m, w_key % pb_.m);
   return true;
 }
@@ -536,7 +539,7 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
   }
   // The best F/B order found so far and DualPipeV's, with their Ws placed anew: a W in an order
   // can hold up a backward that arrives while it runs, or be missing where a gap needs filling.
-  // This step is what brings ZB-V close to (p=16) or below (p=32) the ZB paper's Table 8.
+  // This step is what brings ZB-V to (p=16) and below (p=32) the ZB paper's Table 8.
   if (!best_orders.empty()) {
     std::vector<Orders> bases = {best_orders};
     if (pb.m >= 2 * pb.p) {
