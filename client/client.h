@@ -62,8 +62,9 @@ struct WatchOptions {
   // 0 = start with a snapshot; N = resume after event N (JobEvent.sequence).
   uint64_t after_sequence = 0;
   int progress_interval_ms = 0;  // 0 = the coordinator's default
-  // After the stream has delivered at least one event, an UNAVAILABLE stream (coordinator restart,
-  // network blip) is reopened with after_sequence = the last sequence seen, for this long.
+  // After the stream has delivered at least one event, a stream that breaks (UNAVAILABLE, or
+  // CANCELLED by a coordinator shutting down) is reopened with after_sequence = the last sequence
+  // seen, retrying for this long.
   // A stream that never delivered anything fails at once, so an unreachable coordinator is
   // reported promptly.
   absl::Duration reconnect_timeout = absl::Seconds(30);

@@ -59,7 +59,11 @@ class GrpcJobWatch : public JobWatch {
         continue;
       }
       // Only a broken connection is worth resuming; anything else is the coordinator's answer.
-      if (status.code() != absl::StatusCode::kUnavailable || !delivered_any_) return status;
+      // A coordinator shutting down may also cancel the call from its side (CANCELLED that we
+      // did not ask for).
+      const bool broken = status.code() == absl::StatusCode::kUnavailable ||
+                          status.code() == absl::StatusCode::kCancelled;
+      if (!broken || !delivered_any_) return status;
       const absl::Time now = absl::Now();
       if (retry_until == absl::InfinitePast()) retry_until = now + options_.reconnect_timeout;
       if (now >= retry_until) {

@@ -53,12 +53,13 @@ class CliTest : public ::testing::Test {
     }
   }
 
-  void StartCoordinator() {
-    port_ = FreePort();
+  // Starts the coordinator on a fresh port, or on the current one with `keep_port` (a restart).
+  void StartCoordinator(const std::string& db = ":memory:", bool keep_port = false) {
+    if (!keep_port) port_ = FreePort();
     address_ = absl::StrCat("127.0.0.1:", port_);
     coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
         ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
-        absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()), "--db=:memory:", "--heartbeat-timeout=5s"});
+        absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()), "--db=" + db, "--heartbeat-timeout=5s"});
     std::unique_ptr<Client> client = Client::Create(address_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!client->Workers().ok()) {
@@ -276,6 +277,29 @@ TEST_F(CliTest, WaitOnJobThatGetsCancelledExitsOne) {
   EXPECT_THAT(r.out, HasSubstr("held cancelled"));
   // The workers were told and released.
   for (const auto& w : workers_) EXPECT_EQ(w->cancels(), 1);
+}
+
+TEST_F(CliTest, WatchSurvivesACoordinatorRestart) {
+  // A file database, so the job outlives the coordinator process.
+  coordinator_->Signal(SIGTERM);
+  coordinator_->Wait(20);
+  const std::string db = dir_ + "/coordinator.db";
+  StartCoordinator(db, /*keep_port=*/true);
+  ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "survivor"}).exit_code, 0);
+  Subprocess watcher(Zpipe({"watch", "survivor"}));
+  for (int i = 0; i < 200 && watcher.ReadOut().find("survivor pending") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_THAT(watcher.ReadOut(), HasSubstr("survivor pending"));
+
+  coordinator_->Signal(SIGTERM);
+  coordinator_->Wait(20);
+  StartCoordinator(db, /*keep_port=*/true);
+  ASSERT_TRUE(watcher.Running()) << "watch gave up on the restart:\n" << watcher.ReadErr();
+  ASSERT_EQ(RunZpipe({"cancel", "survivor"}).exit_code, 0);
+  ProcessResult r = watcher.Wait(30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("survivor cancelled"));
 }
 
 TEST_F(CliTest, InvalidJobFileIsAUsageErrorNamingTheLine) {
