@@ -104,6 +104,46 @@ TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
   });
 }
 
+// Megabyte-sized tensors crossing in both directions with every send posted before any receive:
+// the executor's worst case (a send/send crossing must not deadlock or block the caller).
+TEST_P(GlooWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
+  const int n = GetParam();
+  constexpr int kMessages = 4;
+  constexpr int64_t kFloats = 1 << 19;  // 2 MiB
+  auto store = NewInMemoryStore();
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(rank, n, 0, 1, absl::Seconds(30)), *store);
+    ASSERT_NE(comm, nullptr);
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    std::vector<std::unique_ptr<CommHandle>> sends, recvs;
+    const auto before = Clock::now();
+    for (int k = 0; k < kMessages; ++k) {
+      sends.push_back(comm->Send(Pattern(rank, next, k, kFloats), next, 2 * k));
+      if (prev != next) {
+        sends.push_back(comm->Send(Pattern(rank, prev, k, kFloats), prev, 2 * k + 1));
+      }
+    }
+    EXPECT_LT(Clock::now() - before, std::chrono::seconds(2));  // posting never waits for peers
+    std::vector<torch::Tensor> from_prev, from_next;
+    for (int k = 0; k < kMessages; ++k) {
+      from_prev.push_back(torch::empty({kFloats}));
+      recvs.push_back(comm->Recv(from_prev.back(), prev, 2 * k));
+      if (prev != next) {
+        from_next.push_back(torch::empty({kFloats}));
+        recvs.push_back(comm->Recv(from_next.back(), next, 2 * k + 1));
+      }
+    }
+    for (auto& h : recvs) ASSERT_TRUE(h->Wait(absl::Seconds(30)).ok());
+    for (auto& h : sends) ASSERT_TRUE(h->Wait(absl::Seconds(30)).ok());
+    for (int k = 0; k < kMessages; ++k) {
+      EXPECT_TRUE(torch::equal(from_prev[k], Pattern(prev, rank, k, kFloats)));
+      if (prev != next) {
+        EXPECT_TRUE(torch::equal(from_next[k], Pattern(next, rank, k, kFloats)));
+      }
+    }
+  });
+}
+
 TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
   const int n = GetParam();
   auto store = NewInMemoryStore();
