@@ -312,7 +312,7 @@ TEST(CoordinatorE2E, PendingJobsQueueFifoAndListPages) {
 
   // Finishing q1 schedules q2 (FIFO).
   for (const auto& w : workers) {
-    ASSERT_EQ(w->assignments().size(), 1u);
+    ASSERT_TRUE(w->WaitFor([&] { return w->assignments().size() == 1; }));
     const v1::Assignment a = w->assignments()[0];
     w->SendFinished(a.job_id(), a.pipeline_rank(), a.data_rank());
   }

@@ -28,6 +28,9 @@ struct Running {
     v1::SubmitJobResponse resp;
     EXPECT_TRUE(stub->SubmitJob(&ctx, req, &resp).ok());
     EXPECT_EQ(WaitForState(*stub, job_id, v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
+    for (auto& w : workers) {
+      EXPECT_TRUE(w->WaitFor([&] { return !w->assignments().empty(); })) << w->name();
+    }
   }
   int RankOf(int worker) { return workers[worker]->assignments().at(0).pipeline_rank(); }
 };
