@@ -2,6 +2,7 @@
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/job_file.h"
 
@@ -47,8 +48,8 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   } else if (!ctx.json()) {
     if (dry_run) {
       const v1::PlanStats& p = job.predicted();
-      ctx.out() << "spec is valid; predicted makespan " << p.makespan_ms() << " ms, bubble "
-                << p.bubble_rate() * 100 << "%, " << p.num_actions() << " actions\n";
+      ctx.out() << absl::StrFormat("spec is valid; predicted makespan %.2f ms, bubble %.1f%%, %d actions\n",
+                                   p.makespan_ms(), p.bubble_rate() * 100, p.num_actions());
       return kExitOk;
     }
     ctx.out() << (result->created ? "submitted job " : "job already submitted: ") << job.id() << " ("
