@@ -1,0 +1,12 @@
+# Worker daemon end-to-end: a real zpipe-coordinator and real zpipe-worker processes on loopback
+# training through Gloo.
+if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
+  zpipe_add_test(NAME worker_e2e_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/worker_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto LABELS worker)
+  target_include_directories(worker_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(worker_e2e_test PRIVATE
+    ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(worker_e2e_test zpipe-worker zpipe-coordinator)
+endif()

@@ -1,0 +1,189 @@
+// zpipe-worker end to end: a real coordinator and real worker processes train over Gloo on
+// loopback; a worker killed mid-job fails the job with a reason naming it, and the survivors go
+// back to idle and run the next job.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "tests/cli/subprocess.h"
+
+namespace zpipe {
+namespace {
+
+using testing::Subprocess;
+
+class Cluster {
+ public:
+  explicit Cluster(int workers, const std::string& heartbeat = "3s") {
+    port_ = testing::FreePort();
+    address_ = absl::StrCat("127.0.0.1:", port_);
+    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen", "", "--db", ":memory:",
+        "--heartbeat-timeout", heartbeat});
+    client_ = Client::Create(address_);
+    for (int i = 0; i < workers; ++i) AddWorker();
+  }
+
+  void AddWorker() {
+    const int i = static_cast<int>(workers_.size());
+    workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
+        absl::StrCat("cpu:", i), "--comm-timeout", "4"}));
+  }
+
+  // Waits until `n` workers are IDLE.
+  bool WaitIdle(int n, double timeout_s = 30) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto workers = client_->Workers();
+      if (workers.ok()) {
+        int idle = 0;
+        for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
+        if (idle >= n) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 120) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto job = client_->Get(id);
+      if (!job.ok()) return job.status();
+      const auto s = job->state();
+      if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+          s == v1::JOB_STATE_CANCELLED) {
+        return job;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return absl::DeadlineExceededError("job did not finish");
+  }
+
+  Client& client() { return *client_; }
+  Subprocess& worker(int i) { return *workers_[i]; }
+
+ private:
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<Client> client_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+};
+
+v1::JobSpec GptSpec(const std::string& schedule, int p, int m, int iterations) {
+  v1::JobSpec spec;
+  spec.set_name("gpt-e2e");
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_layers(2 * p);
+  gpt->set_hidden(32);
+  gpt->set_heads(2);
+  gpt->set_seq_len(16);
+  gpt->set_vocab(64);
+  spec.mutable_parallel()->set_pipeline(p);
+  spec.mutable_parallel()->set_data(1);
+  spec.mutable_schedule()->set_kind(schedule);
+  spec.mutable_batch()->set_microbatches(m);
+  spec.mutable_batch()->set_microbatch_size(4);
+  spec.mutable_train()->set_iterations(iterations);
+  spec.mutable_train()->set_optimizer("adamw");
+  spec.mutable_train()->set_lr(3e-3);
+  spec.mutable_train()->set_seed(1);
+  return spec;
+}
+
+// Losses of every iteration, in order, from the job's watch stream.
+std::vector<double> WatchLosses(Client& client, const std::string& id) {
+  std::vector<double> losses;
+  auto watch = client.Watch(id);
+  while (true) {
+    auto event = watch->Next();
+    if (!event.ok() || !event->has_value()) break;
+    if ((*event)->has_iteration() && (*event)->iteration().has_loss()) {
+      losses.push_back((*event)->iteration().loss());
+    }
+  }
+  return losses;
+}
+
+void TrainsWithFallingLoss(const std::string& schedule, int p, int m) {
+  Cluster cluster(p);
+  ASSERT_TRUE(cluster.WaitIdle(p));
+  const std::string id = absl::StrCat("gpt-", schedule, "-p", p);
+  auto submitted = cluster.client().Submit(GptSpec(schedule, p, m, 30), id);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::vector<double> losses = WatchLosses(cluster.client(), id);
+  auto job = cluster.WaitTerminal(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5)
+      << "loss " << losses.front() << " -> " << losses.back();
+  EXPECT_EQ(job->progress().iterations_done(), 30);
+}
+
+TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4); }
+
+TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
+
+TEST(WorkerE2eTest, KilledWorkerFailsJobAndOthersGoBackToIdle) {
+  Cluster cluster(2);
+  ASSERT_TRUE(cluster.WaitIdle(2));
+  v1::JobSpec spec;
+  spec.set_name("long-synthetic");
+  auto* syn = spec.mutable_model()->mutable_synthetic();
+  syn->set_forward_ms(5);
+  syn->set_backward_ms(5);
+  syn->set_weight_ms(3);
+  syn->set_activation_kb(16);
+  spec.mutable_parallel()->set_pipeline(2);
+  spec.mutable_schedule()->set_kind("zb-h1");
+  spec.mutable_batch()->set_microbatches(4);
+  spec.mutable_batch()->set_microbatch_size(1);
+  spec.mutable_train()->set_iterations(100000);
+  spec.mutable_train()->set_lr(1e-3);
+  ASSERT_TRUE(cluster.client().Submit(spec, "doomed").ok());
+  // Let it run a few iterations, then kill rank 1's worker outright.
+  for (int i = 0; i < 200; ++i) {
+    auto job = cluster.client().Get("doomed");
+    ASSERT_TRUE(job.ok());
+    if (job->progress().iterations_done() >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  cluster.worker(1).Signal(SIGKILL);
+  auto job = cluster.WaitTerminal("doomed", 60);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  std::printf("failure reason: %s\n", job->reason().c_str());
+  // Either the coordinator noticed w1 is gone, or the survivor saw its peer vanish first.
+  EXPECT_TRUE(job->reason().find("w1") != std::string::npos ||
+              job->reason().find("pipeline rank 1") != std::string::npos ||
+              job->reason().find("rank 1") != std::string::npos)
+      << job->reason();
+  // The survivor returns to idle and, with a replacement, runs the next job to the end.
+  cluster.AddWorker();
+  ASSERT_TRUE(cluster.WaitIdle(2, 60));
+  ASSERT_TRUE(cluster.client().Submit(GptSpec("zb-h1", 2, 4, 3), "after").ok());
+  auto after = cluster.WaitTerminal("after");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state(), v1::JOB_STATE_SUCCEEDED) << after->reason();
+}
+
+TEST(WorkerE2eTest, SigtermStopsTheDaemonCleanly) {
+  Cluster cluster(1);
+  ASSERT_TRUE(cluster.WaitIdle(1));
+  cluster.worker(0).Signal(SIGTERM);
+  testing::ProcessResult r = cluster.worker(0).Wait(10);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("stopped"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace zpipe
