@@ -61,15 +61,15 @@ TokenBatch SyntheticTokenData::Microbatch(int64_t iteration, int dp_rank, int mb
     for (int64_t k = 2; k < n; ++k) {
       const uint64_t a = s[k - 2], b = s[k - 1];
       const uint64_t r = rng.Next();
-      const int64_t which = (r & 3) != 0 ? static_cast<int64_t>(Mix(seed_ ^ (a * 131071 + b)) %
-                                                                kSuccessors)
-                                         : static_cast<int64_t>((r >> 2) % kSuccessors);
+      const int64_t which = (r & 3) != 0
+                                ? static_cast<int64_t>(Mix(seed_ ^ (a * 131071 + b)) % kSuccessors)
+                                : static_cast<int64_t>((r >> 2) % kSuccessors);
       s[k] = successors_[b * kSuccessors + which];
     }
   }
-  torch::Tensor all =
-      torch::from_blob(seq.data(), {microbatch_size_, n}, torch::kLong).clone();
-  return TokenBatch{all.narrow(1, 0, seq_len_).contiguous(), all.narrow(1, 1, seq_len_).contiguous()};
+  torch::Tensor all = torch::from_blob(seq.data(), {microbatch_size_, n}, torch::kLong).clone();
+  return TokenBatch{all.narrow(1, 0, seq_len_).contiguous(),
+                    all.narrow(1, 1, seq_len_).contiguous()};
 }
 
 TokenBatch SyntheticTokenData::GlobalBatch(int64_t iteration, int dp_size, int m) const {

@@ -11,10 +11,10 @@
 #ifndef ZPIPE_WORKER_MODEL_DATA_H_
 #define ZPIPE_WORKER_MODEL_DATA_H_
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 

@@ -1,9 +1,9 @@
 #include "worker/model/data.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <map>
-
-#include <gtest/gtest.h>
 
 namespace zpipe::worker::model {
 namespace {

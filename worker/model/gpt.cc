@@ -258,13 +258,15 @@ class GptStage final : public Stage {
       MicrobatchState st;
       torch::Tensor x;
       if (is_first()) {
-        if (absl::Status s = CheckTokens(config_, input, Where("F", mb, "input")); !s.ok()) return s;
+        if (absl::Status s = CheckTokens(config_, input, Where("F", mb, "input")); !s.ok())
+          return s;
         x = Embed(parts_, OwnedCopy(input, options_.device));
       } else {
         if (!input.defined() || input.dim() != 3 || input.size(2) != config_.hidden ||
             input.size(1) > config_.seq_len) {
-          return Invalid("F", mb, absl::StrCat("input activation must be [batch, seq<=",
-                                               config_.seq_len, ", ", config_.hidden, "]"));
+          return Invalid("F", mb,
+                         absl::StrCat("input activation must be [batch, seq<=", config_.seq_len,
+                                      ", ", config_.hidden, "]"));
         }
         st.input = OwnedCopy(input, options_.device, options_.dtype).requires_grad_(true);
         x = st.input;
@@ -305,10 +307,10 @@ class GptStage final : public Stage {
         grad = grad.reshape({}).to(root.options());
       }
     } else if (!grad.defined() || grad.sizes() != root.sizes()) {
-      return Invalid("B", mb,
-                     absl::StrCat("output gradient must be shaped like the output ",
-                                  c10::str(root.sizes()), ", got ",
-                                  grad.defined() ? c10::str(grad.sizes()) : "undefined"));
+      return Invalid(
+          "B", mb,
+          absl::StrCat("output gradient must be shaped like the output ", c10::str(root.sizes()),
+                       ", got ", grad.defined() ? c10::str(grad.sizes()) : "undefined"));
     }
     if (absl::Status s = store_.Open(mb); !s.ok()) return s;
     absl::StatusOr<torch::Tensor> result =
@@ -450,8 +452,7 @@ absl::StatusOr<std::unique_ptr<GptReference>> GptReference::Make(const GptConfig
     auto impl = std::make_unique<Impl>();
     impl->config = config;
     impl->device = device;
-    BuildParts(config, LayerRange{0, config.layers}, true, true, seed, device, dtype,
-               &impl->parts);
+    BuildParts(config, LayerRange{0, config.layers}, true, true, seed, device, dtype, &impl->parts);
     return std::unique_ptr<GptReference>(new GptReference(std::move(impl)));
   });
 }

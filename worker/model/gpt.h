@@ -15,10 +15,10 @@
 #ifndef ZPIPE_WORKER_MODEL_GPT_H_
 #define ZPIPE_WORKER_MODEL_GPT_H_
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,8 +28,8 @@ namespace zpipe::worker::model {
 
 // DESIGN.md job spec `model.gpt`.
 struct GptConfig {
-  int layers = 0;   // transformer blocks L
-  int hidden = 0;   // width H, a multiple of heads
+  int layers = 0;  // transformer blocks L
+  int hidden = 0;  // width H, a multiple of heads
   int heads = 0;
   int seq_len = 0;  // maximum tokens per sample (position embedding size)
   int vocab = 0;

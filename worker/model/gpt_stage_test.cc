@@ -1,7 +1,7 @@
 // GPT stages: init and gradient parity with the unpartitioned reference under many B/W orders
 // and real schedules (linear, interleaved and V placements), the WeightGradStore contract,
 // gradient accounting, and that training makes the loss fall.
-#include "worker/model/gpt.h"
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,11 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/match.h"
 #include "core/schedule.h"
 #include "worker/model/data.h"
+#include "worker/model/gpt.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -87,10 +86,14 @@ enum class Order { kBThenW, kAllBThenWReversed, kFused, kDeferredW };
 
 std::string OrderName(Order o) {
   switch (o) {
-    case Order::kBThenW: return "BThenW";
-    case Order::kAllBThenWReversed: return "AllBThenWReversed";
-    case Order::kFused: return "Fused";
-    case Order::kDeferredW: return "DeferredW";
+    case Order::kBThenW:
+      return "BThenW";
+    case Order::kAllBThenWReversed:
+      return "AllBThenWReversed";
+    case Order::kFused:
+      return "Fused";
+    case Order::kDeferredW:
+      return "DeferredW";
   }
   return "?";
 }
@@ -235,15 +238,15 @@ TEST_P(GptParityTest, GradientsMatchReference) {
   for (const auto& s : stages) EXPECT_EQ(s->pending_microbatches(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    StagesAndOrders, GptParityTest,
-    ::testing::Combine(::testing::Values(2, 4),
-                       ::testing::Values(Order::kBThenW, Order::kAllBThenWReversed, Order::kFused,
-                                         Order::kDeferredW)),
-    [](const auto& info) {
-      return "S" + std::to_string(std::get<0>(info.param)) + "_" +
-             OrderName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(StagesAndOrders, GptParityTest,
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values(Order::kBThenW,
+                                                              Order::kAllBThenWReversed,
+                                                              Order::kFused, Order::kDeferredW)),
+                         [](const auto& info) {
+                           return "S" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  OrderName(std::get<1>(info.param));
+                         });
 
 // Runs the compute actions of a generated plan on `stages` in one thread, as a rank-parallel
 // executor would: round-robin over ranks, each running its next action once its input is there.
@@ -291,8 +294,8 @@ void RunPlan(const core::Plan& plan, const std::vector<std::unique_ptr<Stage>>& 
   }
 }
 
-class GptScheduleParityTest
-    : public ::testing::TestWithParam<std::tuple<core::ScheduleKind, int>> {};
+class GptScheduleParityTest : public ::testing::TestWithParam<std::tuple<core::ScheduleKind, int>> {
+};
 
 TEST_P(GptScheduleParityTest, GradientsMatchReference) {
   const auto [kind, p] = GetParam();
@@ -316,17 +319,16 @@ TEST_P(GptScheduleParityTest, GradientsMatchReference) {
   for (const auto& s : stages) EXPECT_EQ(s->pending_microbatches(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, GptScheduleParityTest,
-    ::testing::Values(std::make_tuple(core::ScheduleKind::k1F1B, 2),
-                      std::make_tuple(core::ScheduleKind::kZbH1, 4),
-                      std::make_tuple(core::ScheduleKind::kInterleaved1F1B, 2),
-                      std::make_tuple(core::ScheduleKind::kZbV, 2)),
-    [](const auto& info) {
-      std::string name(core::ScheduleName(std::get<0>(info.param)));
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name + "_p" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Schedules, GptScheduleParityTest,
+                         ::testing::Values(std::make_tuple(core::ScheduleKind::k1F1B, 2),
+                                           std::make_tuple(core::ScheduleKind::kZbH1, 4),
+                                           std::make_tuple(core::ScheduleKind::kInterleaved1F1B, 2),
+                                           std::make_tuple(core::ScheduleKind::kZbV, 2)),
+                         [](const auto& info) {
+                           std::string name(core::ScheduleName(std::get<0>(info.param)));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name + "_p" + std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(GptStageTest, LossIsReportedAndMatchesReference) {
   const int m = 2;
@@ -434,8 +436,8 @@ TEST(GptStageTest, GradientsArriveInTheAdvertisedPhase) {
   int in_b = 0, in_w = 0;
   for (const ParamInfo& p : stage.params()) {
     EXPECT_EQ(p.accumulations_per_microbatch, 1) << p.name;
-    const bool linear = absl::StrContains(p.name, "attn.") ||
-                        absl::StrContains(p.name, "mlp.") || absl::StartsWith(p.name, "head.");
+    const bool linear = absl::StrContains(p.name, "attn.") || absl::StrContains(p.name, "mlp.") ||
+                        absl::StartsWith(p.name, "head.");
     EXPECT_EQ(p.phase, linear ? GradPhase::kW : GradPhase::kB) << p.name;
     (p.phase == GradPhase::kB ? in_b : in_w)++;
     EXPECT_EQ(Accumulations(p, core::ActionKind::kBackwardInput), p.phase == GradPhase::kB);

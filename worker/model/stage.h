@@ -28,11 +28,11 @@
 #ifndef ZPIPE_WORKER_MODEL_STAGE_H_
 #define ZPIPE_WORKER_MODEL_STAGE_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,7 +49,7 @@ enum class GradPhase {
 inline const char* GradPhaseName(GradPhase phase) { return phase == GradPhase::kB ? "B" : "W"; }
 
 struct ParamInfo {
-  std::string name;      // global name, identical to the reference model's ("layers.3.mlp.fc1.weight")
+  std::string name;  // global name, identical to the reference model's ("layers.3.mlp.fc1.weight")
   torch::Tensor tensor;  // the parameter itself (shares storage and .grad with the stage's)
   GradPhase phase = GradPhase::kW;
   int accumulations_per_microbatch = 1;  // .grad accumulations per microbatch (B, W or BW)
@@ -73,10 +73,10 @@ struct TensorSpec {
 
 // Construction parameters shared by every stage kind.
 struct StageOptions {
-  int stage = 0;        // s, 0-based
-  int num_stages = 1;   // S = p * v
+  int stage = 0;             // s, 0-based
+  int num_stages = 1;        // S = p * v
   int num_microbatches = 1;  // m: the last stage's loss gradient is 1/m
-  uint64_t seed = 0;    // job seed; parameters depend only on (seed, global layer, param name)
+  uint64_t seed = 0;         // job seed; parameters depend only on (seed, global layer, param name)
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
 };

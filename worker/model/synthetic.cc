@@ -44,13 +44,13 @@ class SyntheticStage final : public Stage {
                                         const torch::Tensor*) override {
     const Clock::time_point start = Clock::now();
     if (forwarded_.count(mb)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stage ", stage(), " F microbatch ", mb, " forward state already held (F twice)"));
+      return absl::FailedPreconditionError(absl::StrCat("stage ", stage(), " F microbatch ", mb,
+                                                        " forward state already held (F twice)"));
     }
     if (!is_first() && input.defined() && input.numel() != activation_floats_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stage ", stage(), " F microbatch ", mb, " input has ", input.numel(),
-                       " elements, want ", activation_floats_));
+      return absl::InvalidArgumentError(absl::StrCat("stage ", stage(), " F microbatch ", mb,
+                                                     " input has ", input.numel(),
+                                                     " elements, want ", activation_floats_));
     }
     absl::StatusOr<torch::Tensor> out =
         GuardTorch(stage(), "F", mb, [&]() -> absl::StatusOr<torch::Tensor> {
@@ -138,8 +138,8 @@ class SyntheticStage final : public Stage {
   }
 
   void WaitUntil(Clock::time_point start, double ms) const {
-    const Clock::time_point end =
-        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double, std::milli>(ms));
     if (config_.timing == SyntheticStageConfig::Timing::kSleep) {
       std::this_thread::sleep_until(end);
     } else {

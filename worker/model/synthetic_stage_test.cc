@@ -1,13 +1,12 @@
-#include "worker/model/synthetic.h"
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/match.h"
+#include "worker/model/synthetic.h"
 
 namespace zpipe::worker::model {
 namespace {

@@ -1,9 +1,9 @@
 #include "worker/model/weight_grad_store.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 

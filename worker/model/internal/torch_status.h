@@ -3,10 +3,10 @@
 #ifndef ZPIPE_WORKER_MODEL_INTERNAL_TORCH_STATUS_H_
 #define ZPIPE_WORKER_MODEL_INTERNAL_TORCH_STATUS_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <exception>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
