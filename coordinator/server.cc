@@ -48,6 +48,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(-1);
+  // Keep per-stream receive windows at their initial size: a worker that sends progress faster
+  // than it is applied is slowed by flow control instead of queueing megabytes per stream here,
+  // which would starve everything else (GetJob) under a flood.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.RegisterService(s->client_service_.get());
   builder.RegisterService(s->worker_service_.get());
   s->server_ = builder.BuildAndStart();
