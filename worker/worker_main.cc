@@ -17,7 +17,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
     "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS]\n"
-    "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:7070)\n"
+    "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)\n"
     "  --name         stable worker name (default HOST/DEVICE)\n"
     "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
     "  --threads      intra-op threads for LibTorch (default 1)\n"

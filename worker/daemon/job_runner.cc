@@ -10,6 +10,7 @@
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/executor/executor.h"
+#include "worker/executor/grad_sync_driver.h"
 #include "worker/model/gpt.h"
 #include "worker/model/synthetic.h"
 
@@ -108,10 +109,18 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   co.hostname = options.hostname;
   auto comm = NewGlooCommunicator(co, *store);
   if (!comm.ok()) return comm.status();
+  // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
+  // last contribution (or, with overlap off, after the last action).
+  std::unique_ptr<GradSyncDriver> grad_sync;
   if (co.data_size > 1) {
-    return absl::UnimplementedError(
-        "data-parallel replicas (parallel.data > 1) need gradient sync, which this worker build "
-        "does not have yet");
+    GradSyncOptions gso;
+    const double bucket_mb = spec.grad_sync().bucket_mb() > 0 ? spec.grad_sync().bucket_mb() : 25;
+    gso.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+    gso.overlap = !spec.grad_sync().has_overlap() || spec.grad_sync().overlap();
+    gso.wait_timeout = options.comm_timeout;
+    auto driver = NewGradSyncDriver(*plan, a.pipeline_rank(), *stages, gso, **comm);
+    if (!driver.ok()) return driver.status();
+    grad_sync = *std::move(driver);
   }
 
   ExecutorConfig config;
@@ -122,7 +131,7 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   config.cancelled = &cancelled;
   ProgressReporter reporter(a.job_id(), a.pipeline_rank(), a.data_rank(), send);
   auto exec = Executor::Make(*plan, a.pipeline_rank(), a.data_rank(), config, *std::move(stages),
-                             **comm, data ? &*data : nullptr, /*grad_sync=*/nullptr, &reporter);
+                             **comm, data ? &*data : nullptr, grad_sync.get(), &reporter);
   if (!exec.ok()) return exec.status();
 
   const int iterations = spec.train().iterations();

@@ -24,7 +24,7 @@
 namespace zpipe::worker {
 
 struct DaemonOptions {
-  std::string coordinator = "localhost:7070";
+  std::string coordinator = "localhost:50051";
   std::string name;  // stable identity; required
   zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
   int device_index = 0;

@@ -15,6 +15,7 @@
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
+#include "worker/executor/grad_sync_driver.h"
 #include "worker/model/gpt.h"
 
 namespace zpipe::worker {
@@ -50,9 +51,16 @@ class Recorder : public ActionSink {
   std::vector<ActionRecord> records_;
 };
 
+struct DataParallel {
+  int d = 1;
+  bool overlap = true;
+  int64_t bucket_bytes = 4096;  // small: several buckets per stage
+};
+
 absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m, int iterations,
                                            const ExecutorConfig& config,
-                                           std::vector<Recorder>* recorders = nullptr) {
+                                           std::vector<Recorder>* recorders = nullptr,
+                                           DataParallel dp = {}) {
   const core::Placement placement = core::PlacementFor(kind, p);
   core::ScheduleRequest req;
   req.pipeline = p;
@@ -69,14 +77,17 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
   std::mutex mu;
   PipelineResult result;
   result.losses.assign(iterations, 0);
-  std::vector<absl::Status> errors(p);
+  std::vector<absl::Status> errors(p * dp.d);
   std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      auto fail = [&](absl::Status st) { errors[r] = st; };
+  for (int g = 0; g < p * dp.d; ++g) {
+    threads.emplace_back([&, g] {
+      const int r = g % p, dr = g / p;
+      auto fail = [&](absl::Status st) { errors[g] = st; };
       CommunicatorOptions opts;
       opts.pipeline_rank = r;
       opts.pipeline_size = p;
+      opts.data_rank = dr;
+      opts.data_size = dp.d;
       opts.key_prefix = absl::StrCat("exec-test/", core::ScheduleName(kind), "/");
       opts.timeout = absl::Seconds(30);
       auto comm = NewGlooCommunicator(opts, *store);
@@ -92,16 +103,27 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
         if (!st.ok()) return fail(st.status());
         stages.push_back(*std::move(st));
       }
-      auto exec = Executor::Make(*lowered, r, 0, config, std::move(stages), **comm, &*data,
-                                 nullptr, recorders ? &(*recorders)[r] : nullptr);
+      std::unique_ptr<GradSyncDriver> driver;
+      if (dp.d > 1) {
+        GradSyncOptions gso;
+        gso.overlap = dp.overlap;
+        gso.bucket_bytes = dp.bucket_bytes;
+        auto d = NewGradSyncDriver(*lowered, r, stages, gso, **comm);
+        if (!d.ok()) return fail(d.status());
+        driver = *std::move(d);
+      }
+      auto exec = Executor::Make(*lowered, r, dr, config, std::move(stages), **comm, &*data,
+                                 driver.get(),
+                                 recorders && dr == 0 ? &(*recorders)[r] : nullptr);
       if (!exec.ok()) return fail(exec.status());
       for (int it = 0; it < iterations; ++it) {
         auto summary = (*exec)->RunIteration(it);
         if (!summary.ok()) return fail(summary.status());
         std::lock_guard<std::mutex> lock(mu);
-        if (summary->loss) result.losses[it] = *summary->loss;
-        if (r == 0) result.rank0.push_back(*summary);
+        if (summary->loss) result.losses[it] += *summary->loss / dp.d;
+        if (r == 0 && dr == 0) result.rank0.push_back(*summary);
       }
+      if (dr != 0) return;
       std::lock_guard<std::mutex> lock(mu);
       for (const auto& st : (*exec)->stages()) {
         for (const model::ParamInfo& pi : st->params()) {
@@ -124,7 +146,8 @@ struct ReferenceResult {
   std::map<std::string, torch::Tensor> grads;
 };
 
-ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorConfig& config) {
+ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorConfig& config,
+                             int d = 1) {
   const model::GptConfig gpt = SmallGpt(stages);
   auto ref = model::GptReference::Make(gpt, kSeed);
   EXPECT_TRUE(ref.ok()) << ref.status();
@@ -136,14 +159,16 @@ ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorCo
   for (int it = 0; it < iterations; ++it) {
     opt.zero_grad();
     double loss_sum = 0;
-    for (int i = 0; i < m; ++i) {
-      model::TokenBatch b = data->Microbatch(it, 0, i);
-      auto loss = (*ref)->Loss(b.tokens, b.targets);
-      EXPECT_TRUE(loss.ok());
-      loss_sum += loss->item<double>();
-      (*loss / m).backward();
+    for (int dr = 0; dr < d; ++dr) {
+      for (int i = 0; i < m; ++i) {
+        model::TokenBatch b = data->Microbatch(it, dr, i);
+        auto loss = (*ref)->Loss(b.tokens, b.targets);
+        EXPECT_TRUE(loss.ok());
+        loss_sum += loss->item<double>();
+        (*loss / (m * d)).backward();
+      }
     }
-    out.losses.push_back(loss_sum / m);
+    out.losses.push_back(loss_sum / (m * d));
     out.grads.clear();
     for (const model::ParamInfo& pi : (*ref)->params()) out.grads[pi.name] = pi.tensor.grad().clone();
     if (config.max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, config.max_grad_norm);
@@ -156,11 +181,12 @@ struct Case {
   core::ScheduleKind kind;
   int p;
   int m;
+  int d = 1;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string name = absl::StrCat(core::ScheduleName(info.param.kind), "_p", info.param.p, "_m",
-                                  info.param.m);
+                                  info.param.m, "_d", info.param.d);
   for (char& c : name) {
     if (c == '-') c = '_';
   }
@@ -174,10 +200,10 @@ TEST_P(ExecutorParityTest, GradientsMatchReferenceAfterOneIteration) {
   ExecutorConfig config;
   config.microbatch_size = kMicrobatchSize;
   config.max_grad_norm = 0;
-  auto result = RunPipeline(c.kind, c.p, c.m, 1, config);
+  auto result = RunPipeline(c.kind, c.p, c.m, 1, config, nullptr, DataParallel{.d = c.d});
   ASSERT_TRUE(result.ok()) << result.status();
   const int stages = core::PlacementFor(c.kind, c.p).num_stages();
-  ReferenceResult ref = RunReference(stages, c.m, 1, config);
+  ReferenceResult ref = RunReference(stages, c.m, 1, config, c.d);
   ASSERT_EQ(result->grads.size(), ref.grads.size());
   for (const auto& [name, want] : ref.grads) {
     ASSERT_TRUE(result->grads.count(name)) << name;
@@ -198,8 +224,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{core::ScheduleKind::kZb1p, 4, 8}, Case{core::ScheduleKind::kZb2p, 2, 4},
                       Case{core::ScheduleKind::kZbV, 2, 4}, Case{core::ScheduleKind::kZbV, 4, 8},
                       Case{core::ScheduleKind::kVHalf, 4, 8}, Case{core::ScheduleKind::kVMin, 4, 8},
-                      Case{core::ScheduleKind::kDualPipeV, 2, 4}),
+                      Case{core::ScheduleKind::kDualPipeV, 2, 4},
+                      Case{core::ScheduleKind::k1F1B, 2, 4, 2}, Case{core::ScheduleKind::kZbV, 2, 4, 2},
+                      Case{core::ScheduleKind::kZb2p, 2, 4, 2},
+                      Case{core::ScheduleKind::kInterleaved1F1B, 2, 4, 2},
+                      Case{core::ScheduleKind::kVMin, 2, 6, 2},
+                      Case{core::ScheduleKind::kDualPipeV, 2, 4, 2}),
     CaseName);
+
+TEST(ExecutorTest, DataParallelLossCurveMatchesReferenceWithOverlapOnAndOff) {
+  ExecutorConfig config;
+  config.microbatch_size = kMicrobatchSize;
+  config.lr = 3e-3;
+  ReferenceResult ref = RunReference(4, 4, 10, config, 2);
+  for (bool overlap : {true, false}) {
+    auto result = RunPipeline(core::ScheduleKind::kZbV, 2, 4, 10, config, nullptr,
+                              DataParallel{.d = 2, .overlap = overlap});
+    ASSERT_TRUE(result.ok()) << result.status();
+    for (int it = 0; it < 10; ++it) {
+      EXPECT_NEAR(result->losses[it], ref.losses[it], 1e-4) << "overlap=" << overlap << " " << it;
+    }
+    const IterationSummary& s = result->rank0.back();
+    EXPECT_GT(s.reductions.size(), 1u) << "several buckets per rank";
+    EXPECT_GT(s.reduce_s, 0);
+    EXPECT_LE(s.exposed_reduce_s, s.reduce_s + 1e-9);
+  }
+}
 
 TEST(ExecutorTest, LossCurveMatchesReferenceOverTwentyIterations) {
   ExecutorConfig config;
