@@ -133,6 +133,22 @@ TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4)
 
 TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
 
+TEST(WorkerE2eTest, DataParallelGptTrainsWithOverlappedReduction) {
+  Cluster cluster(4);
+  ASSERT_TRUE(cluster.WaitIdle(4));
+  v1::JobSpec spec = GptSpec("zb-v", 2, 4, 10);
+  spec.mutable_parallel()->set_data(2);
+  spec.mutable_grad_sync()->set_bucket_mb(0.01);  // several buckets per stage
+  ASSERT_TRUE(cluster.client().Submit(spec, "dp2").ok());
+  std::vector<double> losses = WatchLosses(cluster.client(), "dp2");
+  auto job = cluster.WaitTerminal("dp2");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  ASSERT_EQ(losses.size(), 10u);
+  EXPECT_LT(losses.back(), losses.front());
+  EXPECT_GT(job->latest_summary().reduce_total_s(), 0);
+}
+
 TEST(WorkerE2eTest, KilledWorkerFailsJobAndOthersGoBackToIdle) {
   Cluster cluster(2);
   ASSERT_TRUE(cluster.WaitIdle(2));
