@@ -124,10 +124,21 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   return SubmitResult{ViewLocked(job, true, true), true};
 }
 
-absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) const {
-  absl::ReaderMutexLock lock(&mu_);
-  const JobRecord* job = FindJobLocked(job_id);
+absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const JobRecord* job = FindJobLocked(job_id);
+    if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+    auto rt = runtime_.find(job_id);
+    if (rt != runtime_.end() && (rt->second.plan || rt->second.plan_failed)) {
+      return ViewLocked(*job, true, with_microbatches);
+    }
+  }
+  // Loaded from the store without a plan yet: make it once, under the writer lock.
+  absl::MutexLock lock(&mu_);
+  JobRecord* job = FindJobLocked(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  PlanForLocked(*job);
   return ViewLocked(*job, true, with_microbatches);
 }
 
@@ -347,9 +358,10 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
 
 std::shared_ptr<const JobPlan> JobManager::PlanForLocked(const JobRecord& job) {
   JobRuntime& rt = runtime_[job.id];
-  if (rt.plan) return rt.plan;
+  if (rt.plan || rt.plan_failed) return rt.plan;
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(job.spec);
   if (!plan.ok()) {
+    rt.plan_failed = true;
     LogError("job ", job.id, ": cannot make its plan: ", plan.status().ToString());
     return nullptr;
   }

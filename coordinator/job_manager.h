@@ -126,7 +126,8 @@ class JobManager {
   // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency.
   absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec,
                                       bool validate_only);
-  absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true) const;
+  // Makes the job's plan on first use after a restart (for its predicted statistics).
+  absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true);
   // page_size: 0 = 100, capped at 1000. Empty `states` = all.
   absl::StatusOr<ListResult> List(const std::set<JobState>& states, int page_size,
                                   const std::string& page_token) const;
@@ -180,6 +181,7 @@ class JobManager {
  private:
   struct JobRuntime {
     std::shared_ptr<const JobPlan> plan;
+    bool plan_failed = false;  // PlanJob failed once; do not retry
     std::set<int> finished;  // global ranks done with every iteration
     std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
     std::set<int> reconnected;                     // global ranks whose worker came back

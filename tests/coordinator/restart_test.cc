@@ -73,6 +73,16 @@ TEST(Restart, JobsSurviveAndRunningJobsReconcile) {
   EXPECT_EQ(jobs["done"].reason(), done_before.reason());
   EXPECT_EQ(jobs["done"].latest_summary().iteration(), 1);
   EXPECT_EQ(jobs["done"].end_time().seconds(), done_before.end_time().seconds());
+  {
+    // The plan (and so the predicted statistics) is remade after the restart.
+    grpc::ClientContext get_ctx;
+    v1::GetJobRequest get;
+    get.set_job_id("done");
+    v1::Job done_after;
+    ASSERT_TRUE(stub->GetJob(&get_ctx, get, &done_after).ok());
+    EXPECT_DOUBLE_EQ(done_after.predicted().bubble_rate(), done_before.predicted().bubble_rate());
+    EXPECT_GT(done_after.predicted().makespan_ms(), 0);
+  }
   EXPECT_EQ(jobs["waiting"].state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(jobs["stopped"].state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(jobs["running"].state(), v1::JOB_STATE_RUNNING);
