@@ -11,7 +11,7 @@
 //
 // Usage: zpipe_ingest_bench [--streams 256] [--pipeline 8] [--microbatches 8] [--batch 512]
 //          [--seconds 10] [--warmup 2] [--getjob-interval-ms 5] [--connections N]
-//          [--rate 1000000] [--coordinator-bin PATH]
+//          [--rate 1050000] [--coordinator-bin PATH]
 //
 // Two phases run back to back on the same job: "paced" (the streams together offer --rate events/s,
 // spread evenly: GetJob latency and coordinator CPU at the target load; --rate 0 skips it) and
@@ -62,7 +62,9 @@ struct Options {
   double warmup = 2;
   int getjob_interval_ms = 5;
   int connections = 0;  // 0 = one per stream
-  double rate = 1'000'000;  // events/s of the paced phase (all streams together)
+  // Events/s of the paced phase (all streams together): a little over the 1M/s target, so that
+  // measurement noise cannot put a coordinator that keeps up below it.
+  double rate = 1'050'000;
   std::string coordinator_bin = ZPIPE_COORDINATOR_BIN;
 };
 
@@ -477,7 +479,12 @@ int main(int argc, char** argv) {
     if (r.applied_rate >= 1e6 && !r.latencies_ms.empty() && p99 < 10) met = true;
   }
   std::cout << "target (>= 1,000,000 events/s applied with GetJob p99 < 10 ms in one phase): "
-            << (met ? "met" : "NOT met") << "\n"
-            << "n/a: no GetJob answered within its 10 s deadline during the phase\n";
+            << (met ? "met" : "NOT met") << "\n";
+  for (const PhaseResult& r : results) {
+    if (r.latencies_ms.empty() || r.applied_rate < 0) {
+      std::cout << "n/a: no GetJob answered within its 10 s deadline during the phase\n";
+      break;
+    }
+  }
   return 0;
 }
