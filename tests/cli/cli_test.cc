@@ -82,7 +82,8 @@ class CliTest : public ::testing::Test {
       ASSERT_TRUE(workers_.back()->Start().ok());
     }
     std::unique_ptr<Client> client = Client::Create(address_);
-    for (int tries = 0; tries < 200; ++tries) {
+    // Generous deadlines throughout: ctest runs these in parallel on a small, busy machine.
+    for (int tries = 0; tries < 1200; ++tries) {
       absl::StatusOr<std::vector<v1::Worker>> ws = client->Workers();
       if (ws.ok() && ws->size() == workers_.size()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -116,7 +117,8 @@ class CliTest : public ::testing::Test {
 
   // Polls `status -o json` until the job reaches `state` (e.g. "JOB_STATE_RUNNING").
   void WaitForState(const std::string& id, const std::string& state) {
-    for (int tries = 0; tries < 400; ++tries) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
       ProcessResult r = RunZpipe({"status", id, "-o", "json"});
       if (r.exit_code == 0 && Parse(r)["state"] == state) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -226,7 +228,7 @@ TEST_F(CliTest, FollowPrintsPlainLinesWhenNotATerminal) {
 TEST_F(CliTest, FollowDrawsPerRankBarsOnATerminal) {
   // Slow enough iterations that the rate-limited progress events arrive while it runs.
   AddWorkers(2, FakeWorkerOptions::Mode::kRun, absl::Milliseconds(100));
-  ProcessResult r = RunInTerminal(Zpipe({"submit", JobFile(8), "--id", "tty-1", "--follow"}));
+  ProcessResult r = RunInTerminal(Zpipe({"submit", JobFile(15), "--id", "tty-1", "--follow"}));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("\x1b["));  // redrawn in place
   EXPECT_THAT(r.out, HasSubstr("rank  1/0  F ["));
@@ -287,7 +289,7 @@ TEST_F(CliTest, WatchSurvivesACoordinatorRestart) {
   StartCoordinator(db, /*keep_port=*/true);
   ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "survivor"}).exit_code, 0);
   Subprocess watcher(Zpipe({"watch", "survivor"}));
-  for (int i = 0; i < 200 && watcher.ReadOut().find("survivor pending") == std::string::npos; ++i) {
+  for (int i = 0; i < 1200 && watcher.ReadOut().find("survivor pending") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ASSERT_THAT(watcher.ReadOut(), HasSubstr("survivor pending"));
