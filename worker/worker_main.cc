@@ -6,6 +6,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
@@ -22,7 +24,9 @@ constexpr char kUsage[] =
     "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
     "  --threads      intra-op threads for LibTorch (default 1)\n"
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
-    "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n";
+    "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
+    "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
+    "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
 
 int Usage(const std::string& error) {
   std::fprintf(stderr, "zpipe-worker: %s\n%s", error.c_str(), kUsage);
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   zpipe::worker::DaemonOptions options;
   if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
   std::string device = "cpu";
+  std::string metrics_listen, health_listen;
   int threads = 1;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -62,6 +67,10 @@ int main(int argc, char** argv) {
       if (!absl::SimpleAtoi(value, &threads) || threads < 1) return Usage("--threads: must be >= 1");
     } else if (flag == "--host") {
       options.host = value;
+    } else if (flag == "--metrics-listen") {
+      metrics_listen = value;
+    } else if (flag == "--health-listen") {
+      health_listen = value;
     } else if (flag == "--comm-timeout") {
       double secs = 0;
       if (!absl::SimpleAtod(value, &secs) || secs <= 0) return Usage("--comm-timeout: must be > 0");
@@ -97,6 +106,36 @@ int main(int argc, char** argv) {
   options.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   torch::set_num_threads(threads);
 
+  std::unique_ptr<zpipe::worker::WorkerMetrics> metrics;
+  if (!metrics_listen.empty()) {
+    auto m = zpipe::worker::NewPrometheusWorkerMetrics(metrics_listen, options.name);
+    if (!m.ok()) {
+      std::fprintf(stderr, "zpipe-worker: %s\n", std::string(m.status().message()).c_str());
+      return 2;
+    }
+    metrics = *std::move(m);
+    options.metrics = metrics.get();
+  }
+  // grpc.health.v1 for Kubernetes probes: SERVING while the process runs.
+  std::unique_ptr<grpc::Server> health;
+  if (!health_listen.empty()) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    // gRPC serves its default health service only next to a synchronous service; this one
+    // answers UNIMPLEMENTED to everything.
+    static zpipe::v1::WorkerService::Service placeholder;
+    builder.RegisterService(&placeholder);
+    int bound = 0;
+    builder.AddListeningPort(health_listen, grpc::InsecureServerCredentials(), &bound);
+    health = builder.BuildAndStart();
+    if (health == nullptr || bound == 0) {
+      std::fprintf(stderr, "zpipe-worker: --health-listen %s: cannot listen\n",
+                   health_listen.c_str());
+      return 2;
+    }
+    health->GetHealthCheckService()->SetServingStatus(true);
+  }
+
   // SIGTERM / SIGINT: a watcher thread turns the signal into a clean Stop().
   sigset_t signals;
   sigemptyset(&signals);
@@ -112,6 +151,7 @@ int main(int argc, char** argv) {
   });
   watcher.detach();
   absl::Status st = daemon.Run();
+  if (health != nullptr) health->Shutdown();
   if (!st.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());
     return 1;

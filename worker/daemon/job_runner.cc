@@ -9,6 +9,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/progress_reporter.h"
+#include "worker/daemon/worker_metrics.h"
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
 #include "worker/model/gpt.h"
@@ -139,6 +140,9 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     if (cancelled.load()) return absl::CancelledError("job cancelled");
     auto summary = (*exec)->RunIteration(it);
     if (!summary.ok()) return summary.status();
+    if (options.metrics != nullptr) {
+      options.metrics->OnIteration(a.job_id(), a.pipeline_rank(), a.data_rank(), *summary);
+    }
     reporter.Flush();  // this iteration's actions reach the coordinator before its report
     zpipe::v1::WorkerMessage msg;
     auto* report = msg.mutable_iteration();

@@ -18,9 +18,12 @@
 
 namespace zpipe::worker {
 
+class WorkerMetrics;
+
 struct JobRunnerOptions {
   std::string hostname = "127.0.0.1";  // address Gloo binds and advertises
   absl::Duration comm_timeout = absl::Seconds(60);
+  WorkerMetrics* metrics = nullptr;  // optional; updated after every iteration
 };
 
 using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;

@@ -103,6 +103,8 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     JobRunnerOptions jo;
     jo.hostname = options_.host;
     jo.comm_timeout = options_.comm_timeout;
+    jo.metrics = options_.metrics;
+    if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
     absl::Status st = RunAssignment(
         assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
         *cancelled);
@@ -119,6 +121,10 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
       f->set_data_rank(assignment.data_rank());
       f->set_message(std::string(st.message()));
       Send(msg);
+    }
+    if (options_.metrics != nullptr) {
+      options_.metrics->OnJobEnd(assignment.job_id(), st.ok());
+      options_.metrics->SetBusy(false);
     }
     done->store(true);
   });
@@ -229,6 +235,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
 absl::Status WorkerDaemon::Run() {
   if (options_.name.empty()) return absl::InvalidArgumentError("worker name is empty");
   absl::Time unreachable_since = absl::Now();
+  absl::Duration backoff = options_.reconnect_backoff;
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -236,7 +243,10 @@ absl::Status WorkerDaemon::Run() {
     }
     bool registered = false;
     absl::Status st = RunSession(&registered);
-    if (registered) unreachable_since = absl::Now();
+    if (registered) {
+      unreachable_since = absl::Now();
+      backoff = options_.reconnect_backoff;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
@@ -251,8 +261,8 @@ absl::Status WorkerDaemon::Run() {
                                                  absl::FormatDuration(options_.give_up_after)));
     }
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.reconnect_backoff),
-                 [&] { return stopping_; });
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(backoff), [&] { return stopping_; });
+    backoff = std::min(backoff * 2, absl::Seconds(5));  // exponential, capped
   }
   JoinJobIfDone(/*wait=*/true);
   Log("stopped");

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/worker_metrics.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace zpipe::worker {
@@ -32,6 +33,7 @@ struct DaemonOptions {
   uint64_t memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);
   absl::Duration reconnect_backoff = absl::Milliseconds(500);
+  WorkerMetrics* metrics = nullptr;  // optional, must outlive the daemon
   // Give up when the coordinator cannot be reached for this long (0 = retry forever).
   absl::Duration give_up_after = absl::ZeroDuration();
 };

@@ -1,0 +1,130 @@
+#include "worker/daemon/worker_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::worker {
+namespace {
+
+class PrometheusWorkerMetrics : public WorkerMetrics {
+ public:
+  PrometheusWorkerMetrics(std::unique_ptr<prometheus::Exposer> exposer, const std::string& worker)
+      : exposer_(std::move(exposer)),
+        registry_(std::make_shared<prometheus::Registry>()),
+        worker_(worker),
+        iterations_(prometheus::BuildCounter()
+                        .Name("zpipe_worker_iterations_total")
+                        .Help("Iterations this worker completed, by job and rank")
+                        .Register(*registry_)),
+        busy_(prometheus::BuildCounter()
+                  .Name("zpipe_worker_busy_seconds_total")
+                  .Help("Time in compute actions, by job, rank and op (F, B, W)")
+                  .Register(*registry_)),
+        idle_(prometheus::BuildCounter()
+                  .Name("zpipe_worker_idle_seconds_total")
+                  .Help("Iteration time not spent computing, by job and rank")
+                  .Register(*registry_)),
+        reduce_(prometheus::BuildCounter()
+                    .Name("zpipe_worker_reduce_seconds_total")
+                    .Help("Gradient all-reduce wall time, by job and rank")
+                    .Register(*registry_)),
+        exposed_(prometheus::BuildCounter()
+                     .Name("zpipe_worker_exposed_reduce_seconds_total")
+                     .Help("All-reduce time that did not overlap compute, by job and rank")
+                     .Register(*registry_)),
+        p2p_wait_(prometheus::BuildCounter()
+                      .Name("zpipe_worker_p2p_wait_seconds_total")
+                      .Help("Time blocked waiting for pipeline receives, by job and rank")
+                      .Register(*registry_)),
+        bubble_(prometheus::BuildGauge()
+                    .Name("zpipe_worker_bubble_ratio")
+                    .Help("Measured bubble ratio of the last iteration (1 - busy / duration)")
+                    .Register(*registry_)),
+        duration_(prometheus::BuildHistogram()
+                      .Name("zpipe_worker_iteration_duration_seconds")
+                      .Help("Iteration duration on this rank")
+                      .Register(*registry_)),
+        jobs_(prometheus::BuildCounter()
+                  .Name("zpipe_worker_jobs_total")
+                  .Help("Jobs this worker ran to an end, by result")
+                  .Register(*registry_)),
+        busy_state_(prometheus::BuildGauge()
+                        .Name("zpipe_worker_busy")
+                        .Help("1 while the worker runs a job rank, else 0")
+                        .Register(*registry_)
+                        .Add({{"worker", worker}})) {
+    exposer_->RegisterCollectable(registry_);
+  }
+
+  void OnIteration(const std::string& job_id, int pipeline_rank, int data_rank,
+                   const IterationSummary& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::map<std::string, std::string> labels = {
+        {"job_id", job_id},
+        {"pipeline_rank", absl::StrCat(pipeline_rank)},
+        {"data_rank", absl::StrCat(data_rank)}};
+    iterations_.Add(labels).Increment();
+    auto with_op = [&](const char* op) {
+      auto l = labels;
+      l["op"] = op;
+      return l;
+    };
+    busy_.Add(with_op("F")).Increment(s.forward_s);
+    busy_.Add(with_op("B")).Increment(s.backward_s);
+    busy_.Add(with_op("W")).Increment(s.weight_s);
+    idle_.Add(labels).Increment(s.idle_s);
+    reduce_.Add(labels).Increment(s.reduce_s);
+    exposed_.Add(labels).Increment(s.exposed_reduce_s);
+    p2p_wait_.Add(labels).Increment(s.p2p_wait_s);
+    bubble_.Add(labels).Set(s.bubble_ratio);
+    duration_
+        .Add(labels, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                             0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
+        .Observe(s.duration_s);
+  }
+
+  void OnJobEnd(const std::string&, bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.Add({{"result", ok ? "finished" : "failed"}}).Increment();
+  }
+
+  void SetBusy(bool busy) override { busy_state_.Set(busy ? 1 : 0); }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::string worker_;
+  prometheus::Family<prometheus::Counter>& iterations_;
+  prometheus::Family<prometheus::Counter>& busy_;
+  prometheus::Family<prometheus::Counter>& idle_;
+  prometheus::Family<prometheus::Counter>& reduce_;
+  prometheus::Family<prometheus::Counter>& exposed_;
+  prometheus::Family<prometheus::Counter>& p2p_wait_;
+  prometheus::Family<prometheus::Gauge>& bubble_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  prometheus::Family<prometheus::Counter>& jobs_;
+  prometheus::Gauge& busy_state_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(const std::string& listen,
+                                                                          const std::string& worker) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("--metrics-listen ", listen, ": ", e.what()));
+  }
+  return std::unique_ptr<WorkerMetrics>(new PrometheusWorkerMetrics(std::move(exposer), worker));
+}
+
+}  // namespace zpipe::worker
