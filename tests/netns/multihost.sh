@@ -183,6 +183,15 @@ for i in 0 1 2; do
   PIDS+=($!)
 done
 
+# The daemons never exit on their own here; one that does ends the test at once.
+declare -A DAEMONS=([${PIDS[0]}]=coordinator [${PIDS[1]}]=w0 [${PIDS[2]}]=w1 [${PIDS[3]}]=w2)
+daemons_alive() {
+  local pid
+  for pid in "${!DAEMONS[@]}"; do
+    kill -0 "$pid" 2>/dev/null || die "${DAEMONS[$pid]} exited (see its log)"
+  done
+}
+
 # The CLI runs in the coordinator's namespace and reaches it on its namespace address.
 zpipe() { ip netns exec "$COORD_NS" "$ZPIPE_BIN" --coordinator "$COORD_ADDR" "$@"; }
 
@@ -194,6 +203,7 @@ wait_for() {
   shift 2
   local deadline=$((SECONDS + bound))
   until "$@"; do
+    daemons_alive
     ((SECONDS < deadline)) || die "timed out after ${bound}s waiting for $what"
     sleep 0.2
   done
