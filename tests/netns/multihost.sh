@@ -172,14 +172,17 @@ for ns in "$COORD_NS" "${WORKER_NS[@]}"; do
 done
 
 # ---------------------------------------------------------------------------------------------
-# Processes.
+# Processes. The coordinator's heartbeat timeout (3s) is well under the workers' communication
+# timeout (10s), so a cut-off worker is declared lost by the coordinator (a reason naming it)
+# before its peers' receives give up (a reason naming only the stage they waited for). A cancel
+# interrupts those receives at once, so the survivors do not wait out the 10s.
 
 ip netns exec "$COORD_NS" "$COORD_BIN" --listen "$COORD_ADDR" --metrics-listen '' --db :memory: \
   --heartbeat-timeout 3s >"$WORK/coordinator.log" 2>&1 &
 PIDS+=($!)
 for i in 0 1 2; do
   ip netns exec "${WORKER_NS[$i]}" "$WORKER_BIN" --coordinator "$COORD_ADDR" --name "w$i" \
-    --device cpu:0 --host "${WORKER_IP[$i]}" --comm-timeout 5 >"$WORK/worker-w$i.log" 2>&1 &
+    --device cpu:0 --host "${WORKER_IP[$i]}" --comm-timeout 10 >"$WORK/worker-w$i.log" 2>&1 &
   PIDS+=($!)
 done
 
