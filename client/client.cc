@@ -50,6 +50,50 @@ absl::StatusOr<v1::Job> Client::WaitForTerminal(const std::string& job_id) {
   return Get(job_id);
 }
 
+absl::StatusOr<JobTrace> Client::Trace(const std::string&, std::optional<int>) {
+  return absl::UnimplementedError("this client does not implement Trace");
+}
+
+absl::StatusOr<JobTrace> JobTraceFromProto(v1::GetTraceResponse response) {
+  JobTrace out;
+  auto convert = [](const v1::RankTrace& r, core::RankTimeline& row) -> absl::Status {
+    row.pipeline_rank = r.pipeline_rank();
+    row.data_rank = r.data_rank();
+    row.worker = r.worker_name();
+    for (const v1::TracedAction& a : r.actions()) {
+      absl::StatusOr<core::ActionKind> kind = core::ParseActionKind(a.kind());
+      if (!kind.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("trace: unknown action kind '", a.kind(), "'"));
+      }
+      core::Action action;
+      action.kind = *kind;
+      action.stage = a.stage();
+      action.microbatch = a.microbatch();
+      action.peer = a.peer();
+      action.chunk = a.chunk();
+      action.bucket = a.bucket();
+      row.actions.push_back({action, a.start(), a.end()});
+    }
+    return absl::OkStatus();
+  };
+  const std::string what =
+      absl::StrCat("job ", response.job_id(), " iteration ", response.iteration(),
+                   response.schedule().empty() ? "" : absl::StrCat(" (", response.schedule(), ")"));
+  out.executed.title = what;
+  out.executed.iteration = response.iteration();
+  for (const v1::RankTrace& r : response.ranks()) {
+    if (absl::Status s = convert(r, out.executed.ranks.emplace_back()); !s.ok()) return s;
+  }
+  out.predicted.title = absl::StrCat(what, " predicted");
+  out.predicted.iteration = response.iteration();
+  for (const v1::RankTrace& r : response.predicted()) {
+    if (absl::Status s = convert(r, out.predicted.ranks.emplace_back()); !s.ok()) return s;
+  }
+  out.response = std::move(response);
+  return out;
+}
+
 std::string JobStateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
   if (absl::StartsWith(name, "JOB_STATE_")) name = name.substr(10);

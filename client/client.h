@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/executed_timeline.h"
 #include "core/plan.h"
 #include "zpipe/v1/coordinator.pb.h"
 #include "zpipe/v1/job.pb.h"
@@ -57,6 +58,18 @@ struct JobPlan {
   core::Plan plan;
   v1::PlanStats predicted;
 };
+
+// One iteration's executed timeline across all ranks, aligned to the coordinator's clock, beside
+// the plan's predicted one (GetTrace). Times are seconds from the iteration's first executed start
+// (executed) or from 0 (predicted). Render with core::ChromeTraceJson / core::RenderTimelineSvg.
+struct JobTrace {
+  v1::GetTraceResponse response;     // as the coordinator sent it (clock offsets, iterations held)
+  core::ExecutedTimeline executed;   // one row per global rank (data_rank * p + pipeline_rank)
+  core::ExecutedTimeline predicted;  // one row per pipeline rank, plan order
+};
+
+// Converts a GetTrace response; INVALID_ARGUMENT for an unknown action kind.
+absl::StatusOr<JobTrace> JobTraceFromProto(v1::GetTraceResponse response);
 
 struct WatchOptions {
   // 0 = start with a snapshot; N = resume after event N (JobEvent.sequence).
@@ -119,6 +132,12 @@ class Client {
   // The job's plan; FAILED_PRECONDITION while it has none yet (PENDING).
   virtual absl::StatusOr<JobPlan> Plan(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead = false) = 0;
+  // The executed timeline of `iteration` (nullopt = the latest one every rank completed).
+  // NOT_FOUND for an unknown job or an iteration the coordinator no longer holds (it keeps the
+  // last few); FAILED_PRECONDITION before the first iteration completes. The default
+  // implementation returns UNIMPLEMENTED (for fakes).
+  virtual absl::StatusOr<JobTrace> Trace(const std::string& job_id,
+                                         std::optional<int> iteration = std::nullopt);
 
   // Convenience: follows the job until it is terminal and returns its final record.
   absl::StatusOr<v1::Job> WaitForTerminal(const std::string& job_id);

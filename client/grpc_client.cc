@@ -197,6 +197,17 @@ class GrpcClient : public Client {
     return JobPlan{response.job_id(), *std::move(plan), response.predicted()};
   }
 
+  absl::StatusOr<JobTrace> Trace(const std::string& job_id, std::optional<int> iteration) override {
+    v1::GetTraceRequest request;
+    request.set_job_id(job_id);
+    if (iteration.has_value()) request.set_iteration(*iteration);
+    v1::GetTraceResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, options_.rpc_timeout);
+    if (absl::Status s = FromGrpc(stub_->GetTrace(&ctx, request, &response)); !s.ok()) return s;
+    return JobTraceFromProto(std::move(response));
+  }
+
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead) override {
     v1::ListWorkersRequest request;
     request.set_include_dead(include_dead);

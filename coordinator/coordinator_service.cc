@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/job_proto.h"
+#include "coordinator/trace_proto.h"
 #include "coordinator/worker_proto.h"
 
 namespace zpipe::coordinator {
@@ -187,6 +188,17 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*,
     *resp->add_workers() = WorkerInfoToProto(w);
   }
   return Done("ListWorkers", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext*,
+                                              const v1::GetTraceRequest* req,
+                                              v1::GetTraceResponse* resp) {
+  std::optional<int> iteration;
+  if (req->has_iteration()) iteration = req->iteration();
+  absl::StatusOr<TraceView> view = manager_.Trace(req->job_id(), iteration);
+  if (!view.ok()) return Done("GetTrace", view.status());
+  TraceToProto(req->job_id(), *view, resp);
+  return Done("GetTrace", absl::OkStatus());
 }
 
 }  // namespace zpipe::coordinator

@@ -28,6 +28,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
                        v1::GetPlanResponse* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+  grpc::Status GetTrace(grpc::ServerContext* ctx, const v1::GetTraceRequest* req,
+                        v1::GetTraceResponse* resp) override;
 
  private:
   grpc::Status Done(absl::string_view method, const absl::Status& status);

@@ -56,6 +56,7 @@ absl::Status JobManager::Load() {
       if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
         tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
                           plan->sim.bubble_rate, job.ranks);
+        traces_.StartJob(id, plan->plan, job.ranks);
       }
     }
   }
@@ -331,6 +332,7 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
   tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
                     plan->sim.bubble_rate, job.ranks);
+  traces_.StartJob(job.id, plan->plan, job.ranks);
   JobRuntime& rt = runtime_[job.id];
   rt.finished.clear();
   rt.reconnected.clear();

@@ -112,6 +112,15 @@ struct ProgressBatchData {
   int pipeline_rank = 0;
   int data_rank = 0;
   ProgressEvents events;
+  // Worker-clock seconds since the Unix epoch; empty or as long as the events.
+  absl::Span<const double> start_times;
+  absl::Span<const double> end_times;
+};
+
+// An iteration's executed timeline (coordinator clock) beside the plan's prediction.
+struct TraceView {
+  JobTrace trace;
+  std::shared_ptr<const JobPlan> plan;  // null when it could not be made
 };
 
 class JobManager {
@@ -133,6 +142,9 @@ class JobManager {
                                   const std::string& page_token) const;
   absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
   std::vector<WorkerInfo> Workers(bool include_dead) const;
+  // The executed timeline of `iteration` (nullopt = the latest complete one); see
+  // TraceStore::Get for the errors.
+  absl::StatusOr<TraceView> Trace(const std::string& job_id, std::optional<int> iteration);
   // The job's plan (made on first use after a restart). FailedPrecondition when it cannot be
   // made (the job FAILED for that reason).
   absl::StatusOr<std::shared_ptr<const JobPlan>> Plan(const std::string& job_id);
@@ -145,6 +157,9 @@ class JobManager {
   void DetachSession(const std::string& worker_id, WorkerConnection* connection);
   // Aborted when `worker_id` is no longer the worker's current registration.
   absl::Status Heartbeat(const std::string& worker_id);
+  // A message from `worker_name` stamped `worker_time_s` (its clock, Unix seconds) has just
+  // arrived: a sample for its clock offset (TraceStore).
+  void ObserveWorkerClock(const std::string& worker_name, double worker_time_s);
   // Lock-free with respect to the job table: for ingest rate.
   void Progress(const std::string& worker_name, const ProgressBatchData& batch);
   absl::Status IterationReport(const std::string& worker_id, const std::string& job_id,
@@ -220,6 +235,7 @@ class JobManager {
   Metrics& metrics_;
   const ManagerOptions options_;
   ProgressTracker tracker_;
+  TraceStore traces_;
   Rendezvous rendezvous_;
   JobEventLog events_;
 

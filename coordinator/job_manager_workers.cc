@@ -172,6 +172,45 @@ absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id)
 void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
   tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank,
                      batch.events);
+  const size_t n = batch.events.iterations.size();
+  if (n == 0 || batch.start_times.size() != n || batch.end_times.size() != n ||
+      batch.events.ops.size() != n || batch.events.stages.size() != n ||
+      batch.events.microbatches.size() != n) {
+    return;
+  }
+  std::vector<core::Action> actions(n);
+  double last_end = batch.end_times[0];
+  for (size_t k = 0; k < n; ++k) {
+    actions[k].stage = batch.events.stages[k];
+    actions[k].microbatch = batch.events.microbatches[k];
+    switch (static_cast<Op>(batch.events.ops[k])) {
+      case Op::kF: actions[k].kind = core::ActionKind::kForward; break;
+      case Op::kB: actions[k].kind = core::ActionKind::kBackwardInput; break;
+      case Op::kW: actions[k].kind = core::ActionKind::kBackwardWeight; break;
+      case Op::kBW: actions[k].kind = core::ActionKind::kBackwardFull; break;
+    }
+    last_end = std::max(last_end, batch.end_times[k]);
+  }
+  // The batch left the worker after its last action ended: a clock sample (TraceStore).
+  traces_.ObserveClock(worker_name, clock_.Now(), last_end);
+  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank,
+                     batch.events.iterations, actions, batch.start_times, batch.end_times);
+}
+
+void JobManager::ObserveWorkerClock(const std::string& worker_name, double worker_time_s) {
+  traces_.ObserveClock(worker_name, clock_.Now(), worker_time_s);
+}
+
+absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
+                                            std::optional<int> iteration) {
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = Plan(job_id);
+  if (!plan.ok() && plan.status().code() == absl::StatusCode::kNotFound) return plan.status();
+  absl::StatusOr<JobTrace> trace = traces_.Get(job_id, iteration);
+  if (!trace.ok()) return trace.status();
+  TraceView view;
+  view.trace = *std::move(trace);
+  if (plan.ok()) view.plan = *plan;
+  return view;
 }
 
 absl::Status JobManager::IterationReport(const std::string& worker_id, const std::string& job_id,

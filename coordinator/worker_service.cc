@@ -93,6 +93,8 @@ ProgressBatchData BatchFromProto(const v1::ProgressBatch& b) {
   data.events.ops = absl::MakeConstSpan(b.ops().data(), b.ops_size());
   data.events.stages = absl::MakeConstSpan(b.stages().data(), b.stages_size());
   data.events.microbatches = absl::MakeConstSpan(b.microbatches().data(), b.microbatches_size());
+  data.start_times = absl::MakeConstSpan(b.start_times().data(), b.start_times_size());
+  data.end_times = absl::MakeConstSpan(b.end_times().data(), b.end_times_size());
   return data;
 }
 
@@ -145,6 +147,10 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
     switch (msg.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
         result = manager_.Heartbeat(worker_id);
+        if (msg.heartbeat().has_time()) {
+          const google::protobuf::Timestamp& t = msg.heartbeat().time();
+          manager_.ObserveWorkerClock(*name, static_cast<double>(t.seconds()) + 1e-9 * t.nanos());
+        }
         break;
       case v1::WorkerMessage::kProgress: {
         const v1::ProgressBatch& b = msg.progress();

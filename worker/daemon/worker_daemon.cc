@@ -192,7 +192,14 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
       if (stopping_ || session_over.load()) break;
       zpipe::v1::WorkerMessage hb;
-      hb.mutable_heartbeat()->mutable_time()->set_seconds(absl::ToUnixSeconds(absl::Now()));
+      {
+        // Full precision: the coordinator estimates this worker's clock offset from it.
+        const absl::Time now = absl::Now();
+        const int64_t seconds = absl::ToUnixSeconds(now);
+        hb.mutable_heartbeat()->mutable_time()->set_seconds(seconds);
+        hb.mutable_heartbeat()->mutable_time()->set_nanos(static_cast<int32_t>(
+            absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
+      }
       hb.mutable_heartbeat()->set_job_id(job_id_);
       lock.unlock();
       Send(hb);

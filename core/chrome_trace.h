@@ -1,0 +1,34 @@
+// Chrome trace export: an executed (and optionally the predicted) timeline as Trace Event Format
+// JSON, which loads in Perfetto (ui.perfetto.dev) and chrome://tracing.
+//
+// Layout: one process per rank ("rank 1 (dp 0) worker-a"), and within it one thread (track) per
+// kind of work: F, B (B and BW), W, SEND (SEND_ACT/SEND_GRAD), RECV (RECV_ACT/RECV_GRAD), REDUCE.
+// Every action is one complete event ("ph":"X") named by its text form ("F s3 mb7"), with
+// microseconds for ts/dur as the format requires, and args {kind, stage, microbatch, iteration,
+// ...}. The predicted timeline, when given, follows as processes "predicted rank R", sorted after
+// the executed ones, on the same time origin (both start at 0 at their first action).
+#ifndef ZPIPE_CORE_CHROME_TRACE_H_
+#define ZPIPE_CORE_CHROME_TRACE_H_
+
+#include <string>
+
+#include "core/executed_timeline.h"
+
+namespace zpipe::core {
+
+struct ChromeTraceOptions {
+  const ExecutedTimeline* predicted = nullptr;  // optional; not owned
+  // Shift every timeline so that its first action starts at 0 (the executed times are absolute
+  // epoch seconds otherwise, which Perfetto shows as huge offsets).
+  bool rebase = true;
+};
+
+// Track (thread id) of an action kind within its rank's process, 1..6 as listed above.
+int ChromeTrackOf(ActionKind kind);
+
+std::string ChromeTraceJson(const ExecutedTimeline& executed,
+                            const ChromeTraceOptions& options = {});
+
+}  // namespace zpipe::core
+
+#endif  // ZPIPE_CORE_CHROME_TRACE_H_
