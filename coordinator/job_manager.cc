@@ -253,6 +253,7 @@ void JobManager::SetStateLocked(JobRecord& job, JobState to, std::string reason)
 
 void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason) {
   SetStateLocked(job, to, std::move(reason));
+  metrics_.JobFinished(job.id, clock_.Now());
   for (const RankSlot& slot : job.ranks) {
     auto it = workers_.find(slot.worker_name);
     if (it == workers_.end()) continue;

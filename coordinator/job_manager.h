@@ -229,6 +229,11 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per-job pipeline metrics from one accepted report (job_manager_metrics.cc).
+  void ObserveIterationMetrics(const std::string& worker_name, const std::string& job_id,
+                               int iteration, const RankStats& stats,
+                               const std::optional<IterationSummary>& summary)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   Clock& clock_;
   JobStore& store_;

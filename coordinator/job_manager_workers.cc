@@ -220,6 +220,7 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   if (!name.ok()) return name.status();
   std::optional<IterationSummary> summary =
       tracker_.AddReport(job_id, *name, iteration, stats, loss);
+  ObserveIterationMetrics(*name, job_id, iteration, stats, summary);
   if (!summary) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   JobRecord* job = FindJobLocked(job_id);
@@ -293,6 +294,7 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
 void JobManager::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
+  metrics_.ExpireJobs(now);
   for (auto& [name, w] : workers_) {
     if (w.info.state == WorkerState::kDead) continue;
     if (now - w.info.last_seen > options_.heartbeat_timeout) {

@@ -1,15 +1,27 @@
-// Metrics: the coordinator's cluster gauges and RPC counters, behind an interface so job logic
-// can be tested with NullMetrics / a recording fake. Implementations are thread-safe.
+// Metrics: the coordinator's cluster gauges and RPC counters, and the per-job pipeline metrics
+// made from worker iteration reports, behind an interface so job logic can be tested with
+// NullMetrics / a recording fake. Implementations are thread-safe.
 #ifndef ZPIPE_COORDINATOR_METRICS_H_
 #define ZPIPE_COORDINATOR_METRICS_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "coordinator/domain.h"
 
 namespace zpipe::coordinator {
+
+// The job's plan re-simulated with the per-stage F/B/W durations its workers measured in one
+// iteration (see measured_bubble.h): the bubble the schedule itself implies at those costs.
+struct PredictedBubble {
+  double job = 0;                 // bubble rate, 1 - sum(busy) / (p * d * span)
+  std::vector<double> ranks;      // per global rank (data_rank * p + pipeline_rank)
+};
 
 class Metrics {
  public:
@@ -17,6 +29,22 @@ class Metrics {
   virtual void SetJobCount(JobState state, int64_t count) = 0;           // zpipe_jobs{state}
   virtual void SetWorkerCount(WorkerState state, int64_t count) = 0;     // zpipe_workers{state}
   virtual void CountRpc(absl::string_view method, absl::StatusCode code) = 0;  // zpipe_rpcs_total
+
+  // ---- per job and rank (no-ops by default) ----
+  // One rank's report of one iteration, from the worker that holds that rank of a RUNNING job.
+  // Implementations count each (job, rank, iteration) once.
+  virtual void ObserveRankIteration(const std::string& /*job_id*/, int /*iteration*/,
+                                    const RankStats& /*stats*/) {}
+  // Every rank has reported `summary.iteration`; `predicted` is nullopt when the re-simulation
+  // could not be made.
+  virtual void ObserveJobIteration(const std::string& /*job_id*/,
+                                   const IterationSummary& /*summary*/,
+                                   const std::optional<PredictedBubble>& /*predicted*/) {}
+  // The job reached a terminal state at `now`: its series stay for a retention period (so the
+  // last scrape sees the final values), then ExpireJobs drops them.
+  virtual void JobFinished(const std::string& /*job_id*/, absl::Time /*now*/) {}
+  // Drops the series of jobs finished long enough before `now`. Called periodically.
+  virtual void ExpireJobs(absl::Time /*now*/) {}
 };
 
 class NullMetrics : public Metrics {

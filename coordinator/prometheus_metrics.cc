@@ -1,24 +1,97 @@
 #include "coordinator/prometheus_metrics.h"
 
+#include <algorithm>
 #include <exception>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
 namespace zpipe::coordinator {
+namespace {
 
-PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry)
-    : jobs_(prometheus::BuildGauge()
-                .Name("zpipe_jobs")
-                .Help("Jobs known to the coordinator, by state")
-                .Register(registry)),
-      workers_(prometheus::BuildGauge()
-                   .Name("zpipe_workers")
-                   .Help("Registered workers, by state")
-                   .Register(registry)),
-      rpcs_(prometheus::BuildCounter()
-                .Name("zpipe_rpcs_total")
-                .Help("gRPC calls handled, by method and status code")
-                .Register(registry)) {
+constexpr size_t kRemovedMemory = 1024;
+
+template <typename T>
+prometheus::Family<T>& Build(prometheus::Registry& registry, const char* name, const char* help) {
+  if constexpr (std::is_same_v<T, prometheus::Counter>) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+  } else if constexpr (std::is_same_v<T, prometheus::Gauge>) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+  } else {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+  }
+}
+
+prometheus::Labels RankLabels(const std::string& job_id, int pipeline_rank, int data_rank) {
+  return {{"job_id", job_id},
+          {"pipeline_rank", absl::StrCat(pipeline_rank)},
+          {"data_rank", absl::StrCat(data_rank)}};
+}
+
+// Counters only go up: a negative measurement (clock trouble) adds nothing.
+void Add(prometheus::Counter* c, double v) {
+  if (v > 0) c->Increment(v);
+}
+
+double OverlapRatio(double total, double exposed) {
+  return total > 0 ? std::clamp(1.0 - exposed / total, 0.0, 1.0) : 1.0;
+}
+
+}  // namespace
+
+PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
+                                     PrometheusMetricsOptions options)
+    : options_(options),
+      jobs_(Build<prometheus::Gauge>(registry, "zpipe_jobs", "Jobs known to the coordinator, by state")),
+      workers_(Build<prometheus::Gauge>(registry, "zpipe_workers", "Registered workers, by state")),
+      rpcs_(Build<prometheus::Counter>(registry, "zpipe_rpcs_total",
+                                       "gRPC calls handled, by method and status code")),
+      busy_(Build<prometheus::Counter>(
+          registry, "zpipe_busy_seconds_total",
+          "Seconds a pipeline rank spent in compute actions, by op (F, B, W; a fused BW counts as B)")),
+      idle_(Build<prometheus::Counter>(
+          registry, "zpipe_idle_seconds_total",
+          "Seconds of a rank's iteration span not spent in compute (its bubble)")),
+      rank_bubble_(Build<prometheus::Gauge>(
+          registry, "zpipe_bubble_ratio",
+          "Measured bubble ratio of a rank in its latest iteration: 1 - busy / span")),
+      rank_bubble_predicted_(Build<prometheus::Gauge>(
+          registry, "zpipe_bubble_ratio_predicted",
+          "A rank's bubble ratio predicted by re-simulating the plan at the costs the workers "
+          "measured in the latest complete iteration")),
+      reduce_(Build<prometheus::Counter>(registry, "zpipe_reduce_seconds_total",
+                                         "Gradient all-reduce wall time of a rank")),
+      exposed_reduce_(Build<prometheus::Counter>(
+          registry, "zpipe_exposed_reduce_seconds_total",
+          "Gradient all-reduce wall time that overlapped no compute on the same rank")),
+      rank_overlap_(Build<prometheus::Gauge>(
+          registry, "zpipe_reduce_overlap_ratio",
+          "A rank's reduce overlap in its latest iteration: 1 - exposed / total (1 without reductions)")),
+      p2p_wait_(Build<prometheus::Counter>(registry, "zpipe_p2p_wait_seconds_total",
+                                           "Seconds a rank spent blocked in P2P receives")),
+      rank_iterations_(Build<prometheus::Counter>(registry, "zpipe_rank_iterations_total",
+                                                  "Iterations a rank has reported")),
+      tokens_(Build<prometheus::Counter>(
+          registry, "zpipe_tokens_total",
+          "Training tokens a rank processed (counted where stage 0 runs; 0 for synthetic models)")),
+      job_bubble_(Build<prometheus::Gauge>(
+          registry, "zpipe_job_bubble_ratio",
+          "Measured bubble rate of a job's latest complete iteration: 1 - sum(busy) / (p * d * span)")),
+      job_bubble_predicted_(Build<prometheus::Gauge>(
+          registry, "zpipe_job_bubble_ratio_predicted",
+          "A job's bubble rate predicted by re-simulating its plan at the costs the workers "
+          "measured in the latest complete iteration")),
+      job_overlap_(Build<prometheus::Gauge>(
+          registry, "zpipe_job_reduce_overlap_ratio",
+          "Reduce overlap of a job's latest complete iteration: 1 - sum(exposed) / sum(reduce)")),
+      duration_(Build<prometheus::Histogram>(
+          registry, "zpipe_iteration_duration_seconds",
+          "Iteration span of a job (max over ranks of first action start to last end)")),
+      iterations_(Build<prometheus::Counter>(registry, "zpipe_iterations_total",
+                                             "Iterations every rank of a job has reported")),
+      loss_(Build<prometheus::Gauge>(
+          registry, "zpipe_loss",
+          "Training loss of a job's latest complete iteration, mean over data-parallel replicas")) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
   for (WorkerState s : kAllWorkerStates) SetWorkerCount(s, 0);
@@ -47,6 +120,169 @@ void PrometheusMetrics::CountRpc(absl::string_view method, absl::StatusCode code
     }
   }
   counter->Increment();
+}
+
+PrometheusMetrics::JobSeries* PrometheusMetrics::JobLocked(const std::string& job_id) {
+  if (removed_.contains(job_id)) return nullptr;
+  auto [it, created] = job_series_.try_emplace(job_id);
+  JobSeries& j = it->second;
+  if (created) {
+    const prometheus::Labels labels{{"job_id", job_id}};
+    j.bubble = &job_bubble_.Add(labels);
+    j.overlap = &job_overlap_.Add(labels);
+    j.iterations = &iterations_.Add(labels);
+    j.duration = &duration_.Add(
+        labels, prometheus::Histogram::BucketBoundaries{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                        1, 2.5, 5, 10, 30, 60, 120, 300});
+  }
+  return &j;
+}
+
+PrometheusMetrics::RankSeries& PrometheusMetrics::RankLocked(const std::string& job_id,
+                                                             JobSeries& job, int pipeline_rank,
+                                                             int data_rank) {
+  auto [it, created] = job.ranks.try_emplace({data_rank, pipeline_rank});
+  RankSeries& r = it->second;
+  if (created) {
+    const prometheus::Labels labels = RankLabels(job_id, pipeline_rank, data_rank);
+    auto with_op = [&](const char* op) {
+      prometheus::Labels l = labels;
+      l.emplace("op", op);
+      return &busy_.Add(l);
+    };
+    r.busy_f = with_op("F");
+    r.busy_b = with_op("B");
+    r.busy_w = with_op("W");
+    r.idle = &idle_.Add(labels);
+    r.bubble = &rank_bubble_.Add(labels);
+    r.reduce = &reduce_.Add(labels);
+    r.exposed_reduce = &exposed_reduce_.Add(labels);
+    r.overlap = &rank_overlap_.Add(labels);
+    r.p2p_wait = &p2p_wait_.Add(labels);
+    r.iterations = &rank_iterations_.Add(labels);
+    r.tokens = &tokens_.Add(labels);
+  }
+  return r;
+}
+
+void PrometheusMetrics::ObserveRankIteration(const std::string& job_id, int iteration,
+                                             const RankStats& s) {
+  absl::MutexLock lock(&mu_);
+  JobSeries* job = JobLocked(job_id);
+  if (job == nullptr) return;
+  RankSeries& r = RankLocked(job_id, *job, s.pipeline_rank, s.data_rank);
+  if (iteration <= r.last_iteration) return;  // a duplicate or a replay
+  r.last_iteration = iteration;
+  Add(r.busy_f, s.forward_s);
+  Add(r.busy_b, s.backward_s);
+  Add(r.busy_w, s.weight_s);
+  Add(r.idle, s.idle_s);
+  r.bubble->Set(s.bubble_ratio);
+  Add(r.reduce, s.reduce_s);
+  Add(r.exposed_reduce, s.exposed_reduce_s);
+  r.overlap->Set(OverlapRatio(s.reduce_s, s.exposed_reduce_s));
+  Add(r.p2p_wait, s.p2p_wait_s);
+  r.iterations->Increment();
+  Add(r.tokens, s.tokens);
+}
+
+void PrometheusMetrics::ObserveJobIteration(const std::string& job_id,
+                                            const IterationSummary& summary,
+                                            const std::optional<PredictedBubble>& predicted) {
+  absl::MutexLock lock(&mu_);
+  JobSeries* job = JobLocked(job_id);
+  if (job == nullptr || summary.iteration <= job->last_iteration) return;
+  job->last_iteration = summary.iteration;
+  job->bubble->Set(summary.bubble_rate);
+  job->overlap->Set(OverlapRatio(summary.reduce_total_s, summary.reduce_exposed_s));
+  job->duration->Observe(summary.duration_s);
+  job->iterations->Increment();
+  if (summary.loss) {
+    if (job->loss == nullptr) job->loss = &loss_.Add({{"job_id", job_id}});
+    job->loss->Set(*summary.loss);
+  }
+  if (predicted) {
+    if (job->bubble_predicted == nullptr) {
+      job->bubble_predicted = &job_bubble_predicted_.Add({{"job_id", job_id}});
+    }
+    job->bubble_predicted->Set(predicted->job);
+    for (size_t g = 0; g < summary.ranks.size() && g < predicted->ranks.size(); ++g) {
+      const RankStats& s = summary.ranks[g];
+      RankSeries& r = RankLocked(job_id, *job, s.pipeline_rank, s.data_rank);
+      if (r.bubble_predicted == nullptr) {
+        r.bubble_predicted =
+            &rank_bubble_predicted_.Add(RankLabels(job_id, s.pipeline_rank, s.data_rank));
+      }
+      r.bubble_predicted->Set(predicted->ranks[g]);
+    }
+  }
+}
+
+void PrometheusMetrics::JobFinished(const std::string& job_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = job_series_.find(job_id);
+  if (it == job_series_.end()) {
+    RemoveLocked(job_id);  // nothing exported; a late report must not start any
+    return;
+  }
+  if (it->second.finished) return;
+  it->second.finished = now;
+  finished_order_.push_back(job_id);
+  while (static_cast<int>(finished_order_.size()) > std::max(0, options_.max_finished_jobs)) {
+    const std::string oldest = finished_order_.front();
+    finished_order_.pop_front();
+    RemoveLocked(oldest);
+  }
+}
+
+void PrometheusMetrics::ExpireJobs(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  while (!finished_order_.empty()) {
+    auto it = job_series_.find(finished_order_.front());
+    if (it != job_series_.end() && it->second.finished &&
+        now - *it->second.finished < options_.finished_job_retention) {
+      break;
+    }
+    const std::string id = finished_order_.front();
+    finished_order_.pop_front();
+    RemoveLocked(id);
+  }
+}
+
+void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
+  auto it = job_series_.find(job_id);
+  if (it != job_series_.end()) {
+    JobSeries& j = it->second;
+    for (auto& [key, r] : j.ranks) {
+      for (prometheus::Counter* c : {r.busy_f, r.busy_b, r.busy_w}) busy_.Remove(c);
+      idle_.Remove(r.idle);
+      rank_bubble_.Remove(r.bubble);
+      if (r.bubble_predicted != nullptr) rank_bubble_predicted_.Remove(r.bubble_predicted);
+      reduce_.Remove(r.reduce);
+      exposed_reduce_.Remove(r.exposed_reduce);
+      rank_overlap_.Remove(r.overlap);
+      p2p_wait_.Remove(r.p2p_wait);
+      rank_iterations_.Remove(r.iterations);
+      tokens_.Remove(r.tokens);
+    }
+    job_bubble_.Remove(j.bubble);
+    if (j.bubble_predicted != nullptr) job_bubble_predicted_.Remove(j.bubble_predicted);
+    job_overlap_.Remove(j.overlap);
+    duration_.Remove(j.duration);
+    iterations_.Remove(j.iterations);
+    if (j.loss != nullptr) loss_.Remove(j.loss);
+    job_series_.erase(it);
+  }
+  if (removed_.insert(job_id).second) removed_order_.push_back(job_id);
+  while (removed_order_.size() > kRemovedMemory) {
+    removed_.erase(removed_order_.front());
+    removed_order_.pop_front();
+  }
+}
+
+int PrometheusMetrics::exported_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(job_series_.size());
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(

@@ -1,0 +1,125 @@
+#include "coordinator/prometheus_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "prometheus/text_serializer.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+class PrometheusMetricsTest : public ::testing::Test {
+ protected:
+  std::string Text() {
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, registry_.Collect());
+    return out.str();
+  }
+  // The value of the sample `series` ("name{labels}" exactly as serialised), or -1.
+  double Sample(const std::string& series) {
+    const std::string text = Text();
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, series + " ")) {
+        double v;
+        if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+      }
+    }
+    return -1;
+  }
+  static RankStats Stats(int pipeline_rank, double scale = 1) {
+    RankStats s;
+    s.pipeline_rank = pipeline_rank;
+    s.duration_s = 1.0 * scale;
+    s.forward_s = 0.2 * scale;
+    s.backward_s = 0.3 * scale;
+    s.weight_s = 0.25 * scale;
+    s.busy_s = 0.75 * scale;
+    s.idle_s = 0.25 * scale;
+    s.bubble_ratio = 0.25;
+    s.reduce_s = 0.1 * scale;
+    s.exposed_reduce_s = 0.02 * scale;
+    s.p2p_wait_s = 0.05 * scale;
+    s.tokens = 512;
+    return s;
+  }
+
+  prometheus::Registry registry_;
+};
+
+constexpr char kRank0[] = "{data_rank=\"0\",job_id=\"j\",pipeline_rank=\"0\"}";
+
+TEST_F(PrometheusMetricsTest, RankReportsAccumulateOncePerIteration) {
+  PrometheusMetrics m(registry_);
+  m.ObserveRankIteration("j", 0, Stats(0));
+  m.ObserveRankIteration("j", 0, Stats(0));  // duplicate: ignored
+  m.ObserveRankIteration("j", 1, Stats(0));
+  EXPECT_DOUBLE_EQ(Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"W\",pipeline_rank=\"0\"}"), 0.5);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"F\",pipeline_rank=\"0\"}"), 0.4);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_idle_seconds_total") + kRank0), 0.5);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_bubble_ratio") + kRank0), 0.25);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_reduce_seconds_total") + kRank0), 0.2);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_exposed_reduce_seconds_total") + kRank0), 0.04);
+  EXPECT_NEAR(Sample(std::string("zpipe_reduce_overlap_ratio") + kRank0), 0.8, 1e-12);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_p2p_wait_seconds_total") + kRank0), 0.1);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_rank_iterations_total") + kRank0), 2);
+  EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_tokens_total") + kRank0), 1024);
+  EXPECT_FALSE(absl::StrContains(Text(), "iteration=")) << Text();
+}
+
+TEST_F(PrometheusMetricsTest, JobIterationsSetBubblesLossAndHistogram) {
+  PrometheusMetrics m(registry_);
+  IterationSummary s;
+  s.iteration = 0;
+  s.duration_s = 0.3;
+  s.bubble_rate = 0.2;
+  s.reduce_total_s = 1;
+  s.reduce_exposed_s = 0.25;
+  s.loss = 3.5;
+  s.ranks = {Stats(0), Stats(1)};
+  m.ObserveJobIteration("j", s, PredictedBubble{0.15, {0.1, 0.2}});
+  m.ObserveJobIteration("j", s, PredictedBubble{0.9, {0.9, 0.9}});  // same iteration: ignored
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_bubble_ratio{job_id=\"j\"}"), 0.2);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_bubble_ratio_predicted{job_id=\"j\"}"), 0.15);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_reduce_overlap_ratio{job_id=\"j\"}"), 0.75);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_loss{job_id=\"j\"}"), 3.5);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_iterations_total{job_id=\"j\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_count{job_id=\"j\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_bucket{job_id=\"j\",le=\"0.5\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_bucket{job_id=\"j\",le=\"0.25\"}"), 0);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_bubble_ratio_predicted{data_rank=\"0\",job_id=\"j\",pipeline_rank=\"1\"}"), 0.2);
+}
+
+TEST_F(PrometheusMetricsTest, FinishedJobsExpireAfterRetention) {
+  PrometheusMetrics m(registry_, {absl::Minutes(10), 100});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  m.ObserveRankIteration("j", 0, Stats(0));
+  m.JobFinished("j", t0);
+  m.ExpireJobs(t0 + absl::Minutes(9));
+  EXPECT_EQ(m.exported_jobs(), 1);
+  EXPECT_GT(Sample(std::string("zpipe_idle_seconds_total") + kRank0), 0);
+  m.ExpireJobs(t0 + absl::Minutes(11));
+  EXPECT_EQ(m.exported_jobs(), 0);
+  EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
+  m.ObserveRankIteration("j", 1, Stats(0));  // late: does not come back
+  EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
+  EXPECT_TRUE(absl::StrContains(Text(), "zpipe_jobs{state=\"RUNNING\"}"));
+}
+
+TEST_F(PrometheusMetricsTest, AtMostMaxFinishedJobsAreKept) {
+  PrometheusMetrics m(registry_, {absl::Hours(1), 2});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (const char* id : {"a", "b", "c", "running"}) m.ObserveRankIteration(id, 0, Stats(0));
+  m.JobFinished("a", t0);
+  m.JobFinished("b", t0);
+  m.JobFinished("c", t0);
+  EXPECT_EQ(m.exported_jobs(), 3);  // b, c and the running one
+  EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"a\""));
+  EXPECT_TRUE(absl::StrContains(Text(), "job_id=\"running\""));
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
