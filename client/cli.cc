@@ -15,6 +15,12 @@ CliContext::CliContext(std::string coordinator, OutputFormat output, std::ostrea
     : coordinator_(std::move(coordinator)), output_(output), out_(out), err_(err),
       out_is_terminal_(out_is_terminal) {}
 
+CliContext::CliContext(std::unique_ptr<Client> client, std::string coordinator, OutputFormat output,
+                       std::ostream& out, std::ostream& err, bool out_is_terminal)
+    : CliContext(std::move(coordinator), output, out, err, out_is_terminal) {
+  client_ = std::move(client);
+}
+
 Client& CliContext::client() {
   if (client_ == nullptr) client_ = Client::Create(coordinator_);
   return *client_;

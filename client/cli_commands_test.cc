@@ -1,0 +1,172 @@
+// The coordinator subcommands in-process, over a FakeClient: output, JSON shape and exit codes.
+// (tests/cli/ runs the built binary against a real coordinator.)
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "client/cli.h"
+#include "client/fake_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace zpipe::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+class CliCommandsTest : public ::testing::Test {
+ protected:
+  using Command = int (*)(CliContext&, const std::vector<std::string>&);
+
+  Result Run(Command command, const std::vector<std::string>& args, OutputFormat format = OutputFormat::kTable,
+             bool terminal = false) {
+    std::ostringstream out, err;
+    // The context owns its client; hand it a forwarding view of the shared fake.
+    CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", format, out, err, terminal);
+    const int code = command(ctx, args);
+    return {code, out.str(), err.str()};
+  }
+
+  std::string JobFile(const std::string& text) {
+    std::string path = ::testing::TempDir() + "cli_commands_test_job.yaml";
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.set_name("t");
+    spec.mutable_parallel()->set_pipeline(2);
+    spec.mutable_schedule()->set_kind("1f1b");
+    spec.mutable_batch()->set_microbatches(4);
+    spec.mutable_train()->set_iterations(3);
+    return spec;
+  }
+
+  // Forwards to the shared FakeClient, so the test keeps control of it.
+  class Forwarder : public Client {
+   public:
+    explicit Forwarder(FakeClient& f) : f_(f) {}
+    absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& s, const std::string& id, bool v) override {
+      return f_.Submit(s, id, v);
+    }
+    absl::StatusOr<v1::Job> Get(const std::string& id) override { return f_.Get(id); }
+    absl::StatusOr<JobPage> List(const ListJobsOptions& o) override { return f_.List(o); }
+    absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override { return f_.Cancel(id, r); }
+    std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override { return f_.Watch(id, o); }
+    absl::StatusOr<JobPlan> Plan(const std::string& id) override { return f_.Plan(id); }
+    absl::StatusOr<std::vector<v1::Worker>> Workers(bool d) override { return f_.Workers(d); }
+
+   private:
+    FakeClient& f_;
+  };
+
+  FakeClient fake_;
+};
+
+TEST_F(CliCommandsTest, SubmitThenStatusAndList) {
+  const std::string file = JobFile(
+      "name: t\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\nparallel: {pipeline: 2}\n"
+      "schedule: {kind: 1f1b}\nbatch: {microbatches: 4}\ntrain: {iterations: 3}\n");
+  Result submit = Run(RunSubmitCommand, {file, "--id", "a"});
+  ASSERT_EQ(submit.code, kExitOk) << submit.err;
+  EXPECT_EQ(submit.out, "submitted job a (pending)\n");
+  Result again = Run(RunSubmitCommand, {file, "--id", "a"});
+  EXPECT_EQ(again.out, "job already submitted: a (pending)\n");
+
+  Result status = Run(RunStatusCommand, {"a"});
+  ASSERT_EQ(status.code, kExitOk);
+  EXPECT_THAT(status.out, HasSubstr("state       pending"));
+  EXPECT_THAT(status.out, HasSubstr("schedule    1f1b p=2 d=1 m=4"));
+
+  Result list = Run(RunListCommand, {}, OutputFormat::kJson);
+  ASSERT_EQ(list.code, kExitOk);
+  json j = json::parse(list.out);
+  ASSERT_EQ(j["jobs"].size(), 1u);
+  EXPECT_EQ(j["jobs"][0]["state"], "JOB_STATE_PENDING");
+}
+
+TEST_F(CliCommandsTest, ExitCodes) {
+  EXPECT_EQ(Run(RunStatusCommand, {"missing"}).code, kExitJobFailed);
+  EXPECT_EQ(Run(RunStatusCommand, {}).code, kExitUsage);
+  EXPECT_EQ(Run(RunSubmitCommand, {"/nonexistent.yaml"}).code, kExitUsage);
+  fake_.SetUnavailable(true);
+  Result r = Run(RunListCommand, {});
+  EXPECT_EQ(r.code, kExitUnreachable);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator at fake:1"));
+}
+
+TEST_F(CliCommandsTest, CancelAndCancelFinished) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "c", false).ok());
+  Result r = Run(RunCancelCommand, {"c", "--reason", "enough"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "c cancelled 0/3 iterations: enough\n");
+  ASSERT_TRUE(fake_.Submit(Spec(), "done", false).ok());
+  fake_.SetState("done", v1::JOB_STATE_SUCCEEDED, "all ranks finished");
+  EXPECT_EQ(Run(RunCancelCommand, {"done"}).code, kExitJobFailed);  // FAILED_PRECONDITION
+}
+
+TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "w", false).ok());
+  std::thread driver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    fake_.SetState("w", v1::JOB_STATE_RUNNING, "assignments sent");
+    v1::JobEvent it;
+    it.mutable_iteration()->set_iteration(0);
+    it.mutable_iteration()->set_duration_s(0.5);
+    it.mutable_iteration()->set_loss(2.5);
+    it.mutable_iteration()->set_bubble_rate(0.25);
+    it.mutable_iteration()->set_predicted_bubble_rate(0.2);
+    fake_.AddEvent("w", it);
+    fake_.SetState("w", v1::JOB_STATE_FAILED, "rank 1 on worker x failed");
+  });
+  Result r = Run(RunWatchCommand, {"w"});
+  driver.join();
+  EXPECT_EQ(r.code, kExitJobFailed);
+  EXPECT_THAT(r.out, HasSubstr("w pending -> running: assignments sent\n"));
+  EXPECT_THAT(r.out, HasSubstr("iteration 1/3: 500ms  loss 2.5000  bubble 25.0% (predicted 20.0%)\n"));
+  EXPECT_THAT(r.out, HasSubstr("w running -> failed: rank 1 on worker x failed\n"));
+}
+
+TEST_F(CliCommandsTest, WorkersTable) {
+  v1::Worker w;
+  w.set_name("host-a/cuda0");
+  w.set_state(v1::WORKER_STATE_BUSY);
+  w.set_device_kind(v1::DEVICE_KIND_CUDA);
+  w.set_job_id("j");
+  w.set_pipeline_rank(3);
+  fake_.SetWorkers({w});
+  Result r = Run(RunWorkersCommand, {});
+  ASSERT_EQ(r.code, kExitOk);
+  EXPECT_THAT(r.out, HasSubstr("host-a/cuda0  busy   cuda:0"));
+  EXPECT_THAT(r.out, HasSubstr("3/0"));
+}
+
+TEST_F(CliCommandsTest, PlanForAJob) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "p", false).ok());
+  EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p"}).code, kExitJobFailed);  // no plan yet
+  JobPlan plan{std::string("p"), core::EmptyPlan("1f1b", core::Placement::Linear(2), 1), {}};
+  plan.plan.ranks[0] = {core::Action::F(0, 0), core::Action::BW(0, 0)};
+  plan.plan.ranks[1] = {core::Action::F(1, 0), core::Action::BW(1, 0)};
+  plan.predicted.set_bubble_rate(0.5);
+  fake_.SetPlan("p", plan);
+  Result r = Run(RunJobPlanCommand, {"--job", "p", "--rank", "1"}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["ranks"], 2);
+  ASSERT_EQ(j["plan"].size(), 1u);
+  EXPECT_EQ(j["plan"][0]["rank"], 1);
+  EXPECT_EQ(j["plan"][0]["actions"][1], "BW s1 mb0");
+  EXPECT_EQ(j["predicted"]["bubble_rate"], 0.5);
+  EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p", "--rank", "2"}).code, kExitUsage);
+}
+
+}  // namespace
+}  // namespace zpipe::cli
