@@ -10,6 +10,7 @@
 
 #include "client/cli.h"
 #include "client/plan_command.h"
+#include "client/trace_command.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ constexpr char kUsage[] =
     "  workers [--all]                           list registered workers\n"
     "  plan --job ID                             show the plan the coordinator made for a job\n"
     "  plan ...                                  generate a schedule locally and print the plan\n"
+    "  trace ID [--iteration N] [--format chrome|svg] -o FILE\n"
+    "                                            write a job's executed timeline (Chrome trace/SVG)\n"
     "\n"
     "global options (before or after COMMAND):\n"
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
@@ -97,6 +100,12 @@ int main(int argc, char** argv) {
   // The local `zpipe plan` has its own -o FILE; leave its arguments alone.
   if (command == "plan" && !HasJobFlag(args)) return RunPlanCommand(args, std::cout, std::cerr);
 
+  // `zpipe trace` has its own -o FILE, like the local `zpipe plan`.
+  if (command == "trace") {
+    for (std::string& a : args) {
+      if (a == "-o") a = kTraceFileFlag;
+    }
+  }
   if (std::string error = ExtractGlobals(args, globals, /*leading_only=*/false); !error.empty()) {
     std::cerr << "zpipe " << command << ": " << error << "\n";
     return kExitUsage;
@@ -124,6 +133,7 @@ int main(int argc, char** argv) {
   if (command == "watch") return RunWatchCommand(ctx, args);
   if (command == "workers") return RunWorkersCommand(ctx, args);
   if (command == "plan") return RunJobPlanCommand(ctx, args);
+  if (command == "trace") return RunTraceCommand(ctx, args);
   std::cerr << "zpipe: unknown command '" << command << "'\n" << kUsage;
   return kExitUsage;
 }

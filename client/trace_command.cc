@@ -1,0 +1,97 @@
+// `zpipe trace ID [--iteration N] [--format chrome|svg] [--predicted] -o FILE`
+#include "client/trace_command.h"
+
+#include <fstream>
+#include <ostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/chrome_trace.h"
+#include "core/executed_timeline.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zpipe trace JOB_ID [--iteration N] [--format chrome|svg] [--predicted] -o FILE\n"
+    "  the executed timeline of one iteration (default: the latest complete one) on all ranks,\n"
+    "  aligned to the coordinator's clock; chrome = Trace Event JSON (open in ui.perfetto.dev),\n"
+    "  svg = picture (--predicted: the plan's predicted timeline instead). Format defaults to\n"
+    "  the file's extension (.svg), else chrome; -o - writes to stdout.\n";
+
+std::string Render(const JobTrace& trace, const std::string& format, bool predicted_svg) {
+  if (format == "svg") {
+    return core::RenderTimelineSvg(predicted_svg ? trace.predicted : trace.executed);
+  }
+  core::ChromeTraceOptions options;
+  if (!trace.predicted.ranks.empty()) options.predicted = &trace.predicted;
+  return core::ChromeTraceJson(trace.executed, options);
+}
+
+}  // namespace
+
+absl::Status WriteTrace(const JobTrace& trace, const std::string& format, const std::string& path,
+                        bool predicted_svg) {
+  if (format != "chrome" && format != "svg") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: expected chrome or svg, got '", format, "'"));
+  }
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return absl::InvalidArgumentError(absl::StrCat("cannot write '", path, "'"));
+  file << Render(trace, format, predicted_svg);
+  file.close();
+  if (!file) return absl::DataLossError(absl::StrCat("writing '", path, "' failed"));
+  return absl::OkStatus();
+}
+
+int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Flag("--iteration").Flag("--format").Flag(kTraceFileFlag).Switch("--predicted");
+  if (absl::Status s = args.Parse(argv); !s.ok()) {
+    return ctx.Usage("trace", std::string(s.message()), kUsage);
+  }
+  if (args.positionals().size() != 1) return ctx.Usage("trace", "expected one job id", kUsage);
+  if (!args.Has(kTraceFileFlag)) return ctx.Usage("trace", "-o FILE is required", kUsage);
+  const std::string path = args.Get(kTraceFileFlag);
+  std::optional<int> iteration;
+  if (args.Has("--iteration")) {
+    int n = 0;
+    if (!absl::SimpleAtoi(args.Get("--iteration"), &n) || n < 0) {
+      return ctx.Usage("trace", "--iteration: expected a number >= 0", kUsage);
+    }
+    iteration = n;
+  }
+  std::string format = args.Get("--format");
+  if (format.empty()) format = absl::EndsWith(path, ".svg") ? "svg" : "chrome";
+  if (format != "chrome" && format != "svg") {
+    return ctx.Usage("trace", absl::StrCat("--format: expected chrome or svg, got '", format, "'"),
+                     kUsage);
+  }
+  absl::StatusOr<JobTrace> trace = ctx.client().Trace(args.positionals()[0], iteration);
+  if (!trace.ok()) return ctx.Fail("trace", trace.status());
+  const bool predicted = args.Has("--predicted");
+  if (path == "-") {
+    ctx.out() << Render(*trace, format, predicted);
+    return kExitOk;
+  }
+  if (absl::Status s = WriteTrace(*trace, format, path, predicted); !s.ok()) {
+    return ctx.Fail("trace", s);
+  }
+  size_t actions = 0;
+  std::string offsets;
+  for (const v1::RankTrace& r : trace->response.ranks()) {
+    actions += r.actions_size();
+    absl::StrAppendFormat(&offsets, "%s%d/%d %+.1fms", offsets.empty() ? "" : ", ",
+                          r.pipeline_rank(), r.data_rank(), 1e3 * r.clock_offset());
+  }
+  ctx.err() << "wrote " << format << " trace of job " << trace->response.job_id()
+            << " iteration " << trace->response.iteration() << " (" << trace->response.ranks_size()
+            << " ranks, " << actions << " actions"
+            << (trace->response.complete() ? "" : ", incomplete") << ") to " << path
+            << "\nclock offsets (rank/dp): " << offsets << "\n";
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli
