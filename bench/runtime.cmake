@@ -1,0 +1,12 @@
+# Runtime benchmarks (scripts/bench runtime): executor fidelity vs the simulator, gradient-reduce
+# overlap, GPT tokens/s. Needs the worker libraries (LibTorch, Gloo). Built only on request
+# (EXCLUDE_FROM_ALL), so the normal build and scripts/test do not pay for it.
+if(TARGET zpipe_worker_executor)
+  # The worker's imported Torch/Gloo targets are directory-scoped; find them here too.
+  find_package(Torch REQUIRED)
+  find_package(Gloo REQUIRED)
+  add_executable(zpipe_runtime_bench EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/runtime_bench.cc)
+  target_link_libraries(zpipe_runtime_bench PRIVATE zpipe::worker_executor zpipe::worker_model
+                        zpipe::worker_comm zpipe::worker_grad_sync zpipe::core
+                        absl::status absl::statusor absl::strings)
+endif()

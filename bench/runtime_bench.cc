@@ -1,0 +1,598 @@
+// Runtime benchmarks (scripts/bench runtime): the plan executor against the simulator.
+//
+//   fidelity  synthetic stages, p = 4 and 8, m = 4p, ZB-V and 1F1B: measured iteration time and
+//             bubble rate beside the simulator's prediction for the same costs.
+//   overlap   ZB-V, d = 2, synthetic stages with large parameters: reduce overlap and exposed
+//             reduce time with bucket overlap on and off (beside the simulator's prediction).
+//   gpt       real GPT stages: tokens/s of p = 2 ZB-V (two threads, one intra-op thread each)
+//             against the single-process reference model with two intra-op threads.
+//
+// Every pipeline/data rank is a thread of this process talking Gloo over loopback (as in
+// worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
+// them; the GPT comparison pins each thread to one intra-op thread.
+//
+// Usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] [--warmup N]
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/cost_model.h"
+#include "core/grad_sync.h"
+#include "core/lowering.h"
+#include "core/schedule.h"
+#include "core/simulator.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/key_value_store.h"
+#include "worker/executor/executor.h"
+#include "worker/executor/grad_sync_driver.h"
+#include "worker/model/data.h"
+#include "worker/model/gpt.h"
+#include "worker/model/synthetic.h"
+
+namespace zpipe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using worker::Executor;
+using worker::ExecutorConfig;
+using worker::IterationSummary;
+
+int g_iters = 5;   // measured iterations
+int g_warmup = 2;  // iterations run first and not measured
+// GPT shape for the tokens/s comparison (--gpt layers,hidden,heads,seq_len,vocab).
+worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32,
+                               .vocab = 256};
+
+[[noreturn]] void Die(const absl::Status& st, const std::string& what) {
+  std::fprintf(stderr, "runtime_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Must(absl::StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(v.status(), what);
+  return *std::move(v);
+}
+
+// Waits until start + ms: sleeps until `spin_us` before the end, then spins. spin_us = 0 is the
+// synthetic stage's own sleep_until timing.
+void WaitUntil(Clock::time_point start, double ms, double spin_us) {
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double, std::milli>(ms));
+  const auto wake = end - std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double, std::micro>(spin_us));
+  if (Clock::now() < wake) std::this_thread::sleep_until(wake);
+  while (Clock::now() < end) std::this_thread::yield();
+}
+
+// A synthetic stage whose durations are kept here: the wrapped stage does the real work with
+// zero durations, and each action then waits out its configured time (sleep + final spin).
+class TimedStage final : public worker::model::Stage {
+ public:
+  TimedStage(std::unique_ptr<worker::model::Stage> inner, double f_ms, double b_ms, double w_ms,
+             double spin_us)
+      : inner_(std::move(inner)), f_(f_ms), b_(b_ms), w_(w_ms), spin_(spin_us) {}
+  int stage() const override { return inner_->stage(); }
+  int num_stages() const override { return inner_->num_stages(); }
+  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
+                                        const torch::Tensor* targets) override {
+    const auto t0 = Clock::now();
+    auto out = inner_->Forward(mb, input, targets);
+    WaitUntil(t0, f_, spin_);
+    return out;
+  }
+  absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor& grad) override {
+    const auto t0 = Clock::now();
+    auto out = inner_->BackwardInput(mb, grad);
+    WaitUntil(t0, b_, spin_);
+    return out;
+  }
+  absl::Status BackwardWeight(int mb) override {
+    const auto t0 = Clock::now();
+    absl::Status st = inner_->BackwardWeight(mb);
+    WaitUntil(t0, w_, spin_);
+    return st;
+  }
+  absl::StatusOr<float> Loss(int mb) const override { return inner_->Loss(mb); }
+  void ClearLosses() override { inner_->ClearLosses(); }
+  void FreeMicrobatch(int mb) override { inner_->FreeMicrobatch(mb); }
+  int pending_microbatches() const override { return inner_->pending_microbatches(); }
+  const std::vector<worker::model::ParamInfo>& params() const override { return inner_->params(); }
+  worker::model::TensorSpec ActivationSpec(int b) const override {
+    return inner_->ActivationSpec(b);
+  }
+
+ private:
+  std::unique_ptr<worker::model::Stage> inner_;
+  double f_, b_, w_, spin_;
+};
+
+struct SynthCosts {
+  double f_ms = 4, b_ms = 4, w_ms = 3;  // per stage (one op)
+  double activation_kb = 64;
+  double params_mb = 0;
+  double spin_us = 0;  // 0: the synthetic stage's plain sleep_until
+};
+
+struct RunSpec {
+  core::ScheduleKind kind = core::ScheduleKind::kZbV;
+  int p = 4;
+  int m = 16;
+  int d = 1;
+  bool overlap = true;
+  int64_t bucket_bytes = int64_t{4} << 20;
+  SynthCosts costs;
+  int gpt_threads = 0;  // > 0: GPT stages with this many intra-op threads per rank
+  worker::model::GptConfig gpt;
+  int microbatch_size = 1;
+};
+
+core::CostModel SynthCostModel(const RunSpec& r, double comm_ms) {
+  const core::Placement placement = core::PlacementFor(r.kind, r.p);
+  core::StageCost c;
+  c.f = r.costs.f_ms;
+  c.b = r.costs.b_ms;
+  c.w = r.costs.w_ms;
+  return core::CostModel::Uniform(placement.num_stages(), c, comm_ms);
+}
+
+core::Plan MakePlan(const RunSpec& r, double comm_ms) {
+  core::ScheduleRequest req;
+  req.pipeline = r.p;
+  req.microbatches = r.m;
+  req.cost = SynthCostModel(r, comm_ms);
+  core::Plan plan = Must(core::GenerateSchedule(r.kind, req), "generate");
+  return Must(core::LowerComm(plan), "lower");
+}
+
+// summaries[it][g] for the measured iterations (g = data_rank * p + pipeline_rank), plus the
+// wall time of the measured iterations as seen by the slowest rank.
+struct RunResult {
+  std::vector<std::vector<IterationSummary>> summaries;
+  double wall_s = 0;
+};
+
+int g_run_id = 0;
+
+RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
+  const core::Placement& placement = plan.placement;
+  const int n = r.p * r.d;
+  auto store = worker::NewInMemoryStore();
+  const std::string prefix = absl::StrCat("rtbench/", g_run_id++, "/");
+  std::vector<absl::Status> errors(n);
+  RunResult result;
+  result.summaries.assign(g_iters, std::vector<IterationSummary>(n));
+  std::vector<Clock::time_point> t0(n), t1(n);
+  std::unique_ptr<worker::model::SyntheticTokenData> data;
+  if (r.gpt_threads > 0) {
+    data = std::make_unique<worker::model::SyntheticTokenData>(
+        Must(worker::model::SyntheticTokenData::Make(1, r.gpt.vocab, r.gpt.seq_len,
+                                                     r.microbatch_size),
+             "data"));
+  }
+  std::vector<std::thread> threads;
+  for (int g = 0; g < n; ++g) {
+    threads.emplace_back([&, g] {
+      const int rank = g % r.p, dr = g / r.p;
+      auto fail = [&](absl::Status st) { errors[g] = st; };
+      if (r.gpt_threads > 0) torch::set_num_threads(r.gpt_threads);
+      worker::CommunicatorOptions opts;
+      opts.pipeline_rank = rank;
+      opts.pipeline_size = r.p;
+      opts.data_rank = dr;
+      opts.data_size = r.d;
+      opts.key_prefix = prefix;
+      opts.timeout = absl::Seconds(60);
+      auto comm = worker::NewGlooCommunicator(opts, *store);
+      if (!comm.ok()) return fail(comm.status());
+      std::vector<std::unique_ptr<worker::model::Stage>> stages;
+      for (int c = 0; c < placement.chunks_per_rank(); ++c) {
+        worker::model::StageOptions so;
+        so.stage = placement.StageOf(rank, c);
+        so.num_stages = placement.num_stages();
+        so.num_microbatches = r.m;
+        so.seed = 1;
+        if (r.gpt_threads > 0) {
+          auto st = worker::model::MakeGptStage(r.gpt, so);
+          if (!st.ok()) return fail(st.status());
+          stages.push_back(*std::move(st));
+          continue;
+        }
+        worker::model::SyntheticStageConfig sc;
+        sc.activation_kb = r.costs.activation_kb;
+        sc.params_mb = r.costs.params_mb;
+        if (r.costs.spin_us > 0) {
+          auto st = worker::model::MakeSyntheticStage(sc, so);
+          if (!st.ok()) return fail(st.status());
+          stages.push_back(std::make_unique<TimedStage>(*std::move(st), r.costs.f_ms,
+                                                        r.costs.b_ms, r.costs.w_ms,
+                                                        r.costs.spin_us));
+        } else {
+          sc.forward_ms = r.costs.f_ms;
+          sc.backward_ms = r.costs.b_ms;
+          sc.weight_ms = r.costs.w_ms;
+          auto st = worker::model::MakeSyntheticStage(sc, so);
+          if (!st.ok()) return fail(st.status());
+          stages.push_back(*std::move(st));
+        }
+      }
+      std::unique_ptr<worker::GradSyncDriver> driver;
+      if (r.d > 1) {
+        worker::GradSyncOptions gso;
+        gso.overlap = r.overlap;
+        gso.bucket_bytes = r.bucket_bytes;
+        auto drv = worker::NewGradSyncDriver(plan, rank, stages, gso, **comm);
+        if (!drv.ok()) return fail(drv.status());
+        driver = *std::move(drv);
+      }
+      ExecutorConfig config;
+      config.microbatch_size = r.microbatch_size;
+      config.timeout = absl::Seconds(60);
+      config.optimizer = r.gpt_threads > 0 ? "adamw" : "sgd";
+      config.max_grad_norm = r.gpt_threads > 0 ? 1.0 : 0;
+      auto exec = Executor::Make(plan, rank, dr, config, std::move(stages), **comm, data.get(),
+                                 driver.get(), nullptr);
+      if (!exec.ok()) return fail(exec.status());
+      for (int it = 0; it < g_warmup + g_iters; ++it) {
+        if (it == g_warmup) t0[g] = Clock::now();
+        auto s = (*exec)->RunIteration(it);
+        if (!s.ok()) return fail(s.status());
+        if (it >= g_warmup) result.summaries[it - g_warmup][g] = *s;
+      }
+      t1[g] = Clock::now();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& st : errors) {
+    if (!st.ok()) Die(st, "pipeline run");
+  }
+  result.wall_s =
+      std::chrono::duration<double>(*std::max_element(t1.begin(), t1.end()) -
+                                    *std::min_element(t0.begin(), t0.end()))
+          .count();
+  return result;
+}
+
+// One-way latency of an activation-sized Gloo send between two threads (half a ping-pong).
+double MeasureCommMs(double activation_kb) {
+  auto store = worker::NewInMemoryStore();
+  const int64_t floats = static_cast<int64_t>(activation_kb * 256);
+  const int rounds = 50;
+  double one_way_ms = 0;
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> errors(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      worker::CommunicatorOptions opts;
+      opts.pipeline_rank = rank;
+      opts.pipeline_size = 2;
+      opts.key_prefix = "rtbench/pingpong/";
+      auto comm = worker::NewGlooCommunicator(opts, *store);
+      if (!comm.ok()) {
+        errors[rank] = comm.status();
+        return;
+      }
+      torch::Tensor in = torch::zeros({floats}), in2 = torch::zeros({floats}),
+                    out = torch::zeros({floats});
+      std::unique_ptr<worker::CommHandle> recv, next;
+      if (rank == 1) recv = (*comm)->Recv(in, 0, 0);
+      Clock::time_point start;
+      for (int k = 0; k < rounds + 5; ++k) {
+        if (k == 5) start = Clock::now();
+        // Receives are posted before the matching send, as the executor posts them ahead.
+        if (rank == 0) {
+          auto recv = (*comm)->Recv(in, 1, k);
+          (*comm)->Send(out, 1, k)->Wait().IgnoreError();
+          recv->Wait().IgnoreError();
+        } else {
+          recv->Wait().IgnoreError();
+          if (k + 1 < rounds + 5) next = (*comm)->Recv(in2, 0, k + 1);
+          (*comm)->Send(out, 0, k)->Wait().IgnoreError();
+          recv = std::move(next);
+          std::swap(in, in2);
+        }
+      }
+      if (rank == 0) {
+        one_way_ms =
+            std::chrono::duration<double, std::milli>(Clock::now() - start).count() / (2 * rounds);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& st : errors) {
+    if (!st.ok()) Die(st, "ping-pong");
+  }
+  return one_way_ms;
+}
+
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "?";
+  char buf[128] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  std::string s(buf, n);
+  // The first three fields: 1, 5 and 15 minute averages.
+  size_t pos = 0;
+  for (int k = 0; k < 3 && pos != std::string::npos; ++k) pos = s.find(' ', pos + 1);
+  return absl::StrCat(s.substr(0, pos), " (", std::thread::hardware_concurrency(), " cores)");
+}
+
+// Span (max over ranks of duration) and bubble (1 - sum busy / (p * span)) of one pipeline
+// replica in one iteration.
+struct Measured {
+  double span_s = 0;
+  double bubble = 0;
+};
+
+Measured MeasureReplica(const std::vector<IterationSummary>& ranks, int p, int dr) {
+  Measured m;
+  double busy = 0;
+  for (int r = 0; r < p; ++r) {
+    const IterationSummary& s = ranks[dr * p + r];
+    m.span_s = std::max(m.span_s, s.duration_s);
+    busy += s.busy_s;
+  }
+  m.bubble = 1 - busy / (p * m.span_s);
+  return m;
+}
+
+void Fidelity() {
+  const SynthCosts base;  // per-rank F 8, B 8, W 6 ms; ZB-V halves them per chunk
+  const double comm_ms = MeasureCommMs(base.activation_kb);
+  std::printf("== 1. fidelity, synthetic stages (per rank F=8 B=8 W=6 ms: 1F1B ops F=8 BW=14, "
+              "ZB-V chunk ops F=4 B=4 W=3), activation %.0f KiB\n",
+              base.activation_kb);
+  std::printf("   measured: max over ranks of iteration duration and 1 - sum busy/(p span), mean "
+              "of %d iterations after %d warm-up\n",
+              g_iters, g_warmup);
+  std::printf("   predicted: core::Simulate of the same lowered plan, same costs, T_comm = %.3f ms "
+              "(measured Gloo ping-pong / 2)\n",
+              comm_ms);
+  std::printf("   timing: sleep = sleep_until (synthetic stage as shipped); sleep+spin = sleep until "
+              "200 us before the end, then spin (yielding)\n");
+  std::printf("   op overrun: mean measured op time minus configured; err@meas-ops: measured time "
+              "vs the simulator fed the measured mean op times (what is left: late hand-overs)\n");
+  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("%-6s %3s %3s %-11s %10s %10s %7s %9s %9s %7s %11s %11s\n", "sched", "p", "m",
+              "timing", "meas ms", "pred ms", "err %", "meas bub", "pred bub", "dbub",
+              "overrun us", "err@meas-ops");
+  for (int p : {4, 8}) {
+    for (core::ScheduleKind kind : {core::ScheduleKind::k1F1B, core::ScheduleKind::kZbV}) {
+      for (double spin : {0.0, 200.0}) {
+        RunSpec r;
+        r.kind = kind;
+        r.p = p;
+        r.m = 4 * p;
+        r.costs = base;
+        r.costs.spin_us = spin;
+        const int v = core::PlacementFor(kind, p).chunks_per_rank();
+        r.costs.f_ms = 8.0 / v;
+        r.costs.b_ms = 8.0 / v;
+        r.costs.w_ms = 6.0 / v;
+        const core::Plan plan = MakePlan(r, comm_ms);
+        const core::SimResult sim =
+            Must(core::Simulate(plan, SynthCostModel(r, comm_ms)), "simulate");
+        const RunResult run = RunPipeline(r, plan);
+        double span = 0, bubble = 0, fwd = 0, bwd = 0, wgt = 0;
+        for (const auto& it : run.summaries) {
+          const Measured m = MeasureReplica(it, r.p, 0);
+          span += m.span_s;
+          bubble += m.bubble;
+          for (const IterationSummary& s : it) {
+            fwd += s.forward_s;
+            bwd += s.backward_s;
+            wgt += s.weight_s;
+          }
+        }
+        const double iters = run.summaries.size();
+        span = span / iters * 1e3;
+        bubble /= iters;
+        // Mean measured op durations (ms), and the simulator run again with them: separates op
+        // overrun (sleep wake-up late) from late hand-overs between ranks.
+        const double ops = iters * r.m * plan.num_stages();
+        const double ideal_ms = (r.costs.f_ms + r.costs.b_ms + r.costs.w_ms) * ops;
+        const double overrun_us = ((fwd + bwd + wgt) * 1e3 - ideal_ms) / (3 * ops) * 1e3;
+        RunSpec rm = r;
+        rm.costs.f_ms = fwd * 1e3 / ops;
+        if (wgt > 0) {
+          rm.costs.b_ms = bwd * 1e3 / ops;
+          rm.costs.w_ms = wgt * 1e3 / ops;
+        } else {  // BW: split the measured time as configured
+          const double bw = bwd * 1e3 / ops;
+          rm.costs.b_ms = bw * r.costs.b_ms / (r.costs.b_ms + r.costs.w_ms);
+          rm.costs.w_ms = bw - rm.costs.b_ms;
+        }
+        const core::SimResult sim_meas =
+            Must(core::Simulate(plan, SynthCostModel(rm, comm_ms)), "simulate");
+        std::printf("%-6s %3d %3d %-11s %10.1f %10.1f %+7.2f %9.3f %9.3f %+7.3f %11.0f %+11.2f\n",
+                    std::string(core::ScheduleName(kind)).c_str(), p, r.m,
+                    spin > 0 ? "sleep+spin" : "sleep", span, sim.makespan,
+                    100 * (span - sim.makespan) / sim.makespan, bubble, sim.bubble_rate,
+                    bubble - sim.bubble_rate, overrun_us,
+                    100 * (span - sim_meas.makespan) / sim_meas.makespan);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n");
+}
+
+void Overlap() {
+  RunSpec r;
+  r.kind = core::ScheduleKind::kZbV;
+  r.p = 4;
+  r.m = 16;
+  r.d = 2;
+  r.costs.f_ms = 6;
+  r.costs.b_ms = 6;
+  r.costs.w_ms = 5;
+  r.costs.spin_us = 200;
+  r.costs.params_mb = 12;  // 3 parameter tensors of 4 MB per stage
+  r.bucket_bytes = int64_t{4} << 20;
+  const int buckets = static_cast<int>(std::ceil(r.costs.params_mb / 4.0));
+  const double comm_ms = MeasureCommMs(r.costs.activation_kb);
+  const core::Plan plan = MakePlan(r, comm_ms);
+  std::printf("== 2. gradient-reduce overlap: ZB-V p=%d m=%d d=%d, chunk ops F=%.0f B=%.0f W=%.0f "
+              "ms, %.0f MB of parameters per stage in %d buckets of 4 MB (Gloo all-reduce)\n",
+              r.p, r.m, r.d, r.costs.f_ms, r.costs.b_ms, r.costs.w_ms, r.costs.params_mb, buckets);
+  std::printf("   measured: per rank per iteration, summed over the p·d ranks, mean of %d "
+              "iterations; overlap = 1 - exposed / total reduce time\n",
+              g_iters);
+  std::printf("   predicted: core::PlanGradSync + Simulate with reduce_cost = the measured mean "
+              "bucket all-reduce time\n\n");
+  std::printf("%-8s %10s %11s %12s %9s %9s %10s %10s\n", "overlap", "iter ms", "reduce ms",
+              "exposed ms", "overlap", "pred ovl", "pred iter", "no-DP sim");
+  const core::SimResult nodp = Must(core::Simulate(plan, SynthCostModel(r, comm_ms)), "simulate");
+  for (bool on : {true, false}) {
+    r.overlap = on;
+    const RunResult run = RunPipeline(r, plan);
+    double iter_ms = 0, reduce = 0, exposed = 0;
+    int nreduce = 0;
+    for (const auto& it : run.summaries) {
+      double span = 0;
+      for (const IterationSummary& s : it) {
+        span = std::max(span, s.duration_s);
+        reduce += s.reduce_s;
+        exposed += s.exposed_reduce_s;
+        nreduce += static_cast<int>(s.reductions.size());
+      }
+      iter_ms += span * 1e3;
+    }
+    const double iters = run.summaries.size();
+    const double per_bucket_ms = nreduce > 0 ? reduce / nreduce * 1e3 : 0;
+    core::GradSyncLayout layout = core::GradSyncLayout::Uniform(plan.num_stages(), buckets);
+    const core::GradSyncPlan gplan = Must(core::PlanGradSync(plan, layout, on), "grad sync plan");
+    core::SimOptions so;
+    so.reduce_cost = per_bucket_ms;
+    const core::SimResult sim =
+        Must(core::Simulate(gplan.plan, SynthCostModel(r, comm_ms), so), "simulate");
+    // Totals per iteration over all p*d ranks (the simulator's are over the p ranks of one
+    // replica; both replicas reduce the same buckets, so its overlap ratio is comparable).
+    std::printf("%-8s %10.1f %11.1f %12.1f %8.1f%% %8.1f%% %10.1f %10.1f\n", on ? "on" : "off",
+                iter_ms / iters, reduce / iters * 1e3, exposed / iters * 1e3,
+                reduce > 0 ? 100 * (1 - exposed / reduce) : 0.0, 100 * sim.reduce_overlap,
+                sim.makespan, nodp.makespan);
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+void Gpt() {
+  const worker::model::GptConfig gpt = g_gpt;
+  const int m = 8, mbs = 4;
+  const double tokens_per_iter = double(m) * mbs * gpt.seq_len;
+  std::printf("== 3. real GPT (layers %d, hidden %d, heads %d, seq %d, vocab %d), global batch "
+              "%d x %d samples = %.0f tokens/iteration, AdamW, mean of %d iterations after %d "
+              "warm-up\n\n",
+              gpt.layers, gpt.hidden, gpt.heads, gpt.seq_len, gpt.vocab, m, mbs, tokens_per_iter,
+              g_iters, g_warmup);
+  std::fflush(stdout);
+  // Reference: one process, 2 intra-op threads, same microbatches accumulated, same optimizer.
+  double ref_s = 0, ref_full_s = 0;
+  {
+    torch::set_num_threads(2);
+    auto ref = Must(worker::model::GptReference::Make(gpt, 1), "reference");
+    auto data = Must(worker::model::SyntheticTokenData::Make(1, gpt.vocab, gpt.seq_len, mbs),
+                     "data");
+    auto params = ref->parameters();
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
+    for (int pass = 0; pass < 2; ++pass) {  // 0: microbatch by microbatch, 1: global batch at once
+      Clock::time_point start;
+      for (int it = 0; it < g_warmup + g_iters; ++it) {
+        if (it == g_warmup) start = Clock::now();
+        opt.zero_grad();
+        if (pass == 0) {
+          for (int i = 0; i < m; ++i) {
+            worker::model::TokenBatch b = data.Microbatch(it, 0, i);
+            auto loss = Must(ref->Loss(b.tokens, b.targets), "loss");
+            (loss / m).backward();
+          }
+        } else {
+          worker::model::TokenBatch b = data.GlobalBatch(it, 1, m);
+          Must(ref->Loss(b.tokens, b.targets), "loss").backward();
+        }
+        torch::nn::utils::clip_grad_norm_(params, 1.0);
+        opt.step();
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - start).count() / g_iters;
+      (pass == 0 ? ref_s : ref_full_s) = s;
+      std::fprintf(stderr, "  reference pass %d: %.3f s/iter\n", pass, s);
+    }
+  }
+  RunSpec r;
+  r.kind = core::ScheduleKind::kZbV;
+  r.p = 2;
+  r.m = m;
+  r.gpt_threads = 1;
+  r.gpt = gpt;
+  r.microbatch_size = mbs;
+  core::ScheduleRequest req;
+  req.pipeline = r.p;
+  req.microbatches = r.m;
+  req.cost = core::CostModel::Uniform(core::PlacementFor(r.kind, r.p).num_stages(),
+                                      core::StageCost{});
+  const core::Plan plan =
+      Must(core::LowerComm(Must(core::GenerateSchedule(r.kind, req), "generate")), "lower");
+  const RunResult run = RunPipeline(r, plan);
+  double bubble = 0;
+  for (const auto& it : run.summaries) bubble += MeasureReplica(it, r.p, 0).bubble;
+  bubble /= run.summaries.size();
+  const double pipe_s = run.wall_s / g_iters;
+  std::printf("%-44s %8s %11s %9s\n", "run", "s/iter", "tokens/s", "vs ref");
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, microbatched",
+              ref_s, tokens_per_iter / ref_s, 1.0);
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, whole batch",
+              ref_full_s, tokens_per_iter / ref_full_s, ref_s / ref_full_s);
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "ZB-V p=2 m=8, 2 ranks x 1 thread (Gloo)", pipe_s,
+              tokens_per_iter / pipe_s, ref_s / pipe_s);
+  std::printf("   ZB-V measured bubble %.3f (1 - sum busy / (p span)); ratio = reference "
+              "(microbatched) s/iter / this s/iter\n\n",
+              bubble);
+}
+
+}  // namespace
+}  // namespace zpipe::bench
+
+int main(int argc, char** argv) {
+  using namespace zpipe::bench;
+  std::string what = "all";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--iters" && i + 1 < argc) {
+      g_iters = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--warmup" && i + 1 < argc) {
+      g_warmup = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--gpt" && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d", &g_gpt.layers, &g_gpt.hidden, &g_gpt.heads,
+                      &g_gpt.seq_len, &g_gpt.vocab) != 5) {
+        std::fprintf(stderr, "--gpt wants layers,hidden,heads,seq_len,vocab\n");
+        return 2;
+      }
+    } else if (a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
+      what = a;
+    } else {
+      std::fprintf(stderr,
+                   "usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] "
+                   "[--warmup N] [--gpt L,H,heads,T,V]\n");
+      return 2;
+    }
+  }
+  torch::set_num_threads(1);
+  if (what == "fidelity" || what == "all") Fidelity();
+  if (what == "overlap" || what == "all") Overlap();
+  if (what == "gpt" || what == "all") Gpt();
+  return 0;
+}
