@@ -117,7 +117,9 @@ struct Executor::Impl {
         return absl::CancelledError("job cancelled");
       }
       absl::Status st = handle.Wait(absl::Milliseconds(50));
-      if (st.ok() || handle.Test()) return st;
+      if (st.ok()) return st;
+      // Done between the timed-out wait and now: its own status, not the wait's timeout.
+      if (handle.Test()) return handle.Wait(absl::ZeroDuration());
       if (Clock::now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "no progress for ", absl::FormatDuration(config.timeout), " (peer gone or stuck?)"));
