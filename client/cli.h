@@ -122,12 +122,15 @@ int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  // plan --job ID
+int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      // run FILE --local
 
 // Follows `job_id` until it is terminal, rendering its events (progress_view.cc), and returns
 // kExitOk if it SUCCEEDED, kExitJobFailed if it FAILED or was CANCELLED. `live` draws per-rank
 // bars in place (a terminal); otherwise one plain line per state change / iteration.
-// `quiet` prints only the final line (submit --wait).
-int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet);
+// `quiet` prints only the final line (submit --wait). `observer`, when set, sees every event
+// first (zpipe run keeps the iteration summaries).
+int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet,
+              const std::function<void(const v1::JobEvent&)>& observer = nullptr);
 
 }  // namespace zpipe::cli
 

@@ -137,12 +137,14 @@ class JobView {
 
 }  // namespace
 
-int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet) {
+int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet,
+              const std::function<void(const v1::JobEvent&)>& observer) {
   live = live && !ctx.json() && !quiet;
   JobView view(ctx, job_id, live, quiet);
   WatchOptions options;
   options.progress_interval_ms = live ? 200 : 1000;
   absl::Status status = ctx.client().Watch(job_id, options, [&](const v1::JobEvent& event) {
+    if (observer) observer(event);
     view.OnEvent(event);
     return true;
   });

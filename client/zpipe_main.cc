@@ -28,6 +28,8 @@ constexpr char kUsage[] =
     "  plan ...                                  generate a schedule locally and print the plan\n"
     "  trace ID [--iteration N] [--format chrome|svg] -o FILE\n"
     "                                            write a job's executed timeline (Chrome trace/SVG)\n"
+    "  run FILE --local [--workers N] [--out DIR] run a job on a local coordinator and workers, then\n"
+    "                                            summarize it and write its timeline\n"
     "\n"
     "global options (before or after COMMAND):\n"
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
   if (command == "workers") return RunWorkersCommand(ctx, args);
   if (command == "plan") return RunJobPlanCommand(ctx, args);
   if (command == "trace") return RunTraceCommand(ctx, args);
+  if (command == "run") return RunRunCommand(ctx, args);
   std::cerr << "zpipe: unknown command '" << command << "'\n" << kUsage;
   return kExitUsage;
 }

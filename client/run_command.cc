@@ -1,0 +1,380 @@
+// `zpipe run JOB.yaml --local [--workers N] [--out DIR] [--threads T] [--keep-logs]
+//  [--metrics-listen HOST:PORT]`
+//
+// A whole ZeroPipe on this machine for one job: an embedded zpipe-coordinator (loopback, database
+// in a temporary directory) and N zpipe-worker processes (client/local_cluster.h), the job
+// submitted and followed live with the same view as `submit --follow`, then a summary (loss,
+// tokens/s, bubble measured against predicted per rank, reduce overlap and exposed reduce time)
+// and the executed timeline of the last complete iteration written as a Chrome trace and an SVG
+// (run_timeline.h), beside the plan that ran.
+// Everything is shut down before it returns.
+//
+// With -o json the live view goes to stderr and stdout carries one JSON object: the summary.
+// Exit codes as `submit --wait`: 0 the job succeeded, 1 it failed or was cancelled, 2 usage
+// (bad flags, job file or spec), 3 the local cluster did not come up.
+//
+// Ctrl-C / SIGTERM: the first cancels the job through the coordinator (the job ends CANCELLED,
+// the view shows it, everything is shut down, exit 1); a second one, or a cancel that has not
+// finished within 15 s, kills every process at once and exits 1. The children live in their own
+// process group and die with this process even when it is killed outright (local_cluster.h).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli.h"
+#include "client/job_file.h"
+#include "client/local_cluster.h"
+#include "client/run_summary.h"
+#include "client/run_timeline.h"
+
+namespace zpipe::cli {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] =
+    "usage: zpipe run FILE.yaml|FILE.json --local [--workers N] [--out DIR] [--threads T] [--keep-logs]\n"
+    "  --local        start a coordinator and the workers on this machine (the only mode so far)\n"
+    "  --workers N    worker processes to start (default p * d of the job)\n"
+    "  --out DIR      where the timeline files go (default: beside the job file)\n"
+    "  --threads T    LibTorch intra-op threads per worker (default 1)\n"
+    "  --keep-logs    keep the temporary directory with the coordinator's and workers' logs\n"
+    "  --metrics-listen HOST:PORT  let the coordinator serve Prometheus /metrics there (default off)\n"
+    "  -o json        print the final summary as JSON on stdout (the live view goes to stderr)\n"
+    "exit codes: 0 succeeded; 1 failed or cancelled (Ctrl-C); 2 usage; 3 the local cluster did not start\n";
+
+// State shared with the signal thread.
+struct Interrupt {
+  std::atomic<bool> requested{false};
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::string job_id;  // once submitted
+  Client* client = nullptr;
+  LocalCluster* cluster = nullptr;
+};
+
+// Takes SIGINT/SIGTERM/SIGHUP (blocked in every thread) synchronously until `stop`.
+void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
+  std::chrono::steady_clock::time_point hard_deadline{};
+  while (!state.done.load()) {
+    timespec wait{0, 100 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &wait);
+    const bool hard_timeout = state.requested.load() && std::chrono::steady_clock::now() > hard_deadline;
+    if (sig <= 0 && !hard_timeout) continue;
+    if (state.requested.load() || hard_timeout) {
+      // Second signal, or the cancel is taking too long: no more manners.
+      std::lock_guard<std::mutex> lock(state.mu);
+      if (state.done.load()) return;
+      err << "\nzpipe run: stopping every local process now\n" << std::flush;
+      if (state.cluster != nullptr) state.cluster->KillAllNow();
+      std::_Exit(kExitJobFailed);
+    }
+    state.requested = true;
+    hard_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    std::string job_id;
+    Client* client = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(state.mu);
+      job_id = state.job_id;
+      client = state.client;
+    }
+    err << "\nzpipe run: " << (sig == SIGINT ? "interrupted" : "terminated")
+        << (job_id.empty() ? "; shutting down" : absl::StrCat("; cancelling job ", job_id, " and shutting down"))
+        << " (again to kill at once)\n"
+        << std::flush;
+    if (!job_id.empty() && client != nullptr) {
+      absl::StatusOr<v1::Job> cancelled = client->Cancel(job_id, "interrupted (zpipe run)");
+      if (!cancelled.ok() && cancelled.status().code() != absl::StatusCode::kFailedPrecondition) {
+        err << "zpipe run: cancel failed (" << cancelled.status().message() << "); stopping everything\n";
+        std::lock_guard<std::mutex> lock(state.mu);
+        if (state.done.load()) return;
+        if (state.cluster != nullptr) state.cluster->KillAllNow();
+        std::_Exit(kExitJobFailed);
+      }
+    }
+  }
+}
+
+std::string Pct(double r) { return absl::StrFormat("%.1f%%", r * 100); }
+
+std::string Seconds(double s) {
+  if (s < 1) return absl::StrFormat("%.1f ms", s * 1000);
+  return absl::StrFormat("%.2f s", s);
+}
+
+void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& timeline) {
+  out << "\n";
+  out << absl::StrFormat("job %s %s: %s, p=%d d=%d m=%d, %d iterations", s.job_id, s.state, s.schedule, s.pipeline,
+                         s.data, s.microbatches, s.iterations);
+  if (s.wall_s > 0) out << absl::StrFormat(" in %.1f s", s.wall_s);
+  out << "\n";
+  if (s.loss_first.has_value()) {
+    out << absl::StrFormat("  loss          %.4f -> %.4f\n", *s.loss_first, *s.loss_last);
+  }
+  if (s.steady_iterations == 0) return;
+  out << absl::StrFormat("  iteration     %s (median of iterations %d..%d)\n", Seconds(s.iteration_s),
+                         s.iterations - s.steady_iterations + 1, s.iterations);
+  if (s.tokens_per_s > 0) out << absl::StrFormat("  throughput    %.0f tokens/s\n", s.tokens_per_s);
+  out << absl::StrFormat("  bubble        %s measured, %s predicted\n", Pct(s.bubble_measured),
+                         Pct(s.bubble_predicted));
+  if (s.reduce_overlap.has_value()) {
+    out << absl::StrFormat("  reduce        %s per iteration (all ranks), overlap %s (predicted %s), exposed %s\n",
+                           Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
+                           Seconds(s.reduce_exposed_s));
+  }
+  Table t({"RANK", "DP", "BUSY", "BUBBLE", "PREDICTED", "REDUCE", "EXPOSED"});
+  for (const RankSummary& r : s.ranks) {
+    const double per_iter = s.steady_iterations > 0 ? 1.0 / s.steady_iterations : 0;
+    t.Add({absl::StrCat(r.pipeline_rank), absl::StrCat(r.data_rank), Seconds(r.busy_s), Pct(r.bubble_measured),
+           Pct(r.bubble_predicted), r.reduce_s > 0 ? Seconds(r.reduce_s * per_iter) : "-",
+           r.reduce_s > 0 ? Seconds(r.exposed_reduce_s * per_iter) : "-"});
+  }
+  std::ostringstream table;
+  t.Print(table);
+  std::istringstream lines(table.str());
+  for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
+  if (!timeline.chrome.empty()) {
+    out << "  timeline      iteration " << timeline.iteration + 1 << ": " << timeline.chrome << " (Perfetto), "
+        << timeline.svg << "\n";
+  } else if (!timeline.error.empty()) {
+    out << "  timeline      not written: " << timeline.error << "\n";
+  }
+}
+
+nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
+  nlohmann::json j;
+  j["job_id"] = s.job_id;
+  j["state"] = s.state;
+  j["reason"] = s.reason;
+  j["schedule"] = s.schedule;
+  j["pipeline"] = s.pipeline;
+  j["data"] = s.data;
+  j["microbatches"] = s.microbatches;
+  j["iterations"] = s.iterations;
+  j["steady_iterations"] = s.steady_iterations;
+  j["loss_first"] = s.loss_first.has_value() ? nlohmann::json(*s.loss_first) : nlohmann::json();
+  j["loss_last"] = s.loss_last.has_value() ? nlohmann::json(*s.loss_last) : nlohmann::json();
+  j["iteration_s"] = s.iteration_s;
+  j["tokens_per_s"] = s.tokens_per_s;
+  j["wall_s"] = s.wall_s;
+  j["bubble"] = {{"measured", s.bubble_measured}, {"predicted", s.bubble_predicted}};
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankSummary& r : s.ranks) {
+    ranks.push_back({{"pipeline_rank", r.pipeline_rank},
+                     {"data_rank", r.data_rank},
+                     {"busy_s", r.busy_s},
+                     {"bubble_measured", r.bubble_measured},
+                     {"bubble_predicted", r.bubble_predicted},
+                     {"reduce_s", r.reduce_s},
+                     {"exposed_reduce_s", r.exposed_reduce_s}});
+  }
+  j["ranks"] = std::move(ranks);
+  j["reduce"] = {{"total_s", s.reduce_total_s},
+                 {"exposed_s", s.reduce_exposed_s},
+                 {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap) : nlohmann::json()},
+                 {"overlap_predicted", s.reduce_overlap_predicted}};
+  j["timeline"] = {{"iteration", timeline.iteration},
+                   {"chrome", timeline.chrome},
+                   {"svg", timeline.svg},
+                   {"error", timeline.error}};
+  return j;
+}
+
+// Waits until `n` workers are idle; gives up when a process dies, on Ctrl-C, or after `timeout`.
+absl::Status WaitForWorkers(Client& client, LocalCluster& cluster, int n, absl::Duration timeout,
+                            const Interrupt& interrupt) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (interrupt.requested.load()) return absl::CancelledError("interrupted while starting the workers");
+    if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) return alive;
+    absl::StatusOr<std::vector<v1::Worker>> workers = client.Workers();
+    if (workers.ok()) {
+      int idle = 0;
+      for (const v1::Worker& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
+      if (idle >= n) return absl::OkStatus();
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("the local workers did not all register within ",
+                                                      absl::FormatDuration(timeout), "; worker-0's log ends:\n",
+                                                      cluster.Tail("worker-0")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
+int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Switch("--local").Flag("--workers").Flag("--out").Flag("--threads").Switch("--keep-logs").Flag(
+      "--metrics-listen");
+  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("run", std::string(s.message()), kUsage);
+  if (args.positionals().size() != 1) return ctx.Usage("run", "expected exactly one job file", kUsage);
+  if (!args.Has("--local")) {
+    return ctx.Usage("run", "only --local is supported (to use a running coordinator: zpipe submit --follow)", kUsage);
+  }
+  const std::string job_file = args.positionals()[0];
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
+  if (!spec.ok()) {
+    ctx.err() << "zpipe run: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  const int ranks = std::max(1, spec->parallel().pipeline()) * std::max(1, spec->parallel().data());
+  int workers = ranks;
+  if (args.Has("--workers") && (!absl::SimpleAtoi(args.Get("--workers"), &workers) || workers < 1)) {
+    return ctx.Usage("run", "--workers takes a number >= 1", kUsage);
+  }
+  if (workers < ranks) {
+    return ctx.Usage("run", absl::StrCat("the job needs p * d = ", ranks, " workers, --workers gives ", workers),
+                     kUsage);
+  }
+  int threads = 1;
+  if (args.Has("--threads") && (!absl::SimpleAtoi(args.Get("--threads"), &threads) || threads < 1)) {
+    return ctx.Usage("run", "--threads takes a number >= 1", kUsage);
+  }
+  std::string out_dir = args.Get("--out");
+  if (out_dir.empty()) {
+    out_dir = fs::path(job_file).parent_path().string();
+    if (out_dir.empty()) out_dir = ".";
+  }
+  const std::string stem = fs::path(job_file).stem().string();
+
+  LocalClusterOptions options;
+  options.workers = workers;
+  options.threads = threads;
+  options.keep_dir = args.Has("--keep-logs");
+  options.metrics_listen = args.Get("--metrics-listen");
+  options.device = spec->device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+  for (auto [bin, env, subdir, target] :
+       {std::tuple{"zpipe-coordinator", "ZPIPE_COORDINATOR_BIN", "coordinator", &options.coordinator_bin},
+        std::tuple{"zpipe-worker", "ZPIPE_WORKER_BIN", "worker", &options.worker_bin}}) {
+    absl::StatusOr<std::string> path = FindBinary(bin, env, subdir);
+    if (!path.ok()) {
+      ctx.err() << "zpipe run: " << path.status().message() << "\n";
+      return kExitUnreachable;
+    }
+    *target = *path;
+  }
+
+  // Signals go to one thread, which cancels the job; block them before any thread exists so
+  // that every thread (gRPC's too) inherits the mask. Children unblock them after fork.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  sigset_t old_mask;
+  pthread_sigmask(SIG_BLOCK, &signals, &old_mask);
+  Interrupt interrupt;
+  std::thread signal_thread([&] { SignalLoop(interrupt, signals, ctx.err()); });
+  struct Cleanup {
+    Interrupt& interrupt;
+    std::thread& thread;
+    sigset_t mask;
+    ~Cleanup() {
+      interrupt.done = true;
+      thread.join();
+      pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+    }
+  } cleanup{interrupt, signal_thread, old_mask};
+
+  // The live view: stdout in table mode; with -o json, stderr (stdout is the summary's).
+  std::ostream& view_out = ctx.json() ? ctx.err() : ctx.out();
+  const bool view_terminal = ctx.json() ? isatty(STDERR_FILENO) != 0 : ctx.out_is_terminal();
+  view_out << "zpipe run: starting a local coordinator and " << workers << " worker" << (workers == 1 ? "" : "s")
+           << "\n"
+           << std::flush;
+  const auto started = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options, absl::Seconds(30));
+  if (!cluster.ok()) {
+    ctx.err() << "zpipe run: " << cluster.status().message() << "\n";
+    return kExitUnreachable;
+  }
+  {
+    std::lock_guard<std::mutex> lock(interrupt.mu);
+    interrupt.cluster = cluster->get();
+  }
+  // Detach the cluster pointer from the signal thread before the cluster goes away.
+  struct Unpublish {
+    Interrupt& interrupt;
+    ~Unpublish() {
+      std::lock_guard<std::mutex> lock(interrupt.mu);
+      interrupt.cluster = nullptr;
+      interrupt.client = nullptr;
+    }
+  };
+
+  ClientOptions client_options;
+  client_options.rpc_timeout = absl::Seconds(30);
+  std::unique_ptr<Client> client = Client::Create((*cluster)->address(), client_options);
+  Unpublish unpublish{interrupt};
+  {
+    std::lock_guard<std::mutex> lock(interrupt.mu);
+    interrupt.client = client.get();
+  }
+  if (absl::Status s = WaitForWorkers(*client, **cluster, workers, absl::Minutes(3), interrupt); !s.ok()) {
+    if (absl::IsCancelled(s)) {
+      ctx.err() << "zpipe run: " << s.message() << "\n";
+      return kExitJobFailed;
+    }
+    ctx.err() << "zpipe run: " << s.message() << "\n";
+    return kExitUnreachable;
+  }
+  const double startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  view_out << absl::StrFormat("zpipe run: coordinator at %s, %d workers ready (%.1f s)%s\n", (*cluster)->address(),
+                              workers, startup_s,
+                              options.keep_dir ? absl::StrCat("; logs in ", (*cluster)->dir()) : "")
+           << std::flush;
+
+  absl::StatusOr<SubmitResult> submitted = client->Submit(*spec, "");
+  if (!submitted.ok()) {
+    CliContext local((*cluster)->address(), OutputFormat::kTable, ctx.err(), ctx.err(), false);
+    return local.Fail("run", submitted.status());
+  }
+  const std::string job_id = submitted->job.id();
+  {
+    std::lock_guard<std::mutex> lock(interrupt.mu);
+    interrupt.job_id = job_id;
+  }
+  if (interrupt.requested.load()) (void)client->Cancel(job_id, "interrupted (zpipe run)");
+  view_out << "submitted job " << job_id << " (" << spec->name() << ")\n" << std::flush;
+
+  // Follow it with the `submit --follow` view, keeping every iteration summary.
+  std::vector<v1::IterationSummary> iterations;
+  CliContext follow((*cluster)->address(), OutputFormat::kTable, view_out, ctx.err(), view_terminal);
+  int code = FollowJob(follow, "run", job_id, /*live=*/view_terminal, /*quiet=*/false, [&](const v1::JobEvent& e) {
+    if (e.has_iteration()) iterations.push_back(e.iteration());
+  });
+
+  absl::StatusOr<v1::Job> job = client->Get(job_id);
+  if (!job.ok()) {
+    ctx.err() << "zpipe run: " << job.status().message() << "\n";
+    return code == kExitOk ? kExitJobFailed : code;
+  }
+  TimelineFiles timeline;
+  if (!iterations.empty()) timeline = WriteTimelineFiles(*client, job_id, out_dir, stem);
+  const RunSummary summary = Summarize(*job, iterations);
+  if (ctx.json()) {
+    ctx.out() << SummaryJson(summary, timeline).dump(2) << "\n" << std::flush;
+  } else {
+    PrintSummary(ctx.out(), summary, timeline);
+    ctx.out() << std::flush;
+  }
+  (*cluster)->Shutdown();
+  if (interrupt.requested.load() && code == kExitOk) code = kExitJobFailed;
+  return code;
+}
+
+}  // namespace zpipe::cli

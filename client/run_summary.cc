@@ -1,0 +1,92 @@
+#include "client/run_summary.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "client/client.h"
+
+namespace zpipe::cli {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>& iterations) {
+  RunSummary s;
+  s.job_id = job.id();
+  s.state = JobStateName(job.state());
+  s.reason = job.reason();
+  s.schedule = job.spec().schedule().kind();
+  s.pipeline = job.spec().parallel().pipeline();
+  s.data = std::max(1, job.spec().parallel().data());
+  s.microbatches = job.spec().batch().microbatches();
+  s.iterations = static_cast<int>(iterations.size());
+  s.bubble_predicted = job.predicted().bubble_rate();
+  s.reduce_overlap_predicted = job.predicted().reduce_overlap();
+  if (job.has_create_time() && job.has_end_time()) {
+    s.wall_s = static_cast<double>(job.end_time().seconds() - job.create_time().seconds()) +
+               (job.end_time().nanos() - job.create_time().nanos()) * 1e-9;
+  }
+  for (const v1::IterationSummary& it : iterations) {
+    if (!it.has_loss()) continue;
+    if (!s.loss_first.has_value()) s.loss_first = it.loss();
+    s.loss_last = it.loss();
+  }
+  const size_t first = iterations.size() > 1 ? 1 : 0;
+  s.steady_iterations = static_cast<int>(iterations.size() - first);
+
+  std::vector<double> bubble, predicted, duration;
+  double tokens = 0, seconds = 0, reduce = 0, exposed = 0;
+  std::map<std::pair<int, int>, std::vector<double>> rank_bubble, rank_busy;
+  std::map<std::pair<int, int>, std::pair<double, double>> rank_reduce;
+  for (size_t i = first; i < iterations.size(); ++i) {
+    const v1::IterationSummary& it = iterations[i];
+    bubble.push_back(it.bubble_rate());
+    predicted.push_back(it.predicted_bubble_rate());
+    duration.push_back(it.duration_s());
+    seconds += it.duration_s();
+    reduce += it.reduce_total_s();
+    exposed += it.reduce_exposed_s();
+    for (const v1::RankIterationStats& r : it.ranks()) {
+      const auto key = std::make_pair(r.data_rank(), r.pipeline_rank());
+      tokens += r.tokens();
+      rank_bubble[key].push_back(it.duration_s() > 0 ? 1 - r.busy_s() / it.duration_s() : 0);
+      rank_busy[key].push_back(r.busy_s());
+      rank_reduce[key].first += r.reduce_s();
+      rank_reduce[key].second += r.exposed_reduce_s();
+    }
+  }
+  s.bubble_measured = Median(bubble);
+  if (!predicted.empty()) s.bubble_predicted = Median(predicted);
+  s.iteration_s = Median(duration);
+  s.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  if (s.steady_iterations > 0) {
+    s.reduce_total_s = reduce / s.steady_iterations;
+    s.reduce_exposed_s = exposed / s.steady_iterations;
+  }
+  if (reduce > 0) s.reduce_overlap = std::clamp(1 - exposed / reduce, 0.0, 1.0);
+  for (const auto& [key, values] : rank_bubble) {
+    RankSummary r;
+    r.data_rank = key.first;
+    r.pipeline_rank = key.second;
+    r.bubble_measured = Median(values);
+    if (r.pipeline_rank < job.predicted().rank_bubble_size()) {
+      r.bubble_predicted = job.predicted().rank_bubble(r.pipeline_rank);
+    }
+    r.busy_s = Median(rank_busy[key]);
+    r.reduce_s = rank_reduce[key].first;
+    r.exposed_reduce_s = rank_reduce[key].second;
+    s.ranks.push_back(r);
+  }
+  // By global rank: data_rank * p + pipeline_rank (the map's order).
+  return s;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,59 @@
+// The final summary of `zpipe run`: what a job's iteration summaries add up to.
+//
+// Steady state: the first iteration carries the warm-up (allocations, first connections, page
+// faults), so the figures below are taken over iterations 2..N (all of them when a job ran only
+// one). Bubble rates and iteration times are medians over those iterations, which a single
+// iteration disturbed by a busy machine does not move; tokens/s and reduce figures are totals
+// over them.
+#ifndef ZPIPE_CLIENT_RUN_SUMMARY_H_
+#define ZPIPE_CLIENT_RUN_SUMMARY_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zpipe/v1/job.pb.h"
+
+namespace zpipe::cli {
+
+struct RankSummary {
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  double bubble_measured = 0;   // median of 1 - busy_r / iteration span (DESIGN.md per-rank bubble)
+  double bubble_predicted = 0;  // the plan's rank_bubble for this pipeline rank
+  double busy_s = 0;            // median compute time per iteration
+  double reduce_s = 0;          // reduce wall time, total over the steady iterations
+  double exposed_reduce_s = 0;  // the part of it that overlapped no compute
+};
+
+struct RunSummary {
+  std::string job_id;
+  std::string state;  // "succeeded", ...
+  std::string reason;
+  std::string schedule;
+  int pipeline = 0;
+  int data = 1;
+  int microbatches = 0;
+  int iterations = 0;         // summaries received
+  int steady_iterations = 0;  // the ones the figures below use
+  std::optional<double> loss_first;
+  std::optional<double> loss_last;
+  double iteration_s = 0;       // median iteration time
+  double tokens_per_s = 0;      // 0 for synthetic models
+  double bubble_measured = 0;   // median over steady iterations
+  // What the coordinator predicted for the same iterations (median of their
+  // predicted_bubble_rate); the plan's bubble rate under the job's cost model when none ran.
+  double bubble_predicted = 0;
+  std::vector<RankSummary> ranks;
+  double reduce_total_s = 0;    // per iteration, summed over ranks
+  double reduce_exposed_s = 0;  // per iteration, summed over ranks
+  std::optional<double> reduce_overlap;  // 1 - exposed / total; unset when nothing was reduced
+  double reduce_overlap_predicted = 1;
+  double wall_s = 0;  // from submit to the end
+};
+
+RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>& iterations);
+
+}  // namespace zpipe::cli
+
+#endif  // ZPIPE_CLIENT_RUN_SUMMARY_H_
