@@ -11,7 +11,8 @@
 // worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
 // them; the GPT comparison pins each thread to one intra-op thread.
 //
-// Usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] [--warmup N]
+// Usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] [--warmup N] [--overlap-p N]
+//                            [--gpt-iters N] [--gpt layers,hidden,heads,seq_len,vocab]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -51,6 +52,11 @@ using worker::IterationSummary;
 
 int g_iters = 5;   // measured iterations
 int g_warmup = 2;  // iterations run first and not measured
+// Overlap benchmark pipeline size (--overlap-p N); d = 2, m = 4p.
+int g_overlap_p = 2;
+// GPT runs are CPU-bound and slow on 2 cores: fewer iterations (--gpt-iters N).
+int g_gpt_iters = 3;
+int g_gpt_warmup = 1;
 // GPT shape for the tokens/s comparison (--gpt layers,hidden,heads,seq_len,vocab).
 worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32,
                                .vocab = 256};
@@ -433,8 +439,8 @@ void Fidelity() {
 void Overlap() {
   RunSpec r;
   r.kind = core::ScheduleKind::kZbV;
-  r.p = 4;
-  r.m = 16;
+  r.p = g_overlap_p;
+  r.m = 4 * r.p;
   r.d = 2;
   r.costs.f_ms = 6;
   r.costs.b_ms = 6;
@@ -491,6 +497,8 @@ void Overlap() {
 }
 
 void Gpt() {
+  g_iters = g_gpt_iters;  // RunPipeline reads the globals
+  g_warmup = g_gpt_warmup;
   const worker::model::GptConfig gpt = g_gpt;
   const int m = 8, mbs = 4;
   const double tokens_per_iter = double(m) * mbs * gpt.seq_len;
@@ -501,20 +509,21 @@ void Gpt() {
               g_iters, g_warmup);
   std::fflush(stdout);
   // Reference: one process, 2 intra-op threads, same microbatches accumulated, same optimizer.
-  double ref_s = 0, ref_full_s = 0;
+  double ref_s = 0, ref_full_s = 0, ref_one_s = 0;
   {
-    torch::set_num_threads(2);
     auto ref = Must(worker::model::GptReference::Make(gpt, 1), "reference");
     auto data = Must(worker::model::SyntheticTokenData::Make(1, gpt.vocab, gpt.seq_len, mbs),
                      "data");
     auto params = ref->parameters();
     torch::optim::AdamW opt(params, torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
-    for (int pass = 0; pass < 2; ++pass) {  // 0: microbatch by microbatch, 1: global batch at once
+    // 0: microbatch by microbatch, 1: global batch at once, 2: as 0 with one intra-op thread.
+    for (int pass = 0; pass < 3; ++pass) {
+      torch::set_num_threads(pass == 2 ? 1 : 2);
       Clock::time_point start;
       for (int it = 0; it < g_warmup + g_iters; ++it) {
         if (it == g_warmup) start = Clock::now();
         opt.zero_grad();
-        if (pass == 0) {
+        if (pass != 1) {
           for (int i = 0; i < m; ++i) {
             worker::model::TokenBatch b = data.Microbatch(it, 0, i);
             auto loss = Must(ref->Loss(b.tokens, b.targets), "loss");
@@ -528,7 +537,7 @@ void Gpt() {
         opt.step();
       }
       const double s = std::chrono::duration<double>(Clock::now() - start).count() / g_iters;
-      (pass == 0 ? ref_s : ref_full_s) = s;
+      (pass == 0 ? ref_s : pass == 1 ? ref_full_s : ref_one_s) = s;
       std::fprintf(stderr, "  reference pass %d: %.3f s/iter\n", pass, s);
     }
   }
@@ -556,11 +565,13 @@ void Gpt() {
               ref_s, tokens_per_iter / ref_s, 1.0);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, whole batch",
               ref_full_s, tokens_per_iter / ref_full_s, ref_s / ref_full_s);
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 1 thread, microbatched",
+              ref_one_s, tokens_per_iter / ref_one_s, ref_s / ref_one_s);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "ZB-V p=2 m=8, 2 ranks x 1 thread (Gloo)", pipe_s,
               tokens_per_iter / pipe_s, ref_s / pipe_s);
-  std::printf("   ZB-V measured bubble %.3f (1 - sum busy / (p span)); ratio = reference "
-              "(microbatched) s/iter / this s/iter\n\n",
-              bubble);
+  std::printf("   ZB-V measured bubble %.3f (1 - sum busy / (p span)); vs ref = reference "
+              "(2 threads, microbatched) s/iter / this s/iter; load average now %s\n\n",
+              bubble, LoadAverage().c_str());
 }
 
 }  // namespace
@@ -575,6 +586,10 @@ int main(int argc, char** argv) {
       g_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--warmup" && i + 1 < argc) {
       g_warmup = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--overlap-p" && i + 1 < argc) {
+      g_overlap_p = std::max(2, std::atoi(argv[++i]));
+    } else if (a == "--gpt-iters" && i + 1 < argc) {
+      g_gpt_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--gpt" && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d", &g_gpt.layers, &g_gpt.hidden, &g_gpt.heads,
                       &g_gpt.seq_len, &g_gpt.vocab) != 5) {
@@ -586,7 +601,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] "
-                   "[--warmup N] [--gpt L,H,heads,T,V]\n");
+                   "[--warmup N] [--overlap-p N] [--gpt-iters N] "
+                   "[--gpt L,H,heads,T,V]\n");
       return 2;
     }
   }
