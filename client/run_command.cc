@@ -134,12 +134,17 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
                            Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
                            Seconds(s.reduce_exposed_s));
   }
-  Table t({"RANK", "DP", "BUSY", "BUBBLE", "PREDICTED", "REDUCE", "EXPOSED"});
+  // Per rank; reduce columns only when something was reduced (d > 1).
+  const bool reduced = s.reduce_overlap.has_value();
+  std::vector<std::string> header = {"RANK", "DP", "BUSY", "BUBBLE", "PREDICTED"};
+  if (reduced) header.insert(header.end(), {"REDUCE", "EXPOSED"});
+  Table t(header);
   for (const RankSummary& r : s.ranks) {
     const double per_iter = s.steady_iterations > 0 ? 1.0 / s.steady_iterations : 0;
-    t.Add({absl::StrCat(r.pipeline_rank), absl::StrCat(r.data_rank), Seconds(r.busy_s), Pct(r.bubble_measured),
-           Pct(r.bubble_predicted), r.reduce_s > 0 ? Seconds(r.reduce_s * per_iter) : "-",
-           r.reduce_s > 0 ? Seconds(r.exposed_reduce_s * per_iter) : "-"});
+    std::vector<std::string> row = {absl::StrCat(r.pipeline_rank), absl::StrCat(r.data_rank), Seconds(r.busy_s),
+                                    Pct(r.bubble_measured), Pct(r.bubble_predicted)};
+    if (reduced) row.insert(row.end(), {Seconds(r.reduce_s * per_iter), Seconds(r.exposed_reduce_s * per_iter)});
+    t.Add(row);
   }
   std::ostringstream table;
   t.Print(table);
