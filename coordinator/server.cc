@@ -33,11 +33,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (absl::Status st = s->manager_->Load(); !st.ok()) return st;
 
   if (!options.metrics_listen.empty()) {
-    auto exposer = StartMetricsExposer(options.metrics_listen, s->registry_);
-    if (!exposer.ok()) return exposer.status();
-    s->exposer_ = std::move(*exposer);
-    std::vector<int> ports = s->exposer_->GetListeningPorts();
-    s->metrics_port_ = ports.empty() ? 0 : ports.front();
+    // /metrics plus the live page and its JSON API on one port.
+    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_);
+    if (!http.ok()) return http.status();
+    s->http_ = std::move(*http);
+    s->metrics_port_ = s->http_->port();
   }
 
   s->client_service_ = std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_);
@@ -85,7 +85,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   stop_.Notify();
   if (liveness_.joinable()) liveness_.join();
-  exposer_.reset();
+  http_.reset();
   LogInfo("coordinator stopped");
 }
 

@@ -1,5 +1,6 @@
 // CoordinatorServer: wires store, metrics, job manager and the gRPC services into a running
-// coordinator (plus grpc.health.v1, server reflection and the /metrics HTTP endpoint).
+// coordinator (plus grpc.health.v1, server reflection and the HTTP port: /metrics, the live
+// page at / and its JSON API, see http_server.h).
 // `zpipe-coordinator` is a thin main around it; tests start it in-process on port 0.
 #ifndef ZPIPE_COORDINATOR_SERVER_H_
 #define ZPIPE_COORDINATOR_SERVER_H_
@@ -12,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
+#include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
 
 namespace grpc {
@@ -67,7 +69,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpServer> http_;  // /metrics, the live page and /api
   int port_ = 0;
   int metrics_port_ = 0;
   absl::Notification stop_;

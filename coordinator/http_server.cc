@@ -1,0 +1,149 @@
+#include "coordinator/http_server.h"
+
+#include <CivetServer.h>
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/job_proto.h"
+#include "coordinator/trace_proto.h"
+#include "google/protobuf/util/json_util.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "zpipe/v1/coordinator.pb.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+void Reply(mg_connection* conn, int code, const std::string& type, const std::string& body) {
+  const char* reason = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 400
+                                                                            ? "Bad Request"
+                                                                            : "Error";
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            code, reason, type.c_str(), body.size());
+  mg_write(conn, body.data(), body.size());
+}
+
+int HttpCode(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kFailedPrecondition: return 409;
+    default: return 500;
+  }
+}
+
+void ReplyError(mg_connection* conn, const absl::Status& status) {
+  std::string message(status.message());
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+  }
+  Reply(conn, HttpCode(status), "application/json",
+        absl::StrCat("{\"code\":\"", absl::StatusCodeToString(status.code()),
+                     "\",\"message\":\"", escaped, "\"}\n"));
+}
+
+void ReplyProto(mg_connection* conn, const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
+    ReplyError(conn, absl::InternalError("cannot encode JSON"));
+    return;
+  }
+  Reply(conn, 200, "application/json", json);
+}
+
+}  // namespace
+
+class HttpServer::Handler : public CivetHandler {
+ public:
+  Handler(std::shared_ptr<prometheus::Registry> registry, JobManager& manager)
+      : registry_(std::move(registry)), manager_(manager) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    const mg_request_info* info = mg_get_request_info(conn);
+    const std::string path = info->local_uri != nullptr ? info->local_uri : "/";
+    const std::string query = info->query_string != nullptr ? info->query_string : "";
+    if (path == "/metrics") {
+      prometheus::TextSerializer serializer;
+      Reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+            serializer.Serialize(registry_->Collect()));
+    } else if (path == "/" || path == "/index.html") {
+      Reply(conn, 200, "text/html; charset=utf-8", LivePageHtml());
+    } else if (path == "/api/jobs") {
+      absl::StatusOr<ListResult> list = manager_.List({}, 1000, "");
+      if (!list.ok()) return ReplyError(conn, list.status()), true;
+      v1::ListJobsResponse resp;
+      for (const JobView& job : list->jobs) *resp.add_jobs() = JobViewToProto(job);
+      ReplyProto(conn, resp);
+    } else if (absl::StartsWith(path, "/api/jobs/")) {
+      std::vector<std::string> parts = absl::StrSplit(path.substr(10), '/');
+      if (parts.size() == 1) {
+        absl::StatusOr<JobView> job = manager_.Get(parts[0], /*with_microbatches=*/false);
+        if (!job.ok()) return ReplyError(conn, job.status()), true;
+        ReplyProto(conn, JobViewToProto(*job));
+      } else if (parts.size() == 2 && parts[1] == "trace") {
+        std::optional<int> iteration;
+        char value[32];
+        if (mg_get_var(query.c_str(), query.size(), "iteration", value, sizeof(value)) > 0) {
+          int n = 0;
+          if (!absl::SimpleAtoi(value, &n)) {
+            return ReplyError(conn, absl::InvalidArgumentError("iteration: not a number")), true;
+          }
+          iteration = n;
+        }
+        absl::StatusOr<TraceView> view = manager_.Trace(parts[0], iteration);
+        if (!view.ok()) return ReplyError(conn, view.status()), true;
+        v1::GetTraceResponse resp;
+        TraceToProto(parts[0], *view, &resp);
+        ReplyProto(conn, resp);
+      } else {
+        ReplyError(conn, absl::NotFoundError(absl::StrCat("no page ", path)));
+      }
+    } else {
+      ReplyError(conn, absl::NotFoundError(absl::StrCat("no page ", path)));
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  JobManager& manager_;
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
+    JobManager& manager) {
+  std::unique_ptr<HttpServer> s(new HttpServer());
+  s->handler_ = std::make_unique<Handler>(std::move(registry), manager);
+  try {
+    std::vector<std::string> options = {"listening_ports", host_port, "num_threads", "4"};
+    s->server_ = std::make_unique<CivetServer>(options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("http: cannot listen on ", host_port, ": ", e.what()));
+  }
+  if (s->server_->getContext() == nullptr) {
+    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", host_port));
+  }
+  s->server_->addHandler("/", s->handler_.get());
+  std::vector<int> ports = s->server_->getListeningPorts();
+  s->port_ = ports.empty() ? 0 : ports.front();
+  return s;
+}
+
+HttpServer::~HttpServer() {
+  if (server_) server_->close();
+}
+
+}  // namespace zpipe::coordinator
