@@ -58,8 +58,7 @@ int g_overlap_p = 2;
 int g_gpt_iters = 3;
 int g_gpt_warmup = 1;
 // GPT shape for the tokens/s comparison (--gpt layers,hidden,heads,seq_len,vocab).
-worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32,
-                               .vocab = 256};
+worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32, .vocab = 256};
 
 [[noreturn]] void Die(const absl::Status& st, const std::string& what) {
   std::fprintf(stderr, "runtime_bench: %s: %s\n", what.c_str(), st.ToString().c_str());
@@ -183,10 +182,9 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   std::vector<Clock::time_point> t0(n), t1(n);
   std::unique_ptr<worker::model::SyntheticTokenData> data;
   if (r.gpt_threads > 0) {
-    data = std::make_unique<worker::model::SyntheticTokenData>(
-        Must(worker::model::SyntheticTokenData::Make(1, r.gpt.vocab, r.gpt.seq_len,
-                                                     r.microbatch_size),
-             "data"));
+    data = std::make_unique<worker::model::SyntheticTokenData>(Must(
+        worker::model::SyntheticTokenData::Make(1, r.gpt.vocab, r.gpt.seq_len, r.microbatch_size),
+        "data"));
   }
   std::vector<std::thread> threads;
   for (int g = 0; g < n; ++g) {
@@ -222,9 +220,8 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
         if (r.costs.spin_us > 0) {
           auto st = worker::model::MakeSyntheticStage(sc, so);
           if (!st.ok()) return fail(st.status());
-          stages.push_back(std::make_unique<TimedStage>(*std::move(st), r.costs.f_ms,
-                                                        r.costs.b_ms, r.costs.w_ms,
-                                                        r.costs.spin_us));
+          stages.push_back(std::make_unique<TimedStage>(*std::move(st), r.costs.f_ms, r.costs.b_ms,
+                                                        r.costs.w_ms, r.costs.spin_us));
         } else {
           sc.forward_ms = r.costs.f_ms;
           sc.backward_ms = r.costs.b_ms;
@@ -264,10 +261,9 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   for (const auto& st : errors) {
     if (!st.ok()) Die(st, "pipeline run");
   }
-  result.wall_s =
-      std::chrono::duration<double>(*std::max_element(t1.begin(), t1.end()) -
-                                    *std::min_element(t0.begin(), t0.end()))
-          .count();
+  result.wall_s = std::chrono::duration<double>(*std::max_element(t1.begin(), t1.end()) -
+                                                *std::min_element(t0.begin(), t0.end()))
+                      .count();
   return result;
 }
 
@@ -358,23 +354,28 @@ Measured MeasureReplica(const std::vector<IterationSummary>& ranks, int p, int d
 void Fidelity() {
   const SynthCosts base;  // per-rank F 8, B 8, W 6 ms; ZB-V halves them per chunk
   const double comm_ms = MeasureCommMs(base.activation_kb);
-  std::printf("== 1. fidelity, synthetic stages (per rank F=8 B=8 W=6 ms: 1F1B ops F=8 BW=14, "
-              "ZB-V chunk ops F=4 B=4 W=3), activation %.0f KiB\n",
-              base.activation_kb);
-  std::printf("   measured: max over ranks of iteration duration and 1 - sum busy/(p span), mean "
-              "of %d iterations after %d warm-up\n",
-              g_iters, g_warmup);
-  std::printf("   predicted: core::Simulate of the same lowered plan, same costs, T_comm = %.3f ms "
-              "(measured Gloo ping-pong / 2)\n",
-              comm_ms);
-  std::printf("   timing: sleep = sleep_until (synthetic stage as shipped); sleep+spin = sleep until "
-              "200 us before the end, then spin (yielding)\n");
-  std::printf("   op overrun: mean measured op time minus configured; err@meas-ops: measured time "
-              "vs the simulator fed the measured mean op times (what is left: late hand-overs)\n");
+  std::printf(
+      "== 1. fidelity, synthetic stages (per rank F=8 B=8 W=6 ms: 1F1B ops F=8 BW=14, "
+      "ZB-V chunk ops F=4 B=4 W=3), activation %.0f KiB\n",
+      base.activation_kb);
+  std::printf(
+      "   measured: max over ranks of iteration duration and 1 - sum busy/(p span), mean "
+      "of %d iterations after %d warm-up\n",
+      g_iters, g_warmup);
+  std::printf(
+      "   predicted: core::Simulate of the same lowered plan, same costs, T_comm = %.3f ms "
+      "(measured Gloo ping-pong / 2)\n",
+      comm_ms);
+  std::printf(
+      "   timing: sleep = sleep_until (synthetic stage as shipped); sleep+spin = sleep until "
+      "200 us before the end, then spin (yielding)\n");
+  std::printf(
+      "   op overrun: mean measured op time minus configured; err@meas-ops: measured time "
+      "vs the simulator fed the measured mean op times (what is left: late hand-overs)\n");
   std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
   std::printf("%-6s %3s %3s %-11s %10s %10s %7s %9s %9s %7s %11s %11s\n", "sched", "p", "m",
-              "timing", "meas ms", "pred ms", "err %", "meas bub", "pred bub", "dbub",
-              "overrun us", "err@meas-ops");
+              "timing", "meas ms", "pred ms", "err %", "meas bub", "pred bub", "dbub", "overrun us",
+              "err@meas-ops");
   for (int p : {4, 8}) {
     for (core::ScheduleKind kind : {core::ScheduleKind::k1F1B, core::ScheduleKind::kZbV}) {
       for (double spin : {0.0, 200.0}) {
@@ -451,14 +452,17 @@ void Overlap() {
   const int buckets = static_cast<int>(std::ceil(r.costs.params_mb / 4.0));
   const double comm_ms = MeasureCommMs(r.costs.activation_kb);
   const core::Plan plan = MakePlan(r, comm_ms);
-  std::printf("== 2. gradient-reduce overlap: ZB-V p=%d m=%d d=%d, chunk ops F=%.0f B=%.0f W=%.0f "
-              "ms, %.0f MB of parameters per stage in %d buckets of 4 MB (Gloo all-reduce)\n",
-              r.p, r.m, r.d, r.costs.f_ms, r.costs.b_ms, r.costs.w_ms, r.costs.params_mb, buckets);
-  std::printf("   measured: per rank per iteration, summed over the p·d ranks, mean of %d "
-              "iterations; overlap = 1 - exposed / total reduce time\n",
-              g_iters);
-  std::printf("   predicted: core::PlanGradSync + Simulate with reduce_cost = the measured mean "
-              "bucket all-reduce time\n\n");
+  std::printf(
+      "== 2. gradient-reduce overlap: ZB-V p=%d m=%d d=%d, chunk ops F=%.0f B=%.0f W=%.0f "
+      "ms, %.0f MB of parameters per stage in %d buckets of 4 MB (Gloo all-reduce)\n",
+      r.p, r.m, r.d, r.costs.f_ms, r.costs.b_ms, r.costs.w_ms, r.costs.params_mb, buckets);
+  std::printf(
+      "   measured: per rank per iteration, summed over the p·d ranks, mean of %d "
+      "iterations; overlap = 1 - exposed / total reduce time\n",
+      g_iters);
+  std::printf(
+      "   predicted: core::PlanGradSync + Simulate with reduce_cost = the measured mean "
+      "bucket all-reduce time\n\n");
   std::printf("%-8s %10s %11s %12s %9s %9s %10s %10s\n", "overlap", "iter ms", "reduce ms",
               "exposed ms", "overlap", "pred ovl", "pred iter", "no-DP sim");
   const core::SimResult nodp = Must(core::Simulate(plan, SynthCostModel(r, comm_ms)), "simulate");
@@ -502,18 +506,19 @@ void Gpt() {
   const worker::model::GptConfig gpt = g_gpt;
   const int m = 8, mbs = 4;
   const double tokens_per_iter = double(m) * mbs * gpt.seq_len;
-  std::printf("== 3. real GPT (layers %d, hidden %d, heads %d, seq %d, vocab %d), global batch "
-              "%d x %d samples = %.0f tokens/iteration, AdamW, mean of %d iterations after %d "
-              "warm-up\n\n",
-              gpt.layers, gpt.hidden, gpt.heads, gpt.seq_len, gpt.vocab, m, mbs, tokens_per_iter,
-              g_iters, g_warmup);
+  std::printf(
+      "== 3. real GPT (layers %d, hidden %d, heads %d, seq %d, vocab %d), global batch "
+      "%d x %d samples = %.0f tokens/iteration, AdamW, mean of %d iterations after %d "
+      "warm-up\n\n",
+      gpt.layers, gpt.hidden, gpt.heads, gpt.seq_len, gpt.vocab, m, mbs, tokens_per_iter, g_iters,
+      g_warmup);
   std::fflush(stdout);
   // Reference: one process, 2 intra-op threads, same microbatches accumulated, same optimizer.
   double ref_s = 0, ref_full_s = 0, ref_one_s = 0;
   {
     auto ref = Must(worker::model::GptReference::Make(gpt, 1), "reference");
-    auto data = Must(worker::model::SyntheticTokenData::Make(1, gpt.vocab, gpt.seq_len, mbs),
-                     "data");
+    auto data =
+        Must(worker::model::SyntheticTokenData::Make(1, gpt.vocab, gpt.seq_len, mbs), "data");
     auto params = ref->parameters();
     torch::optim::AdamW opt(params, torch::optim::AdamWOptions(3e-4).weight_decay(0.01));
     // 0: microbatch by microbatch, 1: global batch at once, 2: as 0 with one intra-op thread.
@@ -551,8 +556,8 @@ void Gpt() {
   core::ScheduleRequest req;
   req.pipeline = r.p;
   req.microbatches = r.m;
-  req.cost = core::CostModel::Uniform(core::PlacementFor(r.kind, r.p).num_stages(),
-                                      core::StageCost{});
+  req.cost =
+      core::CostModel::Uniform(core::PlacementFor(r.kind, r.p).num_stages(), core::StageCost{});
   const core::Plan plan =
       Must(core::LowerComm(Must(core::GenerateSchedule(r.kind, req), "generate")), "lower");
   const RunResult run = RunPipeline(r, plan);
@@ -561,17 +566,18 @@ void Gpt() {
   bubble /= run.summaries.size();
   const double pipe_s = run.wall_s / g_iters;
   std::printf("%-44s %8s %11s %9s\n", "run", "s/iter", "tokens/s", "vs ref");
-  std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, microbatched",
-              ref_s, tokens_per_iter / ref_s, 1.0);
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, microbatched", ref_s,
+              tokens_per_iter / ref_s, 1.0);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 2 threads, whole batch",
               ref_full_s, tokens_per_iter / ref_full_s, ref_s / ref_full_s);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 1 thread, microbatched",
               ref_one_s, tokens_per_iter / ref_one_s, ref_s / ref_one_s);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "ZB-V p=2 m=8, 2 ranks x 1 thread (Gloo)", pipe_s,
               tokens_per_iter / pipe_s, ref_s / pipe_s);
-  std::printf("   ZB-V measured bubble %.3f (1 - sum busy / (p span)); vs ref = reference "
-              "(2 threads, microbatched) s/iter / this s/iter; load average now %s\n\n",
-              bubble, LoadAverage().c_str());
+  std::printf(
+      "   ZB-V measured bubble %.3f (1 - sum busy / (p span)); vs ref = reference "
+      "(2 threads, microbatched) s/iter / this s/iter; load average now %s\n\n",
+      bubble, LoadAverage().c_str());
 }
 
 }  // namespace
