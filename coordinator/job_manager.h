@@ -44,6 +44,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/progress_tracker.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/trace_store.h"
 
 namespace zpipe::coordinator {
 
