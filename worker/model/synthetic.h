@@ -2,7 +2,7 @@
 // without real math, so large pipelines (p = 8..32) run faithfully on a few cores.
 //
 // Timing: each action records its start on std::chrono::steady_clock and ends at start + its
-// duration. The default waits with sleep_until, so many worker processes can share two cores
+// duration. The default waits with sleep_until (then yield-spins the last 200 us), so many worker processes can share two cores
 // without stealing each other's time (what matters for pipeline fidelity is when an action ends,
 // not that a core is busy); Timing::kSpin busy-waits instead, for sub-millisecond precision on
 // an otherwise idle machine. The small real work an action does (allocating the activation,
