@@ -204,6 +204,10 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
     }
   }
 
+  // Live, not only at the end: the job is still running and its iteration counter moves.
+  const double iterations_before =
+      Scalar(prom.Query("zpipe_iterations_total" + job_sel).value_or(json()));
+
   // Every panel query.
   const Selection selection{job, "0|1", "10s"};
   const std::vector<PanelQuery> queries = PanelQueries(dashboard);
@@ -221,10 +225,10 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   const double measured = Scalar(prom.Query("zpipe_job_bubble_ratio" + job_sel).value_or(json()));
   const double predicted =
       Scalar(prom.Query("zpipe_job_bubble_ratio_predicted" + job_sel).value_or(json()));
-  const double planned = Scalar(
+  const double average = Scalar(
       prom.Query("zpipe:job_bubble_ratio:rate1m" + job_sel).value_or(json()));
   std::printf("job %s: bubble measured %.4f, predicted at measured costs %.4f (1m average %.4f)\n",
-              job.c_str(), measured, predicted, planned);
+              job.c_str(), measured, predicted, average);
   for (const char* per_rank : {"zpipe_bubble_ratio", "zpipe_bubble_ratio_predicted"}) {
     auto r = prom.Query(std::string(per_rank) + job_sel);
     if (!r.ok()) continue;
@@ -234,6 +238,15 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
                   row["value"][1].get<std::string>().c_str());
     }
   }
+  const auto live_deadline = Clock::now() + std::chrono::seconds(10);
+  double iterations_after = iterations_before;
+  while (iterations_after <= iterations_before && Clock::now() < live_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    iterations_after = Scalar(prom.Query("zpipe_iterations_total" + job_sel).value_or(json()));
+  }
+  EXPECT_GT(iterations_before, 0);
+  EXPECT_GT(iterations_after, iterations_before) << "zpipe_iterations_total did not move";
+  EXPECT_EQ(Scalar(prom.Query("zpipe_jobs{state=\"RUNNING\"}").value_or(json())), 1);
   EXPECT_GE(predicted, 0);
   EXPECT_LT(predicted, 1);
   EXPECT_GE(measured, 0);
