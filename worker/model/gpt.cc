@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "worker/model/internal/stage_base.h"
 #include "worker/model/internal/torch_status.h"
 #include "worker/model/weight_grad_store.h"
 
@@ -232,17 +233,14 @@ absl::Status CheckTokens(const GptConfig& c, const torch::Tensor& t, absl::strin
   return absl::OkStatus();
 }
 
-class GptStage final : public Stage {
+class GptStage final : public internal::StageBase {
  public:
   GptStage(const GptConfig& config, const StageOptions& options)
-      : config_(config), options_(options), store_(options.stage) {
+      : StageBase(options), config_(config) {
     BuildParts(config, StageLayers(config.layers, options.num_stages, options.stage),
                options.stage == 0, options.stage == options.num_stages - 1, options.seed,
                options.device, options.dtype, &parts_);
   }
-
-  int stage() const override { return options_.stage; }
-  int num_stages() const override { return options_.num_stages; }
 
   absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
                                         const torch::Tensor* targets) override {
@@ -327,29 +325,9 @@ class GptStage final : public Stage {
     return result;
   }
 
-  absl::Status BackwardWeight(int mb) override {
-    absl::StatusOr<std::vector<WeightGradStore::Closure>> work = store_.Take(mb);
-    if (!work.ok()) return work.status();
-    return GuardTorch(stage(), "W", mb, [&]() -> absl::Status {
-      for (const WeightGradStore::Closure& fn : *work) fn();
-      return absl::OkStatus();
-    });
-  }
-
-  absl::StatusOr<float> Loss(int mb) const override {
-    auto it = losses_.find(mb);
-    if (it == losses_.end()) {
-      return absl::NotFoundError(absl::StrCat("stage ", stage(), " microbatch ", mb,
-                                              ": no loss (not the last stage, or F not run)"));
-    }
-    return it->second;
-  }
-  void ClearLosses() override { losses_.clear(); }
-
   void FreeMicrobatch(int mb) override {
     fwd_.erase(mb);
-    store_.Drop(mb);
-    losses_.erase(mb);
+    DropQueued(mb);
   }
   int pending_microbatches() const override {
     return static_cast<int>(fwd_.size()) + store_.pending_microbatches();
@@ -378,13 +356,10 @@ class GptStage final : public Stage {
   }
 
   const GptConfig config_;
-  const StageOptions options_;
-  WeightGradStore store_;
   Parts parts_;
-  // Declared after store_ and parts_: the graphs held here point at both (SplitLinearFn saves
-  // their addresses), so they must be destroyed first.
+  // Declared after parts_ (and the base's store_): the graphs held here point at both
+  // (SplitLinearFn saves their addresses), so they must be destroyed first.
   std::map<int, MicrobatchState> fwd_;
-  std::map<int, float> losses_;
 };
 
 }  // namespace

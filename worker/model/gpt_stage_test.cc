@@ -460,7 +460,9 @@ TEST(GptStageTest, GradientsArriveInTheAdvertisedPhase) {
   ASSERT_TRUE(stage.BackwardWeight(0).ok());
   for (const ParamInfo& p : stage.params()) {
     ASSERT_TRUE(p.tensor.grad().defined()) << "after W: " << p.name;
-    if (p.phase == GradPhase::kB) EXPECT_TRUE(torch::equal(p.tensor.grad(), after_b[p.name]));
+    if (p.phase == GradPhase::kB) {
+      EXPECT_TRUE(torch::equal(p.tensor.grad(), after_b[p.name]));
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/internal/stage_base.h"
 #include "worker/model/internal/torch_status.h"
 #include "worker/model/weight_grad_store.h"
 
@@ -19,10 +20,10 @@ using internal::GuardTorch;
 
 constexpr int64_t kMaxTensorFloats = 1'000'000;  // 4 MB per parameter tensor
 
-class SyntheticStage final : public Stage {
+class SyntheticStage final : public internal::StageBase {
  public:
   SyntheticStage(const SyntheticStageConfig& config, const StageOptions& options)
-      : config_(config), options_(options), store_(options.stage) {
+      : StageBase(options), config_(config) {
     activation_floats_ = static_cast<int64_t>(std::llround(config.activation_kb * 1024.0 / 4.0));
     int64_t remaining = static_cast<int64_t>(std::llround(config.params_mb * 1e6 / 4.0));
     torch::NoGradGuard no_grad;
@@ -36,9 +37,6 @@ class SyntheticStage final : public Stage {
                                  GradPhase::kW, 1, k});
     }
   }
-
-  int stage() const override { return options_.stage; }
-  int num_stages() const override { return options_.num_stages; }
 
   absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
                                         const torch::Tensor*) override {
@@ -87,29 +85,9 @@ class SyntheticStage final : public Stage {
     return grad;
   }
 
-  absl::Status BackwardWeight(int mb) override {
-    absl::StatusOr<std::vector<WeightGradStore::Closure>> work = store_.Take(mb);
-    if (!work.ok()) return work.status();
-    return GuardTorch(stage(), "W", mb, [&]() -> absl::Status {
-      for (const WeightGradStore::Closure& fn : *work) fn();
-      return absl::OkStatus();
-    });
-  }
-
-  absl::StatusOr<float> Loss(int mb) const override {
-    auto it = losses_.find(mb);
-    if (it == losses_.end()) {
-      return absl::NotFoundError(absl::StrCat("stage ", stage(), " microbatch ", mb,
-                                              ": no loss (not the last stage, or F not run)"));
-    }
-    return it->second;
-  }
-  void ClearLosses() override { losses_.clear(); }
-
   void FreeMicrobatch(int mb) override {
     forwarded_.erase(mb);
-    store_.Drop(mb);
-    losses_.erase(mb);
+    DropQueued(mb);
   }
   int pending_microbatches() const override {
     return static_cast<int>(forwarded_.size()) + store_.pending_microbatches();
@@ -153,12 +131,9 @@ class SyntheticStage final : public Stage {
   }
 
   const SyntheticStageConfig config_;
-  const StageOptions options_;
-  WeightGradStore store_;
   int64_t activation_floats_ = 0;
   std::vector<ParamInfo> infos_;
   std::map<int, bool> forwarded_;
-  std::map<int, float> losses_;
   int64_t forwards_ = 0;
 };
 

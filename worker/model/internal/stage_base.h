@@ -1,0 +1,61 @@
+// Internal: what every Stage implementation shares — its options, its WeightGradStore and W, and
+// the last stage's per-microbatch losses.
+#ifndef ZPIPE_WORKER_MODEL_INTERNAL_STAGE_BASE_H_
+#define ZPIPE_WORKER_MODEL_INTERNAL_STAGE_BASE_H_
+
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "worker/model/internal/torch_status.h"
+#include "worker/model/stage.h"
+#include "worker/model/weight_grad_store.h"
+
+namespace zpipe::worker::model::internal {
+
+class StageBase : public Stage {
+ public:
+  explicit StageBase(const StageOptions& options) : options_(options), store_(options.stage) {}
+
+  int stage() const override { return options_.stage; }
+  int num_stages() const override { return options_.num_stages; }
+
+  // W(s,i): runs exactly microbatch i's queued weight-gradient closures.
+  absl::Status BackwardWeight(int mb) override {
+    absl::StatusOr<std::vector<WeightGradStore::Closure>> work = store_.Take(mb);
+    if (!work.ok()) return work.status();
+    return GuardTorch(stage(), "W", mb, [&]() -> absl::Status {
+      for (const WeightGradStore::Closure& fn : *work) fn();
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<float> Loss(int mb) const override {
+    auto it = losses_.find(mb);
+    if (it == losses_.end()) {
+      return absl::NotFoundError(absl::StrCat("stage ", stage(), " microbatch ", mb,
+                                              ": no loss (not the last stage, or F not run)"));
+    }
+    return it->second;
+  }
+  void ClearLosses() override { losses_.clear(); }
+
+ protected:
+  // The queued weight work and the loss of `mb` (FreeMicrobatch's shared part).
+  void DropQueued(int mb) {
+    store_.Drop(mb);
+    losses_.erase(mb);
+  }
+
+  const StageOptions options_;
+  // Destroyed after the derived class's members, so graphs they hold that point into the store
+  // go first.
+  WeightGradStore store_;
+  std::map<int, float> losses_;
+};
+
+}  // namespace zpipe::worker::model::internal
+
+#endif  // ZPIPE_WORKER_MODEL_INTERNAL_STAGE_BASE_H_
