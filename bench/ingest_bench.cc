@@ -16,13 +16,13 @@
 // Two phases run back to back on the same job: "paced" (the streams together offer --rate events/s,
 // spread evenly: GetJob latency and coordinator CPU at the target load; --rate 0 skips it) and
 // "max" (every stream writes as fast as gRPC flow control lets it: the ingestion ceiling).
-#include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,17 +83,28 @@ bool ParseOptions(int argc, char** argv, Options& o) {
   }
   for (const auto& [k, v] : kv) {
     bool ok = true;
-    if (k == "--streams") ok = absl::SimpleAtoi(v, &o.streams);
-    else if (k == "--pipeline") ok = absl::SimpleAtoi(v, &o.pipeline);
-    else if (k == "--microbatches") ok = absl::SimpleAtoi(v, &o.microbatches);
-    else if (k == "--batch") ok = absl::SimpleAtoi(v, &o.batch);
-    else if (k == "--seconds") ok = absl::SimpleAtod(v, &o.seconds);
-    else if (k == "--warmup") ok = absl::SimpleAtod(v, &o.warmup);
-    else if (k == "--getjob-interval-ms") ok = absl::SimpleAtoi(v, &o.getjob_interval_ms);
-    else if (k == "--connections") ok = absl::SimpleAtoi(v, &o.connections);
-    else if (k == "--rate") ok = absl::SimpleAtod(v, &o.rate);
-    else if (k == "--coordinator-bin") o.coordinator_bin = v;
-    else ok = false;
+    if (k == "--streams")
+      ok = absl::SimpleAtoi(v, &o.streams);
+    else if (k == "--pipeline")
+      ok = absl::SimpleAtoi(v, &o.pipeline);
+    else if (k == "--microbatches")
+      ok = absl::SimpleAtoi(v, &o.microbatches);
+    else if (k == "--batch")
+      ok = absl::SimpleAtoi(v, &o.batch);
+    else if (k == "--seconds")
+      ok = absl::SimpleAtod(v, &o.seconds);
+    else if (k == "--warmup")
+      ok = absl::SimpleAtod(v, &o.warmup);
+    else if (k == "--getjob-interval-ms")
+      ok = absl::SimpleAtoi(v, &o.getjob_interval_ms);
+    else if (k == "--connections")
+      ok = absl::SimpleAtoi(v, &o.connections);
+    else if (k == "--rate")
+      ok = absl::SimpleAtod(v, &o.rate);
+    else if (k == "--coordinator-bin")
+      o.coordinator_bin = v;
+    else
+      ok = false;
     if (!ok) {
       std::cerr << "ingest_bench: bad option " << k << " " << v << "\n";
       return false;
@@ -140,7 +151,8 @@ double ProcessCpuSeconds(pid_t pid) {
 double SelfCpuSeconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
 }
 
 // One simulated worker: register, open the session, wait for the assignment, then stream.
@@ -180,11 +192,20 @@ class SimWorker {
       for (const zpipe::core::Action& act : plan->ranks[a.pipeline_rank()]) {
         zpipe::v1::ComputeOp op;
         switch (act.kind) {
-          case zpipe::core::ActionKind::kForward: op = zpipe::v1::COMPUTE_OP_F; break;
-          case zpipe::core::ActionKind::kBackwardInput: op = zpipe::v1::COMPUTE_OP_B; break;
-          case zpipe::core::ActionKind::kBackwardWeight: op = zpipe::v1::COMPUTE_OP_W; break;
-          case zpipe::core::ActionKind::kBackwardFull: op = zpipe::v1::COMPUTE_OP_BW; break;
-          default: continue;
+          case zpipe::core::ActionKind::kForward:
+            op = zpipe::v1::COMPUTE_OP_F;
+            break;
+          case zpipe::core::ActionKind::kBackwardInput:
+            op = zpipe::v1::COMPUTE_OP_B;
+            break;
+          case zpipe::core::ActionKind::kBackwardWeight:
+            op = zpipe::v1::COMPUTE_OP_W;
+            break;
+          case zpipe::core::ActionKind::kBackwardFull:
+            op = zpipe::v1::COMPUTE_OP_BW;
+            break;
+          default:
+            continue;
         }
         actions_.push_back({op, act.stage, act.microbatch});
       }
@@ -212,9 +233,11 @@ class SimWorker {
       const double rate = per_stream_rate.load(std::memory_order_relaxed);
       if (rate > 0) {
         const Clock::time_point now = Clock::now();
-        if (next_send < now - std::chrono::milliseconds(100)) next_send = now;  // no catch-up bursts
+        if (next_send < now - std::chrono::milliseconds(100))
+          next_send = now;  // no catch-up bursts
         std::this_thread::sleep_until(next_send);
-        next_send += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(batch_ / rate));
+        next_send += std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(batch_ / rate));
       }
       b->clear_iterations();
       b->clear_ops();
@@ -256,7 +279,8 @@ class SimWorker {
   std::string name_;
   int index_;
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>> stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>>
+      stream_;
   std::vector<Event> actions_;
   std::string job_id_;
   int pipeline_rank_ = 0, data_rank_ = 0, batch_ = 0;
@@ -269,8 +293,8 @@ uint64_t AppliedEvents(const zpipe::v1::Job& job) {
   uint64_t total = 0;
   for (const zpipe::v1::RankProgress& r : job.progress().ranks()) {
     const uint64_t per_iteration = r.forward_total() + r.backward_total() + r.weight_total();
-    total += static_cast<uint64_t>(r.iteration()) * per_iteration + r.forward_done() + r.backward_done() +
-             r.weight_done();
+    total += static_cast<uint64_t>(r.iteration()) * per_iteration + r.forward_done() +
+             r.backward_done() + r.weight_done();
   }
   return total;
 }
@@ -298,8 +322,8 @@ int main(int argc, char** argv) {
     int null_fd = open("/dev/null", O_WRONLY);
     dup2(null_fd, 1);
     dup2(null_fd, 2);
-    execl(o.coordinator_bin.c_str(), o.coordinator_bin.c_str(), listen.c_str(), metrics.c_str(), "--db=:memory:",
-          "--heartbeat-timeout=120s", static_cast<char*>(nullptr));
+    execl(o.coordinator_bin.c_str(), o.coordinator_bin.c_str(), listen.c_str(), metrics.c_str(),
+          "--db=:memory:", "--heartbeat-timeout=120s", static_cast<char*>(nullptr));
     _exit(127);
   }
   auto cleanup = [&] {
@@ -324,11 +348,13 @@ int main(int argc, char** argv) {
   for (int c = 0; c < connections; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("zpipe.bench.connection", c);  // distinct args: a connection of its own
-    channels.push_back(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
   std::vector<std::unique_ptr<SimWorker>> workers;
   for (int i = 0; i < o.streams; ++i) {
-    workers.push_back(std::make_unique<SimWorker>(channels[i % connections], absl::StrCat("bench-", i), i));
+    workers.push_back(
+        std::make_unique<SimWorker>(channels[i % connections], absl::StrCat("bench-", i), i));
     if (!workers.back()->Register()) {
       cleanup();
       return 1;
@@ -361,7 +387,8 @@ int main(int argc, char** argv) {
     }
     for (std::thread& t : waits) t.join();
     if (assigned != o.streams) {
-      std::cerr << "ingest_bench: only " << assigned << " of " << o.streams << " workers got an assignment\n";
+      std::cerr << "ingest_bench: only " << assigned << " of " << o.streams
+                << " workers got an assignment\n";
       cleanup();
       return 1;
     }
@@ -370,7 +397,8 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::atomic<double> per_stream_rate{0};
   std::vector<std::thread> streams;
-  for (auto& w : workers) streams.emplace_back([&, wp = w.get()] { wp->Stream(stop, per_stream_rate); });
+  for (auto& w : workers)
+    streams.emplace_back([&, wp = w.get()] { wp->Stream(stop, per_stream_rate); });
 
   // GetJob poller: the latency of every call made while a phase is measuring.
   std::atomic<bool> measuring{false};
@@ -449,7 +477,8 @@ int main(int argc, char** argv) {
 
   // Paced first: the unpaced phase can leave a backlog in the coordinator that would distort it.
   std::vector<PhaseResult> results;
-  if (o.rate > 0) results.push_back(run_phase(absl::StrFormat("paced %.0f/s", o.rate), o.rate, o.warmup));
+  if (o.rate > 0)
+    results.push_back(run_phase(absl::StrFormat("paced %.0f/s", o.rate), o.rate, o.warmup));
   results.push_back(run_phase("max", 0, o.warmup));
 
   stop = true;
@@ -460,22 +489,27 @@ int main(int argc, char** argv) {
   cleanup();
 
   std::cout << absl::StrFormat(
-      "== progress ingestion: %d streams (%d connections), batches of %d events, job p=%d d=%d m=%d zb-h1;\n"
-      "   %.0fs per phase, %d cores; CPU in %% of one core; events applied = counted by the coordinator\n",
-      o.streams, connections, o.batch, o.pipeline, o.streams / o.pipeline, o.microbatches, o.seconds,
-      static_cast<int>(std::thread::hardware_concurrency()));
-  std::cout << absl::StrFormat("%-16s %12s %12s %9s %9s %8s %9s %9s %9s\n", "phase", "sent/s", "applied/s",
-                               "coord CPU", "gen CPU", "GetJobs", "p50 ms", "p99 ms", "max ms");
+      "== progress ingestion: %d streams (%d connections), batches of %d events, job p=%d d=%d "
+      "m=%d zb-h1;\n"
+      "   %.0fs per phase, %d cores; CPU in %% of one core; events applied = counted by the "
+      "coordinator\n",
+      o.streams, connections, o.batch, o.pipeline, o.streams / o.pipeline, o.microbatches,
+      o.seconds, static_cast<int>(std::thread::hardware_concurrency()));
+  std::cout << absl::StrFormat("%-16s %12s %12s %9s %9s %8s %9s %9s %9s\n", "phase", "sent/s",
+                               "applied/s", "coord CPU", "gen CPU", "GetJobs", "p50 ms", "p99 ms",
+                               "max ms");
   bool met = false;
   for (const PhaseResult& r : results) {
     const double p99 = Percentile(r.latencies_ms, 0.99);
     auto ms = [&](double q) {
-      return r.latencies_ms.empty() ? std::string("n/a") : absl::StrFormat("%.2f", Percentile(r.latencies_ms, q));
+      return r.latencies_ms.empty() ? std::string("n/a")
+                                    : absl::StrFormat("%.2f", Percentile(r.latencies_ms, q));
     };
-    std::cout << absl::StrFormat("%-16s %12.0f %12s %8.0f%% %8.0f%% %8zu %9s %9s %9s\n", r.name, r.sent_rate,
-                                 r.applied_rate < 0 ? "n/a" : absl::StrFormat("%.0f", r.applied_rate),
-                                 100 * r.coordinator_cpu, 100 * r.generator_cpu, r.latencies_ms.size(), ms(0.5),
-                                 ms(0.99), ms(1.0));
+    std::cout << absl::StrFormat(
+        "%-16s %12.0f %12s %8.0f%% %8.0f%% %8zu %9s %9s %9s\n", r.name, r.sent_rate,
+        r.applied_rate < 0 ? "n/a" : absl::StrFormat("%.0f", r.applied_rate),
+        100 * r.coordinator_cpu, 100 * r.generator_cpu, r.latencies_ms.size(), ms(0.5), ms(0.99),
+        ms(1.0));
     if (r.applied_rate >= 1e6 && !r.latencies_ms.empty() && p99 < 10) met = true;
   }
   std::cout << "target (>= 1,000,000 events/s applied with GetJob p99 < 10 ms in one phase): "

@@ -15,10 +15,9 @@ void BM_Schedule(benchmark::State& state, ScheduleKind kind) {
   ScheduleRequest req;
   req.pipeline = p;
   req.microbatches = m;
-  req.cost = CostModel::Uniform(PlacementFor(kind, p).num_stages(),
-                                StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5,
-                                          .mem_w = -0.5},
-                                0.05);
+  req.cost = CostModel::Uniform(
+      PlacementFor(kind, p).num_stages(),
+      StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5}, 0.05);
   double bubble = 0;
   for (auto _ : state) {
     auto plan = GenerateSchedule(kind, req);

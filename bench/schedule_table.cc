@@ -17,11 +17,14 @@ core::CostModel PaperCost(const bench::PublishedSetting& s, int stages) {
   const double seq = 1024;
   const double mem_f = 34 * s.h + 5 * s.a * seq;
   const double mem_w = -32 * s.h;
-  return core::CostModel::Uniform(
-      stages,
-      core::StageCost{.f = s.t_f, .b = s.t_b, .w = s.t_w, .mem_f = mem_f,
-                      .mem_b = -mem_f - mem_w, .mem_w = mem_w},
-      s.t_comm);
+  return core::CostModel::Uniform(stages,
+                                  core::StageCost{.f = s.t_f,
+                                                  .b = s.t_b,
+                                                  .w = s.t_w,
+                                                  .mem_f = mem_f,
+                                                  .mem_b = -mem_f - mem_w,
+                                                  .mem_w = mem_w},
+                                  s.t_comm);
 }
 
 int Main() {
@@ -54,8 +57,7 @@ int Main() {
                     name.c_str(), std::string(sim.status().message()).c_str());
         continue;
       }
-      const bool valid =
-          core::ValidatePlan(*plan, {.cost = &req.cost, .memory_limit = limit}).ok();
+      const bool valid = core::ValidatePlan(*plan, {.cost = &req.cost, .memory_limit = limit}).ok();
       const double delta = sim->bubble_rate - published;
       if (delta > 0.002) ++worse;
       std::printf("%-11s %3d %4d %-12s %9.4f %9.4f %+9.4f %8s %10.1f\n", s.model.c_str(), s.p, s.m,

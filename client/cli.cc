@@ -10,9 +10,12 @@
 
 namespace zpipe::cli {
 
-CliContext::CliContext(std::string coordinator, OutputFormat output, std::ostream& out, std::ostream& err,
-                       bool out_is_terminal)
-    : coordinator_(std::move(coordinator)), output_(output), out_(out), err_(err),
+CliContext::CliContext(std::string coordinator, OutputFormat output, std::ostream& out,
+                       std::ostream& err, bool out_is_terminal)
+    : coordinator_(std::move(coordinator)),
+      output_(output),
+      out_(out),
+      err_(err),
       out_is_terminal_(out_is_terminal) {}
 
 CliContext::CliContext(std::unique_ptr<Client> client, std::string coordinator, OutputFormat output,
@@ -28,11 +31,15 @@ Client& CliContext::client() {
 
 int ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kOk: return kExitOk;
-    case absl::StatusCode::kUnavailable: return kExitUnreachable;
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kUnavailable:
+      return kExitUnreachable;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kAlreadyExists: return kExitUsage;
-    default: return kExitJobFailed;
+    case absl::StatusCode::kAlreadyExists:
+      return kExitUsage;
+    default:
+      return kExitJobFailed;
   }
 }
 
@@ -40,16 +47,19 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
   err_ << "zpipe " << command << ": ";
   if (status.code() == absl::StatusCode::kUnavailable) {
     err_ << "cannot reach the coordinator at " << coordinator_ << " (" << status.message()
-         << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv << ".\n";
+         << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv
+         << ".\n";
   } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-    err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message() << "\n";
+    err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message()
+         << "\n";
   } else {
     err_ << status.message() << "\n";
   }
   return ExitCodeFor(status);
 }
 
-int CliContext::Usage(const std::string& command, const std::string& message, const std::string& usage) {
+int CliContext::Usage(const std::string& command, const std::string& message,
+                      const std::string& usage) {
   err_ << "zpipe " << command << ": " << message << "\n" << usage;
   return kExitUsage;
 }
@@ -83,11 +93,13 @@ absl::Status Args::Parse(const std::vector<std::string>& args) {
       value = a.substr(eq + 1);
     }
     if (switches_.count(name)) {
-      if (value.has_value()) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      if (value.has_value())
+        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
       values_[name] = "true";
     } else if (flags_.count(name)) {
       if (!value.has_value()) {
-        if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+        if (i + 1 >= args.size())
+          return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
         value = args[++i];
       }
       values_[name] = *value;
@@ -151,7 +163,8 @@ std::string FormatTime(int64_t seconds_since_epoch) {
 std::string JobLine(const v1::Job& job) {
   std::string line = absl::StrCat(job.id(), " ", JobStateName(job.state()));
   const v1::JobProgress& p = job.progress();
-  if (p.iterations_total() > 0) absl::StrAppend(&line, " ", p.iterations_done(), "/", p.iterations_total(), " iterations");
+  if (p.iterations_total() > 0)
+    absl::StrAppend(&line, " ", p.iterations_done(), "/", p.iterations_total(), " iterations");
   if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
   return line;
 }

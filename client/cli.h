@@ -43,8 +43,8 @@ class CliContext {
   CliContext(std::string coordinator, OutputFormat output, std::ostream& out, std::ostream& err,
              bool out_is_terminal);
   // Uses `client` instead of connecting to `coordinator` (tests: a FakeClient).
-  CliContext(std::unique_ptr<Client> client, std::string coordinator, OutputFormat output, std::ostream& out,
-             std::ostream& err, bool out_is_terminal);
+  CliContext(std::unique_ptr<Client> client, std::string coordinator, OutputFormat output,
+             std::ostream& out, std::ostream& err, bool out_is_terminal);
 
   const std::string& coordinator() const { return coordinator_; }
   OutputFormat output() const { return output_; }
@@ -76,7 +76,7 @@ int ExitCodeFor(const absl::Status& status);
 // Flags are declared up front so that a typo is an error rather than a positional.
 class Args {
  public:
-  Args& Flag(const std::string& name);   // takes a value
+  Args& Flag(const std::string& name);    // takes a value
   Args& Switch(const std::string& name);  // boolean
   // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag or a missing value.
   absl::Status Parse(const std::vector<std::string>& args);
@@ -129,8 +129,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      /
 // bars in place (a terminal); otherwise one plain line per state change / iteration.
 // `quiet` prints only the final line (submit --wait). `observer`, when set, sees every event
 // first (zpipe run keeps the iteration summaries).
-int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet,
-              const std::function<void(const v1::JobEvent&)>& observer = nullptr);
+int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live,
+              bool quiet, const std::function<void(const v1::JobEvent&)>& observer = nullptr);
 
 }  // namespace zpipe::cli
 

@@ -25,8 +25,8 @@ class CliCommandsTest : public ::testing::Test {
  protected:
   using Command = int (*)(CliContext&, const std::vector<std::string>&);
 
-  Result Run(Command command, const std::vector<std::string>& args, OutputFormat format = OutputFormat::kTable,
-             bool terminal = false) {
+  Result Run(Command command, const std::vector<std::string>& args,
+             OutputFormat format = OutputFormat::kTable, bool terminal = false) {
     std::ostringstream out, err;
     // The context owns its client; hand it a forwarding view of the shared fake.
     CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", format, out, err, terminal);
@@ -54,13 +54,18 @@ class CliCommandsTest : public ::testing::Test {
   class Forwarder : public Client {
    public:
     explicit Forwarder(FakeClient& f) : f_(f) {}
-    absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& s, const std::string& id, bool v) override {
+    absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& s, const std::string& id,
+                                        bool v) override {
       return f_.Submit(s, id, v);
     }
     absl::StatusOr<v1::Job> Get(const std::string& id) override { return f_.Get(id); }
     absl::StatusOr<JobPage> List(const ListJobsOptions& o) override { return f_.List(o); }
-    absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override { return f_.Cancel(id, r); }
-    std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override { return f_.Watch(id, o); }
+    absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override {
+      return f_.Cancel(id, r);
+    }
+    std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override {
+      return f_.Watch(id, o);
+    }
     absl::StatusOr<JobPlan> Plan(const std::string& id) override { return f_.Plan(id); }
     absl::StatusOr<std::vector<v1::Worker>> Workers(bool d) override { return f_.Workers(d); }
 
@@ -131,7 +136,8 @@ TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {
   driver.join();
   EXPECT_EQ(r.code, kExitJobFailed);
   EXPECT_THAT(r.out, HasSubstr("w pending -> running: assignments sent\n"));
-  EXPECT_THAT(r.out, HasSubstr("iteration 1/3: 500ms  loss 2.5000  bubble 25.0% (predicted 20.0%)\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("iteration 1/3: 500ms  loss 2.5000  bubble 25.0% (predicted 20.0%)\n"));
   EXPECT_THAT(r.out, HasSubstr("w running -> failed: rank 1 on worker x failed\n"));
 }
 

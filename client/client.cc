@@ -97,7 +97,8 @@ absl::StatusOr<JobTrace> JobTraceFromProto(v1::GetTraceResponse response) {
 std::string JobStateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
   if (absl::StartsWith(name, "JOB_STATE_")) name = name.substr(10);
-  return name.empty() ? absl::StrCat("state", static_cast<int>(state)) : absl::AsciiStrToLower(name);
+  return name.empty() ? absl::StrCat("state", static_cast<int>(state))
+                      : absl::AsciiStrToLower(name);
 }
 
 absl::StatusOr<v1::JobState> ParseJobState(const std::string& text) {
@@ -114,7 +115,8 @@ absl::StatusOr<v1::JobState> ParseJobState(const std::string& text) {
 }
 
 bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_CANCELLED;
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
 }
 
 }  // namespace zpipe

@@ -120,7 +120,8 @@ class Client {
   // Every job in `states` (all when empty), following the pages.
   absl::StatusOr<std::vector<v1::Job>> ListAll(const std::vector<v1::JobState>& states = {});
   // Cancels a PENDING/SCHEDULING/RUNNING job; a CANCELLED job comes back unchanged.
-  virtual absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason = "") = 0;
+  virtual absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
+                                         const std::string& reason = "") = 0;
 
   // Iterator form of WatchJob; the stream opens on the first Next().
   virtual std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options = {}) = 0;

@@ -36,27 +36,32 @@ v1::JobEvent StateEvent(uint64_t seq, v1::JobState from, v1::JobState to) {
 class FakeCoordinator final : public v1::CoordinatorService::Service {
  public:
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* job) override {
-    if (req->job_id() != "known") return grpc::Status(grpc::StatusCode::NOT_FOUND, "job nope not found");
+    if (req->job_id() != "known")
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job nope not found");
     job->set_id("known");
     job->set_state(v1::JOB_STATE_RUNNING);
     return grpc::Status::OK;
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse*) override {
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse*) override {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("spec.parallel.pipeline: must be in [1, 64], got ",
                                      req->spec().parallel().pipeline()));
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override {
     // Five jobs, two per page.
     int start = req->page_token().empty() ? 0 : std::stoi(req->page_token());
-    for (int i = start; i < std::min(start + 2, 5); ++i) resp->add_jobs()->set_id(absl::StrCat("j", i));
+    for (int i = start; i < std::min(start + 2, 5); ++i)
+      resp->add_jobs()->set_id(absl::StrCat("j", i));
     if (start + 2 < 5) resp->set_next_page_token(std::to_string(start + 2));
     return grpc::Status::OK;
   }
 
-  grpc::Status GetPlan(grpc::ServerContext*, const v1::GetPlanRequest* req, v1::GetPlanResponse* resp) override {
+  grpc::Status GetPlan(grpc::ServerContext*, const v1::GetPlanRequest* req,
+                       v1::GetPlanResponse* resp) override {
     core::Plan plan = core::EmptyPlan("1f1b", core::Placement::Linear(2), 1);
     plan.ranks[0] = {core::Action::F(0, 0), core::Action::BW(0, 0)};
     plan.ranks[1] = {core::Action::F(1, 0), core::Action::BW(1, 0)};
@@ -178,8 +183,9 @@ TEST_F(ClientTest, WatchResumesAfterDisconnectWithoutDuplicates) {
   });
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_THAT(sequences, ElementsAre(1, 2, 3, 3, 4));
-  EXPECT_THAT(kinds, ElementsAre(v1::JobEvent::kSnapshot, v1::JobEvent::kStateChange, v1::JobEvent::kIteration,
-                                 v1::JobEvent::kProgress, v1::JobEvent::kStateChange));
+  EXPECT_THAT(kinds, ElementsAre(v1::JobEvent::kSnapshot, v1::JobEvent::kStateChange,
+                                 v1::JobEvent::kIteration, v1::JobEvent::kProgress,
+                                 v1::JobEvent::kStateChange));
   EXPECT_THAT(fake_.after_sequences(), ElementsAre(0, 2));
 }
 

@@ -18,7 +18,8 @@ class FakeClient::FakeJobWatch : public JobWatch {
     std::unique_lock<std::mutex> lock(fake_.mu_);
     if (absl::Status s = fake_.CheckReachable(); !s.ok()) return s;
     auto it = fake_.jobs_.find(job_id_);
-    if (it == fake_.jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id_, "' not found"));
+    if (it == fake_.jobs_.end())
+      return absl::NotFoundError(absl::StrCat("job '", job_id_, "' not found"));
     if (!sent_snapshot_ && last_ == 0) {
       sent_snapshot_ = true;
       const JobEntry& e = it->second;
@@ -38,7 +39,8 @@ class FakeClient::FakeJobWatch : public JobWatch {
         next_ = i + 1;
         if (events[i].sequence() <= last_ && !events[i].has_progress()) continue;
         last_ = std::max(last_, events[i].sequence());
-        if (events[i].has_state_change() && IsTerminal(events[i].state_change().to())) ended_ = true;
+        if (events[i].has_state_change() && IsTerminal(events[i].state_change().to()))
+          ended_ = true;
         return std::optional<v1::JobEvent>(events[i]);
       }
       fake_.changed_.wait(lock);
@@ -92,7 +94,8 @@ bool FakeClient::ChangeStateLocked(JobEntry& entry, v1::JobState state, const st
   return true;
 }
 
-bool FakeClient::SetState(const std::string& job_id, v1::JobState state, const std::string& reason) {
+bool FakeClient::SetState(const std::string& job_id, v1::JobState state,
+                          const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   return it != jobs_.end() && ChangeStateLocked(it->second, state, reason);
@@ -165,8 +168,8 @@ absl::StatusOr<JobPage> FakeClient::List(const ListJobsOptions& options) {
   JobPage page;
   for (size_t i = start; i < order_.size(); ++i) {
     const v1::Job& job = jobs_[order_[i]].job;
-    if (!options.states.empty() &&
-        std::find(options.states.begin(), options.states.end(), job.state()) == options.states.end()) {
+    if (!options.states.empty() && std::find(options.states.begin(), options.states.end(),
+                                             job.state()) == options.states.end()) {
       continue;
     }
     if (page.jobs.size() == page_size) {
@@ -186,9 +189,11 @@ absl::StatusOr<v1::Job> FakeClient::Cancel(const std::string& job_id, const std:
   v1::Job& job = it->second.job;
   if (job.state() == v1::JOB_STATE_CANCELLED) return job;
   if (IsTerminal(job.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' is ", JobStateName(job.state())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' is ", JobStateName(job.state())));
   }
-  ChangeStateLocked(it->second, v1::JOB_STATE_CANCELLED, reason.empty() ? "cancelled by user" : reason);
+  ChangeStateLocked(it->second, v1::JOB_STATE_CANCELLED,
+                    reason.empty() ? "cancelled by user" : reason);
   return job;
 }
 
@@ -199,9 +204,11 @@ std::unique_ptr<JobWatch> FakeClient::Watch(const std::string& job_id, WatchOpti
 absl::StatusOr<JobPlan> FakeClient::Plan(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
-  if (!jobs_.count(job_id)) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  if (!jobs_.count(job_id))
+    return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   auto it = plans_.find(job_id);
-  if (it == plans_.end()) return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' has no plan yet"));
+  if (it == plans_.end())
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' has no plan yet"));
   return it->second;
 }
 

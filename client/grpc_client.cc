@@ -24,8 +24,11 @@ void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
 
 class GrpcJobWatch : public JobWatch {
  public:
-  GrpcJobWatch(std::shared_ptr<v1::CoordinatorService::Stub> stub, std::string job_id, WatchOptions options)
-      : stub_(std::move(stub)), job_id_(std::move(job_id)), options_(options),
+  GrpcJobWatch(std::shared_ptr<v1::CoordinatorService::Stub> stub, std::string job_id,
+               WatchOptions options)
+      : stub_(std::move(stub)),
+        job_id_(std::move(job_id)),
+        options_(options),
         last_sequence_(options.after_sequence) {}
 
   ~GrpcJobWatch() override {
@@ -67,8 +70,8 @@ class GrpcJobWatch : public JobWatch {
       const absl::Time now = absl::Now();
       if (retry_until == absl::InfinitePast()) retry_until = now + options_.reconnect_timeout;
       if (now >= retry_until) {
-        return absl::UnavailableError(absl::StrCat("watch of job ", job_id_, " lost the coordinator: ",
-                                                   status.message()));
+        return absl::UnavailableError(
+            absl::StrCat("watch of job ", job_id_, " lost the coordinator: ", status.message()));
       }
       absl::SleepFor(absl::Milliseconds(200));
     }

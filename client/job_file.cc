@@ -21,13 +21,13 @@
 namespace zpipe {
 namespace {
 
-using internal::SpecNode;
 using google::protobuf::Descriptor;
 using google::protobuf::EnumDescriptor;
 using google::protobuf::EnumValueDescriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
+using internal::SpecNode;
 
 absl::Status Error(int line, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
@@ -44,19 +44,24 @@ bool IsIntText(absl::string_view t) {
 }
 bool IsFloatText(absl::string_view t) {
   double d;
-  return absl::SimpleAtod(t, &d) && std::isfinite(d) && !absl::StrContains(absl::AsciiStrToLower(t), "inf") &&
+  return absl::SimpleAtod(t, &d) && std::isfinite(d) &&
+         !absl::StrContains(absl::AsciiStrToLower(t), "inf") &&
          !absl::StrContains(absl::AsciiStrToLower(t), "nan");
 }
 
 std::string Describe(const SpecNode& node) {
   switch (node.kind) {
-    case SpecNode::Kind::kNull: return "null";
-    case SpecNode::Kind::kMap: return "a map";
-    case SpecNode::Kind::kList: return "a list";
+    case SpecNode::Kind::kNull:
+      return "null";
+    case SpecNode::Kind::kMap:
+      return "a map";
+    case SpecNode::Kind::kList:
+      return "a list";
     case SpecNode::Kind::kScalar:
       if (node.quoted) return absl::StrCat("the string \"", node.text, "\"");
       if (IsBoolText(node.text)) return absl::StrCat("the boolean ", node.text);
-      if (IsIntText(node.text) || IsFloatText(node.text)) return absl::StrCat("the number ", node.text);
+      if (IsIntText(node.text) || IsFloatText(node.text))
+        return absl::StrCat("the number ", node.text);
       return absl::StrCat("'", node.text, "'");
   }
   return "?";
@@ -104,7 +109,8 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
   const Reflection& refl = *msg.GetReflection();
   const bool repeated = field.is_repeated();
   auto wrong = [&](absl::string_view expected) {
-    return Error(node.line, absl::StrCat("field '", path, "' expects ", expected, ", got ", Describe(node)));
+    return Error(node.line,
+                 absl::StrCat("field '", path, "' expects ", expected, ", got ", Describe(node)));
   };
   if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
     if (node.kind != SpecNode::Kind::kMap) return wrong("a map");
@@ -113,12 +119,17 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
   }
   if (node.kind != SpecNode::Kind::kScalar) {
     switch (field.cpp_type()) {
-      case FieldDescriptor::CPPTYPE_STRING: return wrong("a string");
-      case FieldDescriptor::CPPTYPE_BOOL: return wrong("true or false");
-      case FieldDescriptor::CPPTYPE_ENUM: return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
+      case FieldDescriptor::CPPTYPE_STRING:
+        return wrong("a string");
+      case FieldDescriptor::CPPTYPE_BOOL:
+        return wrong("true or false");
+      case FieldDescriptor::CPPTYPE_ENUM:
+        return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
       case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT: return wrong("a number");
-      default: return wrong("an integer");
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        return wrong("a number");
+      default:
+        return wrong("an integer");
     }
   }
   const std::string& t = node.text;
@@ -193,8 +204,8 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
 // Fields whose file form differs from the plain proto mapping.
 // `memory_limit: auto` means "unset" (the proto field is `optional`, unset = auto).
 bool IsAutoValue(const SpecNode& node, const FieldDescriptor& field) {
-  return field.name() == "memory_limit" && field.has_presence() && node.kind == SpecNode::Kind::kScalar &&
-         absl::AsciiStrToLower(node.text) == "auto";
+  return field.name() == "memory_limit" && field.has_presence() &&
+         node.kind == SpecNode::Kind::kScalar && absl::AsciiStrToLower(node.text) == "auto";
 }
 
 absl::Status SetField(const SpecNode& value, const std::string& path, const FieldDescriptor& field,
@@ -205,7 +216,8 @@ absl::Status SetField(const SpecNode& value, const std::string& path, const Fiel
   }
   if (field.is_repeated()) {
     if (value.kind != SpecNode::Kind::kList) {
-      return Error(value.line, absl::StrCat("field '", path, "' expects a list, got ", Describe(value)));
+      return Error(value.line,
+                   absl::StrCat("field '", path, "' expects a list, got ", Describe(value)));
     }
     for (size_t i = 0; i < value.list.size(); ++i) {
       absl::Status s = SetScalar(value.list[i], absl::StrCat(path, "[", i, "]"), field, msg);
@@ -215,7 +227,8 @@ absl::Status SetField(const SpecNode& value, const std::string& path, const Fiel
   }
   if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE && field.name() == "memory_limit" &&
       value.kind == SpecNode::Kind::kScalar && !IsFloatText(value.text)) {
-    return Error(value.line, absl::StrCat("field '", path, "' expects a number or auto, got ", Describe(value)));
+    return Error(value.line, absl::StrCat("field '", path, "' expects a number or auto, got ",
+                                          Describe(value)));
   }
   return SetScalar(value, path, field, msg);
 }
@@ -230,7 +243,8 @@ absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& m
     if (field == nullptr) {
       std::vector<std::string> known;
       for (int f = 0; f < desc.field_count(); ++f) known.push_back(desc.field(f)->name());
-      return Error(key_line, absl::StrCat("unknown field '", field_path, "' (", path.empty() ? "top level" : path,
+      return Error(key_line, absl::StrCat("unknown field '", field_path, "' (",
+                                          path.empty() ? "top level" : path,
                                           " has: ", absl::StrJoin(known, ", "), ")"));
     }
     if (const auto* oneof = field->real_containing_oneof()) {
@@ -238,9 +252,10 @@ absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& m
         const FieldDescriptor* other = desc.FindFieldByName(node.map[j].first);
         if (other != nullptr && other->real_containing_oneof() == oneof &&
             node.map[j].second.kind != SpecNode::Kind::kNull) {
-          return Error(key_line, absl::StrCat("field '", field_path, "' conflicts with '",
-                                              FieldPath(path, other->name()), "': give only one of ",
-                                              path.empty() ? oneof->name() : std::string(path)));
+          return Error(key_line,
+                       absl::StrCat("field '", field_path, "' conflicts with '",
+                                    FieldPath(path, other->name()), "': give only one of ",
+                                    path.empty() ? oneof->name() : std::string(path)));
         }
       }
     }
@@ -257,13 +272,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
     absl::string_view t = absl::StripLeadingAsciiWhitespace(text);
     format = absl::StartsWith(t, "{") ? JobFileFormat::kJson : JobFileFormat::kYaml;
   }
-  absl::StatusOr<SpecNode> tree =
-      format == JobFileFormat::kJson ? internal::ParseJsonTree(text) : internal::ParseYamlTree(text);
+  absl::StatusOr<SpecNode> tree = format == JobFileFormat::kJson ? internal::ParseJsonTree(text)
+                                                                 : internal::ParseYamlTree(text);
   if (!tree.ok()) return tree.status();
-  if (tree->kind == SpecNode::Kind::kNull) return absl::InvalidArgumentError("the job file is empty");
+  if (tree->kind == SpecNode::Kind::kNull)
+    return absl::InvalidArgumentError("the job file is empty");
   if (tree->kind != SpecNode::Kind::kMap) {
-    return Error(tree->line, absl::StrCat("a job file is a map of fields (name, model, parallel, ...), got ",
-                                          Describe(*tree)));
+    return Error(tree->line,
+                 absl::StrCat("a job file is a map of fields (name, model, parallel, ...), got ",
+                              Describe(*tree)));
   }
   v1::JobSpec spec;
   absl::Status s = SetMessage(*tree, "", spec);
@@ -279,7 +296,8 @@ absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
   JobFileFormat format = JobFileFormat::kAuto;
   const std::string lower = absl::AsciiStrToLower(path);
   if (absl::EndsWith(lower, ".json")) format = JobFileFormat::kJson;
-  if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml")) format = JobFileFormat::kYaml;
+  if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml"))
+    format = JobFileFormat::kYaml;
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str(), format);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));

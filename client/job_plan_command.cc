@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/numbers.h"
 #include "client/cli.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -22,7 +22,8 @@ constexpr char kUsage[] =
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--job").Flag("--rank");
-  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("plan", std::string(s.message()), kUsage);
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("plan", std::string(s.message()), kUsage);
   if (!args.positionals().empty() || args.Get("--job").empty()) {
     return ctx.Usage("plan", "expected --job JOB_ID", kUsage);
   }
@@ -34,7 +35,9 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (!plan.ok()) return ctx.Fail("plan", plan.status());
   const core::Plan& p = plan->plan;
   if (only_rank >= p.num_ranks()) {
-    return ctx.Usage("plan", absl::StrCat("--rank ", only_rank, ": the plan has ", p.num_ranks(), " ranks"), kUsage);
+    return ctx.Usage("plan",
+                     absl::StrCat("--rank ", only_rank, ": the plan has ", p.num_ranks(), " ranks"),
+                     kUsage);
   }
 
   if (ctx.json()) {
@@ -58,12 +61,12 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
 
   const v1::PlanStats& s = plan->predicted;
-  ctx.out() << absl::StrFormat("job %s: %s, %d ranks, %d stages, %d microbatches, %d actions\n", plan->job_id,
-                               p.schedule, p.num_ranks(), p.num_stages(), p.num_microbatches,
-                               static_cast<int>(p.num_actions()));
-  ctx.out() << absl::StrFormat("predicted: makespan %.2f ms, bubble %.1f%%, reduce overlap %.1f%% (exposed %.2f ms)\n",
-                               s.makespan_ms(), s.bubble_rate() * 100, s.reduce_overlap() * 100,
-                               s.exposed_reduce_ms());
+  ctx.out() << absl::StrFormat("job %s: %s, %d ranks, %d stages, %d microbatches, %d actions\n",
+                               plan->job_id, p.schedule, p.num_ranks(), p.num_stages(),
+                               p.num_microbatches, static_cast<int>(p.num_actions()));
+  ctx.out() << absl::StrFormat(
+      "predicted: makespan %.2f ms, bubble %.1f%%, reduce overlap %.1f%% (exposed %.2f ms)\n",
+      s.makespan_ms(), s.bubble_rate() * 100, s.reduce_overlap() * 100, s.exposed_reduce_ms());
   Table t({"RANK", "ACTIONS", "BUBBLE", "PEAK MEM", "LIMIT"});
   for (int r = 0; r < p.num_ranks(); ++r) {
     t.Add({absl::StrCat(r), absl::StrCat(p.ranks[r].size()),

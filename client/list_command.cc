@@ -17,7 +17,8 @@ constexpr char kUsage[] =
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--state");
-  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("list", std::string(s.message()), kUsage);
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("list", std::string(s.message()), kUsage);
   if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments", kUsage);
   std::vector<v1::JobState> states;
   if (args.Has("--state")) {
@@ -38,8 +39,9 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Table t({"ID", "NAME", "STATE", "SCHEDULE", "P", "D", "M", "ITER", "CREATED"});
   for (const v1::Job& job : *jobs) {
     const v1::JobSpec& s = job.spec();
-    t.Add({job.id(), s.name(), JobStateName(job.state()), s.schedule().kind(), absl::StrCat(s.parallel().pipeline()),
-           absl::StrCat(std::max(1, s.parallel().data())), absl::StrCat(s.batch().microbatches()),
+    t.Add({job.id(), s.name(), JobStateName(job.state()), s.schedule().kind(),
+           absl::StrCat(s.parallel().pipeline()), absl::StrCat(std::max(1, s.parallel().data())),
+           absl::StrCat(s.batch().microbatches()),
            absl::StrCat(job.progress().iterations_done(), "/", s.train().iterations()),
            FormatTime(job.create_time().seconds())});
   }

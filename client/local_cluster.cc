@@ -29,7 +29,8 @@ namespace {
 
 bool IsExecutable(const std::string& path) {
   struct stat st;
-  return !path.empty() && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  return !path.empty() && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         access(path.c_str(), X_OK) == 0;
 }
 
 std::string SelfDir() {
@@ -48,14 +49,16 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_var, const std::string& build_subdir) {
+absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_var,
+                                       const std::string& build_subdir) {
   if (const char* env = std::getenv(env_var); env != nullptr && *env != '\0') {
     if (IsExecutable(env)) return std::string(env);
     return absl::NotFoundError(absl::StrCat("$", env_var, "=", env, " is not an executable file"));
   }
   std::vector<std::string> tried;
   if (std::string self = SelfDir(); !self.empty()) {
-    for (const fs::path& candidate : {fs::path(self) / ".." / build_subdir / name, fs::path(self) / name}) {
+    for (const fs::path& candidate :
+         {fs::path(self) / ".." / build_subdir / name, fs::path(self) / name}) {
       const std::string path = candidate.lexically_normal().string();
       if (IsExecutable(path)) return path;
       tried.push_back(path);
@@ -68,12 +71,13 @@ absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_
     }
     tried.push_back("$PATH");
   }
-  return absl::NotFoundError(absl::StrCat("cannot find ", name, " (tried ", absl::StrJoin(tried, ", "), "); build it (",
+  return absl::NotFoundError(absl::StrCat("cannot find ", name, " (tried ",
+                                          absl::StrJoin(tried, ", "), "); build it (",
                                           "ninja -C build ", name, ") or set ", env_var));
 }
 
-absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options,
-                                                                  absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options, absl::Duration timeout) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->options_ = options;
   const char* tmp = std::getenv("TMPDIR");
@@ -86,8 +90,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   c->dir_ = buf.data();
 
   // Port 0: the coordinator binds a free port and logs it ("serving on port N").
-  absl::Status s = c->Spawn("coordinator", {options.coordinator_bin, "--listen", "127.0.0.1:0", "--metrics-listen",
-                                            options.metrics_listen, "--db", c->dir_ + "/coordinator.db"});
+  absl::Status s = c->Spawn("coordinator",
+                            {options.coordinator_bin, "--listen", "127.0.0.1:0", "--metrics-listen",
+                             options.metrics_listen, "--db", c->dir_ + "/coordinator.db"});
   if (!s.ok()) return s;
   const std::regex serving("serving on port ([0-9]+)");
   const absl::Time deadline = absl::Now() + timeout;
@@ -100,16 +105,17 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     }
     if (absl::Status alive = c->CheckAlive(); !alive.ok()) return alive;
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("the coordinator did not start serving within ",
-                                                      absl::FormatDuration(timeout), ":\n", c->Tail("coordinator")));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the coordinator did not start serving within ",
+                       absl::FormatDuration(timeout), ":\n", c->Tail("coordinator")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int i = 0; i < options.workers; ++i) {
     s = c->Spawn(absl::StrCat("worker-", i),
-                 {options.worker_bin, "--coordinator", c->address_, "--name", absl::StrCat("local-", i), "--device",
-                  absl::StrCat(options.device, ":", i), "--threads", absl::StrCat(options.threads), "--comm-timeout",
-                  "30"});
+                 {options.worker_bin, "--coordinator", c->address_, "--name",
+                  absl::StrCat("local-", i), "--device", absl::StrCat(options.device, ":", i),
+                  "--threads", absl::StrCat(options.threads), "--comm-timeout", "30"});
     if (!s.ok()) return s;
   }
   return c;
@@ -166,10 +172,11 @@ bool LocalCluster::Reap(Child& c) {
 absl::Status LocalCluster::CheckAlive() {
   for (Child& c : children_) {
     if (!Reap(c)) continue;
-    const std::string how = WIFEXITED(c.status) ? absl::StrCat("exited with code ", WEXITSTATUS(c.status))
-                                                : absl::StrCat("was killed by signal ", WTERMSIG(c.status));
-    return absl::UnavailableError(
-        absl::StrCat("local ", c.name, " (pid ", c.pid, ") ", how, "; its log ends:\n", Tail(c.name)));
+    const std::string how = WIFEXITED(c.status)
+                                ? absl::StrCat("exited with code ", WEXITSTATUS(c.status))
+                                : absl::StrCat("was killed by signal ", WTERMSIG(c.status));
+    return absl::UnavailableError(absl::StrCat("local ", c.name, " (pid ", c.pid, ") ", how,
+                                               "; its log ends:\n", Tail(c.name)));
   }
   return absl::OkStatus();
 }

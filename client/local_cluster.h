@@ -26,7 +26,8 @@ namespace zpipe::cli {
 // $ZPIPE_WORKER_BIN; else next to the running `zpipe` (the build tree: ../coordinator/ and
 // ../worker/ from build/client/; an install: the same directory); else on $PATH. NOT_FOUND
 // naming the places tried.
-absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_var, const std::string& build_subdir);
+absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_var,
+                                       const std::string& build_subdir);
 
 struct LocalClusterOptions {
   std::string coordinator_bin;

@@ -135,7 +135,7 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
       pa.memory_limit = *v;
     } else if (flag == "--format") {
-      static const std::vector<std::string> kFormats = {"summary", "text", "json",
+      static const std::vector<std::string> kFormats = {"summary", "text",  "json",
                                                         "csv",     "ascii", "svg"};
       if (std::find(kFormats.begin(), kFormats.end(), value) == kFormats.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -206,8 +206,8 @@ absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
     out.plan = *std::move(lowered);
   }
   if (pa.buckets > 0) {
-    auto gs = core::PlanGradSync(
-        out.plan, core::GradSyncLayout::Uniform(placement.num_stages(), pa.buckets));
+    auto gs = core::PlanGradSync(out.plan,
+                                 core::GradSyncLayout::Uniform(placement.num_stages(), pa.buckets));
     if (!gs.ok()) return gs.status();
     out.plan = std::move(gs->plan);
   }
@@ -248,9 +248,9 @@ std::string Summary(const Planned& p) {
 }
 
 std::string CompareAll(const PlanArgs& pa) {
-  std::string out = absl::StrFormat("p=%d m=%d cost f=%g b=%g w=%g comm=%g\n\n", pa.pipeline,
-                                    pa.microbatches, pa.stage_cost.f, pa.stage_cost.b,
-                                    pa.stage_cost.w, pa.comm);
+  std::string out =
+      absl::StrFormat("p=%d m=%d cost f=%g b=%g w=%g comm=%g\n\n", pa.pipeline, pa.microbatches,
+                      pa.stage_cost.f, pa.stage_cost.b, pa.stage_cost.w, pa.comm);
   absl::StrAppendFormat(&out, "%-12s %12s %8s %12s %12s %10s\n", "schedule", "makespan", "bubble",
                         "peak_memory", "mem_limit", "gen_ms");
   for (ScheduleKind kind : core::AllScheduleKinds()) {
@@ -261,9 +261,9 @@ std::string CompareAll(const PlanArgs& pa) {
       continue;
     }
     absl::StrAppendFormat(&out, "%-12s %12.6g %8.4f %12.6g %12.6g %10.2f\n",
-                          core::ScheduleName(kind), planned->sim.makespan,
-                          planned->sim.bubble_rate, MaxOf(planned->sim.peak_memory),
-                          planned->memory_limit, 1000 * planned->generate_seconds);
+                          core::ScheduleName(kind), planned->sim.makespan, planned->sim.bubble_rate,
+                          MaxOf(planned->sim.peak_memory), planned->memory_limit,
+                          1000 * planned->generate_seconds);
   }
   return out;
 }

@@ -31,7 +31,8 @@ TEST(PlanCommandTest, SummaryShowsStatistics) {
 }
 
 TEST(PlanCommandTest, TextFormatParsesBack) {
-  CliRun r = Plan({"--schedule=gpipe", "--pipeline=2", "--microbatches=3", "--format=text", "--lower"});
+  CliRun r =
+      Plan({"--schedule=gpipe", "--pipeline=2", "--microbatches=3", "--format=text", "--lower"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto plan = core::ParsePlanText(r.out);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -41,7 +42,7 @@ TEST(PlanCommandTest, TextFormatParsesBack) {
 
 TEST(PlanCommandTest, JsonHasTopLevelStatistics) {
   CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "2", "--format",
-                "json", "--cost", "f=1,b=1,w=1,comm=0"});
+                   "json", "--cost", "f=1,b=1,w=1,comm=0"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"makespan\":9"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"bubble_rate\":0.33333333333333"), std::string::npos) << r.out;
@@ -51,8 +52,8 @@ TEST(PlanCommandTest, JsonHasTopLevelStatistics) {
 
 TEST(PlanCommandTest, WritesOutputFile) {
   const std::string path = ::testing::TempDir() + "/plan.svg";
-  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "4", "--format", "svg",
-                "-o", path});
+  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "4", "--format",
+                   "svg", "-o", path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty());
   std::ifstream in(path);
@@ -65,15 +66,15 @@ TEST(PlanCommandTest, WritesOutputFile) {
 TEST(PlanCommandTest, AllComparesEverySchedule) {
   CliRun r = Plan({"--schedule", "all", "--pipeline", "4", "--microbatches", "8"});
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-2p", "zb-v", "v-min",
-                           "dualpipe-v"}) {
+  for (const char* name :
+       {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-2p", "zb-v", "v-min", "dualpipe-v"}) {
     EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << r.out;
   }
 }
 
 TEST(PlanCommandTest, GradSyncReportsReduceOverlap) {
-  CliRun r = Plan({"--schedule", "gpipe", "--pipeline", "2", "--microbatches", "4", "--buckets", "2",
-                "--reduce-cost", "0.5"});
+  CliRun r = Plan({"--schedule", "gpipe", "--pipeline", "2", "--microbatches", "4", "--buckets",
+                   "2", "--reduce-cost", "0.5"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("reduce        total 2, exposed"), std::string::npos) << r.out;
 }
@@ -87,8 +88,7 @@ TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
            {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--cost", "q=1"},
            {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--format", "pdf"},
            {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--bogus", "1"},
-           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit",
-            "1"},
+           {"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit", "1"},
            {"--schedule", "interleaved", "--pipeline", "4", "--microbatches", "6"},
            {"--schedule", "1f1b", "--pipeline"},
        }) {
@@ -97,8 +97,8 @@ TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
     EXPECT_EQ(r.err.rfind("zpipe plan: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
-  CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit",
-                "1"});
+  CliRun r =
+      Plan({"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit", "1"});
   EXPECT_NE(r.err.find("memory limit"), std::string::npos) << r.err;
 }
 

@@ -30,8 +30,8 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
   if (total > 0) absl::StrAppend(&line, "/", total);
   absl::StrAppend(&line, ": ", FormatDuration(it.duration_s()));
   if (it.has_loss()) absl::StrAppend(&line, absl::StrFormat("  loss %.4f", it.loss()));
-  absl::StrAppend(&line, "  bubble ", Percent(it.bubble_rate()), " (predicted ", Percent(it.predicted_bubble_rate()),
-                  ")");
+  absl::StrAppend(&line, "  bubble ", Percent(it.bubble_rate()), " (predicted ",
+                  Percent(it.predicted_bubble_rate()), ")");
   if (it.reduce_total_s() > 0) {
     absl::StrAppend(&line, "  exposed reduce ", FormatDuration(it.reduce_exposed_s()), " of ",
                     FormatDuration(it.reduce_total_s()));
@@ -98,11 +98,13 @@ class JobView {
     Erase();
     std::ostringstream block;
     const v1::JobProgress& p = job_.progress();
-    block << "  " << JobStateName(job_.state()) << "  iteration " << p.iteration() + 1 << "/" << p.iterations_total();
+    block << "  " << JobStateName(job_.state()) << "  iteration " << p.iteration() + 1 << "/"
+          << p.iterations_total();
     if (job_.has_latest_summary()) {
       const v1::IterationSummary& s = job_.latest_summary();
       if (s.has_loss()) block << absl::StrFormat("  loss %.4f", s.loss());
-      block << "  bubble " << Percent(s.bubble_rate()) << " (predicted " << Percent(s.predicted_bubble_rate()) << ")";
+      block << "  bubble " << Percent(s.bubble_rate()) << " (predicted "
+            << Percent(s.predicted_bubble_rate()) << ")";
     } else if (job_.has_predicted()) {
       block << "  predicted bubble " << Percent(job_.predicted().bubble_rate());
     }
@@ -115,11 +117,12 @@ class JobView {
         ++lines;
         break;
       }
-      block << absl::StrFormat("  rank %2d/%-2d F %s %3d/%-3d B %s %3d/%-3d W %s %3d/%-3d\n", r.pipeline_rank(),
-                               r.data_rank(), Bar(r.forward_done(), r.forward_total()), r.forward_done(),
-                               r.forward_total(), Bar(r.backward_done(), r.backward_total()), r.backward_done(),
-                               r.backward_total(), Bar(r.weight_done(), r.weight_total()), r.weight_done(),
-                               r.weight_total());
+      block << absl::StrFormat(
+          "  rank %2d/%-2d F %s %3d/%-3d B %s %3d/%-3d W %s %3d/%-3d\n", r.pipeline_rank(),
+          r.data_rank(), Bar(r.forward_done(), r.forward_total()), r.forward_done(),
+          r.forward_total(), Bar(r.backward_done(), r.backward_total()), r.backward_done(),
+          r.backward_total(), Bar(r.weight_done(), r.weight_total()), r.weight_done(),
+          r.weight_total());
       ++lines;
     }
     ctx_.out() << block.str() << std::flush;
@@ -137,8 +140,8 @@ class JobView {
 
 }  // namespace
 
-int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live, bool quiet,
-              const std::function<void(const v1::JobEvent&)>& observer) {
+int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live,
+              bool quiet, const std::function<void(const v1::JobEvent&)>& observer) {
   live = live && !ctx.json() && !quiet;
   JobView view(ctx, job_id, live, quiet);
   WatchOptions options;
@@ -157,13 +160,15 @@ int FollowJob(CliContext& ctx, const std::string& command, const std::string& jo
   } else {
     std::string line = JobLine(*job);
     if (job->has_start_time() && job->has_end_time()) {
-      absl::StrAppend(&line, " (ran ", FormatDuration(job->end_time().seconds() - job->start_time().seconds()), ")");
+      absl::StrAppend(&line, " (ran ",
+                      FormatDuration(job->end_time().seconds() - job->start_time().seconds()), ")");
     }
     ctx.out() << line << "\n";
   }
   ctx.out() << std::flush;
   if (!IsTerminal(job->state())) {
-    ctx.err() << "zpipe " << command << ": the event stream ended before job " << job_id << " finished\n";
+    ctx.err() << "zpipe " << command << ": the event stream ended before job " << job_id
+              << " finished\n";
     return kExitJobFailed;
   }
   return job->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitJobFailed;

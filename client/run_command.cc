@@ -45,15 +45,18 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
-    "usage: zpipe run FILE.yaml|FILE.json --local [--workers N] [--out DIR] [--threads T] [--keep-logs]\n"
+    "usage: zpipe run FILE.yaml|FILE.json --local [--workers N] [--out DIR] [--threads T] "
+    "[--keep-logs]\n"
     "  --local        start a coordinator and the workers on this machine (the only mode so far)\n"
     "  --workers N    worker processes to start (default p * d of the job)\n"
     "  --out DIR      where the timeline files go (default: beside the job file)\n"
     "  --threads T    LibTorch intra-op threads per worker (default 1)\n"
     "  --keep-logs    keep the temporary directory with the coordinator's and workers' logs\n"
-    "  --metrics-listen HOST:PORT  let the coordinator serve Prometheus /metrics there (default off)\n"
+    "  --metrics-listen HOST:PORT  let the coordinator serve Prometheus /metrics there (default "
+    "off)\n"
     "  -o json        print the final summary as JSON on stdout (the live view goes to stderr)\n"
-    "exit codes: 0 succeeded; 1 failed or cancelled (Ctrl-C); 2 usage; 3 the local cluster did not start\n";
+    "exit codes: 0 succeeded; 1 failed or cancelled (Ctrl-C); 2 usage; 3 the local cluster did not "
+    "start\n";
 
 // State shared with the signal thread.
 struct Interrupt {
@@ -71,7 +74,8 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
   while (!state.done.load()) {
     timespec wait{0, 100 * 1000 * 1000};
     const int sig = sigtimedwait(&signals, nullptr, &wait);
-    const bool hard_timeout = state.requested.load() && std::chrono::steady_clock::now() > hard_deadline;
+    const bool hard_timeout =
+        state.requested.load() && std::chrono::steady_clock::now() > hard_deadline;
     if (sig <= 0 && !hard_timeout) continue;
     if (state.requested.load() || hard_timeout) {
       // Second signal, or the cancel is taking too long: no more manners.
@@ -91,13 +95,15 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
       client = state.client;
     }
     err << "\nzpipe run: " << (sig == SIGINT ? "interrupted" : "terminated")
-        << (job_id.empty() ? "; shutting down" : absl::StrCat("; cancelling job ", job_id, " and shutting down"))
+        << (job_id.empty() ? "; shutting down"
+                           : absl::StrCat("; cancelling job ", job_id, " and shutting down"))
         << " (again to kill at once)\n"
         << std::flush;
     if (!job_id.empty() && client != nullptr) {
       absl::StatusOr<v1::Job> cancelled = client->Cancel(job_id, "interrupted (zpipe run)");
       if (!cancelled.ok() && cancelled.status().code() != absl::StatusCode::kFailedPrecondition) {
-        err << "zpipe run: cancel failed (" << cancelled.status().message() << "); stopping everything\n";
+        err << "zpipe run: cancel failed (" << cancelled.status().message()
+            << "); stopping everything\n";
         std::lock_guard<std::mutex> lock(state.mu);
         if (state.done.load()) return;
         if (state.cluster != nullptr) state.cluster->KillAllNow();
@@ -116,23 +122,25 @@ std::string Seconds(double s) {
 
 void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& timeline) {
   out << "\n";
-  out << absl::StrFormat("job %s %s: %s, p=%d d=%d m=%d, %d iterations", s.job_id, s.state, s.schedule, s.pipeline,
-                         s.data, s.microbatches, s.iterations);
+  out << absl::StrFormat("job %s %s: %s, p=%d d=%d m=%d, %d iterations", s.job_id, s.state,
+                         s.schedule, s.pipeline, s.data, s.microbatches, s.iterations);
   if (s.wall_s > 0) out << absl::StrFormat(" in %.1f s", s.wall_s);
   out << "\n";
   if (s.loss_first.has_value()) {
     out << absl::StrFormat("  loss          %.4f -> %.4f\n", *s.loss_first, *s.loss_last);
   }
   if (s.steady_iterations == 0) return;
-  out << absl::StrFormat("  iteration     %s (median of iterations %d..%d)\n", Seconds(s.iteration_s),
-                         s.iterations - s.steady_iterations + 1, s.iterations);
+  out << absl::StrFormat("  iteration     %s (median of iterations %d..%d)\n",
+                         Seconds(s.iteration_s), s.iterations - s.steady_iterations + 1,
+                         s.iterations);
   if (s.tokens_per_s > 0) out << absl::StrFormat("  throughput    %.0f tokens/s\n", s.tokens_per_s);
   out << absl::StrFormat("  bubble        %s measured, %s predicted\n", Pct(s.bubble_measured),
                          Pct(s.bubble_predicted));
   if (s.reduce_overlap.has_value()) {
-    out << absl::StrFormat("  reduce        %s per iteration (all ranks), overlap %s (predicted %s), exposed %s\n",
-                           Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
-                           Seconds(s.reduce_exposed_s));
+    out << absl::StrFormat(
+        "  reduce        %s per iteration (all ranks), overlap %s (predicted %s), exposed %s\n",
+        Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
+        Seconds(s.reduce_exposed_s));
   }
   // Per rank; reduce columns only when something was reduced (d > 1).
   const bool reduced = s.reduce_overlap.has_value();
@@ -141,9 +149,12 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   Table t(header);
   for (const RankSummary& r : s.ranks) {
     const double per_iter = s.steady_iterations > 0 ? 1.0 / s.steady_iterations : 0;
-    std::vector<std::string> row = {absl::StrCat(r.pipeline_rank), absl::StrCat(r.data_rank), Seconds(r.busy_s),
-                                    Pct(r.bubble_measured), Pct(r.bubble_predicted)};
-    if (reduced) row.insert(row.end(), {Seconds(r.reduce_s * per_iter), Seconds(r.exposed_reduce_s * per_iter)});
+    std::vector<std::string> row = {absl::StrCat(r.pipeline_rank), absl::StrCat(r.data_rank),
+                                    Seconds(r.busy_s), Pct(r.bubble_measured),
+                                    Pct(r.bubble_predicted)};
+    if (reduced)
+      row.insert(row.end(),
+                 {Seconds(r.reduce_s * per_iter), Seconds(r.exposed_reduce_s * per_iter)});
     t.Add(row);
   }
   std::ostringstream table;
@@ -151,8 +162,8 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   std::istringstream lines(table.str());
   for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
   if (!timeline.chrome.empty()) {
-    out << "  timeline      iteration " << timeline.iteration + 1 << ": " << timeline.chrome << " (Perfetto), "
-        << timeline.svg << "\n";
+    out << "  timeline      iteration " << timeline.iteration + 1 << ": " << timeline.chrome
+        << " (Perfetto), " << timeline.svg << "\n";
   } else if (!timeline.error.empty()) {
     out << "  timeline      not written: " << timeline.error << "\n";
   }
@@ -188,7 +199,8 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   j["ranks"] = std::move(ranks);
   j["reduce"] = {{"total_s", s.reduce_total_s},
                  {"exposed_s", s.reduce_exposed_s},
-                 {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap) : nlohmann::json()},
+                 {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap)
+                                                          : nlohmann::json()},
                  {"overlap_predicted", s.reduce_overlap_predicted}};
   j["timeline"] = {{"iteration", timeline.iteration},
                    {"chrome", timeline.chrome},
@@ -202,7 +214,8 @@ absl::Status WaitForWorkers(Client& client, LocalCluster& cluster, int n, absl::
                             const Interrupt& interrupt) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    if (interrupt.requested.load()) return absl::CancelledError("interrupted while starting the workers");
+    if (interrupt.requested.load())
+      return absl::CancelledError("interrupted while starting the workers");
     if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) return alive;
     absl::StatusOr<std::vector<v1::Worker>> workers = client.Workers();
     if (workers.ok()) {
@@ -211,9 +224,9 @@ absl::Status WaitForWorkers(Client& client, LocalCluster& cluster, int n, absl::
       if (idle >= n) return absl::OkStatus();
     }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("the local workers did not all register within ",
-                                                      absl::FormatDuration(timeout), "; worker-0's log ends:\n",
-                                                      cluster.Tail("worker-0")));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the local workers did not all register within ", absl::FormatDuration(timeout),
+          "; worker-0's log ends:\n", cluster.Tail("worker-0")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -223,12 +236,20 @@ absl::Status WaitForWorkers(Client& client, LocalCluster& cluster, int n, absl::
 
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
-  args.Switch("--local").Flag("--workers").Flag("--out").Flag("--threads").Switch("--keep-logs").Flag(
-      "--metrics-listen");
-  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("run", std::string(s.message()), kUsage);
-  if (args.positionals().size() != 1) return ctx.Usage("run", "expected exactly one job file", kUsage);
+  args.Switch("--local")
+      .Flag("--workers")
+      .Flag("--out")
+      .Flag("--threads")
+      .Switch("--keep-logs")
+      .Flag("--metrics-listen");
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("run", std::string(s.message()), kUsage);
+  if (args.positionals().size() != 1)
+    return ctx.Usage("run", "expected exactly one job file", kUsage);
   if (!args.Has("--local")) {
-    return ctx.Usage("run", "only --local is supported (to use a running coordinator: zpipe submit --follow)", kUsage);
+    return ctx.Usage(
+        "run", "only --local is supported (to use a running coordinator: zpipe submit --follow)",
+        kUsage);
   }
   const std::string job_file = args.positionals()[0];
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
@@ -238,15 +259,18 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
   const int ranks = std::max(1, spec->parallel().pipeline()) * std::max(1, spec->parallel().data());
   int workers = ranks;
-  if (args.Has("--workers") && (!absl::SimpleAtoi(args.Get("--workers"), &workers) || workers < 1)) {
+  if (args.Has("--workers") &&
+      (!absl::SimpleAtoi(args.Get("--workers"), &workers) || workers < 1)) {
     return ctx.Usage("run", "--workers takes a number >= 1", kUsage);
   }
   if (workers < ranks) {
-    return ctx.Usage("run", absl::StrCat("the job needs p * d = ", ranks, " workers, --workers gives ", workers),
-                     kUsage);
+    return ctx.Usage(
+        "run", absl::StrCat("the job needs p * d = ", ranks, " workers, --workers gives ", workers),
+        kUsage);
   }
   int threads = 1;
-  if (args.Has("--threads") && (!absl::SimpleAtoi(args.Get("--threads"), &threads) || threads < 1)) {
+  if (args.Has("--threads") &&
+      (!absl::SimpleAtoi(args.Get("--threads"), &threads) || threads < 1)) {
     return ctx.Usage("run", "--threads takes a number >= 1", kUsage);
   }
   std::string out_dir = args.Get("--out");
@@ -263,7 +287,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   options.metrics_listen = args.Get("--metrics-listen");
   options.device = spec->device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
   for (auto [bin, env, subdir, target] :
-       {std::tuple{"zpipe-coordinator", "ZPIPE_COORDINATOR_BIN", "coordinator", &options.coordinator_bin},
+       {std::tuple{"zpipe-coordinator", "ZPIPE_COORDINATOR_BIN", "coordinator",
+                   &options.coordinator_bin},
         std::tuple{"zpipe-worker", "ZPIPE_WORKER_BIN", "worker", &options.worker_bin}}) {
     absl::StatusOr<std::string> path = FindBinary(bin, env, subdir);
     if (!path.ok()) {
@@ -298,11 +323,12 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   // The live view: stdout in table mode; with -o json, stderr (stdout is the summary's).
   std::ostream& view_out = ctx.json() ? ctx.err() : ctx.out();
   const bool view_terminal = ctx.json() ? isatty(STDERR_FILENO) != 0 : ctx.out_is_terminal();
-  view_out << "zpipe run: starting a local coordinator and " << workers << " worker" << (workers == 1 ? "" : "s")
-           << "\n"
+  view_out << "zpipe run: starting a local coordinator and " << workers << " worker"
+           << (workers == 1 ? "" : "s") << "\n"
            << std::flush;
   const auto started = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(options, absl::Seconds(30));
   if (!cluster.ok()) {
     ctx.err() << "zpipe run: " << cluster.status().message() << "\n";
     return kExitUnreachable;
@@ -329,7 +355,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     std::lock_guard<std::mutex> lock(interrupt.mu);
     interrupt.client = client.get();
   }
-  if (absl::Status s = WaitForWorkers(*client, **cluster, workers, absl::Minutes(3), interrupt); !s.ok()) {
+  if (absl::Status s = WaitForWorkers(*client, **cluster, workers, absl::Minutes(3), interrupt);
+      !s.ok()) {
     if (absl::IsCancelled(s)) {
       ctx.err() << "zpipe run: " << s.message() << "\n";
       return kExitJobFailed;
@@ -337,9 +364,10 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     ctx.err() << "zpipe run: " << s.message() << "\n";
     return kExitUnreachable;
   }
-  const double startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  view_out << absl::StrFormat("zpipe run: coordinator at %s, %d workers ready (%.1f s)%s\n", (*cluster)->address(),
-                              workers, startup_s,
+  const double startup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  view_out << absl::StrFormat("zpipe run: coordinator at %s, %d workers ready (%.1f s)%s\n",
+                              (*cluster)->address(), workers, startup_s,
                               options.keep_dir ? absl::StrCat("; logs in ", (*cluster)->dir()) : "")
            << std::flush;
 
@@ -358,10 +386,12 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
 
   // Follow it with the `submit --follow` view, keeping every iteration summary.
   std::vector<v1::IterationSummary> iterations;
-  CliContext follow((*cluster)->address(), OutputFormat::kTable, view_out, ctx.err(), view_terminal);
-  int code = FollowJob(follow, "run", job_id, /*live=*/view_terminal, /*quiet=*/false, [&](const v1::JobEvent& e) {
-    if (e.has_iteration()) iterations.push_back(e.iteration());
-  });
+  CliContext follow((*cluster)->address(), OutputFormat::kTable, view_out, ctx.err(),
+                    view_terminal);
+  int code = FollowJob(follow, "run", job_id, /*live=*/view_terminal, /*quiet=*/false,
+                       [&](const v1::JobEvent& e) {
+                         if (e.has_iteration()) iterations.push_back(e.iteration());
+                       });
 
   absl::StatusOr<v1::Job> job = client->Get(job_id);
   if (!job.ok()) {

@@ -38,15 +38,15 @@ struct RunSummary {
   int steady_iterations = 0;  // the ones the figures below use
   std::optional<double> loss_first;
   std::optional<double> loss_last;
-  double iteration_s = 0;       // median iteration time
-  double tokens_per_s = 0;      // 0 for synthetic models
-  double bubble_measured = 0;   // median over steady iterations
+  double iteration_s = 0;      // median iteration time
+  double tokens_per_s = 0;     // 0 for synthetic models
+  double bubble_measured = 0;  // median over steady iterations
   // What the coordinator predicted for the same iterations (median of their
   // predicted_bubble_rate); the plan's bubble rate under the job's cost model when none ran.
   double bubble_predicted = 0;
   std::vector<RankSummary> ranks;
-  double reduce_total_s = 0;    // per iteration, summed over ranks
-  double reduce_exposed_s = 0;  // per iteration, summed over ranks
+  double reduce_total_s = 0;             // per iteration, summed over ranks
+  double reduce_exposed_s = 0;           // per iteration, summed over ranks
   std::optional<double> reduce_overlap;  // 1 - exposed / total; unset when nothing was reduced
   double reduce_overlap_predicted = 1;
   double wall_s = 0;  // from submit to the end

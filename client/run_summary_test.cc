@@ -5,8 +5,9 @@
 namespace zpipe::cli {
 namespace {
 
-v1::IterationSummary Iteration(int i, double duration, double bubble, double predicted, std::optional<double> loss,
-                               std::vector<double> busy, double reduce = 0, double exposed = 0) {
+v1::IterationSummary Iteration(int i, double duration, double bubble, double predicted,
+                               std::optional<double> loss, std::vector<double> busy,
+                               double reduce = 0, double exposed = 0) {
   v1::IterationSummary it;
   it.set_iteration(i);
   it.set_duration_s(duration);
@@ -42,9 +43,10 @@ v1::Job Job() {
 
 TEST(RunSummaryTest, SteadyStateSkipsTheFirstIterationAndTakesMedians) {
   // The first iteration (warm-up) is slow with a large bubble; iteration 3 is disturbed.
-  std::vector<v1::IterationSummary> its = {
-      Iteration(0, 5.0, 0.9, 0.05, 4.0, {0.5, 0.5}), Iteration(1, 1.0, 0.10, 0.05, 3.0, {0.9, 0.9}),
-      Iteration(2, 1.0, 0.12, 0.05, 2.5, {0.9, 0.86}), Iteration(3, 2.0, 0.60, 0.05, 2.0, {0.8, 0.8})};
+  std::vector<v1::IterationSummary> its = {Iteration(0, 5.0, 0.9, 0.05, 4.0, {0.5, 0.5}),
+                                           Iteration(1, 1.0, 0.10, 0.05, 3.0, {0.9, 0.9}),
+                                           Iteration(2, 1.0, 0.12, 0.05, 2.5, {0.9, 0.86}),
+                                           Iteration(3, 2.0, 0.60, 0.05, 2.0, {0.8, 0.8})};
   RunSummary s = Summarize(Job(), its);
   EXPECT_EQ(s.state, "succeeded");
   EXPECT_EQ(s.iterations, 4);
@@ -56,7 +58,8 @@ TEST(RunSummaryTest, SteadyStateSkipsTheFirstIterationAndTakesMedians) {
   EXPECT_DOUBLE_EQ(s.iteration_s, 1.0);
   EXPECT_DOUBLE_EQ(s.tokens_per_s, 600 / 4.0);  // 2 ranks x 100 tokens x 3 iterations over 4 s
   ASSERT_EQ(s.ranks.size(), 2u);
-  // Per rank: 1 - busy / iteration span, median over iterations 2..4: {0.1, 0.1, 0.6} and {0.1, 0.14, 0.6}.
+  // Per rank: 1 - busy / iteration span, median over iterations 2..4: {0.1, 0.1, 0.6} and {0.1,
+  // 0.14, 0.6}.
   EXPECT_NEAR(s.ranks[0].bubble_measured, 0.1, 1e-9);
   EXPECT_NEAR(s.ranks[1].bubble_measured, 0.14, 1e-9);
   EXPECT_DOUBLE_EQ(s.ranks[0].bubble_predicted, 0.04);
@@ -65,9 +68,10 @@ TEST(RunSummaryTest, SteadyStateSkipsTheFirstIterationAndTakesMedians) {
 }
 
 TEST(RunSummaryTest, ReduceOverlapIsOneMinusExposedOverTotal) {
-  std::vector<v1::IterationSummary> its = {Iteration(0, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 1.0),
-                                           Iteration(1, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 0.1),
-                                           Iteration(2, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 0.3)};
+  std::vector<v1::IterationSummary> its = {
+      Iteration(0, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 1.0),
+      Iteration(1, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 0.1),
+      Iteration(2, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 0.3)};
   RunSummary s = Summarize(Job(), its);
   EXPECT_FALSE(s.loss_first.has_value());
   ASSERT_TRUE(s.reduce_overlap.has_value());

@@ -35,7 +35,8 @@ TimelineFiles WriteTimelineFiles(Client& client, const std::string& job_id, cons
   }
   const std::string base = (fs::path(dir) / stem).string();
   if (absl::StatusOr<JobPlan> plan = client.Plan(job_id); plan.ok()) {
-    if (WriteFile(base + ".plan.txt", core::PlanToText(plan->plan), &files.error)) files.plan = base + ".plan.txt";
+    if (WriteFile(base + ".plan.txt", core::PlanToText(plan->plan), &files.error))
+      files.plan = base + ".plan.txt";
   }
   // The latest iteration every rank completed, as the coordinator recorded it (GetTrace).
   absl::StatusOr<JobTrace> trace = client.Trace(job_id);
@@ -56,7 +57,8 @@ TimelineFiles WriteTimelineFiles(Client& client, const std::string& job_id, cons
   files.iteration = trace->response.iteration();
   files.chrome = chrome;
   files.svg = svg;
-  if (!trace->response.complete()) files.error = "the traced iteration is incomplete (events were dropped)";
+  if (!trace->response.complete())
+    files.error = "the traced iteration is incomplete (events were dropped)";
   return files;
 }
 

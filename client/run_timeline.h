@@ -15,8 +15,8 @@ struct TimelineFiles {
   int iteration = -1;  // 0-based; -1 when nothing was written
   std::string chrome;  // paths; empty when not written
   std::string svg;
-  std::string plan;    // STEM.plan.txt: the plan the job ran (core's text form)
-  std::string error;   // why not, for the summary
+  std::string plan;   // STEM.plan.txt: the plan the job ran (core's text form)
+  std::string error;  // why not, for the summary
 };
 
 // Fetches the trace of job `job_id` from the coordinator and writes both files (creating `dir`).

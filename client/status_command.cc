@@ -13,12 +13,13 @@ constexpr char kUsage[] = "usage: zpipe status JOB_ID\n";
 std::string ModelLine(const v1::JobSpec& spec) {
   if (spec.model().has_gpt()) {
     const v1::GptModel& g = spec.model().gpt();
-    return absl::StrFormat("gpt layers=%d hidden=%d heads=%d seq_len=%d vocab=%d", g.layers(), g.hidden(), g.heads(),
-                           g.seq_len(), g.vocab());
+    return absl::StrFormat("gpt layers=%d hidden=%d heads=%d seq_len=%d vocab=%d", g.layers(),
+                           g.hidden(), g.heads(), g.seq_len(), g.vocab());
   }
   if (spec.model().has_synthetic()) {
     const v1::SyntheticModel& s = spec.model().synthetic();
-    return absl::StrFormat("synthetic F=%gms B=%gms W=%gms", s.forward_ms(), s.backward_ms(), s.weight_ms());
+    return absl::StrFormat("synthetic F=%gms B=%gms W=%gms", s.forward_ms(), s.backward_ms(),
+                           s.weight_ms());
   }
   return "-";
 }
@@ -27,7 +28,8 @@ std::string ModelLine(const v1::JobSpec& spec) {
 
 int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
-  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("status", std::string(s.message()), kUsage);
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("status", std::string(s.message()), kUsage);
   if (args.positionals().size() != 1) return ctx.Usage("status", "expected one job id", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("status", job.status());
@@ -43,16 +45,17 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (!job->reason().empty()) t.Add({"reason", job->reason()});
   if (job->state() == v1::JOB_STATE_PENDING) t.Add({"queue", absl::StrCat(job->queue_position())});
   t.Add({"model", ModelLine(spec)});
-  t.Add({"schedule", absl::StrFormat("%s p=%d d=%d m=%d", spec.schedule().kind(), spec.parallel().pipeline(), d,
-                                     spec.batch().microbatches())});
+  t.Add({"schedule", absl::StrFormat("%s p=%d d=%d m=%d", spec.schedule().kind(),
+                                     spec.parallel().pipeline(), d, spec.batch().microbatches())});
   const v1::JobProgress& p = job->progress();
   t.Add({"iterations", absl::StrCat(p.iterations_done(), "/", spec.train().iterations())});
   t.Add({"created", FormatTime(job->create_time().seconds())});
   if (job->has_start_time()) t.Add({"started", FormatTime(job->start_time().seconds())});
   if (job->has_end_time()) t.Add({"ended", FormatTime(job->end_time().seconds())});
   if (job->has_predicted()) {
-    t.Add({"predicted", absl::StrFormat("makespan %.1f ms, bubble %.1f%%", job->predicted().makespan_ms(),
-                                        job->predicted().bubble_rate() * 100)});
+    t.Add({"predicted",
+           absl::StrFormat("makespan %.1f ms, bubble %.1f%%", job->predicted().makespan_ms(),
+                           job->predicted().bubble_rate() * 100)});
   }
   if (job->has_latest_summary()) {
     const v1::IterationSummary& s = job->latest_summary();
@@ -73,7 +76,8 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
         b = absl::StrCat(rp.backward_done(), "/", rp.backward_total());
         w = absl::StrCat(rp.weight_done(), "/", rp.weight_total());
       }
-      ranks.Add({absl::StrCat(r.pipeline_rank()), absl::StrCat(r.data_rank()), r.worker_name(), r.host(), f, b, w});
+      ranks.Add({absl::StrCat(r.pipeline_rank()), absl::StrCat(r.data_rank()), r.worker_name(),
+                 r.host(), f, b, w});
     }
     ranks.Print(ctx.out());
   }

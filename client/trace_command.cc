@@ -86,11 +86,10 @@ int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     absl::StrAppendFormat(&offsets, "%s%d/%d %+.1fms", offsets.empty() ? "" : ", ",
                           r.pipeline_rank(), r.data_rank(), 1e3 * r.clock_offset());
   }
-  ctx.err() << "wrote " << format << " trace of job " << trace->response.job_id()
-            << " iteration " << trace->response.iteration() << " (" << trace->response.ranks_size()
-            << " ranks, " << actions << " actions"
-            << (trace->response.complete() ? "" : ", incomplete") << ") to " << path
-            << "\nclock offsets (rank/dp): " << offsets << "\n";
+  ctx.err() << "wrote " << format << " trace of job " << trace->response.job_id() << " iteration "
+            << trace->response.iteration() << " (" << trace->response.ranks_size() << " ranks, "
+            << actions << " actions" << (trace->response.complete() ? "" : ", incomplete")
+            << ") to " << path << "\nclock offsets (rank/dp): " << offsets << "\n";
   return kExitOk;
 }
 

@@ -8,7 +8,8 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] = "usage: zpipe workers [--all]\n  --all  also list workers lost recently\n";
+constexpr char kUsage[] =
+    "usage: zpipe workers [--all]\n  --all  also list workers lost recently\n";
 
 std::string Lower(std::string name, const std::string& prefix) {
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
@@ -26,7 +27,8 @@ std::string Bytes(uint64_t bytes) {
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Switch("--all");
-  if (absl::Status s = args.Parse(argv); !s.ok()) return ctx.Usage("workers", std::string(s.message()), kUsage);
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("workers", std::string(s.message()), kUsage);
   if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments", kUsage);
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
   if (!workers.ok()) return ctx.Fail("workers", workers.status());
@@ -40,8 +42,9 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   for (const v1::Worker& w : *workers) {
     const bool busy = w.state() == v1::WORKER_STATE_BUSY;
     t.Add({w.name(), Lower(v1::WorkerState_Name(w.state()), "WORKER_STATE_"),
-           absl::StrCat(Lower(v1::DeviceKind_Name(w.device_kind()), "DEVICE_KIND_"), ":", w.device_index()), w.host(),
-           Bytes(w.memory_bytes()), busy ? w.job_id() : "-",
+           absl::StrCat(Lower(v1::DeviceKind_Name(w.device_kind()), "DEVICE_KIND_"), ":",
+                        w.device_index()),
+           w.host(), Bytes(w.memory_bytes()), busy ? w.job_id() : "-",
            busy ? absl::StrCat(w.pipeline_rank(), "/", w.data_rank()) : "-",
            FormatTime(w.last_heartbeat_time().seconds())});
   }

@@ -27,8 +27,10 @@ constexpr char kUsage[] =
     "  plan --job ID                             show the plan the coordinator made for a job\n"
     "  plan ...                                  generate a schedule locally and print the plan\n"
     "  trace ID [--iteration N] [--format chrome|svg] -o FILE\n"
-    "                                            write a job's executed timeline (Chrome trace/SVG)\n"
-    "  run FILE --local [--workers N] [--out DIR] run a job on a local coordinator and workers, then\n"
+    "                                            write a job's executed timeline (Chrome "
+    "trace/SVG)\n"
+    "  run FILE --local [--workers N] [--out DIR] run a job on a local coordinator and workers, "
+    "then\n"
     "                                            summarize it and write its timeline\n"
     "\n"
     "global options (before or after COMMAND):\n"
@@ -45,7 +47,8 @@ struct GlobalOptions {
 
 // Removes --coordinator / -o / --output (with their values) from `args`. Returns an error
 // message, or "" when all is well.
-std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& globals, bool leading_only) {
+std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& globals,
+                           bool leading_only) {
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -122,7 +125,8 @@ int main(int argc, char** argv) {
     }
   }
   std::string coordinator = kDefaultCoordinator;
-  if (const char* env = std::getenv(kCoordinatorEnv); env != nullptr && *env != '\0') coordinator = env;
+  if (const char* env = std::getenv(kCoordinatorEnv); env != nullptr && *env != '\0')
+    coordinator = env;
   if (globals.coordinator.has_value()) coordinator = *globals.coordinator;
 
   const char* term = std::getenv("TERM");

@@ -31,8 +31,7 @@ grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*,
                                                v1::SubmitJobResponse* resp) {
   absl::StatusOr<JobSpec> spec = SpecFromProto(req->spec());
   if (!spec.ok()) return Done("SubmitJob", spec.status());
-  absl::StatusOr<SubmitResult> result =
-      manager_.Submit(req->job_id(), *spec, req->validate_only());
+  absl::StatusOr<SubmitResult> result = manager_.Submit(req->job_id(), *spec, req->validate_only());
   if (!result.ok()) return Done("SubmitJob", result.status());
   *resp->mutable_job() = JobViewToProto(result->job);
   if (req->validate_only()) resp->mutable_job()->set_state(v1::JOB_STATE_UNSPECIFIED);
@@ -48,20 +47,18 @@ grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJ
   return Done("GetJob", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*,
-                                              const v1::ListJobsRequest* req,
+grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
                                               v1::ListJobsResponse* resp) {
   std::set<JobState> states;
   for (int s : req->states()) {
     absl::StatusOr<JobState> state = StateFromProto(static_cast<v1::JobState>(s));
     if (!state.ok()) {
-      return Done("ListJobs", absl::InvalidArgumentError(
-                                  absl::StrCat("states: ", state.status().message())));
+      return Done("ListJobs",
+                  absl::InvalidArgumentError(absl::StrCat("states: ", state.status().message())));
     }
     states.insert(*state);
   }
-  absl::StatusOr<ListResult> result =
-      manager_.List(states, req->page_size(), req->page_token());
+  absl::StatusOr<ListResult> result = manager_.List(states, req->page_size(), req->page_token());
   if (!result.ok()) return Done("ListJobs", result.status());
   for (const JobView& view : result->jobs) *resp->add_jobs() = JobViewToProto(view);
   resp->set_next_page_token(result->next_page_token);
@@ -85,8 +82,7 @@ grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx,
   return Done("WatchJob", Watch(ctx, *req, writer));
 }
 
-absl::Status CoordinatorServiceImpl::Watch(grpc::ServerContext* ctx,
-                                           const v1::WatchJobRequest& req,
+absl::Status CoordinatorServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest& req,
                                            grpc::ServerWriter<v1::JobEvent>* writer) {
   const std::string& id = req.job_id();
   const absl::Duration interval = absl::Milliseconds(
@@ -173,7 +169,8 @@ grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext*, const v1::Get
     v1::RankPlan* rank = resp->add_ranks();
     rank->set_pipeline_rank(r);
     std::string text;
-    for (const core::Action& a : p.plan.ranks[r]) absl::StrAppend(&text, core::ActionToString(a), "\n");
+    for (const core::Action& a : p.plan.ranks[r])
+      absl::StrAppend(&text, core::ActionToString(a), "\n");
     rank->set_text(std::move(text));
     rank->set_num_actions(static_cast<int>(p.plan.ranks[r].size()));
   }
@@ -190,8 +187,7 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*,
   return Done("ListWorkers", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext*,
-                                              const v1::GetTraceRequest* req,
+grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext*, const v1::GetTraceRequest* req,
                                               v1::GetTraceResponse* resp) {
   std::optional<int> iteration;
   if (req->has_iteration()) iteration = req->iteration();

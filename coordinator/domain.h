@@ -54,7 +54,7 @@ struct JobSpec {
   std::string optimizer;  // "" = adamw
   double lr = 0;
   uint64_t seed = 0;
-  double bucket_mb = 0;  // 0 = 25
+  double bucket_mb = 0;         // 0 = 25
   std::optional<bool> overlap;  // nullopt = true
   int checkpoint_every = 0;
   std::string checkpoint_dir;
@@ -71,9 +71,9 @@ struct JobSpec {
 enum class JobState { kPending, kScheduling, kRunning, kSucceeded, kFailed, kCancelled };
 absl::string_view JobStateName(JobState state);  // "PENDING", ...
 bool IsTerminal(JobState state);
-inline constexpr JobState kAllJobStates[] = {JobState::kPending,   JobState::kScheduling,
-                                             JobState::kRunning,   JobState::kSucceeded,
-                                             JobState::kFailed,    JobState::kCancelled};
+inline constexpr JobState kAllJobStates[] = {JobState::kPending, JobState::kScheduling,
+                                             JobState::kRunning, JobState::kSucceeded,
+                                             JobState::kFailed,  JobState::kCancelled};
 
 // Which worker holds one rank of a scheduled job.
 struct RankSlot {

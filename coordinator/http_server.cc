@@ -20,9 +20,10 @@ namespace zpipe::coordinator {
 namespace {
 
 void Reply(mg_connection* conn, int code, const std::string& type, const std::string& body) {
-  const char* reason = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 400
-                                                                            ? "Bad Request"
-                                                                            : "Error";
+  const char* reason = code == 200   ? "OK"
+                       : code == 404 ? "Not Found"
+                       : code == 400 ? "Bad Request"
+                                     : "Error";
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
@@ -32,10 +33,14 @@ void Reply(mg_connection* conn, int code, const std::string& type, const std::st
 
 int HttpCode(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kFailedPrecondition: return 409;
-    default: return 500;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    default:
+      return 500;
   }
 }
 
@@ -47,8 +52,8 @@ void ReplyError(mg_connection* conn, const absl::Status& status) {
     if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
   }
   Reply(conn, HttpCode(status), "application/json",
-        absl::StrCat("{\"code\":\"", absl::StatusCodeToString(status.code()),
-                     "\",\"message\":\"", escaped, "\"}\n"));
+        absl::StrCat("{\"code\":\"", absl::StatusCodeToString(status.code()), "\",\"message\":\"",
+                     escaped, "\"}\n"));
 }
 
 void ReplyProto(mg_connection* conn, const google::protobuf::Message& message) {

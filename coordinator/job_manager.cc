@@ -60,9 +60,8 @@ absl::Status JobManager::Load() {
       }
     }
   }
-  LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running,
-          " RUNNING jobs wait up to ", absl::FormatDuration(options_.heartbeat_timeout),
-          " for their workers to reconnect");
+  LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running, " RUNNING jobs wait up to ",
+          absl::FormatDuration(options_.heartbeat_timeout), " for their workers to reconnect");
   UpdateGaugesLocked();
   return absl::OkStatus();
 }
@@ -171,8 +170,9 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   if (job->state == JobState::kCancelled) return ViewLocked(*job, true, true);
   if (IsTerminal(job->state)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", job_id, "' already ", JobStateName(job->state), "; only active jobs can be cancelled"));
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' already ",
+                                                      JobStateName(job->state),
+                                                      "; only active jobs can be cancelled"));
   }
   if (reason.empty()) reason = "cancelled by user";
   FinishJobLocked(*job, JobState::kCancelled, std::move(reason));
@@ -354,8 +354,7 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
     cmd.assignment = std::move(a);
     workers[g]->connection->Send(std::move(cmd));
   }
-  SetStateLocked(job, JobState::kRunning,
-                 absl::StrCat("assignments sent to ", p * d, " workers"));
+  SetStateLocked(job, JobState::kRunning, absl::StrCat("assignments sent to ", p * d, " workers"));
   return true;
 }
 

@@ -88,7 +88,7 @@ struct ManagerOptions {
 // A job as clients see it.
 struct JobView {
   JobRecord record;
-  std::shared_ptr<const JobPlan> plan;     // null when it could not be (re)made
+  std::shared_ptr<const JobPlan> plan;      // null when it could not be (re)made
   std::optional<JobProgressView> progress;  // from SCHEDULING on
   int queue_position = -1;                  // PENDING only
 };
@@ -134,8 +134,7 @@ class JobManager {
 
   // ---- client-facing ----
   // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency.
-  absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec,
-                                      bool validate_only);
+  absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only);
   // Makes the job's plan on first use after a restart (for its predicted statistics).
   absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true);
   // page_size: 0 = 100, capped at 1000. Empty `states` = all.
@@ -173,8 +172,7 @@ class JobManager {
   absl::StatusOr<std::string> WorkerName(const std::string& worker_id) const;
 
   // ---- rendezvous ----
-  absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
-                             std::string value);
+  absl::Status RendezvousSet(const std::string& job_id, const std::string& key, std::string value);
   absl::StatusOr<std::string> RendezvousGet(const std::string& job_id,
                                             const std::string& key) const;
   absl::StatusOr<std::vector<std::string>> RendezvousWait(
@@ -197,8 +195,8 @@ class JobManager {
  private:
   struct JobRuntime {
     std::shared_ptr<const JobPlan> plan;
-    bool plan_failed = false;  // PlanJob failed once; do not retry
-    std::set<int> finished;  // global ranks done with every iteration
+    bool plan_failed = false;                      // PlanJob failed once; do not retry
+    std::set<int> finished;                        // global ranks done with every iteration
     std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
     std::set<int> reconnected;                     // global ranks whose worker came back
   };
@@ -208,8 +206,7 @@ class JobManager {
   };
 
   JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const JobRecord* FindJobLocked(const std::string& job_id) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  const JobRecord* FindJobLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerEntry* WorkerByIdLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -249,7 +246,7 @@ class JobManager {
   std::map<int64_t, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by submit_order
   absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);  // by name
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);                // by name
   absl::flat_hash_map<std::string, std::string> worker_ids_ ABSL_GUARDED_BY(mu_);  // id -> name
   int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;

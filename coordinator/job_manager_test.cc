@@ -83,7 +83,8 @@ TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
   manager_->CheckLiveness();
   job = *manager_->Get("j");
   ASSERT_EQ(job.record.state, JobState::kFailed);
-  EXPECT_EQ(job.record.reason, "worker b (pipeline rank 1, data rank 0) lost: no heartbeat for 12s");
+  EXPECT_EQ(job.record.reason,
+            "worker b (pipeline rank 1, data rank 0) lost: no heartbeat for 12s");
   EXPECT_EQ(c1_.closed.code(), absl::StatusCode::kUnavailable);
   ASSERT_EQ(c0_.commands.size(), 2u);
   EXPECT_EQ(c0_.commands[1].kind, WorkerCommand::Kind::kCancel);
@@ -93,8 +94,7 @@ TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
 TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
   const std::string w0 = AddWorker("a", &c0_);
-  const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 9}, stages = {0, 0, 0},
-                             mbs = {0, 0, 7};
+  const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 9}, stages = {0, 0, 0}, mbs = {0, 0, 7};
   ProgressBatchData batch{"j", 0, 0, {its, ops, stages, mbs}};
   manager_->Progress("a", batch);
   EXPECT_EQ(manager_->dropped_progress_events(), 1u);  // the bad op / microbatch

@@ -107,8 +107,7 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
   return result;
 }
 
-absl::Status JobManager::AttachSession(const std::string& worker_id,
-                                       WorkerConnection* connection) {
+absl::Status JobManager::AttachSession(const std::string& worker_id, WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = WorkerByIdLocked(worker_id);
   if (w == nullptr) {
@@ -116,9 +115,9 @@ absl::Status JobManager::AttachSession(const std::string& worker_id,
         absl::StrCat("worker_id '", worker_id, "' is unknown or was replaced; register again"));
   }
   if (w->info.state == WorkerState::kDead) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", w->info.registration.name, " was declared dead (",
-                     w->info.reason, "); register again"));
+    return absl::FailedPreconditionError(absl::StrCat("worker ", w->info.registration.name,
+                                                      " was declared dead (", w->info.reason,
+                                                      "); register again"));
   }
   if (w->connection != nullptr && w->connection != connection) {
     w->connection->Close(absl::AbortedError("another session attached for this worker"));
@@ -153,8 +152,8 @@ absl::Status JobManager::Heartbeat(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = WorkerByIdLocked(worker_id);
   if (w == nullptr || w->info.state == WorkerState::kDead) {
-    return absl::AbortedError(absl::StrCat("worker_id '", worker_id,
-                                           "' is no longer current; register again"));
+    return absl::AbortedError(
+        absl::StrCat("worker_id '", worker_id, "' is no longer current; register again"));
   }
   w->info.last_seen = clock_.Now();
   return absl::OkStatus();
@@ -170,8 +169,7 @@ absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id)
 }
 
 void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
-  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank,
-                     batch.events);
+  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, batch.events);
   const size_t n = batch.events.iterations.size();
   if (n == 0 || batch.start_times.size() != n || batch.end_times.size() != n ||
       batch.events.ops.size() != n || batch.events.stages.size() != n ||
@@ -184,10 +182,18 @@ void JobManager::Progress(const std::string& worker_name, const ProgressBatchDat
     actions[k].stage = batch.events.stages[k];
     actions[k].microbatch = batch.events.microbatches[k];
     switch (static_cast<Op>(batch.events.ops[k])) {
-      case Op::kF: actions[k].kind = core::ActionKind::kForward; break;
-      case Op::kB: actions[k].kind = core::ActionKind::kBackwardInput; break;
-      case Op::kW: actions[k].kind = core::ActionKind::kBackwardWeight; break;
-      case Op::kBW: actions[k].kind = core::ActionKind::kBackwardFull; break;
+      case Op::kF:
+        actions[k].kind = core::ActionKind::kForward;
+        break;
+      case Op::kB:
+        actions[k].kind = core::ActionKind::kBackwardInput;
+        break;
+      case Op::kW:
+        actions[k].kind = core::ActionKind::kBackwardWeight;
+        break;
+      case Op::kBW:
+        actions[k].kind = core::ActionKind::kBackwardFull;
+        break;
     }
     last_end = std::max(last_end, batch.end_times[k]);
   }
@@ -235,8 +241,8 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   events_.Append(job_id, std::move(event));
   PersistLocked(*job);
   const IterationSummary& s = *job->latest_summary;
-  LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s,
-          " s (bubble ", s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
+  LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
+          s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
           s.loss ? absl::StrCat(", loss ", *s.loss) : "", ")");
   return absl::OkStatus();
 }
@@ -275,8 +281,7 @@ absl::Status JobManager::RankFinished(const std::string& worker_id, const std::s
 }
 
 absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
-                                    int pipeline_rank, int data_rank,
-                                    const std::string& message) {
+                                    int pipeline_rank, int data_rank, const std::string& message) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = WorkerByIdLocked(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
@@ -298,8 +303,8 @@ void JobManager::CheckLiveness() {
   for (auto& [name, w] : workers_) {
     if (w.info.state == WorkerState::kDead) continue;
     if (now - w.info.last_seen > options_.heartbeat_timeout) {
-      MarkDeadLocked(w, absl::StrCat("no heartbeat for ",
-                                     absl::FormatDuration(now - w.info.last_seen)));
+      MarkDeadLocked(
+          w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w.info.last_seen)));
     }
   }
   // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
@@ -344,10 +349,10 @@ void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
   if (!job_id.empty()) {
     JobRecord* job = FindJobLocked(job_id);
     if (job != nullptr && !IsTerminal(job->state)) {
-      FinishJobLocked(*job, JobState::kFailed,
-                      absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank,
-                                            w.info.data_rank),
-                                   " lost: ", reason));
+      FinishJobLocked(
+          *job, JobState::kFailed,
+          absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank, w.info.data_rank),
+                       " lost: ", reason));
     }
   }
   UpdateGaugesLocked();

@@ -15,8 +15,8 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
     }
     case v1::ModelSpec::kSynthetic: {
       const auto& y = p.model().synthetic();
-      s.model = SyntheticConfig{y.forward_ms(), y.backward_ms(), y.weight_ms(),
-                                y.activation_kb(), y.params_mb()};
+      s.model = SyntheticConfig{y.forward_ms(), y.backward_ms(), y.weight_ms(), y.activation_kb(),
+                                y.params_mb()};
       break;
     }
     case v1::ModelSpec::KIND_NOT_SET:
@@ -46,9 +46,9 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
       s.device = DeviceKind::kCuda;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("spec.device: unknown device kind ", static_cast<int>(p.device()),
-                       " (expected cpu or cuda)"));
+      return absl::InvalidArgumentError(absl::StrCat("spec.device: unknown device kind ",
+                                                     static_cast<int>(p.device()),
+                                                     " (expected cpu or cuda)"));
   }
   return s;
 }
@@ -192,8 +192,7 @@ v1::RankAssignment RankSlotToProto(const RankSlot& slot) {
 }
 
 RankSlot RankSlotFromProto(const v1::RankAssignment& p) {
-  return RankSlot{p.pipeline_rank(), p.data_rank(), p.worker_name(), p.host(),
-                  p.device_index()};
+  return RankSlot{p.pipeline_rank(), p.data_rank(), p.worker_name(), p.host(), p.device_index()};
 }
 
 v1::PlanStats PlanStatsToProto(const JobPlan& plan) {

@@ -11,9 +11,8 @@ absl::StatusOr<core::CostModel> MeasuredCostModel(const JobPlan& plan,
                                                   absl::Span<const RankStats> replica) {
   const int p = plan.plan.num_ranks();
   if (static_cast<int>(replica.size()) != p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("measured costs: ", replica.size(), " rank reports for a plan of ", p,
-                     " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("measured costs: ", replica.size(),
+                                                   " rank reports for a plan of ", p, " ranks"));
   }
   core::CostModel cost = plan.cost;
   for (int r = 0; r < p; ++r) {
@@ -23,11 +22,20 @@ absl::StatusOr<core::CostModel> MeasuredCostModel(const JobPlan& plan,
       if (!core::IsCompute(a.kind)) continue;
       if (a.stage >= 0 && a.stage < cost.num_stages()) holds[a.stage] = true;
       switch (a.kind) {
-        case core::ActionKind::kForward: ++n_f; break;
-        case core::ActionKind::kBackwardInput: ++n_b; break;
-        case core::ActionKind::kBackwardFull: ++n_bw; break;
-        case core::ActionKind::kBackwardWeight: ++n_w; break;
-        default: break;
+        case core::ActionKind::kForward:
+          ++n_f;
+          break;
+        case core::ActionKind::kBackwardInput:
+          ++n_b;
+          break;
+        case core::ActionKind::kBackwardFull:
+          ++n_bw;
+          break;
+        case core::ActionKind::kBackwardWeight:
+          ++n_w;
+          break;
+        default:
+          break;
       }
     }
     const RankStats& s = replica[r];
@@ -57,9 +65,8 @@ absl::StatusOr<PredictedBubble> PredictBubbleAtMeasuredCosts(const JobPlan& plan
                                                              absl::Span<const RankStats> ranks) {
   const int p = plan.plan.num_ranks();
   if (p == 0 || ranks.empty() || ranks.size() % p != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("measured costs: ", ranks.size(), " rank reports for a plan of ", p,
-                     " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("measured costs: ", ranks.size(),
+                                                   " rank reports for a plan of ", p, " ranks"));
   }
   const int d = static_cast<int>(ranks.size()) / p;
   int reduces = 0;

@@ -31,11 +31,18 @@ std::vector<RankStats> ReportsAt(const JobPlan& plan, const core::CostModel& cos
       for (const core::Action& a : plan.plan.ranks[r]) {
         const double secs = cost.Duration(a) / 1e3;
         switch (a.kind) {
-          case core::ActionKind::kForward: s.forward_s += secs; break;
+          case core::ActionKind::kForward:
+            s.forward_s += secs;
+            break;
           case core::ActionKind::kBackwardInput:
-          case core::ActionKind::kBackwardFull: s.backward_s += secs; break;
-          case core::ActionKind::kBackwardWeight: s.weight_s += secs; break;
-          default: break;
+          case core::ActionKind::kBackwardFull:
+            s.backward_s += secs;
+            break;
+          case core::ActionKind::kBackwardWeight:
+            s.weight_s += secs;
+            break;
+          default:
+            break;
         }
       }
       out.push_back(s);
@@ -93,8 +100,7 @@ TEST(MeasuredBubble, FusedBackwardCarriesTheWeightTime) {
 TEST(MeasuredBubble, DataParallelReplicasAreSimulatedEach) {
   auto plan = PlanJob(Synthetic("zb-v", 2, 4, /*d=*/2));
   ASSERT_TRUE(plan.ok());
-  auto predicted =
-      PredictBubbleAtMeasuredCosts(**plan, ReportsAt(**plan, (*plan)->cost, /*d=*/2));
+  auto predicted = PredictBubbleAtMeasuredCosts(**plan, ReportsAt(**plan, (*plan)->cost, /*d=*/2));
   ASSERT_TRUE(predicted.ok()) << predicted.status();
   EXPECT_EQ(predicted->ranks.size(), 4u);
   EXPECT_NEAR(predicted->ranks[0], predicted->ranks[2], 1e-9);

@@ -19,15 +19,15 @@ namespace zpipe::coordinator {
 // The job's plan re-simulated with the per-stage F/B/W durations its workers measured in one
 // iteration (see measured_bubble.h): the bubble the schedule itself implies at those costs.
 struct PredictedBubble {
-  double job = 0;                 // bubble rate, 1 - sum(busy) / (p * d * span)
-  std::vector<double> ranks;      // per global rank (data_rank * p + pipeline_rank)
+  double job = 0;             // bubble rate, 1 - sum(busy) / (p * d * span)
+  std::vector<double> ranks;  // per global rank (data_rank * p + pipeline_rank)
 };
 
 class Metrics {
  public:
   virtual ~Metrics() = default;
-  virtual void SetJobCount(JobState state, int64_t count) = 0;           // zpipe_jobs{state}
-  virtual void SetWorkerCount(WorkerState state, int64_t count) = 0;     // zpipe_workers{state}
+  virtual void SetJobCount(JobState state, int64_t count) = 0;        // zpipe_jobs{state}
+  virtual void SetWorkerCount(WorkerState state, int64_t count) = 0;  // zpipe_workers{state}
   virtual void CountRpc(absl::string_view method, absl::StatusCode code) = 0;  // zpipe_rpcs_total
 
   // ---- per job and rank (no-ops by default) ----

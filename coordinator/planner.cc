@@ -39,9 +39,9 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v) {
 
 absl::Status ScheduleError(const JobSpec& spec, const absl::Status& st) {
   if (st.code() == absl::StatusCode::kUnimplemented) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.schedule.kind: '", spec.schedule, "' is not available in this build (",
-        st.message(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("spec.schedule.kind: '", spec.schedule,
+                                                   "' is not available in this build (",
+                                                   st.message(), ")"));
   }
   const std::string msg(st.message());
   absl::string_view path = "spec.schedule.kind";

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/domain.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
 #include "core/plan.h"
 #include "core/simulator.h"
-#include "coordinator/domain.h"
 
 namespace zpipe::coordinator {
 
@@ -28,7 +28,7 @@ struct StageInfo {
 };
 
 struct JobPlan {
-  core::Plan plan;  // lowered, with REDUCE actions
+  core::Plan plan;   // lowered, with REDUCE actions
   std::string text;  // core::PlanToText(plan)
   core::CostModel cost;
   std::vector<StageInfo> stages;

@@ -59,8 +59,7 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
     for (size_t i = 0; i < n; ++i) {
       const int it = ev.iterations[i], stage = ev.stages[i], mb = ev.microbatches[i];
       if (it < current || it >= job->iterations || mb < 0 || mb >= job->m || stage < 0 ||
-          stage >= job->placement.num_stages() ||
-          job->placement.RankOf(stage) != pipeline_rank) {
+          stage >= job->placement.num_stages() || job->placement.RankOf(stage) != pipeline_rank) {
         continue;
       }
       const Op op = static_cast<Op>(ev.ops[i]);
@@ -184,7 +183,8 @@ std::optional<JobProgressView> ProgressTracker::Get(const std::string& job_id,
     if (with_microbatches) {
       r.microbatches.reserve(rank->num_phases);
       for (size_t k = 0; k < rank->num_phases; ++k) {
-        r.microbatches.push_back(static_cast<Phase>(rank->phases[k].load(std::memory_order_relaxed)));
+        r.microbatches.push_back(
+            static_cast<Phase>(rank->phases[k].load(std::memory_order_relaxed)));
       }
     }
     r.per_iteration = per_iteration;

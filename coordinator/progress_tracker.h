@@ -3,9 +3,9 @@
 //
 // Built for ingest rate: each rank has its own writer lock, so ranks streaming progress never
 // contend with each other, and the counters are atomics, so readers (GetJob, WatchJob) never wait
-// for a writer (a reader may see a rank mid-batch; progress is a display, not an invariant). Events that do
-// not fit the job's plan (unknown job, a rank not held by the sender, stage or microbatch out of
-// range, an older iteration) are dropped and counted, never fatal. Thread-safe.
+// for a writer (a reader may see a rank mid-batch; progress is a display, not an invariant). Events
+// that do not fit the job's plan (unknown job, a rank not held by the sender, stage or microbatch
+// out of range, an older iteration) are dropped and counted, never fatal. Thread-safe.
 #ifndef ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
 #define ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
 
@@ -20,8 +20,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "core/placement.h"
 #include "coordinator/domain.h"
+#include "core/placement.h"
 
 namespace zpipe::coordinator {
 
@@ -35,7 +35,7 @@ struct RankProgressView {
   std::string worker_name;
   int iteration = 0;
   int forward_done = 0, backward_done = 0, weight_done = 0;
-  int per_iteration = 0;  // v * m: total of each of F, B, W per iteration
+  int per_iteration = 0;            // v * m: total of each of F, B, W per iteration
   std::vector<Phase> microbatches;  // chunk * m + microbatch; empty unless requested
   int iterations_done = 0;
 };

@@ -46,13 +46,13 @@ TEST(ProgressTracker, CountsPhasesAndRollsOverIterations) {
 TEST(ProgressTracker, DropsWhatDoesNotFit) {
   ProgressTracker t;
   t.StartJob("j", core::Placement::Linear(2), 2, 3, 0.1, Slots(2, 1));
-  EXPECT_EQ(Add(t, "w1", 0, 0, {0}, {1}, {0}, {0}), 0);        // not this worker's rank
-  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {1}, {0}), 0);        // stage on another rank
-  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {0}, {2}), 0);        // microbatch out of range
-  EXPECT_EQ(Add(t, "w0", 0, 0, {3}, {1}, {0}, {0}), 0);        // iteration out of range
-  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {7}, {0}, {0}), 0);        // unknown op
-  EXPECT_EQ(Add(t, "w0", 0, 0, {0, 0}, {1}, {0}, {0}), 0);     // ragged columns
-  EXPECT_EQ(Add(t, "w0", 5, 0, {0}, {1}, {0}, {0}), 0);        // rank out of range
+  EXPECT_EQ(Add(t, "w1", 0, 0, {0}, {1}, {0}, {0}), 0);     // not this worker's rank
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {1}, {0}), 0);     // stage on another rank
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {0}, {2}), 0);     // microbatch out of range
+  EXPECT_EQ(Add(t, "w0", 0, 0, {3}, {1}, {0}, {0}), 0);     // iteration out of range
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {7}, {0}, {0}), 0);     // unknown op
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0, 0}, {1}, {0}, {0}), 0);  // ragged columns
+  EXPECT_EQ(Add(t, "w0", 5, 0, {0}, {1}, {0}, {0}), 0);     // rank out of range
   EXPECT_EQ(t.AddEvents("nope", "w0", 0, 0, {}), 0);
   EXPECT_EQ(t.dropped_events(), 8u);
 }

@@ -42,13 +42,14 @@ double OverlapRatio(double total, double exposed) {
 PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
                                      PrometheusMetricsOptions options)
     : options_(options),
-      jobs_(Build<prometheus::Gauge>(registry, "zpipe_jobs", "Jobs known to the coordinator, by state")),
+      jobs_(Build<prometheus::Gauge>(registry, "zpipe_jobs",
+                                     "Jobs known to the coordinator, by state")),
       workers_(Build<prometheus::Gauge>(registry, "zpipe_workers", "Registered workers, by state")),
       rpcs_(Build<prometheus::Counter>(registry, "zpipe_rpcs_total",
                                        "gRPC calls handled, by method and status code")),
-      busy_(Build<prometheus::Counter>(
-          registry, "zpipe_busy_seconds_total",
-          "Seconds a pipeline rank spent in compute actions, by op (F, B, W; a fused BW counts as B)")),
+      busy_(Build<prometheus::Counter>(registry, "zpipe_busy_seconds_total",
+                                       "Seconds a pipeline rank spent in compute actions, by op "
+                                       "(F, B, W; a fused BW counts as B)")),
       idle_(Build<prometheus::Counter>(
           registry, "zpipe_idle_seconds_total",
           "Seconds of a rank's iteration span not spent in compute (its bubble)")),
@@ -64,9 +65,9 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
       exposed_reduce_(Build<prometheus::Counter>(
           registry, "zpipe_exposed_reduce_seconds_total",
           "Gradient all-reduce wall time that overlapped no compute on the same rank")),
-      rank_overlap_(Build<prometheus::Gauge>(
-          registry, "zpipe_reduce_overlap_ratio",
-          "A rank's reduce overlap in its latest iteration: 1 - exposed / total (1 without reductions)")),
+      rank_overlap_(Build<prometheus::Gauge>(registry, "zpipe_reduce_overlap_ratio",
+                                             "A rank's reduce overlap in its latest iteration: 1 - "
+                                             "exposed / total (1 without reductions)")),
       p2p_wait_(Build<prometheus::Counter>(registry, "zpipe_p2p_wait_seconds_total",
                                            "Seconds a rank spent blocked in P2P receives")),
       rank_iterations_(Build<prometheus::Counter>(registry, "zpipe_rank_iterations_total",
@@ -74,9 +75,9 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
       tokens_(Build<prometheus::Counter>(
           registry, "zpipe_tokens_total",
           "Training tokens a rank processed (counted where stage 0 runs; 0 for synthetic models)")),
-      job_bubble_(Build<prometheus::Gauge>(
-          registry, "zpipe_job_bubble_ratio",
-          "Measured bubble rate of a job's latest complete iteration: 1 - sum(busy) / (p * d * span)")),
+      job_bubble_(Build<prometheus::Gauge>(registry, "zpipe_job_bubble_ratio",
+                                           "Measured bubble rate of a job's latest complete "
+                                           "iteration: 1 - sum(busy) / (p * d * span)")),
       job_bubble_predicted_(Build<prometheus::Gauge>(
           registry, "zpipe_job_bubble_ratio_predicted",
           "A job's bubble rate predicted by re-simulating its plan at the costs the workers "
@@ -132,8 +133,8 @@ PrometheusMetrics::JobSeries* PrometheusMetrics::JobLocked(const std::string& jo
     j.overlap = &job_overlap_.Add(labels);
     j.iterations = &iterations_.Add(labels);
     j.duration = &duration_.Add(
-        labels, prometheus::Histogram::BucketBoundaries{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                        1, 2.5, 5, 10, 30, 60, 120, 300});
+        labels, prometheus::Histogram::BucketBoundaries{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                        2.5, 5, 10, 30, 60, 120, 300});
   }
   return &j;
 }

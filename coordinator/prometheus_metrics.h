@@ -59,8 +59,7 @@ struct PrometheusMetricsOptions {
 class PrometheusMetrics : public Metrics {
  public:
   // Registers the families in `registry`, which must outlive this object.
-  explicit PrometheusMetrics(prometheus::Registry& registry,
-                             PrometheusMetricsOptions options = {});
+  explicit PrometheusMetrics(prometheus::Registry& registry, PrometheusMetricsOptions options = {});
 
   void SetJobCount(JobState state, int64_t count) override;
   void SetWorkerCount(WorkerState state, int64_t count) override;

@@ -57,8 +57,12 @@ TEST_F(PrometheusMetricsTest, RankReportsAccumulateOncePerIteration) {
   m.ObserveRankIteration("j", 0, Stats(0));
   m.ObserveRankIteration("j", 0, Stats(0));  // duplicate: ignored
   m.ObserveRankIteration("j", 1, Stats(0));
-  EXPECT_DOUBLE_EQ(Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"W\",pipeline_rank=\"0\"}"), 0.5);
-  EXPECT_DOUBLE_EQ(Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"F\",pipeline_rank=\"0\"}"), 0.4);
+  EXPECT_DOUBLE_EQ(
+      Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"W\",pipeline_rank=\"0\"}"),
+      0.5);
+  EXPECT_DOUBLE_EQ(
+      Sample("zpipe_busy_seconds_total{data_rank=\"0\",job_id=\"j\",op=\"F\",pipeline_rank=\"0\"}"),
+      0.4);
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_idle_seconds_total") + kRank0), 0.5);
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_bubble_ratio") + kRank0), 0.25);
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_reduce_seconds_total") + kRank0), 0.2);
@@ -90,7 +94,9 @@ TEST_F(PrometheusMetricsTest, JobIterationsSetBubblesLossAndHistogram) {
   EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_count{job_id=\"j\"}"), 1);
   EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_bucket{job_id=\"j\",le=\"0.5\"}"), 1);
   EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_bucket{job_id=\"j\",le=\"0.25\"}"), 0);
-  EXPECT_DOUBLE_EQ(Sample("zpipe_bubble_ratio_predicted{data_rank=\"0\",job_id=\"j\",pipeline_rank=\"1\"}"), 0.2);
+  EXPECT_DOUBLE_EQ(
+      Sample("zpipe_bubble_ratio_predicted{data_rank=\"0\",job_id=\"j\",pipeline_rank=\"1\"}"),
+      0.2);
 }
 
 TEST_F(PrometheusMetricsTest, FinishedJobsExpireAfterRetention) {

@@ -38,8 +38,7 @@ bool Rendezvous::IsOpen(const std::string& job_id) const {
   return jobs_.contains(job_id);
 }
 
-absl::Status Rendezvous::Set(const std::string& job_id, const std::string& key,
-                             std::string value) {
+absl::Status Rendezvous::Set(const std::string& job_id, const std::string& key, std::string value) {
   if (absl::Status st = CheckKey(key); !st.ok()) return st;
   if (value.size() > kMaxValueBytes) {
     return absl::InvalidArgumentError(

@@ -60,9 +60,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
   LogInfo("coordinator serving on port ", s->port_, " (metrics ",
-          s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled",
-          ", db ", options.db, ", heartbeat timeout ",
-          absl::FormatDuration(options.heartbeat_timeout), ")");
+          s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled", ", db ",
+          options.db, ", heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout), ")");
   return s;
 }
 
@@ -82,7 +81,8 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   }
   LogInfo("coordinator shutting down");
   if (manager_) manager_->Shutdown();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  if (server_)
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   stop_.Notify();
   if (liveness_.joinable()) liveness_.join();
   http_.reset();

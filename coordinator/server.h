@@ -32,9 +32,9 @@ class JobStore;
 class Metrics;
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";          // gRPC; port 0 = pick a free one
-  std::string metrics_listen = "0.0.0.0:9464";   // /metrics; empty = disabled
-  std::string db = "zpipe-coordinator.db";       // SQLite file, or ":memory:"
+  std::string listen = "0.0.0.0:50051";         // gRPC; port 0 = pick a free one
+  std::string metrics_listen = "0.0.0.0:9464";  // /metrics; empty = disabled
+  std::string db = "zpipe-coordinator.db";      // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   int max_message_bytes = 16 << 20;  // requests larger than this get RESOURCE_EXHAUSTED

@@ -25,18 +25,17 @@ absl::Status IntIn(absl::string_view path, int value, int lo, int hi) {
 absl::Status DoubleIn(absl::string_view path, double value, double lo, double hi, bool lo_open) {
   if (!std::isfinite(value)) return Bad(path, absl::StrCat("must be a finite number, got ", value));
   if ((lo_open ? value <= lo : value < lo) || value > hi) {
-    return Bad(path, absl::StrCat("must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ",
-                                  value));
+    return Bad(path,
+               absl::StrCat("must be in ", lo_open ? "(" : "[", lo, ", ", hi, "], got ", value));
   }
   return absl::OkStatus();
 }
 
 bool NameChar(char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; }
 
-#define ZPIPE_RETURN_IF_ERROR(expr)         \
-  do {                                      \
-    if (absl::Status s_ = (expr); !s_.ok()) \
-      return s_;                            \
+#define ZPIPE_RETURN_IF_ERROR(expr)                    \
+  do {                                                 \
+    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
   } while (0)
 
 absl::Status ValidateGpt(const GptConfig& g, int stages) {
@@ -64,8 +63,7 @@ absl::Status ValidateSynthetic(const SyntheticConfig& s) {
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.weight_ms", s.weight_ms, 0, 60000, false));
   ZPIPE_RETURN_IF_ERROR(
       DoubleIn("spec.model.synthetic.activation_kb", s.activation_kb, 0, 1 << 20, false));
-  ZPIPE_RETURN_IF_ERROR(
-      DoubleIn("spec.model.synthetic.params_mb", s.params_mb, 0, 1 << 20, false));
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.params_mb", s.params_mb, 0, 1 << 20, false));
   return absl::OkStatus();
 }
 
@@ -110,8 +108,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
                             " has a fixed number, leave it 0 (got ", spec.chunks, ")"));
   }
   if (spec.memory_limit.has_value()) {
-    ZPIPE_RETURN_IF_ERROR(
-        DoubleIn("spec.schedule.memory_limit", *spec.memory_limit, 0, 1e6, true));
+    ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.schedule.memory_limit", *spec.memory_limit, 0, 1e6, true));
   }
   const int v = core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
 
@@ -124,8 +121,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
     ZPIPE_RETURN_IF_ERROR(ValidateSynthetic(std::get<SyntheticConfig>(spec.model)));
   }
 
-  ZPIPE_RETURN_IF_ERROR(
-      IntIn("spec.batch.microbatches", spec.microbatches, 1, kMaxMicrobatches));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.batch.microbatches", spec.microbatches, 1, kMaxMicrobatches));
   if (static_cast<int64_t>(spec.pipeline) * v * spec.microbatches > kMaxStageMicrobatches) {
     return Bad("spec.batch.microbatches",
                absl::StrCat("pipeline x chunks x microbatches = ",
@@ -145,8 +141,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
 
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.grad_sync.bucket_mb", spec.bucket_mb, 0, 4096, false));
 
-  ZPIPE_RETURN_IF_ERROR(
-      IntIn("spec.checkpoint.every", spec.checkpoint_every, 0, 10'000'000));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.checkpoint.every", spec.checkpoint_every, 0, 10'000'000));
   if (spec.checkpoint_every > 0 && spec.checkpoint_dir.empty()) {
     return Bad("spec.checkpoint.dir", "is required when checkpoint.every > 0");
   }

@@ -64,8 +64,8 @@ class Statement {
 
 absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                            SQLITE_OPEN_FULLMUTEX,
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
     absl::Status st = absl::UnavailableError(
         absl::StrCat("sqlite: cannot open '", path, "': ", db ? sqlite3_errmsg(db) : "no memory"));
@@ -106,8 +106,7 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   sqlite3_bind_int64(s, 2, job.submit_order);
   const absl::string_view state = JobStateName(job.state);
   sqlite3_bind_text(s, 3, state.data(), static_cast<int>(state.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_text(s, 4, job.reason.data(), static_cast<int>(job.reason.size()),
-                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 4, job.reason.data(), static_cast<int>(job.reason.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(s, 5, absl::ToUnixMicros(job.create_time));
   BindTime(s, 6, job.start_time);
   BindTime(s, 7, job.end_time);
@@ -163,7 +162,8 @@ absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
       return absl::DataLossError(absl::StrCat("job ", r.id, ": unreadable spec"));
     }
     absl::StatusOr<JobSpec> domain = SpecFromProto(spec);
-    if (!domain.ok()) return absl::DataLossError(absl::StrCat("job ", r.id, ": ", domain.status().message()));
+    if (!domain.ok())
+      return absl::DataLossError(absl::StrCat("job ", r.id, ": ", domain.status().message()));
     r.spec = std::move(*domain);
     v1::Job ranks;
     if (!ranks.ParseFromString(ColumnBlob(s, 11))) {

@@ -57,8 +57,7 @@ std::shared_ptr<TraceStore::Job> TraceStore::Find(const std::string& job_id) con
 }
 
 void TraceStore::AddActions(const std::string& job_id, const std::string& worker_name,
-                            int pipeline_rank, int data_rank,
-                            absl::Span<const int32_t> iterations,
+                            int pipeline_rank, int data_rank, absl::Span<const int32_t> iterations,
                             absl::Span<const core::Action> actions,
                             absl::Span<const double> start_s, absl::Span<const double> end_s) {
   const size_t n = iterations.size();
@@ -103,9 +102,9 @@ absl::StatusOr<JobTrace> TraceStore::Get(const std::string& job_id,
                                          std::optional<int> iteration) const {
   std::shared_ptr<Job> job = Find(job_id);
   if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' has no executed timeline (not run since the "
-                                      "coordinator started)"));
+    return absl::NotFoundError(absl::StrCat("job '", job_id,
+                                            "' has no executed timeline (not run since the "
+                                            "coordinator started)"));
   }
   // Which iterations exist on any rank, and which are complete on every rank.
   std::set<int> available;
@@ -127,9 +126,9 @@ absl::StatusOr<JobTrace> TraceStore::Get(const std::string& job_id,
   out.available_iterations.assign(available.begin(), available.end());
   if (iteration.has_value()) {
     if (!available.contains(*iteration)) {
-      return absl::NotFoundError(absl::StrCat(
-          "job '", job_id, "': iteration ", *iteration,
-          " is not held (the coordinator keeps the last ", kKeepIterations, " iterations)"));
+      return absl::NotFoundError(absl::StrCat("job '", job_id, "': iteration ", *iteration,
+                                              " is not held (the coordinator keeps the last ",
+                                              kKeepIterations, " iterations)"));
     }
     out.iteration = *iteration;
   } else {

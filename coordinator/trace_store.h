@@ -34,9 +34,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "coordinator/domain.h"
 #include "core/executed_timeline.h"
 #include "core/plan.h"
-#include "coordinator/domain.h"
 
 namespace zpipe::coordinator {
 
@@ -69,7 +69,7 @@ struct TracedRank {
 struct JobTrace {
   int iteration = 0;
   bool complete = false;
-  std::vector<TracedRank> ranks;        // by global rank
+  std::vector<TracedRank> ranks;          // by global rank
   std::vector<int> available_iterations;  // ascending
 };
 
@@ -102,7 +102,7 @@ class TraceStore {
  private:
   struct RankState {
     mutable absl::Mutex mu;
-    RankSlot slot;            // immutable after StartJob
+    RankSlot slot;             // immutable after StartJob
     int expected_compute = 0;  // immutable after StartJob
     std::map<int, std::vector<core::TimedAction>> iterations ABSL_GUARDED_BY(mu);
   };

@@ -46,8 +46,8 @@ TEST(TraceStoreTest, KeepsRecentIterationsAlignedAndFindsTheLatestComplete) {
     add("a", 0, it, 1000 + it);
     add("b", 1, it, 999 + it + 0.1);
   }
-  add("a", 0, 100, 2000);        // rank 1 has not reported iteration 100: not complete
-  add("x", 0, 101, 2000);        // a worker that does not hold the rank: ignored
+  add("a", 0, 100, 2000);  // rank 1 has not reported iteration 100: not complete
+  add("x", 0, 101, 2000);  // a worker that does not hold the rank: ignored
   absl::StatusOr<JobTrace> t = store.Get("j", std::nullopt);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->iteration, TraceStore::kKeepIterations + 2);

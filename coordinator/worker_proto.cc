@@ -16,8 +16,8 @@ absl::StatusOr<WorkerRegistration> RegistrationFromProto(const v1::RegisterWorke
       r.device_kind = DeviceKind::kCuda;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device_kind: must be CPU or CUDA, got ", static_cast<int>(p.device_kind())));
+      return absl::InvalidArgumentError(absl::StrCat("device_kind: must be CPU or CUDA, got ",
+                                                     static_cast<int>(p.device_kind())));
   }
   r.device_index = p.device_index();
   r.host = p.host();

@@ -227,8 +227,8 @@ grpc::Status WorkerServiceImpl::RendezvousWait(grpc::ServerContext* ctx,
     if (timeout > absl::ZeroDuration()) deadline = std::min(deadline, absl::Now() + timeout);
   }
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  absl::StatusOr<std::vector<std::string>> values = manager_.RendezvousWait(
-      req->job_id(), keys, deadline, [ctx] { return ctx->IsCancelled(); });
+  absl::StatusOr<std::vector<std::string>> values =
+      manager_.RendezvousWait(req->job_id(), keys, deadline, [ctx] { return ctx->IsCancelled(); });
   if (!values.ok()) return Done("RendezvousWait", values.status());
   for (std::string& v : *values) resp->add_values(std::move(v));
   return Done("RendezvousWait", absl::OkStatus());

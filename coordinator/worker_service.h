@@ -11,8 +11,7 @@ namespace zpipe::coordinator {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(JobManager& manager, Metrics& metrics)
-      : manager_(manager), metrics_(metrics) {}
+  WorkerServiceImpl(JobManager& manager, Metrics& metrics) : manager_(manager), metrics_(metrics) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;

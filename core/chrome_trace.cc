@@ -17,10 +17,18 @@ std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
@@ -44,8 +52,8 @@ double FirstStart(const ExecutedTimeline& t) {
 void AppendMeta(std::string& out, const char* name, int pid, int tid, const std::string& arg_key,
                 const std::string& arg_json) {
   absl::StrAppend(&out, out.back() == '[' ? "\n" : ",\n", "{\"ph\":\"M\",\"name\":\"", name,
-                  "\",\"pid\":", pid, ",\"tid\":", tid, ",\"args\":{\"", arg_key,
-                  "\":", arg_json, "}}");
+                  "\",\"pid\":", pid, ",\"tid\":", tid, ",\"args\":{\"", arg_key, "\":", arg_json,
+                  "}}");
 }
 
 void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
@@ -90,15 +98,21 @@ void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
 
 int ChromeTrackOf(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kForward: return 1;
+    case ActionKind::kForward:
+      return 1;
     case ActionKind::kBackwardInput:
-    case ActionKind::kBackwardFull: return 2;
-    case ActionKind::kBackwardWeight: return 3;
+    case ActionKind::kBackwardFull:
+      return 2;
+    case ActionKind::kBackwardWeight:
+      return 3;
     case ActionKind::kSendAct:
-    case ActionKind::kSendGrad: return 4;
+    case ActionKind::kSendGrad:
+      return 4;
     case ActionKind::kRecvAct:
-    case ActionKind::kRecvGrad: return 5;
-    case ActionKind::kReduce: return 6;
+    case ActionKind::kRecvGrad:
+      return 5;
+    case ActionKind::kReduce:
+      return 6;
   }
   return 1;
 }
@@ -109,8 +123,7 @@ std::string ChromeTraceJson(const ExecutedTimeline& executed, const ChromeTraceO
                   "},\n\"traceEvents\":[");
   AppendTimeline(out, executed, 0, "", 0, options.rebase);
   if (options.predicted != nullptr) {
-    AppendTimeline(out, *options.predicted, kPredictedPidBase, "predicted ", 1000,
-                   options.rebase);
+    AppendTimeline(out, *options.predicted, kPredictedPidBase, "predicted ", 1000, options.rebase);
   }
   out += "\n]}\n";
   return out;

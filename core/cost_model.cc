@@ -51,8 +51,8 @@ double CostModel::TotalPerMicrobatch() const {
 
 absl::Status CostModel::Check(int num_stages) const {
   if (static_cast<int>(stages.size()) != num_stages) {
-    return absl::InvalidArgumentError(absl::StrCat("cost model has ", stages.size(),
-                                                   " stages, the plan needs ", num_stages));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost model has ", stages.size(), " stages, the plan needs ", num_stages));
   }
   if (comm < 0) return absl::InvalidArgumentError("cost model: comm time must be >= 0");
   for (size_t s = 0; s < stages.size(); ++s) {

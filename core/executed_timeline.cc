@@ -20,9 +20,8 @@ ExecutedTimeline PredictedTimeline(const Plan& plan, const SimResult& sim,
     RankTimeline row;
     row.pipeline_rank = static_cast<int>(r);
     for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
-      const ActionTiming& t = r < sim.timings.size() && k < sim.timings[r].size()
-                                  ? sim.timings[r][k]
-                                  : ActionTiming{};
+      const ActionTiming& t =
+          r < sim.timings.size() && k < sim.timings[r].size() ? sim.timings[r][k] : ActionTiming{};
       row.actions.push_back({plan.ranks[r][k], (t.start - t0) * scale, (t.end - t0) * scale});
     }
     out.ranks.push_back(std::move(row));

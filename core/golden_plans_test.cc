@@ -26,9 +26,9 @@ TEST_P(GoldenPlanTest, MatchesGoldenFile) {
   ScheduleRequest req;
   req.pipeline = 4;
   req.microbatches = 8;
-  req.cost = CostModel::Uniform(PlacementFor(kind, 4).num_stages(),
-                                StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5,
-                                          .mem_w = -0.5});
+  req.cost = CostModel::Uniform(
+      PlacementFor(kind, 4).num_stages(),
+      StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
   auto plan = GenerateSchedule(kind, req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, {.cost = &req.cost}).ok());

@@ -56,8 +56,8 @@ absl::StatusOr<GradSyncPlan> PlanGradSync(const Plan& plan, const GradSyncLayout
       for (int k = 0; k < static_cast<int>(buckets.size()); ++k) {
         const BucketSpec& spec = buckets[k];
         if (!spec.grads_in_b && !spec.grads_in_w) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "grad sync: stage ", stage, " bucket ", k, " receives no gradient"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("grad sync: stage ", stage, " bucket ", k, " receives no gradient"));
         }
         int last = -1, count = 0;
         for (int idx = 0; idx < static_cast<int>(actions.size()); ++idx) {

@@ -18,8 +18,8 @@
 namespace zpipe::core {
 
 struct BucketSpec {
-  bool grads_in_b = false;  // some parameter's gradient accumulates during B (or BW)
-  bool grads_in_w = true;   // some parameter's gradient accumulates during W (or BW)
+  bool grads_in_b = false;               // some parameter's gradient accumulates during B (or BW)
+  bool grads_in_w = true;                // some parameter's gradient accumulates during W (or BW)
   int contributions_per_microbatch = 1;  // accumulations per microbatch into this bucket
 };
 
@@ -36,7 +36,7 @@ struct BucketPlan {
   int chunk = 0;
   int bucket = 0;
   int stage = 0;
-  int expected_contributions = 0;  // per iteration
+  int expected_contributions = 0;   // per iteration
   int last_contribution_index = 0;  // index in the rank's action list (before REDUCE insertion)
 };
 

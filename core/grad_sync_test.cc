@@ -44,12 +44,12 @@ TEST(GradSyncTest, BPhaseBucketsReduceBeforeWPhaseOnes) {
   plan.ranks[0] = {Action::F(0, 0), Action::F(0, 1), Action::B(0, 0),
                    Action::B(0, 1), Action::W(0, 0), Action::W(0, 1)};
   GradSyncLayout layout;
-  layout.buckets = {{BucketSpec{.grads_in_b = false, .grads_in_w = true},
-                     BucketSpec{.grads_in_b = true, .grads_in_w = false,
-                                .contributions_per_microbatch = 3}}};
+  layout.buckets = {
+      {BucketSpec{.grads_in_b = false, .grads_in_w = true},
+       BucketSpec{.grads_in_b = true, .grads_in_w = false, .contributions_per_microbatch = 3}}};
   auto gs = PlanGradSync(plan, layout);
   ASSERT_TRUE(gs.ok()) << gs.status();
-  const std::vector<Action> want = {Action::F(0, 0), Action::F(0, 1), Action::B(0, 0),
+  const std::vector<Action> want = {Action::F(0, 0), Action::F(0, 1),      Action::B(0, 0),
                                     Action::B(0, 1), Action::Reduce(0, 1), Action::W(0, 0),
                                     Action::W(0, 1), Action::Reduce(0, 0)};
   EXPECT_EQ(gs->plan.ranks[0], want);

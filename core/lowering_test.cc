@@ -63,15 +63,14 @@ TEST(LoweringTest, VTurnAroundIsLocal) {
   plan.ranks[1] = {Action::F(1, 0), Action::F(2, 0), Action::BW(2, 0), Action::BW(1, 0)};
   auto lowered = LowerComm(plan);
   ASSERT_TRUE(lowered.ok()) << lowered.status();
-  const std::vector<Action> want0 = {
-      Action::F(0, 0),
-      Action::Comm(ActionKind::kSendAct, 0, 0, 1),
-      Action::Comm(ActionKind::kRecvAct, 2, 0, 1),
-      Action::F(3, 0),
-      Action::BW(3, 0),
-      Action::Comm(ActionKind::kSendGrad, 3, 0, 1),
-      Action::Comm(ActionKind::kRecvGrad, 1, 0, 1),
-      Action::BW(0, 0)};
+  const std::vector<Action> want0 = {Action::F(0, 0),
+                                     Action::Comm(ActionKind::kSendAct, 0, 0, 1),
+                                     Action::Comm(ActionKind::kRecvAct, 2, 0, 1),
+                                     Action::F(3, 0),
+                                     Action::BW(3, 0),
+                                     Action::Comm(ActionKind::kSendGrad, 3, 0, 1),
+                                     Action::Comm(ActionKind::kRecvGrad, 1, 0, 1),
+                                     Action::BW(0, 0)};
   EXPECT_EQ(lowered->ranks[0], want0);
   EXPECT_TRUE(ValidatePlan(*lowered).ok()) << ValidatePlan(*lowered);
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -39,7 +40,8 @@ absl::StatusOr<Placement> Placement::Make(PlacementKind kind, int pipeline, int 
   if (pipeline < 1) return absl::InvalidArgumentError("placement: pipeline must be >= 1");
   switch (kind) {
     case PlacementKind::kLinear:
-      if (chunks != 1) return absl::InvalidArgumentError("placement: linear needs 1 chunk per rank");
+      if (chunks != 1)
+        return absl::InvalidArgumentError("placement: linear needs 1 chunk per rank");
       break;
     case PlacementKind::kInterleaved:
       if (chunks < 2) {
@@ -47,7 +49,8 @@ absl::StatusOr<Placement> Placement::Make(PlacementKind kind, int pipeline, int 
       }
       break;
     case PlacementKind::kVShape:
-      if (chunks != 2) return absl::InvalidArgumentError("placement: v-shape needs 2 chunks per rank");
+      if (chunks != 2)
+        return absl::InvalidArgumentError("placement: v-shape needs 2 chunks per rank");
       break;
   }
   Placement p;

@@ -28,7 +28,9 @@ class Placement {
 
   static absl::StatusOr<Placement> Make(PlacementKind kind, int pipeline, int chunks);
   static Placement Linear(int p) { return Placement(PlacementKind::kLinear, p, 1); }
-  static Placement Interleaved(int p, int v) { return Placement(PlacementKind::kInterleaved, p, v); }
+  static Placement Interleaved(int p, int v) {
+    return Placement(PlacementKind::kInterleaved, p, v);
+  }
   static Placement VShape(int p) { return Placement(PlacementKind::kVShape, p, 2); }
 
   PlacementKind kind() const { return kind_; }

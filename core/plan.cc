@@ -18,9 +18,9 @@ struct KindName {
 };
 
 constexpr KindName kKindNames[] = {
-    {ActionKind::kForward, "F"},         {ActionKind::kBackwardInput, "B"},
-    {ActionKind::kBackwardWeight, "W"},  {ActionKind::kBackwardFull, "BW"},
-    {ActionKind::kSendAct, "SEND_ACT"},  {ActionKind::kRecvAct, "RECV_ACT"},
+    {ActionKind::kForward, "F"},          {ActionKind::kBackwardInput, "B"},
+    {ActionKind::kBackwardWeight, "W"},   {ActionKind::kBackwardFull, "BW"},
+    {ActionKind::kSendAct, "SEND_ACT"},   {ActionKind::kRecvAct, "RECV_ACT"},
     {ActionKind::kSendGrad, "SEND_GRAD"}, {ActionKind::kRecvGrad, "RECV_GRAD"},
     {ActionKind::kReduce, "REDUCE"},
 };

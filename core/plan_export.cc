@@ -10,26 +10,25 @@ namespace {
 std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
 std::string NumList(const std::vector<double>& v) {
-  return absl::StrCat("[", absl::StrJoin(v, ",", [](std::string* out, double x) {
-                        absl::StrAppend(out, Num(x));
-                      }),
-                      "]");
+  return absl::StrCat(
+      "[", absl::StrJoin(v, ",", [](std::string* out, double x) { absl::StrAppend(out, Num(x)); }),
+      "]");
 }
 
 }  // namespace
 
 std::string PlanToJson(const Plan& plan, const SimResult* sim) {
-  std::string out = absl::StrCat("{\"schedule\":\"", plan.schedule, "\",\"placement\":\"",
-                                 PlacementKindName(plan.placement.kind()),
-                                 "\",\"ranks\":", plan.num_ranks(),
-                                 ",\"chunks\":", plan.placement.chunks_per_rank(),
-                                 ",\"microbatches\":", plan.num_microbatches);
+  std::string out =
+      absl::StrCat("{\"schedule\":\"", plan.schedule, "\",\"placement\":\"",
+                   PlacementKindName(plan.placement.kind()), "\",\"ranks\":", plan.num_ranks(),
+                   ",\"chunks\":", plan.placement.chunks_per_rank(),
+                   ",\"microbatches\":", plan.num_microbatches);
   if (sim != nullptr) {
-    absl::StrAppend(&out, ",\"makespan\":", Num(sim->makespan),
-                    ",\"bubble_rate\":", Num(sim->bubble_rate),
-                    ",\"peak_memory\":", NumList(sim->peak_memory),
-                    ",\"rank_bubble\":", NumList(sim->rank_bubble), ",\"busy\":",
-                    NumList(sim->busy), ",\"reduce_overlap\":", Num(sim->reduce_overlap));
+    absl::StrAppend(
+        &out, ",\"makespan\":", Num(sim->makespan), ",\"bubble_rate\":", Num(sim->bubble_rate),
+        ",\"peak_memory\":", NumList(sim->peak_memory),
+        ",\"rank_bubble\":", NumList(sim->rank_bubble), ",\"busy\":", NumList(sim->busy),
+        ",\"reduce_overlap\":", Num(sim->reduce_overlap));
   }
   absl::StrAppend(&out, ",\"actions\":[");
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
@@ -61,14 +60,12 @@ std::string PlanToCsv(const Plan& plan, const SimResult* sim) {
     for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
       const Action& a = plan.ranks[r][k];
       const bool reduce = a.kind == ActionKind::kReduce;
-      absl::StrAppend(&out, r, ",", k, ",", ActionKindName(a.kind), ",",
-                      reduce ? "" : absl::StrCat(a.stage), ",",
-                      reduce ? "" : absl::StrCat(a.microbatch), ",",
-                      IsComm(a.kind) ? absl::StrCat(a.peer) : "", ",",
-                      reduce ? absl::StrCat(a.chunk) : "", ",",
-                      reduce ? absl::StrCat(a.bucket) : "", ",",
-                      sim ? Num(sim->timings[r][k].start) : "", ",",
-                      sim ? Num(sim->timings[r][k].end) : "", "\n");
+      absl::StrAppend(
+          &out, r, ",", k, ",", ActionKindName(a.kind), ",", reduce ? "" : absl::StrCat(a.stage),
+          ",", reduce ? "" : absl::StrCat(a.microbatch), ",",
+          IsComm(a.kind) ? absl::StrCat(a.peer) : "", ",", reduce ? absl::StrCat(a.chunk) : "", ",",
+          reduce ? absl::StrCat(a.bucket) : "", ",", sim ? Num(sim->timings[r][k].start) : "", ",",
+          sim ? Num(sim->timings[r][k].end) : "", "\n");
     }
   }
   return out;

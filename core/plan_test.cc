@@ -12,13 +12,11 @@ TEST(PlanTest, ActionTextForms) {
   EXPECT_EQ(ActionToString(Action::F(3, 7)), "F s3 mb7");
   EXPECT_EQ(ActionToString(Action::BW(0, 1)), "BW s0 mb1");
   EXPECT_EQ(ActionToString(Action::Comm(ActionKind::kSendAct, 3, 7, 2)), "SEND_ACT s3 mb7 -> r2");
-  EXPECT_EQ(ActionToString(Action::Comm(ActionKind::kRecvGrad, 4, 1, 0)),
-            "RECV_GRAD s4 mb1 <- r0");
+  EXPECT_EQ(ActionToString(Action::Comm(ActionKind::kRecvGrad, 4, 1, 0)), "RECV_GRAD s4 mb1 <- r0");
   EXPECT_EQ(ActionToString(Action::Reduce(1, 0)), "REDUCE chunk1 bucket0");
-  for (const Action& a :
-       {Action::F(3, 7), Action::B(1, 2), Action::W(0, 0), Action::BW(5, 9),
-        Action::Comm(ActionKind::kSendGrad, 2, 3, 1), Action::Comm(ActionKind::kRecvAct, 1, 1, 0),
-        Action::Reduce(1, 4)}) {
+  for (const Action& a : {Action::F(3, 7), Action::B(1, 2), Action::W(0, 0), Action::BW(5, 9),
+                          Action::Comm(ActionKind::kSendGrad, 2, 3, 1),
+                          Action::Comm(ActionKind::kRecvAct, 1, 1, 0), Action::Reduce(1, 4)}) {
     auto parsed = ParseAction(ActionToString(a));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, a);
@@ -56,14 +54,16 @@ TEST(PlanTest, TextRoundTripsForEverySchedule) {
 }
 
 TEST(PlanTest, ParsePlanTextErrorsNameTheLine) {
-  auto bad = ParsePlanText("zpipe-plan v1\nplacement linear ranks 2 chunks 1 microbatches 1\n"
-                           "rank 0\nF s0 mb0\nrank 7\n");
+  auto bad = ParsePlanText(
+      "zpipe-plan v1\nplacement linear ranks 2 chunks 1 microbatches 1\n"
+      "rank 0\nF s0 mb0\nrank 7\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("line 5"), std::string::npos) << bad.status();
   EXPECT_FALSE(ParsePlanText("nope").ok());
   EXPECT_FALSE(ParsePlanText("zpipe-plan v1\nrank 0\n").ok());
   EXPECT_FALSE(ParsePlanText("zpipe-plan v1\nplacement v ranks 2 chunks 1 microbatches 1\n").ok());
-  auto ok = ParsePlanText("# comment\nzpipe-plan v1\n\nplacement v ranks 2 chunks 2 microbatches 3\n");
+  auto ok =
+      ParsePlanText("# comment\nzpipe-plan v1\n\nplacement v ranks 2 chunks 2 microbatches 3\n");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->placement, Placement::VShape(2));
   EXPECT_EQ(ok->num_microbatches, 3);

@@ -32,15 +32,31 @@ constexpr Row kRows[] = {
     {"1.5B", 8, 24, 18522, 18086, 9337, 601, 2304, 24, {.2431, .1055, .1585, .1083, .1585, .0433}},
     {"1.5B", 8, 64, 18546, 18097, 9321, 762, 2304, 24, {.1240, .0443, .0674, .0444, .0674, .0026}},
     {"6.2B", 8, 24, 29718, 29444, 19927, 527, 4096, 32, {.2347, .0808, .1323, .0698, .1323, .0029}},
-    {"14.6B", 16, 48, 11347, 11248, 8132, 377, 5120, 40,
+    {"14.6B",
+     16,
+     48,
+     11347,
+     11248,
+     8132,
+     377,
+     5120,
+     40,
      {.2552, .1104, .1397, .0672, .1397, .0066}},
-    {"28.3B", 32, 96, 10419, 10207, 7715, 408, 6144, 48,
+    {"28.3B",
+     32,
+     96,
+     10419,
+     10207,
+     7715,
+     408,
+     6144,
+     48,
      {.2646, .1493, .1421, .0641, .1421, .0038}},
 };
 
 constexpr ScheduleKind kColumns[] = {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
-                                     ScheduleKind::kZbH1,  ScheduleKind::kZbH2,
-                                     ScheduleKind::kZb1p,  ScheduleKind::kZb2p};
+                                     ScheduleKind::kZbH1, ScheduleKind::kZbH2,
+                                     ScheduleKind::kZb1p, ScheduleKind::kZb2p};
 constexpr double kTolerance = 0.002;
 constexpr double kSeqLen = 1024;
 
@@ -91,8 +107,8 @@ double DesignBubbleRate(const Plan& plan, const SimResult& sim) {
 }
 
 struct Outcome {
-  double bubble = 0;         // DESIGN.md definition
-  double sim_bubble = 0;     // SimResult::bubble_rate as the simulator reports it
+  double bubble = 0;      // DESIGN.md definition
+  double sim_bubble = 0;  // SimResult::bubble_rate as the simulator reports it
   double peak = 0, limit = 0;
   double millis = 0;
 };
@@ -117,8 +133,8 @@ std::optional<Outcome> RunSchedule(ScheduleKind kind, const Row& row, std::strin
   req.memory_limit = out.limit;
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<Plan> plan = GenerateSchedule(kind, req);
-  out.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+  out.millis =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!plan.ok()) {
     *error = plan.status().ToString();
     return std::nullopt;

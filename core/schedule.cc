@@ -121,8 +121,7 @@ double DefaultMemoryLimit(ScheduleKind kind, int p, int m, const CostModel& cost
 
 absl::StatusOr<Plan> GenerateSchedule(ScheduleKind kind, const ScheduleRequest& req) {
   if (req.pipeline < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pipeline must be >= 1, got ", req.pipeline));
+    return absl::InvalidArgumentError(absl::StrCat("pipeline must be >= 1, got ", req.pipeline));
   }
   if (req.microbatches < 1) {
     return absl::InvalidArgumentError(
@@ -135,8 +134,8 @@ absl::StatusOr<Plan> GenerateSchedule(ScheduleKind kind, const ScheduleRequest& 
   if (absl::Status s = req.cost.Check(placement.num_stages()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(ScheduleName(kind), ": ", s.message()));
   }
-  const double limit = req.memory_limit.value_or(
-      DefaultMemoryLimit(kind, req.pipeline, req.microbatches, req.cost));
+  const double limit =
+      req.memory_limit.value_or(DefaultMemoryLimit(kind, req.pipeline, req.microbatches, req.cost));
   switch (kind) {
     case ScheduleKind::kGpipe:
       return internal::GenerateGpipe(req, limit);

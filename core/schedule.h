@@ -24,8 +24,8 @@ enum class ScheduleKind {
   kInterleaved1F1B,
   kZbH1,
   kZbH2,
-  kZb1p,  // ZB automatic with memory limit p * M_F
-  kZb2p,  // ZB automatic with memory limit 2p * M_F
+  kZb1p,    // ZB automatic with memory limit p * M_F
+  kZb2p,    // ZB automatic with memory limit 2p * M_F
   kZbAuto,  // ZB automatic with a caller-chosen memory limit (default p * M_F)
   kZbV,
   kVHalf,
@@ -58,8 +58,7 @@ Placement PlacementFor(ScheduleKind kind, int pipeline, int chunks = 0);
 // 1F1B, ZB-H1, ZB-1p: p * M_F; ZB-V: 2p * M_F (chunk-sized stages); ZB-2p: 2p * M_F;
 // ZB-H2: (2p - 1) * M_F; V-Half: about half of 1F1B's; V-Min: about a third; GPipe: m * M_F.
 // M_F is the largest mem_f over stages.
-double DefaultMemoryLimit(ScheduleKind kind, int pipeline, int microbatches,
-                          const CostModel& cost);
+double DefaultMemoryLimit(ScheduleKind kind, int pipeline, int microbatches, const CostModel& cost);
 
 absl::StatusOr<Plan> GenerateSchedule(ScheduleKind kind, const ScheduleRequest& request);
 

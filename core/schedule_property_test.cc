@@ -72,8 +72,8 @@ TEST_P(SchedulePropertyTest, PlansAreValidOrRefusedClearly) {
       EXPECT_NEAR(a->makespan, b->makespan, 1e-9 * a->makespan) << where;
       EXPECT_GE(a->bubble_rate, -1e-12) << where;
       // A schedule that splits backward uses B and W, the others BW.
-      const ActionKind expect = SplitsBackward(kind) ? ActionKind::kBackwardInput
-                                                     : ActionKind::kBackwardFull;
+      const ActionKind expect =
+          SplitsBackward(kind) ? ActionKind::kBackwardInput : ActionKind::kBackwardFull;
       bool found = false;
       for (const Action& act : plan->ranks[0]) found |= act.kind == expect;
       EXPECT_TRUE(found) << where;

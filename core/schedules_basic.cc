@@ -24,9 +24,9 @@ absl::Status CheckMemory(absl::string_view name, const ScheduleRequest& req,
   for (int r = 0; r < placement.num_ranks(); ++r) {
     const double need = PeakFor(req.cost, placement, r, in_flight_per_rank[r]);
     if (need > limit * (1 + 1e-9) + 1e-9) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name, ": rank ", r, " needs ", in_flight_per_rank[r], " microbatch activations (",
-          need, ") but the memory limit is ", limit));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, ": rank ", r, " needs ", in_flight_per_rank[r],
+                       " microbatch activations (", need, ") but the memory limit is ", limit));
     }
   }
   return absl::OkStatus();
@@ -37,8 +37,8 @@ absl::Status CheckMemory(absl::string_view name, const ScheduleRequest& req,
 absl::StatusOr<Plan> GenerateGpipe(const ScheduleRequest& req, double memory_limit) {
   const int p = req.pipeline, m = req.microbatches;
   Plan plan = EmptyPlan("gpipe", Placement::Linear(p), m);
-  if (absl::Status st = CheckMemory("gpipe", req, plan.placement, memory_limit,
-                                    std::vector<int>(p, m));
+  if (absl::Status st =
+          CheckMemory("gpipe", req, plan.placement, memory_limit, std::vector<int>(p, m));
       !st.ok()) {
     return st;
   }
@@ -79,8 +79,8 @@ absl::StatusOr<Plan> GenerateInterleaved(const ScheduleRequest& req, double memo
   const int p = req.pipeline, m = req.microbatches;
   const int v = req.chunks >= 2 ? req.chunks : 2;
   if (m % p != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "interleaved: microbatches (", m, ") must be a multiple of pipeline (", p, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("interleaved: microbatches (", m,
+                                                   ") must be a multiple of pipeline (", p, ")"));
   }
   const Placement placement = Placement::Interleaved(p, v);
   Plan plan = EmptyPlan("interleaved", placement, m);

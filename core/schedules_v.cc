@@ -60,7 +60,10 @@ struct VProblem {
   double eps = 0;  // tolerance of memory comparisons
 
   VProblem(const ScheduleRequest& req, double memory_limit)
-      : p(req.pipeline), m(req.microbatches), S(2 * req.pipeline), comm(req.cost.comm),
+      : p(req.pipeline),
+        m(req.microbatches),
+        S(2 * req.pipeline),
+        comm(req.cost.comm),
         limit(memory_limit) {
     double scale = 0;
     for (const StageCost& c : req.cost.stages) {
@@ -213,12 +216,12 @@ class VGreedy {
  private:
   struct RankState {
     double free = 0;
-    double first = kInf;  // start of the rank's first action
+    double first = kInf;   // start of the rank's first action
     double work_left = 0;  // duration of the actions not started yet
     int actions_left = 0;  // and their number
     double mem = 0;
     double peak = 0;
-    double mem0 = 0;  // the part of mem held by chunk-0 activations
+    double mem0 = 0;     // the part of mem held by chunk-0 activations
     int nf[2] = {0, 0};  // next microbatch to forward, per chunk
     int nb[2] = {0, 0};  // next microbatch to backward, per chunk
     std::deque<int> wq;  // pending Ws, as stage * m + microbatch, in B order
@@ -302,7 +305,7 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
       if (ranks_[r].free <= now && TryStart(r, now)) any = true;
     }
     if (started_ == total) break;
-    if (any) continue;  // zero-length actions may have made more ready at `now`
+    if (any) continue;                  // zero-length actions may have made more ready at `now`
     if (events_.empty()) return false;  // nothing running and nothing can start
     now = events_.top().first;
     if (give_up_above < kInf) {
@@ -374,7 +377,7 @@ bool VGreedy::TryStart(int r, double now) {
     if (st.nb[c] < pb_.m) bc[c] = {kB, c, st.nb[c], BReady(s, st.nb[c])};
   }
   // The ready one of a pair, or the preferred chunk (0 = chunk 1 first) when both are.
-  auto pick = [&](const Cand (&cands)[2], int order) -> const Cand* {
+  auto pick = [&](const Cand(&cands)[2], int order) -> const Cand* {
     const bool r0 = cands[0].kind != kNone && cands[0].ready <= now;
     const bool r1 = cands[1].kind != kNone && cands[1].ready <= now;
     if (!r0 && !r1) return nullptr;
@@ -461,14 +464,14 @@ absl::Status CheckGreedyLimit(const VProblem& pb, absl::string_view name) {
     const double need = std::max(0.0, pb.mf[s0]) + std::max(0.0, pb.mf[s1]);
     if (need > pb.limit + pb.eps) {
       return absl::InvalidArgumentError(absl::StrCat(
-          name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ",
-          s0, " and ", s1, " that rank ", r, " must hold at once for one microbatch"));
+          name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ", s0,
+          " and ", s1, " that rank ", r, " must hold at once for one microbatch"));
     }
     for (int s : {s0, s1}) {
       if (pb.mb[s] > 0 || pb.mw[s] > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": stage ", s, " has mem_b ", pb.mb[s], " and mem_w ", pb.mw[s],
-            "; the V schedulers need B and W to free memory (both <= 0)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": stage ", s, " has mem_b ", pb.mb[s], " and mem_w ", pb.mw[s],
+                         "; the V schedulers need B and W to free memory (both <= 0)"));
       }
     }
   }
@@ -492,11 +495,16 @@ std::vector<GreedyPolicy> Policies() {
       {.forward_first = true, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 0.75},
       {.forward_first = true, .f0_wait = 0.5, .reserve_per_rank = 1.0},
       {.forward_first = true, .w_wait = 0.75, .f0_wait = 0.5, .reserve_per_rank = 0.75},
-      {.forward_first = false, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
+      {.forward_first = false,
+       .b_order = 1,
+       .w_wait = 0.5,
+       .f0_wait = 0.5,
        .reserve_per_rank = 1.0},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
-       .reserve_per_rank = 1.0},
-      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5,
+      {.forward_first = true, .b_order = 1, .w_wait = 0.5, .f0_wait = 0.5, .reserve_per_rank = 1.0},
+      {.forward_first = true,
+       .b_order = 1,
+       .w_wait = 0.5,
+       .f0_wait = 0.5,
        .reserve_per_rank = 0.75},
       {.forward_first = false, .f0_wait = 0.6, .reserve_per_rank = 0.5},
       {.forward_first = false, .w_wait = 0.5, .reserve_per_rank = 1.0},
@@ -558,9 +566,9 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     }
   }
   if (best_orders.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, ": found no schedule within the memory limit ", memory_limit,
-        " (the memory deltas need B and W to free what F allocates)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": found no schedule within the memory limit ", memory_limit,
+                     " (the memory deltas need B and W to free what F allocates)"));
   }
   return MakePlan(name, pb, std::move(best_orders));
 }
@@ -673,9 +681,8 @@ absl::StatusOr<Plan> GenerateVMin(const ScheduleRequest& req, double memory_limi
 absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest& req, double memory_limit) {
   const VProblem pb(req, memory_limit);
   if (pb.m < 2 * pb.p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dualpipe-v: needs microbatches >= 2 * pipeline (", 2 * pb.p, "), got ",
-                     pb.m));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dualpipe-v: needs microbatches >= 2 * pipeline (", 2 * pb.p, "), got ", pb.m));
   }
   Orders best_orders;
   Score best;

@@ -1,15 +1,15 @@
 // Tests of the V-shape schedules (ZB-V, V-Half, V-Min, DualPipeV): published bubble rates, the
 // closed form, memory bounds, and properties over random shapes and costs.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/lowering.h"
@@ -20,8 +20,8 @@
 namespace zpipe::core {
 namespace {
 
-constexpr ScheduleKind kVKinds[] = {ScheduleKind::kZbV, ScheduleKind::kVHalf,
-                                    ScheduleKind::kVMin, ScheduleKind::kDualPipeV};
+constexpr ScheduleKind kVKinds[] = {ScheduleKind::kZbV, ScheduleKind::kVHalf, ScheduleKind::kVMin,
+                                    ScheduleKind::kDualPipeV};
 
 // Uniform per-chunk costs; memory as in the ZB paper's shape: F holds 1, B frees a half, W the
 // rest.
@@ -94,8 +94,8 @@ TEST(ZbVTest, PublishedBubbleRates) {
     ASSERT_TRUE(sim.ok()) << sim.status();
     const Bubbles bubbles = MeasureBubbles(*sim);
     std::printf("zb-v p=%d m=%d: ours %.4f (global span %.4f), published %.4f, peak %.1f of %d\n",
-                row.p, row.m, bubbles.per_rank, bubbles.global, row.bubble,
-                MaxOf(sim->peak_memory), 2 * row.p);
+                row.p, row.m, bubbles.per_rank, bubbles.global, row.bubble, MaxOf(sim->peak_memory),
+                2 * row.p);
     EXPECT_LE(MaxOf(sim->peak_memory), 2 * row.p);
     EXPECT_LE(bubbles.per_rank, row.bubble + 0.002) << "p=" << row.p;
     EXPECT_LE(bubbles.per_rank, row.ours + 1e-4) << "p=" << row.p;  // no regression
@@ -151,8 +151,10 @@ TEST(VShapeTest, MemoryAndBubbleOfVHalfAndVMin) {
     int p, m;
     double f, b, w, comm;
   };
-  const Row rows[] = {{8, 24, 1, 1, 1, 0},         {16, 48, 1, 1, 1, 0},
-                      {32, 96, 1, 1, 1, 0},        {16, 48, 14407, 14380, 9676, 1610},
+  const Row rows[] = {{8, 24, 1, 1, 1, 0},
+                      {16, 48, 1, 1, 1, 0},
+                      {32, 96, 1, 1, 1, 0},
+                      {16, 48, 14407, 14380, 9676, 1610},
                       {32, 96, 9458, 9748, 7288, 879}};
   for (const Row& row : rows) {
     const int p = row.p;

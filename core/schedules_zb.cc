@@ -465,9 +465,9 @@ absl::Status CheckMinimumMemory(const Problem& pr, absl::string_view name) {
   for (int r = 0; r < pr.p; ++r) {
     const double need = MinimumMemory(pr, r);
     if (!pr.Fits(need)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name, ": memory_limit ", pr.limit, " is below the ", need, " that rank ", r,
-          " needs to run even one microbatch at a time; raise the memory limit"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, ": memory_limit ", pr.limit, " is below the ", need, " that rank ", r,
+                       " needs to run even one microbatch at a time; raise the memory limit"));
     }
   }
   return absl::OkStatus();
@@ -528,9 +528,9 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   }
   if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr) / 2));
   if (!best) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
-        ", m = ", pr.m, "; raise the memory limit"));
+    return absl::FailedPreconditionError(absl::StrCat(name, ": no schedule fits the memory limit ",
+                                                      pr.limit, " with p = ", pr.p, ", m = ", pr.m,
+                                                      "; raise the memory limit"));
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
   plan.ranks = std::move(*best);
@@ -546,9 +546,9 @@ absl::StatusOr<Problem> MakeProblem(const ScheduleRequest& req, double memory_li
   pr.limit = memory_limit;
   pr.tol = 1e-9 * std::max(1.0, std::abs(memory_limit));
   if (pr.p < 1 || pr.m < 1 || req.cost.num_stages() != pr.p) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": needs p >= 1, m >= 1 and one cost entry per stage (p = ", pr.p, ", m = ", pr.m,
-        ", stages = ", req.cost.num_stages(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": needs p >= 1, m >= 1 and one cost entry per stage (p = ", pr.p,
+                     ", m = ", pr.m, ", stages = ", req.cost.num_stages(), ")"));
   }
   if (!std::isfinite(memory_limit)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": memory_limit must be finite"));
@@ -595,8 +595,8 @@ absl::StatusOr<Plan> GenerateZbAuto(const ScheduleRequest& req, double memory_li
   std::vector<std::vector<Policy>> runs;  // per (tier, shape): its knobs, most useful first
   std::vector<const Problem*> run_problem;
   for (const Problem& tier : tiers) {
-    for (const std::vector<int>& cap : {std::vector<int>(pr->p, kNoCap), Caps(*pr, 2, -1),
-                                        Caps(*pr, 1, 0), Caps(*pr, 2, 0)}) {
+    for (const std::vector<int>& cap :
+         {std::vector<int>(pr->p, kNoCap), Caps(*pr, 2, -1), Caps(*pr, 1, 0), Caps(*pr, 2, 0)}) {
       runs.push_back(Knobs(cap));
       run_problem.push_back(&tier);
     }

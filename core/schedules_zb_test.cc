@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,9 +20,8 @@
 namespace zpipe::core {
 namespace {
 
-constexpr ScheduleKind kZbKinds[] = {ScheduleKind::kZbH1, ScheduleKind::kZbH2,
-                                     ScheduleKind::kZb1p, ScheduleKind::kZb2p,
-                                     ScheduleKind::kZbAuto};
+constexpr ScheduleKind kZbKinds[] = {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZb1p,
+                                     ScheduleKind::kZb2p, ScheduleKind::kZbAuto};
 
 // Memory shaped like the paper's: B frees most of the activation, W the rest.
 StageCost Stage(double f, double b, double w) {
@@ -166,7 +165,8 @@ CostModel RandomCost(int p, std::mt19937& rng) {
     c.mem_w = -c.mem_f - c.mem_b;
     cost.stages.push_back(c);
   }
-  cost.comm = std::bernoulli_distribution(0.3)(rng) ? 0 : std::uniform_real_distribution<>(0, 0.5)(rng);
+  cost.comm =
+      std::bernoulli_distribution(0.3)(rng) ? 0 : std::uniform_real_distribution<>(0, 0.5)(rng);
   return cost;
 }
 
@@ -208,8 +208,8 @@ TEST(ZbPropertyTest, RandomCostsValidateLowerAndFitMemory) {
       if (m < 1 || m > 64) continue;
       const CostModel cost = RandomCost(p, rng);
       // zb-auto's default limit is ZB-1p's; AutoUnderRandomLimits covers other limits.
-      for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZb1p,
-                                ScheduleKind::kZb2p}) {
+      for (ScheduleKind kind :
+           {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZb1p, ScheduleKind::kZb2p}) {
         ScheduleRequest req = Request(p, m, cost);
         const double limit = DefaultMemoryLimit(kind, p, m, cost);
         CheckPlan(kind, req, limit,

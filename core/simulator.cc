@@ -87,9 +87,9 @@ absl::Status Simulation::CheckRanges() const {
     for (const Action& a : plan_.ranks[r]) {
       if (a.kind == ActionKind::kReduce) continue;
       if (a.stage < 0 || a.stage >= s_ || a.microbatch < 0 || a.microbatch >= m_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "rank ", r, ": '", ActionToString(a), "' is out of range (", s_, " stages, ", m_,
-            " microbatches)"));
+        return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": '", ActionToString(a),
+                                                       "' is out of range (", s_, " stages, ", m_,
+                                                       " microbatches)"));
       }
       if (IsCompute(a.kind) && placement_.RankOf(a.stage) != r) {
         return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": '", ActionToString(a),
@@ -119,9 +119,9 @@ absl::Status Simulation::CheckDependenciesExist() const {
   for (int r = 0; r < p_; ++r) {
     for (const Action& a : plan_.ranks[r]) {
       auto missing = [&](const Action& dep) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("rank ", r, ": '", ActionToString(a), "' depends on '",
-                         ActionToString(dep), "', which is not in the plan"));
+        return absl::FailedPreconditionError(absl::StrCat("rank ", r, ": '", ActionToString(a),
+                                                          "' depends on '", ActionToString(dep),
+                                                          "', which is not in the plan"));
       };
       switch (a.kind) {
         case ActionKind::kForward:
@@ -154,10 +154,11 @@ void Simulation::ComputeDeps(const Action& a, int r, std::vector<Dep>& deps) {
     const int mb = a.microbatch;
     if (pr == r) {
       double t = is_act ? f_end_.at(producer_stage, mb) : b_end_.at(producer_stage, mb);
-      deps.push_back({is_act ? Action::F(producer_stage, mb) : Action::B(producer_stage, mb), pr, t});
+      deps.push_back(
+          {is_act ? Action::F(producer_stage, mb) : Action::B(producer_stage, mb), pr, t});
     } else if (lowered_) {
-      const double post = is_act ? act_recv_post_.at(producer_stage, mb)
-                                 : grad_recv_post_.at(producer_stage, mb);
+      const double post =
+          is_act ? act_recv_post_.at(producer_stage, mb) : grad_recv_post_.at(producer_stage, mb);
       const double arrival =
           is_act ? act_arrival_.at(producer_stage, mb) : grad_arrival_.at(producer_stage, mb);
       const double t = Known(post) && Known(arrival) ? std::max(post, arrival) : kUnknown;
@@ -167,7 +168,8 @@ void Simulation::ComputeDeps(const Action& a, int r, std::vector<Dep>& deps) {
     } else {
       double t = is_act ? f_end_.at(producer_stage, mb) : b_end_.at(producer_stage, mb);
       if (Known(t)) t += cost_.comm;
-      deps.push_back({is_act ? Action::F(producer_stage, mb) : Action::B(producer_stage, mb), pr, t});
+      deps.push_back(
+          {is_act ? Action::F(producer_stage, mb) : Action::B(producer_stage, mb), pr, t});
     }
   };
   switch (a.kind) {
@@ -261,7 +263,8 @@ std::string Simulation::DescribeBlocked(int r) {
     ComputeDeps(a, r, deps_);
     std::vector<std::string> waits;
     for (const Dep& d : deps_) {
-      if (!Known(d.ready)) waits.push_back(absl::StrCat(ActionToString(d.action), " (rank ", d.rank, ")"));
+      if (!Known(d.ready))
+        waits.push_back(absl::StrCat(ActionToString(d.action), " (rank ", d.rank, ")"));
     }
     what = absl::StrJoin(waits, ", ");
   } else if (IsSend(a.kind)) {
@@ -323,8 +326,7 @@ absl::StatusOr<SimResult> Simulation::Run() {
     if (cursor_[r] < plan_.ranks[r].size()) blocked.push_back(DescribeBlocked(r));
   }
   if (!blocked.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
+    return absl::FailedPreconditionError(absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
   }
 
   // span (DESIGN.md): the longest of the ranks' own spans, each from the start of its first

@@ -26,8 +26,8 @@
 namespace zpipe::core {
 
 struct SimOptions {
-  double reduce_cost = 0;       // duration of each REDUCE action
-  bool blocking_recv = false;   // a RECV blocks its rank until the message arrives
+  double reduce_cost = 0;                // duration of each REDUCE action
+  bool blocking_recv = false;            // a RECV blocks its rank until the message arrives
   bool check_dependencies_exist = true;  // fail when a dependency is missing from the plan
 };
 
@@ -38,12 +38,12 @@ struct ActionTiming {
 
 struct SimResult {
   std::vector<std::vector<ActionTiming>> timings;  // same shape as plan.ranks
-  double makespan = 0;  // span: max over ranks of (its last end - its first start)
-  std::vector<double> busy;             // per rank, compute time
-  std::vector<double> idle;             // per rank, makespan - busy
-  std::vector<double> rank_bubble;      // per rank, 1 - busy / makespan
-  double bubble_rate = 0;               // 1 - sum(busy) / (p * makespan)
-  std::vector<double> peak_memory;      // per rank, max running sum of memory deltas
+  double makespan = 0;              // span: max over ranks of (its last end - its first start)
+  std::vector<double> busy;         // per rank, compute time
+  std::vector<double> idle;         // per rank, makespan - busy
+  std::vector<double> rank_bubble;  // per rank, 1 - busy / makespan
+  double bubble_rate = 0;           // 1 - sum(busy) / (p * makespan)
+  std::vector<double> peak_memory;  // per rank, max running sum of memory deltas
   // Reductions: total wall time, the part that did not overlap the rank's compute, and
   // overlap = 1 - exposed / total (1 when there is no reduction).
   std::vector<double> reduce_total;

@@ -11,23 +11,35 @@ namespace {
 
 char KindChar(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kForward: return 'F';
-    case ActionKind::kBackwardInput: return 'B';
-    case ActionKind::kBackwardWeight: return 'W';
-    case ActionKind::kBackwardFull: return 'X';
-    case ActionKind::kReduce: return 'R';
-    default: return '?';
+    case ActionKind::kForward:
+      return 'F';
+    case ActionKind::kBackwardInput:
+      return 'B';
+    case ActionKind::kBackwardWeight:
+      return 'W';
+    case ActionKind::kBackwardFull:
+      return 'X';
+    case ActionKind::kReduce:
+      return 'R';
+    default:
+      return '?';
   }
 }
 
 const char* KindColor(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kForward: return "#4e79a7";
-    case ActionKind::kBackwardInput: return "#59a14f";
-    case ActionKind::kBackwardWeight: return "#f28e2b";
-    case ActionKind::kBackwardFull: return "#b07aa1";
-    case ActionKind::kReduce: return "#e15759";
-    default: return "#999999";
+    case ActionKind::kForward:
+      return "#4e79a7";
+    case ActionKind::kBackwardInput:
+      return "#59a14f";
+    case ActionKind::kBackwardWeight:
+      return "#f28e2b";
+    case ActionKind::kBackwardFull:
+      return "#b07aa1";
+    case ActionKind::kReduce:
+      return "#e15759";
+    default:
+      return "#999999";
   }
 }
 
@@ -35,11 +47,20 @@ std::string XmlEscape(absl::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -74,10 +95,9 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
   const double span = std::max(sim.makespan, 1e-12);
   const double scale = width / span;
   bool any_reduce = false;
-  std::string out = absl::StrFormat("%s: p=%d m=%d makespan=%.6g bubble=%.4f\n",
-                                    plan.schedule.empty() ? "plan" : plan.schedule,
-                                    plan.num_ranks(), plan.num_microbatches, sim.makespan,
-                                    sim.bubble_rate);
+  std::string out = absl::StrFormat(
+      "%s: p=%d m=%d makespan=%.6g bubble=%.4f\n", plan.schedule.empty() ? "plan" : plan.schedule,
+      plan.num_ranks(), plan.num_microbatches, sim.makespan, sim.bubble_rate);
   for (int r = 0; r < plan.num_ranks(); ++r) {
     std::string row(width, '.');
     std::string reduce_row(width, ' ');
@@ -100,15 +120,16 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
       for (int c = lo; c < hi; ++c) {
         const size_t off = c - lo;
         row[c] = (hi - lo >= static_cast<int>(label.size()) && off < label.size()) ? label[off]
-                 : off == 0                                                         ? label[0]
-                                                                                    : ' ';
+                 : off == 0                                                        ? label[0]
+                                                                                   : ' ';
       }
     }
     absl::StrAppendFormat(&out, "r%-3d|%s| bubble %.3f\n", r, row, sim.rank_bubble[r]);
     if (any_reduce) absl::StrAppendFormat(&out, "    |%s| reduce\n", reduce_row);
   }
-  absl::StrAppend(&out, "legend: F forward, B input backward, W weight backward, X fused "
-                        "backward (BW), R reduce, . idle; number = microbatch\n");
+  absl::StrAppend(&out,
+                  "legend: F forward, B input backward, W weight backward, X fused "
+                  "backward (BW), R reduce, . idle; number = microbatch\n");
   return out;
 }
 
@@ -123,11 +144,10 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   const double t0 = FirstStart(plan, sim);
   const double span = std::max(sim.makespan, 1e-12);
   const double sx = (width - left - right) / span;
-  const std::string title =
-      absl::StrFormat("%s — bubble rate %.2f%%",
-                      options.title.empty() ? (plan.schedule.empty() ? "plan" : plan.schedule)
-                                            : options.title,
-                      100 * sim.bubble_rate);
+  const std::string title = absl::StrFormat(
+      "%s — bubble rate %.2f%%",
+      options.title.empty() ? (plan.schedule.empty() ? "plan" : plan.schedule) : options.title,
+      100 * sim.bubble_rate);
   std::string out = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
       "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n"
@@ -136,10 +156,11 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
       width, height, width, height, XmlEscape(title), left, XmlEscape(title));
   for (int r = 0; r < p; ++r) {
     const int y = top + r * lane;
-    absl::StrAppendFormat(&out,
-                          "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
-                          "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
-                          left - 6, y + row_h / 2 + 4, r, left, y, span * sx, row_h);
+    absl::StrAppendFormat(
+        &out,
+        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
+        "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
+        left - 6, y + row_h / 2 + 4, r, left, y, span * sx, row_h);
     const auto& actions = plan.ranks[r];
     for (size_t k = 0; k < actions.size(); ++k) {
       const Action& a = actions[k];
@@ -150,11 +171,11 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
       const bool reduce = a.kind == ActionKind::kReduce;
       const int ry = reduce ? y + row_h + 2 : y;
       const int rh = reduce ? reduce_h : row_h;
-      absl::StrAppendFormat(&out,
-                            "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-                            "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
-                            x, ry, w, rh, KindColor(a.kind), XmlEscape(ActionToString(a)), t.start,
-                            t.end);
+      absl::StrAppendFormat(
+          &out,
+          "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+          "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
+          x, ry, w, rh, KindColor(a.kind), XmlEscape(ActionToString(a)), t.start, t.end);
       if (!reduce && w >= 14) {
         absl::StrAppendFormat(&out,
                               "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
@@ -179,9 +200,9 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   // Legend.
   const int ly = axis_y + axis;
   int lx = left;
-  for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackwardInput,
-                          ActionKind::kBackwardWeight, ActionKind::kBackwardFull,
-                          ActionKind::kReduce}) {
+  for (ActionKind kind :
+       {ActionKind::kForward, ActionKind::kBackwardInput, ActionKind::kBackwardWeight,
+        ActionKind::kBackwardFull, ActionKind::kReduce}) {
     const char* name = kind == ActionKind::kForward          ? "F forward"
                        : kind == ActionKind::kBackwardInput  ? "B input grad"
                        : kind == ActionKind::kBackwardWeight ? "W weight grad"

@@ -66,7 +66,8 @@ class Validator {
           }
           continue;
         }
-        if (a.stage < 0 || a.stage >= s) return Bad(r, k, a, absl::StrCat("stage not in [0, ", s, ")"));
+        if (a.stage < 0 || a.stage >= s)
+          return Bad(r, k, a, absl::StrCat("stage not in [0, ", s, ")"));
         if (a.microbatch < 0 || a.microbatch >= m) {
           return Bad(r, k, a, absl::StrCat("microbatch not in [0, ", m, ")"));
         }
@@ -76,16 +77,25 @@ class Validator {
           continue;
         }
         if (pl_.RankOf(a.stage) != r) {
-          return Bad(r, k, a, absl::StrCat("stage ", a.stage, " is placed on rank ",
-                                           pl_.RankOf(a.stage)));
+          return Bad(r, k, a,
+                     absl::StrCat("stage ", a.stage, " is placed on rank ", pl_.RankOf(a.stage)));
         }
         std::vector<Slot>* table = nullptr;
         switch (a.kind) {
-          case ActionKind::kForward: table = &f_; break;
-          case ActionKind::kBackwardInput: table = &b_; break;
-          case ActionKind::kBackwardWeight: table = &w_; break;
-          case ActionKind::kBackwardFull: table = &bw_; break;
-          default: break;
+          case ActionKind::kForward:
+            table = &f_;
+            break;
+          case ActionKind::kBackwardInput:
+            table = &b_;
+            break;
+          case ActionKind::kBackwardWeight:
+            table = &w_;
+            break;
+          case ActionKind::kBackwardFull:
+            table = &bw_;
+            break;
+          default:
+            break;
         }
         Slot& slot = SlotOf(*table, a.stage, a.microbatch);
         if (++slot.count > 1) return Bad(r, k, a, "appears more than once");
@@ -102,8 +112,8 @@ class Validator {
         const Slot &f = SlotOf(f_, s, i), &b = SlotOf(b_, s, i), &w = SlotOf(w_, s, i),
                    &bw = SlotOf(bw_, s, i);
         auto missing = [&](absl::string_view what) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "stage ", s, " microbatch ", i, " (rank ", pl_.RankOf(s), "): ", what));
+          return absl::FailedPreconditionError(
+              absl::StrCat("stage ", s, " microbatch ", i, " (rank ", pl_.RankOf(s), "): ", what));
         };
         if (f.count == 0) return missing("no F");
         if (bw.count == 1 && (b.count || w.count)) return missing("has BW and also B or W");
@@ -129,8 +139,8 @@ class Validator {
           return Bad(r, f.index, at(f), "runs before F of the previous stage on the same rank");
         }
         if (s + 1 < s_count && pl_.RankOf(s + 1) == r) {
-          const Slot& next = SlotOf(bw_, s + 1, i).count ? SlotOf(bw_, s + 1, i)
-                                                         : SlotOf(b_, s + 1, i);
+          const Slot& next =
+              SlotOf(bw_, s + 1, i).count ? SlotOf(bw_, s + 1, i) : SlotOf(b_, s + 1, i);
           if (next.index > bwd.index) {
             return Bad(r, bwd.index, at(bwd),
                        "runs before the backward of the next stage on the same rank");
@@ -163,13 +173,13 @@ class Validator {
           }
           if (from != r) return Bad(r, k, a, "sent by a rank that does not hold the stage");
           if (pl_.RankOf(next_stage) != a.peer) {
-            return Bad(r, k, a, absl::StrCat("stage ", next_stage, " is on rank ",
-                                             pl_.RankOf(next_stage)));
+            return Bad(r, k, a,
+                       absl::StrCat("stage ", next_stage, " is on rank ", pl_.RankOf(next_stage)));
           }
-          const Slot& producer = act ? SlotOf(f_, a.stage, a.microbatch)
-                                     : (SlotOf(bw_, a.stage, a.microbatch).count
-                                            ? SlotOf(bw_, a.stage, a.microbatch)
-                                            : SlotOf(b_, a.stage, a.microbatch));
+          const Slot& producer =
+              act ? SlotOf(f_, a.stage, a.microbatch)
+                  : (SlotOf(bw_, a.stage, a.microbatch).count ? SlotOf(bw_, a.stage, a.microbatch)
+                                                              : SlotOf(b_, a.stage, a.microbatch));
           if (producer.index > k) return Bad(r, k, a, "sent before it is produced");
           send_order[r][a.peer].push_back(key);
         } else if (IsRecv(a.kind)) {
@@ -198,7 +208,8 @@ class Validator {
       for (int i = 0; i < plan_.num_microbatches; ++i) {
         for (ActionKind kind : {ActionKind::kSendAct, ActionKind::kSendGrad}) {
           const int other = kind == ActionKind::kSendAct ? s + 1 : s - 1;
-          if (other < 0 || other >= pl_.num_stages() || pl_.RankOf(other) == pl_.RankOf(s)) continue;
+          if (other < 0 || other >= pl_.num_stages() || pl_.RankOf(other) == pl_.RankOf(s))
+            continue;
           const Key key{kind, s, i};
           const Action a = Action::Comm(kind, s, i, pl_.RankOf(other));
           if (!sends.count(key)) {
@@ -220,12 +231,12 @@ class Validator {
         for (size_t k = 0; k < std::min(so.size(), ro.size()); ++k) {
           if (so[k] != ro[k]) {
             auto name = [](const Key& key) {
-              return absl::StrCat(std::get<0>(key) == ActionKind::kSendAct ? "ACT" : "GRAD",
-                                  " s", std::get<1>(key), " mb", std::get<2>(key));
+              return absl::StrCat(std::get<0>(key) == ActionKind::kSendAct ? "ACT" : "GRAD", " s",
+                                  std::get<1>(key), " mb", std::get<2>(key));
             };
             return absl::FailedPreconditionError(absl::StrCat(
-                "comm order: send #", k, " from rank ", a, " to rank ", b, " carries ",
-                name(so[k]), " but receive #", k, " on rank ", b, " expects ", name(ro[k])));
+                "comm order: send #", k, " from rank ", a, " to rank ", b, " carries ", name(so[k]),
+                " but receive #", k, " on rank ", b, " expects ", name(ro[k])));
           }
         }
       }

@@ -1,14 +1,14 @@
 // zpipe-worker: registers with the coordinator and runs the job ranks it is assigned.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
-#include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--device") {
       device = value;
     } else if (flag == "--threads") {
-      if (!absl::SimpleAtoi(value, &threads) || threads < 1) return Usage("--threads: must be >= 1");
+      if (!absl::SimpleAtoi(value, &threads) || threads < 1)
+        return Usage("--threads: must be >= 1");
     } else if (flag == "--host") {
       options.host = value;
     } else if (flag == "--metrics-listen") {
@@ -81,11 +82,13 @@ int main(int argc, char** argv) {
   }
   if (device == "cpu") {
     options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
-  } else if (device.rfind("cpu:", 0) == 0 && absl::SimpleAtoi(device.substr(4), &options.device_index) &&
+  } else if (device.rfind("cpu:", 0) == 0 &&
+             absl::SimpleAtoi(device.substr(4), &options.device_index) &&
              options.device_index >= 0) {
     options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
   } else if (device.rfind("cuda:", 0) == 0 &&
-             absl::SimpleAtoi(device.substr(5), &options.device_index) && options.device_index >= 0) {
+             absl::SimpleAtoi(device.substr(5), &options.device_index) &&
+             options.device_index >= 0) {
     options.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
     if (!torch::cuda::is_available()) {
       std::fprintf(stderr, "zpipe-worker: --device %s: this LibTorch build has no CUDA device\n",

@@ -14,10 +14,14 @@ namespace zpipe::internal {
 
 absl::string_view SpecNodeKindName(const SpecNode& node) {
   switch (node.kind) {
-    case SpecNode::Kind::kNull: return "null";
-    case SpecNode::Kind::kMap: return "a map";
-    case SpecNode::Kind::kList: return "a list";
-    case SpecNode::Kind::kScalar: return node.quoted ? "a string" : "a scalar";
+    case SpecNode::Kind::kNull:
+      return "null";
+    case SpecNode::Kind::kMap:
+      return "a map";
+    case SpecNode::Kind::kList:
+      return "a list";
+    case SpecNode::Kind::kScalar:
+      return node.quoted ? "a string" : "a scalar";
   }
   return "?";
 }
@@ -58,11 +62,13 @@ absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line) {
       for (const auto& kv : node) {
         const int key_line = YamlLine(kv.first.Mark(), out.line);
         if (!kv.first.IsScalar()) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", key_line, ": map keys must be plain names"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", key_line, ": map keys must be plain names"));
         }
         const std::string key = kv.first.Scalar();
         if (!seen.insert(key).second) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", key_line, ": duplicate field '", key, "'"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", key_line, ": duplicate field '", key, "'"));
         }
         absl::StatusOr<SpecNode> child = FromYaml(kv.second, key_line);
         if (!child.ok()) return child.status();
@@ -125,8 +131,12 @@ class CountingIterator {
     ++p_;
     return old;
   }
-  friend bool operator==(const CountingIterator& a, const CountingIterator& b) { return a.p_ == b.p_; }
-  friend bool operator!=(const CountingIterator& a, const CountingIterator& b) { return a.p_ != b.p_; }
+  friend bool operator==(const CountingIterator& a, const CountingIterator& b) {
+    return a.p_ == b.p_;
+  }
+  friend bool operator!=(const CountingIterator& a, const CountingIterator& b) {
+    return a.p_ != b.p_;
+  }
 
  private:
   const char* p_ = nullptr;
@@ -163,7 +173,8 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
     // nlohmann's message already says "at line L, column C"; keep the leading "line" convention.
     std::string what = ex.what();
     const std::string marker = "parse error at line ";

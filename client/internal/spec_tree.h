@@ -19,11 +19,11 @@ struct SpecNode {
   enum class Kind { kNull, kScalar, kMap, kList };
   // For scalars: whether the text was quoted in the source ("8" is a string, 8 is a number).
   Kind kind = Kind::kNull;
-  int line = 0;  // 1-based line where the node starts
+  int line = 0;      // 1-based line where the node starts
   std::string text;  // scalar text as written (without quotes)
   bool quoted = false;
   std::vector<std::pair<std::string, SpecNode>> map;  // in source order; keys are unique
-  std::vector<int> key_lines;                          // line of each map key
+  std::vector<int> key_lines;                         // line of each map key
   std::vector<SpecNode> list;
 };
 

@@ -57,9 +57,10 @@ class CliTest : public ::testing::Test {
   void StartCoordinator(const std::string& db = ":memory:", bool keep_port = false) {
     if (!keep_port) port_ = FreePort();
     address_ = absl::StrCat("127.0.0.1:", port_);
-    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
-        absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()), "--db=" + db, "--heartbeat-timeout=5s"});
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
+                                 absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()),
+                                 "--db=" + db, "--heartbeat-timeout=5s"});
     std::unique_ptr<Client> client = Client::Create(address_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!client->Workers().ok()) {
@@ -70,7 +71,8 @@ class CliTest : public ::testing::Test {
   }
 
   // Starts n fake workers and waits until the coordinator lists them.
-  void AddWorkers(int n, FakeWorkerOptions::Mode mode, absl::Duration iteration_time = absl::Milliseconds(20)) {
+  void AddWorkers(int n, FakeWorkerOptions::Mode mode,
+                  absl::Duration iteration_time = absl::Milliseconds(20)) {
     const size_t before = workers_.size();
     for (int i = 0; i < n; ++i) {
       FakeWorkerOptions o;
@@ -98,7 +100,8 @@ class CliTest : public ::testing::Test {
   }
 
   std::string JobFile(int iterations = 3) {
-    const std::string text = absl::StrReplaceAll(kJobYaml, {{"ITERATIONS", std::to_string(iterations)}});
+    const std::string text =
+        absl::StrReplaceAll(kJobYaml, {{"ITERATIONS", std::to_string(iterations)}});
     return WriteFile(absl::StrCat("job", iterations, ".yaml"), text);
   }
 
@@ -250,7 +253,8 @@ TEST_F(CliTest, WatchJsonStreamsEventsAsJsonLines) {
   }
   ASSERT_FALSE(events.empty());
   EXPECT_TRUE(events.front().contains("snapshot"));
-  ASSERT_TRUE(events.back().contains("state_change") || events.back().contains("snapshot")) << events.back();
+  ASSERT_TRUE(events.back().contains("state_change") || events.back().contains("snapshot"))
+      << events.back();
   const json& last = events.back();
   const std::string final_state =
       last.contains("state_change") ? last["state_change"]["to"] : last["snapshot"]["state"];
@@ -289,7 +293,8 @@ TEST_F(CliTest, WatchSurvivesACoordinatorRestart) {
   StartCoordinator(db, /*keep_port=*/true);
   ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "survivor"}).exit_code, 0);
   Subprocess watcher(Zpipe({"watch", "survivor"}));
-  for (int i = 0; i < 1200 && watcher.ReadOut().find("survivor pending") == std::string::npos; ++i) {
+  for (int i = 0; i < 1200 && watcher.ReadOut().find("survivor pending") == std::string::npos;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ASSERT_THAT(watcher.ReadOut(), HasSubstr("survivor pending"));
@@ -305,13 +310,15 @@ TEST_F(CliTest, WatchSurvivesACoordinatorRestart) {
 }
 
 TEST_F(CliTest, InvalidJobFileIsAUsageErrorNamingTheLine) {
-  const std::string bad = WriteFile("bad.yaml", "name: x\nparallel:\n  pipeline: 2\n  pipelines: 3\n");
+  const std::string bad =
+      WriteFile("bad.yaml", "name: x\nparallel:\n  pipeline: 2\n  pipelines: 3\n");
   ProcessResult r = RunZpipe({"submit", bad});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("line 4"));
   EXPECT_THAT(r.err, HasSubstr("parallel.pipelines"));
 
-  const std::string typed = WriteFile("typed.json", "{\n  \"batch\": {\"microbatches\": \"eight\"}\n}\n");
+  const std::string typed =
+      WriteFile("typed.json", "{\n  \"batch\": {\"microbatches\": \"eight\"}\n}\n");
   ProcessResult t = RunZpipe({"submit", typed});
   EXPECT_EQ(t.exit_code, 2);
   EXPECT_THAT(t.err, HasSubstr("line 2"));
@@ -319,10 +326,12 @@ TEST_F(CliTest, InvalidJobFileIsAUsageErrorNamingTheLine) {
 }
 
 TEST_F(CliTest, SpecRejectedByCoordinatorIsAUsageError) {
-  const std::string file = WriteFile("p0.yaml", "name: x\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\n"
-                                                "parallel: {pipeline: 0}\nschedule: {kind: 1f1b}\n"
-                                                "batch: {microbatches: 4, microbatch_size: 1}\n"
-                                                "train: {iterations: 1, lr: 0.1}\n");
+  const std::string file =
+      WriteFile("p0.yaml",
+                "name: x\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\n"
+                "parallel: {pipeline: 0}\nschedule: {kind: 1f1b}\n"
+                "batch: {microbatches: 4, microbatch_size: 1}\n"
+                "train: {iterations: 1, lr: 0.1}\n");
   ProcessResult r = RunZpipe({"submit", file});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("parallel.pipeline"));
@@ -346,9 +355,14 @@ TEST_F(CliTest, UnknownJobExitsOne) {
 
 TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
   const std::string dead = absl::StrCat("127.0.0.1:", FreePort());
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"list"}, {"status", "x"}, {"workers"}, {"cancel", "x"}, {"watch", "x"}, {"submit", JobFile()},
-           {"plan", "--job", "x"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list"},
+                                             {"status", "x"},
+                                             {"workers"},
+                                             {"cancel", "x"},
+                                             {"watch", "x"},
+                                             {"submit", JobFile()},
+                                             {"plan", "--job", "x"}}) {
     std::vector<std::string> argv = {ZPIPE_CLI_BIN, "--coordinator", dead};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessResult r = RunProcess(argv);
@@ -358,7 +372,8 @@ TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
 }
 
 TEST_F(CliTest, CoordinatorFromEnvironment) {
-  ProcessResult r = RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});
+  ProcessResult r =
+      RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Parse(r)["jobs"].is_array());
 }

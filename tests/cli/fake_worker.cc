@@ -50,7 +50,8 @@ struct FakeWorker::State {
       f->set_job_id(a.job_id());
       f->set_pipeline_rank(a.pipeline_rank());
       f->set_data_rank(a.data_rank());
-      f->set_message(absl::StrCat("fake worker could not parse the plan: ", plan.status().message()));
+      f->set_message(
+          absl::StrCat("fake worker could not parse the plan: ", plan.status().message()));
       Write(m);
       return;
     }
@@ -65,11 +66,20 @@ struct FakeWorker::State {
       for (const core::Action& action : actions) {
         v1::ComputeOp op;
         switch (action.kind) {
-          case core::ActionKind::kForward: op = v1::COMPUTE_OP_F; break;
-          case core::ActionKind::kBackwardInput: op = v1::COMPUTE_OP_B; break;
-          case core::ActionKind::kBackwardWeight: op = v1::COMPUTE_OP_W; break;
-          case core::ActionKind::kBackwardFull: op = v1::COMPUTE_OP_BW; break;
-          default: continue;
+          case core::ActionKind::kForward:
+            op = v1::COMPUTE_OP_F;
+            break;
+          case core::ActionKind::kBackwardInput:
+            op = v1::COMPUTE_OP_B;
+            break;
+          case core::ActionKind::kBackwardWeight:
+            op = v1::COMPUTE_OP_W;
+            break;
+          case core::ActionKind::kBackwardFull:
+            op = v1::COMPUTE_OP_BW;
+            break;
+          default:
+            continue;
         }
         batch->add_iterations(it);
         batch->add_ops(op);

@@ -22,7 +22,8 @@ namespace {
 
 std::string TempPath(const char* tag) {
   const char* dir = std::getenv("TMPDIR");
-  std::string pattern = std::string(dir != nullptr && *dir ? dir : "/tmp") + "/zpipe_" + tag + "_XXXXXX";
+  std::string pattern =
+      std::string(dir != nullptr && *dir ? dir : "/tmp") + "/zpipe_" + tag + "_XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   int fd = mkstemp(buf.data());
@@ -43,7 +44,8 @@ std::string Slurp(const std::string& path) {
 
 }  // namespace
 
-Subprocess::Subprocess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env)
+Subprocess::Subprocess(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env)
     : out_path_(TempPath("out")), err_path_(TempPath("err")) {
   pid_ = fork();
   if (pid_ < 0) {
@@ -115,8 +117,8 @@ ProcessResult Subprocess::Wait(double timeout_s) {
 std::string Subprocess::ReadOut() const { return Slurp(out_path_); }
 std::string Subprocess::ReadErr() const { return Slurp(err_path_); }
 
-ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                  double timeout_s) {
+ProcessResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env, double timeout_s) {
   Subprocess p(argv, env);
   return p.Wait(timeout_s);
 }

@@ -22,7 +22,8 @@ class Subprocess {
  public:
   // Starts `argv[0]` with `argv` and the current environment plus `env` (overrides; an empty
   // value unsets the variable). Aborts the test binary if fork/exec fails.
-  Subprocess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  Subprocess(const std::vector<std::string>& argv,
+             const std::map<std::string, std::string>& env = {});
   ~Subprocess();  // kills the child if it still runs
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
@@ -44,8 +45,8 @@ class Subprocess {
 };
 
 // Runs to completion.
-ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
-                  double timeout_s = 60);
+ProcessResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env = {}, double timeout_s = 60);
 
 // Runs with stdout and stderr on a pseudo-terminal (what a user at a shell sees); `out` gets
 // everything written, `err` stays empty.

@@ -16,8 +16,7 @@ struct Fixture {
   std::unique_ptr<v1::CoordinatorService::Stub> stub =
       v1::CoordinatorService::NewStub(Connect(server->port()));
 
-  grpc::Status Submit(const std::string& id, const v1::JobSpec& spec,
-                      v1::SubmitJobResponse* resp) {
+  grpc::Status Submit(const std::string& id, const v1::JobSpec& spec, v1::SubmitJobResponse* resp) {
     grpc::ClientContext ctx;
     v1::SubmitJobRequest req;
     req.set_job_id(id);
@@ -29,8 +28,8 @@ struct Fixture {
     std::vector<std::unique_ptr<TestWorker>> out;
     for (int i = 0; i < n; ++i) {
       out.push_back(std::make_unique<TestWorker>(
-          server->port(), TestWorker::Options{absl::StrCat(prefix, i), v1::DEVICE_KIND_CPU,
-                                              auto_run}));
+          server->port(),
+          TestWorker::Options{absl::StrCat(prefix, i), v1::DEVICE_KIND_CPU, auto_run}));
       EXPECT_TRUE(out.back()->Start());
     }
     return out;
@@ -60,8 +59,8 @@ struct Fixture {
 TEST(CoordinatorE2E, SubmitScheduleRunSucceeds) {
   Fixture f;
   v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(f.Submit("e2e-1", SyntheticSpec(/*p=*/2, /*m=*/4, /*iterations=*/3), &submitted)
-                  .ok());
+  ASSERT_TRUE(
+      f.Submit("e2e-1", SyntheticSpec(/*p=*/2, /*m=*/4, /*iterations=*/3), &submitted).ok());
   EXPECT_TRUE(submitted.created());
   EXPECT_EQ(submitted.job().state(), v1::JOB_STATE_PENDING);
   EXPECT_NE(submitted.job().reason().find("waiting for 2 idle cpu workers"), std::string::npos)
@@ -316,8 +315,7 @@ TEST(CoordinatorE2E, PendingJobsQueueFifoAndListPages) {
     const v1::Assignment a = w->assignments()[0];
     w->SendFinished(a.job_id(), a.pipeline_rank(), a.data_rank());
   }
-  EXPECT_EQ(WaitForState(*f.stub, "q1", v1::JOB_STATE_SUCCEEDED).state(),
-            v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(WaitForState(*f.stub, "q1", v1::JOB_STATE_SUCCEEDED).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(WaitForState(*f.stub, "q2", v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(WaitForState(*f.stub, "q3", v1::JOB_STATE_PENDING).queue_position(), 0);
 }
@@ -331,8 +329,7 @@ TEST(CoordinatorE2E, DataParallelRanksAndDeviceKinds) {
   ASSERT_TRUE(f.Submit("gpu", cuda, &r).ok());
   ASSERT_TRUE(f.Submit("dp", SyntheticSpec(2, 4, 2, /*d=*/2), &r).ok());
   auto workers = f.Workers(4, /*auto_run=*/true);
-  EXPECT_EQ(WaitForState(*f.stub, "dp", v1::JOB_STATE_SUCCEEDED).state(),
-            v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(WaitForState(*f.stub, "dp", v1::JOB_STATE_SUCCEEDED).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(WaitForState(*f.stub, "gpu", v1::JOB_STATE_PENDING).state(), v1::JOB_STATE_PENDING);
   std::set<std::pair<int, int>> ranks;
   for (const auto& w : workers) {

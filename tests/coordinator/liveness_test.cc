@@ -77,8 +77,7 @@ TEST(Liveness, WorkerRestartWithoutItsJobFailsTheJob) {
   v1::Job job = WaitForState(*r.stub, "restart-job", v1::JOB_STATE_FAILED);
   ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_NE(job.reason().find("worker lw1"), std::string::npos) << job.reason();
-  EXPECT_NE(job.reason().find("re-registered without the job"), std::string::npos)
-      << job.reason();
+  EXPECT_NE(job.reason().find("re-registered without the job"), std::string::npos) << job.reason();
 }
 
 TEST(Liveness, StreamReconnectClaimingTheJobContinues) {

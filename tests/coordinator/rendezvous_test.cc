@@ -42,8 +42,8 @@ class RendezvousTest : public ::testing::Test {
     *value = resp.value();
     return st;
   }
-  grpc::Status Wait(const std::string& job, std::vector<std::string> keys,
-                    absl::Duration timeout, v1::RendezvousWaitResponse* resp) {
+  grpc::Status Wait(const std::string& job, std::vector<std::string> keys, absl::Duration timeout,
+                    v1::RendezvousWaitResponse* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::RendezvousWaitRequest req;

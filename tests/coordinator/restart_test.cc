@@ -52,8 +52,7 @@ TEST(Restart, JobsSurviveAndRunningJobsReconcile) {
     TestWorker holder(server->port(), {"rw-hold", v1::DEVICE_KIND_CPU, false});
     ASSERT_TRUE(holder.Start());
     ASSERT_TRUE(Submit(*stub, "running", SyntheticSpec(1, 2, 50)).ok());
-    ASSERT_EQ(WaitForState(*stub, "running", v1::JOB_STATE_RUNNING).state(),
-              v1::JOB_STATE_RUNNING);
+    ASSERT_EQ(WaitForState(*stub, "running", v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
     server->Shutdown();
   }
 
@@ -118,8 +117,7 @@ TEST(Restart, RunningJobFailsWhenItsWorkerDoesNotReturn) {
     TestWorker holder(server->port(), {"gone", v1::DEVICE_KIND_CPU, false});
     ASSERT_TRUE(holder.Start());
     ASSERT_TRUE(Submit(*stub, "orphan", SyntheticSpec(1, 2, 50)).ok());
-    ASSERT_EQ(WaitForState(*stub, "orphan", v1::JOB_STATE_RUNNING).state(),
-              v1::JOB_STATE_RUNNING);
+    ASSERT_EQ(WaitForState(*stub, "orphan", v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
     server->Shutdown();
   }
   auto server = StartCoordinator(db, timeout);

@@ -199,8 +199,7 @@ TEST(SpecValidation, HugeAndMalformedRequestsDoNotHurtTheCoordinator) {
     *req.mutable_spec() = SyntheticSpec();
     req.mutable_spec()->set_name(std::string(70 << 20, 'x'));
     v1::SubmitJobResponse resp;
-    EXPECT_EQ(stub->SubmitJob(&ctx, req, &resp).error_code(),
-              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(stub->SubmitJob(&ctx, req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   {
     // Garbage bytes where a SubmitJobRequest should be.
@@ -211,8 +210,8 @@ TEST(SpecValidation, HugeAndMalformedRequestsDoNotHurtTheCoordinator) {
     grpc::Slice slice(junk);
     grpc::ByteBuffer request(&slice, 1);
     grpc::ByteBuffer response;
-    auto call = generic.PrepareUnaryCall(&ctx, "/zpipe.v1.CoordinatorService/SubmitJob", request,
-                                         &cq);
+    auto call =
+        generic.PrepareUnaryCall(&ctx, "/zpipe.v1.CoordinatorService/SubmitJob", request, &cq);
     call->StartCall();
     grpc::Status st;
     call->Finish(&response, &st, reinterpret_cast<void*>(1));

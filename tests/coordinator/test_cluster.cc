@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/plan.h"
 #include "coordinator/log.h"
+#include "core/plan.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::testing {
@@ -57,9 +57,7 @@ v1::JobSpec SyntheticSpec(int p, int m, int iterations, int d) {
 }
 
 TestWorker::TestWorker(int port, Options options)
-    : port_(port),
-      options_(std::move(options)),
-      stub_(v1::WorkerService::NewStub(Connect(port))) {}
+    : port_(port), options_(std::move(options)), stub_(v1::WorkerService::NewStub(Connect(port))) {}
 
 TestWorker::~TestWorker() { Stop(); }
 

@@ -19,18 +19,27 @@ json Dashboard() { return json::parse(ReadFile(DashboardsDir() + "/zeropipe.json
 std::vector<RecordingRule> Rules() { return ReadRules(DashboardsDir() + "/rules.yml"); }
 
 // What the issue asks the coordinator to export per job and rank, and for the cluster.
-const std::set<std::string> kRequired = {
-    "zpipe_busy_seconds_total",          "zpipe_idle_seconds_total",
-    "zpipe_bubble_ratio",                "zpipe_bubble_ratio_predicted",
-    "zpipe_job_bubble_ratio",            "zpipe_job_bubble_ratio_predicted",
-    "zpipe_reduce_seconds_total",        "zpipe_exposed_reduce_seconds_total",
-    "zpipe_reduce_overlap_ratio",        "zpipe_job_reduce_overlap_ratio",
-    "zpipe_p2p_wait_seconds_total",      "zpipe_iteration_duration_seconds_bucket",
-    "zpipe_iteration_duration_seconds_sum", "zpipe_iteration_duration_seconds_count",
-    "zpipe_iterations_total",            "zpipe_rank_iterations_total",
-    "zpipe_tokens_total",                "zpipe_loss",
-    "zpipe_jobs",                        "zpipe_workers",
-    "zpipe_rpcs_total"};
+const std::set<std::string> kRequired = {"zpipe_busy_seconds_total",
+                                         "zpipe_idle_seconds_total",
+                                         "zpipe_bubble_ratio",
+                                         "zpipe_bubble_ratio_predicted",
+                                         "zpipe_job_bubble_ratio",
+                                         "zpipe_job_bubble_ratio_predicted",
+                                         "zpipe_reduce_seconds_total",
+                                         "zpipe_exposed_reduce_seconds_total",
+                                         "zpipe_reduce_overlap_ratio",
+                                         "zpipe_job_reduce_overlap_ratio",
+                                         "zpipe_p2p_wait_seconds_total",
+                                         "zpipe_iteration_duration_seconds_bucket",
+                                         "zpipe_iteration_duration_seconds_sum",
+                                         "zpipe_iteration_duration_seconds_count",
+                                         "zpipe_iterations_total",
+                                         "zpipe_rank_iterations_total",
+                                         "zpipe_tokens_total",
+                                         "zpipe_loss",
+                                         "zpipe_jobs",
+                                         "zpipe_workers",
+                                         "zpipe_rpcs_total"};
 
 TEST(DashboardLint, EveryQueryUsesOnlyWhatARunningCoordinatorExports) {
   ObservedCluster cluster(2);

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -29,14 +29,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 Clock::time_point Deadline(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> HttpGet(int port, const std::string& path_and_query,
-                                    double timeout_s) {
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path_and_query, double timeout_s) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket");
   sockaddr_in addr{};
@@ -58,7 +57,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path_and_query,
   const auto deadline = Deadline(timeout_s);
   char buf[65536];
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       ::close(fd);
       return absl::DeadlineExceededError(absl::StrCat("GET ", path_and_query, ": timed out"));
@@ -75,8 +75,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path_and_query,
   const std::string status_line = response.substr(0, response.find("\r\n"));
   std::string payload = response.substr(body + 4);
   if (!absl::StrContains(status_line, " 200")) {
-    return absl::UnavailableError(absl::StrCat("GET ", path_and_query, ": ", status_line, ": ",
-                                               payload.substr(0, 2000)));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", path_and_query, ": ", status_line, ": ", payload.substr(0, 2000)));
   }
   return payload;
 }
@@ -99,17 +99,17 @@ ObservedCluster::ObservedCluster(int workers) {
   const int port = FreePort();
   address_ = absl::StrCat("127.0.0.1:", port);
   coordinator_metrics_port_ = FreePort();
-  coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
-      ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
-      absl::StrCat("127.0.0.1:", coordinator_metrics_port_), "--db", ":memory:",
-      "--heartbeat-timeout", "10s"});
+  coordinator_ = std::make_unique<Subprocess>(
+      std::vector<std::string>{ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
+                               absl::StrCat("127.0.0.1:", coordinator_metrics_port_), "--db",
+                               ":memory:", "--heartbeat-timeout", "10s"});
   client_ = Client::Create(address_);
   for (int i = 0; i < workers; ++i) {
     const int metrics_port = FreePort();
     worker_metrics_ports_.push_back(metrics_port);
     workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-        ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("obs-w", i),
-        "--device", absl::StrCat("cpu:", i), "--comm-timeout", "10", "--metrics-listen",
+        ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("obs-w", i), "--device",
+        absl::StrCat("cpu:", i), "--comm-timeout", "10", "--metrics-listen",
         absl::StrCat("127.0.0.1:", metrics_port)}));
   }
 }
@@ -135,9 +135,8 @@ bool ObservedCluster::WaitIdle(int n, double timeout_s) {
   return false;
 }
 
-absl::Status ObservedCluster::SubmitSynthetic(const std::string& job_id, int p,
-                                              int microbatches, int iterations,
-                                              const std::string& schedule) {
+absl::Status ObservedCluster::SubmitSynthetic(const std::string& job_id, int p, int microbatches,
+                                              int iterations, const std::string& schedule) {
   v1::JobSpec spec;
   spec.set_name("observability");
   auto* m = spec.mutable_model()->mutable_synthetic();
@@ -247,8 +246,8 @@ std::set<std::string> MetricNames(const std::string& promql) {
   q = std::regex_replace(
       q, std::regex(R"(\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\))"), " ");
   static const std::set<std::string> kKeywords = {
-      "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-      "unless", "offset", "inf", "nan", "Inf", "NaN", "atan2"};
+      "by", "without", "on",     "ignoring", "group_left", "group_right", "bool", "and",
+      "or", "unless",  "offset", "inf",      "nan",        "Inf",         "NaN",  "atan2"};
   std::set<std::string> names;
   const std::regex ident(R"([A-Za-z_:][A-Za-z0-9_:]*)");
   for (auto it = std::sregex_iterator(q.begin(), q.end(), ident); it != std::sregex_iterator();
@@ -356,7 +355,8 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
     const std::string q = VariableQuery(v);
     std::smatch m;
     if (!std::regex_search(q, m, std::regex(R"(^label_values\((.*),\s*(\w+)\)$)"))) {
-      problems.push_back(absl::StrCat("variables: ", name, ": expected label_values(...), got '", q, "'"));
+      problems.push_back(
+          absl::StrCat("variables: ", name, ": expected label_values(...), got '", q, "'"));
       continue;
     }
     check_metrics(absl::StrCat("variable ", name), m[1].str());
@@ -373,9 +373,12 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
       continue;
     }
     if (title.empty()) problems.push_back(absl::StrCat(where, ": no title"));
-    if (p.value("description", "").empty()) problems.push_back(absl::StrCat(where, ": no description"));
+    if (p.value("description", "").empty())
+      problems.push_back(absl::StrCat(where, ": no description"));
     const std::string unit =
-        p.contains("fieldConfig") ? p["fieldConfig"].value("defaults", nlohmann::json::object()).value("unit", "") : "";
+        p.contains("fieldConfig")
+            ? p["fieldConfig"].value("defaults", nlohmann::json::object()).value("unit", "")
+            : "";
     if (unit.empty()) problems.push_back(absl::StrCat(where, ": no unit"));
     if (!UsesDatasourceVariable(p)) {
       problems.push_back(absl::StrCat(where, ": datasource is not the $datasource variable"));
@@ -398,8 +401,8 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
            it != std::sregex_iterator(); ++it) {
         const std::string range = (*it)[1].str();
         if (range != "$__rate_interval" && range != "${__rate_interval}") {
-          problems.push_back(absl::StrCat(twhere, ": range [", range,
-                                          "] is not [$__rate_interval]"));
+          problems.push_back(
+              absl::StrCat(twhere, ": range [", range, "] is not [$__rate_interval]"));
         }
       }
       static const std::regex kRateCall(R"(\b(rate|irate|increase)\s*\()");
@@ -417,8 +420,8 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
         const std::string arg = expr.substr(start, i - start);
         if (!absl::StrContains(arg, "[$__rate_interval]") &&
             !absl::StrContains(arg, "[${__rate_interval}]")) {
-          problems.push_back(absl::StrCat(twhere, ": ", (*it)[1].str(),
-                                          "() without [$__rate_interval]"));
+          problems.push_back(
+              absl::StrCat(twhere, ": ", (*it)[1].str(), "() without [$__rate_interval]"));
         }
       }
       check_metrics(twhere, expr);

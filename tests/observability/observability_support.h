@@ -30,8 +30,8 @@ class ObservedCluster {
   bool WaitIdle(int n, double timeout_s = 60);
   // Submits a synthetic job (p = workers, d = 1) and waits until it is RUNNING and every rank
   // has reported `iterations_reported` iterations... see the .cc.
-  absl::Status SubmitSynthetic(const std::string& job_id, int p, int microbatches,
-                               int iterations, const std::string& schedule = "zb-h1");
+  absl::Status SubmitSynthetic(const std::string& job_id, int p, int microbatches, int iterations,
+                               const std::string& schedule = "zb-h1");
   // Polls the coordinator's /metrics until `series_prefix` (e.g. "zpipe_loss{") appears in it.
   bool WaitForSeries(const std::string& series_prefix, double timeout_s = 60);
   // Cancels the job (if still running) and waits for a terminal state.

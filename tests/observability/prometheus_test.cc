@@ -4,10 +4,9 @@
 // zpipe-worker processes. Every panel query of dashboards/zeropipe.json, variables substituted as
 // Grafana would, must come back from /api/v1/query with status success and a non-empty result;
 // the job_id and rank variables must list the running job and its ranks.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -90,8 +89,8 @@ class Prometheus {
     }
   }
   absl::StatusOr<json> LabelValues(const std::string& label, const std::string& match) {
-    auto body = HttpGet(port_, absl::StrCat("/api/v1/label/", label,
-                                            "/values?match[]=", UrlEncode(match)));
+    auto body =
+        HttpGet(port_, absl::StrCat("/api/v1/label/", label, "/values?match[]=", UrlEncode(match)));
     if (!body.ok()) return body.status();
     return json::parse(*body, nullptr, false);
   }
@@ -116,8 +115,8 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   ObservedCluster cluster(kPipeline);
   ASSERT_TRUE(cluster.WaitIdle(kPipeline)) << "workers did not register";
   // Long enough to outlive the test (about 0.15 s per iteration); cancelled at the end.
-  const absl::Status submitted = cluster.SubmitSynthetic(
-      job, kPipeline, /*microbatches=*/8, /*iterations=*/4000, "zb-v");
+  const absl::Status submitted =
+      cluster.SubmitSynthetic(job, kPipeline, /*microbatches=*/8, /*iterations=*/4000, "zb-v");
   ASSERT_TRUE(submitted.ok()) << submitted;
 
   // dashboards/prometheus.yml, retargeted at this cluster, scraping and evaluating every 1 s.
@@ -216,7 +215,8 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
     const std::string promql = Substitute(q.expr, selection);
     json r = prom.QueryUntilNonEmpty(promql, 15);
     EXPECT_EQ(r.value("status", ""), "success")
-        << "panel '" << q.panel << "' " << q.ref_id << ": " << promql << "\n" << r.dump();
+        << "panel '" << q.panel << "' " << q.ref_id << ": " << promql << "\n"
+        << r.dump();
     EXPECT_FALSE(r["data"]["result"].empty())
         << "panel '" << q.panel << "' " << q.ref_id << ": " << promql << " returned nothing";
   }
@@ -225,8 +225,8 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   const double measured = Scalar(prom.Query("zpipe_job_bubble_ratio" + job_sel).value_or(json()));
   const double predicted =
       Scalar(prom.Query("zpipe_job_bubble_ratio_predicted" + job_sel).value_or(json()));
-  const double average = Scalar(
-      prom.Query("zpipe:job_bubble_ratio:rate1m" + job_sel).value_or(json()));
+  const double average =
+      Scalar(prom.Query("zpipe:job_bubble_ratio:rate1m" + job_sel).value_or(json()));
   std::printf("job %s: bubble measured %.4f, predicted at measured costs %.4f (1m average %.4f)\n",
               job.c_str(), measured, predicted, average);
   for (const char* per_rank : {"zpipe_bubble_ratio", "zpipe_bubble_ratio_predicted"}) {

@@ -7,11 +7,10 @@
 // between the measured bubble and the simulator's. The summary's figures are medians over the
 // steady-state iterations (run_summary.h).
 #include <dirent.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -43,7 +42,8 @@ std::map<std::string, std::string> Env() {
 }
 
 std::string TempDir(const std::string& tag) {
-  std::string pattern = (fs::temp_directory_path() / ("zpipe_run_test_" + tag + "_XXXXXX")).string();
+  std::string pattern =
+      (fs::temp_directory_path() / ("zpipe_run_test_" + tag + "_XXXXXX")).string();
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   EXPECT_NE(mkdtemp(buf.data()), nullptr);
@@ -67,15 +67,18 @@ struct RunResult {
 RunResult ZpipeRun(const std::string& job_file, const std::string& tag, double timeout_s = 150) {
   RunResult run;
   run.out_dir = TempDir(tag);
-  run.process = testing::RunProcess({ZPIPE_CLI_BIN, "-o", "json", "run", job_file, "--local", "--out", run.out_dir},
-                                    Env(), timeout_s);
+  run.process = testing::RunProcess(
+      {ZPIPE_CLI_BIN, "-o", "json", "run", job_file, "--local", "--out", run.out_dir}, Env(),
+      timeout_s);
   run.summary = nlohmann::json::parse(run.process.out, nullptr, /*allow_exceptions=*/false);
   std::printf("zpipe run %s: exit %d\n%s\n", job_file.c_str(), run.process.exit_code,
               run.summary.is_discarded() ? run.process.out.c_str() : run.summary.dump(2).c_str());
   return run;
 }
 
-double Bubble(const nlohmann::json& summary, const char* which) { return summary["bubble"][which].get<double>(); }
+double Bubble(const nlohmann::json& summary, const char* which) {
+  return summary["bubble"][which].get<double>();
+}
 
 bool IsComputeName(const std::string& name) {
   return name.rfind("F ", 0) == 0 || name.rfind("B ", 0) == 0 || name.rfind("W ", 0) == 0 ||
@@ -100,11 +103,14 @@ void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan)
     if (e.value("ph", "") != "M" || e.value("name", "") != "process_name") continue;
     const std::string name = e["args"].value("name", "");
     std::smatch m;
-    if (std::regex_search(name, m, executed) && m[2] == "0") executed_pid[e["pid"].get<int>()] = std::stoi(m[1]);
+    if (std::regex_search(name, m, executed) && m[2] == "0")
+      executed_pid[e["pid"].get<int>()] = std::stoi(m[1]);
     if (std::regex_search(name, m, predicted)) predicted_pid[e["pid"].get<int>()] = std::stoi(m[1]);
   }
-  ASSERT_EQ(static_cast<int>(executed_pid.size()), plan.num_ranks()) << "one executed process per rank";
-  ASSERT_EQ(static_cast<int>(predicted_pid.size()), plan.num_ranks()) << "one predicted process per rank";
+  ASSERT_EQ(static_cast<int>(executed_pid.size()), plan.num_ranks())
+      << "one executed process per rank";
+  ASSERT_EQ(static_cast<int>(predicted_pid.size()), plan.num_ranks())
+      << "one predicted process per rank";
   // (ts, file order, name) per rank, sorted by time.
   using Timed = std::tuple<double, size_t, std::string>;
   std::map<int, std::vector<Timed>> executed_by_rank, predicted_by_rank;
@@ -113,8 +119,10 @@ void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan)
     if (e.value("ph", "") != "X" || !e.contains("pid")) continue;
     const int pid = e["pid"].get<int>();
     Timed t{e["ts"].get<double>(), i, e["name"].get<std::string>()};
-    if (auto it = executed_pid.find(pid); it != executed_pid.end()) executed_by_rank[it->second].push_back(t);
-    if (auto it = predicted_pid.find(pid); it != predicted_pid.end()) predicted_by_rank[it->second].push_back(t);
+    if (auto it = executed_pid.find(pid); it != executed_pid.end())
+      executed_by_rank[it->second].push_back(t);
+    if (auto it = predicted_pid.find(pid); it != predicted_pid.end())
+      predicted_by_rank[it->second].push_back(t);
   }
   int executed_comm = 0;
   for (int r = 0; r < plan.num_ranks(); ++r) {
@@ -128,22 +136,27 @@ void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan)
     std::sort(executed_by_rank[r].begin(), executed_by_rank[r].end());
     std::vector<std::string> executed_compute;
     for (const auto& [ts, order, name] : executed_by_rank[r]) {
-      EXPECT_TRUE(planned_set.count(name) > 0) << "rank " << r << " ran '" << name << "', which its plan lacks";
+      EXPECT_TRUE(planned_set.count(name) > 0)
+          << "rank " << r << " ran '" << name << "', which its plan lacks";
       if (IsComputeName(name)) {
         executed_compute.push_back(name);
       } else {
         ++executed_comm;
       }
     }
-    EXPECT_EQ(executed_compute, planned_compute) << "rank " << r << ": executed compute actions differ from the plan";
+    EXPECT_EQ(executed_compute, planned_compute)
+        << "rank " << r << ": executed compute actions differ from the plan";
     std::sort(predicted_by_rank[r].begin(), predicted_by_rank[r].end());
     std::vector<std::string> predicted_names;
     for (const auto& [ts, order, name] : predicted_by_rank[r]) predicted_names.push_back(name);
-    EXPECT_EQ(predicted_names, planned) << "rank " << r << ": the predicted timeline is not the plan";
+    EXPECT_EQ(predicted_names, planned)
+        << "rank " << r << ": the predicted timeline is not the plan";
   }
-  std::printf("trace: %zu plan actions; executed side holds every compute action in plan order (%d comm/reduce "
-              "actions)\n",
-              plan.num_actions(), executed_comm);
+  std::printf(
+      "trace: %zu plan actions; executed side holds every compute action in plan order (%d "
+      "comm/reduce "
+      "actions)\n",
+      plan.num_actions(), executed_comm);
 }
 
 TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
@@ -174,8 +187,9 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   ASSERT_FALSE(f1b.summary.is_discarded()) << f1b.process.out;
   EXPECT_NEAR(Bubble(f1b.summary, "measured"), Bubble(f1b.summary, "predicted"), 0.05);
   EXPECT_LT(Bubble(zbv.summary, "measured") + 0.1, Bubble(f1b.summary, "measured"));
-  std::printf("bubble measured (predicted): zb-v %.3f (%.3f), 1f1b %.3f (%.3f)\n", Bubble(zbv.summary, "measured"),
-              Bubble(zbv.summary, "predicted"), Bubble(f1b.summary, "measured"), Bubble(f1b.summary, "predicted"));
+  std::printf("bubble measured (predicted): zb-v %.3f (%.3f), 1f1b %.3f (%.3f)\n",
+              Bubble(zbv.summary, "measured"), Bubble(zbv.summary, "predicted"),
+              Bubble(f1b.summary, "measured"), Bubble(f1b.summary, "predicted"));
   fs::remove_all(zbv.out_dir);
   fs::remove_all(f1b.out_dir);
 }
@@ -205,7 +219,8 @@ TEST(RunTest, DataParallelReductionOverlapsComputeOnlyWithOverlapOn) {
   EXPECT_GT(overlap_on, 0.4);
   EXPECT_LT(overlap_off, 0.1);
   EXPECT_GT(overlap_on - overlap_off, 0.35);
-  EXPECT_LT(on.summary["reduce"]["exposed_s"].get<double>(), off.summary["reduce"]["exposed_s"].get<double>());
+  EXPECT_LT(on.summary["reduce"]["exposed_s"].get<double>(),
+            off.summary["reduce"]["exposed_s"].get<double>());
   EXPECT_GT(on.summary["reduce"]["total_s"].get<double>(), 0);
   fs::remove_all(on.out_dir);
   fs::remove_all(off.out_dir);
@@ -238,7 +253,8 @@ bool Alive(pid_t pid) {
 
 TEST(RunTest, CtrlCCancelsTheJobAndLeavesNoProcessBehind) {
   const std::string out_dir = TempDir("sigint");
-  Subprocess run({ZPIPE_CLI_BIN, "run", kJobs + "/syn-p4-long.yaml", "--local", "--out", out_dir}, Env());
+  Subprocess run({ZPIPE_CLI_BIN, "run", kJobs + "/syn-p4-long.yaml", "--local", "--out", out_dir},
+                 Env());
   // Wait for the job to run an iteration, noting the processes `zpipe run` started.
   std::vector<pid_t> children;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -249,18 +265,21 @@ TEST(RunTest, CtrlCCancelsTheJobAndLeavesNoProcessBehind) {
   }
   children = ChildrenOf(run.pid());
   ASSERT_EQ(children.size(), 5u) << "a coordinator and 4 workers";
-  const ProcessResult pgrep = testing::RunProcess({"/usr/bin/pgrep", "-P", absl::StrCat(run.pid())});
+  const ProcessResult pgrep =
+      testing::RunProcess({"/usr/bin/pgrep", "-P", absl::StrCat(run.pid())});
   EXPECT_EQ(std::count(pgrep.out.begin(), pgrep.out.end(), '\n'), 5) << pgrep.out;
 
   const auto interrupted = std::chrono::steady_clock::now();
   run.Signal(SIGINT);
   ProcessResult r = run.Wait(30);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted).count();
   std::printf("exit %d after %.1f s\n%s\n%s\n", r.exit_code, took, r.out.c_str(), r.err.c_str());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_LT(took, 20);
   EXPECT_THAT(r.out, ::testing::HasSubstr("cancelled"));
-  for (pid_t child : children) EXPECT_FALSE(Alive(child)) << "process " << child << " outlived zpipe run";
+  for (pid_t child : children)
+    EXPECT_FALSE(Alive(child)) << "process " << child << " outlived zpipe run";
   fs::remove_all(out_dir);
 }
 

@@ -2,8 +2,8 @@
 // runs on real zpipe-worker processes, and the page's DOM (dumped twice, a few seconds apart)
 // shows the job, its executed timeline beside the predicted one, and a newer iteration the
 // second time. Also: /metrics and the JSON API on the same port.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -75,8 +75,8 @@ TEST(LivePageTest, RunningJobsTimelineAppearsAndUpdatesInChromium) {
   const std::string address = absl::StrCat("127.0.0.1:", testing::FreePort());
   const int http_port = testing::FreePort();
   Subprocess coordinator({ZPIPE_COORDINATOR_BIN, "--listen", address, "--metrics-listen",
-                          absl::StrCat("127.0.0.1:", http_port), "--db", ":memory:",
-                          "--heartbeat-timeout", "3s"});
+                          absl::StrCat("127.0.0.1:", http_port), "--db",
+                          ":memory:", "--heartbeat-timeout", "3s"});
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int i = 0; i < 2; ++i) {
     workers.push_back(std::make_unique<Subprocess>(std::vector<std::string>{

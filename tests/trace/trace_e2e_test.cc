@@ -27,14 +27,14 @@ class Cluster {
  public:
   explicit Cluster(int workers) {
     address_ = absl::StrCat("127.0.0.1:", testing::FreePort());
-    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen", "", "--db", ":memory:",
-        "--heartbeat-timeout", "3s"});
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
+                                 "", "--db", ":memory:", "--heartbeat-timeout", "3s"});
     client_ = Client::Create(address_);
     for (int i = 0; i < workers; ++i) {
       workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-          ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("w", i),
-          "--device", absl::StrCat("cpu:", i), "--comm-timeout", "10"}));
+          ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
+          absl::StrCat("cpu:", i), "--comm-timeout", "10"}));
     }
   }
 
@@ -171,9 +171,9 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsThePlanOnOneClock) {
   const std::string dir = ::testing::TempDir();
   const std::string json_path = absl::StrCat(dir, "/trace-", getpid(), ".json");
   const std::string svg_path = absl::StrCat(dir, "/trace-", getpid(), ".svg");
-  testing::ProcessResult cli = testing::RunProcess(
-      {ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id, "--format", "chrome", "-o",
-       json_path});
+  testing::ProcessResult cli =
+      testing::RunProcess({ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id,
+                           "--format", "chrome", "-o", json_path});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const nlohmann::json chrome = nlohmann::json::parse(ReadFile(json_path));
   std::map<int, int> compute_per_pid;

@@ -1,9 +1,8 @@
 // zpipe-worker end to end: a real coordinator and real worker processes train over Gloo on
 // loopback; a worker killed mid-job fails the job with a reason naming it, and the survivors go
 // back to idle and run the next job.
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <memory>
@@ -23,9 +22,9 @@ class Cluster {
   explicit Cluster(int workers, const std::string& heartbeat = "3s") {
     port_ = testing::FreePort();
     address_ = absl::StrCat("127.0.0.1:", port_);
-    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen", "", "--db", ":memory:",
-        "--heartbeat-timeout", heartbeat});
+    coordinator_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
+                                 "", "--db", ":memory:", "--heartbeat-timeout", heartbeat});
     client_ = Client::Create(address_);
     for (int i = 0; i < workers; ++i) AddWorker();
   }
@@ -39,7 +38,8 @@ class Cluster {
 
   // Waits until `n` workers are IDLE.
   bool WaitIdle(int n, double timeout_s = 30) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {
       auto workers = client_->Workers();
       if (workers.ok()) {
@@ -53,7 +53,8 @@ class Cluster {
   }
 
   absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 120) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {
       auto job = client_->Get(id);
       if (!job.ok()) return job.status();

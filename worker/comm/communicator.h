@@ -15,11 +15,11 @@
 #ifndef ZPIPE_WORKER_COMM_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_COMMUNICATOR_H_
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"

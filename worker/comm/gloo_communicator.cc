@@ -1,5 +1,12 @@
 #include "worker/comm/gloo_communicator.h"
 
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -10,13 +17,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -42,9 +42,8 @@ absl::Status FromGloo(const std::exception& e, absl::string_view what) {
   const std::string msg = e.what();
   const std::string lower = absl::AsciiStrToLower(msg);
   if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(what, ": no progress within the communicator timeout (is the peer alive?): ",
-                     msg));
+    return absl::DeadlineExceededError(absl::StrCat(
+        what, ": no progress within the communicator timeout (is the peer alive?): ", msg));
   }
   return absl::UnavailableError(absl::StrCat(what, ": ", msg));
 }
@@ -277,9 +276,8 @@ class GlooCommunicator final : public Communicator {
           absl::StrCat(what, ": the pipeline group has a single rank"));
     }
     if (peer < 0 || peer >= options_.pipeline_size || peer == options_.pipeline_rank) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", peer,
-                                                     " is not another rank of a pipeline of ",
-                                                     options_.pipeline_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": peer ", peer, " is not another rank of a pipeline of ", options_.pipeline_size));
     }
     if (tag < 0 || tag >= kMaxTag) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": tag ", tag, " outside [0, 2^24)"));
@@ -408,9 +406,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   const CommunicatorOptions& o = options;
   if (o.pipeline_size < 1 || o.data_size < 1 || o.pipeline_rank < 0 ||
       o.pipeline_rank >= o.pipeline_size || o.data_rank < 0 || o.data_rank >= o.data_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo: rank (", o.pipeline_rank, ", ", o.data_rank, ") does not fit p = ",
-        o.pipeline_size, ", d = ", o.data_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank (", o.pipeline_rank, ", ", o.data_rank,
+                     ") does not fit p = ", o.pipeline_size, ", d = ", o.data_size));
   }
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gloo: the timeout must be positive");

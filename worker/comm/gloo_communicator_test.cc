@@ -2,14 +2,14 @@
 // do), parameterised over world size.
 #include "worker/comm/gloo_communicator.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -303,10 +303,9 @@ TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
     EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), rank, 0)->Wait()));
     EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), 5, 0)->Wait()));
     EXPECT_TRUE(absl::IsInvalidArgument(comm->Send(torch::ones({2}), 1 - rank, -1)->Wait()));
-    EXPECT_TRUE(absl::IsInvalidArgument(
-        comm->Recv(torch::ones({4, 4}).t(), 1 - rank, 0)->Wait()));
-    EXPECT_TRUE(absl::IsInvalidArgument(
-        comm->AllReduceAverage(torch::ones({2}, torch::kFloat64))->Wait()));
+    EXPECT_TRUE(absl::IsInvalidArgument(comm->Recv(torch::ones({4, 4}).t(), 1 - rank, 0)->Wait()));
+    EXPECT_TRUE(
+        absl::IsInvalidArgument(comm->AllReduceAverage(torch::ones({2}, torch::kFloat64))->Wait()));
     // d = 1: the average of one replica is itself.
     torch::Tensor t = torch::full({3}, 5.0f);
     EXPECT_TRUE(comm->AllReduceAverage(t)->Wait().ok());

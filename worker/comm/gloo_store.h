@@ -7,11 +7,11 @@
 #ifndef ZPIPE_WORKER_COMM_GLOO_STORE_H_
 #define ZPIPE_WORKER_COMM_GLOO_STORE_H_
 
-#include <memory>
-#include <string>
-
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/time/time.h"
 #include "worker/comm/key_value_store.h"

@@ -13,9 +13,8 @@ namespace {
 absl::Status CheckKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("rendezvous: empty key");
   if (key.size() > kMaxRendezvousKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous: key of ", key.size(),
-                                                   " bytes is over the limit of ",
-                                                   kMaxRendezvousKeyBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous: key of ", key.size(), " bytes is over the limit of ", kMaxRendezvousKeyBytes));
   }
   return absl::OkStatus();
 }
@@ -80,8 +79,7 @@ class InMemoryStore final : public KeyValueStore {
 
 class PrefixStore final : public KeyValueStore {
  public:
-  PrefixStore(KeyValueStore& base, std::string prefix)
-      : base_(base), prefix_(std::move(prefix)) {}
+  PrefixStore(KeyValueStore& base, std::string prefix) : base_(base), prefix_(std::move(prefix)) {}
 
   absl::Status Set(absl::string_view key, absl::string_view value) override {
     return base_.Set(absl::StrCat(prefix_, key), value);

@@ -1,11 +1,11 @@
 #include "worker/comm/key_value_store.h"
 
+#include <gloo/rendezvous/store.h>
+#include <gtest/gtest.h>
+
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gloo/rendezvous/store.h>
-#include <gtest/gtest.h>
 
 #include "worker/comm/gloo_store.h"
 

@@ -52,8 +52,8 @@ class GrpcRendezvousStore : public KeyValueStore {
     for (const auto& k : keys) req.add_keys(k);
     const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
     req.mutable_timeout()->set_seconds(absl::ToInt64Seconds(left));
-    req.mutable_timeout()->set_nanos(
-        static_cast<int32_t>(absl::ToInt64Nanoseconds(left - absl::Seconds(absl::ToInt64Seconds(left)))));
+    req.mutable_timeout()->set_nanos(static_cast<int32_t>(
+        absl::ToInt64Nanoseconds(left - absl::Seconds(absl::ToInt64Seconds(left)))));
     zpipe::v1::RendezvousWaitResponse resp;
     if (absl::Status st = FromGrpc(stub_.RendezvousWait(&ctx, req, &resp), "wait"); !st.ok()) {
       return st;

@@ -31,8 +31,10 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
     absl::StatusOr<std::unique_ptr<model::Stage>> stage;
     if (spec.model().has_gpt()) {
       const auto& g = spec.model().gpt();
-      stage = model::MakeGptStage(model::GptConfig{.layers = g.layers(), .hidden = g.hidden(),
-                                                   .heads = g.heads(), .seq_len = g.seq_len(),
+      stage = model::MakeGptStage(model::GptConfig{.layers = g.layers(),
+                                                   .hidden = g.hidden(),
+                                                   .heads = g.heads(),
+                                                   .seq_len = g.seq_len(),
                                                    .vocab = g.vocab()},
                                   so);
     } else if (spec.model().has_synthetic()) {
@@ -82,10 +84,11 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
                            const std::atomic<bool>& cancelled) {
   const zpipe::v1::JobSpec& spec = a.spec();
   auto plan = core::ParsePlanText(a.plan_text());
-  if (!plan.ok()) return absl::InvalidArgumentError(absl::StrCat("plan: ", plan.status().message()));
+  if (!plan.ok())
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", plan.status().message()));
   if (a.pipeline_rank() < 0 || a.pipeline_rank() >= plan->num_ranks()) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline rank ", a.pipeline_rank(),
-                                                   " is not in the plan"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline rank ", a.pipeline_rank(), " is not in the plan"));
   }
   auto stages = MakeStages(a, *plan);
   if (!stages.ok()) return stages.status();

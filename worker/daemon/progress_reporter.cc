@@ -7,11 +7,16 @@ namespace {
 
 zpipe::v1::ComputeOp OpOf(core::ActionKind kind) {
   switch (kind) {
-    case core::ActionKind::kForward: return zpipe::v1::COMPUTE_OP_F;
-    case core::ActionKind::kBackwardInput: return zpipe::v1::COMPUTE_OP_B;
-    case core::ActionKind::kBackwardWeight: return zpipe::v1::COMPUTE_OP_W;
-    case core::ActionKind::kBackwardFull: return zpipe::v1::COMPUTE_OP_BW;
-    default: return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
+    case core::ActionKind::kForward:
+      return zpipe::v1::COMPUTE_OP_F;
+    case core::ActionKind::kBackwardInput:
+      return zpipe::v1::COMPUTE_OP_B;
+    case core::ActionKind::kBackwardWeight:
+      return zpipe::v1::COMPUTE_OP_W;
+    case core::ActionKind::kBackwardFull:
+      return zpipe::v1::COMPUTE_OP_BW;
+    default:
+      return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
   }
 }
 
@@ -97,7 +102,8 @@ void ProgressReporter::Loop() {
     batch.clear();
   }
   if (dropped_.load() > 0) {
-    std::fprintf(stderr, "zpipe-worker: job %s rank %d/%d: %llu progress events dropped (queue full)\n",
+    std::fprintf(stderr,
+                 "zpipe-worker: job %s rank %d/%d: %llu progress events dropped (queue full)\n",
                  job_id_.c_str(), pipeline_rank_, data_rank_,
                  static_cast<unsigned long long>(dropped_.load()));
   }

@@ -25,8 +25,8 @@ absl::Duration FromProto(const google::protobuf::Duration& d, absl::Duration fal
 WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(),
-                                       args);
+  channel_ =
+      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
   stub_ = zpipe::v1::WorkerService::NewStub(channel_);
 }
 
@@ -168,7 +168,8 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   }
   *registered = true;
   if (!req.running_job_id().empty() && !resp.resume_running_job()) {
-    Log(absl::StrCat("job ", req.running_job_id(), ": coordinator did not take it back; abandoning"));
+    Log(absl::StrCat("job ", req.running_job_id(),
+                     ": coordinator did not take it back; abandoning"));
     CancelJob(req.running_job_id());
   }
   const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
@@ -197,8 +198,8 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
         const absl::Time now = absl::Now();
         const int64_t seconds = absl::ToUnixSeconds(now);
         hb.mutable_heartbeat()->mutable_time()->set_seconds(seconds);
-        hb.mutable_heartbeat()->mutable_time()->set_nanos(static_cast<int32_t>(
-            absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
+        hb.mutable_heartbeat()->mutable_time()->set_nanos(
+            static_cast<int32_t>(absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
       }
       hb.mutable_heartbeat()->set_job_id(job_id_);
       lock.unlock();

@@ -116,8 +116,8 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(const std::string& listen,
-                                                                          const std::string& worker) {
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(
+    const std::string& listen, const std::string& worker) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(listen);

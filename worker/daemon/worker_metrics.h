@@ -23,8 +23,8 @@ class WorkerMetrics {
 };
 
 // Serves /metrics on `listen` ("HOST:PORT"); fails when the address cannot be bound.
-absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(const std::string& listen,
-                                                                          const std::string& worker);
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(
+    const std::string& listen, const std::string& worker);
 
 }  // namespace zpipe::worker
 

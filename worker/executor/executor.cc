@@ -61,11 +61,11 @@ struct Executor::Impl {
     torch::Tensor tensor;
     std::unique_ptr<CommHandle> handle;
   };
-  std::map<std::pair<int, int>, torch::Tensor> outputs;     // F outputs by (stage, mb)
-  std::map<std::pair<int, int>, torch::Tensor> grads;       // B input grads by (stage, mb)
+  std::map<std::pair<int, int>, torch::Tensor> outputs;  // F outputs by (stage, mb)
+  std::map<std::pair<int, int>, torch::Tensor> grads;    // B input grads by (stage, mb)
   std::map<Key, PendingRecv> recvs;
   std::vector<std::unique_ptr<CommHandle>> sends;
-  size_t next_recv = 0;  // index into recv_positions of the next receive to post
+  size_t next_recv = 0;                // index into recv_positions of the next receive to post
   std::vector<size_t> recv_positions;  // indices of RECV actions in the rank's plan
   double p2p_wait_s = 0;
 
@@ -130,18 +130,19 @@ struct Executor::Impl {
   absl::StatusOr<torch::Tensor> TakeRecv(ActionKind send_kind, int stage, int mb) {
     auto it = recvs.find({send_kind, stage, mb});
     if (it == recvs.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank, ": no receive posted for ", send_kind == ActionKind::kSendAct ? "ACT" : "GRAD",
-          " s", stage, " mb", mb, " (plan lacks the RECV before its consumer)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, ": no receive posted for ",
+                       send_kind == ActionKind::kSendAct ? "ACT" : "GRAD", " s", stage, " mb", mb,
+                       " (plan lacks the RECV before its consumer)"));
     }
     const auto t0 = Clock::now();
     absl::Status st = WaitFor(*it->second.handle);
     p2p_wait_s += Seconds(Clock::now() - t0);
     if (!st.ok()) {
-      return absl::Status(st.code(),
-                          absl::StrCat("rank ", rank, ": receiving ",
-                                       send_kind == ActionKind::kSendAct ? "activation" : "gradient",
-                                       " of stage ", stage, " microbatch ", mb, ": ", st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("rank ", rank, ": receiving ",
+                                  send_kind == ActionKind::kSendAct ? "activation" : "gradient",
+                                  " of stage ", stage, " microbatch ", mb, ": ", st.message()));
     }
     torch::Tensor t = std::move(it->second.tensor);
     recvs.erase(it);
@@ -190,9 +191,8 @@ struct Executor::Impl {
     auto& source = act ? outputs : grads;
     auto it = source.find({a.stage, a.microbatch});
     if (it == source.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", rank, ": '",
-                                                        core::ActionToString(a),
-                                                        "' before its tensor was produced"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, ": '", core::ActionToString(a), "' before its tensor was produced"));
     }
     sends.push_back(comm->Send(it->second, a.peer, Tag(a.kind, a.stage, a.microbatch)));
     source.erase(it);
@@ -220,8 +220,8 @@ struct Executor::Impl {
         torch::Tensor buf = torch::empty({1}, opts);
         auto h = comm->Recv(buf, r, kNormGatherTag);
         if (absl::Status st = WaitFor(*h); !st.ok()) {
-          return absl::Status(st.code(), absl::StrCat("gradient norm from rank ", r, ": ",
-                                                      st.message()));
+          return absl::Status(st.code(),
+                              absl::StrCat("gradient norm from rank ", r, ": ", st.message()));
         }
         total += buf.cpu().item<double>();
       }
@@ -269,7 +269,8 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   auto batch_for = [&](int mb) -> model::TokenBatch* {
     if (data == nullptr) return nullptr;
     auto it = batches.find(mb);
-    if (it == batches.end()) it = batches.emplace(mb, data->Microbatch(iteration, data_rank, mb)).first;
+    if (it == batches.end())
+      it = batches.emplace(mb, data->Microbatch(iteration, data_rank, mb)).first;
     return &it->second;
   };
   const int last_stage = plan.num_stages() - 1;
@@ -434,7 +435,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
           absl::StrCat("executor: chunk ", c, " of rank ", pipeline_rank, " must be stage ", want));
     }
   }
-  if (config.microbatch_size < 1) return absl::InvalidArgumentError("executor: microbatch_size < 1");
+  if (config.microbatch_size < 1)
+    return absl::InvalidArgumentError("executor: microbatch_size < 1");
   auto impl = std::make_unique<Impl>();
   impl->plan = plan;
   impl->rank = pipeline_rank;
@@ -462,8 +464,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
         impl->optimizer = std::make_unique<torch::optim::AdamW>(
             impl->params, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
       } else if (config.optimizer == "adam") {
-        impl->optimizer =
-            std::make_unique<torch::optim::Adam>(impl->params, torch::optim::AdamOptions(config.lr));
+        impl->optimizer = std::make_unique<torch::optim::Adam>(
+            impl->params, torch::optim::AdamOptions(config.lr));
       } else if (config.optimizer == "sgd") {
         impl->optimizer =
             std::make_unique<torch::optim::SGD>(impl->params, torch::optim::SGDOptions(config.lr));
@@ -489,8 +491,6 @@ absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
   }
 }
 
-const std::vector<std::unique_ptr<model::Stage>>& Executor::stages() const {
-  return impl_->stages;
-}
+const std::vector<std::unique_ptr<model::Stage>>& Executor::stages() const { return impl_->stages; }
 
 }  // namespace zpipe::worker

@@ -42,12 +42,12 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 
 struct ExecutorConfig {
   int microbatch_size = 1;
-  int recv_lookahead = 4;          // receives kept posted ahead of the current action
+  int recv_lookahead = 4;                      // receives kept posted ahead of the current action
   absl::Duration timeout = absl::Seconds(60);  // per wait on a receive, send or reduction
-  std::string optimizer = "adamw";  // "adamw", "adam" or "sgd"
+  std::string optimizer = "adamw";             // "adamw", "adam" or "sgd"
   double lr = 3e-4;
-  double weight_decay = 0.01;       // adamw only
-  double max_grad_norm = 1.0;       // clip the global gradient norm to this; <= 0 = no clipping
+  double weight_decay = 0.01;  // adamw only
+  double max_grad_norm = 1.0;  // clip the global gradient norm to this; <= 0 = no clipping
   // When set and true, waits give up with CANCELLED (checked every 50 ms); for job cancels.
   const std::atomic<bool>* cancelled = nullptr;
 };
@@ -102,10 +102,10 @@ struct IterationSummary {
   double reduce_s = 0;
   double exposed_reduce_s = 0;
   double p2p_wait_s = 0;
-  double tokens = 0;                 // tokens entering stage 0 on this rank
-  std::optional<double> loss;        // mean over microbatches, on the rank of the last stage
-  double grad_norm = 0;              // global norm before clipping
-  double step_s = 0;                 // optimizer step (after the last action)
+  double tokens = 0;           // tokens entering stage 0 on this rank
+  std::optional<double> loss;  // mean over microbatches, on the rank of the last stage
+  double grad_norm = 0;        // global norm before clipping
+  double step_s = 0;           // optimizer step (after the last action)
   std::vector<ReduceInterval> reductions;
 };
 

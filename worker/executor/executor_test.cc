@@ -25,12 +25,12 @@ constexpr uint64_t kSeed = 7;
 constexpr int kMicrobatchSize = 2;
 
 model::GptConfig SmallGpt(int stages) {
-  return model::GptConfig{.layers = std::max(4, stages), .hidden = 16, .heads = 2, .seq_len = 8,
-                          .vocab = 32};
+  return model::GptConfig{
+      .layers = std::max(4, stages), .hidden = 16, .heads = 2, .seq_len = 8, .vocab = 32};
 }
 
 struct PipelineResult {
-  std::vector<double> losses;                 // per iteration, from the last stage's rank
+  std::vector<double> losses;                  // per iteration, from the last stage's rank
   std::map<std::string, torch::Tensor> grads;  // after the last iteration, before the next
   std::vector<IterationSummary> rank0;
 };
@@ -113,8 +113,7 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
         driver = *std::move(d);
       }
       auto exec = Executor::Make(*lowered, r, dr, config, std::move(stages), **comm, &*data,
-                                 driver.get(),
-                                 recorders && dr == 0 ? &(*recorders)[r] : nullptr);
+                                 driver.get(), recorders && dr == 0 ? &(*recorders)[r] : nullptr);
       if (!exec.ok()) return fail(exec.status());
       for (int it = 0; it < iterations; ++it) {
         auto summary = (*exec)->RunIteration(it);
@@ -127,8 +126,8 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
       std::lock_guard<std::mutex> lock(mu);
       for (const auto& st : (*exec)->stages()) {
         for (const model::ParamInfo& pi : st->params()) {
-          result.grads[pi.name] = pi.tensor.grad().defined() ? pi.tensor.grad().clone()
-                                                             : torch::zeros_like(pi.tensor);
+          result.grads[pi.name] =
+              pi.tensor.grad().defined() ? pi.tensor.grad().clone() : torch::zeros_like(pi.tensor);
         }
       }
     });
@@ -153,8 +152,8 @@ ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorCo
   EXPECT_TRUE(ref.ok()) << ref.status();
   auto data = model::SyntheticTokenData::Make(kSeed, gpt.vocab, gpt.seq_len, kMicrobatchSize);
   auto params = (*ref)->parameters();
-  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(config.lr).weight_decay(
-                                      config.weight_decay));
+  torch::optim::AdamW opt(params,
+                          torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
   ReferenceResult out;
   for (int it = 0; it < iterations; ++it) {
     opt.zero_grad();
@@ -170,7 +169,8 @@ ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorCo
     }
     out.losses.push_back(loss_sum / (m * d));
     out.grads.clear();
-    for (const model::ParamInfo& pi : (*ref)->params()) out.grads[pi.name] = pi.tensor.grad().clone();
+    for (const model::ParamInfo& pi : (*ref)->params())
+      out.grads[pi.name] = pi.tensor.grad().clone();
     if (config.max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, config.max_grad_norm);
     opt.step();
   }
@@ -217,20 +217,18 @@ TEST_P(ExecutorParityTest, GradientsMatchReferenceAfterOneIteration) {
 
 INSTANTIATE_TEST_SUITE_P(
     Schedules, ExecutorParityTest,
-    ::testing::Values(Case{core::ScheduleKind::k1F1B, 2, 4}, Case{core::ScheduleKind::k1F1B, 4, 8},
-                      Case{core::ScheduleKind::kGpipe, 2, 3},
-                      Case{core::ScheduleKind::kInterleaved1F1B, 2, 4},
-                      Case{core::ScheduleKind::kZbH1, 2, 4}, Case{core::ScheduleKind::kZbH2, 4, 8},
-                      Case{core::ScheduleKind::kZb1p, 4, 8}, Case{core::ScheduleKind::kZb2p, 2, 4},
-                      Case{core::ScheduleKind::kZbV, 2, 4}, Case{core::ScheduleKind::kZbV, 4, 8},
-                      Case{core::ScheduleKind::kVHalf, 4, 8}, Case{core::ScheduleKind::kVMin, 4, 8},
-                      Case{core::ScheduleKind::kDualPipeV, 2, 4},
-                      Case{core::ScheduleKind::k1F1B, 2, 4, 2}, Case{core::ScheduleKind::kZbV, 2, 4, 2},
-                      Case{core::ScheduleKind::kZb2p, 2, 4, 2},
-                      Case{core::ScheduleKind::kInterleaved1F1B, 2, 4, 2},
-                      Case{core::ScheduleKind::kVMin, 2, 6, 2},
-                      Case{core::ScheduleKind::kDualPipeV, 2, 4, 2},
-                      Case{core::ScheduleKind::kZbV, 4, 8, 2}, Case{core::ScheduleKind::kZbH1, 4, 8, 2}),
+    ::testing::Values(
+        Case{core::ScheduleKind::k1F1B, 2, 4}, Case{core::ScheduleKind::k1F1B, 4, 8},
+        Case{core::ScheduleKind::kGpipe, 2, 3}, Case{core::ScheduleKind::kInterleaved1F1B, 2, 4},
+        Case{core::ScheduleKind::kZbH1, 2, 4}, Case{core::ScheduleKind::kZbH2, 4, 8},
+        Case{core::ScheduleKind::kZb1p, 4, 8}, Case{core::ScheduleKind::kZb2p, 2, 4},
+        Case{core::ScheduleKind::kZbV, 2, 4}, Case{core::ScheduleKind::kZbV, 4, 8},
+        Case{core::ScheduleKind::kVHalf, 4, 8}, Case{core::ScheduleKind::kVMin, 4, 8},
+        Case{core::ScheduleKind::kDualPipeV, 2, 4}, Case{core::ScheduleKind::k1F1B, 2, 4, 2},
+        Case{core::ScheduleKind::kZbV, 2, 4, 2}, Case{core::ScheduleKind::kZb2p, 2, 4, 2},
+        Case{core::ScheduleKind::kInterleaved1F1B, 2, 4, 2},
+        Case{core::ScheduleKind::kVMin, 2, 6, 2}, Case{core::ScheduleKind::kDualPipeV, 2, 4, 2},
+        Case{core::ScheduleKind::kZbV, 4, 8, 2}, Case{core::ScheduleKind::kZbH1, 4, 8, 2}),
     CaseName);
 
 TEST(ExecutorTest, DataParallelLossCurveMatchesReferenceWithOverlapOnAndOff) {

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
   std::vector<std::vector<BucketLayout>> packed(chunks);
   core::Plan stripped = plan;
   for (auto& actions : stripped.ranks) {
-    std::erase_if(actions, [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
+    std::erase_if(actions,
+                  [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
   }
   core::GradSyncLayout layout;
   layout.buckets.resize(pl.num_stages());  // other ranks' stages stay empty: not ours to plan
@@ -79,9 +80,9 @@ absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
     const int stage = pl.StageOf(rank, c);
     for (const ParamInfo& p : params_by_chunk[c]) {
       if (p.numel < 0 || p.uses_per_microbatch < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "grad sync: parameter '", p.name, "' of stage ", stage,
-            " needs numel >= 0 and uses_per_microbatch >= 1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("grad sync: parameter '", p.name, "' of stage ", stage,
+                         " needs numel >= 0 and uses_per_microbatch >= 1"));
       }
     }
     packed[c] = PackBuckets(stage, params_by_chunk[c], options.bucket_bytes);
@@ -184,9 +185,9 @@ absl::Status GradSync::AttachGrads(int stage, const std::vector<torch::Tensor>& 
     if (p.numel() != params_[c][i].numel || p.scalar_type() != torch::kFloat32 ||
         p.device() != comm_.device()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "grad sync: parameter '", params_[c][i].name, "' of stage ", stage, " has ",
-          p.numel(), " elements of ", c10::toString(p.scalar_type()), " on ", p.device().str(),
-          "; expected ", params_[c][i].numel, " float32 on ", comm_.device().str()));
+          "grad sync: parameter '", params_[c][i].name, "' of stage ", stage, " has ", p.numel(),
+          " elements of ", c10::toString(p.scalar_type()), " on ", p.device().str(), "; expected ",
+          params_[c][i].numel, " float32 on ", comm_.device().str()));
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
@@ -201,9 +202,9 @@ absl::Status GradSync::AttachGrads(int stage, const std::vector<torch::Tensor>& 
 absl::Status GradSync::BeginIteration() {
   for (size_t slot = 0; slot < handles_.size(); ++slot) {
     if (handles_[slot] != nullptr && !handles_[slot]->Test()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "grad sync: the all-reduce of ", Name(static_cast<int>(slot)),
-          " from the previous iteration is still running"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("grad sync: the all-reduce of ", Name(static_cast<int>(slot)),
+                       " from the previous iteration is still running"));
     }
   }
   if (in_iteration_) {
@@ -228,16 +229,16 @@ absl::Status GradSync::BeginIteration() {
 
 absl::Status GradSync::Add(int slot, int count, const std::string& from) {
   if (!in_iteration_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "grad sync: contribution to ", Name(slot), " from ", from,
-        " outside an iteration (call BeginIteration first)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("grad sync: contribution to ", Name(slot), " from ", from,
+                     " outside an iteration (call BeginIteration first)"));
   }
   BucketRecord& r = records_[slot];
   r.received += count;
   if (r.received > r.expected) {
-    std::string msg = absl::StrCat("grad sync: ", Name(slot), " got contribution ", r.received,
-                                   " of ", r.expected, " expected this iteration (extra, from ",
-                                   from, ")");
+    std::string msg =
+        absl::StrCat("grad sync: ", Name(slot), " got contribution ", r.received, " of ",
+                     r.expected, " expected this iteration (extra, from ", from, ")");
     errors_.push_back(msg);
     return absl::FailedPreconditionError(std::move(msg));
   }
@@ -266,11 +267,10 @@ absl::Status GradSync::OnContribution(int stage, int param) {
   }
   const int c = placement_.ChunkOf(stage);
   if (param < 0 || param >= static_cast<int>(params_[c].size()) || param_slot_[c][param] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grad sync: stage ", stage, " has no parameter ", param, " with a gradient bucket"));
+    return absl::InvalidArgumentError(absl::StrCat("grad sync: stage ", stage, " has no parameter ",
+                                                   param, " with a gradient bucket"));
   }
-  return Add(param_slot_[c][param], 1,
-             absl::StrCat("parameter '", params_[c][param].name, "'"));
+  return Add(param_slot_[c][param], 1, absl::StrCat("parameter '", params_[c][param].name, "'"));
 }
 
 absl::Status GradSync::OnBucketContribution(int stage, int bucket, int count) {
@@ -314,9 +314,8 @@ absl::Status GradSync::ExpectLaunched(int chunk, int bucket) {
   const int slot = stage_slots_[chunk][bucket];
   if (!options_.overlap || records_[slot].launches > 0) return absl::OkStatus();
   std::string msg = absl::StrCat("grad sync: the plan reduces ", Name(slot),
-                                 " here, but it has not fired: received ",
-                                 records_[slot].received, " of ", records_[slot].expected,
-                                 " contributions");
+                                 " here, but it has not fired: received ", records_[slot].received,
+                                 " of ", records_[slot].expected, " contributions");
   errors_.push_back(msg);
   return absl::FailedPreconditionError(std::move(msg));
 }
@@ -354,20 +353,19 @@ absl::Status GradSync::FinishIteration() {
       r.end_time = t.end;
     }
     if (!r.status.ok()) {
-      errors_.push_back(absl::StrCat("grad sync: all-reduce of ", Name(slot),
-                                     " failed: ", r.status.ToString()));
+      errors_.push_back(
+          absl::StrCat("grad sync: all-reduce of ", Name(slot), " failed: ", r.status.ToString()));
       if (reduce_error.ok()) reduce_error = r.status;
     }
   }
   in_iteration_ = false;
   if (errors_.empty()) return absl::OkStatus();
   constexpr size_t kShown = 5;
-  std::string msg = absl::StrJoin(errors_.begin(),
-                                  errors_.begin() + std::min(kShown, errors_.size()), "; ");
+  std::string msg =
+      absl::StrJoin(errors_.begin(), errors_.begin() + std::min(kShown, errors_.size()), "; ");
   if (errors_.size() > kShown) absl::StrAppend(&msg, "; and ", errors_.size() - kShown, " more");
-  return absl::Status(reduce_error.ok() ? absl::StatusCode::kFailedPrecondition
-                                        : reduce_error.code(),
-                      msg);
+  return absl::Status(
+      reduce_error.ok() ? absl::StatusCode::kFailedPrecondition : reduce_error.code(), msg);
 }
 
 }  // namespace zpipe::worker

@@ -28,13 +28,13 @@
 #ifndef ZPIPE_WORKER_GRAD_SYNC_GRAD_SYNC_H_
 #define ZPIPE_WORKER_GRAD_SYNC_GRAD_SYNC_H_
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -89,16 +89,16 @@ struct BucketRecord {
   int stage = 0;
   int bucket = 0;  // index within the stage
   int64_t numel = 0;
-  int expected = 0;  // contributions per iteration
-  int received = 0;  // contributions so far
-  int launches = 0;  // all-reduces launched this iteration (exactly 1 when all is well)
+  int expected = 0;       // contributions per iteration
+  int received = 0;       // contributions so far
+  int launches = 0;       // all-reduces launched this iteration (exactly 1 when all is well)
   bool ready = false;     // count reached zero
   bool finished = false;  // its all-reduce completed (successfully or not)
   std::chrono::steady_clock::time_point ready_time;   // last contribution arrived
   std::chrono::steady_clock::time_point launch_time;  // AllReduceAverage called
   std::chrono::steady_clock::time_point start_time;   // transport started
   std::chrono::steady_clock::time_point end_time;     // transport finished
-  absl::Status status;  // the all-reduce's result
+  absl::Status status;                                // the all-reduce's result
 };
 
 // Not thread-safe: one executor thread drives it. `comm` must outlive it.
@@ -169,13 +169,13 @@ class GradSync {
   Communicator& comm_;
   core::Placement placement_;
   int rank_ = 0;
-  std::vector<std::vector<ParamInfo>> params_;       // [chunk][param]
-  std::vector<std::vector<int>> param_slot_;         // [chunk][param] -> slot (-1: none)
-  std::vector<std::vector<int64_t>> param_offset_;   // [chunk][param] -> offset in its bucket
-  std::vector<std::vector<int>> stage_slots_;        // [chunk] -> slots in layout order
-  std::vector<BucketLayout> buckets_;                // by slot = launch order
-  std::vector<torch::Tensor> buffers_;               // by slot
-  std::vector<BucketRecord> records_;                // by slot
+  std::vector<std::vector<ParamInfo>> params_;      // [chunk][param]
+  std::vector<std::vector<int>> param_slot_;        // [chunk][param] -> slot (-1: none)
+  std::vector<std::vector<int64_t>> param_offset_;  // [chunk][param] -> offset in its bucket
+  std::vector<std::vector<int>> stage_slots_;       // [chunk] -> slots in layout order
+  std::vector<BucketLayout> buckets_;               // by slot = launch order
+  std::vector<torch::Tensor> buffers_;              // by slot
+  std::vector<BucketRecord> records_;               // by slot
   std::vector<int> per_b_, per_w_;  // by slot: contributions of one B / one W (BW: both)
   std::vector<std::unique_ptr<CommHandle>> handles_;  // by slot
   std::vector<std::string> errors_;

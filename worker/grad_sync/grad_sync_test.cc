@@ -3,6 +3,8 @@
 // known values and reports each contribution as it is issued.
 #include "worker/grad_sync/grad_sync.h"
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <map>
 #include <mutex>
@@ -11,8 +13,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/grad_sync.h"
@@ -78,8 +78,10 @@ std::unique_ptr<Communicator> Connect(int pr, int dr, KeyValueStore& store,
 }
 
 bool Contributes(const ParamInfo& p, ActionKind kind) {
-  return (p.grads_in_b && (kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardFull)) ||
-         (p.grads_in_w && (kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackwardFull));
+  return (p.grads_in_b &&
+          (kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardFull)) ||
+         (p.grads_in_w &&
+          (kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackwardFull));
 }
 
 // One DP replica of one pipeline rank: owns real parameter tensors whose .grad are bucket views.
@@ -88,8 +90,8 @@ struct Replica {
   core::Plan plan;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<GradSync> sync;
-  std::vector<std::vector<torch::Tensor>> params;     // [chunk][param]
-  std::vector<std::vector<torch::Tensor>> reference;  // [chunk][param]: unscaled sums
+  std::vector<std::vector<torch::Tensor>> params;      // [chunk][param]
+  std::vector<std::vector<torch::Tensor>> reference;   // [chunk][param]: unscaled sums
   std::vector<std::pair<int, int>> observed_launches;  // (stage, bucket) as seen after each call
   std::vector<std::string> call_errors;
 
@@ -114,9 +116,8 @@ struct Replica {
   void NoteLaunches() {
     for (const BucketRecord& r : sync->records()) {
       const std::pair<int, int> key{r.stage, r.bucket};
-      if (r.launches > 0 &&
-          std::find(observed_launches.begin(), observed_launches.end(), key) ==
-              observed_launches.end()) {
+      if (r.launches > 0 && std::find(observed_launches.begin(), observed_launches.end(), key) ==
+                                observed_launches.end()) {
         observed_launches.push_back(key);
       }
     }
@@ -161,8 +162,9 @@ struct Replica {
       for (int p : order) {
         const ParamInfo& info = infos[p];
         if (!Contributes(info, a.kind)) continue;
-        const int uses = info.uses_per_microbatch *
-                         (a.kind == ActionKind::kBackwardFull && info.grads_in_b && info.grads_in_w ? 2 : 1);
+        const int uses =
+            info.uses_per_microbatch *
+            (a.kind == ActionKind::kBackwardFull && info.grads_in_b && info.grads_in_w ? 2 : 1);
         for (int u = 0; u < uses; ++u) {
           const int occurrence = seen[{a.stage, p}]++;
           if (skip == std::make_tuple(a.stage, p, occurrence)) continue;
@@ -187,8 +189,8 @@ struct Replica {
   void ExpectAveraged() const {
     for (size_t c = 0; c < params.size(); ++c) {
       for (size_t p = 0; p < params[c].size(); ++p) {
-        EXPECT_TRUE(torch::allclose(params[c][p].grad(), reference[c][p] * ((kD + 1) / 2.0), 1e-5,
-                                    1e-5))
+        EXPECT_TRUE(
+            torch::allclose(params[c][p].grad(), reference[c][p] * ((kD + 1) / 2.0), 1e-5, 1e-5))
             << "rank " << pr << " replica " << dr << " chunk " << c << " param " << p;
       }
     }
@@ -271,27 +273,28 @@ void RunWorld(const core::Plan& plan, const GradSyncOptions& options,
 
 TEST(GradSyncTest, EveryBucketFiresExactlyOnceRightAfterItsLastContributionUnderZbV) {
   World world;
-  RunWorld(MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
-           [](Replica& r) {
-             for (int iteration = 0; iteration < 2; ++iteration) {
-               for (auto& chunk : r.reference) {
-                 for (auto& t : chunk) t.zero_();
-               }
-               r.RunIteration(/*check_immediate=*/true);
-               EXPECT_TRUE(r.call_errors.empty());
-               ASSERT_TRUE(r.sync->FinishIteration().ok());
-               EXPECT_TRUE(r.sync->errors().empty());
-               r.ExpectAveraged();
-               for (const BucketRecord& b : r.sync->records()) {
-                 EXPECT_EQ(b.launches, 1);
-                 EXPECT_TRUE(b.finished);
-                 EXPECT_LE(b.ready_time, b.launch_time);
-                 EXPECT_LE(b.launch_time, b.start_time);
-                 EXPECT_LE(b.start_time, b.end_time);
-               }
-             }
-           },
-           &world);
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
+      [](Replica& r) {
+        for (int iteration = 0; iteration < 2; ++iteration) {
+          for (auto& chunk : r.reference) {
+            for (auto& t : chunk) t.zero_();
+          }
+          r.RunIteration(/*check_immediate=*/true);
+          EXPECT_TRUE(r.call_errors.empty());
+          ASSERT_TRUE(r.sync->FinishIteration().ok());
+          EXPECT_TRUE(r.sync->errors().empty());
+          r.ExpectAveraged();
+          for (const BucketRecord& b : r.sync->records()) {
+            EXPECT_EQ(b.launches, 1);
+            EXPECT_TRUE(b.finished);
+            EXPECT_LE(b.ready_time, b.launch_time);
+            EXPECT_LE(b.launch_time, b.start_time);
+            EXPECT_LE(b.start_time, b.end_time);
+          }
+        }
+      },
+      &world);
   for (int pr = 0; pr < kP; ++pr) {
     Replica& a = world.at(pr, 0);
     Replica& b = world.at(pr, 1);
@@ -307,13 +310,14 @@ TEST(GradSyncTest, EveryBucketFiresExactlyOnceRightAfterItsLastContributionUnder
 // different order there, yet both replicas launch in the plan's order and the averages hold.
 TEST(GradSyncTest, LaunchOrderFollowsThePlanEvenWhenZeroCrossingsDiffer) {
   World world;
-  RunWorld(MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
-           [](Replica& r) {
-             r.RunIteration(/*check_immediate=*/false, /*reverse_within_action=*/r.dr == 1);
-             ASSERT_TRUE(r.sync->FinishIteration().ok());
-             r.ExpectAveraged();
-           },
-           &world);
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
+      [](Replica& r) {
+        r.RunIteration(/*check_immediate=*/false, /*reverse_within_action=*/r.dr == 1);
+        ASSERT_TRUE(r.sync->FinishIteration().ok());
+        r.ExpectAveraged();
+      },
+      &world);
   for (int pr = 0; pr < kP; ++pr) {
     EXPECT_EQ(world.at(pr, 0).observed_launches, world.at(pr, 1).observed_launches);
   }
@@ -321,43 +325,45 @@ TEST(GradSyncTest, LaunchOrderFollowsThePlanEvenWhenZeroCrossingsDiffer) {
 
 TEST(GradSyncTest, ExtraContributionIsReportedNamingTheBucket) {
   World world;
-  RunWorld(MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
-           [](Replica& r) {
-             r.RunIteration(/*check_immediate=*/true);
-             const int stage = r.plan.placement.StageOf(r.pr, 1);
-             // Plant: one more accumulation into L1.w (bucket 1) after it already fired.
-             absl::Status s = r.sync->OnContribution(stage, 2);
-             EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
-             EXPECT_NE(s.message().find(absl::StrCat("stage ", stage, " bucket 1")),
-                       std::string::npos)
-                 << s;
-             EXPECT_NE(s.message().find("extra"), std::string::npos) << s;
-             absl::Status end = r.sync->FinishIteration();
-             EXPECT_TRUE(absl::IsFailedPrecondition(end)) << end;
-             EXPECT_NE(end.message().find(absl::StrCat("stage ", stage, " bucket 1")),
-                       std::string::npos);
-             ASSERT_EQ(r.sync->errors().size(), 1u);
-             for (const BucketRecord& b : r.sync->records()) EXPECT_EQ(b.launches, 1);
-           },
-           &world);
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
+      [](Replica& r) {
+        r.RunIteration(/*check_immediate=*/true);
+        const int stage = r.plan.placement.StageOf(r.pr, 1);
+        // Plant: one more accumulation into L1.w (bucket 1) after it already fired.
+        absl::Status s = r.sync->OnContribution(stage, 2);
+        EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+        EXPECT_NE(s.message().find(absl::StrCat("stage ", stage, " bucket 1")), std::string::npos)
+            << s;
+        EXPECT_NE(s.message().find("extra"), std::string::npos) << s;
+        absl::Status end = r.sync->FinishIteration();
+        EXPECT_TRUE(absl::IsFailedPrecondition(end)) << end;
+        EXPECT_NE(end.message().find(absl::StrCat("stage ", stage, " bucket 1")),
+                  std::string::npos);
+        ASSERT_EQ(r.sync->errors().size(), 1u);
+        for (const BucketRecord& b : r.sync->records()) EXPECT_EQ(b.launches, 1);
+      },
+      &world);
 }
 
 TEST(GradSyncTest, MissingContributionIsReportedAsNeverFired) {
   World world;
   const auto start = Clock::now();
-  RunWorld(MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
-           [](Replica& r) {
-             // Both replicas lose the last accumulation of L0.w (bucket 2) of their chunk 0.
-             const int stage = r.plan.placement.StageOf(r.pr, 0);
-             r.RunIteration(/*check_immediate=*/false, false, {stage, 0, kM - 1});
-             absl::Status end = r.sync->FinishIteration();
-             EXPECT_TRUE(absl::IsFailedPrecondition(end)) << end;
-             EXPECT_NE(end.message().find(absl::StrCat("stage ", stage, " bucket 2 (chunk 0) never "
-                                                       "fired: received 3 of 4")),
-                       std::string::npos)
-                 << end;
-           },
-           &world);
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
+      [](Replica& r) {
+        // Both replicas lose the last accumulation of L0.w (bucket 2) of their chunk 0.
+        const int stage = r.plan.placement.StageOf(r.pr, 0);
+        r.RunIteration(/*check_immediate=*/false, false, {stage, 0, kM - 1});
+        absl::Status end = r.sync->FinishIteration();
+        EXPECT_TRUE(absl::IsFailedPrecondition(end)) << end;
+        EXPECT_NE(end.message().find(absl::StrCat("stage ", stage,
+                                                  " bucket 2 (chunk 0) never "
+                                                  "fired: received 3 of 4")),
+                  std::string::npos)
+            << end;
+      },
+      &world);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
 }
 
@@ -366,39 +372,40 @@ TEST(GradSyncTest, MissingContributionIsReportedAsNeverFired) {
 TEST(GradSyncTest, OneSidedMissingContributionFailsBothReplicasWithoutHanging) {
   World world;
   const auto start = Clock::now();
-  RunWorld(MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
-           [](Replica& r) {
-             const int stage = r.plan.placement.StageOf(r.pr, 0);
-             std::tuple<int, int, int> skip{-1, -1, -1};
-             if (r.dr == 1) skip = {stage, 0, kM - 1};
-             r.RunIteration(/*check_immediate=*/false, false, skip);
-             absl::Status end = r.sync->FinishIteration();
-             EXPECT_FALSE(end.ok());
-             if (r.dr == 1) {
-               EXPECT_NE(end.message().find("never fired"), std::string::npos) << end;
-               r.comm.reset();  // the failed replica leaves the job
-             }
-           },
-           &world, absl::Seconds(1));
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes},
+      [](Replica& r) {
+        const int stage = r.plan.placement.StageOf(r.pr, 0);
+        std::tuple<int, int, int> skip{-1, -1, -1};
+        if (r.dr == 1) skip = {stage, 0, kM - 1};
+        r.RunIteration(/*check_immediate=*/false, false, skip);
+        absl::Status end = r.sync->FinishIteration();
+        EXPECT_FALSE(end.ok());
+        if (r.dr == 1) {
+          EXPECT_NE(end.message().find("never fired"), std::string::npos) << end;
+          r.comm.reset();  // the failed replica leaves the job
+        }
+      },
+      &world, absl::Seconds(1));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
 }
 
 TEST(GradSyncTest, OverlapOffReducesEverythingAfterTheLastAction) {
   World world;
-  RunWorld(MakePlan(core::ScheduleKind::kZbV),
-           {.bucket_bytes = kBucketBytes, .overlap = false},
-           [](Replica& r) {
-             r.RunIteration(/*check_immediate=*/false);
-             EXPECT_TRUE(r.observed_launches.empty());
-             const auto last_action_done = Clock::now();
-             ASSERT_TRUE(r.sync->FinishIteration().ok());
-             r.ExpectAveraged();
-             for (const BucketRecord& b : r.sync->records()) {
-               EXPECT_EQ(b.launches, 1);
-               EXPECT_GE(b.launch_time, last_action_done);
-             }
-           },
-           &world);
+  RunWorld(
+      MakePlan(core::ScheduleKind::kZbV), {.bucket_bytes = kBucketBytes, .overlap = false},
+      [](Replica& r) {
+        r.RunIteration(/*check_immediate=*/false);
+        EXPECT_TRUE(r.observed_launches.empty());
+        const auto last_action_done = Clock::now();
+        ASSERT_TRUE(r.sync->FinishIteration().ok());
+        r.ExpectAveraged();
+        for (const BucketRecord& b : r.sync->records()) {
+          EXPECT_EQ(b.launches, 1);
+          EXPECT_GE(b.launch_time, last_action_done);
+        }
+      },
+      &world);
 }
 
 // OnActionDone counts what a whole action contributes, for executors without per-parameter
@@ -411,9 +418,9 @@ TEST(GradSyncTest, OnActionDoneMatchesPerParameterCounting) {
     const core::Plan plan = MakePlan(kind);
     const int chunks = plan.placement.chunks_per_rank();
     for (int rank = 0; rank < kP; ++rank) {
-      auto gs = GradSync::Create(plan, rank,
-                                 std::vector<std::vector<ParamInfo>>(chunks, StageParams()),
-                                 {.bucket_bytes = kBucketBytes}, **comm);
+      auto gs =
+          GradSync::Create(plan, rank, std::vector<std::vector<ParamInfo>>(chunks, StageParams()),
+                           {.bucket_bytes = kBucketBytes}, **comm);
       ASSERT_TRUE(gs.ok()) << gs.status();
       ASSERT_TRUE((*gs)->BeginIteration().ok());
       for (const core::Action& a : plan.ranks[rank]) {

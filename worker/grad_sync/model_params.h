@@ -4,9 +4,9 @@
 #ifndef ZPIPE_WORKER_GRAD_SYNC_MODEL_PARAMS_H_
 #define ZPIPE_WORKER_GRAD_SYNC_MODEL_PARAMS_H_
 
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 #include "worker/grad_sync/grad_sync.h"
 #include "worker/model/stage.h"

@@ -2,12 +2,12 @@
 // without real math, so large pipelines (p = 8..32) run faithfully on a few cores.
 //
 // Timing: each action records its start on std::chrono::steady_clock and ends at start + its
-// duration. The default waits with sleep_until (then yield-spins the last 200 us), so many worker processes can share two cores
-// without stealing each other's time (what matters for pipeline fidelity is when an action ends,
-// not that a core is busy); Timing::kSpin busy-waits instead, for sub-millisecond precision on
-// an otherwise idle machine. The small real work an action does (allocating the activation,
-// accumulating gradients) happens inside its duration; an action only runs long when that work
-// alone exceeds the configured time.
+// duration. The default waits with sleep_until (then yield-spins the last 200 us), so many worker
+// processes can share two cores without stealing each other's time (what matters for pipeline
+// fidelity is when an action ends, not that a core is busy); Timing::kSpin busy-waits instead, for
+// sub-millisecond precision on an otherwise idle machine. The small real work an action does
+// (allocating the activation, accumulating gradients) happens inside its duration; an action only
+// runs long when that work alone exceeds the configured time.
 //
 // Tensors: F returns an activation of activation_kb KiB (float32, shape [n]); B returns an input
 // gradient of the same size (undefined on the first stage); the last stage's F returns the

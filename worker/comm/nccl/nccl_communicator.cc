@@ -1,5 +1,7 @@
 #include "worker/comm/nccl/nccl_communicator.h"
 
+#include <nccl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -13,8 +15,6 @@
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <nccl.h>
 
 #include "absl/strings/str_cat.h"
 #include "worker/comm/completion.h"
@@ -74,8 +74,8 @@ class NcclComm {
   absl::Status CreateStream() {
     cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-      return absl::UnavailableError(absl::StrCat("nccl: creating a stream for ", name_, ": ",
-                                                 cudaGetErrorString(e)));
+      return absl::UnavailableError(
+          absl::StrCat("nccl: creating a stream for ", name_, ": ", cudaGetErrorString(e)));
     }
     return absl::OkStatus();
   }
@@ -210,8 +210,8 @@ class NcclHandle final : public CommHandle {
     }
     if (q != cudaErrorNotReady) {
       op_->comm->Abort();
-      return Finish(absl::InternalError(
-          absl::StrCat(op_->what, ": CUDA error ", cudaGetErrorString(q))));
+      return Finish(
+          absl::InternalError(absl::StrCat(op_->what, ": CUDA error ", cudaGetErrorString(q))));
     }
     if (op_->comm->IsGone()) {
       return Finish(absl::CancelledError(
@@ -304,12 +304,11 @@ class NcclCommunicator final : public Communicator {
     if (absl::Status s = Check(tensor, comm != nullptr, peer, tag, "send"); !s.ok()) {
       return internal::FinishedHandle(s);
     }
-    return Launch(comm, tensor.contiguous(),
-                  absl::StrCat("send to pipeline rank ", peer, " (tag ", tag, ")"),
-                  [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
-                    return ncclSend(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(),
-                                    comm->stream());
-                  });
+    return Launch(
+        comm, tensor.contiguous(), absl::StrCat("send to pipeline rank ", peer, " (tag ", tag, ")"),
+        [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
+          return ncclSend(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(), comm->stream());
+        });
   }
 
   std::unique_ptr<CommHandle> Recv(torch::Tensor into, int peer, int tag) override {
@@ -321,21 +320,20 @@ class NcclCommunicator final : public Communicator {
       return internal::FinishedHandle(
           absl::InvalidArgumentError("recv: the destination tensor must be contiguous"));
     }
-    return Launch(comm, std::move(into),
-                  absl::StrCat("recv from pipeline rank ", peer, " (tag ", tag, ")"),
-                  [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
-                    return ncclRecv(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(),
-                                    comm->stream());
-                  });
+    return Launch(
+        comm, std::move(into), absl::StrCat("recv from pipeline rank ", peer, " (tag ", tag, ")"),
+        [comm = comm, nccl_peer = nccl_peer](void* ptr, size_t nbytes) {
+          return ncclRecv(ptr, nbytes, ncclUint8, nccl_peer, comm->comm(), comm->stream());
+        });
   }
 
   std::unique_ptr<CommHandle> AllReduceAverage(torch::Tensor buffer) override {
     if (!buffer.defined() || !buffer.is_cuda() ||
         buffer.device().index() != options_.device_index ||
         buffer.scalar_type() != torch::kFloat32 || !buffer.is_contiguous()) {
-      return internal::FinishedHandle(absl::InvalidArgumentError(absl::StrCat(
-          "all-reduce: the buffer must be a contiguous float32 tensor on cuda:",
-          options_.device_index)));
+      return internal::FinishedHandle(absl::InvalidArgumentError(
+          absl::StrCat("all-reduce: the buffer must be a contiguous float32 tensor on cuda:",
+                       options_.device_index)));
     }
     if (dp_ == nullptr) return internal::FinishedHandle(absl::OkStatus());  // d = 1
     std::shared_ptr<NcclComm> comm = dp_;
@@ -378,9 +376,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Check(const torch::Tensor& t, bool known_peer, int peer, int tag,
                      absl::string_view what) const {
     if (!known_peer) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", peer,
-                                                     " is not another rank of a pipeline of ",
-                                                     options_.pipeline_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": peer ", peer, " is not another rank of a pipeline of ", options_.pipeline_size));
     }
     if (tag < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative tag"));
     if (!t.defined() || !t.is_cuda() || t.device().index() != options_.device_index) {
@@ -439,8 +436,7 @@ class NcclCommunicator final : public Communicator {
     // Keep the tensor until the GPU is done with it, even if the caller drops the handle.
     std::erase_if(inflight_, [](const std::shared_ptr<NcclOp>& o) { return o->Done(); });
     inflight_.push_back(op);
-    return std::make_unique<NcclHandle>(std::move(op),
-                                        absl::ToChronoNanoseconds(options_.timeout));
+    return std::make_unique<NcclHandle>(std::move(op), absl::ToChronoNanoseconds(options_.timeout));
   }
 
   const CommunicatorOptions options_;
@@ -463,17 +459,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
   const CommunicatorOptions& o = options;
   if (o.pipeline_size < 1 || o.data_size < 1 || o.pipeline_rank < 0 ||
       o.pipeline_rank >= o.pipeline_size || o.data_rank < 0 || o.data_rank >= o.data_size) {
-    return absl::InvalidArgumentError(absl::StrCat("nccl: rank (", o.pipeline_rank, ", ",
-                                                   o.data_rank, ") does not fit p = ",
-                                                   o.pipeline_size, ", d = ", o.data_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: rank (", o.pipeline_rank, ", ", o.data_rank,
+                     ") does not fit p = ", o.pipeline_size, ", d = ", o.data_size));
   }
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("nccl: no CUDA device: ", cudaGetErrorString(e)));
   }
   if (o.device_index < 0 || o.device_index >= devices) {
-    return absl::InvalidArgumentError(absl::StrCat("nccl: cuda:", o.device_index,
-                                                   " does not exist (", devices, " devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: cuda:", o.device_index, " does not exist (", devices, " devices)"));
   }
   DeviceGuard guard(o.device_index);
   const absl::Time deadline = absl::Now() + o.timeout;
@@ -502,12 +498,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
     return state->specs.back().comm;
   };
   for (int n : neighbours) {
-    out[n] = add({0, o.data_rank, r, n}, absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", r,
-                                                       "-", n),
-                 2, 0, true, absl::StrCat("p2p ", r, "->", n));
-    in[n] = add({0, o.data_rank, n, r}, absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", n,
-                                                      "-", r),
-                2, 1, false, absl::StrCat("p2p ", n, "->", r));
+    out[n] = add({0, o.data_rank, r, n},
+                 absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", r, "-", n), 2, 0, true,
+                 absl::StrCat("p2p ", r, "->", n));
+    in[n] = add({0, o.data_rank, n, r},
+                absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", n, "-", r), 2, 1, false,
+                absl::StrCat("p2p ", n, "->", r));
   }
   // Non-neighbours (e.g. the executor's gradient-norm gather on rank 0) share one communicator of
   // the whole pipeline group; it sorts before the pairs.
@@ -558,8 +554,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
       ncclComm_t comm = nullptr;
       ncclResult_t res = ncclCommInitRank(&comm, spec.nranks, spec.id, spec.rank);
       if (res != ncclSuccess) {
-        status = absl::UnavailableError(absl::StrCat("nccl: creating the ", spec.comm->name(),
-                                                     ": ", ncclGetErrorString(res)));
+        status = absl::UnavailableError(
+            absl::StrCat("nccl: creating the ", spec.comm->name(), ": ", ncclGetErrorString(res)));
         break;
       }
       spec.comm->SetComm(comm);
@@ -596,9 +592,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
   cudaEventRecord(base->ref, cudaStreamLegacy);
   cudaEventSynchronize(base->ref);
   base->host = Clock::now();
-  return std::unique_ptr<Communicator>(new NcclCommunicator(
-      options, store, std::move(nccl), std::move(out), std::move(in), std::move(far),
-      std::move(dp), std::move(base)));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(options, store, std::move(nccl), std::move(out), std::move(in),
+                           std::move(far), std::move(dp), std::move(base)));
 }
 
 }  // namespace zpipe::worker

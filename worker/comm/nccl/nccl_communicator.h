@@ -20,10 +20,10 @@
 #ifndef ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 
+#include <cuda_runtime_api.h>
+
 #include <functional>
 #include <memory>
-
-#include <cuda_runtime_api.h>
 
 #include "absl/status/statusor.h"
 #include "worker/comm/communicator.h"

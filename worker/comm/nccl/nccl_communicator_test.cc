@@ -2,12 +2,12 @@
 // LibTorch has no CUDA), so the binary passes on CPU-only machines.
 #include "worker/comm/nccl/nccl_communicator.h"
 
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <thread>
 #include <vector>
-
-#include <cuda_runtime_api.h>
-#include <gtest/gtest.h>
 
 namespace zpipe::worker {
 namespace {
@@ -19,9 +19,9 @@ int UsableGpus() {
   return count;
 }
 
-#define ZPIPE_REQUIRE_GPUS(n)                                                        \
-  do {                                                                               \
-    if (UsableGpus() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s)";   \
+#define ZPIPE_REQUIRE_GPUS(n)                                                     \
+  do {                                                                            \
+    if (UsableGpus() < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s)"; \
   } while (0)
 
 void RunRanks(int n, const std::function<void(int)>& fn) {
@@ -91,8 +91,8 @@ TEST(NcclCommunicatorTest, AllReduceAverageAcrossTheDataParallelGroup) {
   RunRanks(2, [&](int rank) {
     auto comm = NewNcclCommunicator(Options(0, 1, rank, 2, rank, absl::Seconds(60)), *store);
     ASSERT_TRUE(comm.ok()) << comm.status();
-    torch::Tensor t = torch::full({1 << 20}, static_cast<float>(rank + 1),
-                                  torch::Device(torch::kCUDA, rank));
+    torch::Tensor t =
+        torch::full({1 << 20}, static_cast<float>(rank + 1), torch::Device(torch::kCUDA, rank));
     auto h = (*comm)->AllReduceAverage(t);
     ASSERT_TRUE(h->Wait(absl::Seconds(60)).ok());
     EXPECT_FLOAT_EQ(t[12345].item<float>(), 1.5f);
