@@ -17,62 +17,19 @@
 #include "client/client.h"
 #include "nlohmann/json.hpp"
 #include "tests/cli/subprocess.h"
+#include "tests/support/local_cluster.h"
 
 namespace zpipe {
 namespace {
 
 using testing::Subprocess;
 
-class Cluster {
+class Cluster : public testing::LocalCluster {
  public:
-  explicit Cluster(int workers) {
-    address_ = absl::StrCat("127.0.0.1:", testing::FreePort());
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
-                                 "", "--db", ":memory:", "--heartbeat-timeout", "3s"});
-    client_ = Client::Create(address_);
-    for (int i = 0; i < workers; ++i) {
-      workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-          ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
-          absl::StrCat("cpu:", i), "--comm-timeout", "10"}));
-    }
-  }
-
-  bool WaitIdle(int n, double timeout_s = 30) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto workers = client_->Workers();
-      if (workers.ok()) {
-        int idle = 0;
-        for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
-        if (idle >= n) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 45) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto job = client_->Get(id);
-      if (!job.ok()) return job.status();
-      if (IsTerminal(job->state())) return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return absl::DeadlineExceededError("job did not finish");
-  }
-
-  Client& client() { return *client_; }
-  const std::string& address() const { return address_; }
-
- private:
-  std::string address_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::unique_ptr<Client> client_;
-  std::vector<std::unique_ptr<Subprocess>> workers_;
+  explicit Cluster(int workers)
+      : LocalCluster(workers, {.coordinator_bin = ZPIPE_COORDINATOR_BIN,
+                               .worker_bin = ZPIPE_WORKER_BIN,
+                               .comm_timeout_s = "10"}) {}
 };
 
 v1::JobSpec SyntheticSpec(const std::string& schedule, int p, int m, int iterations) {

@@ -11,72 +11,19 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/cli/subprocess.h"
+#include "tests/support/local_cluster.h"
 
 namespace zpipe {
 namespace {
 
 using testing::Subprocess;
 
-class Cluster {
+class Cluster : public testing::LocalCluster {
  public:
-  explicit Cluster(int workers, const std::string& heartbeat = "3s") {
-    port_ = testing::FreePort();
-    address_ = absl::StrCat("127.0.0.1:", port_);
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, "--listen", address_, "--metrics-listen",
-                                 "", "--db", ":memory:", "--heartbeat-timeout", heartbeat});
-    client_ = Client::Create(address_);
-    for (int i = 0; i < workers; ++i) AddWorker();
-  }
-
-  void AddWorker() {
-    const int i = static_cast<int>(workers_.size());
-    workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-        ZPIPE_WORKER_BIN, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
-        absl::StrCat("cpu:", i), "--comm-timeout", "4"}));
-  }
-
-  // Waits until `n` workers are IDLE.
-  bool WaitIdle(int n, double timeout_s = 30) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto workers = client_->Workers();
-      if (workers.ok()) {
-        int idle = 0;
-        for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
-        if (idle >= n) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 120) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto job = client_->Get(id);
-      if (!job.ok()) return job.status();
-      const auto s = job->state();
-      if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
-          s == v1::JOB_STATE_CANCELLED) {
-        return job;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return absl::DeadlineExceededError("job did not finish");
-  }
-
-  Client& client() { return *client_; }
-  Subprocess& worker(int i) { return *workers_[i]; }
-
- private:
-  int port_ = 0;
-  std::string address_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::unique_ptr<Client> client_;
-  std::vector<std::unique_ptr<Subprocess>> workers_;
+  explicit Cluster(int workers)
+      : LocalCluster(workers, {.coordinator_bin = ZPIPE_COORDINATOR_BIN,
+                               .worker_bin = ZPIPE_WORKER_BIN,
+                               .comm_timeout_s = "4"}) {}
 };
 
 v1::JobSpec GptSpec(const std::string& schedule, int p, int m, int iterations) {

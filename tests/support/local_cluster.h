@@ -1,0 +1,90 @@
+// A real zpipe-coordinator and real zpipe-worker processes on loopback, for end-to-end tests.
+#ifndef ZPIPE_TESTS_SUPPORT_LOCAL_CLUSTER_H_
+#define ZPIPE_TESTS_SUPPORT_LOCAL_CLUSTER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "tests/cli/subprocess.h"
+
+namespace zpipe::testing {
+
+struct LocalClusterOptions {
+  std::string coordinator_bin;
+  std::string worker_bin;
+  std::string heartbeat_timeout = "3s";
+  std::string comm_timeout_s = "10";  // worker --comm-timeout
+};
+
+// The coordinator (in-memory database, no /metrics) starts at construction, with `workers`
+// workers named w0, w1, ...; everything is killed when the cluster goes away.
+class LocalCluster {
+ public:
+  LocalCluster(int workers, LocalClusterOptions options) : options_(std::move(options)) {
+    address_ = absl::StrCat("127.0.0.1:", FreePort());
+    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        options_.coordinator_bin, "--listen", address_, "--metrics-listen", "", "--db",
+        ":memory:", "--heartbeat-timeout", options_.heartbeat_timeout});
+    client_ = Client::Create(address_);
+    for (int i = 0; i < workers; ++i) AddWorker();
+  }
+
+  void AddWorker() {
+    const int i = static_cast<int>(workers_.size());
+    workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        options_.worker_bin, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
+        absl::StrCat("cpu:", i), "--comm-timeout", options_.comm_timeout_s}));
+  }
+
+  // Waits until at least `n` workers are IDLE.
+  bool WaitIdle(int n, double timeout_s = 30) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto workers = client_->Workers();
+      if (workers.ok()) {
+        int idle = 0;
+        for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
+        if (idle >= n) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 120) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto job = client_->Get(id);
+      if (!job.ok()) return job.status();
+      const auto s = job->state();
+      if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+          s == v1::JOB_STATE_CANCELLED) {
+        return job;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return absl::DeadlineExceededError("job did not finish");
+  }
+
+  Client& client() { return *client_; }
+  const std::string& address() const { return address_; }
+  Subprocess& worker(int i) { return *workers_[i]; }
+
+ private:
+  LocalClusterOptions options_;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<Client> client_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+};
+
+}  // namespace zpipe::testing
+
+#endif  // ZPIPE_TESTS_SUPPORT_LOCAL_CLUSTER_H_
