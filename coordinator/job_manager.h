@@ -116,6 +116,11 @@ struct ProgressBatchData {
   // Worker-clock seconds since the Unix epoch; empty or as long as the events.
   absl::Span<const double> start_times;
   absl::Span<const double> end_times;
+  // Send / receive peers and reduce chunks / buckets (v1::ProgressBatch): empty or as long as the
+  // events.
+  absl::Span<const int32_t> peers;
+  absl::Span<const int32_t> chunks;
+  absl::Span<const int32_t> buckets;
 };
 
 // An iteration's executed timeline (coordinator clock) beside the plan's prediction.

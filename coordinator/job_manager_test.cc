@@ -94,7 +94,7 @@ TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
 TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
   const std::string w0 = AddWorker("a", &c0_);
-  const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 9}, stages = {0, 0, 0}, mbs = {0, 0, 7};
+  const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 99}, stages = {0, 0, 0}, mbs = {0, 0, 7};
   ProgressBatchData batch{"j", 0, 0, {its, ops, stages, mbs}};
   manager_->Progress("a", batch);
   EXPECT_EQ(manager_->dropped_progress_events(), 1u);  // the bad op / microbatch
@@ -121,6 +121,51 @@ TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->RankFinished(w0, "j", 0, 0).ok());
   EXPECT_EQ(manager_->Get("j")->record.state, JobState::kSucceeded);
   EXPECT_EQ(manager_->Workers(false)[0].state, WorkerState::kIdle);
+}
+
+// A progress batch may carry sends, receives and reductions beside compute: they reach the
+// executed timeline (peer, chunk, bucket kept; aligned by the worker's clock offset like compute)
+// and are neither progress nor dropped events.
+TEST_F(JobManagerTest, CommAndReduceEventsReachTheTraceNotProgress) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2, 1), false).ok());
+  AddWorker("a", &c0_);
+  AddWorker("b", &c1_);
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+  // Worker b's clock is 2 s behind the coordinator's; its batch leaves right after its last end.
+  const double t = absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()) - 2.0 - 0.010;
+  // RECV_ACT s0 mb0 <- r0, F s1 mb0, SEND_GRAD s1 mb0 -> r0, REDUCE chunk0 bucket1.
+  const std::vector<int32_t> its = {0, 0, 0, 0}, ops = {6, 1, 7, 9}, stages = {0, 1, 1, 0},
+                             mbs = {0, 0, 0, 0}, peers = {0, -1, 0, -1}, chunks = {0, 0, 0, 0},
+                             buckets = {0, 0, 0, 1};
+  const std::vector<double> starts = {t - 0.009, t - 0.006, t - 0.004, t - 0.003},
+                            ends = {t - 0.006, t - 0.005, t - 0.001, t};
+  ProgressBatchData batch{"j", 1, 0, {its, ops, stages, mbs}, starts, ends, peers, chunks, buckets};
+  manager_->Progress("b", batch);
+  // The same with a ragged `peers`: the compute event counts, the receive is left out.
+  const std::vector<int32_t> its2 = {0, 0}, ops2 = {6, 1}, stages2 = {0, 1}, mbs2 = {1, 1},
+                             short_peers = {0};
+  const std::vector<double> starts2 = {t - 0.002, t - 0.001}, ends2 = {t - 0.001, t - 0.0005};
+  manager_->Progress("b", {"j", 1, 0, {its2, ops2, stages2, mbs2}, starts2, ends2, short_peers});
+  EXPECT_EQ(manager_->dropped_progress_events(), 0u);
+  JobView job = *manager_->Get("j");
+  ASSERT_TRUE(job.progress.has_value());
+  EXPECT_EQ(job.progress->ranks[1].forward_done, 2);
+  EXPECT_EQ(job.progress->ranks[1].backward_done, 0);
+
+  absl::StatusOr<TraceView> view = manager_->Trace("j", 0);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->trace.ranks.size(), 2u);
+  const std::vector<core::TimedAction>& got = view->trace.ranks[1].actions;
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0].action, core::Action::Comm(core::ActionKind::kRecvAct, 0, 0, 0));
+  EXPECT_EQ(got[1].action, core::Action::F(1, 0));
+  EXPECT_EQ(got[2].action, core::Action::Comm(core::ActionKind::kSendGrad, 1, 0, 0));
+  EXPECT_EQ(got[3].action, core::Action::Reduce(0, 1));
+  EXPECT_EQ(got[4].action, core::Action::F(1, 1));
+  // On the coordinator's clock: the worker's times + its 2 s (+ the 10 ms delay) offset.
+  EXPECT_NEAR(view->trace.ranks[1].clock.offset_s, 2.010, 1e-6);
+  EXPECT_NEAR(got[0].start, starts[0] + 2.010, 1e-6);
+  EXPECT_NEAR(got[3].end, ends[3] + 2.010, 1e-6);
 }
 
 TEST_F(JobManagerTest, RestartReconcilesRunningJobs) {

@@ -176,31 +176,72 @@ void JobManager::Progress(const std::string& worker_name, const ProgressBatchDat
       batch.events.microbatches.size() != n) {
     return;
   }
-  std::vector<core::Action> actions(n);
+  // Sends, receives and reductions need their peer / chunk / bucket; without them (or with
+  // malformed ones) only the batch's compute events go on the timeline.
+  auto usable = [n](absl::Span<const int32_t> v) { return v.size() == n; };
+  const bool with_extras = usable(batch.peers) && usable(batch.chunks) && usable(batch.buckets);
+  std::vector<int32_t> iterations;
+  std::vector<core::Action> actions;
+  std::vector<double> starts, ends;
+  iterations.reserve(n);
+  actions.reserve(n);
+  starts.reserve(n);
+  ends.reserve(n);
   double last_end = batch.end_times[0];
   for (size_t k = 0; k < n; ++k) {
-    actions[k].stage = batch.events.stages[k];
-    actions[k].microbatch = batch.events.microbatches[k];
+    // Every event ended before the batch left, whether or not it is kept.
+    last_end = std::max(last_end, batch.end_times[k]);
+    core::Action a;
+    a.stage = batch.events.stages[k];
+    a.microbatch = batch.events.microbatches[k];
     switch (static_cast<Op>(batch.events.ops[k])) {
       case Op::kF:
-        actions[k].kind = core::ActionKind::kForward;
+        a.kind = core::ActionKind::kForward;
         break;
       case Op::kB:
-        actions[k].kind = core::ActionKind::kBackwardInput;
+        a.kind = core::ActionKind::kBackwardInput;
         break;
       case Op::kW:
-        actions[k].kind = core::ActionKind::kBackwardWeight;
+        a.kind = core::ActionKind::kBackwardWeight;
         break;
       case Op::kBW:
-        actions[k].kind = core::ActionKind::kBackwardFull;
+        a.kind = core::ActionKind::kBackwardFull;
         break;
+      case Op::kSendAct:
+        a.kind = core::ActionKind::kSendAct;
+        break;
+      case Op::kRecvAct:
+        a.kind = core::ActionKind::kRecvAct;
+        break;
+      case Op::kSendGrad:
+        a.kind = core::ActionKind::kSendGrad;
+        break;
+      case Op::kRecvGrad:
+        a.kind = core::ActionKind::kRecvGrad;
+        break;
+      case Op::kReduce:
+        a = core::Action::Reduce(0, 0);
+        break;
+      default:
+        continue;  // unknown op: not on the timeline
     }
-    last_end = std::max(last_end, batch.end_times[k]);
+    if (!core::IsCompute(a.kind)) {
+      if (!with_extras) continue;
+      if (core::IsComm(a.kind)) a.peer = batch.peers[k];
+      if (a.kind == core::ActionKind::kReduce) {
+        a.chunk = batch.chunks[k];
+        a.bucket = batch.buckets[k];
+      }
+    }
+    iterations.push_back(batch.events.iterations[k]);
+    actions.push_back(a);
+    starts.push_back(batch.start_times[k]);
+    ends.push_back(batch.end_times[k]);
   }
   // The batch left the worker after its last action ended: a clock sample (TraceStore).
   traces_.ObserveClock(worker_name, clock_.Now(), last_end);
-  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank,
-                     batch.events.iterations, actions, batch.start_times, batch.end_times);
+  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, iterations,
+                     actions, starts, ends);
 }
 
 void JobManager::ObserveWorkerClock(const std::string& worker_name, double worker_time_s) {

@@ -52,18 +52,23 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
   }
   constexpr auto kRelaxed = std::memory_order_relaxed;
   int applied = 0;
+  int skipped = 0;  // timeline-only events: not progress, not dropped
   {
     absl::MutexLock lock(&rank.mu);
     int current = rank.iteration.load(kRelaxed);
     int f = rank.f.load(kRelaxed), b = rank.b.load(kRelaxed), w = rank.w.load(kRelaxed);
     for (size_t i = 0; i < n; ++i) {
+      if (IsTimelineOnlyOp(ev.ops[i])) {
+        ++skipped;
+        continue;
+      }
       const int it = ev.iterations[i], stage = ev.stages[i], mb = ev.microbatches[i];
       if (it < current || it >= job->iterations || mb < 0 || mb >= job->m || stage < 0 ||
           stage >= job->placement.num_stages() || job->placement.RankOf(stage) != pipeline_rank) {
         continue;
       }
+      if (!IsProgressOp(ev.ops[i])) continue;
       const Op op = static_cast<Op>(ev.ops[i]);
-      if (op != Op::kF && op != Op::kB && op != Op::kW && op != Op::kBW) continue;
       if (it > current) {
         current = it;
         f = b = w = 0;
@@ -90,6 +95,8 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
           ++w;
           next = static_cast<uint8_t>(Phase::kDone);
           break;
+        default:
+          break;
       }
       phase.store(next, kRelaxed);
       ++applied;
@@ -98,7 +105,9 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
     rank.b.store(b, kRelaxed);
     rank.w.store(w, kRelaxed);
   }
-  if (applied < static_cast<int>(n)) dropped_.fetch_add(n - applied, std::memory_order_relaxed);
+  if (applied + skipped < static_cast<int>(n)) {
+    dropped_.fetch_add(n - applied - skipped, std::memory_order_relaxed);
+  }
   if (applied > 0) job->version.fetch_add(1, std::memory_order_relaxed);
   return applied;
 }

@@ -25,7 +25,21 @@
 
 namespace zpipe::coordinator {
 
-enum class Op : uint8_t { kF = 1, kB = 2, kW = 3, kBW = 4 };
+// Values match v1::ComputeOp. Only kF..kBW are progress; the send, receive and reduce events a
+// batch may also carry are for the executed timeline (TraceStore) and skipped here, not dropped.
+enum class Op : uint8_t {
+  kF = 1,
+  kB = 2,
+  kW = 3,
+  kBW = 4,
+  kSendAct = 5,
+  kRecvAct = 6,
+  kSendGrad = 7,
+  kRecvGrad = 8,
+  kReduce = 9,
+};
+inline bool IsProgressOp(int32_t op) { return op >= 1 && op <= 4; }
+inline bool IsTimelineOnlyOp(int32_t op) { return op >= 5 && op <= 9; }
 // Values match v1::MicrobatchPhase.
 enum class Phase : uint8_t { kNone = 0, kForward = 1, kBackward = 2, kDone = 3 };
 
@@ -62,7 +76,8 @@ class ProgressTracker {
                 int iterations, double predicted_bubble, const std::vector<RankSlot>& ranks);
 
   // Applies events from `worker_name` for rank (pipeline_rank, data_rank). Returns how many were
-  // applied; the rest are dropped.
+  // applied; the rest are dropped, except timeline-only events (sends, receives, reductions),
+  // which are skipped without counting.
   int AddEvents(const std::string& job_id, const std::string& worker_name, int pipeline_rank,
                 int data_rank, const ProgressEvents& events);
 

@@ -50,11 +50,27 @@ TEST(ProgressTracker, DropsWhatDoesNotFit) {
   EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {1}, {0}), 0);     // stage on another rank
   EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {1}, {0}, {2}), 0);     // microbatch out of range
   EXPECT_EQ(Add(t, "w0", 0, 0, {3}, {1}, {0}, {0}), 0);     // iteration out of range
-  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {7}, {0}, {0}), 0);     // unknown op
+  EXPECT_EQ(Add(t, "w0", 0, 0, {0}, {42}, {0}, {0}), 0);    // unknown op
   EXPECT_EQ(Add(t, "w0", 0, 0, {0, 0}, {1}, {0}, {0}), 0);  // ragged columns
   EXPECT_EQ(Add(t, "w0", 5, 0, {0}, {1}, {0}, {0}), 0);     // rank out of range
   EXPECT_EQ(t.AddEvents("nope", "w0", 0, 0, {}), 0);
   EXPECT_EQ(t.dropped_events(), 8u);
+}
+
+// Sends, receives and reductions ride in the same batches for the executed timeline: they are
+// neither progress nor dropped, wherever their stage lives (a RECV names the sender's stage).
+TEST(ProgressTracker, SkipsTimelineOnlyEventsWithoutDroppingThem) {
+  ProgressTracker t;
+  t.StartJob("j", core::Placement::Linear(2), 2, 3, 0.1, Slots(2, 1));
+  // Rank 1: RECV_ACT s0 mb0 <- r0, F s1 mb0, SEND_GRAD s1 mb0 -> r0, BW s1 mb0, REDUCE.
+  EXPECT_EQ(Add(t, "w1", 1, 0, {0, 0, 0, 0, 0}, {6, 1, 7, 4, 9}, {0, 1, 1, 1, 0}, {0, 0, 0, 0, 0}),
+            2);
+  EXPECT_EQ(Add(t, "w1", 1, 0, {0, 0}, {5, 8}, {1, 0}, {1, 1}), 0);
+  const JobProgressView v = *t.Get("j", false);
+  EXPECT_EQ(v.ranks[1].forward_done, 1);
+  EXPECT_EQ(v.ranks[1].backward_done, 1);
+  EXPECT_EQ(v.ranks[1].weight_done, 1);
+  EXPECT_EQ(t.dropped_events(), 0u);
 }
 
 TEST(ProgressTracker, SummaryWhenEveryRankReported) {

@@ -35,6 +35,7 @@ void TraceStore::StartJob(const std::string& job_id, const core::Plan& plan,
     if (slot.pipeline_rank >= 0 && slot.pipeline_rank < static_cast<int>(plan.ranks.size())) {
       for (const core::Action& a : plan.ranks[slot.pipeline_rank]) {
         if (core::IsCompute(a.kind)) ++rank->expected_compute;
+        if (core::IsComm(a.kind)) ++rank->expected_comm;
       }
     }
     job->ranks.push_back(std::move(rank));
@@ -113,9 +114,15 @@ absl::StatusOr<JobTrace> TraceStore::Get(const std::string& job_id,
     absl::ReaderMutexLock lock(&rank->mu);
     for (const auto& [it, actions] : rank->iterations) {
       available.insert(it);
-      int compute = 0;
-      for (const core::TimedAction& a : actions) compute += core::IsCompute(a.action.kind);
-      if (compute >= rank->expected_compute) ++complete_ranks[it];
+      int compute = 0, comm = 0;
+      for (const core::TimedAction& a : actions) {
+        compute += core::IsCompute(a.action.kind);
+        comm += core::IsComm(a.action.kind);
+      }
+      // A worker that reports no communication (an older one) completes on compute alone.
+      if (compute >= rank->expected_compute && (comm == 0 || comm >= rank->expected_comm)) {
+        ++complete_ranks[it];
+      }
     }
   }
   auto is_complete = [&](int it) {

@@ -1,5 +1,11 @@
 // TraceStore: the executed action times of each job's last few iterations, per rank, and each
 // worker's estimated clock offset, so GetTrace can show all ranks on the coordinator's clock.
+// Actions are compute (F, B, W, BW), sends and receives (posted -> complete) and reductions, all
+// stamped on the worker's clock and aligned by the same offset.
+//
+// Complete iteration: every rank has reported each compute action of its plan and, when it
+// reports communication at all, each send and receive of its plan (so a rank's last sends are
+// there too). Reductions are not counted (a worker's buckets may differ from the plan's).
 //
 // Clock alignment. Workers stamp actions with their own wall clock. For every message carrying a
 // worker time t_w (a heartbeat's send time, or the last end time in a progress batch, which is at
@@ -80,7 +86,8 @@ class TraceStore {
   static constexpr size_t kMaxJobs = 32;  // the most recently started jobs are kept
 
   // Starts tracing a scheduled job (replacing a previous attempt). `ranks` by global rank;
-  // `plan` gives each rank's expected compute actions per iteration (what "complete" means).
+  // `plan` gives each rank's expected compute, send and receive actions per iteration (what
+  // "complete" means).
   void StartJob(const std::string& job_id, const core::Plan& plan,
                 const std::vector<RankSlot>& ranks);
 
@@ -104,6 +111,7 @@ class TraceStore {
     mutable absl::Mutex mu;
     RankSlot slot;             // immutable after StartJob
     int expected_compute = 0;  // immutable after StartJob
+    int expected_comm = 0;     // sends and receives; immutable after StartJob
     std::map<int, std::vector<core::TimedAction>> iterations ABSL_GUARDED_BY(mu);
   };
   struct Job {

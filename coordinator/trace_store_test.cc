@@ -65,5 +65,84 @@ TEST(TraceStoreTest, KeepsRecentIterationsAlignedAndFindsTheLatestComplete) {
   EXPECT_FALSE(partial->complete);
 }
 
+// Sends, receives and reductions are kept beside compute, per (job, iteration, rank), aligned by
+// the same offset. A rank that reports communication completes an iteration only once its
+// plan's sends and receives are all there (its last send may trail its last compute action);
+// reductions do not count (the worker's buckets may differ from the plan's).
+TEST(TraceStoreTest, KeepsCommAndReduceEventsAlignedLikeCompute) {
+  absl::StatusOr<core::Plan> plan = core::ParsePlanText(
+      "zpipe-plan v1\nschedule 1f1b\nplacement linear ranks 2 chunks 1 microbatches 1\n"
+      "rank 0\nF s0 mb0\nSEND_ACT s0 mb0 -> r1\nRECV_GRAD s1 mb0 <- r1\nBW s0 mb0\n"
+      "REDUCE chunk0 bucket0\n"
+      "rank 1\nRECV_ACT s0 mb0 <- r0\nF s1 mb0\nBW s1 mb0\nSEND_GRAD s1 mb0 -> r0\n"
+      "REDUCE chunk0 bucket0\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  TraceStore store;
+  store.StartJob("j", *plan, {RankSlot{0, 0, "a"}, RankSlot{1, 0, "b"}});
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  store.ObserveClock("a", now, 1000.0);
+  store.ObserveClock("b", now, 997.0);  // b's clock is 3 s behind
+  using core::Action;
+  using core::ActionKind;
+  auto add = [&](const std::string& worker, int rank, std::vector<Action> actions,
+                 std::vector<double> starts, std::vector<double> ends) {
+    const std::vector<int32_t> its(actions.size(), 0);
+    store.AddActions("j", worker, rank, 0, its, actions, starts, ends);
+  };
+  // Rank 0 (coordinator clock = its own): F, send posted at 1.1 and done at 1.3, receive posted at
+  // 1.1 with data at 2.2, BW, reduce.
+  add("a", 0,
+      {Action::F(0, 0), Action::Comm(ActionKind::kRecvGrad, 1, 0, 1),
+       Action::Comm(ActionKind::kSendAct, 0, 0, 1), Action::BW(0, 0), Action::Reduce(0, 0)},
+      {1.0, 1.1, 1.1, 2.3, 2.4}, {1.1, 2.2, 1.3, 2.4, 2.6});
+  // Rank 1 on its own clock (-3 s): receive posted at 1.0 and complete at 1.2, F, BW, and
+  // compute is complete, but the SEND_GRAD has not been reported yet.
+  add("b", 1, {Action::Comm(ActionKind::kRecvAct, 0, 0, 0), Action::F(1, 0), Action::BW(1, 0)},
+      {-2.0, -1.8, -1.4}, {-1.8, -1.5, -1.0});
+  absl::StatusOr<JobTrace> partial = store.Get("j", 0);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_FALSE(partial->complete);
+  EXPECT_EQ(store.Get("j", std::nullopt).status().code(), absl::StatusCode::kFailedPrecondition);
+  add("b", 1, {Action::Comm(ActionKind::kSendGrad, 1, 0, 0)}, {-1.0}, {-0.85});
+  absl::StatusOr<JobTrace> t = store.Get("j", std::nullopt);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete);
+  ASSERT_EQ(t->ranks.size(), 2u);
+  ASSERT_EQ(t->ranks[0].actions.size(), 5u);
+  ASSERT_EQ(t->ranks[1].actions.size(), 4u);
+  EXPECT_EQ(t->ranks[0].actions[4].action, Action::Reduce(0, 0));
+  EXPECT_NEAR(t->ranks[0].actions[4].end, 2.6, 1e-9);
+  // Rank 1's events moved by +3 s: its receive completes after rank 0's send was posted, and
+  // rank 0's receive completes after rank 1's send was posted.
+  const core::TimedAction& recv_act = t->ranks[1].actions[0];
+  const core::TimedAction& send_grad = t->ranks[1].actions[3];
+  EXPECT_EQ(recv_act.action, Action::Comm(ActionKind::kRecvAct, 0, 0, 0));
+  EXPECT_NEAR(recv_act.start, 1.0, 1e-9);
+  EXPECT_NEAR(recv_act.end, 1.2, 1e-9);
+  EXPECT_GE(recv_act.end, t->ranks[0].actions[2].start);
+  EXPECT_NEAR(send_grad.start, 2.0, 1e-9);
+  EXPECT_GE(t->ranks[0].actions[1].end, send_grad.start);
+}
+
+// A worker that reports only compute (an older one) still completes its iterations.
+TEST(TraceStoreTest, ComputeOnlyRanksCompleteOnCompute) {
+  absl::StatusOr<core::Plan> plan = core::ParsePlanText(
+      "zpipe-plan v1\nschedule 1f1b\nplacement linear ranks 2 chunks 1 microbatches 1\n"
+      "rank 0\nF s0 mb0\nSEND_ACT s0 mb0 -> r1\nRECV_GRAD s1 mb0 <- r1\nBW s0 mb0\n"
+      "rank 1\nRECV_ACT s0 mb0 <- r0\nF s1 mb0\nBW s1 mb0\nSEND_GRAD s1 mb0 -> r0\n");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  TraceStore store;
+  store.StartJob("j", *plan, {RankSlot{0, 0, "a"}, RankSlot{1, 0, "b"}});
+  for (int r = 0; r < 2; ++r) {
+    const int32_t its[] = {0, 0};
+    const core::Action actions[] = {core::Action::F(r, 0), core::Action::BW(r, 0)};
+    const double starts[] = {1.0, 2.0}, ends[] = {1.5, 2.5};
+    store.AddActions("j", r == 0 ? "a" : "b", r, 0, its, actions, starts, ends);
+  }
+  absl::StatusOr<JobTrace> t = store.Get("j", std::nullopt);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->complete);
+}
+
 }  // namespace
 }  // namespace zpipe::coordinator

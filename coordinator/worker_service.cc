@@ -95,6 +95,9 @@ ProgressBatchData BatchFromProto(const v1::ProgressBatch& b) {
   data.events.microbatches = absl::MakeConstSpan(b.microbatches().data(), b.microbatches_size());
   data.start_times = absl::MakeConstSpan(b.start_times().data(), b.start_times_size());
   data.end_times = absl::MakeConstSpan(b.end_times().data(), b.end_times_size());
+  data.peers = absl::MakeConstSpan(b.peers().data(), b.peers_size());
+  data.chunks = absl::MakeConstSpan(b.chunks().data(), b.chunks_size());
+  data.buckets = absl::MakeConstSpan(b.buckets().data(), b.buckets_size());
   return data;
 }
 
