@@ -1,6 +1,7 @@
 // The live page served at `/` (HttpServer): plain HTML + JS, no external resources. It polls
 // /api/jobs and /api/jobs/ID/trace every second and draws the executed timeline (one row per
-// rank, coordinator clock) above the plan's predicted one, on the same time scale.
+// rank, coordinator clock) above the plan's predicted one, on the same time scale. Each rank has
+// its compute row (F, B, W, BW) and below it a send, a receive and a reduce track.
 #include "coordinator/http_server.h"
 
 namespace zpipe::coordinator {
@@ -38,26 +39,35 @@ function esc(s){return String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;","
 function pct(x){return x===undefined||x===null?"–":(100*x).toFixed(1)+"%";}
 function label(a){
   if(a.kind==="REDUCE")return "REDUCE chunk"+a.chunk+" bucket"+a.bucket;
+  if(a.kind.startsWith("SEND"))return a.kind+" s"+a.stage+" mb"+a.microbatch+" -> r"+a.peer;
+  if(a.kind.startsWith("RECV"))return a.kind+" s"+a.stage+" mb"+a.microbatch+" <- r"+a.peer;
   return a.kind+" s"+a.stage+" mb"+a.microbatch;
 }
 // rows: [{name, actions:[{kind,start,end,...}]}]; span: seconds drawn across the width.
+// Per rank: the compute row, then the send, recv and reduce tracks (concurrent sends or receives
+// overlap, translucent).
+function track(kind){return kind.startsWith("SEND")?"send":kind.startsWith("RECV")?"recv":kind==="REDUCE"?"reduce":"compute";}
 function drawTimeline(rows,span){
-  const W=1100,left=110,rowH=22,sub=5,lane=rowH+sub+6,top=8,axis=22;
+  const W=1100,left=110,rowH=22,sub=5,top=8,axis=22,lane=rowH+3*(sub+1)+6;
+  const subY={send:rowH+1,recv:rowH+sub+2,reduce:rowH+2*sub+3};
   const H=top+rows.length*lane+axis, sx=(W-left-10)/Math.max(span,1e-9);
   let s='<svg xmlns="http://www.w3.org/2000/svg" width="'+W+'" height="'+H+'" font-size="10">';
   rows.forEach((row,i)=>{
     const y=top+i*lane;
     s+='<text x="'+(left-6)+'" y="'+(y+rowH/2+4)+'" text-anchor="end">'+esc(row.name)+'</text>';
     s+='<rect x="'+left+'" y="'+y+'" width="'+(W-left-10)+'" height="'+rowH+'" fill="#f2f2f2"/>';
+    for(const t of ["send","recv","reduce"])s+='<text x="'+(left-6)+'" y="'+(y+subY[t]+sub)+
+      '" text-anchor="end" font-size="6">'+t+"</text>";
     for(const a of row.actions){
-      const comm=a.kind.startsWith("SEND")||a.kind.startsWith("RECV"), red=a.kind==="REDUCE";
+      const tr=track(a.kind), compute=tr==="compute";
       const x=left+a.start*sx, w=Math.max(0.5,(a.end-a.start)*sx);
-      const yy=(comm||red)?y+rowH+1:y, hh=(comm||red)?sub:rowH;
-      s+='<rect class="action" data-kind="'+a.kind+'" x="'+x.toFixed(2)+'" y="'+yy+'" width="'+
-         w.toFixed(2)+'" height="'+hh+'" fill="'+(COLORS[a.kind]||"#999")+
-         '" stroke="white" stroke-width="0.5"><title>'+esc(label(a))+" ["+(1e3*a.start).toFixed(2)+
+      const yy=compute?y:y+subY[tr], hh=compute?rowH:sub;
+      s+='<rect class="action" data-kind="'+a.kind+'" data-track="'+tr+'" x="'+x.toFixed(2)+'" y="'+yy+
+         '" width="'+w.toFixed(2)+'" height="'+hh+'" fill="'+(COLORS[a.kind]||"#999")+'"'+
+         (tr==="send"||tr==="recv"?' fill-opacity="0.6"':"")+
+         ' stroke="white" stroke-width="0.5"><title>'+esc(label(a))+" ["+(1e3*a.start).toFixed(2)+
          ", "+(1e3*a.end).toFixed(2)+"] ms</title></rect>";
-      if(!comm&&!red&&w>=14)s+='<text x="'+(x+w/2).toFixed(2)+'" y="'+(y+rowH/2+3)+
+      if(compute&&w>=14)s+='<text x="'+(x+w/2).toFixed(2)+'" y="'+(y+rowH/2+3)+
          '" text-anchor="middle" fill="white" font-size="9">'+a.microbatch+"</text>";
     }
   });

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,9 +72,34 @@ void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
                absl::StrCat(sort_base + static_cast<int>(i)));
     for (int tid = 1; tid <= 6; ++tid) {
       AppendMeta(out, "thread_name", pid, tid, "name", JsonString(kTrackNames[tid]));
-      AppendMeta(out, "thread_sort_index", pid, tid, "sort_index", absl::StrCat(tid));
+      AppendMeta(out, "thread_sort_index", pid, tid, "sort_index", absl::StrCat(tid * 100));
     }
-    for (const TimedAction& a : r.actions) {
+    // Complete events on one thread must nest, and sends or receives in flight together overlap:
+    // each event goes to the first lane of its track that is free by its start (lane 0 = the
+    // track's own tid, lane k = extra thread tid * 100 + k, sorted right below it).
+    std::vector<size_t> order(r.actions.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return r.actions[a].start < r.actions[b].start; });
+    std::map<int, std::vector<double>> lane_ends;  // track -> end of each lane's last event
+    for (const size_t k : order) {
+      const TimedAction& a = r.actions[k];
+      const int track = ChromeTrackOf(a.action.kind);
+      std::vector<double>& ends = lane_ends[track];
+      size_t lane = 0;
+      while (lane < ends.size() && ends[lane] > a.start) ++lane;
+      if (lane == ends.size()) {
+        ends.push_back(a.end);
+        if (lane > 0) {
+          const int tid = track * 100 + static_cast<int>(lane);
+          AppendMeta(out, "thread_name", pid, tid, "name",
+                     JsonString(absl::StrCat(kTrackNames[track], " ", lane + 1)));
+          AppendMeta(out, "thread_sort_index", pid, tid, "sort_index", absl::StrCat(tid));
+        }
+      } else {
+        ends[lane] = std::max(ends[lane], a.end);
+      }
+      const int tid = lane == 0 ? track : track * 100 + static_cast<int>(lane);
       const double ts = (a.start - t0) * 1e6;
       const double dur = std::max(0.0, a.end - a.start) * 1e6;
       std::string args = absl::StrCat("\"kind\":", JsonString(ActionKindName(a.action.kind)),
@@ -88,8 +115,7 @@ void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
                             ",\n{\"ph\":\"X\",\"name\":%s,\"cat\":%s,\"pid\":%d,\"tid\":%d,"
                             "\"ts\":%.3f,\"dur\":%.3f,\"args\":{%s}}",
                             JsonString(ActionToString(a.action)),
-                            JsonString(ActionKindName(a.action.kind)), pid,
-                            ChromeTrackOf(a.action.kind), ts, dur, args);
+                            JsonString(ActionKindName(a.action.kind)), pid, tid, ts, dur, args);
     }
   }
 }

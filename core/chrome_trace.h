@@ -5,8 +5,11 @@
 // kind of work: F, B (B and BW), W, SEND (SEND_ACT/SEND_GRAD), RECV (RECV_ACT/RECV_GRAD), REDUCE.
 // Every action is one complete event ("ph":"X") named by its text form ("F s3 mb7"), with
 // microseconds for ts/dur as the format requires, and args {kind, stage, microbatch, iteration,
-// ...}. The predicted timeline, when given, follows as processes "predicted rank R", sorted after
-// the executed ones, on the same time origin (both start at 0 at their first action).
+// ...}. Events of one track that overlap in time (sends or receives in flight together; a
+// receive runs from its post to the data's arrival) spill into extra lanes "RECV 2", "RECV 3", ...
+// (tid = track * 100 + k) right below the track, since complete events on one thread must nest. The
+// predicted timeline, when given, follows as processes "predicted rank R", sorted after the
+// executed ones, on the same time origin (both start at 0 at their first action).
 #ifndef ZPIPE_CORE_CHROME_TRACE_H_
 #define ZPIPE_CORE_CHROME_TRACE_H_
 
@@ -23,7 +26,8 @@ struct ChromeTraceOptions {
   bool rebase = true;
 };
 
-// Track (thread id) of an action kind within its rank's process, 1..6 as listed above.
+// Track (thread id of its first lane) of an action kind within its rank's process, 1..6 as listed
+// above.
 int ChromeTrackOf(ActionKind kind);
 
 std::string ChromeTraceJson(const ExecutedTimeline& executed,

@@ -1,5 +1,6 @@
 #include "core/chrome_trace.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -101,6 +102,67 @@ TEST(ChromeTraceTest, PredictedTimelineOfAPlanFollowsAsSeparateProcesses) {
   const TimelineAsPlan as_plan = ToPlanAndTimes(Sample());
   EXPECT_GT(as_plan.sim.bubble_rate, 0);
   EXPECT_LT(as_plan.sim.bubble_rate, 1);
+}
+
+// Receives posted together (lookahead) overlap from post to arrival; complete events on one
+// thread must nest, so the later ones go to extra RECV lanes right below the track, and no two
+// events of one (process, thread) overlap.
+TEST(ChromeTraceTest, OverlappingSendsAndReceivesSpillIntoExtraLanes) {
+  ExecutedTimeline t;
+  t.iteration = 0;
+  RankTimeline r1{1, 0, "w1", {}};
+  r1.actions.push_back({Action::Comm(ActionKind::kRecvAct, 0, 0, 0), 0.000, 0.010});
+  r1.actions.push_back({Action::Comm(ActionKind::kRecvAct, 0, 1, 0), 0.001, 0.020});
+  r1.actions.push_back({Action::Comm(ActionKind::kRecvAct, 0, 2, 0), 0.002, 0.030});
+  r1.actions.push_back({Action::F(1, 0), 0.010, 0.015});
+  r1.actions.push_back({Action::Comm(ActionKind::kRecvAct, 0, 3, 0), 0.012, 0.040});  // lane 0
+  r1.actions.push_back({Action::Comm(ActionKind::kSendGrad, 1, 0, 0), 0.015, 0.016});
+  t.ranks = {r1};
+  const nlohmann::json j = nlohmann::json::parse(ChromeTraceJson(t));
+  std::map<int, std::string> thread_names;
+  std::map<int, std::vector<std::pair<double, double>>> by_tid;
+  std::map<std::string, int> tid_of;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") thread_names[e["tid"]] = e["args"]["name"];
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"], dur = e["dur"];
+    by_tid[e["tid"]].push_back({ts, ts + dur});
+    tid_of[e["name"]] = e["tid"];
+  }
+  const int recv = ChromeTrackOf(ActionKind::kRecvAct);
+  EXPECT_EQ(tid_of["RECV_ACT s0 mb0 <- r0"], recv);
+  EXPECT_EQ(thread_names[tid_of["RECV_ACT s0 mb1 <- r0"]], "RECV 2");
+  EXPECT_EQ(thread_names[tid_of["RECV_ACT s0 mb2 <- r0"]], "RECV 3");
+  EXPECT_EQ(tid_of["RECV_ACT s0 mb3 <- r0"], recv);  // the first lane is free again by then
+  EXPECT_EQ(tid_of["SEND_GRAD s1 mb0 -> r0"], ChromeTrackOf(ActionKind::kSendGrad));
+  for (auto& [tid, spans] : by_tid) {
+    std::sort(spans.begin(), spans.end());
+    for (size_t k = 1; k < spans.size(); ++k) {
+      EXPECT_LE(spans[k - 1].second, spans[k].first + 1e-9) << "tid " << tid;
+    }
+  }
+}
+
+// The executed SVG draws sends and receives on their own tracks below each rank's compute row,
+// and a receive posted before the first compute action widens the drawing, not the span.
+TEST(ExecutedTimelineTest, SvgHasSendAndReceiveTracksAndTheyDoNotCountAsBusy) {
+  const ExecutedTimeline t = Sample();
+  const std::string svg = RenderTimelineSvg(t);
+  EXPECT_NE(svg.find("<title>SEND_ACT s0 mb0 -&gt; r1 ["), std::string::npos) << svg;
+  EXPECT_NE(svg.find("<title>RECV_ACT s0 mb0 &lt;- r0 ["), std::string::npos);
+  EXPECT_NE(svg.find("<title>REDUCE chunk0 bucket0 ["), std::string::npos);
+  EXPECT_NE(svg.find(">send</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">recv</text>"), std::string::npos);
+  const TimelineAsPlan p = ToPlanAndTimes(t);
+  // Drawn from rank 0's first F (100.000) to its reduction's end (100.060).
+  EXPECT_NEAR(p.sim.makespan, 0.060, 1e-9);
+  EXPECT_NEAR(p.sim.busy[1], 0.019, 1e-9);  // F + BW, not the receive
+  ExecutedTimeline early = t;
+  early.ranks[1].actions.insert(early.ranks[1].actions.begin(),
+                                {Action::Comm(ActionKind::kRecvGrad, 2, 0, 2), 99.990, 100.020});
+  const TimelineAsPlan q = ToPlanAndTimes(early);
+  EXPECT_NEAR(q.sim.makespan, 0.070, 1e-9);
+  EXPECT_DOUBLE_EQ(q.sim.bubble_rate, p.sim.bubble_rate);
 }
 
 }  // namespace

@@ -58,20 +58,20 @@ TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline) {
         max_mb = std::max(max_mb, a.action.microbatch);
       }
       if (a.action.kind == ActionKind::kReduce) sim.reduce_total[r] += a.end - a.start;
+      // Sends and receives occupy no rank time (not in the span) but are drawn.
+      first = std::min(first, a.start);
+      last = std::max(last, a.end);
       if (!IsComm(a.action.kind)) {
         rank_first = std::min(rank_first, a.start);
         rank_last = std::max(rank_last, a.end);
       }
     }
-    if (std::isfinite(rank_first)) {
-      span = std::max(span, rank_last - rank_first);
-      first = std::min(first, rank_first);
-      last = std::max(last, rank_last);
-    }
+    if (std::isfinite(rank_first)) span = std::max(span, rank_last - rank_first);
   }
   out.plan.num_microbatches = max_mb + 1;
-  // makespan is the drawn extent (first start to last end over all ranks), so rows that start
-  // late still fit; the bubble uses DESIGN.md's span (longest single rank).
+  // makespan is the drawn extent (first start to last end of any action over all ranks), so rows
+  // that start late and posted receives still fit; the bubble uses DESIGN.md's span (longest
+  // single rank, compute and reductions).
   sim.makespan = std::isfinite(first) ? last - first : 0;
   double busy = 0;
   for (int r = 0; r < rows; ++r) {

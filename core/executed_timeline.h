@@ -3,7 +3,8 @@
 //
 // A timeline is the common currency between the coordinator's GetTrace, the client, the Chrome
 // trace writer (chrome_trace.h) and the live page: rows (one per global rank), each with its
-// actions and their start/end in seconds.
+// actions and their start/end in seconds: compute (F, B, W, BW), sends and receives (post to
+// completion; they take no rank time) and reductions, drawn on separate tracks.
 #ifndef ZPIPE_CORE_EXECUTED_TIMELINE_H_
 #define ZPIPE_CORE_EXECUTED_TIMELINE_H_
 

@@ -38,9 +38,14 @@ const char* KindColor(ActionKind kind) {
       return "#b07aa1";
     case ActionKind::kReduce:
       return "#e15759";
-    default:
-      return "#999999";
+    case ActionKind::kSendAct:
+    case ActionKind::kSendGrad:
+      return "#9c755f";
+    case ActionKind::kRecvAct:
+    case ActionKind::kRecvGrad:
+      return "#bab0ac";
   }
+  return "#999999";
 }
 
 std::string XmlEscape(absl::string_view s) {
@@ -66,14 +71,25 @@ std::string XmlEscape(absl::string_view s) {
   return out;
 }
 
+// The time origin of the drawing: the first start of any action (a receive posted before the
+// first compute action included; a simulated plan posts none earlier).
 double FirstStart(const Plan& plan, const SimResult& sim) {
   double first = INFINITY;
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
-      if (!IsComm(plan.ranks[r][k].kind)) first = std::min(first, sim.timings[r][k].start);
+      first = std::min(first, sim.timings[r][k].start);
     }
   }
   return std::isfinite(first) ? first : 0;
+}
+
+bool HasComm(const Plan& plan) {
+  for (const auto& rank : plan.ranks) {
+    for (const Action& a : rank) {
+      if (IsComm(a.kind)) return true;
+    }
+  }
+  return false;
 }
 
 // A "nice" tick step giving about `target` ticks over `span`.
@@ -139,7 +155,12 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   const int row_h = std::max(12, options.row_height);
   const int reduce_h = std::max(4, row_h / 5);
   const int p = plan.num_ranks();
-  const int lane = row_h + reduce_h + 6;
+  // Per rank: the compute row, then (when the plan communicates) a SEND and a RECV track, then
+  // the REDUCE track. Sends and receives in flight at once overlap on their track (translucent).
+  const bool comm = HasComm(plan);
+  const int send_y = row_h + 2, recv_y = send_y + reduce_h + 1;
+  const int reduce_y = comm ? recv_y + reduce_h + 1 : row_h + 2;
+  const int lane = reduce_y + reduce_h + 4;
   const int height = top + p * lane + axis + legend;
   const double t0 = FirstStart(plan, sim);
   const double span = std::max(sim.makespan, 1e-12);
@@ -161,22 +182,32 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
         "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
         "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
         left - 6, y + row_h / 2 + 4, r, left, y, span * sx, row_h);
+    if (comm) {
+      absl::StrAppendFormat(&out,
+                            "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"6\">send"
+                            "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" "
+                            "font-size=\"6\">recv</text><text x=\"%d\" y=\"%d\" "
+                            "text-anchor=\"end\" font-size=\"6\">reduce</text>\n",
+                            left - 6, y + send_y + reduce_h, left - 6, y + recv_y + reduce_h,
+                            left - 6, y + reduce_y + reduce_h);
+    }
     const auto& actions = plan.ranks[r];
     for (size_t k = 0; k < actions.size(); ++k) {
       const Action& a = actions[k];
-      if (IsComm(a.kind)) continue;
+      const bool reduce = a.kind == ActionKind::kReduce;
+      const bool send = IsSend(a.kind), recv = IsRecv(a.kind);
       const ActionTiming& t = sim.timings[r][k];
       const double x = left + (t.start - t0) * sx;
       const double w = std::max(0.5, (t.end - t.start) * sx);
-      const bool reduce = a.kind == ActionKind::kReduce;
-      const int ry = reduce ? y + row_h + 2 : y;
-      const int rh = reduce ? reduce_h : row_h;
+      const int ry = y + (reduce ? reduce_y : send ? send_y : recv ? recv_y : 0);
+      const int rh = reduce || send || recv ? reduce_h : row_h;
       absl::StrAppendFormat(
           &out,
-          "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+          "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s "
           "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
-          x, ry, w, rh, KindColor(a.kind), XmlEscape(ActionToString(a)), t.start, t.end);
-      if (!reduce && w >= 14) {
+          x, ry, w, rh, KindColor(a.kind), send || recv ? " fill-opacity=\"0.6\"" : "",
+          XmlEscape(ActionToString(a)), t.start, t.end);
+      if (IsCompute(a.kind) && w >= 14) {
         absl::StrAppendFormat(&out,
                               "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
                               "font-size=\"9\">%d</text>\n",
@@ -200,13 +231,17 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   // Legend.
   const int ly = axis_y + axis;
   int lx = left;
-  for (ActionKind kind :
-       {ActionKind::kForward, ActionKind::kBackwardInput, ActionKind::kBackwardWeight,
-        ActionKind::kBackwardFull, ActionKind::kReduce}) {
+  std::vector<ActionKind> kinds = {ActionKind::kForward, ActionKind::kBackwardInput,
+                                   ActionKind::kBackwardWeight, ActionKind::kBackwardFull};
+  if (comm) kinds.insert(kinds.end(), {ActionKind::kSendAct, ActionKind::kRecvAct});
+  kinds.push_back(ActionKind::kReduce);
+  for (ActionKind kind : kinds) {
     const char* name = kind == ActionKind::kForward          ? "F forward"
                        : kind == ActionKind::kBackwardInput  ? "B input grad"
                        : kind == ActionKind::kBackwardWeight ? "W weight grad"
                        : kind == ActionKind::kBackwardFull   ? "BW full backward"
+                       : kind == ActionKind::kSendAct        ? "send"
+                       : kind == ActionKind::kRecvAct        ? "recv"
                                                              : "reduce";
     absl::StrAppendFormat(&out,
                           "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
