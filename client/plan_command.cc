@@ -213,6 +213,7 @@ absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
   }
   core::SimOptions so;
   so.reduce_cost = pa.reduce_cost;
+  so.release_during_w = true;  // as the workers launch buckets (grad_sync.overlap on)
   auto sim = core::Simulate(out.plan, req.cost, so);
   if (!sim.ok()) return sim.status();
   out.sim = *std::move(sim);

@@ -35,6 +35,7 @@ struct SyntheticConfig {
   double weight_ms = 0;
   double activation_kb = 0;
   double params_mb = 0;
+  int param_tensors = 0;
   friend bool operator==(const SyntheticConfig&, const SyntheticConfig&) = default;
 };
 

@@ -15,8 +15,8 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
     }
     case v1::ModelSpec::kSynthetic: {
       const auto& y = p.model().synthetic();
-      s.model = SyntheticConfig{y.forward_ms(), y.backward_ms(), y.weight_ms(), y.activation_kb(),
-                                y.params_mb()};
+      s.model = SyntheticConfig{y.forward_ms(),    y.backward_ms(), y.weight_ms(),
+                                y.activation_kb(), y.params_mb(),   y.param_tensors()};
       break;
     }
     case v1::ModelSpec::KIND_NOT_SET:
@@ -74,6 +74,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     m->set_weight_ms(y->weight_ms);
     m->set_activation_kb(y->activation_kb);
     m->set_params_mb(y->params_mb);
+    m->set_param_tensors(y->param_tensors);
   }
   p.mutable_parallel()->set_pipeline(s.pipeline);
   p.mutable_parallel()->set_data(s.data);

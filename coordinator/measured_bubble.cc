@@ -84,6 +84,7 @@ absl::StatusOr<PredictedBubble> PredictBubbleAtMeasuredCosts(const JobPlan& plan
     double reduce_s = 0;
     for (const RankStats& s : replica) reduce_s += s.reduce_s;
     opts.reduce_cost = reduces > 0 ? reduce_s * 1e3 / reduces : 0;
+    opts.release_during_w = plan.overlap;
     absl::StatusOr<core::SimResult> sim = core::Simulate(plan.plan, *cost, opts);
     if (!sim.ok()) return sim.status();
     for (int r = 0; r < p; ++r) {

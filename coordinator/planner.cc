@@ -37,6 +37,23 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v) {
   return {f, f, f, b * s * h * 4 / 1024.0, layers * 12 * h * h * 4 / 1e6};
 }
 
+// Gradient buckets per stage, as the workers will pack them (worker/grad_sync PackBuckets: whole
+// tensors, up to bucket_mb MiB each). Synthetic stages have equal tensors, so this is exact; for
+// GPT stages it is the size ratio.
+int BucketsPerStage(const JobSpec& spec, const StageShape& shape, double bucket_mb) {
+  const double bucket_bytes = bucket_mb * (1 << 20);
+  const double stage_bytes = std::max(shape.params_mb, 0.0) * 1e6;
+  if (const auto* s = std::get_if<SyntheticConfig>(&spec.model); s != nullptr && stage_bytes > 0) {
+    const double floats = std::round(stage_bytes / 4);
+    const double tensors =
+        s->param_tensors > 0 ? std::min<double>(s->param_tensors, floats) : std::ceil(floats / 1e6);
+    const double tensor_bytes = std::ceil(floats / tensors) * 4;
+    const double per_bucket = std::max(1.0, std::floor(bucket_bytes / tensor_bytes));
+    return std::max(1, static_cast<int>(std::ceil(tensors / per_bucket)));
+  }
+  return std::max(1, static_cast<int>(std::ceil(shape.params_mb / bucket_mb)));
+}
+
 absl::Status ScheduleError(const JobSpec& spec, const absl::Status& st) {
   if (st.code() == absl::StatusCode::kUnimplemented) {
     return absl::InvalidArgumentError(absl::StrCat("spec.schedule.kind: '", spec.schedule,
@@ -105,8 +122,7 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec) {
   if (!lowered.ok()) return Internal("comm lowering", lowered.status());
 
   out->bucket_size_mb = spec.bucket_mb_or_default();
-  const int buckets =
-      std::max(1, static_cast<int>(std::ceil(shape.params_mb / out->bucket_size_mb)));
+  const int buckets = BucketsPerStage(spec, shape, out->bucket_size_mb);
   absl::StatusOr<core::GradSyncPlan> synced = core::PlanGradSync(
       *lowered, core::GradSyncLayout::Uniform(stages, buckets), spec.overlap_or_default());
   if (!synced.ok()) return Internal("grad-sync planning", synced.status());
@@ -115,12 +131,14 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec) {
   }
   out->plan = std::move(synced->plan);
   out->buckets = std::move(synced->buckets);
+  out->overlap = spec.overlap_or_default();
 
   core::SimOptions sopts;
   const int d = spec.data_parallel();
-  const double bucket_mb = std::min(out->bucket_size_mb, std::max(shape.params_mb, 0.0));
+  const double bucket_mb = std::max(shape.params_mb, 0.0) / buckets;
   // Ring all-reduce moves 2 (d-1)/d of the bucket; nothing to reduce without data parallelism.
   sopts.reduce_cost = d > 1 ? bucket_mb * 1e6 / kLinkBytesPerMs * 2.0 * (d - 1) / d : 0;
+  sopts.release_during_w = out->overlap;
   absl::StatusOr<core::SimResult> sim = core::Simulate(out->plan, out->cost, sopts);
   if (!sim.ok()) return Internal("simulation", sim.status());
   out->sim = std::move(*sim);

@@ -34,6 +34,9 @@ struct JobPlan {
   std::vector<StageInfo> stages;
   std::vector<core::BucketPlan> buckets;  // all ranks
   double bucket_size_mb = 0;
+  // grad_sync.overlap: buckets launch as their last gradient lands, during the last W (the
+  // simulations use core::SimOptions::release_during_w); false = all at the iteration's end.
+  bool overlap = true;
   double memory_limit = 0;  // resolved, M_F units
   core::SimResult sim;
 };

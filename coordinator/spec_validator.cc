@@ -64,6 +64,7 @@ absl::Status ValidateSynthetic(const SyntheticConfig& s) {
   ZPIPE_RETURN_IF_ERROR(
       DoubleIn("spec.model.synthetic.activation_kb", s.activation_kb, 0, 1 << 20, false));
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.params_mb", s.params_mb, 0, 1 << 20, false));
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.synthetic.param_tensors", s.param_tensors, 0, 65536));
   return absl::OkStatus();
 }
 

@@ -58,6 +58,9 @@ class Simulation {
   void ComputeDeps(const Action& a, int r, std::vector<Dep>& deps);
   // Tries to run the next action of rank r; returns false when it must wait.
   bool Step(int r);
+  // When REDUCE `reduce` (the rank's next action) is issued: the end of the previous action, or
+  // with release_during_w its bucket's share of the way through its chunk's last W.
+  double ReduceIssue(int r, const Action& reduce) const;
   std::string DescribeBlocked(int r);
 
   const Plan& plan_;
@@ -72,6 +75,13 @@ class Simulation {
   std::vector<size_t> cursor_;
   std::vector<double> now_;
   std::vector<double> reduce_free_;
+  std::vector<std::vector<int>> buckets_per_chunk_;  // [rank][chunk]: REDUCE actions in the plan
+  struct LastCompute {
+    Action action;
+    ActionTiming timing;
+    bool known = false;
+  };
+  std::vector<LastCompute> last_compute_;  // per rank
   std::vector<double> memory_;
   SimResult result_;
   std::vector<Dep> deps_;
@@ -205,6 +215,7 @@ bool Simulation::Step(int r) {
     const double end = start + cost_.Duration(a);
     timing = {start, end};
     now = end;
+    last_compute_[r] = {a, timing, true};
     result_.busy[r] += end - start;
     memory_[r] += cost_.MemoryDelta(a);
     result_.peak_memory[r] = std::max(result_.peak_memory[r], memory_[r]);
@@ -246,7 +257,7 @@ bool Simulation::Step(int r) {
     timing = {now, now};
     (is_act ? act_recv_post_ : grad_recv_post_).at(a.stage, a.microbatch) = now;
   } else if (a.kind == ActionKind::kReduce) {
-    const double start = std::max(now, reduce_free_[r]);
+    const double start = std::max(ReduceIssue(r, a), reduce_free_[r]);
     const double end = start + options_.reduce_cost;
     timing = {start, end};
     reduce_free_[r] = end;
@@ -254,6 +265,22 @@ bool Simulation::Step(int r) {
   }
   ++cursor_[r];
   return true;
+}
+
+double Simulation::ReduceIssue(int r, const Action& reduce) const {
+  const LastCompute& last = last_compute_[r];
+  if (!options_.release_during_w || !last.known) return now_[r];
+  const Action& c = last.action;
+  if (c.kind != ActionKind::kBackwardWeight && c.kind != ActionKind::kBackwardFull) return now_[r];
+  if (placement_.RankOf(c.stage) != r || placement_.ChunkOf(c.stage) != reduce.chunk) {
+    return now_[r];
+  }
+  const int buckets = buckets_per_chunk_[r][reduce.chunk];
+  if (buckets <= 0 || reduce.bucket < 0 || reduce.bucket >= buckets) return now_[r];
+  const double w = std::min(cost_.Duration(Action::W(c.stage, c.microbatch)),
+                            last.timing.end - last.timing.start);
+  const double w_start = last.timing.end - w;
+  return w_start + w * (reduce.bucket + 1) / buckets;
 }
 
 std::string Simulation::DescribeBlocked(int r) {
@@ -303,6 +330,15 @@ absl::StatusOr<SimResult> Simulation::Run() {
   cursor_.assign(p_, 0);
   now_.assign(p_, 0);
   reduce_free_.assign(p_, 0);
+  last_compute_.assign(p_, LastCompute{});
+  buckets_per_chunk_.assign(p_, std::vector<int>(placement_.chunks_per_rank(), 0));
+  for (int r = 0; r < p_; ++r) {
+    for (const Action& a : plan_.ranks[r]) {
+      if (a.kind == ActionKind::kReduce && a.chunk >= 0 && a.chunk < placement_.chunks_per_rank()) {
+        buckets_per_chunk_[r][a.chunk] = std::max(buckets_per_chunk_[r][a.chunk], a.bucket + 1);
+      }
+    }
+  }
   memory_.assign(p_, 0);
   result_.timings.resize(p_);
   for (int r = 0; r < p_; ++r) result_.timings[r].resize(plan_.ranks[r].size());

@@ -10,7 +10,11 @@
 // REDUCE actions run on a per-rank reduction stream: each starts when it is issued (the action
 // before it in the rank's order has started... and ended) and the stream is free, takes
 // `reduce_cost`, and never blocks compute. The iteration ends when the last compute and the last
-// reduction are done.
+// reduction are done. With `release_during_w` a REDUCE that follows its chunk's last W (or BW) is
+// issued partway through that action instead of at its end: workers launch a bucket's all-reduce
+// the moment its last parameter's gradient lands, and W produces a chunk's buckets in layout
+// order (reverse layer order), so bucket k of the chunk's K (uniform) buckets is issued
+// (k + 1) / K of the way through the action's W part.
 //
 // A plan whose ranks cannot all finish is reported as FailedPrecondition ("deadlock: ...") naming
 // the blocked action of every stuck rank and what it waits for.
@@ -29,6 +33,9 @@ struct SimOptions {
   double reduce_cost = 0;                // duration of each REDUCE action
   bool blocking_recv = false;            // a RECV blocks its rank until the message arrives
   bool check_dependencies_exist = true;  // fail when a dependency is missing from the plan
+  // Buckets are released during the last W (the workers' per-parameter countdown with
+  // grad_sync.overlap on); false = at the end of the action before the REDUCE.
+  bool release_during_w = false;
 };
 
 struct ActionTiming {

@@ -110,5 +110,45 @@ TEST(SimulatorTest, ReduceOverlapAndExposure) {
   EXPECT_DOUBLE_EQ(sim->makespan, 5);
 }
 
+TEST(SimulatorTest, ReleaseDuringWIssuesEachBucketAtItsShareOfTheLastW) {
+  // One rank, one stage, a W of 4 and four buckets after it. At the action's end all four would be
+  // exposed; released during W, bucket k is issued at (k + 1) / 4 of the W, so with reduce cost 1
+  // only the last one sticks out.
+  Plan plan = EmptyPlan("t", Placement::Linear(1), 1);
+  plan.ranks[0] = {Action::F(0, 0),      Action::B(0, 0),      Action::W(0, 0),
+                   Action::Reduce(0, 0), Action::Reduce(0, 1), Action::Reduce(0, 2),
+                   Action::Reduce(0, 3)};
+  CostModel cost = CostModel::Uniform(1, StageCost{.f = 1, .b = 1, .w = 4});
+  SimOptions options;
+  options.reduce_cost = 1;
+  auto at_end = Simulate(plan, cost, options);
+  ASSERT_TRUE(at_end.ok()) << at_end.status();
+  EXPECT_DOUBLE_EQ(at_end->timings[0][3].start, 6);
+  EXPECT_DOUBLE_EQ(at_end->total_exposed_reduce, 4);
+  EXPECT_DOUBLE_EQ(at_end->reduce_overlap, 0);
+
+  options.release_during_w = true;
+  auto during = Simulate(plan, cost, options);
+  ASSERT_TRUE(during.ok()) << during.status();
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_DOUBLE_EQ(during->timings[0][3 + k].start, 3 + k) << "bucket " << k;
+    EXPECT_DOUBLE_EQ(during->timings[0][3 + k].end, 4 + k) << "bucket " << k;
+  }
+  EXPECT_DOUBLE_EQ(during->total_exposed_reduce, 1);
+  EXPECT_DOUBLE_EQ(during->reduce_overlap, 0.75);
+  EXPECT_DOUBLE_EQ(during->makespan, 7);
+
+  // A BW releases during its W part only (after T_B); a REDUCE after F or B is not affected.
+  plan.ranks[0] = {Action::F(0, 0), Action::BW(0, 0), Action::Reduce(0, 0), Action::Reduce(0, 1)};
+  auto bw = Simulate(plan, cost, options);
+  ASSERT_TRUE(bw.ok()) << bw.status();
+  EXPECT_DOUBLE_EQ(bw->timings[0][2].start, 4);  // BW runs 1..6, its W part 2..6
+  EXPECT_DOUBLE_EQ(bw->timings[0][3].start, 6);
+  plan.ranks[0] = {Action::F(0, 0), Action::B(0, 0), Action::Reduce(0, 0), Action::W(0, 0)};
+  auto after_b = Simulate(plan, cost, options);
+  ASSERT_TRUE(after_b.ok()) << after_b.status();
+  EXPECT_DOUBLE_EQ(after_b->timings[0][2].start, 2);
+}
+
 }  // namespace
 }  // namespace zpipe::core

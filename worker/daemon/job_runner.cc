@@ -49,6 +49,7 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
       sc.weight_ms = cost.weight_ms();
       sc.activation_kb = cost.activation_kb();
       sc.params_mb = cost.params_mb();
+      sc.param_tensors = spec.model().synthetic().param_tensors();
       stage = model::MakeSyntheticStage(sc, so);
     } else {
       return absl::InvalidArgumentError("assignment spec has no model");

@@ -1,19 +1,49 @@
 #include "worker/executor/grad_sync_driver.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "worker/grad_sync/model_params.h"
 
 namespace zpipe::worker {
 namespace {
 
+// Counts per parameter, as each gradient lands (the stages' gradient observers), so a bucket's
+// all-reduce launches partway through the W that completes it rather than after the whole
+// action; OnCompute only reports what the observers ran into.
 class Driver : public GradSyncDriver {
  public:
-  explicit Driver(std::unique_ptr<GradSync> sync) : sync_(std::move(sync)) {}
+  Driver(std::unique_ptr<GradSync> sync, const std::vector<std::unique_ptr<model::Stage>>& stages)
+      : sync_(std::move(sync)), state_(std::make_shared<State>()) {
+    state_->sync = sync_.get();
+    for (const auto& st : stages) {
+      std::vector<bool> counted;
+      for (const model::ParamInfo& p : st->params()) counted.push_back(p.tensor.numel() > 0);
+      // Shares `state_` rather than pointing at the driver: the stages may outlive it (the
+      // executor owning them may be destroyed after or before the driver).
+      st->SetGradObserver(
+          [state = state_, stage = st->stage(), counted = std::move(counted)](int param) {
+            // Parameters without elements have no bucket (PackBuckets leaves them out).
+            if (state->sync == nullptr || param < 0 || param >= static_cast<int>(counted.size()) ||
+                !counted[param]) {
+              return;
+            }
+            absl::Status s = state->sync->OnContribution(stage, param);
+            if (!s.ok() && state->error.ok()) state->error = s;
+          });
+    }
+  }
+  ~Driver() override { state_->sync = nullptr; }
 
-  absl::Status BeginIteration(int) override { return sync_->BeginIteration(); }
+  absl::Status BeginIteration(int) override {
+    state_->error = absl::OkStatus();
+    return sync_->BeginIteration();
+  }
 
-  absl::Status OnCompute(const core::Action& action) override {
-    return sync_->OnActionDone(action);
+  absl::Status OnCompute(const core::Action&) override {
+    absl::Status s = state_->error;
+    state_->error = absl::OkStatus();
+    return s;
   }
 
   absl::Status OnReduceAction(int chunk, int bucket) override {
@@ -35,7 +65,12 @@ class Driver : public GradSyncDriver {
   }
 
  private:
+  struct State {
+    GradSync* sync = nullptr;  // null once the driver is gone
+    absl::Status error;        // the first counting error since the last OnCompute
+  };
   std::unique_ptr<GradSync> sync_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace
@@ -54,7 +89,7 @@ absl::StatusOr<std::unique_ptr<GradSyncDriver>> NewGradSyncDriver(
       return s;
     }
   }
-  return std::unique_ptr<GradSyncDriver>(new Driver(*std::move(sync)));
+  return std::unique_ptr<GradSyncDriver>(new Driver(*std::move(sync), stages));
 }
 
 }  // namespace zpipe::worker

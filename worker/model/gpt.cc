@@ -21,8 +21,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct Linear {
-  torch::Tensor weight;  // [out, in]
-  torch::Tensor bias;    // [out] or undefined
+  torch::Tensor weight;   // [out, in]
+  torch::Tensor bias;     // [out] or undefined
+  int weight_param = -1;  // indices into the stage's params()
+  int bias_param = -1;
 };
 
 struct Block {
@@ -67,8 +69,12 @@ class PartsBuilder {
   Linear MakeLinear(const std::string& name, int64_t in, int64_t out, double std, bool bias,
                     int layer) {
     Linear l;
+    l.weight_param = static_cast<int>(parts_->infos.size());
     l.weight = Normal(name + ".weight", {out, in}, std, GradPhase::kW, layer);
-    if (bias) l.bias = Fill(name + ".bias", {out}, 0.0, GradPhase::kW, layer);
+    if (bias) {
+      l.bias_param = static_cast<int>(parts_->infos.size());
+      l.bias = Fill(name + ".bias", {out}, 0.0, GradPhase::kW, layer);
+    }
     return l;
   }
 
@@ -147,14 +153,18 @@ class SplitLinearFn : public torch::autograd::Function<SplitLinearFn> {
     torch::Tensor grad_out = grad_outputs[0];
     torch::Tensor grad_x;
     if (ctx->needs_input_grad(0)) grad_x = torch::matmul(grad_out, layer->weight.detach());
+    std::vector<int> landed{layer->weight_param};
+    if (layer->bias.defined()) landed.push_back(layer->bias_param);
     absl::Status pushed = store->Push(
-        mb, [x = x.detach(), g = grad_out.detach(), w = layer->weight, b = layer->bias] {
+        mb,
+        [x = x.detach(), g = grad_out.detach(), w = layer->weight, b = layer->bias] {
           torch::NoGradGuard no_grad;
           const torch::Tensor x2 = x.reshape({-1, x.size(-1)});
           const torch::Tensor g2 = g.reshape({-1, g.size(-1)});
           AccumulateGrad(w, g2.t().mm(x2));
           if (b.defined()) AccumulateGrad(b, g2.sum(0));
-        });
+        },
+        std::move(landed));
     TORCH_CHECK(pushed.ok(), std::string(pushed.message()));
     return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -321,7 +331,11 @@ class GptStage final : public internal::StageBase {
           return it->second.input.grad().detach();
         });
     fwd_.erase(it);  // B is done with the graph either way
-    if (!result.ok()) store_.Drop(mb);
+    if (!result.ok()) {
+      store_.Drop(mb);
+    } else {
+      NotifyBPhaseGrads();
+    }
     return result;
   }
 

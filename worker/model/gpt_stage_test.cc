@@ -466,6 +466,51 @@ TEST(GptStageTest, GradientsArriveInTheAdvertisedPhase) {
   }
 }
 
+TEST(GptStageTest, ObserverHearsEachGradientAsItLandsLaterLayersFirst) {
+  const std::vector<TokenBatch> batches = Batches(2);
+  auto stages = MakeStages(1, 2);
+  Stage& stage = *stages[0];
+  const std::vector<ParamInfo>& params = stage.params();
+  std::vector<int> heard;
+  stage.SetGradObserver([&](int k) {
+    ASSERT_GE(k, 0);
+    ASSERT_LT(k, static_cast<int>(params.size()));
+    EXPECT_TRUE(params[k].tensor.grad().defined())
+        << "reported before it landed: " << params[k].name;
+    heard.push_back(k);
+  });
+  ASSERT_TRUE(stage.Forward(0, batches[0].tokens, &batches[0].targets).ok());
+  EXPECT_TRUE(heard.empty());
+  ASSERT_TRUE(stage.BackwardInput(0, torch::Tensor()).ok());
+  // B: every B-phase parameter once, nothing else.
+  std::multiset<int> in_b(heard.begin(), heard.end());
+  for (size_t k = 0; k < params.size(); ++k) {
+    EXPECT_EQ(in_b.count(static_cast<int>(k)), params[k].phase == GradPhase::kB ? 1u : 0u)
+        << params[k].name;
+  }
+  heard.clear();
+  ASSERT_TRUE(stage.BackwardWeight(0).ok());
+  // W: every W-phase parameter once, in backward order (layers never increase).
+  std::multiset<int> in_w(heard.begin(), heard.end());
+  for (size_t k = 0; k < params.size(); ++k) {
+    EXPECT_EQ(in_w.count(static_cast<int>(k)), params[k].phase == GradPhase::kW ? 1u : 0u)
+        << params[k].name;
+  }
+  ASSERT_FALSE(heard.empty());
+  EXPECT_EQ(params[heard.front()].name, "head.weight");
+  for (size_t i = 1; i < heard.size(); ++i) {
+    EXPECT_LE(params[heard[i]].layer, params[heard[i - 1]].layer)
+        << params[heard[i]].name << " after " << params[heard[i - 1]].name;
+  }
+  // BW: both, B-phase first.
+  heard.clear();
+  ASSERT_TRUE(stage.Forward(1, batches[1].tokens, &batches[1].targets).ok());
+  ASSERT_TRUE(stage.BackwardFull(1, torch::Tensor()).ok());
+  EXPECT_EQ(heard.size(), params.size());
+  EXPECT_EQ(params[heard.front()].phase, GradPhase::kB);
+  EXPECT_EQ(params[heard.back()].phase, GradPhase::kW);
+}
+
 TEST(GptStageTest, GradientsAccumulateInPlace) {
   // A pre-set .grad (e.g. a view into a flat bucket buffer) is accumulated into, not replaced.
   const std::vector<TokenBatch> batches = Batches(1);

@@ -23,6 +23,14 @@
 // caller may reuse or overwrite its buffers as soon as a call returns; returned tensors belong to
 // the caller (detached, no graph) and the stage never reads them again.
 //
+// Gradient-landed notifications: with an observer set (SetGradObserver), a stage calls it once per
+// accumulation into parameter k's .grad, right after it happened: for a W-phase parameter inside
+// W as each layer's weight gradient lands (later layers first), for a B-phase parameter at the end
+// of B. Per microbatch that is exactly accumulations_per_microbatch calls per parameter, the
+// same count Accumulations() gives per action, only earlier; gradient sync launches a bucket's
+// all-reduce on the last one, mid-W, so the reduce of all but the last-landing bucket overlaps
+// the W still running. The observer runs on the thread driving the stage.
+//
 // Thread-safety: a Stage is driven by one thread at a time (the executor). Distinct stages are
 // independent (no global state) and may run on different threads.
 #ifndef ZPIPE_WORKER_MODEL_STAGE_H_
@@ -31,6 +39,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -128,6 +137,11 @@ class Stage {
 
   // Parameters in model (forward) order, with gradient accounting.
   virtual const std::vector<ParamInfo>& params() const = 0;
+
+  // `param`: index into params(). Called as each accumulation lands (see the file comment); an
+  // empty function turns notifications off.
+  using GradObserver = std::function<void(int param)>;
+  void SetGradObserver(GradObserver observer) { grad_observer_ = std::move(observer); }
   std::vector<torch::Tensor> parameters() const {
     std::vector<torch::Tensor> out;
     for (const ParamInfo& p : params()) out.push_back(p.tensor);
@@ -144,6 +158,14 @@ class Stage {
   // The activation exchanged at this stage's output boundary (and, for s > 0, its input), for a
   // microbatch of `microbatch_size` samples; gradients have the same spec.
   virtual TensorSpec ActivationSpec(int microbatch_size) const = 0;
+
+ protected:
+  void NotifyGradLanded(int param) const {
+    if (grad_observer_) grad_observer_(param);
+  }
+
+ private:
+  GradObserver grad_observer_;
 };
 
 }  // namespace zpipe::worker::model

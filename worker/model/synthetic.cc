@@ -25,11 +25,18 @@ class SyntheticStage final : public internal::StageBase {
   SyntheticStage(const SyntheticStageConfig& config, const StageOptions& options)
       : StageBase(options), config_(config) {
     activation_floats_ = static_cast<int64_t>(std::llround(config.activation_kb * 1024.0 / 4.0));
-    int64_t remaining = static_cast<int64_t>(std::llround(config.params_mb * 1e6 / 4.0));
+    const int64_t total = static_cast<int64_t>(std::llround(config.params_mb * 1e6 / 4.0));
+    const int64_t tensors =
+        config.param_tensors > 0
+            ? std::min<int64_t>(config.param_tensors, std::max<int64_t>(total, 1))
+            : (total + kMaxTensorFloats - 1) / kMaxTensorFloats;
     torch::NoGradGuard no_grad;
+    int64_t remaining = total;
     for (int k = 0; remaining > 0; ++k) {
-      const int64_t n = std::min(remaining, kMaxTensorFloats);
+      // Equal shares, the first tensors taking the remainder.
+      const int64_t n = total / tensors + (k < total % tensors ? 1 : 0);
       remaining -= n;
+      total_floats_ += n;
       torch::Tensor t =
           torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32).device(options.device));
       t.set_requires_grad(true);
@@ -74,8 +81,15 @@ class SyntheticStage final : public internal::StageBase {
     if (absl::Status s = store_.Open(mb); !s.ok()) return s;
     absl::StatusOr<torch::Tensor> grad =
         GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<torch::Tensor> {
-          absl::Status pushed = store_.Push(mb, [this] { WeightWork(); });
-          if (!pushed.ok()) return pushed;
+          // One closure per tensor, last layer first, as a real backward produces them.
+          for (int k = static_cast<int>(infos_.size()) - 1; k >= 0; --k) {
+            absl::Status pushed = store_.Push(mb, [this, k] { WeightWork(k); }, {k});
+            if (!pushed.ok()) return pushed;
+          }
+          if (infos_.empty()) {
+            absl::Status pushed = store_.Push(mb, [this] { WeightWork(-1); });
+            if (!pushed.ok()) return pushed;
+          }
           if (is_first()) return torch::Tensor();
           return torch::full({activation_floats_}, static_cast<float>(-(stage() + 1)),
                              torch::TensorOptions().dtype(torch::kFloat32).device(options_.device));
@@ -100,19 +114,24 @@ class SyntheticStage final : public internal::StageBase {
   }
 
  private:
-  void WeightWork() {
+  // Tensor k's part of W (k = -1: a stage without parameters, all of weight_ms).
+  void WeightWork(int k) {
     const Clock::time_point start = Clock::now();
-    torch::NoGradGuard no_grad;
-    const double inc = 1.0 / options_.num_microbatches;
-    for (const ParamInfo& p : infos_) {
-      torch::Tensor& g = p.tensor.mutable_grad();
-      if (g.defined()) {
-        g.add_(inc);
-      } else {
-        g = torch::full_like(p.tensor, inc);
-      }
+    if (k < 0) {
+      WaitUntil(start, config_.weight_ms);
+      return;
     }
-    WaitUntil(start, config_.weight_ms);
+    torch::NoGradGuard no_grad;
+    const ParamInfo& p = infos_[k];
+    const double inc = 1.0 / options_.num_microbatches;
+    torch::Tensor& g = p.tensor.mutable_grad();
+    if (g.defined()) {
+      g.add_(inc);
+    } else {
+      g = torch::full_like(p.tensor, inc);
+    }
+    WaitUntil(start, config_.weight_ms * static_cast<double>(p.tensor.numel()) /
+                         static_cast<double>(total_floats_));
   }
 
   void WaitUntil(Clock::time_point start, double ms) const {
@@ -133,6 +152,7 @@ class SyntheticStage final : public internal::StageBase {
   const SyntheticStageConfig config_;
   int64_t activation_floats_ = 0;
   std::vector<ParamInfo> infos_;
+  int64_t total_floats_ = 0;
   std::map<int, bool> forwarded_;
   int64_t forwards_ = 0;
 };
@@ -150,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeSyntheticStage(const SyntheticStageCo
   if (!(config.weight_ms >= 0)) return negative("weight_ms", config.weight_ms);
   if (!(config.activation_kb >= 0)) return negative("activation_kb", config.activation_kb);
   if (!(config.params_mb >= 0)) return negative("params_mb", config.params_mb);
+  if (config.param_tensors < 0) return negative("param_tensors", config.param_tensors);
   if (options.num_stages < 1 || options.stage < 0 || options.stage >= options.num_stages) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", options.stage, " not in 0..", options.num_stages - 1));

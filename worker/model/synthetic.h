@@ -13,9 +13,12 @@
 // gradient of the same size (undefined on the first stage); the last stage's F returns the
 // scalar loss 4 / (1 + 0.01 k) for its k-th forward since construction (k = 0, 1, ...), so a
 // synthetic job shows a deterministic, falling loss curve.
-// Parameters: params_mb MB (1e6 bytes) of float32 split in tensors of at most 4 MB, all
-// accumulated during W: each W adds 1/m to every element, so after a full iteration of m
-// microbatches every gradient element is exactly 1 (handy for checking gradient sync).
+// Parameters: params_mb MB (1e6 bytes) of float32 split in `param_tensors` equal tensors (0: as
+// many as it takes to keep each at most 4 MB), one per synthetic "layer", all accumulated during
+// W: each W adds 1/m to every element, so after a full iteration of m microbatches every gradient
+// element is exactly 1 (handy for checking gradient sync). W works like a real backward: last
+// layer first, each tensor taking its share of weight_ms by size and reported (Stage's gradient
+// observer) the moment it is done.
 #ifndef ZPIPE_WORKER_MODEL_SYNTHETIC_H_
 #define ZPIPE_WORKER_MODEL_SYNTHETIC_H_
 
@@ -35,6 +38,7 @@ struct SyntheticStageConfig {
   double weight_ms = 0;      // T_W
   double activation_kb = 0;  // KiB of activation (and gradient) per microbatch
   double params_mb = 0;      // MB of parameters (and gradients) on this stage
+  int param_tensors = 0;     // parameter tensors ("layers"); 0 = one per 4 MB
   Timing timing = Timing::kSleep;
 };
 

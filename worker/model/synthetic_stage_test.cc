@@ -155,5 +155,62 @@ TEST(SyntheticStageTest, ProtocolErrorsAndBadConfigs) {
   EXPECT_FALSE(MakeSyntheticStage(c, o).ok());
 }
 
+TEST(SyntheticStageTest, WLandsEachTensorLastLayerFirstAtItsShareOfTheTime) {
+  SyntheticStageConfig c;
+  c.forward_ms = 1;
+  c.backward_ms = 1;
+  c.weight_ms = 40;
+  c.params_mb = 0.4;
+  c.param_tensors = 4;
+  auto stage = Make(c, 0, 2, 1);
+  ASSERT_EQ(stage->params().size(), 4u);
+  for (const ParamInfo& p : stage->params()) EXPECT_EQ(p.tensor.numel(), 25'000);
+  std::vector<int> landed;
+  std::vector<double> at_ms;
+  Clock::time_point w_start;
+  stage->SetGradObserver([&](int param) {
+    landed.push_back(param);
+    at_ms.push_back(MsSince(w_start));
+    // The gradient is already there when it is reported.
+    EXPECT_TRUE(stage->params()[param].tensor.grad().defined());
+  });
+  ASSERT_TRUE(stage->Forward(0, torch::Tensor()).ok());
+  ASSERT_TRUE(stage->BackwardInput(0, torch::zeros({0})).ok());
+  EXPECT_TRUE(landed.empty()) << "nothing lands in B: every synthetic gradient is a W gradient";
+  w_start = Clock::now();
+  ASSERT_TRUE(stage->BackwardWeight(0).ok());
+  const double w_ms = MsSince(w_start);
+  EXPECT_EQ(landed, (std::vector<int>{3, 2, 1, 0}));
+  ASSERT_EQ(at_ms.size(), 4u);
+  // Tensor k lands after (4 - k) quarters of W, not all at the end.
+  for (int k = 0; k < 4; ++k) EXPECT_GE(at_ms[k], 10.0 * (k + 1)) << "landing " << k;
+  EXPECT_LT(at_ms[0], w_ms - 15) << "the first tensor must land well before W ends";
+  EXPECT_GE(w_ms, 40);
+
+  stage->SetGradObserver(nullptr);  // off again: W still runs
+  ASSERT_TRUE(stage->Forward(1, torch::Tensor()).ok());
+  ASSERT_TRUE(stage->BackwardInput(1, torch::zeros({0})).ok());
+  ASSERT_TRUE(stage->BackwardWeight(1).ok());
+  EXPECT_EQ(landed.size(), 4u);
+}
+
+TEST(SyntheticStageTest, ParamTensorsSplitsEvenlyAndRejectsNegatives) {
+  SyntheticStageConfig c;
+  c.forward_ms = 1;
+  c.backward_ms = 1;
+  c.params_mb = 0.000040;  // 10 floats over 3 tensors: 4, 3, 3
+  c.param_tensors = 3;
+  auto stage = Make(c, 0, 1, 1);
+  ASSERT_EQ(stage->params().size(), 3u);
+  EXPECT_EQ(stage->params()[0].tensor.numel(), 4);
+  EXPECT_EQ(stage->params()[1].tensor.numel(), 3);
+  EXPECT_EQ(stage->params()[2].tensor.numel(), 3);
+  c.param_tensors = -1;
+  StageOptions o;
+  absl::StatusOr<std::unique_ptr<Stage>> bad = MakeSyntheticStage(c, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "param_tensors")) << bad.status();
+}
+
 }  // namespace
 }  // namespace zpipe::worker::model

@@ -16,7 +16,7 @@ absl::Status WeightGradStore::Open(int mb) {
   return absl::OkStatus();
 }
 
-absl::Status WeightGradStore::Push(int mb, Closure closure) {
+absl::Status WeightGradStore::Push(int mb, Closure closure, std::vector<int> params) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(mb);
   if (it == pending_.end()) {
@@ -24,11 +24,11 @@ absl::Status WeightGradStore::Push(int mb, Closure closure) {
         absl::StrCat("stage ", stage_, " microbatch ", mb,
                      ": weight-gradient work queued outside B (store not open)"));
   }
-  it->second.push_back(std::move(closure));
+  it->second.push_back(Work{std::move(closure), std::move(params)});
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<WeightGradStore::Closure>> WeightGradStore::Take(int mb) {
+absl::StatusOr<std::vector<WeightGradStore::Work>> WeightGradStore::Take(int mb) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(mb);
   if (it == pending_.end()) {
@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<WeightGradStore::Closure>> WeightGradStore::Take(int 
         absl::StrCat("stage ", stage_, " microbatch ", mb,
                      ": W has no pending weight gradients (W without B, or W twice)"));
   }
-  std::vector<Closure> out = std::move(it->second);
+  std::vector<Work> out = std::move(it->second);
   pending_.erase(it);
   return out;
 }

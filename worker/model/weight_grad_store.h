@@ -2,8 +2,11 @@
 //
 // B(s,i) opens microbatch i (Open), and the split-linear backward pushes one closure per linear
 // layer (Push); each closure captures what it needs (layer input, output gradient) and
-// accumulates into its parameters' .grad in place. W(s,i) takes exactly microbatch i's closures
-// (Take) and runs them. The store belongs to one stage, so its errors name that stage.
+// accumulates into its parameters' .grad in place, and names those parameters (indices into the
+// stage's params()), so W can report each gradient the moment it lands (gradient sync launches a
+// bucket's all-reduce then, partway through W). W(s,i) takes exactly microbatch i's work (Take)
+// and runs it in push order, which is backward order: later layers first. The store belongs to
+// one stage, so its errors name that stage.
 //
 // Thread-safety: all methods may be called concurrently (the autograd engine may run a backward,
 // and so Push, on one of its own threads).
@@ -23,6 +26,10 @@ namespace zpipe::worker::model {
 class WeightGradStore {
  public:
   using Closure = std::function<void()>;
+  struct Work {
+    Closure run;
+    std::vector<int> params;  // accumulated into once each by `run`
+  };
 
   explicit WeightGradStore(int stage) : stage_(stage) {}
   WeightGradStore(const WeightGradStore&) = delete;
@@ -33,12 +40,13 @@ class WeightGradStore {
   // Starts collecting microbatch `mb`'s closures. FailedPrecondition if `mb` is already open
   // (B twice without W in between).
   absl::Status Open(int mb);
-  // Appends a closure to open microbatch `mb`. FailedPrecondition if `mb` is not open (a
-  // backward ran outside B).
-  absl::Status Push(int mb, Closure closure);
-  // Removes and returns microbatch `mb`'s closures, in push order. FailedPrecondition naming the
+  // Appends a closure to open microbatch `mb`; `params` are the stage's parameters it
+  // accumulates into, once each. FailedPrecondition if `mb` is not open (a backward ran outside
+  // B).
+  absl::Status Push(int mb, Closure closure, std::vector<int> params = {});
+  // Removes and returns microbatch `mb`'s work, in push order. FailedPrecondition naming the
   // stage and microbatch if `mb` is not open (W without B, or W twice).
-  absl::StatusOr<std::vector<Closure>> Take(int mb);
+  absl::StatusOr<std::vector<Work>> Take(int mb);
   // Forgets microbatch `mb` (no-op if absent); for aborted iterations.
   void Drop(int mb);
   // Forgets everything.
@@ -51,7 +59,7 @@ class WeightGradStore {
  private:
   const int stage_;
   mutable std::mutex mu_;
-  std::map<int, std::vector<Closure>> pending_;  // guarded by mu_
+  std::map<int, std::vector<Work>> pending_;  // guarded by mu_
 };
 
 }  // namespace zpipe::worker::model

@@ -22,12 +22,16 @@ class StageBase : public Stage {
   int stage() const override { return options_.stage; }
   int num_stages() const override { return options_.num_stages; }
 
-  // W(s,i): runs exactly microbatch i's queued weight-gradient closures.
+  // W(s,i): runs exactly microbatch i's queued weight-gradient closures, in push order, and
+  // reports each parameter's gradient as its closure lands it.
   absl::Status BackwardWeight(int mb) override {
-    absl::StatusOr<std::vector<WeightGradStore::Closure>> work = store_.Take(mb);
+    absl::StatusOr<std::vector<WeightGradStore::Work>> work = store_.Take(mb);
     if (!work.ok()) return work.status();
     return GuardTorch(stage(), "W", mb, [&]() -> absl::Status {
-      for (const WeightGradStore::Closure& fn : *work) fn();
+      for (const WeightGradStore::Work& w : *work) {
+        w.run();
+        for (int param : w.params) NotifyGradLanded(param);
+      }
       return absl::OkStatus();
     });
   }
@@ -43,6 +47,17 @@ class StageBase : public Stage {
   void ClearLosses() override { losses_.clear(); }
 
  protected:
+  // At the end of a successful B: every B-phase parameter's accumulations of one microbatch.
+  void NotifyBPhaseGrads() const {
+    const std::vector<ParamInfo>& ps = params();
+    for (size_t k = 0; k < ps.size(); ++k) {
+      if (ps[k].phase != GradPhase::kB) continue;
+      for (int n = 0; n < ps[k].accumulations_per_microbatch; ++n) {
+        NotifyGradLanded(static_cast<int>(k));
+      }
+    }
+  }
+
   // The queued weight work and the loss of `mb` (FreeMicrobatch's shared part).
   void DropQueued(int mb) {
     store_.Drop(mb);
