@@ -493,4 +493,6 @@ absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
 
 const std::vector<std::unique_ptr<model::Stage>>& Executor::stages() const { return impl_->stages; }
 
+torch::optim::Optimizer* Executor::optimizer() const { return impl_->optimizer.get(); }
+
 }  // namespace zpipe::worker

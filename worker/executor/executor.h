@@ -125,6 +125,9 @@ class Executor {
   absl::StatusOr<IterationSummary> RunIteration(int iteration);
 
   const std::vector<std::unique_ptr<model::Stage>>& stages() const;
+  // The optimizer over every stage's parameters; null when the stages have none. For saving and
+  // restoring its state (worker/executor/checkpoint.h), between iterations only.
+  torch::optim::Optimizer* optimizer() const;
 
  private:
   struct Impl;

@@ -1,0 +1,371 @@
+#include "worker/executor/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace zpipe::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kFormat[] = "zpipe-stage-checkpoint-v1";
+
+absl::Status ErrnoError(int err, absl::string_view what, const fs::path& path) {
+  const std::string msg = absl::StrCat(what, " '", path.string(), "': ", std::strerror(err));
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(msg);
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(msg);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::Status FsyncPath(const fs::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open", path);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some filesystems refuse fsync on a directory; the rename is still atomic there.
+  if (rc != 0 && err != EINVAL && err != EBADF) return ErrnoError(err, "fsync", path);
+  return absl::OkStatus();
+}
+
+// Writes through `write_all(sink)` into a temporary file beside `path`, then renames it over
+// `path`. `sink(data, n)` returns n on success.
+absl::Status WriteAtomically(
+    const fs::path& path,
+    const std::function<void(const std::function<size_t(const void*, size_t)>&)>& write_all) {
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = fs::path(path).concat(absl::StrCat(".tmp.", ::getpid(), ".", counter++));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "cannot write", path);
+  int write_errno = 0;
+  auto sink = [&](const void* data, size_t n) -> size_t {
+    const char* p = static_cast<const char*>(data);
+    size_t left = n;
+    while (left > 0) {
+      const ssize_t w = ::write(fd, p, left);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        write_errno = errno;
+        return n - left;
+      }
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    return n;
+  };
+  absl::Status st;
+  try {
+    write_all(sink);
+  } catch (const std::exception& e) {
+    st = write_errno != 0
+             ? ErrnoError(write_errno, "cannot write", path)
+             : absl::InternalError(absl::StrCat("writing '", path.string(), "': ", e.what()));
+  }
+  if (st.ok() && write_errno != 0) st = ErrnoError(write_errno, "cannot write", path);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoError(errno, "fsync", path);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoError(errno, "cannot write", path);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = ErrnoError(errno, "cannot rename into", path);
+  }
+  if (!st.ok()) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return st;
+  }
+  return FsyncPath(path.has_parent_path() ? path.parent_path() : fs::path("."), O_RDONLY);
+}
+
+std::string OptimizerKind(const torch::optim::Optimizer* opt) {
+  if (opt == nullptr) return "none";
+  if (dynamic_cast<const torch::optim::AdamW*>(opt) != nullptr) return "adamw";
+  if (dynamic_cast<const torch::optim::Adam*>(opt) != nullptr) return "adam";
+  if (dynamic_cast<const torch::optim::SGD*>(opt) != nullptr) return "sgd";
+  return "unknown";
+}
+
+// The key of `p` in Optimizer::state(): its TensorImpl address, as a string in LibTorch 1.x and
+// as the pointer itself in 2.x.
+template <typename Optimizer = torch::optim::Optimizer>  // a template, for `if constexpr`
+auto StateKey(const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+// The optimizer state of one parameter, whatever the kind (unused fields undefined).
+struct ParamState {
+  std::optional<int64_t> step;  // Adam, AdamW
+  torch::Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+  torch::Tensor momentum_buffer;  // SGD
+};
+
+template <typename State>
+void ReadAdamState(const State& s, ParamState& out) {
+  out.step = s.step();
+  out.exp_avg = s.exp_avg();
+  out.exp_avg_sq = s.exp_avg_sq();
+  out.max_exp_avg_sq = s.max_exp_avg_sq();
+}
+
+template <typename State>
+std::unique_ptr<torch::optim::OptimizerParamState> MakeAdamState(const ParamState& in) {
+  auto s = std::make_unique<State>();
+  s->step(*in.step);
+  s->exp_avg(in.exp_avg);
+  s->exp_avg_sq(in.exp_avg_sq);
+  if (in.max_exp_avg_sq.defined()) s->max_exp_avg_sq(in.max_exp_avg_sq);
+  return s;
+}
+
+std::optional<ParamState> GetState(const torch::optim::Optimizer& opt, const torch::Tensor& p) {
+  const auto& states = opt.state();
+  auto it = states.find(StateKey(p));
+  if (it == states.end() || it->second == nullptr) return std::nullopt;
+  ParamState out;
+  const torch::optim::OptimizerParamState* s = it->second.get();
+  if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(s)) {
+    ReadAdamState(*a, out);
+  } else if (auto* b = dynamic_cast<const torch::optim::AdamParamState*>(s)) {
+    ReadAdamState(*b, out);
+  } else if (auto* c = dynamic_cast<const torch::optim::SGDParamState*>(s)) {
+    out.momentum_buffer = c->momentum_buffer();
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// One stage file, read and checked, ready to apply.
+struct LoadedStage {
+  model::Stage* stage = nullptr;
+  std::vector<torch::Tensor> params;              // by params() index
+  std::vector<std::optional<ParamState>> states;  // by params() index
+};
+
+std::string ShapeString(const torch::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "] ", std::string(t.dtype().name()));
+}
+
+absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& optimizer_kind,
+                                      const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint file '", file.string(), "' is missing"));
+  }
+  const std::string where =
+      absl::StrCat("checkpoint '", file.string(), "' (stage ", stage.stage(), ")");
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(file.string());
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(where, " is unreadable: ", e.what()));
+  }
+  auto read_string = [&](const std::string& key) -> std::optional<std::string> {
+    c10::IValue v;
+    if (!archive.try_read(key, v) || !v.isString()) return std::nullopt;
+    return v.toStringRef();
+  };
+  if (read_string("format") != std::string(kFormat)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not a ZeroPipe stage checkpoint"));
+  }
+  c10::IValue stage_value;
+  if (!archive.try_read("stage", stage_value) || !stage_value.isInt() ||
+      stage_value.toInt() != stage.stage()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " holds another stage"));
+  }
+  const std::string saved_optimizer = read_string("optimizer").value_or("?");
+  if (saved_optimizer != optimizer_kind) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " holds optimizer state of '",
+                                                   saved_optimizer, "', this job uses '",
+                                                   optimizer_kind, "'"));
+  }
+  const std::string names_joined = read_string("names").value_or("");
+  std::vector<std::string> names;
+  if (!names_joined.empty()) names = absl::StrSplit(names_joined, '\n');
+  std::map<std::string, int> saved_index;
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) saved_index[names[i]] = i;
+
+  const std::vector<model::ParamInfo>& infos = stage.params();
+  LoadedStage out;
+  out.stage = &stage;
+  for (const model::ParamInfo& info : infos) {
+    auto it = saved_index.find(info.name);
+    if (it == saved_index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has no parameter '", info.name,
+                                                     "' (it holds ", names.size(),
+                                                     " parameters; the model differs)"));
+    }
+    const std::string i = std::to_string(it->second);
+    torch::Tensor value;
+    if (!archive.try_read("param_" + i, value)) {
+      return absl::DataLossError(absl::StrCat(where, " lacks the tensor of '", info.name, "'"));
+    }
+    if (value.sizes() != info.tensor.sizes() || value.dtype() != info.tensor.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": parameter '", info.name, "' is ",
+                                                     ShapeString(value), " there, ",
+                                                     ShapeString(info.tensor), " here"));
+    }
+    out.params.push_back(value);
+    ParamState state;
+    bool any = false;
+    c10::IValue step;
+    if (archive.try_read("step_" + i, step) && step.isInt()) {
+      state.step = step.toInt();
+      any = true;
+    }
+    any |= archive.try_read("exp_avg_" + i, state.exp_avg);
+    any |= archive.try_read("exp_avg_sq_" + i, state.exp_avg_sq);
+    archive.try_read("max_exp_avg_sq_" + i, state.max_exp_avg_sq);
+    any |= archive.try_read("momentum_buffer_" + i, state.momentum_buffer);
+    if (any && (optimizer_kind == "adam" || optimizer_kind == "adamw") &&
+        (!state.step || !state.exp_avg.defined() || !state.exp_avg_sq.defined())) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": incomplete optimizer state for '", info.name, "'"));
+    }
+    out.states.push_back(any ? std::optional<ParamState>(std::move(state)) : std::nullopt);
+  }
+  if (names.size() != infos.size()) {
+    std::set<std::string> here;
+    for (const model::ParamInfo& info : infos) here.insert(info.name);
+    for (const std::string& n : names) {
+      if (!here.count(n)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " holds parameter '", n, "', which this job's stage lacks (the model differs)"));
+      }
+    }
+  }
+  return out;
+}
+
+void Apply(LoadedStage& loaded, torch::optim::Optimizer* opt, const std::string& kind) {
+  torch::NoGradGuard no_grad;
+  const std::vector<model::ParamInfo>& infos = loaded.stage->params();
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const torch::Tensor& p = infos[k].tensor;
+    p.copy_(loaded.params[k]);
+    if (opt == nullptr) continue;
+    auto& states = opt->state();
+    const auto key = StateKey(p);
+    if (!loaded.states[k]) {
+      states.erase(key);
+      continue;
+    }
+    ParamState s = *loaded.states[k];
+    auto to = [&](torch::Tensor& t) {
+      if (t.defined()) t = t.to(p.device()).contiguous();
+    };
+    to(s.exp_avg);
+    to(s.exp_avg_sq);
+    to(s.max_exp_avg_sq);
+    to(s.momentum_buffer);
+    if (kind == "adamw") {
+      states[key] = MakeAdamState<torch::optim::AdamWParamState>(s);
+    } else if (kind == "adam") {
+      states[key] = MakeAdamState<torch::optim::AdamParamState>(s);
+    } else if (kind == "sgd") {
+      auto sgd = std::make_unique<torch::optim::SGDParamState>();
+      sgd->momentum_buffer(s.momentum_buffer);
+      states[key] = std::move(sgd);
+    }
+  }
+}
+
+}  // namespace
+
+std::string StageCheckpointFileName(int stage) { return absl::StrCat("stage-", stage, ".pt"); }
+
+absl::Status WriteFileAtomically(const fs::path& path, absl::string_view contents) {
+  return WriteAtomically(path, [&](const std::function<size_t(const void*, size_t)>& sink) {
+    if (!contents.empty()) sink(contents.data(), contents.size());
+  });
+}
+
+absl::Status SaveStageCheckpoints(const Executor& executor, const fs::path& dir) {
+  const torch::optim::Optimizer* opt = executor.optimizer();
+  const std::string kind = OptimizerKind(opt);
+  for (const auto& stage : executor.stages()) {
+    const fs::path file = dir / StageCheckpointFileName(stage->stage());
+    try {
+      torch::serialize::OutputArchive archive;
+      archive.write("format", c10::IValue(std::string(kFormat)));
+      archive.write("stage", c10::IValue(static_cast<int64_t>(stage->stage())));
+      archive.write("optimizer", c10::IValue(kind));
+      std::vector<std::string> names;
+      const std::vector<model::ParamInfo>& infos = stage->params();
+      for (size_t k = 0; k < infos.size(); ++k) {
+        const std::string i = std::to_string(k);
+        names.push_back(infos[k].name);
+        archive.write("param_" + i, infos[k].tensor.detach().cpu());
+        if (opt == nullptr) continue;
+        std::optional<ParamState> s = GetState(*opt, infos[k].tensor);
+        if (!s) continue;
+        if (s->step) archive.write("step_" + i, c10::IValue(*s->step));
+        auto put = [&](const std::string& key, const torch::Tensor& t) {
+          if (t.defined()) archive.write(key + i, t.detach().cpu(), /*is_buffer=*/true);
+        };
+        put("exp_avg_", s->exp_avg);
+        put("exp_avg_sq_", s->exp_avg_sq);
+        put("max_exp_avg_sq_", s->max_exp_avg_sq);
+        put("momentum_buffer_", s->momentum_buffer);
+      }
+      archive.write("names", c10::IValue(absl::StrJoin(names, "\n")));
+      absl::Status st = WriteAtomically(
+          file,
+          [&](const std::function<size_t(const void*, size_t)>& sink) { archive.save_to(sink); });
+      if (!st.ok()) return st;
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("writing '", file.string(), "': ", e.what()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadStageCheckpoints(Executor& executor, const fs::path& dir) {
+  torch::optim::Optimizer* opt = executor.optimizer();
+  const std::string kind = OptimizerKind(opt);
+  std::vector<LoadedStage> loaded;
+  for (const auto& stage : executor.stages()) {
+    absl::StatusOr<LoadedStage> one =
+        ReadStage(*stage, kind, dir / StageCheckpointFileName(stage->stage()));
+    if (!one.ok()) return one.status();
+    loaded.push_back(*std::move(one));
+  }
+  try {
+    for (LoadedStage& one : loaded) Apply(one, opt, kind);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("restoring checkpoint from '", dir.string(), "': ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zpipe::worker
