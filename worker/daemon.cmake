@@ -1,8 +1,10 @@
 # The worker daemon: coordinator session, rendezvous over gRPC, progress reporting, metrics, main.
 find_package(prometheus-cpp CONFIG REQUIRED)
+find_package(nlohmann_json REQUIRED)
 zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zpipe::worker_comm
                        zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
-                       absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core)
+                       absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
+                       nlohmann_json::nlohmann_json)
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
 target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)
 # grpc++'s health service lives in the core library; reflection is not needed here.

@@ -8,6 +8,7 @@
 #include "core/plan.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/daemon/grpc_store.h"
+#include "worker/daemon/job_checkpoint.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/executor/executor.h"
@@ -93,6 +94,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   }
   auto stages = MakeStages(a, *plan);
   if (!stages.ok()) return stages.status();
+  auto checkpoint = JobCheckpointer::Make(a, *plan);  // null when checkpoint.every is 0
+  if (!checkpoint.ok()) return checkpoint.status();
 
   std::optional<model::SyntheticTokenData> data;
   if (spec.model().has_gpt()) {
@@ -139,11 +142,21 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
                              **comm, data ? &*data : nullptr, grad_sync.get(), &reporter);
   if (!exec.ok()) return exec.status();
 
+  int start = a.start_iteration();
+  if (*checkpoint != nullptr) {
+    auto resumed = (*checkpoint)->Resume(**exec, *store, options.comm_timeout);
+    if (!resumed.ok()) return resumed.status();
+    start = std::max(start, *resumed);
+  }
   const int iterations = spec.train().iterations();
-  for (int it = a.start_iteration(); it < iterations; ++it) {
+  for (int it = start; it < iterations; ++it) {
     if (cancelled.load()) return absl::CancelledError("job cancelled");
     auto summary = (*exec)->RunIteration(it);
     if (!summary.ok()) return summary.status();
+    if (*checkpoint != nullptr) {
+      if (absl::Status st = (*checkpoint)->AfterIteration(**exec, it + 1, summary->loss); !st.ok())
+        return st;
+    }
     if (options.metrics != nullptr) {
       options.metrics->OnIteration(a.job_id(), a.pipeline_rank(), a.data_rank(), *summary);
     }

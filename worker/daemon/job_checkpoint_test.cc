@@ -1,0 +1,292 @@
+// Job checkpoints: the layout on disk, what counts as complete, which checkpoint a job resumes,
+// the mismatch message, and the early error for an unusable directory. One rank, one stage: the
+// multi-rank save/load of the stage files is worker/executor/checkpoint_test.cc.
+#include "worker/daemon/job_checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/schedule.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/executor/checkpoint.h"
+#include "worker/model/gpt.h"
+
+namespace zpipe::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            absl::StrCat("zpipe-jobckpt-test-", ::getpid(), "-", counter_++);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+core::Plan OneRankPlan() {
+  core::ScheduleRequest req;
+  req.pipeline = 1;
+  req.microbatches = 1;
+  req.cost = core::CostModel::Uniform(1, core::StageCost{});
+  auto plan = core::GenerateSchedule(core::ScheduleKind::k1F1B, req);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+zpipe::v1::Assignment OneRankAssignment(const fs::path& dir, int every, int iterations,
+                                        int hidden = 16) {
+  zpipe::v1::Assignment a;
+  a.set_job_id("job-1");
+  a.set_pipeline_size(1);
+  a.set_data_size(1);
+  a.set_rendezvous_prefix("job-1/a1/");
+  auto* spec = a.mutable_spec();
+  spec->set_name("ckpt-job");
+  auto* gpt = spec->mutable_model()->mutable_gpt();
+  gpt->set_layers(4);
+  gpt->set_hidden(hidden);
+  gpt->set_heads(2);
+  gpt->set_seq_len(8);
+  gpt->set_vocab(32);
+  spec->mutable_schedule()->set_kind("1f1b");
+  spec->mutable_train()->set_iterations(iterations);
+  spec->mutable_train()->set_optimizer("adamw");
+  spec->mutable_checkpoint()->set_every(every);
+  spec->mutable_checkpoint()->set_dir(dir.string());
+  return a;
+}
+
+// A one-stage executor for `a`'s model.
+struct OneRank {
+  std::unique_ptr<KeyValueStore> store = NewInMemoryStore();
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Executor> exec;
+  std::optional<model::SyntheticTokenData> data;
+};
+
+std::unique_ptr<OneRank> MakeOneRank(const zpipe::v1::Assignment& a, uint64_t seed) {
+  auto out = std::make_unique<OneRank>();
+  CommunicatorOptions opts;
+  opts.pipeline_size = 1;
+  auto comm = NewGlooCommunicator(opts, *out->store);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  out->comm = *std::move(comm);
+  const auto& g = a.spec().model().gpt();
+  const model::GptConfig config{.layers = g.layers(),
+                                .hidden = g.hidden(),
+                                .heads = g.heads(),
+                                .seq_len = g.seq_len(),
+                                .vocab = g.vocab()};
+  model::StageOptions so;
+  so.seed = seed;
+  auto stage = model::MakeGptStage(config, so);
+  EXPECT_TRUE(stage.ok()) << stage.status();
+  std::vector<std::unique_ptr<model::Stage>> stages;
+  stages.push_back(*std::move(stage));
+  auto data = model::SyntheticTokenData::Make(1, g.vocab(), g.seq_len(), 2);
+  EXPECT_TRUE(data.ok());
+  out->data.emplace(*std::move(data));
+  ExecutorConfig ec;
+  ec.microbatch_size = 2;
+  auto exec = Executor::Make(OneRankPlan(), 0, 0, ec, std::move(stages), *out->comm, &*out->data,
+                             nullptr, nullptr);
+  EXPECT_TRUE(exec.ok()) << exec.status();
+  out->exec = *std::move(exec);
+  return out;
+}
+
+// Runs iterations [from, to) with checkpointing; returns the losses.
+std::vector<double> Train(OneRank& rank, JobCheckpointer& ckpt, int from, int to) {
+  std::vector<double> losses;
+  for (int it = from; it < to; ++it) {
+    auto s = rank.exec->RunIteration(it);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) break;
+    losses.push_back(s->loss.value_or(-1));
+    absl::Status st = ckpt.AfterIteration(*rank.exec, it + 1, s->loss);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  return losses;
+}
+
+TEST(JobCheckpointTest, SavesEveryNAndAtTheEndAndResumesFromTheLatest) {
+  TempDir dir;
+  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 5);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_NE(*ckpt, nullptr);
+  auto rank = MakeOneRank(a, 1);
+  auto start = (*ckpt)->Resume(*rank->exec, *rank->store, absl::Seconds(5));
+  ASSERT_TRUE(start.ok()) << start.status();
+  EXPECT_EQ(*start, 0);
+  const std::vector<double> losses = Train(*rank, **ckpt, 0, 5);
+  auto uninterrupted = rank->exec->RunIteration(5);  // what iteration 5 gives without a stop
+  ASSERT_TRUE(uninterrupted.ok() && uninterrupted->loss) << uninterrupted.status();
+
+  const fs::path root = dir.path() / "ckpt-job";
+  for (int k : {2, 4, 5}) {
+    for (const char* f : {"stage-0.pt", "rank-0.done", "manifest.json"}) {
+      EXPECT_TRUE(fs::exists(root / absl::StrCat("iter-", k) / f)) << k << " " << f;
+    }
+  }
+  for (int k : {1, 3}) EXPECT_FALSE(fs::exists(root / absl::StrCat("iter-", k))) << k;
+  std::ifstream in(root / "iter-4" / "manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto manifest = CheckpointManifest::FromJson(text);
+  ASSERT_TRUE(manifest.ok()) << manifest.status() << text;
+  EXPECT_EQ(manifest->job_name, "ckpt-job");
+  EXPECT_EQ(manifest->job_id, "job-1");
+  EXPECT_EQ(manifest->schedule, "1f1b");
+  EXPECT_EQ(manifest->pipeline, 1);
+  EXPECT_EQ(manifest->data, 1);
+  EXPECT_EQ(manifest->stages, 1);
+  EXPECT_EQ(manifest->iteration, 4);
+  ASSERT_TRUE(manifest->loss.has_value());
+  EXPECT_DOUBLE_EQ(*manifest->loss, losses[3]);
+  EXPECT_NE(text.find("\"hidden\": 16"), std::string::npos) << text;
+
+  // The same job, longer: a fresh rank (another init seed) resumes at 5 and goes on as if never
+  // stopped; a run from the iter-4 checkpoint reproduces iteration 4's loss exactly.
+  zpipe::v1::Assignment longer = OneRankAssignment(dir.path(), 2, 7);
+  auto ckpt2 = JobCheckpointer::Make(longer, OneRankPlan());
+  ASSERT_TRUE(ckpt2.ok()) << ckpt2.status();
+  auto fresh = MakeOneRank(longer, 99);
+  auto resumed = (*ckpt2)->Resume(*fresh->exec, *fresh->store, absl::Seconds(5));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(*resumed, 5);
+  const std::vector<double> more = Train(*fresh, **ckpt2, 5, 7);
+  ASSERT_EQ(more.size(), 2u);
+  EXPECT_EQ(more[0], *uninterrupted->loss) << "continues exactly where the first run stopped";
+
+  // iter-5 and iter-7 lose their marker (a crash mid-save): the latest complete one is iter-6.
+  fs::remove(root / "iter-7" / "rank-0.done");
+  fs::remove(root / "iter-5" / "manifest.json");
+  auto point = FindResumePoint(root, CheckpointManifest::ForJob(longer, OneRankPlan()), 7);
+  ASSERT_TRUE(point.ok()) << point.status();
+  ASSERT_TRUE(point->has_value());
+  EXPECT_EQ((*point)->manifest.iteration, 6);
+  EXPECT_EQ((*point)->dir, root / "iter-6");
+  // A job of 4 iterations resumes at 4 at the latest.
+  point = FindResumePoint(root, CheckpointManifest::ForJob(a, OneRankPlan()), 4);
+  ASSERT_TRUE(point.ok() && point->has_value());
+  EXPECT_EQ((*point)->manifest.iteration, 4);
+}
+
+TEST(JobCheckpointTest, OtherRanksFollowGlobalRankZerosDecision) {
+  TempDir dir;
+  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 2);
+  auto rank = MakeOneRank(a, 1);
+  auto writer = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  Train(*rank, **writer, 0, 2);
+  // A replica (data rank 1) of a job with d = 2: it writes nothing and waits for the decision.
+  zpipe::v1::Assignment replica = OneRankAssignment(dir.path(), 1, 3);
+  replica.set_data_size(2);
+  replica.set_data_rank(1);
+  replica.set_global_rank(1);
+  auto follower = JobCheckpointer::Make(replica, OneRankPlan());
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  auto other = MakeOneRank(replica, 5);
+  absl::StatusOr<int> waited =
+      (*follower)->Resume(*other->exec, *other->store, absl::Milliseconds(100));
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded) << waited.status();
+  ASSERT_TRUE(other->store->Set("job-1/a1/checkpoint/resume", "resume 2").ok());
+  auto k = (*follower)->Resume(*other->exec, *other->store, absl::Seconds(1));
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ(*k, 2);
+  ASSERT_TRUE(other->store->Set("job-1/a1/checkpoint/resume", "error it differs").ok());
+  k = (*follower)->Resume(*other->exec, *other->store, absl::Seconds(1));
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(k.status().message(), "it differs");
+  // The replica wrote nothing.
+  Train(*other, **follower, 2, 3);
+  EXPECT_FALSE(fs::exists(dir.path() / "ckpt-job" / "iter-3"));
+}
+
+TEST(JobCheckpointTest, AMismatchedCheckpointFailsNamingWhatDiffers) {
+  TempDir dir;
+  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 1, /*hidden=*/16);
+  auto rank = MakeOneRank(a, 1);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  Train(*rank, **ckpt, 0, 1);
+
+  zpipe::v1::Assignment wide = OneRankAssignment(dir.path(), 1, 3, /*hidden=*/32);
+  wide.mutable_spec()->mutable_train()->set_optimizer("sgd");
+  auto ckpt2 = JobCheckpointer::Make(wide, OneRankPlan());
+  ASSERT_TRUE(ckpt2.ok()) << ckpt2.status();
+  auto other = MakeOneRank(wide, 1);
+  auto k = (*ckpt2)->Resume(*other->exec, *other->store, absl::Seconds(1));
+  ASSERT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition) << k.status();
+  const std::string msg(k.status().message());
+  EXPECT_NE(msg.find((dir.path() / "ckpt-job" / "iter-1").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.gpt.hidden is 16 in the checkpoint, 32 in this job"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("train.optimizer is \"adamw\" in the checkpoint, \"sgd\" in this job"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("layers"), std::string::npos) << "only what differs: " << msg;
+  // The decision reached the store for the other ranks.
+  auto decision = other->store->Get("job-1/a1/checkpoint/resume");
+  ASSERT_TRUE(decision.ok());
+  EXPECT_EQ(decision->rfind("error ", 0), 0u) << *decision;
+}
+
+TEST(JobCheckpointTest, AnUnusableDirectoryFailsAtTheStartNamingThePath) {
+  TempDir dir;
+  std::ofstream(dir.path() / "a-file") << "x";
+  const fs::path bad = dir.path() / "a-file" / "ckpts";
+  auto ckpt = JobCheckpointer::Make(OneRankAssignment(bad, 1, 1), OneRankPlan());
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_EQ(ckpt.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(ckpt.status().message().find((bad / "ckpt-job").string()), std::string::npos)
+      << ckpt.status();
+  EXPECT_NE(ckpt.status().message().find("spec.checkpoint.dir"), std::string::npos)
+      << ckpt.status();
+}
+
+TEST(JobCheckpointTest, OffWithoutEveryAndNamesThatCannotBeDirectories) {
+  TempDir dir;
+  auto off = JobCheckpointer::Make(OneRankAssignment(dir.path(), 0, 1), OneRankPlan());
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(*off, nullptr);
+  zpipe::v1::Assignment dots = OneRankAssignment(dir.path(), 1, 1);
+  dots.mutable_spec()->set_name("..");
+  auto bad = JobCheckpointer::Make(dots, OneRankPlan());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+}
+
+TEST(JobCheckpointTest, ManifestRoundTripsAndMismatchIsEmptyForTheSameModel) {
+  zpipe::v1::Assignment a = OneRankAssignment("/x", 1, 1);
+  CheckpointManifest m = CheckpointManifest::ForJob(a, OneRankPlan());
+  m.iteration = 3;
+  m.loss = 2.5;
+  auto back = CheckpointManifest::FromJson(m.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->iteration, 3);
+  EXPECT_EQ(back->loss, 2.5);
+  EXPECT_EQ(DescribeMismatch(*back, m), "");
+  // Schedule, p, d, lr and iterations may change between runs.
+  a.mutable_spec()->mutable_schedule()->set_kind("zb-h1");
+  a.mutable_spec()->mutable_train()->set_lr(1);
+  a.set_data_size(4);
+  EXPECT_EQ(DescribeMismatch(*back, CheckpointManifest::ForJob(a, OneRankPlan())), "");
+  EXPECT_FALSE(CheckpointManifest::FromJson("{}").ok());
+  EXPECT_FALSE(CheckpointManifest::FromJson("not json").ok());
+}
+
+}  // namespace
+}  // namespace zpipe::worker
