@@ -74,6 +74,17 @@ void WorkerDaemon::JoinJobIfDone(bool wait) {
 }
 
 void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
+  // The coordinator frees this worker as soon as its rank reports finished, a moment before the
+  // job's thread ends: give that thread up to 2 s rather than refuse a job submitted right after.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job_id_.empty() || job_id_ == assignment.job_id() || (job_done_ && job_done_->load())) {
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   JoinJobIfDone(/*wait=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   if (!job_id_.empty()) {
