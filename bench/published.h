@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_model.h"
+
 namespace zpipe::bench {
 
 struct PublishedSetting {
@@ -102,6 +104,21 @@ inline const std::vector<PublishedSetting>& PublishedSettings() {
       {"ZB-V 28.3B", 32, 96, 9458, 9748, 7288, 879, 6144, 48, {{"zb-v", .0593}}},
   };
   return *settings;
+}
+
+// One stage's costs for setting `s`: the paper's profiled times, and per-layer memory M_F = 34h +
+// 5as, M_W = -32h, M_B = -M_F - M_W (s = 1024). With v chunks per rank (interleaved), a stage is
+// 1/v of a rank's share, in time and in memory.
+inline core::StageCost PaperStageCost(const PublishedSetting& s, int v = 1) {
+  constexpr double kSeqLen = 1024;
+  core::StageCost c;
+  c.f = s.t_f / v;
+  c.b = s.t_b / v;
+  c.w = s.t_w / v;
+  c.mem_f = (34 * s.h + 5 * s.a * kSeqLen) / v;
+  c.mem_w = -32 * s.h / v;
+  c.mem_b = -c.mem_f - c.mem_w;
+  return c;
 }
 
 }  // namespace zpipe::bench

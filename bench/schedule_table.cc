@@ -14,17 +14,7 @@ namespace zpipe {
 namespace {
 
 core::CostModel PaperCost(const bench::PublishedSetting& s, int stages) {
-  const double seq = 1024;
-  const double mem_f = 34 * s.h + 5 * s.a * seq;
-  const double mem_w = -32 * s.h;
-  return core::CostModel::Uniform(stages,
-                                  core::StageCost{.f = s.t_f,
-                                                  .b = s.t_b,
-                                                  .w = s.t_w,
-                                                  .mem_f = mem_f,
-                                                  .mem_b = -mem_f - mem_w,
-                                                  .mem_w = mem_w},
-                                  s.t_comm);
+  return core::CostModel::Uniform(stages, bench::PaperStageCost(s), s.t_comm);
 }
 
 int Main() {
