@@ -1,5 +1,6 @@
 #include "worker/daemon/progress_reporter.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace zpipe::worker {
@@ -15,9 +16,18 @@ zpipe::v1::ComputeOp OpOf(core::ActionKind kind) {
       return zpipe::v1::COMPUTE_OP_W;
     case core::ActionKind::kBackwardFull:
       return zpipe::v1::COMPUTE_OP_BW;
-    default:
-      return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
+    case core::ActionKind::kSendAct:
+      return zpipe::v1::COMPUTE_OP_SEND_ACT;
+    case core::ActionKind::kRecvAct:
+      return zpipe::v1::COMPUTE_OP_RECV_ACT;
+    case core::ActionKind::kSendGrad:
+      return zpipe::v1::COMPUTE_OP_SEND_GRAD;
+    case core::ActionKind::kRecvGrad:
+      return zpipe::v1::COMPUTE_OP_RECV_GRAD;
+    case core::ActionKind::kReduce:
+      return zpipe::v1::COMPUTE_OP_REDUCE;
   }
+  return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
 }
 
 }  // namespace
@@ -72,6 +82,10 @@ void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
     p->set_job_id(job_id_);
     p->set_pipeline_rank(pipeline_rank_);
     p->set_data_rank(data_rank_);
+    // peers / chunks / buckets only when the batch holds a send, receive or reduction.
+    const bool all_compute =
+        std::all_of(batch.begin() + begin, batch.begin() + end,
+                    [](const ActionRecord& r) { return core::IsCompute(r.action.kind); });
     for (size_t k = begin; k < end; ++k) {
       const ActionRecord& r = batch[k];
       p->add_iterations(r.iteration);
@@ -80,6 +94,11 @@ void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
       p->add_microbatches(r.action.microbatch);
       p->add_start_times(r.start_s);
       p->add_end_times(r.end_s);
+      if (!all_compute) {
+        p->add_peers(core::IsComm(r.action.kind) ? r.action.peer : -1);
+        p->add_chunks(r.action.kind == core::ActionKind::kReduce ? r.action.chunk : 0);
+        p->add_buckets(r.action.kind == core::ActionKind::kReduce ? r.action.bucket : 0);
+      }
     }
     p->set_dropped_events(dropped_.load());
     if (!send_(msg)) return;

@@ -1,4 +1,5 @@
-// ProgressReporter: the executor's ActionSink, batching executed actions to the coordinator.
+// ProgressReporter: the executor's ActionSink, batching executed actions (compute, sends,
+// receives, reductions) to the coordinator as ProgressBatch messages.
 //
 // OnAction() never blocks compute: it appends to a bounded queue under a short lock. A separate
 // thread flushes the queue every `flush_interval` or `batch_size` events as one ProgressBatch

@@ -17,6 +17,25 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Wall clock minus steady clock, in seconds, for stamping records with wall-clock times. Of a few
+// readings the one whose steady-clock bracket is tightest: a preemption between the two reads
+// would otherwise shift every reported time of the rank (by milliseconds on a loaded machine).
+double WallMinusSteady() {
+  double best_gap = 1e300, best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const SteadyTime s0 = Clock::now();
+    const auto wall = std::chrono::system_clock::now();
+    const SteadyTime s1 = Clock::now();
+    const double gap = Seconds(s1 - s0);
+    if (gap < best_gap) {
+      best_gap = gap;
+      best = std::chrono::duration<double>(wall.time_since_epoch()).count() -
+             (Seconds(s0.time_since_epoch()) + gap / 2);
+    }
+  }
+  return best;
+}
+
 constexpr int kMaxTag = (1 << 24) - 1;
 constexpr int kNormGatherTag = kMaxTag - 1;
 constexpr int kNormBroadcastTag = kMaxTag - 2;
@@ -60,11 +79,19 @@ struct Executor::Impl {
   struct PendingRecv {
     torch::Tensor tensor;
     std::unique_ptr<CommHandle> handle;
+    Action action;  // the plan's RECV, for the sink
+    SteadyTime posted;
+  };
+  struct PendingSend {
+    Action action;
+    SteadyTime posted;
+    std::unique_ptr<CommHandle> handle;
   };
   std::map<std::pair<int, int>, torch::Tensor> outputs;  // F outputs by (stage, mb)
   std::map<std::pair<int, int>, torch::Tensor> grads;    // B input grads by (stage, mb)
   std::map<Key, PendingRecv> recvs;
-  std::vector<std::unique_ptr<CommHandle>> sends;
+  std::vector<PendingSend> sends;
+  int current_iteration = 0;           // the one running, for the sink's records
   size_t next_recv = 0;                // index into recv_positions of the next receive to post
   std::vector<size_t> recv_positions;  // indices of RECV actions in the rank's plan
   double p2p_wait_s = 0;
@@ -80,6 +107,18 @@ struct Executor::Impl {
     return wall_offset_s + std::chrono::duration<double>(t.time_since_epoch()).count();
   }
 
+  void Emit(const Action& a, SteadyTime start, SteadyTime end) {
+    if (sink != nullptr) sink->OnAction({current_iteration, a, Wall(start), Wall(end)});
+  }
+
+  // A finished send or receive posted at `posted`: completed when the transport says so (a
+  // transport without its own times reports now, when its completion was seen).
+  void EmitComm(const Action& a, SteadyTime posted, const CommHandle& handle) {
+    if (sink == nullptr) return;
+    const SteadyTime done = handle.times().end;
+    Emit(a, posted, done >= posted ? done : Clock::now());
+  }
+
   absl::Status PostRecv(const Action& a) {
     const bool act = a.kind == ActionKind::kRecvAct;
     // The local consumer's boundary spec: stage s+1 receives s's output; s-1 receives s's grad.
@@ -89,6 +128,8 @@ struct Executor::Impl {
         torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
     const ActionKind send_kind = act ? ActionKind::kSendAct : ActionKind::kSendGrad;
     PendingRecv pending;
+    pending.action = a;
+    pending.posted = Clock::now();
     pending.handle = comm->Recv(buffer, a.peer, Tag(send_kind, a.stage, a.microbatch));
     pending.tensor = buffer;
     recvs[{send_kind, a.stage, a.microbatch}] = std::move(pending);
@@ -144,6 +185,7 @@ struct Executor::Impl {
                                   send_kind == ActionKind::kSendAct ? "activation" : "gradient",
                                   " of stage ", stage, " microbatch ", mb, ": ", st.message()));
     }
+    EmitComm(it->second.action, it->second.posted, *it->second.handle);
     torch::Tensor t = std::move(it->second.tensor);
     recvs.erase(it);
     return t;
@@ -194,11 +236,15 @@ struct Executor::Impl {
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", rank, ": '", core::ActionToString(a), "' before its tensor was produced"));
     }
-    sends.push_back(comm->Send(it->second, a.peer, Tag(a.kind, a.stage, a.microbatch)));
+    const SteadyTime posted = Clock::now();
+    sends.push_back(
+        {a, posted, comm->Send(it->second, a.peer, Tag(a.kind, a.stage, a.microbatch))});
     source.erase(it);
     // Reap finished sends so their errors surface early and the list stays short.
-    std::erase_if(sends, [](const std::unique_ptr<CommHandle>& h) {
-      return h->Test() && h->Wait(absl::ZeroDuration()).ok();
+    std::erase_if(sends, [this](const PendingSend& s) {
+      if (!s.handle->Test() || !s.handle->Wait(absl::ZeroDuration()).ok()) return false;
+      EmitComm(s.action, s.posted, *s.handle);
+      return true;
     });
     return absl::OkStatus();
   }
@@ -250,6 +296,8 @@ struct Executor::Impl {
 absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   IterationSummary summary;
   summary.iteration = iteration;
+  current_iteration = iteration;
+  wall_offset_s = WallMinusSteady();  // follows the wall clock's slewing between iterations
   outputs.clear();
   grads.clear();
   recvs.clear();
@@ -353,10 +401,11 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     }
   }
   // Drain: every send delivered, every reduction done.
-  for (auto& h : sends) {
-    if (absl::Status st = WaitFor(*h); !st.ok()) {
+  for (PendingSend& s : sends) {
+    if (absl::Status st = WaitFor(*s.handle); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("rank ", rank, ": send: ", st.message()));
     }
+    EmitComm(s.action, s.posted, *s.handle);
   }
   sends.clear();
   if (!recvs.empty()) {
@@ -371,6 +420,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     summary.reductions = *std::move(reductions);
     std::vector<std::pair<SteadyTime, SteadyTime>> reduce;
     for (const ReduceInterval& r : summary.reductions) {
+      Emit(Action::Reduce(r.chunk, r.bucket), r.start, r.end);
       reduce.push_back({r.start, r.end});
       summary.reduce_s += Seconds(r.end - r.start);
       last = std::max(last, r.end);
@@ -455,9 +505,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   for (size_t k = 0; k < actions.size(); ++k) {
     if (core::IsRecv(actions[k].kind)) impl->recv_positions.push_back(k);
   }
-  impl->wall_offset_s =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-      std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  impl->wall_offset_s = WallMinusSteady();
   if (!impl->params.empty()) {
     try {
       if (config.optimizer == "adamw" || config.optimizer.empty()) {

@@ -14,8 +14,10 @@
 //               driven by the gradient-sync countdown (GradSyncDriver), which must have fired.
 // After the last action it waits for every send and reduction, clips the gradients by their
 // global norm (across pipeline ranks; DP replicas hold identical averaged gradients), steps the
-// optimizer, and returns the iteration's measurements. Every compute action's start and end goes
-// to the ActionSink as it completes.
+// optimizer, and returns the iteration's measurements. The ActionSink gets every compute action's
+// start and end as it completes, each send (handed to the communicator -> complete) and receive
+// (posted -> data arrived) of the plan once it is over and its consumer has it, and each
+// reduction of the iteration (the all-reduce on the transport) once all of them are done.
 //
 // Thread-safety: one thread drives an Executor. Errors (communication failures and timeouts,
 // stage errors) come back as absl::Status; the executor is then unusable.
@@ -52,7 +54,9 @@ struct ExecutorConfig {
   const std::atomic<bool>* cancelled = nullptr;
 };
 
-// One executed compute action. Times are wall-clock seconds since the Unix epoch.
+// One executed action: compute (F, B, W, BW), a send or receive of the plan (SEND_* / RECV_*, as
+// the plan names it), or a reduction (`REDUCE chunkC bucketK`). Times are wall-clock seconds since
+// the Unix epoch.
 struct ActionRecord {
   int iteration = 0;
   core::Action action;
@@ -60,7 +64,9 @@ struct ActionRecord {
   double end_s = 0;
 };
 
-// Receives every executed compute action as it completes. Must not block (a queue).
+// Receives executed actions: compute actions in completion order, sends, receives and reductions
+// once they are over (see the file comment). Called on the executor's thread; must not block (a
+// queue).
 class ActionSink {
  public:
   virtual ~ActionSink() = default;

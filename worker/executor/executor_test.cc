@@ -8,7 +8,10 @@
 
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/lowering.h"
@@ -271,17 +274,50 @@ TEST(ExecutorTest, ReportsEveryActionInPlanOrderWithMeasurements) {
   req.pipeline = 2;
   req.microbatches = 4;
   req.cost = core::CostModel::Uniform(2, core::StageCost{});
-  auto plan = core::GenerateSchedule(core::ScheduleKind::kZbH1, req);
+  auto plan = core::LowerComm(*core::GenerateSchedule(core::ScheduleKind::kZbH1, req));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Sends by (kind, stage, microbatch), for matching the receives across ranks.
+  std::map<std::tuple<core::ActionKind, int, int>, ActionRecord> sends;
+  std::vector<ActionRecord> recvs;
   for (int r = 0; r < 2; ++r) {
-    auto records = recorders[r].records();
-    ASSERT_EQ(records.size(), plan->ranks[r].size());
-    for (size_t k = 0; k < records.size(); ++k) {
-      EXPECT_EQ(records[k].action, plan->ranks[r][k]);
-      EXPECT_LE(records[k].start_s, records[k].end_s);
-      if (k > 0) {
-        EXPECT_LE(records[k - 1].end_s, records[k].start_s);
+    std::vector<core::Action> planned_compute;
+    std::multiset<std::string> planned_comm, comm;
+    for (const core::Action& a : plan->ranks[r]) {
+      if (core::IsCompute(a.kind)) planned_compute.push_back(a);
+      if (core::IsComm(a.kind)) planned_comm.insert(core::ActionToString(a));
+    }
+    std::vector<ActionRecord> compute;
+    for (const ActionRecord& rec : recorders[r].records()) {
+      EXPECT_EQ(rec.iteration, 0);
+      EXPECT_LE(rec.start_s, rec.end_s) << core::ActionToString(rec.action);
+      if (core::IsCompute(rec.action.kind)) compute.push_back(rec);
+      if (!core::IsComm(rec.action.kind)) continue;
+      comm.insert(core::ActionToString(rec.action));
+      if (core::IsSend(rec.action.kind)) {
+        sends[{rec.action.kind, rec.action.stage, rec.action.microbatch}] = rec;
+      } else {
+        recvs.push_back(rec);
       }
     }
+    // Compute actions in plan order, one after the other; every send and receive once.
+    ASSERT_EQ(compute.size(), planned_compute.size());
+    for (size_t k = 0; k < compute.size(); ++k) {
+      EXPECT_EQ(compute[k].action, planned_compute[k]);
+      if (k > 0) {
+        EXPECT_LE(compute[k - 1].end_s, compute[k].start_s);
+      }
+    }
+    EXPECT_EQ(comm, planned_comm) << "rank " << r;
+  }
+  // One process, one clock: the data arrives after it was sent.
+  ASSERT_EQ(recvs.size(), 8u);  // 4 activations and 4 gradients
+  for (const ActionRecord& recv : recvs) {
+    const core::ActionKind send_kind = recv.action.kind == core::ActionKind::kRecvAct
+                                           ? core::ActionKind::kSendAct
+                                           : core::ActionKind::kSendGrad;
+    auto it = sends.find({send_kind, recv.action.stage, recv.action.microbatch});
+    ASSERT_NE(it, sends.end()) << core::ActionToString(recv.action);
+    EXPECT_GE(recv.end_s, it->second.start_s) << core::ActionToString(recv.action);
   }
   const IterationSummary& s = result->rank0[0];
   EXPECT_GT(s.duration_s, 0);
@@ -289,6 +325,30 @@ TEST(ExecutorTest, ReportsEveryActionInPlanOrderWithMeasurements) {
   EXPECT_NEAR(s.busy_s, s.forward_s + s.backward_s + s.weight_s, 1e-9);
   EXPECT_NEAR(s.idle_s, s.duration_s - s.busy_s, 1e-9);
   EXPECT_GT(s.tokens, 0);
+}
+
+// With data parallelism every reduction of the iteration reaches the sink too, once per bucket,
+// with the times the reduce-overlap accounting uses.
+TEST(ExecutorTest, ReportsEveryReduction) {
+  ExecutorConfig config;
+  config.microbatch_size = kMicrobatchSize;
+  std::vector<Recorder> recorders(2);
+  auto result = RunPipeline(core::ScheduleKind::kZbH1, 2, 4, 1, config, &recorders,
+                            DataParallel{.d = 2, .overlap = true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::set<std::pair<int, int>> reduced;
+  double reduce_s = 0;
+  for (const ActionRecord& rec : recorders[0].records()) {
+    if (rec.action.kind != core::ActionKind::kReduce) continue;
+    EXPECT_TRUE(reduced.insert({rec.action.chunk, rec.action.bucket}).second)
+        << core::ActionToString(rec.action) << " twice";
+    EXPECT_LE(rec.start_s, rec.end_s);
+    reduce_s += rec.end_s - rec.start_s;
+  }
+  const IterationSummary& s = result->rank0[0];
+  EXPECT_GT(s.reductions.size(), 1u);  // small buckets: several per stage
+  EXPECT_EQ(reduced.size(), s.reductions.size());
+  EXPECT_NEAR(reduce_s, s.reduce_s, 1e-6);
 }
 
 TEST(ExecutorTest, RejectsStagesThatDoNotMatchThePlacement) {
