@@ -86,10 +86,9 @@ bool IsComputeName(const std::string& name) {
 }
 
 // The Chrome trace holds the plan: on every rank (data replica 0) the executed timeline has each
-// of the plan's compute actions, in the plan's order, and nothing the plan lacks; the predicted
-// timeline beside it has every action of the plan (communication included) in plan order.
-// Workers report compute actions only (ProgressBatch), so that is what the executed side has;
-// should it carry SEND/RECV/REDUCE too, they must be the plan's.
+// of the plan's compute actions, in the plan's order, every send and receive of the plan once,
+// on the rank's SEND and RECV tracks, and nothing the plan lacks; the predicted timeline beside
+// it has every action of the plan (communication included) in plan order.
 void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan) {
   const nlohmann::json trace = nlohmann::json::parse(Slurp(trace_path), nullptr, false);
   ASSERT_FALSE(trace.is_discarded()) << trace_path << " is not JSON";
@@ -97,9 +96,13 @@ void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan)
   ASSERT_TRUE(events.is_array());
   // Processes: "rank R (dp D) WORKER" executed, "predicted rank R" predicted.
   std::map<int, int> executed_pid, predicted_pid;  // pid -> pipeline rank
+  std::map<std::pair<int, int>, std::string> thread_name;
   const std::regex executed(R"(^rank (\d+) \(dp (\d+)\))");
   const std::regex predicted(R"(^predicted rank (\d+))");
   for (const nlohmann::json& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name") {
+      thread_name[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"].value("name", "");
+    }
     if (e.value("ph", "") != "M" || e.value("name", "") != "process_name") continue;
     const std::string name = e["args"].value("name", "");
     std::smatch m;
@@ -114,25 +117,37 @@ void ExpectTraceHoldsPlan(const std::string& trace_path, const core::Plan& plan)
   // (ts, file order, name) per rank, sorted by time.
   using Timed = std::tuple<double, size_t, std::string>;
   std::map<int, std::vector<Timed>> executed_by_rank, predicted_by_rank;
+  std::map<int, std::multiset<std::string>> executed_comm_by_rank;
   for (size_t i = 0; i < events.size(); ++i) {
     const nlohmann::json& e = events[i];
     if (e.value("ph", "") != "X" || !e.contains("pid")) continue;
     const int pid = e["pid"].get<int>();
     Timed t{e["ts"].get<double>(), i, e["name"].get<std::string>()};
-    if (auto it = executed_pid.find(pid); it != executed_pid.end())
+    if (auto it = executed_pid.find(pid); it != executed_pid.end()) {
       executed_by_rank[it->second].push_back(t);
+      const std::string name = std::get<2>(t);
+      const std::string kind = name.substr(0, 4);  // SEND_ACT ..., RECV_GRAD ...
+      if (kind == "SEND" || kind == "RECV") {
+        executed_comm_by_rank[it->second].insert(name);
+        const std::string track = thread_name[{pid, e["tid"].get<int>()}];
+        EXPECT_EQ(track.rfind(kind, 0), 0u) << name << " is not on a " << kind << " track";
+      }
+    }
     if (auto it = predicted_pid.find(pid); it != predicted_pid.end())
       predicted_by_rank[it->second].push_back(t);
   }
   int executed_comm = 0;
   for (int r = 0; r < plan.num_ranks(); ++r) {
     std::vector<std::string> planned, planned_compute;
-    std::multiset<std::string> planned_set;
+    std::multiset<std::string> planned_set, planned_comm;
     for (const core::Action& a : plan.ranks[r]) {
       planned.push_back(core::ActionToString(a));
       planned_set.insert(planned.back());
       if (core::IsCompute(a.kind)) planned_compute.push_back(planned.back());
+      if (core::IsComm(a.kind)) planned_comm.insert(planned.back());
     }
+    EXPECT_EQ(executed_comm_by_rank[r], planned_comm)
+        << "rank " << r << ": executed sends and receives differ from the plan's";
     std::sort(executed_by_rank[r].begin(), executed_by_rank[r].end());
     std::vector<std::string> executed_compute;
     for (const auto& [ts, order, name] : executed_by_rank[r]) {

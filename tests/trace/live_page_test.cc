@@ -1,7 +1,8 @@
 // The coordinator's live page in a real browser: headless Chromium loads `/` while a real job
 // runs on real zpipe-worker processes, and the page's DOM (dumped twice, a few seconds apart)
-// shows the job, its executed timeline beside the predicted one, and a newer iteration the
-// second time. Also: /metrics and the JSON API on the same port.
+// shows the job, its executed timeline (sends and receives on their own tracks) beside the
+// predicted one, and a newer iteration the second time. Also: /metrics and the JSON API on the
+// same port.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -146,6 +147,11 @@ TEST(LivePageTest, RunningJobsTimelineAppearsAndUpdatesInChromium) {
   const std::string predicted_svg = first.substr(predicted_at);
   EXPECT_GE(count(executed_svg, "class=\"action\""), 24u);
   EXPECT_GE(count(predicted_svg, "class=\"action\""), 24u);
+  // Executed sends and receives on their own tracks, like the predicted ones: 4 activations and
+  // 4 gradients cross between the 2 ranks each iteration, each a send and a receive.
+  EXPECT_EQ(count(executed_svg, "data-track=\"send\""), 8u);
+  EXPECT_EQ(count(executed_svg, "data-track=\"recv\""), 8u);
+  EXPECT_EQ(count(predicted_svg, "data-track=\"send\""), 8u);
 
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const std::string second = DumpDom(url);
