@@ -223,17 +223,18 @@ TEST(RunTest, DataParallelReductionOverlapsComputeOnlyWithOverlapOn) {
   std::printf("reduce overlap: on %.3f (predicted %.3f), off %.3f (predicted %.3f)\n", overlap_on,
               on.summary["reduce"]["overlap_predicted"].get<double>(), overlap_off,
               off.summary["reduce"]["overlap_predicted"].get<double>());
-  // The plan hides all but the last chunk's reduce (15 of 16 chunks): predicted 0.94.
-  EXPECT_GT(on.summary["reduce"]["overlap_predicted"].get<double>(), 0.9);
+  // Buckets launch as their last gradient lands, mid-W, and 15 of 16 chunks finish early: the
+  // plan hides all but the tail of the last chunk's last buckets (predicted 0.98).
+  EXPECT_GT(on.summary["reduce"]["overlap_predicted"].get<double>(), 0.95);
   EXPECT_LT(off.summary["reduce"]["overlap_predicted"].get<double>(), 0.1);
   // Measured: every reduce waits for the end of the iteration without overlap. With it, most of
-  // the reduction runs under compute; how much depends on how closely the two replicas keep
-  // pace, since an all-reduce's wall time includes waiting for the other replica to launch it.
-  // A quiet machine comes close to the prediction; a loaded 2-core one (four workers plus
-  // whatever else runs) measures 0.5-0.7, hence the bound.
-  EXPECT_GT(overlap_on, 0.4);
+  // the reduction runs under compute; what is exposed is mostly replica drift (an all-reduce
+  // cannot finish before the slower replica launches it, so the faster one's last buckets wait).
+  // A 2-core machine running the four workers measures 0.85-0.89; the bound leaves room for a
+  // busier one.
+  EXPECT_GT(overlap_on, 0.65);
   EXPECT_LT(overlap_off, 0.1);
-  EXPECT_GT(overlap_on - overlap_off, 0.35);
+  EXPECT_GT(overlap_on - overlap_off, 0.55);
   EXPECT_LT(on.summary["reduce"]["exposed_s"].get<double>(),
             off.summary["reduce"]["exposed_s"].get<double>());
   EXPECT_GT(on.summary["reduce"]["total_s"].get<double>(), 0);
