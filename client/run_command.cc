@@ -142,6 +142,12 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
         Seconds(s.reduce_exposed_s));
   }
+  if (timeline.exposure.has_value() && timeline.exposure->exposed_s > 0) {
+    out << absl::StrFormat(
+        "  drift         iteration %d: %s of its %s exposed reduce waited for a slower replica\n",
+        timeline.iteration + 1, Seconds(timeline.exposure->replica_wait_s),
+        Seconds(timeline.exposure->exposed_s));
+  }
   // Per rank; reduce columns only when something was reduced (d > 1).
   const bool reduced = s.reduce_overlap.has_value();
   std::vector<std::string> header = {"RANK", "DP", "BUSY", "BUBBLE", "PREDICTED"};
@@ -202,6 +208,12 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
                  {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap)
                                                           : nlohmann::json()},
                  {"overlap_predicted", s.reduce_overlap_predicted}};
+  if (timeline.exposure.has_value()) {
+    j["reduce"]["traced"] = {{"iteration", timeline.iteration},
+                             {"total_s", timeline.exposure->reduce_s},
+                             {"exposed_s", timeline.exposure->exposed_s},
+                             {"replica_wait_s", timeline.exposure->replica_wait_s}};
+  }
   j["timeline"] = {{"iteration", timeline.iteration},
                    {"chrome", timeline.chrome},
                    {"svg", timeline.svg},

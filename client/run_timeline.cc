@@ -55,6 +55,9 @@ TimelineFiles WriteTimelineFiles(Client& client, const std::string& job_id, cons
     return files;
   }
   files.iteration = trace->response.iteration();
+  if (ReduceExposure e = AnalyzeReduceExposure(trace->response); e.reductions > 0) {
+    files.exposure = e;
+  }
   files.chrome = chrome;
   files.svg = svg;
   if (!trace->response.complete())

@@ -5,9 +5,11 @@
 #ifndef ZPIPE_CLIENT_RUN_TIMELINE_H_
 #define ZPIPE_CLIENT_RUN_TIMELINE_H_
 
+#include <optional>
 #include <string>
 
 #include "client/client.h"
+#include "client/reduce_exposure.h"
 
 namespace zpipe::cli {
 
@@ -17,6 +19,9 @@ struct TimelineFiles {
   std::string svg;
   std::string plan;   // STEM.plan.txt: the plan the job ran (core's text form)
   std::string error;  // why not, for the summary
+  // The traced iteration's exposed reduce time and how much of it waited for a slower replica;
+  // unset when the trace holds no reductions (d = 1).
+  std::optional<ReduceExposure> exposure;
 };
 
 // Fetches the trace of job `job_id` from the coordinator and writes both files (creating `dir`).

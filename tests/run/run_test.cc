@@ -235,6 +235,23 @@ TEST(RunTest, DataParallelReductionOverlapsComputeOnlyWithOverlapOn) {
   EXPECT_GT(overlap_on, 0.65);
   EXPECT_LT(overlap_off, 0.1);
   EXPECT_GT(overlap_on - overlap_off, 0.55);
+  // The traced iteration separates the two: what the faster replica waited for the slower one
+  // (drift) from what the gradient sync itself left exposed, which must stay small.
+  ASSERT_TRUE(on.summary["reduce"].contains("traced")) << on.process.out;
+  const nlohmann::json& traced = on.summary["reduce"]["traced"];
+  const double traced_total = traced["total_s"].get<double>();
+  const double traced_exposed = traced["exposed_s"].get<double>();
+  const double replica_wait = traced["replica_wait_s"].get<double>();
+  ASSERT_GT(traced_total, 0);
+  EXPECT_GE(replica_wait, 0);
+  EXPECT_LE(replica_wait, traced_exposed + 1e-9);
+  const double own_overlap = 1 - (traced_exposed - replica_wait) / traced_total;
+  std::printf("traced iteration: overlap %.3f, %.3f with replica drift left out\n",
+              1 - traced_exposed / traced_total, own_overlap);
+  EXPECT_GT(own_overlap, 0.85);
+  const nlohmann::json& traced_off = off.summary["reduce"]["traced"];
+  EXPECT_NEAR(traced_off["exposed_s"].get<double>(), traced_off["total_s"].get<double>(),
+              0.1 * traced_off["total_s"].get<double>());
   EXPECT_LT(on.summary["reduce"]["exposed_s"].get<double>(),
             off.summary["reduce"]["exposed_s"].get<double>());
   EXPECT_GT(on.summary["reduce"]["total_s"].get<double>(), 0);
