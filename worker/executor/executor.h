@@ -87,8 +87,9 @@ class GradSyncDriver {
  public:
   virtual ~GradSyncDriver() = default;
   virtual absl::Status BeginIteration(int iteration) = 0;
-  // After every compute action, with the action: counts its gradient contributions down and
-  // launches each bucket whose count reaches zero.
+  // After every compute action, with the action. Contributions are counted as they land, during
+  // the action (the stages' gradient observers; a bucket whose count reaches zero launches right
+  // then, mid-W); this reports any counting error the action caused.
   virtual absl::Status OnCompute(const core::Action& action) = 0;
   // At a REDUCE action of the plan: the bucket should have been launched by now.
   virtual absl::Status OnReduceAction(int chunk, int bucket) = 0;
