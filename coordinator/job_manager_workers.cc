@@ -1,5 +1,6 @@
 // JobManager: worker registration, sessions, reports, liveness and rendezvous.
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,52 @@ absl::Status CheckRegistration(const WorkerRegistration& r) {
 std::string RankName(const std::string& worker, int pipeline_rank, int data_rank) {
   return absl::StrCat("worker ", worker, " (pipeline rank ", pipeline_rank, ", data rank ",
                       data_rank, ")");
+}
+
+// The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
+std::optional<core::ActionKind> TimelineKind(int32_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::kF:
+      return core::ActionKind::kForward;
+    case Op::kB:
+      return core::ActionKind::kBackwardInput;
+    case Op::kW:
+      return core::ActionKind::kBackwardWeight;
+    case Op::kBW:
+      return core::ActionKind::kBackwardFull;
+    case Op::kSendAct:
+      return core::ActionKind::kSendAct;
+    case Op::kRecvAct:
+      return core::ActionKind::kRecvAct;
+    case Op::kSendGrad:
+      return core::ActionKind::kSendGrad;
+    case Op::kRecvGrad:
+      return core::ActionKind::kRecvGrad;
+    case Op::kReduce:
+      return core::ActionKind::kReduce;
+  }
+  return std::nullopt;
+}
+
+// Event k of `batch` as a timeline action, or nullopt when it does not go on the timeline: an
+// unknown op, or a send, receive or reduction without its peer / chunk / bucket (`with_extras`).
+std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_t k,
+                                           bool with_extras) {
+  std::optional<core::ActionKind> kind = TimelineKind(batch.events.ops[k]);
+  if (!kind) return std::nullopt;
+  if (*kind == core::ActionKind::kReduce) {
+    if (!with_extras) return std::nullopt;
+    return core::Action::Reduce(batch.chunks[k], batch.buckets[k]);
+  }
+  core::Action a;
+  a.kind = *kind;
+  a.stage = batch.events.stages[k];
+  a.microbatch = batch.events.microbatches[k];
+  if (core::IsComm(a.kind)) {
+    if (!with_extras) return std::nullopt;
+    a.peer = batch.peers[k];
+  }
+  return a;
 }
 
 }  // namespace
@@ -191,50 +238,10 @@ void JobManager::Progress(const std::string& worker_name, const ProgressBatchDat
   for (size_t k = 0; k < n; ++k) {
     // Every event ended before the batch left, whether or not it is kept.
     last_end = std::max(last_end, batch.end_times[k]);
-    core::Action a;
-    a.stage = batch.events.stages[k];
-    a.microbatch = batch.events.microbatches[k];
-    switch (static_cast<Op>(batch.events.ops[k])) {
-      case Op::kF:
-        a.kind = core::ActionKind::kForward;
-        break;
-      case Op::kB:
-        a.kind = core::ActionKind::kBackwardInput;
-        break;
-      case Op::kW:
-        a.kind = core::ActionKind::kBackwardWeight;
-        break;
-      case Op::kBW:
-        a.kind = core::ActionKind::kBackwardFull;
-        break;
-      case Op::kSendAct:
-        a.kind = core::ActionKind::kSendAct;
-        break;
-      case Op::kRecvAct:
-        a.kind = core::ActionKind::kRecvAct;
-        break;
-      case Op::kSendGrad:
-        a.kind = core::ActionKind::kSendGrad;
-        break;
-      case Op::kRecvGrad:
-        a.kind = core::ActionKind::kRecvGrad;
-        break;
-      case Op::kReduce:
-        a = core::Action::Reduce(0, 0);
-        break;
-      default:
-        continue;  // unknown op: not on the timeline
-    }
-    if (!core::IsCompute(a.kind)) {
-      if (!with_extras) continue;
-      if (core::IsComm(a.kind)) a.peer = batch.peers[k];
-      if (a.kind == core::ActionKind::kReduce) {
-        a.chunk = batch.chunks[k];
-        a.bucket = batch.buckets[k];
-      }
-    }
+    std::optional<core::Action> a = TimelineAction(batch, k, with_extras);
+    if (!a) continue;
     iterations.push_back(batch.events.iterations[k]);
-    actions.push_back(a);
+    actions.push_back(*a);
     starts.push_back(batch.start_times[k]);
     ends.push_back(batch.end_times[k]);
   }
