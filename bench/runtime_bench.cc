@@ -128,7 +128,8 @@ struct SynthCosts {
   double f_ms = 4, b_ms = 4, w_ms = 3;  // per stage (one op)
   double activation_kb = 64;
   double params_mb = 0;
-  double spin_us = 0;  // 0: the synthetic stage's plain sleep_until
+  int param_tensors = 0;  // 0: one per 4 MB
+  double spin_us = 0;     // 0: the synthetic stage's plain sleep_until
 };
 
 struct RunSpec {
@@ -217,6 +218,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
         worker::model::SyntheticStageConfig sc;
         sc.activation_kb = r.costs.activation_kb;
         sc.params_mb = r.costs.params_mb;
+        sc.param_tensors = r.costs.param_tensors;
         if (r.costs.spin_us > 0) {
           auto st = worker::model::MakeSyntheticStage(sc, so);
           if (!st.ok()) return fail(st.status());
@@ -457,15 +459,19 @@ void Overlap() {
   r.costs.f_ms = 6;
   r.costs.b_ms = 6;
   r.costs.w_ms = 5;
-  r.costs.spin_us = 200;
-  r.costs.params_mb = 12;  // 3 parameter tensors of 4 MB per stage
-  r.bucket_bytes = int64_t{4} << 20;
-  const int buckets = static_cast<int>(std::ceil(r.costs.params_mb / 4.0));
+  // The synthetic stage's own timing (not TimedStage), so W paces its tensors' landings.
+  r.costs.spin_us = 0;
+  // 12 tensors of 1 MB per stage, one per bucket: W lands them (and so launches the buckets) one
+  // by one, last layer first.
+  r.costs.params_mb = 12;
+  r.costs.param_tensors = 12;
+  r.bucket_bytes = int64_t{1} << 20;
+  const int buckets = r.costs.param_tensors;
   const double comm_ms = MeasureCommMs(r.costs.activation_kb);
   const core::Plan plan = MakePlan(r, comm_ms);
   std::printf(
       "== 2. gradient-reduce overlap: ZB-V p=%d m=%d d=%d, chunk ops F=%.0f B=%.0f W=%.0f "
-      "ms, %.0f MB of parameters per stage in %d buckets of 4 MB (Gloo all-reduce)\n",
+      "ms, %.0f MB of parameters per stage in %d buckets of 1 MB (Gloo all-reduce)\n",
       r.p, r.m, r.d, r.costs.f_ms, r.costs.b_ms, r.costs.w_ms, r.costs.params_mb, buckets);
   std::printf(
       "   measured: per rank per iteration, summed over the p·d ranks, mean of %d "
@@ -498,6 +504,7 @@ void Overlap() {
     const core::GradSyncPlan gplan = Must(core::PlanGradSync(plan, layout, on), "grad sync plan");
     core::SimOptions so;
     so.reduce_cost = per_bucket_ms;
+    so.release_during_w = on;
     const core::SimResult sim =
         Must(core::Simulate(gplan.plan, SynthCostModel(r, comm_ms), so), "simulate");
     // Totals per iteration over all p*d ranks (the simulator's are over the p ranks of one

@@ -1,6 +1,7 @@
 #include "worker/executor/grad_sync_driver.h"
 
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "worker/grad_sync/model_params.h"
@@ -10,13 +11,18 @@ namespace {
 
 // Counts per parameter, as each gradient lands (the stages' gradient observers), so a bucket's
 // all-reduce launches partway through the W that completes it rather than after the whole
-// action; OnCompute only reports what the observers ran into.
+// action; OnCompute reports what the observers ran into. A stage that does not report landings
+// is counted per action in OnCompute instead, after the action.
 class Driver : public GradSyncDriver {
  public:
   Driver(std::unique_ptr<GradSync> sync, const std::vector<std::unique_ptr<model::Stage>>& stages)
       : sync_(std::move(sync)), state_(std::make_shared<State>()) {
     state_->sync = sync_.get();
     for (const auto& st : stages) {
+      if (!st->reports_grad_landings()) {
+        per_action_.insert(st->stage());
+        continue;
+      }
       std::vector<bool> counted;
       for (const model::ParamInfo& p : st->params()) counted.push_back(p.tensor.numel() > 0);
       // Shares `state_` rather than pointing at the driver: the stages may outlive it (the
@@ -40,9 +46,13 @@ class Driver : public GradSyncDriver {
     return sync_->BeginIteration();
   }
 
-  absl::Status OnCompute(const core::Action&) override {
+  absl::Status OnCompute(const core::Action& action) override {
     absl::Status s = state_->error;
     state_->error = absl::OkStatus();
+    if (per_action_.count(action.stage) > 0) {
+      absl::Status counted = sync_->OnActionDone(action);
+      if (s.ok()) s = counted;
+    }
     return s;
   }
 
@@ -71,6 +81,7 @@ class Driver : public GradSyncDriver {
   };
   std::unique_ptr<GradSync> sync_;
   std::shared_ptr<State> state_;
+  std::set<int> per_action_;  // stages counted per action (no landing reports)
 };
 
 }  // namespace

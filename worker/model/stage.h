@@ -142,6 +142,9 @@ class Stage {
   // empty function turns notifications off.
   using GradObserver = std::function<void(int param)>;
   void SetGradObserver(GradObserver observer) { grad_observer_ = std::move(observer); }
+  // Whether this stage calls the observer (every StageBase does). Gradient sync counts a stage
+  // that does not (a wrapper, a test double) per action instead, after the action ends.
+  virtual bool reports_grad_landings() const { return false; }
   std::vector<torch::Tensor> parameters() const {
     std::vector<torch::Tensor> out;
     for (const ParamInfo& p : params()) out.push_back(p.tensor);

@@ -20,6 +20,7 @@ class StageBase : public Stage {
   explicit StageBase(const StageOptions& options) : options_(options), store_(options.stage) {}
 
   int stage() const override { return options_.stage; }
+  bool reports_grad_landings() const override { return true; }
   int num_stages() const override { return options_.num_stages; }
 
   // W(s,i): runs exactly microbatch i's queued weight-gradient closures, in push order, and
