@@ -15,16 +15,14 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/lowering.h"
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
-#include "worker/executor/grad_sync_driver.h"
+#include "worker/executor/testing/pipeline_harness.h"
 #include "worker/model/gpt.h"
 
 namespace zpipe::worker {
@@ -150,102 +148,58 @@ struct RunResult {
 
 absl::StatusOr<RunResult> RunPipeline(const Case& c, const RunOptions& o) {
   static int run_counter = 0;
-  const std::string prefix = absl::StrCat("ckpt-test/", ::getpid(), "/", run_counter++, "/");
-  const int m = 4;
-  const core::Placement placement = core::PlacementFor(c.kind, c.p);
-  core::ScheduleRequest req;
-  req.pipeline = c.p;
-  req.microbatches = m;
-  req.cost = core::CostModel::Uniform(placement.num_stages(), core::StageCost{});
-  auto plan = core::GenerateSchedule(c.kind, req);
-  if (!plan.ok()) return plan.status();
-  auto lowered = core::LowerComm(*plan);
+  auto lowered = testing::LoweredPlan(c.kind, c.p, /*m=*/4);
   if (!lowered.ok()) return lowered.status();
-  const model::GptConfig gpt = SmallGpt(placement.num_stages());
-  auto data = model::SyntheticTokenData::Make(kSeed, gpt.vocab, gpt.seq_len, kMicrobatchSize);
+  testing::RankOptions ro;
+  ro.key_prefix = absl::StrCat("ckpt-test/", ::getpid(), "/", run_counter++, "/");
+  ro.data_size = c.d;
+  ro.gpt = SmallGpt(lowered->num_stages());
+  ro.init_seed = o.init_seed;
+  ro.config.microbatch_size = kMicrobatchSize;
+  ro.config.optimizer = c.optimizer;
+  ro.config.lr = 3e-3;
+  ro.grad_sync.bucket_bytes = 4096;
+  auto data = model::SyntheticTokenData::Make(kSeed, ro.gpt.vocab, ro.gpt.seq_len, kMicrobatchSize);
   if (!data.ok()) return data.status();
-  ExecutorConfig config;
-  config.microbatch_size = kMicrobatchSize;
-  config.optimizer = c.optimizer;
-  config.lr = 3e-3;
   auto store = NewInMemoryStore();
   std::mutex mu;
   RunResult result;
-  std::vector<absl::Status> errors(c.p * c.d);
-  std::vector<std::thread> threads;
-  for (int g = 0; g < c.p * c.d; ++g) {
-    threads.emplace_back([&, g] {
-      const int r = g % c.p, dr = g / c.p;
-      auto fail = [&](absl::Status st) { errors[g] = st; };
-      CommunicatorOptions opts;
-      opts.pipeline_rank = r;
-      opts.pipeline_size = c.p;
-      opts.data_rank = dr;
-      opts.data_size = c.d;
-      opts.key_prefix = prefix;
-      opts.timeout = absl::Seconds(30);
-      auto comm = NewGlooCommunicator(opts, *store);
-      if (!comm.ok()) return fail(comm.status());
-      std::vector<std::unique_ptr<model::Stage>> stages;
-      for (int ch = 0; ch < placement.chunks_per_rank(); ++ch) {
-        model::StageOptions so;
-        so.stage = placement.StageOf(r, ch);
-        so.num_stages = placement.num_stages();
-        so.num_microbatches = m;
-        so.seed = o.init_seed;
-        auto st = model::MakeGptStage(gpt, so);
-        if (!st.ok()) return fail(st.status());
-        stages.push_back(*std::move(st));
+  absl::Status status = testing::RunOnThreads(c.p * c.d, [&](int g) -> absl::Status {
+    const int r = g % c.p, dr = g / c.p;
+    auto rank = testing::MakePipelineRank(*lowered, r, dr, ro, *store, &*data, nullptr);
+    if (!rank.ok()) return rank.status();
+    Executor& exec = *rank->exec;
+    if (o.load_from) {
+      if (absl::Status st = LoadStageCheckpoints(exec, *o.load_from); !st.ok()) return st;
+      if (dr == 0) {
+        Snapshot s = Take(exec);
+        std::lock_guard<std::mutex> lock(mu);
+        result.after_load.merge(s);
       }
-      std::unique_ptr<GradSyncDriver> driver;
-      if (c.d > 1) {
-        GradSyncOptions gso;
-        gso.bucket_bytes = 4096;
-        auto d = NewGradSyncDriver(*lowered, r, stages, gso, **comm);
-        if (!d.ok()) return fail(d.status());
-        driver = *std::move(d);
+    }
+    for (int it = o.first_iteration; it < o.iterations; ++it) {
+      auto summary = exec.RunIteration(it);
+      if (!summary.ok()) return summary.status();
+      if (summary->loss) {
+        std::lock_guard<std::mutex> lock(mu);
+        result.losses[it] += *summary->loss / c.d;
       }
-      auto exec = Executor::Make(*lowered, r, dr, config, std::move(stages), **comm, &*data,
-                                 driver.get(), nullptr);
-      if (!exec.ok()) return fail(exec.status());
-      if (o.load_from) {
-        if (absl::Status st = LoadStageCheckpoints(**exec, *o.load_from); !st.ok()) {
-          return fail(st);
-        }
-        if (dr == 0) {
-          Snapshot s = Take(**exec);
-          std::lock_guard<std::mutex> lock(mu);
-          result.after_load.merge(s);
-        }
+      if (o.save_to && it == o.save_after && dr == 0) {
+        if (absl::Status st = SaveStageCheckpoints(exec, *o.save_to); !st.ok()) return st;
+        Snapshot s = Take(exec);
+        std::lock_guard<std::mutex> lock(mu);
+        result.at_save.merge(s);
       }
-      for (int it = o.first_iteration; it < o.iterations; ++it) {
-        auto summary = (*exec)->RunIteration(it);
-        if (!summary.ok()) return fail(summary.status());
-        if (summary->loss) {
-          std::lock_guard<std::mutex> lock(mu);
-          result.losses[it] += *summary->loss / c.d;
-        }
-        if (o.save_to && it == o.save_after && dr == 0) {
-          if (absl::Status st = SaveStageCheckpoints(**exec, *o.save_to); !st.ok()) {
-            return fail(st);
-          }
-          Snapshot s = Take(**exec);
-          std::lock_guard<std::mutex> lock(mu);
-          result.at_save.merge(s);
-        }
-      }
-      if (dr != 0) return;
-      Snapshot grads = Grads(**exec);
-      Snapshot state = Take(**exec);
-      std::lock_guard<std::mutex> lock(mu);
-      result.grads.merge(grads);
-      result.final_state.merge(state);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& st : errors) {
-    if (!st.ok()) return st;
-  }
+    }
+    if (dr != 0) return absl::OkStatus();
+    Snapshot grads = Grads(exec);
+    Snapshot state = Take(exec);
+    std::lock_guard<std::mutex> lock(mu);
+    result.grads.merge(grads);
+    result.final_state.merge(state);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
   return result;
 }
 

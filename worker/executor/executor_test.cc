@@ -10,15 +10,13 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "core/lowering.h"
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
-#include "worker/executor/grad_sync_driver.h"
+#include "worker/executor/testing/pipeline_harness.h"
 #include "worker/model/gpt.h"
 
 namespace zpipe::worker {
@@ -64,81 +62,46 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
                                            const ExecutorConfig& config,
                                            std::vector<Recorder>* recorders = nullptr,
                                            DataParallel dp = {}) {
-  const core::Placement placement = core::PlacementFor(kind, p);
-  core::ScheduleRequest req;
-  req.pipeline = p;
-  req.microbatches = m;
-  req.cost = core::CostModel::Uniform(placement.num_stages(), core::StageCost{});
-  auto plan = core::GenerateSchedule(kind, req);
-  if (!plan.ok()) return plan.status();
-  auto lowered = core::LowerComm(*plan);
+  auto lowered = testing::LoweredPlan(kind, p, m);
   if (!lowered.ok()) return lowered.status();
-  const model::GptConfig gpt = SmallGpt(placement.num_stages());
-  auto data = model::SyntheticTokenData::Make(kSeed, gpt.vocab, gpt.seq_len, kMicrobatchSize);
+  testing::RankOptions ro;
+  ro.key_prefix = absl::StrCat("exec-test/", core::ScheduleName(kind), "/");
+  ro.data_size = dp.d;
+  ro.gpt = SmallGpt(lowered->num_stages());
+  ro.init_seed = kSeed;
+  ro.config = config;
+  ro.grad_sync.overlap = dp.overlap;
+  ro.grad_sync.bucket_bytes = dp.bucket_bytes;
+  auto data = model::SyntheticTokenData::Make(kSeed, ro.gpt.vocab, ro.gpt.seq_len, kMicrobatchSize);
   if (!data.ok()) return data.status();
   auto store = NewInMemoryStore();
   std::mutex mu;
   PipelineResult result;
   result.losses.assign(iterations, 0);
-  std::vector<absl::Status> errors(p * dp.d);
-  std::vector<std::thread> threads;
-  for (int g = 0; g < p * dp.d; ++g) {
-    threads.emplace_back([&, g] {
-      const int r = g % p, dr = g / p;
-      auto fail = [&](absl::Status st) { errors[g] = st; };
-      CommunicatorOptions opts;
-      opts.pipeline_rank = r;
-      opts.pipeline_size = p;
-      opts.data_rank = dr;
-      opts.data_size = dp.d;
-      opts.key_prefix = absl::StrCat("exec-test/", core::ScheduleName(kind), "/");
-      opts.timeout = absl::Seconds(30);
-      auto comm = NewGlooCommunicator(opts, *store);
-      if (!comm.ok()) return fail(comm.status());
-      std::vector<std::unique_ptr<model::Stage>> stages;
-      for (int c = 0; c < placement.chunks_per_rank(); ++c) {
-        model::StageOptions so;
-        so.stage = placement.StageOf(r, c);
-        so.num_stages = placement.num_stages();
-        so.num_microbatches = m;
-        so.seed = kSeed;
-        auto st = model::MakeGptStage(gpt, so);
-        if (!st.ok()) return fail(st.status());
-        stages.push_back(*std::move(st));
-      }
-      std::unique_ptr<GradSyncDriver> driver;
-      if (dp.d > 1) {
-        GradSyncOptions gso;
-        gso.overlap = dp.overlap;
-        gso.bucket_bytes = dp.bucket_bytes;
-        auto d = NewGradSyncDriver(*lowered, r, stages, gso, **comm);
-        if (!d.ok()) return fail(d.status());
-        driver = *std::move(d);
-      }
-      auto exec = Executor::Make(*lowered, r, dr, config, std::move(stages), **comm, &*data,
-                                 driver.get(), recorders && dr == 0 ? &(*recorders)[r] : nullptr);
-      if (!exec.ok()) return fail(exec.status());
-      for (int it = 0; it < iterations; ++it) {
-        auto summary = (*exec)->RunIteration(it);
-        if (!summary.ok()) return fail(summary.status());
-        std::lock_guard<std::mutex> lock(mu);
-        if (summary->loss) result.losses[it] += *summary->loss / dp.d;
-        if (r == 0 && dr == 0) result.rank0.push_back(*summary);
-      }
-      if (dr != 0) return;
+  absl::Status status = testing::RunOnThreads(p * dp.d, [&](int g) -> absl::Status {
+    const int r = g % p, dr = g / p;
+    auto rank = testing::MakePipelineRank(*lowered, r, dr, ro, *store, &*data,
+                                          recorders && dr == 0 ? &(*recorders)[r] : nullptr);
+    if (!rank.ok()) return rank.status();
+    Executor& exec = *rank->exec;
+    for (int it = 0; it < iterations; ++it) {
+      auto summary = exec.RunIteration(it);
+      if (!summary.ok()) return summary.status();
       std::lock_guard<std::mutex> lock(mu);
-      for (const auto& st : (*exec)->stages()) {
-        for (const model::ParamInfo& pi : st->params()) {
-          result.grads[pi.name] =
-              pi.tensor.grad().defined() ? pi.tensor.grad().clone() : torch::zeros_like(pi.tensor);
-        }
+      if (summary->loss) result.losses[it] += *summary->loss / dp.d;
+      if (r == 0 && dr == 0) result.rank0.push_back(*summary);
+    }
+    if (dr != 0) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& stage : exec.stages()) {
+      for (const model::ParamInfo& pi : stage->params()) {
+        result.grads[pi.name] =
+            pi.tensor.grad().defined() ? pi.tensor.grad().clone() : torch::zeros_like(pi.tensor);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& st : errors) {
-    if (!st.ok()) return st;
-  }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
   return result;
 }
 
@@ -270,11 +233,7 @@ TEST(ExecutorTest, ReportsEveryActionInPlanOrderWithMeasurements) {
   std::vector<Recorder> recorders(2);
   auto result = RunPipeline(core::ScheduleKind::kZbH1, 2, 4, 1, config, &recorders);
   ASSERT_TRUE(result.ok()) << result.status();
-  core::ScheduleRequest req;
-  req.pipeline = 2;
-  req.microbatches = 4;
-  req.cost = core::CostModel::Uniform(2, core::StageCost{});
-  auto plan = core::LowerComm(*core::GenerateSchedule(core::ScheduleKind::kZbH1, req));
+  auto plan = testing::LoweredPlan(core::ScheduleKind::kZbH1, 2, 4);
   ASSERT_TRUE(plan.ok()) << plan.status();
   // Sends by (kind, stage, microbatch), for matching the receives across ranks.
   std::map<std::tuple<core::ActionKind, int, int>, ActionRecord> sends;
