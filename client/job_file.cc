@@ -49,22 +49,13 @@ bool IsFloatText(absl::string_view t) {
          !absl::StrContains(absl::AsciiStrToLower(t), "nan");
 }
 
+// Like SpecNodeKindName, but a scalar is shown with its text.
 std::string Describe(const SpecNode& node) {
-  switch (node.kind) {
-    case SpecNode::Kind::kNull:
-      return "null";
-    case SpecNode::Kind::kMap:
-      return "a map";
-    case SpecNode::Kind::kList:
-      return "a list";
-    case SpecNode::Kind::kScalar:
-      if (node.quoted) return absl::StrCat("the string \"", node.text, "\"");
-      if (IsBoolText(node.text)) return absl::StrCat("the boolean ", node.text);
-      if (IsIntText(node.text) || IsFloatText(node.text))
-        return absl::StrCat("the number ", node.text);
-      return absl::StrCat("'", node.text, "'");
-  }
-  return "?";
+  if (node.kind != SpecNode::Kind::kScalar) return std::string(internal::SpecNodeKindName(node));
+  if (node.quoted) return absl::StrCat("the string \"", node.text, "\"");
+  if (IsBoolText(node.text)) return absl::StrCat("the boolean ", node.text);
+  if (IsIntText(node.text) || IsFloatText(node.text)) return absl::StrCat("the number ", node.text);
+  return absl::StrCat("'", node.text, "'");
 }
 
 std::string FieldPath(absl::string_view prefix, absl::string_view name) {
