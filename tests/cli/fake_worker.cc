@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
+#include "tests/support/compute_progress.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace zpipe::testing {
@@ -63,29 +64,7 @@ struct FakeWorker::State {
       batch->set_job_id(a.job_id());
       batch->set_pipeline_rank(a.pipeline_rank());
       batch->set_data_rank(a.data_rank());
-      for (const core::Action& action : actions) {
-        v1::ComputeOp op;
-        switch (action.kind) {
-          case core::ActionKind::kForward:
-            op = v1::COMPUTE_OP_F;
-            break;
-          case core::ActionKind::kBackwardInput:
-            op = v1::COMPUTE_OP_B;
-            break;
-          case core::ActionKind::kBackwardWeight:
-            op = v1::COMPUTE_OP_W;
-            break;
-          case core::ActionKind::kBackwardFull:
-            op = v1::COMPUTE_OP_BW;
-            break;
-          default:
-            continue;
-        }
-        batch->add_iterations(it);
-        batch->add_ops(op);
-        batch->add_stages(action.stage);
-        batch->add_microbatches(action.microbatch);
-      }
+      AddComputeProgress(actions, it, batch);
       // Pace the iteration like a real one, then report its compute actions.
       absl::SleepFor(options.iteration_time);
       if (!StillRunning(a.job_id()) || !Write(m)) return;

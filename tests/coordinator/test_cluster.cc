@@ -12,6 +12,7 @@
 #include "coordinator/log.h"
 #include "core/plan.h"
 #include "gtest/gtest.h"
+#include "tests/support/compute_progress.h"
 
 namespace zpipe::testing {
 
@@ -157,29 +158,7 @@ void TestWorker::Execute(const v1::Assignment& a) {
     b->set_job_id(a.job_id());
     b->set_pipeline_rank(a.pipeline_rank());
     b->set_data_rank(a.data_rank());
-    for (const core::Action& action : plan->ranks[a.pipeline_rank()]) {
-      v1::ComputeOp op;
-      switch (action.kind) {
-        case core::ActionKind::kForward:
-          op = v1::COMPUTE_OP_F;
-          break;
-        case core::ActionKind::kBackwardInput:
-          op = v1::COMPUTE_OP_B;
-          break;
-        case core::ActionKind::kBackwardWeight:
-          op = v1::COMPUTE_OP_W;
-          break;
-        case core::ActionKind::kBackwardFull:
-          op = v1::COMPUTE_OP_BW;
-          break;
-        default:
-          continue;
-      }
-      b->add_iterations(it);
-      b->add_ops(op);
-      b->add_stages(action.stage);
-      b->add_microbatches(action.microbatch);
-    }
+    AddComputeProgress(plan->ranks[a.pipeline_rank()], it, b);
     if (!Write(batch)) return;
     v1::WorkerMessage report;
     v1::IterationReport* r = report.mutable_iteration();
