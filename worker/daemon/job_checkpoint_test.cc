@@ -13,6 +13,7 @@
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/executor/checkpoint.h"
+#include "worker/executor/testing/temp_dir.h"
 #include "worker/model/gpt.h"
 
 namespace zpipe::worker {
@@ -20,20 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            absl::StrCat("zpipe-jobckpt-test-", ::getpid(), "-", counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir() : testing::TempDir("zpipe-jobckpt-test") {}
 };
 
 core::Plan OneRankPlan() {

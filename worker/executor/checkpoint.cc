@@ -109,18 +109,6 @@ std::string OptimizerKind(const torch::optim::Optimizer* opt) {
   return "unknown";
 }
 
-// The key of `p` in Optimizer::state(): its TensorImpl address, as a string in LibTorch 1.x and
-// as the pointer itself in 2.x.
-template <typename Optimizer = torch::optim::Optimizer>  // a template, for `if constexpr`
-auto StateKey(const torch::Tensor& p) {
-  using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
 // The optimizer state of one parameter, whatever the kind (unused fields undefined).
 struct ParamState {
   std::optional<int64_t> step;  // Adam, AdamW
@@ -148,7 +136,7 @@ std::unique_ptr<torch::optim::OptimizerParamState> MakeAdamState(const ParamStat
 
 std::optional<ParamState> GetState(const torch::optim::Optimizer& opt, const torch::Tensor& p) {
   const auto& states = opt.state();
-  auto it = states.find(StateKey(p));
+  auto it = states.find(OptimizerStateKey(p));
   if (it == states.end() || it->second == nullptr) return std::nullopt;
   ParamState out;
   const torch::optim::OptimizerParamState* s = it->second.get();
@@ -274,7 +262,7 @@ void Apply(LoadedStage& loaded, torch::optim::Optimizer* opt, const std::string&
     p.copy_(loaded.params[k]);
     if (opt == nullptr) continue;
     auto& states = opt->state();
-    const auto key = StateKey(p);
+    const auto key = OptimizerStateKey(p);
     if (!loaded.states[k]) {
       states.erase(key);
       continue;

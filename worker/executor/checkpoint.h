@@ -16,8 +16,12 @@
 #ifndef ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 #define ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 
+#include <torch/torch.h>
+
 #include <filesystem>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -38,6 +42,18 @@ absl::Status SaveStageCheckpoints(const Executor& executor, const std::filesyste
 // every file is readable and matches: NotFound naming a missing file; InvalidArgument naming the
 // stage and what differs (a parameter missing or extra, its shape or dtype, the optimizer kind).
 absl::Status LoadStageCheckpoints(Executor& executor, const std::filesystem::path& dir);
+
+// The key of `p` in Optimizer::state(): its TensorImpl address, as a string in LibTorch 1.x and
+// as the pointer itself in 2.x.
+template <typename Optimizer = torch::optim::Optimizer>  // a template, for `if constexpr`
+auto OptimizerStateKey(const torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 // Writes `contents` to `path` atomically (temporary name beside it, fsync, rename, fsync of the
 // directory). Errors name `path`.

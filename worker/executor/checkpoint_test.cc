@@ -23,6 +23,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
+#include "worker/executor/testing/temp_dir.h"
 #include "worker/model/gpt.h"
 
 namespace zpipe::worker {
@@ -38,33 +39,13 @@ model::GptConfig SmallGpt(int stages, int hidden = 16) {
       .layers = std::max(4, stages), .hidden = hidden, .heads = 2, .seq_len = 8, .vocab = 32};
 }
 
-class TempDir {
+// One directory per test.
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            absl::StrCat("zpipe-ckpt-test-", ::getpid(), "-", counter_++, "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->line());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir()
+      : testing::TempDir(absl::StrCat(
+            "zpipe-ckpt-test-", ::testing::UnitTest::GetInstance()->current_test_info()->line())) {}
 };
-
-// `p`'s key in Optimizer::state() (a string in LibTorch 1.x, the pointer in 2.x).
-template <typename Optimizer = torch::optim::Optimizer>  // a template, for `if constexpr`
-auto StateKey(const torch::Tensor& p) {
-  using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
 
 // Parameters and optimizer state by "<param name>" and "<param name>/<state field>".
 using Snapshot = std::map<std::string, torch::Tensor>;
@@ -76,7 +57,7 @@ Snapshot Take(const Executor& exec) {
     for (const model::ParamInfo& p : stage->params()) {
       out[p.name] = p.tensor.detach().clone();
       if (opt == nullptr) continue;
-      auto it = opt->state().find(StateKey(p.tensor));
+      auto it = opt->state().find(OptimizerStateKey(p.tensor));
       if (it == opt->state().end()) continue;
       if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
         out[p.name + "/step"] = torch::tensor(a->step());
