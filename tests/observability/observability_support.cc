@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "tests/support/local_cluster.h"
 #include "yaml-cpp/yaml.h"
 
 namespace zpipe::testing {
@@ -122,17 +123,7 @@ ObservedCluster::~ObservedCluster() {
 }
 
 bool ObservedCluster::WaitIdle(int n, double timeout_s) {
-  const auto deadline = Deadline(timeout_s);
-  while (Clock::now() < deadline) {
-    auto workers = client_->Workers();
-    if (workers.ok()) {
-      int idle = 0;
-      for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
-      if (idle >= n) return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
+  return WaitForIdleWorkers(*client_, n, timeout_s);
 }
 
 absl::Status ObservedCluster::SubmitSynthetic(const std::string& job_id, int p, int microbatches,

@@ -14,6 +14,21 @@
 
 namespace zpipe::testing {
 
+// Polls the coordinator behind `client` until at least `n` workers are IDLE; false on timeout.
+inline bool WaitForIdleWorkers(Client& client, int n, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto workers = client.Workers();
+    if (workers.ok()) {
+      int idle = 0;
+      for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
+      if (idle >= n) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 struct LocalClusterOptions {
   std::string coordinator_bin;
   std::string worker_bin;
@@ -42,20 +57,7 @@ class LocalCluster {
   }
 
   // Waits until at least `n` workers are IDLE.
-  bool WaitIdle(int n, double timeout_s = 30) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto workers = client_->Workers();
-      if (workers.ok()) {
-        int idle = 0;
-        for (const auto& w : *workers) idle += w.state() == v1::WORKER_STATE_IDLE;
-        if (idle >= n) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
+  bool WaitIdle(int n, double timeout_s = 30) { return WaitForIdleWorkers(*client_, n, timeout_s); }
 
   absl::StatusOr<v1::Job> WaitTerminal(const std::string& id, double timeout_s = 120) {
     const auto deadline =

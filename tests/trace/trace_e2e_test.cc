@@ -63,6 +63,28 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// A job run to success, its plan and the trace of its latest complete iteration.
+struct TracedRun {
+  JobPlan plan;
+  JobTrace trace;
+};
+
+absl::StatusOr<TracedRun> RunAndTrace(Cluster& cluster, const v1::JobSpec& spec,
+                                      const std::string& id) {
+  if (absl::Status st = cluster.client().Submit(spec, id).status(); !st.ok()) return st;
+  auto job = cluster.WaitTerminal(id);
+  if (!job.ok()) return job.status();
+  if (job->state() != v1::JOB_STATE_SUCCEEDED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " did not succeed: ", job->reason()));
+  }
+  auto plan = cluster.client().Plan(id);
+  if (!plan.ok()) return plan.status();
+  auto trace = cluster.client().Trace(id);
+  if (!trace.ok()) return trace.status();
+  return TracedRun{*std::move(plan), *std::move(trace)};
+}
+
 // The clock-alignment error bound for comparing a time of rank `g` with one of another rank.
 // One host: the true offset is 0 and the estimate (>= 0) is the error itself; 1 ms more covers
 // each worker's steady-to-wall conversion.
@@ -124,15 +146,10 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsThePlanOnOneClock) {
   Cluster cluster(kP);
   ASSERT_TRUE(cluster.WaitIdle(kP));
   const std::string id = "trace-zbv";
-  ASSERT_TRUE(cluster.client().Submit(SyntheticSpec("zb-v", kP, 6, kIterations), id).ok());
-  auto job = cluster.WaitTerminal(id);
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
-
-  auto plan = cluster.client().Plan(id);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto trace = cluster.client().Trace(id);
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto run = RunAndTrace(cluster, SyntheticSpec("zb-v", kP, 6, kIterations), id);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const JobPlan* plan = &run->plan;
+  const JobTrace* trace = &run->trace;
   EXPECT_EQ(trace->response.iteration(), kIterations - 1);  // the latest complete one
   EXPECT_TRUE(trace->response.complete());
   ASSERT_EQ(trace->executed.ranks.size(), static_cast<size_t>(kP));
@@ -228,14 +245,10 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsSendsReceivesAndReductions) {
   Cluster cluster(kP * kD);
   ASSERT_TRUE(cluster.WaitIdle(kP * kD));
   const std::string id = "trace-comm";
-  ASSERT_TRUE(cluster.client().Submit(SyntheticSpec("zb-h1", kP, 4, kIterations, kD), id).ok());
-  auto job = cluster.WaitTerminal(id);
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
-  auto plan = cluster.client().Plan(id);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto trace = cluster.client().Trace(id);
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto run = RunAndTrace(cluster, SyntheticSpec("zb-h1", kP, 4, kIterations, kD), id);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const JobPlan* plan = &run->plan;
+  const JobTrace* trace = &run->trace;
   EXPECT_EQ(trace->response.iteration(), kIterations - 1);
   EXPECT_TRUE(trace->response.complete());
   const double margin = ExpectCommOfPlan(*trace, plan->plan, kD);
