@@ -242,6 +242,7 @@ struct SplitBackward::Impl {
   Mode mode = Mode::kSplit;
   Progress progress = Progress::kMade;
   std::string fallback_reason;
+  int weight_passes = 0;  // engine passes W makes (or made)
 
   std::vector<torch::Tensor> params;
   std::vector<Edge> param_edges;  // invalid for a parameter outside the graph
@@ -392,6 +393,7 @@ torch::Tensor SplitBackward::Impl::RunInputSplit(const torch::Tensor& grad) {
     // The engine skipped an intermediate (not expected): W runs the whole backward from the
     // output again rather than miss a gradient.
     mode = Mode::kWhole;
+    weight_passes = used.empty() ? 0 : 1;
     grad_output = grad;
     intermediates.clear();
     groups.clear();
@@ -437,17 +439,7 @@ SplitBackward::~SplitBackward() = default;
 
 bool SplitBackward::split() const { return impl_->mode != Mode::kFallback; }
 const std::string& SplitBackward::fallback_reason() const { return impl_->fallback_reason; }
-int SplitBackward::num_weight_passes() const {
-  switch (impl_->mode) {
-    case Mode::kSplit:
-      return static_cast<int>(impl_->groups.size());
-    case Mode::kWhole:
-      return impl_->used.empty() ? 0 : 1;
-    case Mode::kFallback:
-      return 0;
-  }
-  return 0;
-}
+int SplitBackward::num_weight_passes() const { return impl_->weight_passes; }
 
 absl::StatusOr<std::unique_ptr<SplitBackward>> SplitBackward::Make(
     torch::Tensor output, torch::Tensor input, std::vector<torch::Tensor> params) {
@@ -519,6 +511,9 @@ absl::StatusOr<std::unique_ptr<SplitBackward>> SplitBackward::Make(
       if (s.fallback_reason.empty()) s.BuildGroups(graph, of_param);
     }
     if (!s.fallback_reason.empty()) s.mode = Mode::kFallback;
+    s.weight_passes = s.mode == Mode::kSplit   ? static_cast<int>(s.groups.size())
+                      : s.mode == Mode::kWhole ? (s.used.empty() ? 0 : 1)
+                                               : 0;
     return Result(std::unique_ptr<SplitBackward>(new SplitBackward(std::move(impl))));
   });
 }

@@ -87,7 +87,7 @@ class SplitBackward {
   bool split() const;
   // Why the split was not possible (empty when split()).
   const std::string& fallback_reason() const;
-  // Engine passes RunWeight makes (0 in the fallback), for tests and diagnostics.
+  // Engine passes RunWeight makes, or made (0 in the fallback), for tests and diagnostics.
   int num_weight_passes() const;
 
   // B. `grad_output`: shaped like the output; undefined means 1 for a scalar output. Returns the

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/testing/transformer_block.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -157,57 +158,9 @@ std::vector<torch::Tensor> Concat(std::vector<std::vector<torch::Tensor>> lists)
   return out;
 }
 
-// Causal self-attention written with torch ops; qkv is one projection, chunked in three.
-struct Attention {
-  Attention(int hidden, int heads)
-      : heads(heads), qkv(torch::nn::Linear(hidden, 3 * hidden)), proj(hidden, hidden) {}
-  torch::Tensor operator()(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), h = x.size(2), d = h / heads;
-    std::vector<torch::Tensor> qkv_parts = qkv(x).chunk(3, -1);
-    const auto split_heads = [&](const torch::Tensor& z) {
-      return z.view({b, t, heads, d}).transpose(1, 2);
-    };
-    torch::Tensor q = split_heads(qkv_parts[0]);
-    torch::Tensor k = split_heads(qkv_parts[1]);
-    torch::Tensor v = split_heads(qkv_parts[2]);
-    torch::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-    torch::Tensor mask = torch::ones({t, t}, torch::kBool).triu(1);
-    torch::Tensor att = torch::softmax(scores.masked_fill(mask, -1e9), -1);
-    return proj(att.matmul(v).transpose(1, 2).contiguous().view({b, t, h}));
-  }
-  std::vector<torch::Tensor> params() { return Concat({ParamsOf(qkv), ParamsOf(proj)}); }
-  int heads;
-  torch::nn::Linear qkv;
-  torch::nn::Linear proj;
-};
-
-struct Mlp {
-  Mlp(int hidden, int inner) : fc1(hidden, inner), fc2(inner, hidden) {}
-  torch::Tensor operator()(const torch::Tensor& x) { return fc2(torch::gelu(fc1(x))); }
-  std::vector<torch::Tensor> params() { return Concat({ParamsOf(fc1), ParamsOf(fc2)}); }
-  torch::nn::Linear fc1;
-  torch::nn::Linear fc2;
-};
-
-// Pre-LN transformer block with residual adds.
-struct Block {
-  Block(int hidden, int heads)
-      : ln1(torch::nn::LayerNormOptions({hidden})),
-        attn(hidden, heads),
-        ln2(torch::nn::LayerNormOptions({hidden})),
-        mlp(hidden, 4 * hidden) {}
-  torch::Tensor operator()(const torch::Tensor& x) {
-    torch::Tensor h = x + attn(ln1(x));
-    return h + mlp(ln2(h));
-  }
-  std::vector<torch::Tensor> params() {
-    return Concat({ParamsOf(ln1), attn.params(), ParamsOf(ln2), mlp.params()});
-  }
-  torch::nn::LayerNorm ln1;
-  Attention attn;
-  torch::nn::LayerNorm ln2;
-  Mlp mlp;
-};
+using testing::CausalSelfAttention;
+using testing::Mlp;
+using testing::TransformerBlock;
 
 torch::Tensor Activation(int64_t b, int64_t t, int64_t h) { return torch::randn({b, t, h}, kF64); }
 
@@ -236,16 +189,16 @@ TEST(SplitBackwardTest, LayerNorm) {
 
 TEST(SplitBackwardTest, CausalAttentionWithChunkedQkv) {
   torch::manual_seed(4);
-  Attention attn(16, 4);
+  CausalSelfAttention attn(16, 4);
   ExpectMatchesBackward([&](const torch::Tensor& x) { return attn(x); }, Activation(2, 6, 16),
-                        attn.params());
+                        ParamsOf(attn));
 }
 
 TEST(SplitBackwardTest, GeluMlpLandsLaterLayerFirst) {
   torch::manual_seed(5);
   Mlp mlp(8, 32);
   const SplitResult r = ExpectMatchesBackward([&](const torch::Tensor& x) { return mlp(x); },
-                                              Activation(2, 5, 8), mlp.params());
+                                              Activation(2, 5, 8), ParamsOf(mlp));
   ASSERT_EQ(r.w_landed.size(), 4u);
   // fc2 (params 2, 3) before fc1 (0, 1): gradient sync can launch fc2's bucket during W.
   EXPECT_GE(std::min(r.w_landed[0], r.w_landed[1]), 2);
@@ -255,8 +208,8 @@ TEST(SplitBackwardTest, GeluMlpLandsLaterLayerFirst) {
 
 TEST(SplitBackwardTest, TransformerBlockWithResiduals) {
   torch::manual_seed(6);
-  Block block(16, 4);
-  const std::vector<torch::Tensor> params = block.params();
+  TransformerBlock block(16, 4);
+  const std::vector<torch::Tensor> params = ParamsOf(block);
   const SplitResult r = ExpectMatchesBackward([&](const torch::Tensor& x) { return block(x); },
                                               Activation(2, 6, 16), params);
   EXPECT_EQ(r.weight_passes, 10);  // one per layer norm, two per linear (matmul, bias add)
@@ -350,69 +303,38 @@ TEST(SplitBackwardTest, OutputIndependentOfInputGivesZeroInputGradient) {
   EXPECT_EQ(r.grads.input.abs().sum().item<double>(), 0.0);
 }
 
-// The script's own parameters and buffers, registered in forward order.
-torch::jit::Module ScriptedBlock(int hidden) {
-  torch::jit::Module m("ScriptedBlock");
-  const auto param = [&](const char* name, std::vector<int64_t> shape, double scale) {
-    m.register_parameter(name, (torch::randn(shape, kF64) * scale).requires_grad_(true), false);
-  };
-  param("ln_w", {hidden}, 1.0);
-  param("ln_b", {hidden}, 1.0);
-  param("w_qkv", {hidden, 3 * hidden}, 0.3);
-  param("b_qkv", {3 * hidden}, 0.1);
-  param("w_fc", {hidden, 2 * hidden}, 0.3);
-  param("w_out", {2 * hidden, hidden}, 0.3);
-  m.define(R"JIT(
-def forward(self, x):
-    h = torch.layer_norm(x, [x.size(-1)], self.ln_w, self.ln_b, 1e-5)
-    qkv = torch.matmul(h, self.w_qkv) + self.b_qkv
-    q, k, v = qkv.chunk(3, -1)
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    mask = torch.ones_like(scores).triu(1) > 0.5
-    att = torch.softmax(scores.masked_fill(mask, -1e9), -1)
-    h = x + torch.matmul(att, v)
-    return h + torch.matmul(torch.gelu(torch.matmul(h, self.w_fc)), self.w_out)
-)JIT");
-  return m;
-}
-
-std::vector<torch::Tensor> ParamsOf(const torch::jit::Module& m) {
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor& p : m.parameters()) out.push_back(p);
-  return out;
-}
-
 TEST(SplitBackwardTest, TorchScriptModuleDefinedInCpp) {
   torch::manual_seed(14);
   torch::jit::GraphOptimizerEnabledGuard per_op_graph(false);
-  torch::jit::Module m = ScriptedBlock(8);
+  torch::jit::Module m = testing::ScriptedTransformerBlock(16, 4, torch::kFloat64);
   const Forward forward = [&](const torch::Tensor& x) { return m.forward({x}).toTensor(); };
-  const std::vector<torch::Tensor> params = ParamsOf(m);
-  ASSERT_EQ(params.size(), 6u);
+  const std::vector<torch::Tensor> params = testing::ParametersOf(m);
+  ASSERT_EQ(params.size(), 12u);
   for (int run = 0; run < 3; ++run) {  // past the executor's first (profiling) runs too
     SCOPED_TRACE(run);
-    const SplitResult r = ExpectMatchesBackward(forward, Activation(2, 5, 8), params);
-    EXPECT_EQ(r.weight_passes, 5);  // ln, qkv product and bias add, fc, out
+    const SplitResult r = ExpectMatchesBackward(forward, Activation(2, 6, 16), params);
+    EXPECT_EQ(r.weight_passes, 10);  // one per layer norm, two per linear (product, bias add)
   }
 }
 
 TEST(SplitBackwardTest, OptimizedTorchScriptFallsBack) {
   torch::manual_seed(15);
   torch::jit::GraphOptimizerEnabledGuard optimized(true);
-  torch::jit::Module m = ScriptedBlock(8);
+  torch::jit::Module m = testing::ScriptedTransformerBlock(16, 4, torch::kFloat64);
   const Forward forward = [&](const torch::Tensor& x) { return m.forward({x}).toTensor(); };
   for (int warmup = 0; warmup < 2; ++warmup) {  // the executor's profiling runs
-    forward(StageInput(Activation(2, 5, 8))).sum().backward();
+    forward(StageInput(Activation(2, 6, 16))).sum().backward();
   }
   // The optimised executor wraps the block in differentiable graphs, which cannot be re-rooted.
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE(run);
-    const SplitResult r = ExpectMatchesBackward(forward, Activation(2, 5, 8), ParamsOf(m), {},
-                                                /*expect_split=*/false);
+    const SplitResult r =
+        ExpectMatchesBackward(forward, Activation(2, 6, 16), testing::ParametersOf(m), {},
+                              /*expect_split=*/false);
     EXPECT_NE(r.fallback_reason.find("DifferentiableGraphBackward"), std::string::npos)
         << r.fallback_reason;
   }
-  ClearGrads(ParamsOf(m));
+  ClearGrads(testing::ParametersOf(m));
 }
 
 // A custom autograd function: re-running it is not trusted, so the split falls back.
@@ -459,8 +381,8 @@ TEST(SplitBackwardTest, HookedIntermediateFallsBackAndTheHookFiresOnce) {
 
 TEST(SplitBackwardTest, AccumulatesIntoGradViewsOfOneBuffer) {
   torch::manual_seed(18);
-  Block block(16, 4);
-  const std::vector<torch::Tensor> params = block.params();
+  TransformerBlock block(16, 4);
+  const std::vector<torch::Tensor> params = ParamsOf(block);
   const torch::Tensor input = Activation(2, 6, 16);
   const torch::Tensor grad_output = torch::randn({2, 6, 16}, kF64);
   const Gradients want =
@@ -501,8 +423,8 @@ TEST(SplitBackwardTest, AccumulatesIntoGradViewsOfOneBuffer) {
 
 TEST(SplitBackwardTest, InterleavedMicrobatchesAccumulate) {
   torch::manual_seed(19);
-  Block block(16, 4);
-  const std::vector<torch::Tensor> params = block.params();
+  TransformerBlock block(16, 4);
+  const std::vector<torch::Tensor> params = ParamsOf(block);
   const Forward forward = [&](const torch::Tensor& x) { return block(x); };
   const std::vector<torch::Tensor> inputs = {Activation(2, 6, 16), Activation(2, 6, 16)};
   const std::vector<torch::Tensor> grads = {torch::randn({2, 6, 16}, kF64),
