@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -293,6 +294,16 @@ absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
+  std::error_code ec;
+  const std::filesystem::path base =
+      std::filesystem::absolute(std::filesystem::path(path), ec).parent_path();
+  auto resolve = [&](std::string* p) {
+    if (p->empty() || std::filesystem::path(*p).is_absolute() || ec) return;
+    *p = (base / *p).lexically_normal().string();
+  };
+  if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec->has_data()) resolve(spec->mutable_data()->mutable_path());
+  if (spec->has_eval()) resolve(spec->mutable_eval()->mutable_path());
   return spec;
 }
 

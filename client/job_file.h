@@ -26,7 +26,9 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
 
 // Reads and parses the file at `path`: ".json" is JSON, ".yaml"/".yml" YAML, else as kAuto.
 // Errors are prefixed with the path ("job.yaml: line 7: unknown field 'schedule.knd'"); a missing
-// or unreadable file is NOT_FOUND naming the path.
+// or unreadable file is NOT_FOUND naming the path. Relative input paths (model.torchscript.path,
+// data.path, eval.path) are made absolute against the job file's directory, so a job file can name
+// the model and data beside it; checkpoint.dir is left as written (the workers' working directory).
 absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path);
 
 }  // namespace zpipe

@@ -30,6 +30,7 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
   if (total > 0) absl::StrAppend(&line, "/", total);
   absl::StrAppend(&line, ": ", FormatDuration(it.duration_s()));
   if (it.has_loss()) absl::StrAppend(&line, absl::StrFormat("  loss %.4f", it.loss()));
+  if (it.has_eval_loss()) absl::StrAppend(&line, absl::StrFormat("  eval %.4f", it.eval_loss()));
   absl::StrAppend(&line, "  bubble ", Percent(it.bubble_rate()), " (predicted ",
                   Percent(it.predicted_bubble_rate()), ")");
   if (it.reduce_total_s() > 0) {
@@ -103,6 +104,7 @@ class JobView {
     if (job_.has_latest_summary()) {
       const v1::IterationSummary& s = job_.latest_summary();
       if (s.has_loss()) block << absl::StrFormat("  loss %.4f", s.loss());
+      if (s.has_eval_loss()) block << absl::StrFormat("  eval %.4f", s.eval_loss());
       block << "  bubble " << Percent(s.bubble_rate()) << " (predicted "
             << Percent(s.predicted_bubble_rate()) << ")";
     } else if (job_.has_predicted()) {

@@ -19,6 +19,7 @@
 // process group and die with this process even when it is killed outright (local_cluster.h).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -129,6 +130,13 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   if (s.loss_first.has_value()) {
     out << absl::StrFormat("  loss          %.4f -> %.4f\n", *s.loss_first, *s.loss_last);
   }
+  if (!s.model_file.empty()) out << "  model         " << s.model_file << "\n";
+  if (!s.model_error.empty()) out << "  model         not exported: " << s.model_error << "\n";
+  if (!s.eval_losses.empty()) {
+    out << absl::StrFormat("  eval loss     %.4f -> %.4f (%d evaluations)\n",
+                           s.eval_losses.front().second, s.eval_losses.back().second,
+                           static_cast<int>(s.eval_losses.size()));
+  }
   if (s.steady_iterations == 0) return;
   out << absl::StrFormat("  iteration     %s (median of iterations %d..%d)\n",
                          Seconds(s.iteration_s), s.iterations - s.steady_iterations + 1,
@@ -188,6 +196,12 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   j["steady_iterations"] = s.steady_iterations;
   j["loss_first"] = s.loss_first.has_value() ? nlohmann::json(*s.loss_first) : nlohmann::json();
   j["loss_last"] = s.loss_last.has_value() ? nlohmann::json(*s.loss_last) : nlohmann::json();
+  j["losses"] = s.losses;
+  nlohmann::json evals = nlohmann::json::array();
+  for (const auto& [iteration, loss] : s.eval_losses) {
+    evals.push_back({{"iteration", iteration}, {"loss", loss}});
+  }
+  j["eval_losses"] = evals;
   j["iteration_s"] = s.iteration_s;
   j["tokens_per_s"] = s.tokens_per_s;
   j["wall_s"] = s.wall_s;
@@ -214,11 +228,53 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
                              {"exposed_s", timeline.exposure->exposed_s},
                              {"replica_wait_s", timeline.exposure->replica_wait_s}};
   }
+  j["model"] = {{"file", s.model_file}, {"error", s.model_error}};
   j["timeline"] = {{"iteration", timeline.iteration},
                    {"chrome", timeline.chrome},
                    {"svg", timeline.svg},
                    {"error", timeline.error}};
   return j;
+}
+
+// Whether the job trains weights worth handing back (GPT and TorchScript models).
+bool ExportsModel(const v1::JobSpec& spec) {
+  return spec.model().has_torchscript() || spec.model().has_gpt();
+}
+
+// Runs `zpipe-worker export` (the worker binary links LibTorch; this one does not) for the
+// checkpoints under `root`, writing `out`. Returns its one-line report or an error with its exit.
+absl::StatusOr<std::string> ExportModel(const std::string& worker_bin, const fs::path& root,
+                                        const fs::path& out) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return absl::InternalError("export: pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("export: fork failed");
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    const std::string root_s = root.string(), out_s = out.string();
+    execl(worker_bin.c_str(), worker_bin.c_str(), "export", "--checkpoint", root_s.c_str(), "-o",
+          out_s.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::string output;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof buf)) > 0) output.append(buf, static_cast<size_t>(n));
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("export failed: ", output));
+  }
+  return output;
 }
 
 // Waits until `n` workers are idle; gives up when a process dies, on Ctrl-C, or after `timeout`.
@@ -383,6 +439,17 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
                               options.keep_dir ? absl::StrCat("; logs in ", (*cluster)->dir()) : "")
            << std::flush;
 
+  // The trained model comes back through the job's checkpoints: a job without a checkpoint
+  // section saves once, after its last iteration, into the run's temporary directory.
+  fs::path checkpoint_root;
+  if (ExportsModel(*spec)) {
+    if (spec->checkpoint().dir().empty()) {
+      spec->mutable_checkpoint()->set_dir((fs::path((*cluster)->dir()) / "checkpoints").string());
+      spec->mutable_checkpoint()->set_every(spec->train().iterations());
+    }
+    checkpoint_root = fs::path(spec->checkpoint().dir()) / spec->name();
+  }
+
   absl::StatusOr<SubmitResult> submitted = client->Submit(*spec, "");
   if (!submitted.ok()) {
     CliContext local((*cluster)->address(), OutputFormat::kTable, ctx.err(), ctx.err(), false);
@@ -412,7 +479,16 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
   TimelineFiles timeline;
   if (!iterations.empty()) timeline = WriteTimelineFiles(*client, job_id, out_dir, stem);
-  const RunSummary summary = Summarize(*job, iterations);
+  RunSummary summary = Summarize(*job, iterations);
+  if (!checkpoint_root.empty() && job->state() == v1::JOB_STATE_SUCCEEDED) {
+    const fs::path model_out = fs::path(out_dir) / absl::StrCat(spec->name(), ".model.pt");
+    absl::StatusOr<std::string> exported = ExportModel(options.worker_bin, checkpoint_root, model_out);
+    if (exported.ok()) {
+      summary.model_file = model_out.string();
+    } else {
+      summary.model_error = std::string(exported.status().message());
+    }
+  }
   if (ctx.json()) {
     ctx.out() << SummaryJson(summary, timeline).dump(2) << "\n" << std::flush;
   } else {

@@ -35,7 +35,9 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
                (job.end_time().nanos() - job.create_time().nanos()) * 1e-9;
   }
   for (const v1::IterationSummary& it : iterations) {
+    if (it.has_eval_loss()) s.eval_losses.emplace_back(it.iteration(), it.eval_loss());
     if (!it.has_loss()) continue;
+    s.losses.push_back(it.loss());
     if (!s.loss_first.has_value()) s.loss_first = it.loss();
     s.loss_last = it.loss();
   }

@@ -175,6 +175,10 @@ grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext*, const v1::Get
     rank->set_num_actions(static_cast<int>(p.plan.ranks[r].size()));
   }
   *resp->mutable_predicted() = PlanStatsToProto(p);
+  if (absl::StatusOr<JobView> view = manager_.Get(req->job_id(), /*with_microbatches=*/false);
+      view.ok() && view->record.layout) {
+    *resp->mutable_layout() = ModelLayoutToProto(*view->record.layout);
+  }
   return Done("GetPlan", absl::OkStatus());
 }
 

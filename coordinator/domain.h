@@ -39,11 +39,46 @@ struct SyntheticConfig {
   friend bool operator==(const SyntheticConfig&, const SyntheticConfig&) = default;
 };
 
+// A user's TorchScript nn.Sequential (TorchScriptModel in job.proto).
+struct TorchScriptConfig {
+  std::string path;
+  std::vector<int> cuts;  // empty = balanced by measured cost
+  friend bool operator==(const TorchScriptConfig&, const TorchScriptConfig&) = default;
+};
+
+// A token file (DataSpec in job.proto); empty path = no data section.
+struct DataConfig {
+  std::string path;
+  std::string dtype;  // "" = uint16
+  std::optional<uint64_t> shuffle_seed;
+  int seq_len = 0;  // 0 = the GPT model's
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
+};
+
+struct EvalConfig {
+  std::string path;  // empty = no evaluation
+  int every = 0;
+  int batches = 0;  // 0 = 4
+  friend bool operator==(const EvalConfig&, const EvalConfig&) = default;
+};
+
+// Optimizer and schedule settings beyond lr (TrainSpec in job.proto); unset = defaults there.
+struct TrainSettings {
+  std::optional<double> weight_decay;
+  std::vector<double> betas;
+  std::optional<double> eps;
+  std::optional<double> clip_grad_norm;
+  int warmup = 0;
+  std::string decay;  // "" = constant
+  double min_lr = 0;
+  friend bool operator==(const TrainSettings&, const TrainSettings&) = default;
+};
+
 // The job spec as submitted (zpipe.v1.JobSpec); defaults are NOT filled in, so that resubmits
 // compare equal field by field. Field meanings and ranges: proto/zpipe/v1/job.proto.
 struct JobSpec {
   std::string name;
-  std::variant<std::monostate, GptConfig, SyntheticConfig> model;
+  std::variant<std::monostate, GptConfig, SyntheticConfig, TorchScriptConfig> model;
   int pipeline = 0;
   int data = 0;  // 0 = 1
   std::string schedule;
@@ -60,6 +95,9 @@ struct JobSpec {
   int checkpoint_every = 0;
   std::string checkpoint_dir;
   DeviceKind device = DeviceKind::kCpu;
+  DataConfig data_file;
+  EvalConfig eval;
+  TrainSettings train;
 
   int data_parallel() const { return data == 0 ? 1 : data; }
   int world_size() const { return pipeline * data_parallel(); }
@@ -108,12 +146,38 @@ struct IterationSummary {
   int iteration = 0;
   double duration_s = 0;
   std::optional<double> loss;
+  std::optional<double> eval_loss;  // spec.eval: measured after this iteration
   double bubble_rate = 0;
   double predicted_bubble_rate = 0;
   double reduce_total_s = 0;
   double reduce_exposed_s = 0;
   std::vector<RankStats> ranks;  // by global rank
   friend bool operator==(const IterationSummary&, const IterationSummary&) = default;
+};
+
+// Measured cost of one block of a TorchScript model (ProfileResult in worker.proto).
+struct BlockProfileData {
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double weight_ms = 0;
+  double activation_bytes = 0;
+  double param_bytes = 0;
+};
+
+// How a TorchScript model is cut into stages (ModelLayout in job.proto).
+struct ModelLayout {
+  struct Stage {
+    int stage = 0;
+    int first_block = 0;
+    int end_block = 0;
+    double forward_ms = 0, backward_ms = 0, weight_ms = 0;
+    double activation_kb = 0;  // the stage's output per microbatch
+    double params_mb = 0;
+  };
+  std::string source;  // "spec", "measured", "checkpoint"
+  std::vector<int> cuts;
+  std::vector<Stage> stages;
+  int blocks = 0;
 };
 
 // What the store keeps about a job.
@@ -131,6 +195,9 @@ struct JobRecord {
   uint64_t last_sequence = 0;   // last WatchJob event sequence issued
   std::optional<IterationSummary> latest_summary;
   int iterations_done = 0;
+  // TorchScript models: the cuts the job runs with, once known (not persisted: after a
+  // coordinator restart a running job shows none).
+  std::optional<ModelLayout> layout;
 };
 
 enum class WorkerState { kIdle, kBusy, kDead };

@@ -307,6 +307,23 @@ void JobManager::TryScheduleLocked() {
 }
 
 bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers) {
+  if (NeedsProfile(job)) {
+    ReserveLocked(job, workers);
+    JobRuntime& rt = runtime_[job.id];
+    rt.profiling_worker = workers[0]->info.registration.name;
+    SetStateLocked(job, JobState::kScheduling,
+                   absl::StrCat("attempt ", job.attempt, ": timing the model's blocks on ",
+                                rt.profiling_worker, " to balance the stages"));
+    auto request = std::make_shared<AssignmentData>();
+    request->job_id = job.id;
+    request->spec = job.spec;
+    request->attempt = job.attempt;
+    WorkerCommand cmd;
+    cmd.kind = WorkerCommand::Kind::kProfile;
+    cmd.assignment = std::move(request);
+    workers[0]->connection->Send(std::move(cmd));
+    return true;
+  }
   std::shared_ptr<const JobPlan> plan = PlanForLocked(job);
   if (!plan) {
     // Cannot happen for a job whose spec was accepted by this build; fail it rather than loop.
@@ -314,6 +331,12 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
     rendezvous_.Close(job.id);
     return false;
   }
+  ReserveLocked(job, workers);
+  DispatchLocked(job, workers, std::move(plan));
+  return true;
+}
+
+void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers) {
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   ++job.attempt;
   job.ranks.clear();
@@ -331,6 +354,17 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
   }
   SetStateLocked(job, JobState::kScheduling,
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
+}
+
+void JobManager::DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+                                std::shared_ptr<const JobPlan> plan) {
+  const int p = job.spec.pipeline, d = job.spec.data_parallel();
+  // The workers run with the cuts chosen for the job (its spec, as submitted, may have none).
+  JobSpec run_spec = job.spec;
+  if (auto* ts = std::get_if<TorchScriptConfig>(&run_spec.model); ts != nullptr) {
+    if (!job.layout) job.layout = ModelLayout{"spec", ts->cuts, {}, 0};
+    ts->cuts = job.layout->cuts;
+  }
   tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
                     plan->sim.bubble_rate, job.ranks);
   traces_.StartJob(job.id, plan->plan, job.ranks);
@@ -341,7 +375,7 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
   for (int g = 0; g < p * d; ++g) {
     auto a = std::make_shared<AssignmentData>();
     a->job_id = job.id;
-    a->spec = job.spec;
+    a->spec = run_spec;
     a->attempt = job.attempt;
     a->self = job.ranks[g];
     a->pipeline_size = p;
@@ -355,7 +389,6 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
     workers[g]->connection->Send(std::move(cmd));
   }
   SetStateLocked(job, JobState::kRunning, absl::StrCat("assignments sent to ", p * d, " workers"));
-  return true;
 }
 
 std::shared_ptr<const JobPlan> JobManager::PlanForLocked(const JobRecord& job) {

@@ -63,9 +63,10 @@ struct AssignmentData {
 };
 
 struct WorkerCommand {
-  enum class Kind { kAssign, kCancel, kShutdown };
+  enum class Kind { kAssign, kCancel, kShutdown, kProfile };
   Kind kind = Kind::kAssign;
-  std::shared_ptr<const AssignmentData> assignment;  // kAssign
+  // kAssign; kProfile: only job_id, spec and attempt are set.
+  std::shared_ptr<const AssignmentData> assignment;
   std::string job_id;                                // kCancel
   std::string reason;                                // kCancel, kShutdown
 };
@@ -168,11 +169,18 @@ class JobManager {
   // Lock-free with respect to the job table: for ingest rate.
   void Progress(const std::string& worker_name, const ProgressBatchData& batch);
   absl::Status IterationReport(const std::string& worker_id, const std::string& job_id,
-                               int iteration, const RankStats& stats, std::optional<double> loss);
+                               int iteration, const RankStats& stats, std::optional<double> loss,
+                               std::optional<double> eval_loss = std::nullopt);
   absl::Status RankFinished(const std::string& worker_id, const std::string& job_id,
                             int pipeline_rank, int data_rank);
   absl::Status RankFailed(const std::string& worker_id, const std::string& job_id,
                           int pipeline_rank, int data_rank, const std::string& message);
+  // A worker's answer to a kProfile command (job_manager_profile.cc): the job's cuts are chosen
+  // from `blocks` (or kept from `checkpoint_cuts`), the plan is made from the measured costs and
+  // the assignments go out; a non-empty `error` fails the job with it.
+  absl::Status ProfileResult(const std::string& worker_id, const std::string& job_id, int attempt,
+                             const std::vector<BlockProfileData>& blocks,
+                             const std::vector<int>& checkpoint_cuts, const std::string& error);
   // The worker's stable name for a registration id (for the session's progress path).
   absl::StatusOr<std::string> WorkerName(const std::string& worker_id) const;
 
@@ -204,6 +212,7 @@ class JobManager {
     std::set<int> finished;                        // global ranks done with every iteration
     std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
     std::set<int> reconnected;                     // global ranks whose worker came back
+    std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
   };
   struct WorkerEntry {
     WorkerInfo info;
@@ -227,6 +236,14 @@ class JobManager {
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves `workers` for `job` (state SCHEDULING, attempt + 1, job.ranks set).
+  void ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the assignments of `plan` to the reserved workers; the job becomes RUNNING.
+  void DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+                      std::shared_ptr<const JobPlan> plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TorchScript jobs without cuts are profiled before their plan is made.
+  static bool NeedsProfile(const JobRecord& job);
   void MarkDeadLocked(WorkerEntry& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -269,11 +269,12 @@ absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
 
 absl::Status JobManager::IterationReport(const std::string& worker_id, const std::string& job_id,
                                          int iteration, const RankStats& stats,
-                                         std::optional<double> loss) {
+                                         std::optional<double> loss,
+                                         std::optional<double> eval_loss) {
   absl::StatusOr<std::string> name = WorkerName(worker_id);
   if (!name.ok()) return name.status();
   std::optional<IterationSummary> summary =
-      tracker_.AddReport(job_id, *name, iteration, stats, loss);
+      tracker_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
   ObserveIterationMetrics(*name, job_id, iteration, stats, summary);
   if (!summary) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
@@ -291,7 +292,8 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   const IterationSummary& s = *job->latest_summary;
   LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
           s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
-          s.loss ? absl::StrCat(", loss ", *s.loss) : "", ")");
+          s.loss ? absl::StrCat(", loss ", *s.loss) : "",
+          s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
   return absl::OkStatus();
 }
 

@@ -19,9 +19,27 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
                                 y.activation_kb(), y.params_mb(),   y.param_tensors()};
       break;
     }
+    case v1::ModelSpec::kTorchscript: {
+      const auto& t = p.model().torchscript();
+      s.model = TorchScriptConfig{t.path(), std::vector<int>(t.cuts().begin(), t.cuts().end())};
+      break;
+    }
     case v1::ModelSpec::KIND_NOT_SET:
       break;
   }
+  s.data_file.path = p.data().path();
+  s.data_file.dtype = p.data().dtype();
+  if (p.data().has_shuffle_seed()) s.data_file.shuffle_seed = p.data().shuffle_seed();
+  s.data_file.seq_len = p.data().seq_len();
+  s.eval = EvalConfig{p.eval().path(), p.eval().every(), p.eval().batches()};
+  const v1::TrainSpec& t = p.train();
+  if (t.has_weight_decay()) s.train.weight_decay = t.weight_decay();
+  s.train.betas.assign(t.betas().begin(), t.betas().end());
+  if (t.has_eps()) s.train.eps = t.eps();
+  if (t.has_clip_grad_norm()) s.train.clip_grad_norm = t.clip_grad_norm();
+  s.train.warmup = t.lr_schedule().warmup();
+  s.train.decay = t.lr_schedule().decay();
+  s.train.min_lr = t.lr_schedule().min_lr();
   s.pipeline = p.parallel().pipeline();
   s.data = p.parallel().data();
   s.schedule = p.schedule().kind();
@@ -75,6 +93,23 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     m->set_activation_kb(y->activation_kb);
     m->set_params_mb(y->params_mb);
     m->set_param_tensors(y->param_tensors);
+  } else if (const auto* t = std::get_if<TorchScriptConfig>(&s.model)) {
+    auto* m = p.mutable_model()->mutable_torchscript();
+    m->set_path(t->path);
+    for (int c : t->cuts) m->add_cuts(c);
+  }
+  if (!s.data_file.path.empty() || !s.data_file.dtype.empty() || s.data_file.shuffle_seed ||
+      s.data_file.seq_len != 0) {
+    auto* d = p.mutable_data();
+    d->set_path(s.data_file.path);
+    d->set_dtype(s.data_file.dtype);
+    if (s.data_file.shuffle_seed) d->set_shuffle_seed(*s.data_file.shuffle_seed);
+    d->set_seq_len(s.data_file.seq_len);
+  }
+  if (s.eval != EvalConfig{}) {
+    p.mutable_eval()->set_path(s.eval.path);
+    p.mutable_eval()->set_every(s.eval.every);
+    p.mutable_eval()->set_batches(s.eval.batches);
   }
   p.mutable_parallel()->set_pipeline(s.pipeline);
   p.mutable_parallel()->set_data(s.data);
@@ -87,6 +122,18 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   p.mutable_train()->set_optimizer(s.optimizer);
   p.mutable_train()->set_lr(s.lr);
   p.mutable_train()->set_seed(s.seed);
+  {
+    v1::TrainSpec* t = p.mutable_train();
+    if (s.train.weight_decay) t->set_weight_decay(*s.train.weight_decay);
+    for (double b : s.train.betas) t->add_betas(b);
+    if (s.train.eps) t->set_eps(*s.train.eps);
+    if (s.train.clip_grad_norm) t->set_clip_grad_norm(*s.train.clip_grad_norm);
+    if (s.train.warmup != 0 || !s.train.decay.empty() || s.train.min_lr != 0) {
+      t->mutable_lr_schedule()->set_warmup(s.train.warmup);
+      t->mutable_lr_schedule()->set_decay(s.train.decay);
+      t->mutable_lr_schedule()->set_min_lr(s.train.min_lr);
+    }
+  }
   p.mutable_grad_sync()->set_bucket_mb(s.bucket_mb);
   if (s.overlap) p.mutable_grad_sync()->set_overlap(*s.overlap);
   p.mutable_checkpoint()->set_every(s.checkpoint_every);
@@ -161,6 +208,7 @@ v1::IterationSummary SummaryToProto(const IterationSummary& s) {
   p.set_iteration(s.iteration);
   p.set_duration_s(s.duration_s);
   if (s.loss) p.set_loss(*s.loss);
+  if (s.eval_loss) p.set_eval_loss(*s.eval_loss);
   p.set_bubble_rate(s.bubble_rate);
   p.set_predicted_bubble_rate(s.predicted_bubble_rate);
   p.set_reduce_total_s(s.reduce_total_s);
@@ -174,6 +222,7 @@ IterationSummary SummaryFromProto(const v1::IterationSummary& p) {
   s.iteration = p.iteration();
   s.duration_s = p.duration_s();
   if (p.has_loss()) s.loss = p.loss();
+  if (p.has_eval_loss()) s.eval_loss = p.eval_loss();
   s.bubble_rate = p.bubble_rate();
   s.predicted_bubble_rate = p.predicted_bubble_rate();
   s.reduce_total_s = p.reduce_total_s();
@@ -237,6 +286,24 @@ v1::Job JobRecordToProto(const JobRecord& r) {
   for (const auto& slot : r.ranks) *p.add_ranks() = RankSlotToProto(slot);
   if (r.latest_summary) *p.mutable_latest_summary() = SummaryToProto(*r.latest_summary);
   p.set_attempt(r.attempt);
+  if (r.layout) *p.mutable_layout() = ModelLayoutToProto(*r.layout);
+  return p;
+}
+
+v1::ModelLayout ModelLayoutToProto(const ModelLayout& layout) {
+  v1::ModelLayout p;
+  p.set_source(layout.source);
+  for (int c : layout.cuts) p.add_cuts(c);
+  p.set_blocks(layout.blocks);
+  for (const ModelLayout::Stage& s : layout.stages) {
+    v1::StageLayout* out = p.add_stages();
+    out->set_stage(s.stage);
+    out->set_first_block(s.first_block);
+    out->set_end_block(s.end_block);
+    out->set_forward_ms(s.forward_ms);
+    out->set_backward_ms(s.backward_ms);
+    out->set_weight_ms(s.weight_ms);
+  }
   return p;
 }
 

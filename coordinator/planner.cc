@@ -26,6 +26,10 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v) {
     return {s->forward_ms / v, s->backward_ms / v, s->weight_ms / v, s->activation_kb,
             s->params_mb / v};
   }
+  if (std::holds_alternative<TorchScriptConfig>(spec.model)) {
+    // Unknown until measured: unit costs (B and W as long as F) and one bucket per stage.
+    return {1, 1, 1, 0, 0};
+  }
   const auto& g = std::get<GptConfig>(spec.model);
   const double b = spec.microbatch_size, s = g.seq_len, h = g.hidden;
   const double layers = static_cast<double>(g.layers) / num_stages;
@@ -89,7 +93,8 @@ core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int v) {
   return core::CostModel::Uniform(num_stages, c, comm);
 }
 
-absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec) {
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
+                                                       const ModelLayout* layout) {
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
   if (!kind.ok()) return ScheduleError(spec, kind.status());
   const core::Placement placement = core::PlacementFor(*kind, spec.pipeline, spec.chunks);
@@ -98,8 +103,27 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec) {
 
   auto out = std::make_shared<JobPlan>();
   out->cost = CostModelFor(spec, stages, v);
-  const StageShape shape = ShapeFor(spec, stages, v);
+  StageShape shape = ShapeFor(spec, stages, v);
   out->stages.assign(stages, StageInfo{shape.activation_kb, shape.params_mb});
+  if (layout != nullptr && static_cast<int>(layout->stages.size()) == stages &&
+      layout->stages[0].forward_ms > 0) {
+    // Measured: per-stage times; communication from the largest boundary activation.
+    double max_activation_kb = 0, max_params_mb = 0;
+    for (int s = 0; s < stages; ++s) {
+      const ModelLayout::Stage& m = layout->stages[s];
+      core::StageCost& c = out->cost.stages[s];
+      c.f = std::max(m.forward_ms, 1e-3);
+      c.b = std::max(m.backward_ms, 1e-3);
+      c.w = std::max(m.weight_ms, 0.0);
+      out->stages[s] = StageInfo{m.activation_kb, m.params_mb};
+      max_activation_kb = std::max(max_activation_kb, m.activation_kb);
+      max_params_mb = std::max(max_params_mb, m.params_mb);
+    }
+    const double comm = max_activation_kb * 1024.0 / kLinkBytesPerMs;
+    out->cost.comm = comm;
+    shape.activation_kb = max_activation_kb;
+    shape.params_mb = max_params_mb;
+  }
 
   core::ScheduleRequest req;
   req.pipeline = spec.pipeline;

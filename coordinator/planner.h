@@ -45,7 +45,10 @@ struct JobPlan {
 // InvalidArgument naming the field ("spec.batch.microbatches: ...",
 // "spec.schedule.memory_limit: ...", "spec.schedule.kind: ..."); a plan core itself rejects is
 // Internal (a bug, not a user error).
-absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec);
+// `layout`: a TorchScript model's measured stage costs (ModelLayout::stages with times); the
+// plan is then generated and simulated from them instead of unit costs.
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
+                                                       const ModelLayout* layout = nullptr);
 
 // The cost model alone (exposed for tests).
 core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int chunks_per_rank);

@@ -115,7 +115,8 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
 std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& job_id,
                                                            const std::string& worker_name,
                                                            int iteration, const RankStats& stats,
-                                                           std::optional<double> loss) {
+                                                           std::optional<double> loss,
+                                                           std::optional<double> eval_loss) {
   std::shared_ptr<Job> job = Find(job_id);
   if (!job) return std::nullopt;
   const int p = job->placement.num_ranks();
@@ -140,6 +141,7 @@ std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& jo
   if (pending.ranks[g].has_value()) return std::nullopt;  // duplicate
   pending.ranks[g] = stats;
   if (loss) pending.losses.push_back(*loss);
+  if (eval_loss) pending.eval_losses.push_back(*eval_loss);
   if (++pending.reported < world) {
     while (job->pending.size() > kMaxPendingIterations) job->pending.erase(job->pending.begin());
     return std::nullopt;
@@ -161,6 +163,11 @@ std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& jo
     double sum = 0;
     for (double l : pending.losses) sum += l;
     s.loss = sum / pending.losses.size();
+  }
+  if (!pending.eval_losses.empty()) {
+    double sum = 0;
+    for (double l : pending.eval_losses) sum += l;
+    s.eval_loss = sum / pending.eval_losses.size();
   }
   job->pending.erase(job->pending.begin(), job->pending.upper_bound(iteration));
   job->iterations_done = iteration + 1;

@@ -85,7 +85,8 @@ class ProgressTracker {
   // completes the iteration (every rank reported it), else nullopt.
   std::optional<IterationSummary> AddReport(const std::string& job_id,
                                             const std::string& worker_name, int iteration,
-                                            const RankStats& stats, std::optional<double> loss);
+                                            const RankStats& stats, std::optional<double> loss,
+                                            std::optional<double> eval_loss = std::nullopt);
 
   // nullopt for a job never started.
   std::optional<JobProgressView> Get(const std::string& job_id, bool with_microbatches) const;
@@ -107,6 +108,7 @@ class ProgressTracker {
   struct PendingIteration {
     std::vector<std::optional<RankStats>> ranks;
     std::vector<double> losses;
+    std::vector<double> eval_losses;
     int reported = 0;
   };
   struct Job {

@@ -92,7 +92,10 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
                                              "Iterations every rank of a job has reported")),
       loss_(Build<prometheus::Gauge>(
           registry, "zpipe_loss",
-          "Training loss of a job's latest complete iteration, mean over data-parallel replicas")) {
+          "Training loss of a job's latest complete iteration, mean over data-parallel replicas")),
+      eval_loss_(Build<prometheus::Gauge>(
+          registry, "zpipe_eval_loss",
+          "Mean loss over a job's eval batches (spec.eval), at its latest evaluation")) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
   for (WorkerState s : kAllWorkerStates) SetWorkerCount(s, 0);
@@ -202,6 +205,10 @@ void PrometheusMetrics::ObserveJobIteration(const std::string& job_id,
     if (job->loss == nullptr) job->loss = &loss_.Add({{"job_id", job_id}});
     job->loss->Set(*summary.loss);
   }
+  if (summary.eval_loss) {
+    if (job->eval_loss == nullptr) job->eval_loss = &eval_loss_.Add({{"job_id", job_id}});
+    job->eval_loss->Set(*summary.eval_loss);
+  }
   if (predicted) {
     if (job->bubble_predicted == nullptr) {
       job->bubble_predicted = &job_bubble_predicted_.Add({{"job_id", job_id}});
@@ -272,6 +279,7 @@ void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
     duration_.Remove(j.duration);
     iterations_.Remove(j.iterations);
     if (j.loss != nullptr) loss_.Remove(j.loss);
+    if (j.eval_loss != nullptr) eval_loss_.Remove(j.eval_loss);
     job_series_.erase(it);
   }
   if (removed_.insert(job_id).second) removed_order_.push_back(job_id);

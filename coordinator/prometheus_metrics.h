@@ -97,6 +97,7 @@ class PrometheusMetrics : public Metrics {
     prometheus::Gauge* bubble_predicted = nullptr;
     prometheus::Gauge* overlap = nullptr;
     prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* eval_loss = nullptr;
     prometheus::Histogram* duration = nullptr;
     prometheus::Counter* iterations = nullptr;
     int last_iteration = -1;
@@ -130,6 +131,7 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Histogram>& duration_;
   prometheus::Family<prometheus::Counter>& iterations_;
   prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& eval_loss_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);

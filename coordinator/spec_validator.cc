@@ -68,6 +68,108 @@ absl::Status ValidateSynthetic(const SyntheticConfig& s) {
   return absl::OkStatus();
 }
 
+
+// Paths the workers open: non-empty, bounded, no NUL.
+absl::Status ValidatePath(absl::string_view field, const std::string& path) {
+  if (path.empty()) return Bad(field, "is required");
+  if (path.size() > 4096) return Bad(field, "must be at most 4096 characters");
+  if (path.find('\0') != std::string::npos) return Bad(field, "must not contain NUL");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTorchScript(const TorchScriptConfig& t, int num_stages) {
+  ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.model.torchscript.path", t.path));
+  if (t.cuts.empty()) return absl::OkStatus();
+  if (static_cast<int>(t.cuts.size()) != num_stages - 1) {
+    return Bad("spec.model.torchscript.cuts",
+               absl::StrCat("needs pipeline x chunks - 1 = ", num_stages - 1,
+                            " block indices (where stages 1..", num_stages - 1, " begin), got ",
+                            t.cuts.size()));
+  }
+  for (size_t k = 0; k < t.cuts.size(); ++k) {
+    const int lo = k == 0 ? 1 : t.cuts[k - 1] + 1;
+    if (t.cuts[k] < lo) {
+      return Bad("spec.model.torchscript.cuts",
+                 absl::StrCat("must be strictly increasing block indices >= 1; cuts[", k,
+                              "] = ", t.cuts[k]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const JobSpec& spec) {
+  const DataConfig& d = spec.data_file;
+  const bool has_data = d != DataConfig{};
+  const auto* gpt = std::get_if<GptConfig>(&spec.model);
+  if (std::holds_alternative<TorchScriptConfig>(spec.model) && !has_data) {
+    return Bad("spec.data", "is required for torchscript models (a token file: data.path)");
+  }
+  if (std::holds_alternative<SyntheticConfig>(spec.model) && has_data) {
+    return Bad("spec.data", "synthetic models take no data; remove the data section");
+  }
+  if (has_data) {
+    ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.data.path", d.path));
+    if (!(d.dtype.empty() || d.dtype == "uint16" || d.dtype == "uint32")) {
+      return Bad("spec.data.dtype",
+                 absl::StrCat("must be uint16 or uint32, got '", d.dtype.substr(0, 64), "'"));
+    }
+    if (gpt != nullptr) {
+      if (d.seq_len != 0 && d.seq_len != gpt->seq_len) {
+        return Bad("spec.data.seq_len",
+                   absl::StrCat("must equal model.gpt.seq_len (", gpt->seq_len, ") or be left 0, got ",
+                                d.seq_len));
+      }
+    } else {
+      ZPIPE_RETURN_IF_ERROR(IntIn("spec.data.seq_len", d.seq_len, 1, 1 << 20));
+    }
+  }
+  const EvalConfig& e = spec.eval;
+  if (e != EvalConfig{}) {
+    if (!has_data) return Bad("spec.eval", "needs a data section (eval uses its dtype and seq_len)");
+    ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.eval.path", e.path));
+    ZPIPE_RETURN_IF_ERROR(IntIn("spec.eval.every", e.every, 1, 10'000'000));
+    ZPIPE_RETURN_IF_ERROR(IntIn("spec.eval.batches", e.batches, 0, 100'000));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTrain(const JobSpec& spec) {
+  const TrainSettings& t = spec.train;
+  if (t.weight_decay) {
+    ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.weight_decay", *t.weight_decay, 0, 10, false));
+  }
+  if (!t.betas.empty()) {
+    if (t.betas.size() != 2) {
+      return Bad("spec.train.betas", absl::StrCat("needs two values [beta1, beta2], got ",
+                                                  t.betas.size()));
+    }
+    for (double b : t.betas) {
+      if (!std::isfinite(b) || b < 0 || b >= 1) {
+        return Bad("spec.train.betas", absl::StrCat("each must be in [0, 1), got ", b));
+      }
+    }
+  }
+  if (t.eps) ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.eps", *t.eps, 0, 1, true));
+  if (t.clip_grad_norm) {
+    ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.clip_grad_norm", *t.clip_grad_norm, 0, 1e9, false));
+  }
+  if (t.warmup < 0 || (t.warmup > 0 && t.warmup >= spec.iterations)) {
+    return Bad("spec.train.lr_schedule.warmup",
+               absl::StrCat("must be in [0, iterations) = [0, ", spec.iterations, "), got ",
+                            t.warmup));
+  }
+  if (!(t.decay.empty() || t.decay == "constant" || t.decay == "cosine" || t.decay == "linear")) {
+    return Bad("spec.train.lr_schedule.decay",
+               absl::StrCat("unknown decay '", t.decay.substr(0, 64),
+                            "' (expected constant, cosine or linear)"));
+  }
+  if (!std::isfinite(t.min_lr) || t.min_lr < 0 || t.min_lr > spec.lr) {
+    return Bad("spec.train.lr_schedule.min_lr",
+               absl::StrCat("must be in [0, lr = ", spec.lr, "], got ", t.min_lr));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobId(absl::string_view id) {
@@ -114,13 +216,16 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
   const int v = core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
 
   if (std::holds_alternative<std::monostate>(spec.model)) {
-    return Bad("spec.model", "one of gpt or synthetic is required");
+    return Bad("spec.model", "one of gpt, synthetic or torchscript is required");
   }
   if (const auto* gpt = std::get_if<GptConfig>(&spec.model)) {
     ZPIPE_RETURN_IF_ERROR(ValidateGpt(*gpt, spec.pipeline * v));
+  } else if (const auto* ts = std::get_if<TorchScriptConfig>(&spec.model)) {
+    ZPIPE_RETURN_IF_ERROR(ValidateTorchScript(*ts, spec.pipeline * v));
   } else {
     ZPIPE_RETURN_IF_ERROR(ValidateSynthetic(std::get<SyntheticConfig>(spec.model)));
   }
+  ZPIPE_RETURN_IF_ERROR(ValidateData(spec));
 
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.batch.microbatches", spec.microbatches, 1, kMaxMicrobatches));
   if (static_cast<int64_t>(spec.pipeline) * v * spec.microbatches > kMaxStageMicrobatches) {
@@ -139,6 +244,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
                             "' (expected sgd, adam or adamw)"));
   }
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.lr", spec.lr, 0, 10, true));
+  ZPIPE_RETURN_IF_ERROR(ValidateTrain(spec));
 
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.grad_sync.bucket_mb", spec.bucket_mb, 0, 4096, false));
 

@@ -115,6 +115,13 @@ void CommandToProto(const WorkerCommand& command, v1::CoordinatorMessage* out) {
     case WorkerCommand::Kind::kShutdown:
       out->mutable_shutdown()->set_reason(command.reason);
       break;
+    case WorkerCommand::Kind::kProfile: {
+      v1::ProfileRequest* r = out->mutable_profile();
+      r->set_job_id(command.assignment->job_id);
+      *r->mutable_spec() = SpecToProto(command.assignment->spec);
+      r->set_attempt(command.assignment->attempt);
+      break;
+    }
   }
 }
 

@@ -170,8 +170,23 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
         const v1::IterationReport& r = msg.iteration();
         std::optional<double> loss;
         if (r.has_loss()) loss = r.loss();
+        std::optional<double> eval_loss;
+        if (r.has_eval_loss()) eval_loss = r.eval_loss();
         absl::Status st = manager_.IterationReport(worker_id, r.job_id(), r.iteration(),
-                                                   RankStatsFromProto(r.stats()), loss);
+                                                   RankStatsFromProto(r.stats()), loss, eval_loss);
+        if (EndsSession(st)) result = st;
+        break;
+      }
+      case v1::WorkerMessage::kProfileResult: {
+        const v1::ProfileResult& r = msg.profile_result();
+        std::vector<BlockProfileData> blocks;
+        for (const v1::BlockProfile& b : r.blocks()) {
+          blocks.push_back(BlockProfileData{b.forward_ms(), b.backward_ms(), b.weight_ms(),
+                                            b.activation_bytes(), b.param_bytes()});
+        }
+        std::vector<int> cuts(r.checkpoint_cuts().begin(), r.checkpoint_cuts().end());
+        absl::Status st =
+            manager_.ProfileResult(worker_id, r.job_id(), r.attempt(), blocks, cuts, r.error());
         if (EndsSession(st)) result = st;
         break;
       }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/daemon/model_export.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace {
@@ -28,6 +29,53 @@ constexpr char kUsage[] =
     "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
     "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
 
+constexpr char kExportUsage[] =
+    "usage: zpipe-worker export --checkpoint DIR/NAME [--model FILE] -o FILE\n"
+    "  Writes the trained model of the job whose checkpoints are under DIR/NAME (the latest\n"
+    "  complete one): a TorchScript job's module with the trained weights (torch.jit.load), or\n"
+    "  a GPT job's state dict (torch.load). --model overrides the model file recorded in the\n"
+    "  checkpoint.\n";
+
+int Export(int argc, char** argv) {
+  std::string root, model, out;
+  for (int i = 2; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kExportUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zpipe-worker export: %s: missing value\n%s", flag.c_str(),
+                   kExportUsage);
+      return 2;
+    }
+    const std::string value = argv[++i];
+    if (flag == "--checkpoint") {
+      root = value;
+    } else if (flag == "--model") {
+      model = value;
+    } else if (flag == "-o" || flag == "--out") {
+      out = value;
+    } else {
+      std::fprintf(stderr, "zpipe-worker export: unknown flag %s\n%s", flag.c_str(), kExportUsage);
+      return 2;
+    }
+  }
+  if (root.empty() || out.empty()) {
+    std::fprintf(stderr, "zpipe-worker export: --checkpoint and -o are required\n%s",
+                 kExportUsage);
+    return 2;
+  }
+  auto result = zpipe::worker::ExportTrainedModel(root, model, out);
+  if (!result.ok()) {
+    std::fprintf(stderr, "zpipe-worker export: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  std::printf("exported %s after iteration %d (%d parameters) to %s\n", result->kind.c_str(),
+              result->iteration, result->parameters, out.c_str());
+  return 0;
+}
+
 int Usage(const std::string& error) {
   std::fprintf(stderr, "zpipe-worker: %s\n%s", error.c_str(), kUsage);
   return 2;
@@ -36,6 +84,7 @@ int Usage(const std::string& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "export") return Export(argc, argv);
   zpipe::worker::DaemonOptions options;
   if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
   std::string device = "cpu";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -147,9 +148,12 @@ absl::StatusOr<fs::path> CheckpointRoot(const zpipe::v1::JobSpec& spec) {
   return fs::path(spec.checkpoint().dir()) / name;
 }
 
-absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const fs::path& root,
-                                                           const CheckpointManifest& job,
-                                                           int max_iteration) {
+namespace {
+
+// FindResumePoint; with `job` null, the latest complete checkpoint whatever it holds.
+absl::StatusOr<std::optional<ResumePoint>> FindComplete(const fs::path& root,
+                                                        const CheckpointManifest* job,
+                                                        int max_iteration) {
   std::error_code ec;
   if (!fs::exists(root, ec)) return std::optional<ResumePoint>();
   std::vector<std::pair<int, fs::path>> candidates;
@@ -190,7 +194,7 @@ absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const fs::path& root,
                        absl::StrJoin(missing, ", "), "); skipping it"));
       continue;
     }
-    if (std::string diff = DescribeMismatch(*saved, job); !diff.empty()) {
+    if (std::string diff = job == nullptr ? "" : DescribeMismatch(*saved, *job); !diff.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint '", dir.string(), "' does not match this job: ", diff,
                        ". Resume with the job it was written for, or use another spec.name or "
@@ -199,6 +203,18 @@ absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const fs::path& root,
     return std::optional<ResumePoint>(ResumePoint{dir, *std::move(saved)});
   }
   return std::optional<ResumePoint>();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const fs::path& root,
+                                                           const CheckpointManifest& job,
+                                                           int max_iteration) {
+  return FindComplete(root, &job, max_iteration);
+}
+
+absl::StatusOr<std::optional<ResumePoint>> LatestCompleteCheckpoint(const fs::path& root) {
+  return FindComplete(root, nullptr, std::numeric_limits<int>::max());
 }
 
 absl::StatusOr<std::unique_ptr<JobCheckpointer>> JobCheckpointer::Make(

@@ -80,6 +80,11 @@ absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const std::filesystem
                                                            const CheckpointManifest& job,
                                                            int max_iteration);
 
+// The latest complete checkpoint under `root` (DIR/NAME), whatever job wrote it; nullopt when
+// there is none.
+absl::StatusOr<std::optional<ResumePoint>> LatestCompleteCheckpoint(
+    const std::filesystem::path& root);
+
 // One rank's side of checkpointing a job.
 class JobCheckpointer {
  public:

@@ -4,6 +4,8 @@
 #include <memory>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
 #include "worker/comm/gloo_communicator.h"
@@ -14,13 +16,64 @@
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
 #include "worker/model/gpt.h"
+#include "worker/model/block_profile.h"
 #include "worker/model/synthetic.h"
+#include "worker/model/token_file.h"
+#include "worker/model/torchscript.h"
 
 namespace zpipe::worker {
 namespace {
 
+// L: data.seq_len, or the GPT model's.
+int SeqLen(const zpipe::v1::JobSpec& spec) {
+  if (spec.data().seq_len() > 0) return spec.data().seq_len();
+  return spec.model().has_gpt() ? spec.model().gpt().seq_len() : 0;
+}
+
+std::string DataDtype(const zpipe::v1::JobSpec& spec) {
+  return spec.data().dtype().empty() ? "uint16" : spec.data().dtype();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages(
+    const zpipe::v1::Assignment& a, const core::Plan& plan) {
+  const zpipe::v1::JobSpec& spec = a.spec();
+  const auto& ts = spec.model().torchscript();
+  auto loaded = model::TorchScriptModel::Load(ts.path(), SeqLen(spec),
+                                              std::max(1, spec.batch().microbatch_size()));
+  if (!loaded.ok()) return loaded.status();
+  std::vector<int> cuts(ts.cuts().begin(), ts.cuts().end());
+  auto bounds = model::StageBoundaries(cuts, (*loaded)->num_blocks(), plan.num_stages());
+  if (!bounds.ok()) return bounds.status();
+  std::vector<std::unique_ptr<model::Stage>> stages;
+  for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
+    model::StageOptions so;
+    so.stage = plan.placement.StageOf(a.pipeline_rank(), c);
+    so.num_stages = plan.num_stages();
+    so.num_microbatches = plan.num_microbatches;
+    so.seed = spec.train().seed();
+    auto stage =
+        model::MakeTorchScriptStage(*loaded, (*bounds)[so.stage], (*bounds)[so.stage + 1], so);
+    if (!stage.ok()) return stage.status();
+    if (model::FusedBackward(**stage)) {
+      std::fprintf(stderr,
+                   "zpipe-worker: job %s stage %d (blocks %d..%d): no B/W split found in its "
+                   "autograd graph; its backward runs whole in B\n",
+                   a.job_id().c_str(), so.stage, (*bounds)[so.stage], (*bounds)[so.stage + 1] - 1);
+    }
+    stages.push_back(*std::move(stage));
+  }
+  return stages;
+}
+
+// The vocabulary token ids must stay below: the GPT model's, or the TorchScript model's logits.
+int64_t Vocab(const zpipe::v1::JobSpec& spec) {
+  if (spec.model().has_gpt()) return spec.model().gpt().vocab();
+  return 0;
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
     const zpipe::v1::Assignment& a, const core::Plan& plan) {
+  if (a.spec().model().has_torchscript()) return MakeTorchScriptStages(a, plan);
   const zpipe::v1::JobSpec& spec = a.spec();
   std::vector<std::unique_ptr<model::Stage>> stages;
   for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
@@ -78,7 +131,76 @@ void FillStats(const IterationSummary& s, int pipeline_rank, int data_rank,
   out->set_tokens(s.tokens);
 }
 
+// The cuts of the checkpoint a job with `spec` would resume from; empty when none.
+std::vector<int> CheckpointCuts(const zpipe::v1::JobSpec& spec) {
+  if (spec.checkpoint().every() <= 0 || spec.checkpoint().dir().empty()) return {};
+  auto root = CheckpointRoot(spec);
+  if (!root.ok()) return {};
+  auto point = LatestCompleteCheckpoint(*root);
+  if (!point.ok() || !point->has_value() ||
+      (*point)->manifest.iteration > spec.train().iterations()) {
+    return {};
+  }
+  const nlohmann::json model = nlohmann::json::parse((*point)->manifest.model_json, nullptr, false);
+  std::vector<int> cuts;
+  if (model.is_object() && model.contains("torchscript") && model["torchscript"].contains("cuts")) {
+    for (const auto& c : model["torchscript"]["cuts"]) {
+      if (c.is_number_integer()) cuts.push_back(c.get<int>());
+    }
+  }
+  return cuts;
+}
+
 }  // namespace
+
+zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request) {
+  const zpipe::v1::JobSpec& spec = request.spec();
+  zpipe::v1::ProfileResult out;
+  out.set_job_id(request.job_id());
+  out.set_attempt(request.attempt());
+  if (!spec.model().has_torchscript()) {
+    out.set_error("only torchscript models are profiled");
+    return out;
+  }
+  const int microbatch_size = std::max(1, spec.batch().microbatch_size());
+  auto model = model::TorchScriptModel::Load(spec.model().torchscript().path(), SeqLen(spec),
+                                             microbatch_size);
+  if (!model.ok()) {
+    out.set_error(std::string(model.status().message()));
+    return out;
+  }
+  // The data must fit the model: the same checks a rank makes when it starts.
+  for (const auto& [what, path] : {std::pair<std::string, std::string>{"data", spec.data().path()},
+                                   {"eval", spec.eval().path()}}) {
+    if (path.empty()) continue;
+    auto file = model::TokenFile::Open(path, DataDtype(spec));
+    absl::Status st = file.ok() ? file->ValidateVocab((*model)->vocab()) : file.status();
+    if (st.ok() && file->Windows(SeqLen(spec)) < 1) {
+      st = absl::InvalidArgumentError(absl::StrCat("token file '", path, "' holds ", file->size(),
+                                                   " tokens, not one window of seq_len ",
+                                                   SeqLen(spec), " + 1"));
+    }
+    if (!st.ok()) {
+      out.set_error(absl::StrCat(what, ": ", st.message()));
+      return out;
+    }
+  }
+  auto blocks = model::ProfileBlocks(**model, microbatch_size, SeqLen(spec));
+  if (!blocks.ok()) {
+    out.set_error(absl::StrCat("profiling: ", blocks.status().message()));
+    return out;
+  }
+  for (const core::BlockCost& b : *blocks) {
+    zpipe::v1::BlockProfile* p = out.add_blocks();
+    p->set_forward_ms(b.f_ms);
+    p->set_backward_ms(b.b_ms);
+    p->set_weight_ms(b.w_ms);
+    p->set_activation_bytes(b.activation_bytes);
+    p->set_param_bytes(b.param_bytes);
+  }
+  for (int c : CheckpointCuts(spec)) out.add_checkpoint_cuts(c);
+  return out;
+}
 
 absl::Status RunAssignment(const zpipe::v1::Assignment& a,
                            zpipe::v1::WorkerService::StubInterface& stub,
@@ -97,8 +219,48 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   auto checkpoint = JobCheckpointer::Make(a, *plan);  // null when checkpoint.every is 0
   if (!checkpoint.ok()) return checkpoint.status();
 
+  // Data: a token file when the spec has one (read by the ranks holding stage 0 or the last
+  // stage), else GPT's synthetic tokens.
+  const core::Placement& placement = plan->placement;
+  const bool reads_data = placement.RankOf(0) == a.pipeline_rank() ||
+                          placement.RankOf(plan->num_stages() - 1) == a.pipeline_rank();
+  const int microbatch_size = std::max(1, spec.batch().microbatch_size());
+  int64_t vocab = Vocab(spec);
+  std::unique_ptr<model::TokenFileData> file_data;
+  std::optional<model::TokenFileEval> eval_data;
+  if (spec.has_data() && reads_data) {
+    model::TokenFileData::Options o;
+    o.path = spec.data().path();
+    o.dtype = DataDtype(spec);
+    o.seq_len = SeqLen(spec);
+    o.data_size = std::max(1, a.data_size());
+    o.microbatches = plan->num_microbatches;
+    o.microbatch_size = microbatch_size;
+    if (spec.data().has_shuffle_seed()) o.shuffle_seed = spec.data().shuffle_seed();
+    auto d = model::TokenFileData::Make(o);
+    if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat("data: ", d.status().message()));
+    if (vocab == 0) vocab = model::TorchScriptVocab(*stages);
+    if (vocab > 0) {
+      if (absl::Status st = (*d)->file().ValidateVocab(vocab); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("data: ", st.message()));
+      }
+    }
+    file_data = *std::move(d);
+    if (!spec.eval().path().empty()) {
+      const int batches = spec.eval().batches() > 0 ? spec.eval().batches() : 4;
+      auto e = model::TokenFileEval::Make(spec.eval().path(), DataDtype(spec), SeqLen(spec),
+                                          microbatch_size, batches);
+      if (!e.ok()) return absl::Status(e.status().code(), absl::StrCat("eval: ", e.status().message()));
+      if (vocab > 0) {
+        if (absl::Status st = e->file().ValidateVocab(vocab); !st.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("eval: ", st.message()));
+        }
+      }
+      eval_data.emplace(*std::move(e));
+    }
+  }
   std::optional<model::SyntheticTokenData> data;
-  if (spec.model().has_gpt()) {
+  if (spec.model().has_gpt() && !spec.has_data()) {
     auto d = model::SyntheticTokenData::Make(spec.train().seed(), spec.model().gpt().vocab(),
                                              spec.model().gpt().seq_len(),
                                              std::max(1, spec.batch().microbatch_size()));
@@ -134,12 +296,31 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   ExecutorConfig config;
   config.microbatch_size = std::max(1, spec.batch().microbatch_size());
   config.timeout = options.comm_timeout;
-  config.optimizer = spec.train().optimizer().empty() ? "adamw" : spec.train().optimizer();
-  config.lr = spec.train().lr() > 0 ? spec.train().lr() : 3e-4;
+  const zpipe::v1::TrainSpec& train = spec.train();
+  config.optimizer = train.optimizer().empty() ? "adamw" : train.optimizer();
+  config.lr = train.lr() > 0 ? train.lr() : 3e-4;
+  if (train.has_lr_schedule()) {
+    auto schedule = LrSchedule::Make(config.lr, train.lr_schedule().warmup(),
+                                     train.lr_schedule().decay(), train.lr_schedule().min_lr(),
+                                     train.iterations());
+    if (!schedule.ok()) return schedule.status();
+    config.lr_schedule = *schedule;
+  }
+  if (train.has_weight_decay()) config.weight_decay = train.weight_decay();
+  if (train.betas_size() == 2) {
+    config.beta1 = train.betas(0);
+    config.beta2 = train.betas(1);
+  }
+  if (train.has_eps()) config.eps = train.eps();
+  if (train.has_clip_grad_norm()) config.max_grad_norm = train.clip_grad_norm();
   config.cancelled = &cancelled;
   ProgressReporter reporter(a.job_id(), a.pipeline_rank(), a.data_rank(), send);
   auto exec = Executor::Make(*plan, a.pipeline_rank(), a.data_rank(), config, *std::move(stages),
-                             **comm, data ? &*data : nullptr, grad_sync.get(), &reporter);
+                             **comm,
+                             file_data ? static_cast<const model::TokenData*>(file_data.get())
+                             : data    ? static_cast<const model::TokenData*>(&*data)
+                                       : nullptr,
+                             grad_sync.get(), &reporter);
   if (!exec.ok()) return exec.status();
 
   int start = a.start_iteration();
@@ -167,6 +348,14 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     report->set_iteration(it);
     FillStats(*summary, a.pipeline_rank(), a.data_rank(), report->mutable_stats());
     if (summary->loss) report->set_loss(*summary->loss);
+    const int eval_every = spec.eval().every();
+    if (!spec.eval().path().empty() && eval_every > 0 &&
+        ((it + 1) % eval_every == 0 || it + 1 == iterations)) {
+      const int batches = spec.eval().batches() > 0 ? spec.eval().batches() : 4;
+      auto eval_loss = (*exec)->Evaluate(batches, [&](int k) { return eval_data->Batch(k); });
+      if (!eval_loss.ok()) return eval_loss.status();
+      if (eval_loss->has_value()) report->set_eval_loss(**eval_loss);
+    }
     if (!send(msg)) return absl::UnavailableError("coordinator stream closed");
   }
   reporter.Flush();

@@ -28,6 +28,12 @@ struct JobRunnerOptions {
 
 using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;
 
+// Loads a TorchScript job's model and data (the checks a job's start makes, so a broken model or
+// data file fails the job before it is planned) and times every block on this worker
+// (model/block_profile.h). When the job will resume from a checkpoint, also returns that
+// checkpoint's cuts. Problems come back in the result's `error`, never as a crash.
+zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request);
+
 absl::Status RunAssignment(const zpipe::v1::Assignment& assignment,
                            zpipe::v1::WorkerService::StubInterface& stub,
                            const SendToCoordinator& send, const JobRunnerOptions& options,

@@ -225,6 +225,19 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   while (stream->Read(&msg)) {
     if (msg.has_assignment()) {
       StartJob(msg.assignment());
+    } else if (msg.has_profile()) {
+      // Profiling takes seconds: off the session thread, like a job.
+      const zpipe::v1::ProfileRequest request = msg.profile();
+      Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
+      std::thread([this, request] {
+        zpipe::v1::WorkerMessage reply;
+        *reply.mutable_profile_result() = ProfileJob(request);
+        if (!reply.profile_result().error().empty()) {
+          Log(absl::StrCat("job ", request.job_id(), ": profile failed: ",
+                           reply.profile_result().error()));
+        }
+        Send(reply);
+      }).detach();
     } else if (msg.has_cancel()) {
       CancelJob(msg.cancel().job_id());
     } else if (msg.has_shutdown()) {

@@ -163,6 +163,40 @@ std::string ShapeString(const torch::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "] ", std::string(t.dtype().name()));
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStageParametersImpl(
+    const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint file '", file.string(), "' is missing"));
+  }
+  const std::string where = absl::StrCat("checkpoint '", file.string(), "'");
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(file.string());
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(where, " is unreadable: ", e.what()));
+  }
+  c10::IValue format, names_value;
+  if (!archive.try_read("format", format) || !format.isString() ||
+      format.toStringRef() != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not a ZeroPipe stage checkpoint"));
+  }
+  std::vector<std::string> names;
+  if (archive.try_read("names", names_value) && names_value.isString() &&
+      !names_value.toStringRef().empty()) {
+    names = absl::StrSplit(names_value.toStringRef(), '\n');
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    torch::Tensor value;
+    if (!archive.try_read("param_" + std::to_string(i), value)) {
+      return absl::DataLossError(absl::StrCat(where, " lacks the tensor of '", names[i], "'"));
+    }
+    out.emplace_back(names[i], value);
+  }
+  return out;
+}
+
 absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& optimizer_kind,
                                       const fs::path& file) {
   std::error_code ec;
@@ -290,6 +324,11 @@ void Apply(LoadedStage& loaded, torch::optim::Optimizer* opt, const std::string&
 }  // namespace
 
 std::string StageCheckpointFileName(int stage) { return absl::StrCat("stage-", stage, ".pt"); }
+
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStageParameters(
+    const std::filesystem::path& file) {
+  return ReadStageParametersImpl(file);
+}
 
 absl::Status WriteFileAtomically(const fs::path& path, absl::string_view contents) {
   return WriteAtomically(path, [&](const std::function<size_t(const void*, size_t)>& sink) {

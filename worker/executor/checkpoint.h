@@ -22,6 +22,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -54,6 +55,11 @@ auto OptimizerStateKey(const torch::Tensor& p) {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
 }
+
+// The parameters saved in one stage file, by global name (ParamInfo::name), in saved order: what
+// an export puts back into the user's model. NotFound / DataLoss / InvalidArgument name the file.
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStageParameters(
+    const std::filesystem::path& file);
 
 // Writes `contents` to `path` atomically (temporary name beside it, fsync, rename, fsync of the
 // directory). Errors name `path`.

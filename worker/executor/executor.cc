@@ -39,6 +39,8 @@ double WallMinusSteady() {
 constexpr int kMaxTag = (1 << 24) - 1;
 constexpr int kNormGatherTag = kMaxTag - 1;
 constexpr int kNormBroadcastTag = kMaxTag - 2;
+constexpr int kEvalTag = kMaxTag - 3;  // activations of Evaluate, in stage order per pair
+constexpr int kEvalMicrobatch = 1 << 29;  // microbatch ids of Evaluate's forwards
 
 // Sum of pairwise intersections of two sorted lists of disjoint intervals.
 double Overlap(const std::vector<std::pair<SteadyTime, SteadyTime>>& a,
@@ -67,7 +69,7 @@ struct Executor::Impl {
   ExecutorConfig config;
   std::vector<std::unique_ptr<model::Stage>> stages;
   Communicator* comm = nullptr;
-  const model::SyntheticTokenData* data = nullptr;
+  const model::TokenData* data = nullptr;
   GradSyncDriver* grad_sync = nullptr;
   ActionSink* sink = nullptr;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -291,6 +293,60 @@ struct Executor::Impl {
   }
 
   absl::StatusOr<IterationSummary> Run(int iteration);
+
+  absl::StatusOr<std::optional<double>> Evaluate(
+      int batches, const std::function<model::TokenBatch(int k)>& batch_of) {
+    const core::Placement& pl = plan.placement;
+    const int last = plan.num_stages() - 1;
+    double sum = 0;
+    torch::NoGradGuard no_grad;
+    for (int k = 0; k < batches; ++k) {
+      const int mb = kEvalMicrobatch + k;
+      model::TokenBatch batch;
+      if (pl.RankOf(0) == rank || pl.RankOf(last) == rank) batch = batch_of(k);
+      torch::Tensor x;  // the activation entering the next stage held here
+      for (int s = 0; s <= last; ++s) {
+        if (pl.RankOf(s) != rank) continue;
+        model::Stage& st = StageOf(s);
+        torch::Tensor input;
+        if (s == 0) {
+          input = batch.tokens;
+        } else if (pl.RankOf(s - 1) == rank) {
+          input = x;
+        } else {
+          const model::TensorSpec spec = st.ActivationSpec(config.microbatch_size);
+          input = torch::empty(spec.shape,
+                               torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
+          auto h = comm->Recv(input, pl.RankOf(s - 1), kEvalTag);
+          if (absl::Status w = WaitFor(*h); !w.ok()) {
+            return absl::Status(w.code(), absl::StrCat("eval: activation of stage ", s - 1, ": ",
+                                                       w.message()));
+          }
+        }
+        absl::StatusOr<torch::Tensor> out =
+            st.Forward(mb, input, s == last ? &batch.targets : nullptr);
+        if (!out.ok()) return out.status();
+        if (s == last) {
+          absl::StatusOr<float> loss = st.Loss(mb);
+          st.FreeMicrobatch(mb);
+          if (!loss.ok()) return loss.status();
+          sum += *loss;
+          continue;
+        }
+        st.FreeMicrobatch(mb);
+        x = *out;
+        if (pl.RankOf(s + 1) != rank) {
+          auto h = comm->Send(x, pl.RankOf(s + 1), kEvalTag);
+          if (absl::Status w = WaitFor(*h); !w.ok()) {
+            return absl::Status(w.code(), absl::StrCat("eval: activation of stage ", s, ": ",
+                                                       w.message()));
+          }
+        }
+      }
+    }
+    if (pl.RankOf(last) != rank || batches == 0) return std::optional<double>();
+    return std::optional<double>(sum / batches);
+  }
 };
 
 absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
@@ -439,18 +495,26 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   }
   // Optimizer step with global-norm clipping.
   const SteadyTime step0 = Clock::now();
-  auto norm = GlobalGradNorm();
-  if (!norm.ok()) return norm.status();
-  summary.grad_norm = *norm;
+  if (config.max_grad_norm > 0) {
+    auto norm = GlobalGradNorm();
+    if (!norm.ok()) return norm.status();
+    summary.grad_norm = *norm;
+  }
   try {
     torch::NoGradGuard no_grad;
-    if (config.max_grad_norm > 0 && *norm > config.max_grad_norm) {
-      const double scale = config.max_grad_norm / (*norm + 1e-6);
+    if (config.max_grad_norm > 0 && summary.grad_norm > config.max_grad_norm) {
+      const double scale = config.max_grad_norm / (summary.grad_norm + 1e-6);
       for (torch::Tensor& p : params) {
         if (p.grad().defined()) p.mutable_grad().mul_(scale);
       }
     }
-    if (optimizer != nullptr) optimizer->step();
+    if (optimizer != nullptr) {
+      if (config.lr_schedule) {
+        const double lr = config.lr_schedule->At(iteration);
+        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+      }
+      optimizer->step();
+    }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("optimizer step: ", e.what()));
   }
@@ -468,7 +532,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
     const core::Plan& plan, int pipeline_rank, int data_rank, const ExecutorConfig& config,
     std::vector<std::unique_ptr<model::Stage>> stages, Communicator& comm,
-    const model::SyntheticTokenData* data, GradSyncDriver* grad_sync, ActionSink* sink) {
+    const model::TokenData* data, GradSyncDriver* grad_sync, ActionSink* sink) {
   if (pipeline_rank < 0 || pipeline_rank >= plan.num_ranks()) {
     return absl::InvalidArgumentError(absl::StrCat("executor: pipeline rank ", pipeline_rank,
                                                    " not in a plan of ", plan.num_ranks()));
@@ -510,13 +574,19 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
     try {
       if (config.optimizer == "adamw" || config.optimizer.empty()) {
         impl->optimizer = std::make_unique<torch::optim::AdamW>(
-            impl->params, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
+            impl->params, torch::optim::AdamWOptions(config.lr)
+                              .weight_decay(config.weight_decay_or_default())
+                              .betas({config.beta1, config.beta2})
+                              .eps(config.eps));
       } else if (config.optimizer == "adam") {
         impl->optimizer = std::make_unique<torch::optim::Adam>(
-            impl->params, torch::optim::AdamOptions(config.lr));
+            impl->params, torch::optim::AdamOptions(config.lr)
+                              .weight_decay(config.weight_decay_or_default())
+                              .betas({config.beta1, config.beta2})
+                              .eps(config.eps));
       } else if (config.optimizer == "sgd") {
-        impl->optimizer =
-            std::make_unique<torch::optim::SGD>(impl->params, torch::optim::SGDOptions(config.lr));
+        impl->optimizer = std::make_unique<torch::optim::SGD>(
+            impl->params, torch::optim::SGDOptions(config.lr).weight_decay(config.weight_decay_or_default()));
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("executor: unknown optimizer '", config.optimizer, "'"));
@@ -536,6 +606,15 @@ absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
     return impl_->Run(iteration);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("rank ", impl_->rank, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<std::optional<double>> Executor::Evaluate(
+    int batches, const std::function<model::TokenBatch(int k)>& batch) {
+  try {
+    return impl_->Evaluate(batches, batch);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("rank ", impl_->rank, ": eval: ", e.what()));
   }
 }
 

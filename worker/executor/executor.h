@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "worker/comm/communicator.h"
+#include "worker/executor/lr_schedule.h"
 #include "worker/model/data.h"
 #include "worker/model/stage.h"
 
@@ -48,8 +50,18 @@ struct ExecutorConfig {
   absl::Duration timeout = absl::Seconds(60);  // per wait on a receive, send or reduction
   std::string optimizer = "adamw";             // "adamw", "adam" or "sgd"
   double lr = 3e-4;
-  double weight_decay = 0.01;  // adamw only
-  double max_grad_norm = 1.0;  // clip the global gradient norm to this; <= 0 = no clipping
+  // Per-iteration learning rate; unset = `lr` throughout.
+  std::optional<LrSchedule> lr_schedule;
+  // AdamW's decoupled decay; for adam and sgd an L2 term (torch's meaning of weight_decay).
+  // Unset = torch's defaults: 0.01 for adamw, 0 for adam and sgd.
+  std::optional<double> weight_decay;
+  double weight_decay_or_default() const {
+    return weight_decay.value_or(optimizer == "adamw" || optimizer.empty() ? 0.01 : 0.0);
+  }
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  // Clip the global gradient norm (every stage of every pipeline rank) to this, with
+  // torch.nn.utils.clip_grad_norm_ semantics; <= 0 = no clipping (and no norm exchange).
+  double max_grad_norm = 1.0;
   // When set and true, waits give up with CANCELLED (checked every 50 ms); for job cancels.
   const std::atomic<bool>* cancelled = nullptr;
 };
@@ -125,11 +137,19 @@ class Executor {
   static absl::StatusOr<std::unique_ptr<Executor>> Make(
       const core::Plan& plan, int pipeline_rank, int data_rank, const ExecutorConfig& config,
       std::vector<std::unique_ptr<model::Stage>> stages, Communicator& comm,
-      const model::SyntheticTokenData* data, GradSyncDriver* grad_sync, ActionSink* sink);
+      const model::TokenData* data, GradSyncDriver* grad_sync, ActionSink* sink);
 
   ~Executor();
 
   absl::StatusOr<IterationSummary> RunIteration(int iteration);
+
+  // Evaluation between iterations: batch(k) for k < batches goes forward through every stage of
+  // the pipeline (activations over the communicator, no gradients kept), one batch at a time.
+  // Every pipeline rank of a replica calls it with the same batches; the rank holding the last
+  // stage returns the mean loss, the others nullopt. `batch` is called on ranks holding stage 0
+  // or the last stage.
+  absl::StatusOr<std::optional<double>> Evaluate(
+      int batches, const std::function<model::TokenBatch(int k)>& batch);
 
   const std::vector<std::unique_ptr<model::Stage>>& stages() const;
   // The optimizer over every stage's parameters; null when the stages have none. For saving and

@@ -1,0 +1,147 @@
+"""Train your own model, end to end: a Python-defined transformer trained by ZeroPipe (real
+coordinator and worker processes, `zpipe run --local`) and by a plain single-process PyTorch loop
+written here, from the same initial weights on the same token windows, with AdamW, warmup +
+cosine and gradient clipping. Every iteration's loss and the exported model's parameters must
+agree within 1e-5 relative.
+
+usage: parity_test.py --zpipe BUILD/client/zpipe [--case NAME]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "own-model"))
+
+import model as own_model  # noqa: E402
+import zeropipe  # noqa: E402
+
+ZPIPE = None
+
+SEQ_LEN = 16
+VOCAB = 256
+ITERATIONS = 6
+LR = 3e-3
+MIN_LR = 3e-4
+WARMUP = 2
+CLIP = 0.5
+WEIGHT_DECAY = 0.05
+BETAS = (0.9, 0.95)
+
+
+def lr_at(t):
+    if t < WARMUP:
+        return LR * (t + 1) / WARMUP
+    progress = (t - WARMUP) / (ITERATIONS - WARMUP)
+    return MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def reference(model_path, tokens_path, d, m, b, shuffle_seed):
+    """The plain loop: one process, the whole model, the same windows."""
+    torch._C._set_graph_executor_optimize(False)
+    net = torch.jit.load(model_path)
+    net.train()
+    params = list(net.parameters())
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=1e-8, weight_decay=WEIGHT_DECAY)
+    losses = []
+    for t in range(ITERATIONS):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(t)
+        opt.zero_grad()
+        total = 0.0
+        for r in range(d):
+            for i in range(m):
+                x, y = zeropipe.batch(tokens_path, "uint16", SEQ_LEN, t, r, i, d, m, b,
+                                      shuffle_seed=shuffle_seed)
+                logits = net(x)
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                                         y.reshape(-1))
+                (loss / (d * m)).backward()
+                total += loss.item()
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        opt.step()
+        losses.append(total / (d * m))
+    return losses, dict(net.named_parameters())
+
+
+class TrainParityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="zpipe-parity-")
+        cls.dir = cls.tmp.name
+        net = own_model.build(vocab=VOCAB, seq_len=SEQ_LEN, hidden=32, heads=2, layers=4, seed=7)
+        cls.model_path = zeropipe.export_model(net, os.path.join(cls.dir, "model.pt"), vocab=VOCAB)
+        text = open("/usr/share/common-licenses/GPL-3", "rb").read()[:20000]
+        cls.tokens_path = os.path.join(cls.dir, "train.bin")
+        zeropipe.write_tokens(list(text), cls.tokens_path, dtype="uint16")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None):
+        out = os.path.join(self.dir, name)
+        os.makedirs(out, exist_ok=True)
+        spec = {
+            "name": name,
+            "model": {"torchscript": {"path": self.model_path}},
+            "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": SEQ_LEN},
+            "parallel": {"pipeline": p, "data": d},
+            "schedule": {"kind": schedule},
+            "batch": {"microbatches": m, "microbatch_size": b},
+            "train": {"iterations": ITERATIONS, "optimizer": "adamw", "lr": LR, "seed": 1,
+                      "weight_decay": WEIGHT_DECAY, "betas": list(BETAS), "eps": 1e-8,
+                      "clip_grad_norm": CLIP,
+                      "lr_schedule": {"warmup": WARMUP, "decay": "cosine", "min_lr": MIN_LR}},
+        }
+        if shuffle_seed is not None:
+            spec["data"]["shuffle_seed"] = shuffle_seed
+        job = os.path.join(out, name + ".json")
+        with open(job, "w") as f:
+            json.dump(spec, f)
+        run = subprocess.run([ZPIPE, "-o", "json", "run", job, "--local", "--out", out],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(run.returncode, 0, f"zpipe run failed:\n{run.stderr[-4000:]}")
+        summary = json.loads(run.stdout)
+        self.assertEqual(summary["state"], "succeeded", summary.get("reason"))
+        want_losses, want_params = reference(self.model_path, self.tokens_path, d, m, b,
+                                             shuffle_seed)
+        got = summary["losses"]
+        self.assertEqual(len(got), ITERATIONS)
+        for t, (g, w) in enumerate(zip(got, want_losses)):
+            self.assertLess(abs(g - w) / abs(w), 1e-5, f"iteration {t}: zeropipe {g}, reference {w}")
+        # The model learned something (the losses are not all equal).
+        self.assertLess(got[-1], got[0])
+        model_file = summary["model"]["file"]
+        self.assertTrue(model_file, summary["model"])
+        trained = dict(torch.jit.load(model_file).named_parameters())
+        self.assertEqual(sorted(trained), sorted(want_params))
+        for k, w in want_params.items():
+            err = (trained[k] - w).abs().max().item() / max(w.abs().max().item(), 1e-12)
+            self.assertLess(err, 1e-5, f"parameter {k}: relative error {err}")
+
+    def test_zbv_p2(self):
+        self.run_case("zbv-p2", "zb-v", p=2, d=1, m=4, b=2)
+
+    def test_zb2p_p4(self):
+        self.run_case("zb2p-p4", "zb-2p", p=4, d=1, m=4, b=2, shuffle_seed=5)
+
+    def test_1f1b_p2_d2(self):
+        self.run_case("1f1b-p2-d2", "1f1b", p=2, d=2, m=2, b=2)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--zpipe", required=True)
+    args, rest = parser.parse_known_args()
+    ZPIPE = os.path.abspath(args.zpipe)
+    unittest.main(argv=[sys.argv[0]] + rest)

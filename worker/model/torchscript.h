@@ -1,0 +1,95 @@
+// A user's model: a TorchScript nn.Sequential, cut into pipeline stages of contiguous blocks.
+//
+// The file (torch.jit.script + torch.jit.save in Python; python/zeropipe export_model) holds a
+// module whose children, in order, are the blocks. Contract, checked by TorchScriptModel::Load
+// with a probe forward of one microbatch (errors name the file and the block):
+//   block 0 takes int64 token ids [b, L]; every block takes one tensor and returns one tensor;
+//   the last block returns logits [b, L, V]. The loss is the mean cross-entropy over every token.
+// The probe also records every boundary's activation shape and dtype (what the executor pre-posts
+// receives for) and V (token ids >= V in the data are an error).
+//
+// Parameters keep the file's values (the initial weights) and its names, prefixed with the
+// block's name: "3.attn.qkv.weight" is the Sequential's state_dict key, so trained weights can be
+// written back into the same structure (ExportTorchScript).
+//
+// Backward: B/W are split on the autograd graph (split_backward.h). Stages whose graph has no
+// split run their whole backward in B (every parameter is then B-phase, W is empty) and say so
+// through fused_backward(); gradients are exact either way.
+//
+// The JIT's graph optimisations are turned off process-wide (torch::jit::setGraphExecutorOptimize
+// (false)) when a model is loaded: fused differentiable graphs would hide the per-op graph the
+// split needs, and the interpreter then computes what eager PyTorch does.
+#ifndef ZPIPE_WORKER_MODEL_TORCHSCRIPT_H_
+#define ZPIPE_WORKER_MODEL_TORCHSCRIPT_H_
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/stage.h"
+
+namespace zpipe::worker::model {
+
+class TorchScriptModel {
+ public:
+  // Loads `path` and probes it with zeros of [microbatch_size, seq_len] token ids.
+  // NotFound / InvalidArgument naming the file (and the block) on any contract violation.
+  // seq_len == 0: no probe (for exporting): BoundarySpec and vocab are then unknown.
+  static absl::StatusOr<std::shared_ptr<TorchScriptModel>> Load(const std::string& path,
+                                                                int seq_len, int microbatch_size);
+
+  const std::string& path() const { return path_; }
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  const std::string& block_name(int k) const { return names_[k]; }
+  torch::jit::Module& block(int k) { return blocks_[k]; }
+  int vocab() const { return vocab_; }  // V, from the probe's logits
+  int seq_len() const { return seq_len_; }
+  // The activation entering block k (k >= 1) for a microbatch of `microbatch_size` samples.
+  TensorSpec BoundarySpec(int k, int microbatch_size) const;
+  // Parameter elements of block k.
+  int64_t block_numel(int k) const { return numel_[k]; }
+  torch::jit::Module& module() { return module_; }
+
+ private:
+  std::string path_;
+  torch::jit::Module module_;
+  std::vector<torch::jit::Module> blocks_;
+  std::vector<std::string> names_;
+  std::vector<TensorSpec> boundaries_;  // [k] = input of block k, probed at microbatch_size
+  std::vector<int64_t> numel_;
+  int vocab_ = 0;
+  int seq_len_ = 0;
+};
+
+// Stage boundaries: first block of each stage s in [0, num_stages) plus num_blocks at the end.
+// `cuts` (job spec model.torchscript.cuts): where stages 1..S-1 begin; empty = `balanced` if given
+// (same form), else as even as possible by block count. InvalidArgument naming the field.
+absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, int num_blocks,
+                                                 int num_stages);
+
+// Stage `options.stage` holds blocks [begin, end) of `model` (shared by this worker's stages).
+absl::StatusOr<std::unique_ptr<Stage>> MakeTorchScriptStage(std::shared_ptr<TorchScriptModel> model,
+                                                            int begin, int end,
+                                                            const StageOptions& options);
+
+// Whether a TorchScript stage runs its backward fused in B (no split found). False for others.
+bool FusedBackward(const Stage& stage);
+
+// V of the TorchScript model behind any of `stages`; 0 when none is a TorchScript stage.
+int64_t TorchScriptVocab(const std::vector<std::unique_ptr<Stage>>& stages);
+
+// Writes `model`'s module to `out` with every parameter named in `values` (state_dict keys)
+// replaced by that value: the user's structure with trained weights, loadable with
+// torch.jit.load. InvalidArgument naming a parameter that is missing or has another shape.
+absl::Status ExportTorchScript(TorchScriptModel& model,
+                               const std::vector<std::pair<std::string, torch::Tensor>>& values,
+                               const std::string& out);
+
+}  // namespace zpipe::worker::model
+
+#endif  // ZPIPE_WORKER_MODEL_TORCHSCRIPT_H_
