@@ -1,0 +1,12 @@
+# tests/train: "Train your own model" end to end. A Python-defined transformer exported with
+# python/zeropipe, trained by `zpipe run --local` (real coordinator and worker processes) on a
+# byte-level token file, against a plain single-process PyTorch loop: losses and exported weights
+# agree within 1e-5 relative (ZB-V p=2, ZB-2p p=4, 1F1B p=2 d=2). Needs the interpreter
+# scripts/find-python finds (Debian's python3-torch).
+if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
+  add_test(NAME train_parity
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+endif()
