@@ -83,6 +83,7 @@ TEST_F(PrometheusMetricsTest, JobIterationsSetBubblesLossAndHistogram) {
   s.reduce_total_s = 1;
   s.reduce_exposed_s = 0.25;
   s.loss = 3.5;
+  s.eval_loss = 4.25;
   s.ranks = {Stats(0), Stats(1)};
   m.ObserveJobIteration("j", s, PredictedBubble{0.15, {0.1, 0.2}});
   m.ObserveJobIteration("j", s, PredictedBubble{0.9, {0.9, 0.9}});  // same iteration: ignored
@@ -90,6 +91,7 @@ TEST_F(PrometheusMetricsTest, JobIterationsSetBubblesLossAndHistogram) {
   EXPECT_DOUBLE_EQ(Sample("zpipe_job_bubble_ratio_predicted{job_id=\"j\"}"), 0.15);
   EXPECT_DOUBLE_EQ(Sample("zpipe_job_reduce_overlap_ratio{job_id=\"j\"}"), 0.75);
   EXPECT_DOUBLE_EQ(Sample("zpipe_loss{job_id=\"j\"}"), 3.5);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_eval_loss{job_id=\"j\"}"), 4.25);
   EXPECT_DOUBLE_EQ(Sample("zpipe_iterations_total{job_id=\"j\"}"), 1);
   EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_count{job_id=\"j\"}"), 1);
   EXPECT_DOUBLE_EQ(Sample("zpipe_iteration_duration_seconds_bucket{job_id=\"j\",le=\"0.5\"}"), 1);
