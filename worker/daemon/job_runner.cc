@@ -187,7 +187,8 @@ zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request) {
   }
   auto blocks = model::ProfileBlocks(**model, microbatch_size, SeqLen(spec));
   if (!blocks.ok()) {
-    out.set_error(absl::StrCat("profiling: ", blocks.status().message()));
+    out.set_error(absl::StrCat("model ", spec.model().torchscript().path(), ": profiling: ",
+                               blocks.status().message()));
     return out;
   }
   for (const core::BlockCost& b : *blocks) {

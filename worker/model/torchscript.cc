@@ -2,6 +2,7 @@
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -271,6 +272,9 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
   } catch (const c10::Error& e) {
     return BadModel(path, absl::StrCat("not a TorchScript file torch.jit.load can read (",
                                        e.what_without_backtrace(), ")"));
+  } catch (const std::exception& e) {
+    return BadModel(path, absl::StrCat("not a TorchScript file torch.jit.load can read (",
+                                       e.what(), ")"));
   }
   m->module_.train();
   for (const auto& child : m->module_.named_children()) {
@@ -309,6 +313,11 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
       } catch (const c10::Error& e) {
         return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " failed on an input ",
                                            Shape(x), " (", e.what_without_backtrace(), ")"));
+      } catch (const std::exception& e) {
+        // The TorchScript interpreter rethrows an op's error as std::runtime_error (its message
+        // holds the model's traceback), not as a c10::Error.
+        return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " failed on an input ",
+                                           Shape(x), " (", e.what(), ")"));
       }
       if (!y.ok()) return BadModel(path, y.status().message());
       if (y->dim() < 1 || y->size(0) != microbatch_size) {
@@ -329,6 +338,8 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     m->vocab_ = static_cast<int>(x.size(2));
   } catch (const c10::Error& e) {
     return BadModel(path, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return BadModel(path, e.what());
   }
   return m;
 }
