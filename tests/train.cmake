@@ -9,4 +9,13 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # The failure paths on one real cluster (a coordinator and 2 workers for the whole test): bad
+  # models, data and eval files fail the job naming the file and the problem, invalid specs are
+  # refused at submit naming the field, and the same cluster then runs good jobs (spec and
+  # measured cuts).
+  add_test(NAME train_errors
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/errors_test.py --zpipe $<TARGET_FILE:zpipe> --coordinator-bin $<TARGET_FILE:zpipe-coordinator> --worker-bin $<TARGET_FILE:zpipe-worker> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_errors PROPERTIES LABELS "train" TIMEOUT 600
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
 endif()
