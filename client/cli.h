@@ -123,6 +123,11 @@ int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  // plan --job ID
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      // run FILE --local
+// A TorchScript job's cuts and measured per-stage costs (nothing for other models).
+void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout);
+int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);   // export ID -o FILE
+// `zpipe export`'s -o FILE, renamed before the global -o is parsed (like trace's).
+inline constexpr char kExportFileFlag[] = "--export-file";
 
 // Follows `job_id` until it is terminal, rendering its events (progress_view.cc), and returns
 // kExitOk if it SUCCEEDED, kExitJobFailed if it FAILED or was CANCELLED. `live` draws per-rank

@@ -57,6 +57,7 @@ struct JobPlan {
   std::string job_id;
   core::Plan plan;
   v1::PlanStats predicted;
+  v1::ModelLayout layout;  // TorchScript models: cuts and measured per-stage costs
 };
 
 // One iteration's executed timeline across all ranks, aligned to the coordinator's clock, beside

@@ -197,7 +197,7 @@ class GrpcClient : public Client {
       return absl::InternalError(absl::StrCat("the coordinator sent a plan that does not parse: ",
                                               plan.status().message()));
     }
-    return JobPlan{response.job_id(), *std::move(plan), response.predicted()};
+    return JobPlan{response.job_id(), *std::move(plan), response.predicted(), response.layout()};
   }
 
   absl::StatusOr<JobTrace> Trace(const std::string& job_id, std::optional<int> iteration) override {

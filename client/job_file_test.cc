@@ -1,6 +1,13 @@
 #include "client/job_file.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -112,6 +119,53 @@ INSTANTIATE_TEST_SUITE_P(
                 "line 3: field 'name' expects a string"},
         BadCase{"json_syntax", JobFileFormat::kJson, "{\n\"name\": \"a\",\n}", "line 3"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(JobFileTest, ParsesTheOwnModelFieldsAndResolvesInputPathsBesideTheFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("zpipe-jobfile-", getpid());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "job.yaml";
+  std::ofstream(file) << R"(name: own
+model:
+  torchscript: {path: model.pt, cuts: [1, 3, 5]}
+data: {path: data/train.bin, dtype: uint32, shuffle_seed: 7, seq_len: 64}
+eval: {path: /abs/eval.bin, every: 10, batches: 2}
+parallel: {pipeline: 2}
+schedule: {kind: zb-v}
+batch: {microbatches: 4, microbatch_size: 2}
+train:
+  iterations: 20
+  lr: 1.0e-3
+  weight_decay: 0.1
+  betas: [0.9, 0.95]
+  eps: 1.0e-6
+  clip_grad_norm: 0.5
+  lr_schedule: {warmup: 2, decay: cosine, min_lr: 1.0e-4}
+checkpoint: {every: 5, dir: ckpt}
+)";
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().torchscript().path(), (dir / "model.pt").string());
+  EXPECT_THAT(std::vector<int>(spec->model().torchscript().cuts().begin(),
+                               spec->model().torchscript().cuts().end()),
+              ::testing::ElementsAre(1, 3, 5));
+  EXPECT_EQ(spec->data().path(), (dir / "data/train.bin").string());
+  EXPECT_EQ(spec->data().dtype(), "uint32");
+  ASSERT_TRUE(spec->data().has_shuffle_seed());
+  EXPECT_EQ(spec->data().shuffle_seed(), 7u);
+  EXPECT_EQ(spec->data().seq_len(), 64);
+  EXPECT_EQ(spec->eval().path(), "/abs/eval.bin");  // absolute: kept
+  EXPECT_EQ(spec->eval().every(), 10);
+  EXPECT_DOUBLE_EQ(spec->train().weight_decay(), 0.1);
+  ASSERT_EQ(spec->train().betas_size(), 2);
+  EXPECT_DOUBLE_EQ(spec->train().betas(1), 0.95);
+  EXPECT_DOUBLE_EQ(spec->train().eps(), 1e-6);
+  EXPECT_DOUBLE_EQ(spec->train().clip_grad_norm(), 0.5);
+  EXPECT_EQ(spec->train().lr_schedule().decay(), "cosine");
+  EXPECT_EQ(spec->train().lr_schedule().warmup(), 2);
+  EXPECT_EQ(spec->checkpoint().dir(), "ckpt");  // the workers' directory: left as written
+}
 
 TEST(JobFileTest, LoadJobFilePrefixesThePath) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile("/nonexistent/job.yaml");

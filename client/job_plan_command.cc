@@ -19,6 +19,24 @@ constexpr char kUsage[] =
 
 }  // namespace
 
+void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout) {
+  if (layout.source().empty()) return;
+  std::string cuts;
+  for (int c : layout.cuts()) absl::StrAppend(&cuts, cuts.empty() ? "" : ",", c);
+  const char* why = layout.source() == "measured"     ? "balanced by measured block costs"
+                    : layout.source() == "checkpoint" ? "kept from the checkpoint resumed"
+                                                      : "from the spec";
+  out << "model cuts: [" << cuts << "] (" << why << ")\n";
+  if (layout.stages().empty()) return;
+  Table t({"STAGE", "BLOCKS", "F ms", "B ms", "W ms"});
+  for (const v1::StageLayout& s : layout.stages()) {
+    t.Add({absl::StrCat(s.stage()), absl::StrCat(s.first_block(), "..", s.end_block() - 1),
+           absl::StrFormat("%.2f", s.forward_ms()), absl::StrFormat("%.2f", s.backward_ms()),
+           absl::StrFormat("%.2f", s.weight_ms())});
+  }
+  t.Print(out);
+}
+
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--job").Flag("--rank");
@@ -48,6 +66,9 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     out["stages"] = p.num_stages();
     out["microbatches"] = p.num_microbatches;
     out["predicted"] = nlohmann::json::parse(ToJson(plan->predicted, false));
+    if (!plan->layout.source().empty()) {
+      out["layout"] = nlohmann::json::parse(ToJson(plan->layout, false));
+    }
     nlohmann::json actions = nlohmann::json::array();
     for (int r = 0; r < p.num_ranks(); ++r) {
       if (only_rank >= 0 && r != only_rank) continue;
@@ -75,6 +96,7 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
            absl::StrFormat("%.2f", s.memory_limit())});
   }
   t.Print(ctx.out());
+  PrintModelLayout(ctx.out(), plan->layout);
   for (int r = 0; r < p.num_ranks(); ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
     ctx.out() << "\nrank " << r << "\n";

@@ -38,6 +38,7 @@
 #include "client/cli.h"
 #include "client/job_file.h"
 #include "client/local_cluster.h"
+#include "client/model_export.h"
 #include "client/run_summary.h"
 #include "client/run_timeline.h"
 
@@ -129,6 +130,19 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   out << "\n";
   if (s.loss_first.has_value()) {
     out << absl::StrFormat("  loss          %.4f -> %.4f\n", *s.loss_first, *s.loss_last);
+  }
+  if (!s.layout.source().empty()) {
+    std::string cuts;
+    for (int c : s.layout.cuts()) absl::StrAppend(&cuts, cuts.empty() ? "" : ",", c);
+    out << "  cuts          [" << cuts << "] (" << s.layout.source() << ")";
+    if (!s.layout.stages().empty()) {
+      out << "; per stage F/B/W ms:";
+      for (const v1::StageLayout& st : s.layout.stages()) {
+        out << absl::StrFormat(" %.1f/%.1f/%.1f", st.forward_ms(), st.backward_ms(),
+                               st.weight_ms());
+      }
+    }
+    out << "\n";
   }
   if (!s.model_file.empty()) out << "  model         " << s.model_file << "\n";
   if (!s.model_error.empty()) out << "  model         not exported: " << s.model_error << "\n";
@@ -229,6 +243,20 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
                              {"replica_wait_s", timeline.exposure->replica_wait_s}};
   }
   j["model"] = {{"file", s.model_file}, {"error", s.model_error}};
+  if (!s.layout.source().empty()) {
+    nlohmann::json layout = {{"source", s.layout.source()}, {"cuts", nlohmann::json::array()},
+                             {"stages", nlohmann::json::array()}};
+    for (int c : s.layout.cuts()) layout["cuts"].push_back(c);
+    for (const v1::StageLayout& st : s.layout.stages()) {
+      layout["stages"].push_back({{"stage", st.stage()},
+                                  {"first_block", st.first_block()},
+                                  {"end_block", st.end_block()},
+                                  {"forward_ms", st.forward_ms()},
+                                  {"backward_ms", st.backward_ms()},
+                                  {"weight_ms", st.weight_ms()}});
+    }
+    j["layout"] = std::move(layout);
+  }
   j["timeline"] = {{"iteration", timeline.iteration},
                    {"chrome", timeline.chrome},
                    {"svg", timeline.svg},
@@ -239,42 +267,6 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
 // Whether the job trains weights worth handing back (GPT and TorchScript models).
 bool ExportsModel(const v1::JobSpec& spec) {
   return spec.model().has_torchscript() || spec.model().has_gpt();
-}
-
-// Runs `zpipe-worker export` (the worker binary links LibTorch; this one does not) for the
-// checkpoints under `root`, writing `out`. Returns its one-line report or an error with its exit.
-absl::StatusOr<std::string> ExportModel(const std::string& worker_bin, const fs::path& root,
-                                        const fs::path& out) {
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return absl::InternalError("export: pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("export: fork failed");
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    const std::string root_s = root.string(), out_s = out.string();
-    execl(worker_bin.c_str(), worker_bin.c_str(), "export", "--checkpoint", root_s.c_str(), "-o",
-          out_s.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(pipe_fds[1]);
-  std::string output;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof buf)) > 0) output.append(buf, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  while (!output.empty() && output.back() == '\n') output.pop_back();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrCat("export failed: ", output));
-  }
-  return output;
 }
 
 // Waits until `n` workers are idle; gives up when a process dies, on Ctrl-C, or after `timeout`.

@@ -30,6 +30,7 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
   s.iterations = static_cast<int>(iterations.size());
   s.bubble_predicted = job.predicted().bubble_rate();
   s.reduce_overlap_predicted = job.predicted().reduce_overlap();
+  s.layout = job.layout();
   if (job.has_create_time() && job.has_end_time()) {
     s.wall_s = static_cast<double>(job.end_time().seconds() - job.create_time().seconds()) +
                (job.end_time().nanos() - job.create_time().nanos()) * 1e-9;

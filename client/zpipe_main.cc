@@ -32,6 +32,8 @@ constexpr char kUsage[] =
     "  run FILE --local [--workers N] [--out DIR] run a job on a local coordinator and workers, "
     "then\n"
     "                                            summarize it and write its timeline\n"
+    "  export ID -o FILE                         write a job's trained model (TorchScript or\n"
+    "                                            state dict) from its latest checkpoint\n"
     "\n"
     "global options (before or after COMMAND):\n"
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
@@ -111,6 +113,11 @@ int main(int argc, char** argv) {
       if (a == "-o") a = kTraceFileFlag;
     }
   }
+  if (command == "export") {
+    for (std::string& a : args) {
+      if (a == "-o") a = kExportFileFlag;
+    }
+  }
   if (std::string error = ExtractGlobals(args, globals, /*leading_only=*/false); !error.empty()) {
     std::cerr << "zpipe " << command << ": " << error << "\n";
     return kExitUsage;
@@ -141,6 +148,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return RunJobPlanCommand(ctx, args);
   if (command == "trace") return RunTraceCommand(ctx, args);
   if (command == "run") return RunRunCommand(ctx, args);
+  if (command == "export") return RunExportCommand(ctx, args);
   std::cerr << "zpipe: unknown command '" << command << "'\n" << kUsage;
   return kExitUsage;
 }

@@ -17,6 +17,16 @@ struct BadSpec {
   std::string path;  // expected prefix of the error message
 };
 
+// A TorchScript model on a token file (paths are only checked by the workers).
+v1::JobSpec Scripted(int p, const std::string& schedule = "1f1b") {
+  v1::JobSpec spec = SyntheticSpec(p);
+  spec.mutable_model()->mutable_torchscript()->set_path("/models/model.pt");
+  spec.mutable_data()->set_path("/data/train.bin");
+  spec.mutable_data()->set_seq_len(64);
+  spec.mutable_schedule()->set_kind(schedule);
+  return spec;
+}
+
 v1::JobSpec Gpt(int layers, int p, const std::string& schedule = "1f1b") {
   v1::JobSpec spec = SyntheticSpec(p);
   auto* g = spec.mutable_model()->mutable_gpt();
@@ -134,6 +144,90 @@ std::vector<BadSpec> BadSpecs() {
        "spec.checkpoint.dir"},
       {"unknown device", [=](R& r) { spec(r)->set_device(static_cast<v1::DeviceKind>(7)); },
        "spec.device"},
+      {"torchscript without path",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(2);
+         r.mutable_spec()->mutable_model()->mutable_torchscript()->clear_path();
+       },
+       "spec.model.torchscript.path"},
+      {"torchscript without data",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(2);
+         r.mutable_spec()->clear_data();
+       },
+       "spec.data"},
+      {"torchscript cuts: too few",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(4);
+         r.mutable_spec()->mutable_model()->mutable_torchscript()->add_cuts(2);
+       },
+       "spec.model.torchscript.cuts"},
+      {"torchscript cuts: not increasing",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(3);
+         auto* t = r.mutable_spec()->mutable_model()->mutable_torchscript();
+         t->add_cuts(3);
+         t->add_cuts(2);
+       },
+       "spec.model.torchscript.cuts"},
+      {"torchscript seq_len missing",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(2);
+         r.mutable_spec()->mutable_data()->set_seq_len(0);
+       },
+       "spec.data.seq_len"},
+      {"data dtype", [=](R& r) {
+         *r.mutable_spec() = Scripted(2);
+         r.mutable_spec()->mutable_data()->set_dtype("int8");
+       },
+       "spec.data.dtype"},
+      {"data on a synthetic model", [=](R& r) { spec(r)->mutable_data()->set_path("/x.bin"); },
+       "spec.data"},
+      {"gpt data seq_len differs",
+       [=](R& r) {
+         *r.mutable_spec() = Gpt(8, 2);
+         r.mutable_spec()->mutable_data()->set_path("/x.bin");
+         r.mutable_spec()->mutable_data()->set_seq_len(16);
+       },
+       "spec.data.seq_len"},
+      {"eval every 0",
+       [=](R& r) {
+         *r.mutable_spec() = Scripted(2);
+         r.mutable_spec()->mutable_eval()->set_path("/data/eval.bin");
+       },
+       "spec.eval.every"},
+      {"eval without data",
+       [=](R& r) {
+         *r.mutable_spec() = Gpt(8, 2);
+         r.mutable_spec()->mutable_eval()->set_path("/data/eval.bin");
+         r.mutable_spec()->mutable_eval()->set_every(2);
+       },
+       "spec.eval"},
+      {"weight decay negative", [=](R& r) { spec(r)->mutable_train()->set_weight_decay(-1); },
+       "spec.train.weight_decay"},
+      {"three betas",
+       [=](R& r) {
+         for (double b : {0.9, 0.99, 0.999}) spec(r)->mutable_train()->add_betas(b);
+       },
+       "spec.train.betas"},
+      {"beta 1",
+       [=](R& r) {
+         spec(r)->mutable_train()->add_betas(0.9);
+         spec(r)->mutable_train()->add_betas(1.0);
+       },
+       "spec.train.betas"},
+      {"eps 0", [=](R& r) { spec(r)->mutable_train()->set_eps(0); }, "spec.train.eps"},
+      {"clip NaN", [=](R& r) { spec(r)->mutable_train()->set_clip_grad_norm(nan); },
+       "spec.train.clip_grad_norm"},
+      {"warmup >= iterations",
+       [=](R& r) { spec(r)->mutable_train()->mutable_lr_schedule()->set_warmup(1000000); },
+       "spec.train.lr_schedule.warmup"},
+      {"unknown decay",
+       [=](R& r) { spec(r)->mutable_train()->mutable_lr_schedule()->set_decay("exp"); },
+       "spec.train.lr_schedule.decay"},
+      {"min_lr above lr",
+       [=](R& r) { spec(r)->mutable_train()->mutable_lr_schedule()->set_min_lr(100); },
+       "spec.train.lr_schedule.min_lr"},
       {"job id with space", [=](R& r) { r.set_job_id("Bad ID"); }, "job_id"},
       {"job id too long", [=](R& r) { r.set_job_id(std::string(100, 'a')); }, "job_id"},
       {"job id leading dash", [=](R& r) { r.set_job_id("-x"); }, "job_id"},
@@ -177,6 +271,23 @@ TEST(SpecValidation, ValidSpecsAreAccepted) {
   v1::JobSpec limited = SyntheticSpec(2, 4);
   limited.mutable_schedule()->set_memory_limit(2);
   good.push_back(limited);
+  v1::JobSpec scripted = Scripted(2, "zb-v");
+  scripted.mutable_model()->mutable_torchscript()->add_cuts(1);
+  scripted.mutable_model()->mutable_torchscript()->add_cuts(3);
+  scripted.mutable_model()->mutable_torchscript()->add_cuts(5);
+  scripted.mutable_data()->set_shuffle_seed(3);
+  scripted.mutable_eval()->set_path("/data/eval.bin");
+  scripted.mutable_eval()->set_every(5);
+  auto* train = scripted.mutable_train();
+  train->set_weight_decay(0.1);
+  train->add_betas(0.9);
+  train->add_betas(0.95);
+  train->set_eps(1e-6);
+  train->set_clip_grad_norm(0);
+  train->mutable_lr_schedule()->set_warmup(1);
+  train->mutable_lr_schedule()->set_decay("cosine");
+  train->mutable_lr_schedule()->set_min_lr(1e-5);
+  good.push_back(scripted);
   int n = 0;
   for (const v1::JobSpec& spec : good) {
     grpc::ClientContext ctx;

@@ -1,0 +1,65 @@
+// `zpipe export JOB_ID -o FILE [--checkpoint-dir DIR]`: the trained model of a job, from its
+// latest complete checkpoint (the job's checkpoint.dir/NAME, which must be reachable from here).
+#include <filesystem>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli.h"
+#include "client/local_cluster.h"
+#include "client/model_export.h"
+
+namespace zpipe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] =
+    "usage: zpipe export JOB_ID -o FILE [--checkpoint-dir DIR]\n"
+    "  Writes the trained model of the job from its latest complete checkpoint: a TorchScript\n"
+    "  module with the trained weights (torchscript models; torch.jit.load) or a state dict\n"
+    "  (built-in GPT; torch.load). Reads the job's checkpoint.dir/NAME, or DIR/NAME with\n"
+    "  --checkpoint-dir (where that volume is mounted here). Needs zpipe-worker beside zpipe or\n"
+    "  on PATH ($ZPIPE_WORKER_BIN overrides).\n";
+
+}  // namespace
+
+int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args;
+  args.Flag(kExportFileFlag).Flag("--checkpoint-dir");
+  if (absl::Status s = args.Parse(argv); !s.ok())
+    return ctx.Usage("export", std::string(s.message()), kUsage);
+  if (args.positionals().size() != 1) return ctx.Usage("export", "expected one job id", kUsage);
+  if (!args.Has(kExportFileFlag)) return ctx.Usage("export", "-o FILE is required", kUsage);
+  absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
+  if (!job.ok()) return ctx.Fail("export", job.status());
+  const v1::JobSpec& spec = job->spec();
+  if (!spec.model().has_torchscript() && !spec.model().has_gpt()) {
+    return ctx.Fail("export", absl::FailedPreconditionError(absl::StrCat(
+                                  "job ", job->id(), " trains a synthetic model: no weights")));
+  }
+  std::string dir = args.Has("--checkpoint-dir") ? args.Get("--checkpoint-dir")
+                                                 : spec.checkpoint().dir();
+  if (dir.empty()) {
+    return ctx.Fail("export", absl::FailedPreconditionError(absl::StrCat(
+                                  "job ", job->id(),
+                                  " saves no checkpoints (set checkpoint.every and checkpoint.dir; "
+                                  "zpipe run --out exports by itself)")));
+  }
+  absl::StatusOr<std::string> worker = FindBinary("zpipe-worker", "ZPIPE_WORKER_BIN", "worker");
+  if (!worker.ok()) return ctx.Fail("export", worker.status());
+  const fs::path out = args.Get(kExportFileFlag);
+  absl::StatusOr<std::string> done = ExportModel(*worker, fs::path(dir) / spec.name(), out);
+  if (!done.ok()) return ctx.Fail("export", done.status());
+  if (ctx.json()) {
+    ctx.out() << nlohmann::json{{"job_id", job->id()}, {"file", out.string()}, {"report", *done}}
+                     .dump()
+              << "\n";
+  } else {
+    ctx.out() << *done << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace zpipe::cli

@@ -1,0 +1,217 @@
+// TorchScript stages: a Sequential built and saved here is loaded, probed (boundary shapes, V),
+// cut into stages whose F/B/W give exactly a plain backward's gradients of the whole model; a
+// model breaking the block contract is refused naming the block; export writes the trained
+// values back into the same structure.
+#include "worker/model/torchscript.h"
+
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::worker::model {
+namespace {
+
+constexpr int kVocab = 32;
+constexpr int kHidden = 16;
+constexpr int kBatch = 2;
+constexpr int kSeq = 8;
+
+void Param(torch::jit::Module& m, const char* name, std::vector<int64_t> shape) {
+  m.register_parameter(name, (torch::randn(shape, torch::kFloat64) * 0.3).to(torch::kFloat32),
+                       false);
+}
+
+torch::jit::Module Block(const char* kind, const std::string& body) {
+  torch::jit::Module m(kind);
+  Param(m, "w", {kHidden, kHidden});
+  Param(m, "b", {kHidden});
+  m.define(body);
+  return m;
+}
+
+// embed | tanh-linear + residual | layer-norm-ish scale | head: four blocks named "0".."3".
+torch::jit::Module Model(bool tuple_block = false, bool flat_head = false) {
+  torch::manual_seed(3);
+  torch::jit::Module embed("Embed");
+  Param(embed, "weight", {kVocab, kHidden});
+  embed.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
+  torch::jit::Module mid = Block(
+      "Mid", tuple_block ? "def forward(self, x):\n    return (x, x)\n"
+                         : "def forward(self, x):\n"
+                           "    return x + torch.tanh(torch.matmul(x, self.w) + self.b)\n");
+  torch::jit::Module norm = Block(
+      "Norm",
+      "def forward(self, x):\n"
+      "    y = torch.layer_norm(x, [x.size(2)])\n"
+      "    return torch.gelu(torch.matmul(y, self.w)) * self.b + x\n");
+  torch::jit::Module head("Head");
+  Param(head, "w", {kHidden, kVocab});
+  head.define(flat_head ? "def forward(self, x):\n    return torch.matmul(x, self.w).sum(2)\n"
+                        : "def forward(self, x):\n    return torch.matmul(x, self.w)\n");
+  torch::jit::Module seq("Sequential");
+  seq.register_module("0", embed);
+  seq.register_module("1", mid);
+  seq.register_module("2", norm);
+  seq.register_module("3", head);
+  return seq;
+}
+
+class TorchScriptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("zpipe-ts-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Save(torch::jit::Module m, const std::string& name = "model.pt") {
+    const std::string path = (dir_ / name).string();
+    m.save(path);
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TorchScriptTest, ProbeFindsBoundariesAndVocab) {
+  auto model = TorchScriptModel::Load(Save(Model()), kSeq, kBatch);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->num_blocks(), 4);
+  EXPECT_EQ((*model)->vocab(), kVocab);
+  EXPECT_EQ((*model)->BoundarySpec(2, 5).shape, (std::vector<int64_t>{5, kSeq, kHidden}));
+  EXPECT_EQ((*model)->BoundarySpec(2, 5).dtype, torch::kFloat32);
+}
+
+TEST_F(TorchScriptTest, ContractViolationsNameTheBlock) {
+  auto tuple = TorchScriptModel::Load(Save(Model(true), "tuple.pt"), kSeq, kBatch);
+  ASSERT_FALSE(tuple.ok());
+  EXPECT_NE(tuple.status().message().find("block 1"), std::string::npos) << tuple.status();
+  auto flat = TorchScriptModel::Load(Save(Model(false, true), "flat.pt"), kSeq, kBatch);
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(flat.status().message().find("logits"), std::string::npos) << flat.status();
+  const std::string junk = (dir_ / "junk.pt").string();
+  std::ofstream(junk) << "not a model";
+  auto bad = TorchScriptModel::Load(junk, kSeq, kBatch);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(junk), std::string::npos) << bad.status();
+  EXPECT_EQ(TorchScriptModel::Load((dir_ / "missing.pt").string(), kSeq, kBatch).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(TorchScriptTest, StageBoundaries) {
+  EXPECT_EQ(*StageBoundaries({}, 6, 4), (std::vector<int>{0, 2, 4, 5, 6}));
+  EXPECT_EQ(*StageBoundaries({1, 5}, 6, 3), (std::vector<int>{0, 1, 5, 6}));
+  EXPECT_FALSE(StageBoundaries({3, 3}, 6, 3).ok());
+  EXPECT_FALSE(StageBoundaries({}, 3, 4).ok());
+  EXPECT_FALSE(StageBoundaries({6}, 6, 2).ok());
+}
+
+// Two stages (blocks 0-1 and 2-3), two microbatches, B/W split: every gradient equals a plain
+// backward of the whole model on the same tokens.
+TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
+  const std::string path = Save(Model());
+  auto model = TorchScriptModel::Load(path, kSeq, kBatch);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int m = 2;
+  StageOptions o0{.stage = 0, .num_stages = 2, .num_microbatches = m};
+  StageOptions o1{.stage = 1, .num_stages = 2, .num_microbatches = m};
+  auto s0 = MakeTorchScriptStage(*model, 0, 2, o0);
+  auto s1 = MakeTorchScriptStage(*model, 2, 4, o1);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_FALSE(FusedBackward(**s0));
+  EXPECT_FALSE(FusedBackward(**s1));
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> tokens, targets;
+  for (int i = 0; i < m; ++i) {
+    tokens.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+    targets.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+  }
+  std::map<int, int> landed;
+  (*s1)->SetGradObserver([&](int k) { ++landed[100 + k]; });
+  (*s0)->SetGradObserver([&](int k) { ++landed[k]; });
+  std::vector<torch::Tensor> acts;
+  for (int i = 0; i < m; ++i) {
+    auto a = (*s0)->Forward(i, tokens[i]);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE((*s1)->Forward(i, *a, &targets[i]).ok());
+  }
+  for (int i = m - 1; i >= 0; --i) {  // B in reverse order, W interleaved later
+    auto g = (*s1)->BackwardInput(i, torch::Tensor());
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*s0)->BackwardInput(i, *g).ok());
+  }
+  for (const ParamInfo& p : (*s1)->params()) {
+    EXPECT_FALSE(p.tensor.grad().defined() && p.tensor.grad().abs().sum().item<double>() > 0)
+        << p.name << " has a gradient after B alone";
+  }
+  for (int i = 0; i < m; ++i) {
+    ASSERT_TRUE((*s1)->BackwardWeight(i).ok());
+    ASSERT_TRUE((*s0)->BackwardWeight(i).ok());
+  }
+  EXPECT_EQ((*s0)->pending_microbatches(), 0);
+  EXPECT_EQ((*s1)->pending_microbatches(), 0);
+  for (const auto& [k, n] : landed) EXPECT_EQ(n, m) << "param " << k;
+  EXPECT_EQ(static_cast<int>(landed.size()), static_cast<int>((*s0)->params().size() +
+                                                              (*s1)->params().size()));
+
+  torch::jit::Module ref = torch::jit::load(path);
+  for (const auto& p : ref.named_parameters(true)) torch::Tensor(p.value).requires_grad_(true);
+  for (int i = 0; i < m; ++i) {
+    torch::Tensor logits = tokens[i];  // the Sequential's children in order
+    for (const auto& child : ref.named_children()) {
+      torch::jit::Module block = child.value;
+      logits = block.forward({logits}).toTensor();
+    }
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}),
+                                                              targets[i].reshape({-1})) /
+                         m;
+    loss.backward();
+  }
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : ref.named_parameters(true)) want[p.name] = p.value.grad();
+  for (const auto* stage : {s0->get(), s1->get()}) {
+    for (const ParamInfo& p : stage->params()) {
+      ASSERT_TRUE(want.count(p.name)) << p.name;
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      const double err = (p.tensor.grad() - want[p.name]).abs().max().item<double>() /
+                         std::max(want[p.name].abs().max().item<double>(), 1e-12);
+      EXPECT_LT(err, 1e-5) << p.name;
+    }
+  }
+}
+
+TEST_F(TorchScriptTest, ExportWritesTrainedValuesIntoTheSameStructure) {
+  const std::string path = Save(Model());
+  auto model = TorchScriptModel::Load(path, 0, 1);  // no probe
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<std::pair<std::string, torch::Tensor>> values;
+  for (const auto& p : (*model)->module().named_parameters(true)) {
+    values.emplace_back(p.name, torch::full_like(p.value, 0.5));
+  }
+  const std::string out = (dir_ / "trained.pt").string();
+  ASSERT_TRUE(ExportTorchScript(**model, values, out).ok());
+  torch::jit::Module back = torch::jit::load(out);
+  int n = 0;
+  for (const auto& p : back.named_parameters(true)) {
+    EXPECT_TRUE(torch::equal(p.value, torch::full_like(p.value, 0.5))) << p.name;
+    ++n;
+  }
+  EXPECT_EQ(n, static_cast<int>(values.size()));
+  values.pop_back();
+  auto missing = ExportTorchScript(**model, values, out);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("3.w"), std::string::npos) << missing;
+}
+
+}  // namespace
+}  // namespace zpipe::worker::model
