@@ -65,7 +65,7 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
   rt.profiling_worker.clear();
   if (!error.empty()) {
     FinishJobLocked(*job, JobState::kFailed,
-                    absl::StrCat("the model could not be used (profiled on ",
+                    absl::StrCat("the job could not start (checked on ",
                                  w->info.registration.name, "): ", error.substr(0, 4096)));
     return absl::OkStatus();
   }
