@@ -465,8 +465,10 @@ class TrainErrorsTest(unittest.TestCase):
         """The cluster that just failed all of the above runs the next job, with the spec's cuts
         (no profiling), and both workers are idle after it."""
         cuts = [2, 3, 5]
-        code, job, err = self.submit(self.spec("good-cuts", eval_path="eval.bin", cuts=cuts,
-                                               schedule="zb-v", microbatches=4, iterations=3))
+        spec = self.spec("good-cuts", eval_path="eval.bin", cuts=cuts, schedule="zb-v",
+                         microbatches=4, iterations=3)
+        spec["checkpoint"] = {"every": 3, "dir": self._path("checkpoints")}
+        code, job, err = self.submit(spec)
         self.assertEqual(code, 0, f"{err}\n{json.dumps(job)[:3000]}\n{self._logs()}")
         got = self.status(job["id"])
         self.assertEqual(got["state"], "JOB_STATE_SUCCEEDED", got.get("reason"))
@@ -479,6 +481,18 @@ class TrainErrorsTest(unittest.TestCase):
         self.assertEqual(layout["cuts"], cuts, layout)
         workers = self._wait_idle()
         self.assertEqual(sorted(w["name"] for w in workers), ["w0", "w1"])
+        # The trained model back from the job's checkpoint: the user's structure, trained values.
+        out = self._path("good-cuts.model.pt")
+        env = dict(os.environ, ZPIPE_WORKER_BIN=WORKER_BIN)
+        r = subprocess.run([ZPIPE, "--coordinator", self.address, "export", job["id"], "-o", out],
+                           capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("after iteration 3", r.stdout)
+        trained = dict(torch.jit.load(out).named_parameters())
+        initial = dict(torch.jit.load(self._path("model.pt")).named_parameters())
+        self.assertEqual(sorted(trained), sorted(initial))
+        self.assertTrue(any(not torch.equal(trained[k], initial[k]) for k in initial),
+                        "the exported model holds the initial weights")
 
     def test_91_good_job_measured_cuts(self):
         code, job, err = self.submit(self.spec("good-measured", eval_path="eval.bin",
