@@ -1,11 +1,11 @@
 #include "client/job_file.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -260,6 +260,12 @@ absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& m
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat format) {
+  if (text.size() > kMaxJobFileBytes) {
+    const int line = 1 + static_cast<int>(std::count(text.begin(),
+                                                     text.begin() + kMaxJobFileBytes, '\n'));
+    return Error(line, absl::StrCat("the job file is larger than ", kMaxJobFileBytes >> 20,
+                                    " MiB (the job-file size limit); a job spec is a few KiB"));
+  }
   if (format == JobFileFormat::kAuto) {
     absl::string_view t = absl::StripLeadingAsciiWhitespace(text);
     format = absl::StartsWith(t, "{") ? JobFileFormat::kJson : JobFileFormat::kYaml;
@@ -283,14 +289,18 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
 absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the job file"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Reads at most one byte past the size limit, so that a huge file (or /dev/zero) costs
+  // nothing and still fails in ParseJobSpec with the limit's error.
+  std::string text(kMaxJobFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (in.bad()) return absl::NotFoundError(absl::StrCat(path, ": cannot read the job file"));
   JobFileFormat format = JobFileFormat::kAuto;
   const std::string lower = absl::AsciiStrToLower(path);
   if (absl::EndsWith(lower, ".json")) format = JobFileFormat::kJson;
   if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml"))
     format = JobFileFormat::kYaml;
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str(), format);
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, format);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

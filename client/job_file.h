@@ -7,9 +7,13 @@
 // path and the line. `schedule.memory_limit` takes a number or `auto` (= leave unset). Enum fields
 // take the short lower-case name (`device: cuda`) or the full proto name. A null value (`key:` or
 // `key: null`) leaves the field unset. Range checks are the coordinator's job (INVALID_ARGUMENT).
+//
+// A job file may come from anyone, so the reader bounds its own work (DESIGN.md "Security model")
+// with the limits below; each error names its limit and the line where it was crossed.
 #ifndef ZPIPE_CLIENT_JOB_FILE_H_
 #define ZPIPE_CLIENT_JOB_FILE_H_
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,6 +21,24 @@
 #include "zpipe/v1/job.pb.h"
 
 namespace zpipe {
+
+// Job-file limits. A real job spec is a few KiB, a few hundred values and 4 levels deep; these
+// leave room for long lists (cuts, betas) and still bound memory and time to a few MB and ms.
+//
+// Size: text longer than this is refused before parsing ("the job-file size limit (4 MiB)").
+inline constexpr size_t kMaxJobFileBytes = size_t{4} << 20;
+// Nesting: maps and lists nested deeper than this (the top-level map is level 1) are refused
+// ("the job-file depth limit"). It also keeps every recursion of the reader shallow: without
+// it a 2 MB JSON file of '[' overflowed the stack.
+inline constexpr int kMaxJobFileDepth = 64;
+// Expansion: the number of values (scalars, maps and lists) after YAML aliases are expanded.
+// Aliases make a DAG that a tree copy multiplies out: nine levels of nine aliases are 387
+// million values from a 352-byte file ("billion laughs"). Refused past this many values ("the
+// job-file expansion limit").
+inline constexpr int kMaxJobFileValues = 100'000;
+// Expansion, in text: the total length of all scalars after aliases are expanded (one 1 MiB
+// string aliased 100 times is 100 MiB). Also "the job-file expansion limit".
+inline constexpr size_t kMaxJobFileExpandedBytes = size_t{16} << 20;
 
 enum class JobFileFormat { kAuto, kYaml, kJson };
 

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -171,6 +173,111 @@ TEST(JobFileTest, LoadJobFilePrefixesThePath) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile("/nonexistent/job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("/nonexistent/job.yaml"));
+}
+
+// Hostile job files (issue 11): each must fail fast with INVALID_ARGUMENT naming the line and the
+// limit, without growing or crashing.
+
+// "Billion laughs": nine levels of nine aliases each, 9^9 = 387 million scalars once expanded,
+// in a file of a few hundred bytes. yaml-cpp shares aliased nodes, so only the tree copy grows.
+std::string BillionLaughsYaml() {
+  std::string text = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int level = 1; level <= 8; ++level) {
+    const std::string prev = absl::StrCat("*l", level - 1);
+    absl::StrAppend(&text, "l", level, ": &l", level, " [", prev);
+    for (int i = 1; i < 9; ++i) absl::StrAppend(&text, ", ", prev);
+    absl::StrAppend(&text, "]\n");
+  }
+  absl::StrAppend(&text, "name: *l8\n");
+  return text;
+}
+
+double SecondsToParse(const std::string& text, JobFileFormat format, absl::Status* status) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *status = ParseJobSpec(text, format).status();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(JobFileLimitsTest, BillionLaughsFailsQuicklyAtTheExpansionLimit) {
+  const std::string text = BillionLaughsYaml();
+  ASSERT_LT(text.size(), 600u);
+  absl::Status status;
+  const double seconds = SecondsToParse(text, JobFileFormat::kYaml, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("line "));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("more than ", kMaxJobFileValues, " values")));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job-file expansion limit"));
+  EXPECT_LT(seconds, 5.0);  // bounded work: about kMaxJobFileValues nodes, not 387 million
+}
+
+TEST(JobFileLimitsTest, ASelfReferencingAliasHitsALimitInsteadOfRecursingForever) {
+  for (const char* text : {"name: &a [*a]\n", "name: &a {x: *a}\n"}) {
+    absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+TEST(JobFileLimitsTest, DeeplyNestedJsonFailsAtTheDepthLimitWithoutCrashing) {
+  // 2 MB: a million '[' then a million ']' as the value of a known field.
+  const int depth = 1'000'000;
+  const std::string text =
+      absl::StrCat("{\n\"name\":\n", std::string(depth, '['), std::string(depth, ']'), "}");
+  absl::Status status;
+  const double seconds = SecondsToParse(text, JobFileFormat::kJson, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("line 3: nested deeper than ", kMaxJobFileDepth, " levels")));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job-file depth limit"));
+  EXPECT_LT(seconds, 5.0);
+}
+
+TEST(JobFileLimitsTest, DeeplyNestedYamlFailsAtTheDepthLimit) {
+  for (char open : {'[', '{'}) {
+    const int depth = open == '[' ? 1'000'000 : 400'000;  // 2 MB or so
+    std::string text = "name:\n  ";
+    for (int i = 0; i < depth; ++i) text += open == '[' ? "[" : "{a: ";
+    text += "x";
+    text += std::string(depth, open == '[' ? ']' : '}');
+    absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << open;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("line 2: ")) << open;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("job-file depth limit")) << open;
+  }
+}
+
+TEST(JobFileLimitsTest, NestingUpToTheDepthLimitIsAccepted) {
+  // The limit counts containers: the top-level map is depth 1.
+  std::string deep = "name: ";
+  for (int i = 1; i < kMaxJobFileDepth; ++i) deep += "[";
+  deep += "x";
+  deep += std::string(kMaxJobFileDepth - 1, ']');
+  // Reaches the field mapper (which rejects a list for 'name'), not the depth limit.
+  absl::Status status = ParseJobSpec(deep, JobFileFormat::kYaml).status();
+  EXPECT_THAT(std::string(status.message()), HasSubstr("field 'name' expects a string"));
+  absl::StrReplaceAll({{"x", "\"x\""}}, &deep);
+  status = ParseJobSpec(absl::StrCat("{\"name\": ", deep.substr(6), "}"), JobFileFormat::kJson)
+               .status();
+  EXPECT_THAT(std::string(status.message()), HasSubstr("field 'name' expects a string"));
+}
+
+TEST(JobFileLimitsTest, AFileOverTheSizeLimitIsRefusedBeforeParsing) {
+  std::string text = "name: big\n";
+  while (text.size() <= kMaxJobFileBytes) text += "# padding padding padding padding\n";
+  absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job-file size limit"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("4 MiB"));
+
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / absl::StrCat("zpipe-big-", getpid(), ".yaml");
+  std::ofstream(file) << text;
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file.string());
+  std::filesystem::remove(file);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(file.string() + ": line "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("job-file size limit"));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "client/internal/spec_tree.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstddef>
@@ -9,8 +10,49 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/job_file.h"
 
 namespace zpipe::internal {
+
+namespace {
+
+// What a tree build has made so far, against the job-file limits (client/job_file.h).
+class TreeBudget {
+ public:
+  // Entering a map or list at `depth` (the top-level container is depth 1) that starts on `line`.
+  static absl::Status Enter(int depth, int line) {
+    if (depth <= kMaxJobFileDepth) return absl::OkStatus();
+    return DepthError(line);
+  }
+
+  static absl::Status DepthError(int line) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", line, ": nested deeper than ", kMaxJobFileDepth,
+                     " levels (the job-file depth limit); a job spec is a few levels deep"));
+  }
+
+  // One more value (scalar, map or list; `text_bytes` of scalar or key text) on `line`.
+  absl::Status Add(size_t text_bytes, int line) {
+    if (++values_ > kMaxJobFileValues) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", line, ": the job file expands to more than ", kMaxJobFileValues,
+          " values (the job-file expansion limit); are YAML aliases nested inside each other?"));
+    }
+    bytes_ += text_bytes;
+    if (bytes_ > kMaxJobFileExpandedBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "line ", line, ": the job file expands to more than ", kMaxJobFileExpandedBytes >> 20,
+          " MiB of text (the job-file expansion limit); do YAML aliases repeat a long string?"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int values_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
 
 absl::string_view SpecNodeKindName(const SpecNode& node) {
   switch (node.kind) {
@@ -35,9 +77,19 @@ int YamlLine(const YAML::Mark& mark, int fallback) {
   return mark.line >= 0 ? mark.line + 1 : fallback;
 }
 
-absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line) {
+// `depth` is that of `node` if it is a container (the root is 1). Aliased nodes are shared in
+// yaml-cpp's graph (and may even contain themselves); here they are copied once per use, which
+// is what the budget and the depth limit bound.
+absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line, int depth,
+                                  TreeBudget& budget) {
   SpecNode out;
   out.line = YamlLine(node.Mark(), fallback_line);
+  if (absl::Status s = budget.Add(node.IsScalar() ? node.Scalar().size() : 0, out.line); !s.ok()) {
+    return s;
+  }
+  if (node.IsSequence() || node.IsMap()) {
+    if (absl::Status s = TreeBudget::Enter(depth, out.line); !s.ok()) return s;
+  }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -51,7 +103,7 @@ absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line) {
     case YAML::NodeType::Sequence:
       out.kind = SpecNode::Kind::kList;
       for (const YAML::Node& item : node) {
-        absl::StatusOr<SpecNode> child = FromYaml(item, out.line);
+        absl::StatusOr<SpecNode> child = FromYaml(item, out.line, depth + 1, budget);
         if (!child.ok()) return child.status();
         out.list.push_back(*std::move(child));
       }
@@ -70,7 +122,7 @@ absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line) {
           return absl::InvalidArgumentError(
               absl::StrCat("line ", key_line, ": duplicate field '", key, "'"));
         }
-        absl::StatusOr<SpecNode> child = FromYaml(kv.second, key_line);
+        absl::StatusOr<SpecNode> child = FromYaml(kv.second, key_line, depth + 1, budget);
         if (!child.ok()) return child.status();
         out.map.emplace_back(key, *std::move(child));
         out.key_lines.push_back(key_line);
@@ -86,7 +138,11 @@ absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line) {
 absl::StatusOr<SpecNode> ParseYamlTree(absl::string_view text) {
   try {
     YAML::Node root = YAML::Load(std::string(text));
-    return FromYaml(root, 1);
+    TreeBudget budget;
+    return FromYaml(root, 1, 1, budget);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own guard (2000 levels) against its recursive parser; ours is lower.
+    return TreeBudget::DepthError(YamlLine(e.mark, 1));
   } catch (const YAML::Exception& e) {
     // e.msg is the bare reason; e.what() repeats the position in yaml-cpp's own format.
     return absl::InvalidArgumentError(absl::StrCat("line ", YamlLine(e.mark, 1), ": ", e.msg));
@@ -161,13 +217,11 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   bool end_array() override { return Close(); }
 
   bool key(string_t& k) override {
-    SpecNode& map = *stack_.back();
-    for (const auto& kv : map.map) {
-      if (kv.first == k) {
-        error_ = absl::StrCat("line ", Line(), ": duplicate field '", k, "'");
-        return false;
-      }
+    if (!keys_.back().insert(k).second) {
+      error_ = absl::StrCat("line ", Line(), ": duplicate field '", k, "'");
+      return false;
     }
+    if (!Check(budget_.Add(k.size(), Line()))) return false;
     pending_key_ = k;
     pending_key_line_ = Line();
     return true;
@@ -225,20 +279,32 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     return &parent.list.back();
   }
 
+  // Records the first limit crossed; false stops the parse.
+  bool Check(const absl::Status& s) {
+    if (s.ok()) return true;
+    if (error_.empty()) error_ = std::string(s.message());
+    return false;
+  }
+
   bool AddValue(SpecNode node) {
+    if (!Check(budget_.Add(node.text.size(), Line()))) return false;
     Place(std::move(node));
     return true;
   }
 
   bool Open(SpecNode::Kind kind) {
+    const int depth = static_cast<int>(stack_.size()) + 1;
+    if (!Check(TreeBudget::Enter(depth, Line())) || !Check(budget_.Add(0, Line()))) return false;
     SpecNode n;
     n.kind = kind;
     stack_.push_back(Place(std::move(n)));
+    keys_.emplace_back();
     return true;
   }
 
   bool Close() {
     stack_.pop_back();
+    keys_.pop_back();
     return true;
   }
 
@@ -249,6 +315,8 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
   // Pointers stay valid: a container only grows while it is the innermost open one, and a
   // child's address is taken after the push that created it.
   std::vector<SpecNode*> stack_;
+  std::vector<std::set<std::string>> keys_;  // keys seen in each open container (maps only)
+  TreeBudget budget_;
   std::string pending_key_;
   int pending_key_line_ = 0;
   std::string error_;

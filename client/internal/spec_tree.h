@@ -29,7 +29,13 @@ struct SpecNode {
 
 absl::string_view SpecNodeKindName(const SpecNode& node);  // "a string", "a number", "a map", ...
 
-// Parses YAML text. Errors say "line N: ..." (duplicate keys, syntax errors, anchors to nowhere).
+// Both parsers enforce the job-file limits of client/job_file.h on the tree they build: depth
+// (kMaxJobFileDepth) and expansion (kMaxJobFileValues values, kMaxJobFileExpandedBytes of
+// scalar text, aliases counted once per use). The work done is bounded by those limits and the
+// text size, whatever the input; the caller bounds the text size (kMaxJobFileBytes).
+
+// Parses YAML text. Errors say "line N: ..." (duplicate keys, syntax errors, anchors to nowhere,
+// a limit crossed).
 absl::StatusOr<SpecNode> ParseYamlTree(absl::string_view text);
 
 // Parses strict JSON text (nlohmann::json's parser). Errors say "line N: ...".
