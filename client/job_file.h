@@ -23,21 +23,23 @@
 namespace zpipe {
 
 // Job-file limits. A real job spec is a few KiB, a few hundred values and 4 levels deep; these
-// leave room for long lists (cuts, betas) and still bound memory and time to a few MB and ms.
+// leave room for long lists (cuts, betas) and bound the reader to about 150 MB and 2 s whatever
+// the input (measured worst case: 1 MiB of nested YAML flow lists, which yaml-cpp's scanner
+// buffers whole before its parser sees them).
 //
-// Size: text longer than this is refused before parsing ("the job-file size limit (4 MiB)").
-inline constexpr size_t kMaxJobFileBytes = size_t{4} << 20;
+// Size: text longer than this is refused before parsing ("the job-file size limit (1 MiB)").
+inline constexpr size_t kMaxJobFileBytes = size_t{1} << 20;
 // Nesting: maps and lists nested deeper than this (the top-level map is level 1) are refused
-// ("the job-file depth limit"). It also keeps every recursion of the reader shallow: without
+// ("the job-file depth limit"). It also keeps every recursion over the tree shallow: without
 // it a 2 MB JSON file of '[' overflowed the stack.
 inline constexpr int kMaxJobFileDepth = 64;
 // Expansion: the number of values (scalars, maps and lists) after YAML aliases are expanded.
 // Aliases make a DAG that a tree copy multiplies out: nine levels of nine aliases are 387
 // million values from a 352-byte file ("billion laughs"). Refused past this many values ("the
-// job-file expansion limit").
+// job-file expansion limit"), counted while parsing.
 inline constexpr int kMaxJobFileValues = 100'000;
-// Expansion, in text: the total length of all scalars after aliases are expanded (one 1 MiB
-// string aliased 100 times is 100 MiB). Also "the job-file expansion limit".
+// Expansion, in text: the total length of all scalars and keys after aliases are expanded (one
+// 1 MiB string aliased 100 times is 100 MiB). Also "the job-file expansion limit".
 inline constexpr size_t kMaxJobFileExpandedBytes = size_t{16} << 20;
 
 enum class JobFileFormat { kAuto, kYaml, kJson };

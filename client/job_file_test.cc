@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -219,10 +220,11 @@ TEST(JobFileLimitsTest, ASelfReferencingAliasHitsALimitInsteadOfRecursingForever
 }
 
 TEST(JobFileLimitsTest, DeeplyNestedJsonFailsAtTheDepthLimitWithoutCrashing) {
-  // 2 MB: a million '[' then a million ']' as the value of a known field.
-  const int depth = 1'000'000;
+  // Just under the size limit: half a million '[' then as many ']' as the value of a field.
+  const int depth = static_cast<int>(kMaxJobFileBytes / 2) - 20;
   const std::string text =
       absl::StrCat("{\n\"name\":\n", std::string(depth, '['), std::string(depth, ']'), "}");
+  ASSERT_LE(text.size(), kMaxJobFileBytes);
   absl::Status status;
   const double seconds = SecondsToParse(text, JobFileFormat::kJson, &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -232,18 +234,67 @@ TEST(JobFileLimitsTest, DeeplyNestedJsonFailsAtTheDepthLimitWithoutCrashing) {
   EXPECT_LT(seconds, 5.0);
 }
 
+TEST(JobFileLimitsTest, TheTwoMegabyteNestedJsonOfTheIssueFailsAtTheSizeLimit) {
+  const int depth = 1'000'000;
+  const std::string text =
+      absl::StrCat("{\n\"name\":\n", std::string(depth, '['), std::string(depth, ']'), "}");
+  absl::Status status = ParseJobSpec(text, JobFileFormat::kJson).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("line 3: the job file is larger than 1 MiB"));
+}
+
 TEST(JobFileLimitsTest, DeeplyNestedYamlFailsAtTheDepthLimit) {
-  for (char open : {'[', '{'}) {
-    const int depth = open == '[' ? 1'000'000 : 400'000;  // 2 MB or so
+  for (const char* open : {"[", "{a: "}) {
     std::string text = "name:\n  ";
-    for (int i = 0; i < depth; ++i) text += open == '[' ? "[" : "{a: ";
+    int depth = 0;
+    while (text.size() + std::strlen(open) + 1 < kMaxJobFileBytes / 2) text += open, ++depth;
     text += "x";
-    text += std::string(depth, open == '[' ? ']' : '}');
-    absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
+    text += std::string(depth, open[0] == '[' ? ']' : '}');
+    ASSERT_LE(text.size(), kMaxJobFileBytes);
+    absl::Status status;
+    const double seconds = SecondsToParse(text, JobFileFormat::kYaml, &status);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << open;
     EXPECT_THAT(std::string(status.message()), HasSubstr("line 2: ")) << open;
     EXPECT_THAT(std::string(status.message()), HasSubstr("job-file depth limit")) << open;
+    EXPECT_LT(seconds, 5.0);
   }
+}
+
+TEST(JobFileLimitsTest, LongFlatListsAndMapsStopAtTheExpansionLimitWhileParsing) {
+  std::string yaml_list = "name: [";
+  std::string json_list = "{\"name\": [";
+  std::string yaml_map = "name:\n";
+  for (int i = 0; i <= kMaxJobFileValues; ++i) {
+    yaml_list += "0,";
+    json_list += "0,";
+    if (i % 2 == 0) absl::StrAppend(&yaml_map, "  k", i, ": 1\n");  // a key and a value
+  }
+  yaml_list += "0]";
+  json_list += "0]}";
+  for (const std::string* text : {&yaml_list, &json_list, &yaml_map}) {
+    ASSERT_LE(text->size(), kMaxJobFileBytes);
+    absl::Status status = ParseJobSpec(*text, JobFileFormat::kAuto).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("job-file expansion limit"));
+  }
+}
+
+TEST(JobFileLimitsTest, AliasesOfALongStringStopAtTheExpandedTextLimit) {
+  std::string text = absl::StrCat("long: &s ", std::string(kMaxJobFileBytes / 2, 'x'), "\nname: [");
+  for (int i = 0; i < 40; ++i) text += "*s, ";
+  text += "*s]\n";
+  absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("line 2: the job file expands to more than 16 MiB of text"));
+}
+
+TEST(JobFileLimitsTest, AliasesStillWork) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      "name: &n demo\ntrain: {optimizer: *n}\nschedule: &s {kind: zb-v}\n", JobFileFormat::kYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().optimizer(), "demo");
+  EXPECT_EQ(spec->schedule().kind(), "zb-v");
 }
 
 TEST(JobFileLimitsTest, NestingUpToTheDepthLimitIsAccepted) {
@@ -267,7 +318,7 @@ TEST(JobFileLimitsTest, AFileOverTheSizeLimitIsRefusedBeforeParsing) {
   absl::Status status = ParseJobSpec(text, JobFileFormat::kYaml).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("job-file size limit"));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("4 MiB"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("1 MiB"));
 
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / absl::StrCat("zpipe-big-", getpid(), ".yaml");

@@ -1,12 +1,20 @@
 #include "client/internal/spec_tree.h"
 
+#include <yaml-cpp/anchor.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -31,9 +39,11 @@ class TreeBudget {
                      " levels (the job-file depth limit); a job spec is a few levels deep"));
   }
 
-  // One more value (scalar, map or list; `text_bytes` of scalar or key text) on `line`.
-  absl::Status Add(size_t text_bytes, int line) {
-    if (++values_ > kMaxJobFileValues) {
+  // `values` more values (scalars, maps, lists) with `text_bytes` of scalar or key text, made
+  // on `line`.
+  absl::Status Add(size_t text_bytes, int line, int values = 1) {
+    values_ += values;
+    if (values_ > kMaxJobFileValues) {
       return absl::InvalidArgumentError(absl::StrCat(
           "line ", line, ": the job file expands to more than ", kMaxJobFileValues,
           " values (the job-file expansion limit); are YAML aliases nested inside each other?"));
@@ -77,69 +87,190 @@ int YamlLine(const YAML::Mark& mark, int fallback) {
   return mark.line >= 0 ? mark.line + 1 : fallback;
 }
 
-// `depth` is that of `node` if it is a container (the root is 1). Aliased nodes are shared in
-// yaml-cpp's graph (and may even contain themselves); here they are copied once per use, which
-// is what the budget and the depth limit bound.
-absl::StatusOr<SpecNode> FromYaml(const YAML::Node& node, int fallback_line, int depth,
-                                  TreeBudget& budget) {
-  SpecNode out;
-  out.line = YamlLine(node.Mark(), fallback_line);
-  if (absl::Status s = budget.Add(node.IsScalar() ? node.Scalar().size() : 0, out.line); !s.ok()) {
-    return s;
+// What a finished subtree costs to copy where an alias names it.
+struct SubtreeSize {
+  int values = 0;
+  size_t bytes = 0;
+  int height = 0;  // levels of containers: 0 for a scalar or null
+};
+
+SubtreeSize Measure(const SpecNode& node) {
+  SubtreeSize out{.values = 1, .bytes = node.text.size()};
+  auto add = [&out](const SpecNode& child) {
+    const SubtreeSize c = Measure(child);
+    out.values += c.values;
+    out.bytes += c.bytes;
+    out.height = std::max(out.height, c.height);
+  };
+  for (const auto& [key, value] : node.map) {
+    out.bytes += key.size();
+    add(value);
   }
-  if (node.IsSequence() || node.IsMap()) {
-    if (absl::Status s = TreeBudget::Enter(depth, out.line); !s.ok()) return s;
-  }
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      out.kind = SpecNode::Kind::kNull;
-      return out;
-    case YAML::NodeType::Scalar:
-      out.kind = SpecNode::Kind::kScalar;
-      out.text = node.Scalar();
-      out.quoted = node.Tag() == "!";
-      return out;
-    case YAML::NodeType::Sequence:
-      out.kind = SpecNode::Kind::kList;
-      for (const YAML::Node& item : node) {
-        absl::StatusOr<SpecNode> child = FromYaml(item, out.line, depth + 1, budget);
-        if (!child.ok()) return child.status();
-        out.list.push_back(*std::move(child));
-      }
-      return out;
-    case YAML::NodeType::Map: {
-      out.kind = SpecNode::Kind::kMap;
-      std::set<std::string> seen;
-      for (const auto& kv : node) {
-        const int key_line = YamlLine(kv.first.Mark(), out.line);
-        if (!kv.first.IsScalar()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("line ", key_line, ": map keys must be plain names"));
-        }
-        const std::string key = kv.first.Scalar();
-        if (!seen.insert(key).second) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("line ", key_line, ": duplicate field '", key, "'"));
-        }
-        absl::StatusOr<SpecNode> child = FromYaml(kv.second, key_line, depth + 1, budget);
-        if (!child.ok()) return child.status();
-        out.map.emplace_back(key, *std::move(child));
-        out.key_lines.push_back(key_line);
-      }
-      return out;
-    }
-  }
+  for (const SpecNode& item : node.list) add(item);
+  if (node.kind == SpecNode::Kind::kMap || node.kind == SpecNode::Kind::kList) ++out.height;
   return out;
 }
+
+// Thrown out of the event handler to stop yaml-cpp's parser at the first error.
+struct TreeError {
+  absl::Status status;
+};
+
+// Builds the tree from yaml-cpp's parser events, so that the limits apply while parsing:
+// YAML::Load would first build yaml-cpp's own graph of the whole file (1 GB for a 4 MiB list).
+// An alias is a copy of its anchor's finished node, charged to the budget per use.
+class YamlTreeBuilder : public YAML::EventHandler {
+ public:
+  SpecNode TakeRoot() { return std::move(root_); }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    SpecNode node;
+    node.line = YamlLine(mark, FallbackLine());
+    Charge(budget_.Add(0, node.line));
+    Place(std::move(node), anchor, /*container=*/false);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    SpecNode node;
+    node.kind = SpecNode::Kind::kScalar;
+    node.line = YamlLine(mark, FallbackLine());
+    node.text = value;
+    node.quoted = tag == "!";
+    Charge(budget_.Add(value.size(), node.line));
+    Place(std::move(node), anchor, /*container=*/false);
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const int line = YamlLine(mark, FallbackLine());
+    auto it = anchors_.find(anchor);
+    if (it == anchors_.end()) {
+      // yaml-cpp knows the anchor, so it is one still open: the alias is inside its own node.
+      Fail(absl::StrCat("line ", line, ": an alias inside the node it names (a recursive alias)"));
+    }
+    const SubtreeSize size = it->second.second;
+    if (size.height > 0) {
+      Charge(TreeBudget::Enter(static_cast<int>(stack_.size()) + size.height, line));
+    }
+    Charge(budget_.Add(size.bytes, line, size.values));
+    Place(SpecNode(it->second.first), YAML::NullAnchor, /*container=*/false);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(mark, anchor, SpecNode::Kind::kList);
+  }
+  void OnSequenceEnd() override { Close(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(mark, anchor, SpecNode::Kind::kMap);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct Frame {
+    SpecNode* node = nullptr;  // stays valid: see Place()
+    YAML::anchor_t anchor = YAML::NullAnchor;
+    std::set<std::string> keys;
+    bool has_key = false;  // maps: a key was read and waits for its value
+    std::string key;
+    int key_line = 0;
+  };
+
+  [[noreturn]] static void Fail(std::string message) {
+    throw TreeError{absl::InvalidArgumentError(std::move(message))};
+  }
+  static void Charge(const absl::Status& s) {
+    if (!s.ok()) throw TreeError{s};
+  }
+
+  // The line a node without a position of its own is reported on: its key's, or its parent's.
+  int FallbackLine() const {
+    if (stack_.empty()) return 1;
+    const Frame& f = stack_.back();
+    return f.has_key ? f.key_line : f.node->line;
+  }
+
+  void Open(const YAML::Mark& mark, YAML::anchor_t anchor, SpecNode::Kind kind) {
+    SpecNode node;
+    node.kind = kind;
+    node.line = YamlLine(mark, FallbackLine());
+    Charge(TreeBudget::Enter(static_cast<int>(stack_.size()) + 1, node.line));
+    Charge(budget_.Add(0, node.line));
+    SpecNode* placed = Place(std::move(node), YAML::NullAnchor, /*container=*/true);
+    Frame& frame = stack_.emplace_back();
+    frame.node = placed;
+    frame.anchor = anchor;
+  }
+
+  void Close() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    Remember(frame.anchor, *frame.node);
+  }
+
+  void Remember(YAML::anchor_t anchor, const SpecNode& node) {
+    if (anchor == YAML::NullAnchor) return;
+    // The kept copy counts too, so anchors nested in anchors cannot multiply memory unbounded.
+    const SubtreeSize size = Measure(node);
+    Charge(budget_.Add(size.bytes, node.line, size.values));
+    anchors_.insert_or_assign(anchor, std::make_pair(node, size));
+  }
+
+  // Adds `node` to the open container (or as the root) and returns where it now lives. The
+  // pointer stays valid while `node` is open: a container only grows while it is the innermost
+  // open one. A finished scalar or alias with an anchor is remembered here; a container when it
+  // closes.
+  SpecNode* Place(SpecNode node, YAML::anchor_t anchor, bool container) {
+    if (!container) Remember(anchor, node);
+    if (stack_.empty()) {
+      root_ = std::move(node);
+      return &root_;
+    }
+    Frame& parent = stack_.back();
+    if (parent.node->kind == SpecNode::Kind::kList) {
+      parent.node->list.push_back(std::move(node));
+      return &parent.node->list.back();
+    }
+    if (!parent.has_key) {
+      if (node.kind != SpecNode::Kind::kScalar) {
+        Fail(absl::StrCat("line ", node.line, ": map keys must be plain names"));
+      }
+      if (!parent.keys.insert(node.text).second) {
+        Fail(absl::StrCat("line ", node.line, ": duplicate field '", node.text, "'"));
+      }
+      parent.has_key = true;
+      parent.key = std::move(node.text);
+      parent.key_line = node.line;
+      return nullptr;
+    }
+    parent.has_key = false;
+    parent.node->map.emplace_back(std::move(parent.key), std::move(node));
+    parent.node->key_lines.push_back(parent.key_line);
+    return &parent.node->map.back().second;
+  }
+
+  SpecNode root_;
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, std::pair<SpecNode, SubtreeSize>> anchors_;
+  TreeBudget budget_;
+};
 
 }  // namespace
 
 absl::StatusOr<SpecNode> ParseYamlTree(absl::string_view text) {
   try {
-    YAML::Node root = YAML::Load(std::string(text));
-    TreeBudget budget;
-    return FromYaml(root, 1, 1, budget);
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    YamlTreeBuilder builder;
+    parser.HandleNextDocument(builder);  // the first document only, as YAML::Load
+    return builder.TakeRoot();
+  } catch (const TreeError& e) {
+    return e.status;
   } catch (const YAML::DeepRecursion& e) {
     // yaml-cpp's own guard (2000 levels) against its recursive parser; ours is lower.
     return TreeBudget::DepthError(YamlLine(e.mark, 1));
