@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/plan_export.h"
+#include "core/plan_limits.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 #include "core/timeline.h"
@@ -43,21 +46,31 @@ struct PlanArgs {
   int width = 120;
 };
 
+// The largest --width: one line of the ASCII chart is this many characters per rank.
+constexpr int kMaxWidth = 10000;
+
 absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view value) {
   double v = 0;
-  if (!absl::SimpleAtod(value, &v)) {
+  if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": '", value, "' is not a number"));
   }
   return v;
 }
 
-absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view value, int min) {
-  int v = 0;
+// An integer in [min, max]; past `max` the error names the limit (`limit_name`), so that a
+// huge value exits 2 at once instead of planning for minutes (DESIGN.md "Security model").
+absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view value, int min, int max,
+                             absl::string_view limit_name) {
+  int64_t v = 0;
   if (!absl::SimpleAtoi(value, &v) || v < min) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": '", value, "' is not an integer >= ", min));
   }
-  return v;
+  if (v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": must be at most ", max, " (", limit_name, "), got ", value));
+  }
+  return static_cast<int>(v);
 }
 
 // Parses "k1=v1,k2=v2" with keys from `allowed`.
@@ -97,15 +110,15 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     if (flag == "--schedule") {
       pa.schedule = value;
     } else if (flag == "--pipeline" || flag == "-p") {
-      auto v = ParseInt(flag, value, 1);
+      auto v = ParseInt(flag, value, 1, core::kMaxPipeline, "the pipeline limit");
       if (!v.ok()) return v.status();
       pa.pipeline = *v;
     } else if (flag == "--microbatches" || flag == "-m") {
-      auto v = ParseInt(flag, value, 1);
+      auto v = ParseInt(flag, value, 1, core::kMaxMicrobatches, "the microbatch limit");
       if (!v.ok()) return v.status();
       pa.microbatches = *v;
     } else if (flag == "--chunks") {
-      auto v = ParseInt(flag, value, 2);
+      auto v = ParseInt(flag, value, 2, core::kMaxChunks, "the chunk limit");
       if (!v.ok()) return v.status();
       pa.chunks = *v;
     } else if (flag == "--cost") {
@@ -145,7 +158,7 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "-o" || flag == "--output") {
       pa.output = value;
     } else if (flag == "--buckets") {
-      auto v = ParseInt(flag, value, 1);
+      auto v = ParseInt(flag, value, 1, core::kMaxBucketsPerStage, "the per-stage bucket limit");
       if (!v.ok()) return v.status();
       pa.buckets = *v;
     } else if (flag == "--reduce-cost") {
@@ -153,7 +166,7 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       if (!v.ok()) return v.status();
       pa.reduce_cost = *v;
     } else if (flag == "--width") {
-      auto v = ParseInt(flag, value, 10);
+      auto v = ParseInt(flag, value, 10, kMaxWidth, "the width limit");
       if (!v.ok()) return v.status();
       pa.width = *v;
     } else {
@@ -168,6 +181,26 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError("--schedule all prints a table; use --format summary");
   }
   return pa;
+}
+
+// The products of the plan bounds, for one schedule (v depends on it): checked before any work.
+absl::Status CheckPlanSize(ScheduleKind kind, const PlanArgs& pa) {
+  const int v = core::PlacementFor(kind, pa.pipeline, pa.chunks).chunks_per_rank();
+  const int64_t stages = int64_t{pa.pipeline} * v;
+  const std::string shape =
+      absl::StrCat(core::ScheduleName(kind), " has pipeline x chunks = ", pa.pipeline, " x ", v);
+  if (stages * pa.microbatches > core::kMaxStageMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--microbatches: ", shape, ", times ", pa.microbatches, " microbatches = ",
+        stages * pa.microbatches, " exceeds ", core::kMaxStageMicrobatches,
+        " (the plan size limit); use fewer microbatches or ranks"));
+  }
+  if (stages * pa.buckets > core::kMaxStageBuckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--buckets: ", shape, ", times ", pa.buckets, " buckets = ", stages * pa.buckets,
+        " exceeds ", core::kMaxStageBuckets, " (the grad-sync bucket limit); use fewer buckets"));
+  }
+  return absl::OkStatus();
 }
 
 struct Planned {
@@ -295,16 +328,26 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "zpipe plan: " << pa.status().message() << "\n";
     return 2;
   }
-  std::string text;
-  if (pa->schedule == "all") {
-    text = CompareAll(*pa);
-  } else {
+  std::vector<ScheduleKind> kinds = core::AllScheduleKinds();
+  if (pa->schedule != "all") {
     auto kind = core::ParseScheduleKind(pa->schedule);
     if (!kind.ok()) {
       err << "zpipe plan: " << kind.status().message() << "\n";
       return 2;
     }
-    auto planned = MakePlan(*kind, *pa);
+    kinds = {*kind};
+  }
+  for (ScheduleKind kind : kinds) {
+    if (absl::Status st = CheckPlanSize(kind, *pa); !st.ok()) {
+      err << "zpipe plan: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  std::string text;
+  if (pa->schedule == "all") {
+    text = CompareAll(*pa);
+  } else {
+    auto planned = MakePlan(kinds.front(), *pa);
     if (!planned.ok()) {
       err << "zpipe plan: " << planned.status().message() << "\n";
       return 2;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -100,6 +102,63 @@ TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
   CliRun r =
       Plan({"--schedule", "1f1b", "--pipeline", "4", "--microbatches", "8", "--memory-limit", "1"});
   EXPECT_NE(r.err.find("memory limit"), std::string::npos) << r.err;
+}
+
+// Issue 11: these ran for minutes at up to 12.6 GB; each must exit 2 at once, naming the flag
+// and the limit, before any planning.
+TEST(PlanCommandTest, HugeShapesExitTwoNamingTheFlagAndTheLimit) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<std::string> base = {"--schedule", "zb-v"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const std::vector<Case> cases = {
+      {with({"-p", "4", "-m", "2147483647"}),
+       "-m: must be at most 4096 (the microbatch limit), got 2147483647"},
+      {with({"-p", "4", "-m", "99999999999999999999"}), "-m: '99999999999999999999' is not"},
+      {with({"-p", "100000", "-m", "8"}),
+       "-p: must be at most 64 (the pipeline limit), got 100000"},
+      {with({"-p", "4", "-m", "8", "--buckets", "100000000"}),
+       "--buckets: must be at most 1024 (the per-stage bucket limit), got 100000000"},
+      {with({"-p", "64", "-m", "1024", "--buckets", "1024"}),
+       "--microbatches: zb-v has pipeline x chunks = 64 x 2, times 1024 microbatches = 131072 "
+       "exceeds 65536 (the plan size limit)"},
+      {with({"-p", "64", "-m", "8", "--buckets", "1000"}),
+       "--buckets: zb-v has pipeline x chunks = 64 x 2, times 1000 buckets = 128000 exceeds "
+       "65536 (the grad-sync bucket limit)"},
+      {{"--schedule", "interleaved", "-p", "4", "-m", "8", "--chunks", "1000"},
+       "--chunks: must be at most 16 (the chunk limit), got 1000"},
+      {{"--schedule", "all", "-p", "64", "-m", "1024"},
+       "--microbatches: interleaved has pipeline x chunks = 64 x 2"},
+      {with({"-p", "4", "-m", "8", "--format", "ascii", "--width", "2147483647"}),
+       "--width: must be at most 10000 (the width limit)"},
+      {with({"-p", "4", "-m", "8", "--cost", "f=nan"}), "--cost f: 'nan' is not a number"},
+      {with({"-p", "4", "-m", "8", "--memory-limit", "inf"}), "'inf' is not a number"},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CliRun r = Plan(c.args);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 2) << c.expected;
+    EXPECT_EQ(r.err.rfind("zpipe plan: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_LT(seconds, 1.0) << c.expected;
+  }
+}
+
+TEST(PlanCommandTest, TheLargestAllowedShapesStillPlan) {
+  // p x v x m exactly at the plan size limit, with buckets at theirs.
+  CliRun r = Plan({"--schedule", "1f1b", "-p", "16", "-m", "4096"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Plan({"--schedule", "zb-v", "-p", "32", "-m", "8", "--buckets", "1024"});
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
   if (!kind.ok()) return Bad("spec.schedule.kind", kind.status().message());
   if (*kind == core::ScheduleKind::kInterleaved1F1B) {
-    if (spec.chunks != 0) ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.chunks", spec.chunks, 2, 16));
+    if (spec.chunks != 0) ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.chunks", spec.chunks, 2, core::kMaxChunks));
   } else if (spec.chunks != 0) {
     return Bad("spec.schedule.chunks",
                absl::StrCat("only 'interleaved' takes chunks; ", spec.schedule,

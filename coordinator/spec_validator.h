@@ -10,15 +10,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/domain.h"
+#include "core/plan_limits.h"
 
 namespace zpipe::coordinator {
 
-inline constexpr int kMaxPipeline = 64;
+// The plan bounds are core's (core/plan_limits.h), the same for `zpipe plan`.
+inline constexpr int kMaxPipeline = core::kMaxPipeline;
 inline constexpr int kMaxData = 64;
 inline constexpr int kMaxWorldSize = 1024;
-inline constexpr int kMaxMicrobatches = 4096;
+inline constexpr int kMaxMicrobatches = core::kMaxMicrobatches;
 // Bounds plan size (and so plan generation time): p * v * m stage-microbatches per iteration.
-inline constexpr int kMaxStageMicrobatches = 65536;
+inline constexpr int kMaxStageMicrobatches = core::kMaxStageMicrobatches;
 
 absl::Status ValidateSpecFields(const JobSpec& spec);
 
