@@ -73,7 +73,11 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
   std::vector<int> cuts = checkpoint_cuts;
   std::string source = "checkpoint";
   if (cuts.empty()) {
-    absl::StatusOr<std::vector<int>> balanced = core::BalancedCuts(
+    // A pipeline runs at the pace of its busiest rank: V and interleaved schedules put several
+    // stages on one rank, so balance the ranks' sums, not the stages.
+    std::vector<int> rank_of_stage;
+    for (int s = 0; s < num_stages; ++s) rank_of_stage.push_back(rt.plan->plan.placement.RankOf(s));
+    absl::StatusOr<std::vector<int>> balanced = core::RankBalancedCuts(
         [&] {
           std::vector<core::BlockCost> c;
           for (const BlockProfileData& b : blocks) {
@@ -82,7 +86,7 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
           }
           return c;
         }(),
-        num_stages);
+        rank_of_stage);
     if (!balanced.ok()) {
       FinishJobLocked(*job, JobState::kFailed,
                       absl::StrCat("model.torchscript: ", balanced.status().message()));

@@ -145,4 +145,92 @@ std::vector<BlockCost> StageCosts(const std::vector<BlockCost>& blocks,
   return stages;
 }
 
+namespace {
+
+// (busiest rank, busiest stage, sum of squared stages) of `cuts`: smaller is better.
+struct RankObjective {
+  double rank_max = 0, stage_max = 0, squares = 0;
+  bool operator<(const RankObjective& o) const {
+    constexpr double kEps = 1e-9;
+    if (std::abs(rank_max - o.rank_max) > kEps * std::max(1.0, o.rank_max)) {
+      return rank_max < o.rank_max;
+    }
+    if (std::abs(stage_max - o.stage_max) > kEps * std::max(1.0, o.stage_max)) {
+      return stage_max < o.stage_max;
+    }
+    return squares < o.squares - kEps * std::max(1.0, o.squares);
+  }
+};
+
+RankObjective Evaluate(const Prefix& cost, int n, const std::vector<int>& cuts,
+                       const std::vector<int>& rank_of_stage, int ranks) {
+  RankObjective o;
+  std::vector<double> load(ranks, 0);
+  const int stages = static_cast<int>(cuts.size()) + 1;
+  for (int s = 0; s < stages; ++s) {
+    const double c = cost(s == 0 ? 0 : cuts[s - 1], s + 1 < stages ? cuts[s] : n);
+    load[rank_of_stage[s]] += c;
+    o.stage_max = std::max(o.stage_max, c);
+    o.squares += c * c;
+  }
+  for (double l : load) o.rank_max = std::max(o.rank_max, l);
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> RankBalancedCuts(const std::vector<BlockCost>& blocks,
+                                                  const std::vector<int>& rank_of_stage) {
+  const int num_stages = static_cast<int>(rank_of_stage.size());
+  absl::StatusOr<std::vector<int>> balanced = BalancedCuts(blocks, num_stages);
+  if (!balanced.ok() || num_stages <= 1) return balanced;
+  int ranks = 0;
+  for (int r : rank_of_stage) {
+    if (r < 0) return absl::InvalidArgumentError("balanced cuts: a stage has a negative rank");
+    ranks = std::max(ranks, r + 1);
+  }
+  if (ranks == num_stages) return balanced;  // one stage per rank: the stage optimum is it
+  const int n = static_cast<int>(blocks.size());
+  Prefix cost{std::vector<double>(n + 1, 0)};
+  for (int k = 0; k < n; ++k) cost.sum[k + 1] = cost.sum[k] + blocks[k].total_ms();
+  if (cost.sum[n] == 0) return balanced;
+
+  std::vector<int> even;
+  const int base = n / num_stages, extra = n % num_stages;
+  for (int s = 1; s < num_stages; ++s) even.push_back(s * base + std::min(s, extra));
+
+  std::vector<int> best;
+  RankObjective best_value;
+  for (std::vector<int> cuts : {*balanced, even}) {
+    RankObjective value = Evaluate(cost, n, cuts, rank_of_stage, ranks);
+    // Steepest descent over single-cut moves of any distance within its neighbours.
+    while (true) {
+      std::vector<int> move_best = cuts;
+      RankObjective move_value = value;
+      for (int k = 0; k + 1 < num_stages; ++k) {
+        const int lo = k == 0 ? 1 : cuts[k - 1] + 1;
+        const int hi = k + 2 < num_stages ? cuts[k + 1] - 1 : n - 1;
+        for (int c = lo; c <= hi; ++c) {
+          if (c == cuts[k]) continue;
+          std::vector<int> candidate = cuts;
+          candidate[k] = c;
+          const RankObjective v = Evaluate(cost, n, candidate, rank_of_stage, ranks);
+          if (v < move_value) {
+            move_value = v;
+            move_best = std::move(candidate);
+          }
+        }
+      }
+      if (!(move_value < value)) break;
+      cuts = std::move(move_best);
+      value = move_value;
+    }
+    if (best.empty() || value < best_value) {
+      best = cuts;
+      best_value = value;
+    }
+  }
+  return best;
+}
+
 }  // namespace zpipe::core

@@ -38,6 +38,16 @@ struct BlockCost {
 // stage ending there may start at) for the tie-break; memory O(S * n).
 absl::StatusOr<std::vector<int>> BalancedCuts(const std::vector<BlockCost>& blocks, int num_stages);
 
+// Cuts for stages that share ranks: stage s runs on rank rank_of_stage[s] (a V schedule puts
+// stages r and 2p-1-r on rank r; interleaved ones s and s+p, ...), and a pipeline runs at the
+// pace of its busiest rank, so this minimises the largest rank load (the sum of its stages'
+// costs), then the largest stage cost, then the sum of squared stage costs. Starts from
+// BalancedCuts and the even split and improves by moving one cut at a time while the objective
+// falls (deterministic, a local optimum); with one stage per rank it returns BalancedCuts.
+// InvalidArgument as BalancedCuts, or when rank_of_stage does not have num_stages entries.
+absl::StatusOr<std::vector<int>> RankBalancedCuts(const std::vector<BlockCost>& blocks,
+                                                  const std::vector<int>& rank_of_stage);
+
 // Per-stage sums of f, b, w and param bytes for `cuts` (strictly increasing indices in
 // (0, blocks.size()), as BalancedCuts returns); a stage's activation is its last block's output.
 // Returns cuts.size() + 1 stages.

@@ -256,7 +256,13 @@ struct Executor::Impl {
     {
       torch::NoGradGuard no_grad;
       for (const torch::Tensor& p : params) {
-        if (p.grad().defined()) local += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+        // Per tensor in its own dtype (as torch.nn.utils.clip_grad_norm_ does), summed in
+        // double: converting every gradient to float64 first cost 0.4 s per step for 5.7 M
+        // parameters (bench/model_bench.py).
+        if (p.grad().defined()) {
+          const double n = p.grad().norm().item<double>();
+          local += n * n;
+        }
       }
     }
     const int p = plan.num_ranks();
