@@ -5,7 +5,10 @@
 // absl codes are the same set): INVALID_ARGUMENT for a bad spec (the message names the field),
 // NOT_FOUND for an unknown job, ALREADY_EXISTS for a reused id with a different spec,
 // FAILED_PRECONDITION for an operation the job's state forbids, UNAVAILABLE when the coordinator
-// cannot be reached, DEADLINE_EXCEEDED when it did not answer within ClientOptions::rpc_timeout.
+// cannot be reached, DEADLINE_EXCEEDED when it did not answer within ClientOptions::rpc_timeout,
+// UNAUTHENTICATED when the coordinator requires a token and ClientOptions::token is missing or
+// unknown, PERMISSION_DENIED when the token's role may not do that (e.g. a client cancelling
+// another client's job).
 //
 // Data is exchanged as the API's own messages (v1::JobSpec, v1::Job, v1::Worker, ...); gRPC
 // types (channels, contexts, grpc::Status) never leave client.cc. A Client is thread-safe; the
@@ -33,6 +36,9 @@ namespace zpipe {
 
 struct ClientOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);  // deadline of each unary call
+  // Sent as `authorization: Bearer TOKEN` with every call (a client or admin token), for a
+  // coordinator started with token files; empty = none.
+  std::string token;
 };
 
 struct SubmitResult {

@@ -22,11 +22,16 @@ void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+void AddToken(grpc::ClientContext& ctx, const std::string& token) {
+  if (!token.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+}
+
 class GrpcJobWatch : public JobWatch {
  public:
   GrpcJobWatch(std::shared_ptr<v1::CoordinatorService::Stub> stub, std::string job_id,
-               WatchOptions options)
-      : stub_(std::move(stub)),
+               WatchOptions options, std::string token)
+      : token_(std::move(token)),
+        stub_(std::move(stub)),
         job_id_(std::move(job_id)),
         options_(options),
         last_sequence_(options.after_sequence) {}
@@ -94,6 +99,7 @@ class GrpcJobWatch : public JobWatch {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) return absl::CancelledError("watch cancelled");
     ctx_ = std::make_unique<grpc::ClientContext>();
+    AddToken(*ctx_, token_);
     reader_ = stub_->WatchJob(ctx_.get(), request);
     return absl::OkStatus();
   }
@@ -105,6 +111,7 @@ class GrpcJobWatch : public JobWatch {
     return delivered_any_ && event.sequence() <= last_sequence_;
   }
 
+  const std::string token_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;
   const std::string job_id_;
   const WatchOptions options_;
@@ -139,7 +146,7 @@ class GrpcClient : public Client {
     request.set_validate_only(validate_only);
     v1::SubmitJobResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, request, &response)); !s.ok()) return s;
     return SubmitResult{std::move(*response.mutable_job()), response.created()};
   }
@@ -149,7 +156,7 @@ class GrpcClient : public Client {
     request.set_job_id(job_id);
     v1::Job job;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->GetJob(&ctx, request, &job)); !s.ok()) return s;
     return job;
   }
@@ -161,7 +168,7 @@ class GrpcClient : public Client {
     request.set_page_token(options.page_token);
     v1::ListJobsResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->ListJobs(&ctx, request, &response)); !s.ok()) return s;
     JobPage page;
     page.jobs.assign(std::make_move_iterator(response.mutable_jobs()->begin()),
@@ -176,13 +183,13 @@ class GrpcClient : public Client {
     request.set_reason(reason);
     v1::Job job;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->CancelJob(&ctx, request, &job)); !s.ok()) return s;
     return job;
   }
 
   std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override {
-    return std::make_unique<GrpcJobWatch>(stub_, job_id, options);
+    return std::make_unique<GrpcJobWatch>(stub_, job_id, options, options_.token);
   }
 
   absl::StatusOr<JobPlan> Plan(const std::string& job_id) override {
@@ -190,7 +197,7 @@ class GrpcClient : public Client {
     request.set_job_id(job_id);
     v1::GetPlanResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->GetPlan(&ctx, request, &response)); !s.ok()) return s;
     absl::StatusOr<core::Plan> plan = core::ParsePlanText(response.plan_text());
     if (!plan.ok()) {
@@ -206,7 +213,7 @@ class GrpcClient : public Client {
     if (iteration.has_value()) request.set_iteration(*iteration);
     v1::GetTraceResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->GetTrace(&ctx, request, &response)); !s.ok()) return s;
     return JobTraceFromProto(std::move(response));
   }
@@ -216,13 +223,18 @@ class GrpcClient : public Client {
     request.set_include_dead(include_dead);
     v1::ListWorkersResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(ctx, options_.rpc_timeout);
+    Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->ListWorkers(&ctx, request, &response)); !s.ok()) return s;
     return std::vector<v1::Worker>(std::make_move_iterator(response.mutable_workers()->begin()),
                                    std::make_move_iterator(response.mutable_workers()->end()));
   }
 
  private:
+  void Prepare(grpc::ClientContext& ctx) const {
+    SetDeadline(ctx, options_.rpc_timeout);
+    AddToken(ctx, options_.token);
+  }
+
   const ClientOptions options_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;
 };

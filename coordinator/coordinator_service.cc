@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "coordinator/grpc_auth.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/job_proto.h"
 #include "coordinator/trace_proto.h"
@@ -26,12 +27,20 @@ grpc::Status CoordinatorServiceImpl::Done(absl::string_view method, const absl::
   return ToGrpcStatus(status);
 }
 
-grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*,
+absl::StatusOr<Principal> CoordinatorServiceImpl::Caller(grpc::ServerContext* ctx,
+                                                         absl::string_view call) const {
+  return CallerOf(auth_, *ctx, Role::kClient, call);
+}
+
+grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                                const v1::SubmitJobRequest* req,
                                                v1::SubmitJobResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "submit jobs");
+  if (!caller.ok()) return Done("SubmitJob", caller.status());
   absl::StatusOr<JobSpec> spec = SpecFromProto(req->spec());
   if (!spec.ok()) return Done("SubmitJob", spec.status());
-  absl::StatusOr<SubmitResult> result = manager_.Submit(req->job_id(), *spec, req->validate_only());
+  absl::StatusOr<SubmitResult> result =
+      manager_.Submit(req->job_id(), *spec, req->validate_only(), caller->name);
   if (!result.ok()) return Done("SubmitJob", result.status());
   *resp->mutable_job() = JobViewToProto(result->job);
   if (req->validate_only()) resp->mutable_job()->set_state(v1::JOB_STATE_UNSPECIFIED);
@@ -39,16 +48,21 @@ grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*,
   return Done("SubmitJob", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                             v1::Job* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "read jobs");
+  if (!caller.ok()) return Done("GetJob", caller.status());
   absl::StatusOr<JobView> view = manager_.Get(req->job_id());
   if (!view.ok()) return Done("GetJob", view.status());
   *resp = JobViewToProto(*view);
   return Done("GetJob", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext* ctx,
+                                              const v1::ListJobsRequest* req,
                                               v1::ListJobsResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "list jobs");
+  if (!caller.ok()) return Done("ListJobs", caller.status());
   std::set<JobState> states;
   for (int s : req->states()) {
     absl::StatusOr<JobState> state = StateFromProto(static_cast<v1::JobState>(s));
@@ -65,8 +79,23 @@ grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::Li
   return Done("ListJobs", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*,
+grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                                const v1::CancelJobRequest* req, v1::Job* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "cancel jobs");
+  if (!caller.ok()) return Done("CancelJob", caller.status());
+  if (caller->role == Role::kClient) {
+    // A client cancels only its own jobs; an admin (and an open coordinator) any.
+    absl::StatusOr<std::string> by = manager_.SubmittedBy(req->job_id());
+    if (!by.ok()) return Done("CancelJob", by.status());
+    if (*by != caller->name) {
+      return Done(
+          "CancelJob",
+          absl::PermissionDeniedError(absl::StrCat(
+              "your token's role 'client' (", caller->name, ") may not cancel job '", req->job_id(),
+              "' submitted by ", by->empty() ? "an unauthenticated caller" : *by,
+              "; a client cancels only its own jobs, an admin token cancels any")));
+    }
+  }
   if (req->reason().size() > 4096) {
     return Done("CancelJob", absl::InvalidArgumentError("reason: at most 4096 characters"));
   }
@@ -79,6 +108,8 @@ grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*,
 grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                               const v1::WatchJobRequest* req,
                                               grpc::ServerWriter<v1::JobEvent>* writer) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "watch jobs");
+  if (!caller.ok()) return Done("WatchJob", caller.status());
   return Done("WatchJob", Watch(ctx, *req, writer));
 }
 
@@ -157,8 +188,11 @@ absl::Status CoordinatorServiceImpl::Watch(grpc::ServerContext* ctx, const v1::W
   return absl::OkStatus();
 }
 
-grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext*, const v1::GetPlanRequest* req,
+grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext* ctx,
+                                             const v1::GetPlanRequest* req,
                                              v1::GetPlanResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "read plans");
+  if (!caller.ok()) return Done("GetPlan", caller.status());
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = manager_.Plan(req->job_id());
   if (!plan.ok()) return Done("GetPlan", plan.status());
   const JobPlan& p = **plan;
@@ -182,17 +216,22 @@ grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext*, const v1::Get
   return Done("GetPlan", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*,
+grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                                  const v1::ListWorkersRequest* req,
                                                  v1::ListWorkersResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "list workers");
+  if (!caller.ok()) return Done("ListWorkers", caller.status());
   for (const WorkerInfo& w : manager_.Workers(req->include_dead())) {
     *resp->add_workers() = WorkerInfoToProto(w);
   }
   return Done("ListWorkers", absl::OkStatus());
 }
 
-grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext*, const v1::GetTraceRequest* req,
+grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext* ctx,
+                                              const v1::GetTraceRequest* req,
                                               v1::GetTraceResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "read traces");
+  if (!caller.ok()) return Done("GetTrace", caller.status());
   std::optional<int> iteration;
   if (req->has_iteration()) iteration = req->iteration();
   absl::StatusOr<TraceView> view = manager_.Trace(req->job_id(), iteration);

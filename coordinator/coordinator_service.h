@@ -1,8 +1,11 @@
 // CoordinatorServiceImpl: the client-facing gRPC service (zpipe.v1.CoordinatorService).
-// Decodes requests, calls JobManager, encodes replies and maps statuses; no job logic here.
+// Authenticates each call (auth.h: every method needs a client or admin token; a client cancels
+// only the jobs it submitted), decodes requests, calls JobManager, encodes replies and maps
+// statuses; no job logic here.
 #ifndef ZPIPE_COORDINATOR_COORDINATOR_SERVICE_H_
 #define ZPIPE_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics.h"
 #include "zpipe/v1/coordinator.grpc.pb.h"
@@ -11,8 +14,9 @@ namespace zpipe::coordinator {
 
 class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
  public:
-  CoordinatorServiceImpl(JobManager& manager, Metrics& metrics)
-      : manager_(manager), metrics_(metrics) {}
+  // All three must outlive the service.
+  CoordinatorServiceImpl(JobManager& manager, Metrics& metrics, const Authenticator& auth)
+      : manager_(manager), metrics_(metrics), auth_(auth) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -36,8 +40,12 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   absl::Status Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest& req,
                      grpc::ServerWriter<v1::JobEvent>* writer);
 
+  // The caller, when its token's role may make `call` (a client-role call).
+  absl::StatusOr<Principal> Caller(grpc::ServerContext* ctx, absl::string_view call) const;
+
   JobManager& manager_;
   Metrics& metrics_;
+  const Authenticator& auth_;
 };
 
 }  // namespace zpipe::coordinator

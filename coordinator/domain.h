@@ -195,6 +195,8 @@ struct JobRecord {
   uint64_t last_sequence = 0;   // last WatchJob event sequence issued
   std::optional<IterationSummary> latest_summary;
   int iterations_done = 0;
+  // The name of the token it was submitted with (auth.h); empty when the coordinator had none.
+  std::string submitted_by;
   // TorchScript models: the cuts the job runs with, once known (not persisted: after a
   // coordinator restart a running job shows none).
   std::optional<ModelLayout> layout;
@@ -216,6 +218,8 @@ struct WorkerRegistration {
   std::string running_job_id;
   int running_pipeline_rank = 0;
   int running_data_rank = 0;
+  // Random per worker process (worker.proto "Identity"); empty from workers that send none.
+  std::string instance_id;
 };
 
 // A worker as the registry sees it.

@@ -23,6 +23,8 @@ void Reply(mg_connection* conn, int code, const std::string& type, const std::st
   const char* reason = code == 200   ? "OK"
                        : code == 404 ? "Not Found"
                        : code == 400 ? "Bad Request"
+                       : code == 401 ? "Unauthorized"
+                       : code == 403 ? "Forbidden"
                                      : "Error";
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
@@ -39,6 +41,10 @@ int HttpCode(const absl::Status& status) {
       return 400;
     case absl::StatusCode::kFailedPrecondition:
       return 409;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
     default:
       return 500;
   }
@@ -72,8 +78,9 @@ void ReplyProto(mg_connection* conn, const google::protobuf::Message& message) {
 
 class HttpServer::Handler : public CivetHandler {
  public:
-  Handler(std::shared_ptr<prometheus::Registry> registry, JobManager& manager)
-      : registry_(std::move(registry)), manager_(manager) {}
+  Handler(std::shared_ptr<prometheus::Registry> registry, JobManager& manager,
+          const Authenticator& auth)
+      : registry_(std::move(registry)), manager_(manager), auth_(auth) {}
 
   bool handleGet(CivetServer*, mg_connection* conn) override {
     const mg_request_info* info = mg_get_request_info(conn);
@@ -83,7 +90,17 @@ class HttpServer::Handler : public CivetHandler {
       prometheus::TextSerializer serializer;
       Reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
             serializer.Serialize(registry_->Collect()));
-    } else if (path == "/" || path == "/index.html") {
+      return true;
+    }
+    if (path == "/healthz") {
+      Reply(conn, 200, "text/plain; charset=utf-8", "ok\n");
+      return true;
+    }
+    if (absl::Status st = Authorized(conn, query); !st.ok()) {
+      ReplyError(conn, st);
+      return true;
+    }
+    if (path == "/" || path == "/index.html") {
       Reply(conn, 200, "text/html; charset=utf-8", LivePageHtml());
     } else if (path == "/api/jobs") {
       absl::StatusOr<ListResult> list = manager_.List({}, 1000, "");
@@ -122,15 +139,37 @@ class HttpServer::Handler : public CivetHandler {
   }
 
  private:
+  // The page and /api are for clients: a token from the Authorization header, else ?token=.
+  absl::Status Authorized(mg_connection* conn, const std::string& query) const {
+    if (!auth_.enabled()) return absl::OkStatus();
+    std::optional<std::string> authorization;
+    if (const char* header = mg_get_header(conn, "Authorization"); header != nullptr) {
+      authorization = header;
+    } else {
+      std::vector<char> token(4200);
+      if (mg_get_var(query.c_str(), query.size(), "token", token.data(), token.size()) > 0) {
+        authorization = absl::StrCat("Bearer ", token.data());
+      }
+    }
+    absl::StatusOr<Principal> caller = auth_.Authenticate(authorization);
+    if (!caller.ok()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat(caller.status().message(),
+                       "; send Authorization: Bearer TOKEN, or open the page as /?token=TOKEN"));
+    }
+    return Authorize(*caller, Role::kClient, "read the live page or /api");
+  }
+
   std::shared_ptr<prometheus::Registry> registry_;
   JobManager& manager_;
+  const Authenticator& auth_;
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-    JobManager& manager) {
+    JobManager& manager, const Authenticator& auth) {
   std::unique_ptr<HttpServer> s(new HttpServer());
-  s->handler_ = std::make_unique<Handler>(std::move(registry), manager);
+  s->handler_ = std::make_unique<Handler>(std::move(registry), manager, auth);
   try {
     std::vector<std::string> options = {"listening_ports", host_port, "num_threads", "4"};
     s->server_ = std::make_unique<CivetServer>(options);

@@ -6,6 +6,11 @@
 //   /api/jobs                ListJobs as JSON (proto field names)
 //   /api/jobs/ID             GetJob as JSON
 //   /api/jobs/ID/trace       GetTrace as JSON; ?iteration=N for a given iteration
+//   /healthz                 "ok" while the coordinator serves
+// When `auth` has tokens, / and /api/* need a client or admin token, sent as
+// `Authorization: Bearer TOKEN` or, for a browser opening the page, as `?token=TOKEN` (the page
+// passes it on to /api); 401 without a known token, 403 for a worker token. /metrics (Prometheus
+// convention) and /healthz stay open.
 // prometheus::Exposer has no hook for extra pages, so this replaces it, on civetweb (the server
 // the Exposer itself uses). Thread-safe; handlers run on civetweb's threads.
 #ifndef ZPIPE_COORDINATOR_HTTP_SERVER_H_
@@ -15,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 
 class CivetServer;
@@ -26,11 +32,11 @@ namespace zpipe::coordinator {
 
 class HttpServer {
  public:
-  // Listens on `host_port` ("0.0.0.0:9464"; port 0 = pick one). `registry` and `manager` must
-  // outlive the server. Unavailable when it cannot listen.
+  // Listens on `host_port` ("127.0.0.1:9464"; port 0 = pick one). `registry`, `manager` and
+  // `auth` must outlive the server. Unavailable when it cannot listen.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-      JobManager& manager);
+      JobManager& manager, const Authenticator& auth);
   ~HttpServer();  // stops serving
 
   int port() const { return port_; }

@@ -67,7 +67,7 @@ absl::Status JobManager::Load() {
 }
 
 absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpec& spec,
-                                                bool validate_only) {
+                                                bool validate_only, std::string submitted_by) {
   if (job_id.empty() && !validate_only) job_id = GenerateJobId(clock_.Now());
   if (!job_id.empty()) {
     if (absl::Status st = ValidateJobId(job_id); !st.ok()) return st;
@@ -77,6 +77,11 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
     const JobRecord* job = FindJobLocked(job_id);
     if (job == nullptr) return absl::NotFoundError("");
+    if (job->submitted_by != submitted_by) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("job_id: job '", job_id,
+                       "' already exists, submitted by someone else; choose another id"));
+    }
     if (job->spec == spec) return SubmitResult{ViewLocked(*job, true, true), false};
     return absl::AlreadyExistsError(absl::StrCat(
         "job_id: job '", job_id, "' already exists with a different spec; choose another id"));
@@ -109,6 +114,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   rec.state = JobState::kPending;
   rec.reason = WaitingReason(spec, 0);
   rec.create_time = clock_.Now();
+  rec.submitted_by = std::move(submitted_by);
   rec.submit_order = next_submit_order_++;
   job_index_[job_id] = rec.submit_order;
   JobRecord& job = jobs_[rec.submit_order] = std::move(rec);
@@ -162,6 +168,13 @@ absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, in
     result.jobs.push_back(ViewLocked(job, true, false));
   }
   return result;
+}
+
+absl::StatusOr<std::string> JobManager::SubmittedBy(const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  return job->submitted_by;
 }
 
 absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::string reason) {

@@ -139,8 +139,12 @@ class JobManager {
   absl::Status Load();
 
   // ---- client-facing ----
-  // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency.
-  absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only);
+  // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency; a resubmit
+  // by another submitter is ALREADY_EXISTS. `submitted_by` is recorded with the job.
+  absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only,
+                                      std::string submitted_by = "");
+  // Who submitted the job (JobRecord::submitted_by). NotFound for an unknown job.
+  absl::StatusOr<std::string> SubmittedBy(const std::string& job_id) const;
   // Makes the job's plan on first use after a restart (for its predicted statistics).
   absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true);
   // page_size: 0 = 100, capped at 1000. Empty `states` = all.
@@ -156,10 +160,21 @@ class JobManager {
   absl::StatusOr<std::shared_ptr<const JobPlan>> Plan(const std::string& job_id);
 
   // ---- worker-facing ----
+  // AlreadyExists while another connected worker holds the name, unless `registration` carries
+  // that worker's instance_id (the same process reconnecting); see worker.proto "Identity".
   absl::StatusOr<RegisterResult> RegisterWorker(const WorkerRegistration& registration);
   // Binds a Session stream to a registration. NotFound for an unknown id; Aborted when the
-  // registration was replaced. `connection` must stay valid until DetachSession.
-  absl::Status AttachSession(const std::string& worker_id, WorkerConnection* connection);
+  // registration was replaced; PermissionDenied when the registration has an instance_id and
+  // `instance_id` differs. `connection` must stay valid until DetachSession.
+  absl::Status AttachSession(const std::string& worker_id, const std::string& instance_id,
+                             WorkerConnection* connection);
+  // OK when the worker named `worker_name` holds a rank of (or is reserved for) job `job_id`;
+  // PermissionDenied otherwise (also for an unknown job).
+  absl::Status CheckAssigned(const std::string& worker_name, const std::string& job_id) const;
+  // CheckAssigned for the live worker whose registration has `instance_id` (rendezvous callers);
+  // PermissionDenied when no live worker has it.
+  absl::Status CheckAssignedInstance(const std::string& instance_id,
+                                     const std::string& job_id) const;
   void DetachSession(const std::string& worker_id, WorkerConnection* connection);
   // Aborted when `worker_id` is no longer the worker's current registration.
   absl::Status Heartbeat(const std::string& worker_id);
@@ -224,6 +239,8 @@ class JobManager {
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerEntry* WorkerByIdLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAssignedLocked(const std::string& worker_name, const std::string& job_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const WorkerEntry& w, const std::string& job_id, int pipeline_rank,
                                int data_rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

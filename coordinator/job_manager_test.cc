@@ -52,7 +52,7 @@ class JobManagerTest : public ::testing::Test {
     reg.running_job_id = running_job;
     absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
     EXPECT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(manager_->AttachSession(r->worker_id, connection).ok());
+    EXPECT_TRUE(manager_->AttachSession(r->worker_id, "", connection).ok());
     return r->worker_id;
   }
 
@@ -184,7 +184,7 @@ TEST_F(JobManagerTest, RestartReconcilesRunningJobs) {
   absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->resume_running_job);
-  ASSERT_TRUE(manager_->AttachSession(r->worker_id, &back).ok());
+  ASSERT_TRUE(manager_->AttachSession(r->worker_id, "", &back).ok());
 
   clock_.Advance(absl::Seconds(5));
   ASSERT_TRUE(manager_->Heartbeat(r->worker_id).ok());

@@ -25,6 +25,9 @@ absl::Status CheckRegistration(const WorkerRegistration& r) {
   if (r.device_index < 0) return absl::InvalidArgumentError("device_index: must be >= 0");
   if (r.host.size() > 256) return absl::InvalidArgumentError("host: at most 256 characters");
   if (r.version.size() > 256) return absl::InvalidArgumentError("version: at most 256 characters");
+  if (r.instance_id.size() > 128) {
+    return absl::InvalidArgumentError("instance_id: at most 128 characters");
+  }
   return absl::OkStatus();
 }
 
@@ -86,6 +89,24 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   const absl::Time now = clock_.Now();
+
+  // One live worker per name: a second process with the same --name must not evict the first
+  // (each would evict the other forever, failing every job on them). The holder's own process
+  // reconnecting proves itself with its instance_id; a crashed or restarted one has no stream.
+  if (auto it = workers_.find(reg.name); it != workers_.end()) {
+    const WorkerInfo& held = it->second.info;
+    const bool same_process =
+        !reg.instance_id.empty() && reg.instance_id == held.registration.instance_id;
+    if (it->second.connection != nullptr && held.state != WorkerState::kDead && !same_process) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker name '", reg.name, "' is held by a connected worker (",
+          DeviceKindName(held.registration.device_kind), ":", held.registration.device_index,
+          " on ", held.registration.host.empty() ? "?" : held.registration.host, ", registered ",
+          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", held.register_time, absl::UTCTimeZone()),
+          "); give this worker another --name, or stop that one (a restarted worker takes its name "
+          "back once the old session is gone)"));
+    }
+  }
 
   // The rank this name holds in an active job, whether from the live registry or (after a
   // coordinator restart) only from the job records.
@@ -154,12 +175,18 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
   return result;
 }
 
-absl::Status JobManager::AttachSession(const std::string& worker_id, WorkerConnection* connection) {
+absl::Status JobManager::AttachSession(const std::string& worker_id, const std::string& instance_id,
+                                       WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = WorkerByIdLocked(worker_id);
   if (w == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("worker_id '", worker_id, "' is unknown or was replaced; register again"));
+  }
+  const std::string& registered = w->info.registration.instance_id;
+  if (!registered.empty() && instance_id != registered) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker_id '", worker_id, "' was registered by another worker process (instance_id)"));
   }
   if (w->info.state == WorkerState::kDead) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", w->info.registration.name,
@@ -295,6 +322,38 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
           s.loss ? absl::StrCat(", loss ", *s.loss) : "",
           s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
   return absl::OkStatus();
+}
+
+absl::Status JobManager::CheckAssignedLocked(const std::string& worker_name,
+                                             const std::string& job_id) const {
+  if (const JobRecord* job = FindJobLocked(job_id); job != nullptr) {
+    for (const RankSlot& slot : job->ranks) {
+      if (slot.worker_name == worker_name) return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("worker ", worker_name, " holds no rank of job '", job_id, "'"));
+}
+
+absl::Status JobManager::CheckAssigned(const std::string& worker_name,
+                                       const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckAssignedLocked(worker_name, job_id);
+}
+
+absl::Status JobManager::CheckAssignedInstance(const std::string& instance_id,
+                                               const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!instance_id.empty()) {
+    for (const auto& [name, w] : workers_) {
+      if (w.info.state != WorkerState::kDead && w.info.registration.instance_id == instance_id) {
+        return CheckAssignedLocked(name, job_id);
+      }
+    }
+  }
+  return absl::PermissionDeniedError(
+      "rendezvous: instance_id does not name a registered worker (send the instance_id the "
+      "worker registered with)");
 }
 
 absl::Status JobManager::CheckRankLocked(const WorkerEntry& w, const std::string& job_id,

@@ -280,6 +280,7 @@ v1::Job JobRecordToProto(const JobRecord& r) {
   *p.mutable_spec() = SpecToProto(r.spec);
   p.set_state(StateToProto(r.state));
   p.set_reason(r.reason);
+  p.set_submitted_by(r.submitted_by);
   TimeToProto(r.create_time, p.mutable_create_time());
   if (r.start_time != absl::InfinitePast()) TimeToProto(r.start_time, p.mutable_start_time());
   if (r.end_time != absl::InfinitePast()) TimeToProto(r.end_time, p.mutable_end_time());

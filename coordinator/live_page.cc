@@ -78,7 +78,8 @@ function drawTimeline(rows,span){
   return s+"</svg>";
 }
 function extent(rows){let e=0;for(const r of rows)for(const a of r.actions)e=Math.max(e,a.end);return e;}
-async function getJson(url){const r=await fetch(url,{cache:"no-store"});const j=await r.json();if(!r.ok)throw new Error(j.message||r.status);return j;}
+const token=new URLSearchParams(location.search).get("token");
+async function getJson(url){const r=await fetch(url,{cache:"no-store",headers:token?{Authorization:"Bearer "+token}:{}});const j=await r.json();if(!r.ok)throw new Error(j.message||r.status);return j;}
 function renderJobs(jobs){
   const body=document.querySelector("#jobs tbody");
   body.innerHTML=jobs.map(j=>{

@@ -14,12 +14,20 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: zpipe-coordinator [flags]\n"
-    "  --listen HOST:PORT           gRPC address (default 0.0.0.0:50051)\n"
-    "  --metrics-listen HOST:PORT   Prometheus /metrics address, '' to disable (default "
-    "0.0.0.0:9464)\n"
+    "  --listen HOST:PORT           gRPC address (default 127.0.0.1:50051)\n"
+    "  --metrics-listen HOST:PORT   HTTP: /metrics, the live page and /api, '' to disable "
+    "(default 127.0.0.1:9464)\n"
     "  --db PATH                    SQLite job store, or :memory: (default "
     "zpipe-coordinator.db)\n"
-    "  --heartbeat-timeout DURATION worker liveness timeout, e.g. 10s, 500ms (default 10s)\n";
+    "  --heartbeat-timeout DURATION worker liveness timeout, e.g. 10s, 500ms (default 10s)\n"
+    "  --client-tokens FILE         tokens of clients (submit, read, cancel their own jobs)\n"
+    "  --admin-tokens FILE          tokens of admins (what clients may, and cancel any job)\n"
+    "  --worker-tokens FILE         tokens of workers (register, report, rendezvous)\n"
+    "                               one token per line, optionally NAME:TOKEN; reloaded on "
+    "SIGHUP.\n"
+    "                               Without any, every caller is trusted and only loopback\n"
+    "                               addresses may be listened on\n"
+    "  --insecure                   listen beyond loopback without token files anyway\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;
@@ -40,6 +48,10 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (arg == "--insecure") {
+      options.insecure = true;
+      continue;
+    }
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
@@ -56,6 +68,12 @@ int main(int argc, char** argv) {
       options.metrics_listen = value;
     } else if (arg == "--db") {
       options.db = value;
+    } else if (arg == "--client-tokens") {
+      options.tokens.client = value;
+    } else if (arg == "--admin-tokens") {
+      options.tokens.admin = value;
+    } else if (arg == "--worker-tokens") {
+      options.tokens.worker = value;
     } else if (arg == "--heartbeat-timeout") {
       if (!ParseDurationFlag(value, &options.heartbeat_timeout)) {
         std::fprintf(stderr, "zpipe-coordinator: bad --heartbeat-timeout '%s'\n", value.c_str());
@@ -72,6 +90,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = zpipe::coordinator::CoordinatorServer::Start(options);
@@ -80,7 +99,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    (void)(*server)->ReloadTokens();  // logs the outcome; a bad file keeps the old tokens
+  }
   zpipe::coordinator::LogInfo("received signal ", sig);
   (*server)->Shutdown(absl::Seconds(2));
   return 0;

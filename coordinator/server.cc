@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/log.h"
 #include "coordinator/prometheus_metrics.h"
@@ -18,6 +19,35 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->options_ = options;
+  absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(options.tokens);
+  if (!auth.ok()) return auth.status();
+  s->auth_ = std::move(*auth);
+  if (!s->auth_->enabled()) {
+    std::vector<std::string> exposed;
+    if (!IsLoopbackAddress(options.listen)) exposed.push_back("--listen " + options.listen);
+    if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
+      exposed.push_back("--metrics-listen " + options.metrics_listen);
+    }
+    if (!exposed.empty() && !options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          absl::StrJoin(exposed, " and "),
+          ": not a loopback address, and no token files were given (--client-tokens, "
+          "--worker-tokens, --admin-tokens), so anyone who reaches it could submit and cancel "
+          "jobs and pose as a worker. Give token files, listen on 127.0.0.1, or pass --insecure "
+          "to serve without authentication anyway"));
+    }
+    if (!exposed.empty()) {
+      LogWarning("INSECURE: no token files and ", absl::StrJoin(exposed, " and "),
+                 " is reachable from other hosts: anyone who reaches it can submit and cancel "
+                 "jobs and pose as a worker (--insecure)");
+    } else {
+      LogWarning(
+          "no token files: every caller is trusted (serving on loopback only); give "
+          "--client-tokens, --worker-tokens and --admin-tokens to require tokens");
+    }
+  } else {
+    LogInfo("authentication on: ", s->auth_->Summary());
+  }
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(options.db);
   if (!store.ok()) return store.status();
   s->store_ = std::move(*store);
@@ -34,14 +64,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   if (!options.metrics_listen.empty()) {
     // /metrics plus the live page and its JSON API on one port.
-    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_);
+    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_, *s->auth_);
     if (!http.ok()) return http.status();
     s->http_ = std::move(*http);
     s->metrics_port_ = s->http_->port();
   }
 
-  s->client_service_ = std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_);
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(*s->manager_, *s->metrics_);
+  s->client_service_ =
+      std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_, *s->auth_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(*s->manager_, *s->metrics_, *s->auth_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -66,6 +97,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+absl::Status CoordinatorServer::ReloadTokens() {
+  if (!auth_->enabled()) {
+    LogInfo("no token files to reload");
+    return absl::OkStatus();
+  }
+  absl::Status st = auth_->Reload();
+  if (st.ok()) {
+    LogInfo("token files reloaded: ", auth_->Summary());
+  } else {
+    LogError("token files not reloaded, the previous tokens stay in force: ", st.message());
+  }
+  return st;
+}
 
 void CoordinatorServer::LivenessLoop() {
   const absl::Duration tick =

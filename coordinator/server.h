@@ -2,6 +2,10 @@
 // coordinator (plus grpc.health.v1, server reflection and the HTTP port: /metrics, the live
 // page at / and its JSON API, see http_server.h).
 // `zpipe-coordinator` is a thin main around it; tests start it in-process on port 0.
+//
+// Authentication (auth.h): with token files every gRPC call and the HTTP port's live page and
+// /api need a token (/metrics and grpc.health.v1 stay open). Without token files the coordinator
+// trusts every caller, so it refuses to listen beyond loopback unless `insecure` is set.
 #ifndef ZPIPE_COORDINATOR_SERVER_H_
 #define ZPIPE_COORDINATOR_SERVER_H_
 
@@ -12,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/clock.h"
 #include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
@@ -32,23 +37,31 @@ class JobStore;
 class Metrics;
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";         // gRPC; port 0 = pick a free one
-  std::string metrics_listen = "0.0.0.0:9464";  // /metrics; empty = disabled
+  std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = pick a free one
+  std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty = disabled
   std::string db = "zpipe-coordinator.db";      // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   int max_message_bytes = 16 << 20;  // requests larger than this get RESOURCE_EXHAUSTED
+  TokenFiles tokens;                 // none = no authentication (loopback only, unless `insecure`)
+  bool insecure = false;             // allow a non-loopback listen address without tokens
 };
 
 class CoordinatorServer {
  public:
-  // Opens the store, restores jobs, binds both ports and starts serving.
+  // Opens the store, restores jobs, binds both ports and starts serving. FailedPrecondition for a
+  // non-loopback address without token files (and without `insecure`); the error of a token file
+  // that cannot be read.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ServerOptions& options);
   ~CoordinatorServer();  // Shutdown()
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }  // 0 when disabled
   JobManager& manager() { return *manager_; }
+
+  // Re-reads the token files (SIGHUP). On error the previous tokens stay in force; either way
+  // the outcome is logged.
+  absl::Status ReloadTokens();
 
   // Tells workers to shut down, stops serving (in-flight calls get up to `grace`), stops the
   // liveness loop. Idempotent.
@@ -62,6 +75,7 @@ class CoordinatorServer {
 
   ServerOptions options_;
   RealClock clock_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<JobStore> store_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Metrics> metrics_;

@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <set>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_proto.h"
 #include "zpipe/v1/job.pb.h"
@@ -23,9 +26,16 @@ CREATE TABLE IF NOT EXISTS jobs (
   iterations_done INTEGER NOT NULL,
   spec BLOB NOT NULL,          -- zpipe.v1.JobSpec
   ranks BLOB NOT NULL,         -- zpipe.v1.Job with only `ranks`
-  summary BLOB                 -- zpipe.v1.IterationSummary, NULL before the first
+  summary BLOB,                -- zpipe.v1.IterationSummary, NULL before the first
+  submitted_by TEXT NOT NULL DEFAULT ''  -- the submitter's token name (auth.h)
 );
 )sql";
+
+// Columns added after the first release, with their definitions: a database created before
+// gets them with ALTER TABLE on open.
+constexpr std::pair<const char*, const char*> kAddedColumns[] = {
+    {"submitted_by", "TEXT NOT NULL DEFAULT ''"},
+};
 
 absl::Status SqlError(sqlite3* db, absl::string_view what) {
   return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
@@ -82,10 +92,31 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
     return st;
   }
   sqlite3_busy_timeout(db, 5000);
+  if (absl::Status st = store->Migrate(); !st.ok()) return st;
   return store;
 }
 
 SqliteJobStore::~SqliteJobStore() { sqlite3_close(db_); }
+
+absl::Status SqliteJobStore::Migrate() {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> columns;
+  {
+    Statement st(db_, "PRAGMA table_info(jobs)");
+    if (st.get() == nullptr) return SqlError(db_, "prepare table_info");
+    while (sqlite3_step(st.get()) == SQLITE_ROW) {
+      columns.insert(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 1)));
+    }
+  }
+  for (const auto& [name, definition] : kAddedColumns) {
+    if (columns.contains(name)) continue;
+    const std::string sql = absl::StrCat("ALTER TABLE jobs ADD COLUMN ", name, " ", definition);
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return SqlError(db_, absl::StrCat("add column ", name));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status SqliteJobStore::Put(const JobRecord& job) {
   v1::Job ranks;
@@ -98,8 +129,9 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   absl::MutexLock lock(&mu_);
   Statement st(db_,
                "INSERT OR REPLACE INTO jobs (id, submit_order, state, reason, create_us, "
-               "start_us, end_us, attempt, last_sequence, iterations_done, spec, ranks, summary) "
-               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+               "start_us, end_us, attempt, last_sequence, iterations_done, spec, ranks, summary, "
+               "submitted_by) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   sqlite3_stmt* s = st.get();
   if (s == nullptr) return SqlError(db_, "prepare insert");
   sqlite3_bind_text(s, 1, job.id.data(), static_cast<int>(job.id.size()), SQLITE_TRANSIENT);
@@ -123,6 +155,8 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   } else {
     sqlite3_bind_null(s, 13);
   }
+  sqlite3_bind_text(s, 14, job.submitted_by.data(), static_cast<int>(job.submitted_by.size()),
+                    SQLITE_TRANSIENT);
   if (sqlite3_step(s) != SQLITE_DONE) return SqlError(db_, absl::StrCat("write job ", job.id));
   return absl::OkStatus();
 }
@@ -131,7 +165,7 @@ absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
   absl::MutexLock lock(&mu_);
   Statement st(db_,
                "SELECT id, submit_order, state, reason, create_us, start_us, end_us, attempt, "
-               "last_sequence, iterations_done, spec, ranks, summary FROM jobs "
+               "last_sequence, iterations_done, spec, ranks, summary, submitted_by FROM jobs "
                "ORDER BY submit_order");
   sqlite3_stmt* s = st.get();
   if (s == nullptr) return SqlError(db_, "prepare select");
@@ -176,6 +210,9 @@ absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
         return absl::DataLossError(absl::StrCat("job ", r.id, ": unreadable summary"));
       }
       r.latest_summary = SummaryFromProto(summary);
+    }
+    if (const unsigned char* by = sqlite3_column_text(s, 13); by != nullptr) {
+      r.submitted_by = reinterpret_cast<const char*>(by);
     }
     out.push_back(std::move(r));
   }

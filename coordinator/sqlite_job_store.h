@@ -25,6 +25,8 @@ class SqliteJobStore : public JobStore {
 
  private:
   explicit SqliteJobStore(sqlite3* db) : db_(db) {}
+  // Adds the columns a database made by an older coordinator lacks.
+  absl::Status Migrate();
   absl::Mutex mu_;
   sqlite3* db_;  // owned
 };

@@ -26,6 +26,7 @@ absl::StatusOr<WorkerRegistration> RegistrationFromProto(const v1::RegisterWorke
   r.running_job_id = p.running_job_id();
   r.running_pipeline_rank = p.running_pipeline_rank();
   r.running_data_rank = p.running_data_rank();
+  r.instance_id = p.instance_id();
   return r;
 }
 

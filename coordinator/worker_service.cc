@@ -1,11 +1,13 @@
 #include "coordinator/worker_service.h"
 
 #include <deque>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "coordinator/grpc_auth.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/job_proto.h"
 #include "coordinator/log.h"
@@ -105,6 +107,24 @@ ProgressBatchData BatchFromProto(const v1::ProgressBatch& b) {
 // replaced registration ends the session.
 bool EndsSession(const absl::Status& st) { return st.code() == absl::StatusCode::kAborted; }
 
+// The job a report is about; null for messages that are not reports.
+const std::string* ReportedJob(const v1::WorkerMessage& msg) {
+  switch (msg.kind_case()) {
+    case v1::WorkerMessage::kProgress:
+      return &msg.progress().job_id();
+    case v1::WorkerMessage::kIteration:
+      return &msg.iteration().job_id();
+    case v1::WorkerMessage::kProfileResult:
+      return &msg.profile_result().job_id();
+    case v1::WorkerMessage::kFinished:
+      return &msg.finished().job_id();
+    case v1::WorkerMessage::kFailure:
+      return &msg.failure().job_id();
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 grpc::Status WorkerServiceImpl::Done(absl::string_view method, const absl::Status& status) {
@@ -112,9 +132,11 @@ grpc::Status WorkerServiceImpl::Done(absl::string_view method, const absl::Statu
   return ToGrpcStatus(status);
 }
 
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                const v1::RegisterWorkerRequest* req,
                                                v1::RegisterWorkerResponse* resp) {
+  absl::StatusOr<Principal> caller = CallerOf(auth_, *ctx, Role::kWorker, "register workers");
+  if (!caller.ok()) return Done("RegisterWorker", caller.status());
   absl::StatusOr<WorkerRegistration> reg = RegistrationFromProto(*req);
   if (!reg.ok()) return Done("RegisterWorker", reg.status());
   absl::StatusOr<RegisterResult> result = manager_.RegisterWorker(*reg);
@@ -134,6 +156,8 @@ grpc::Status WorkerServiceImpl::Session(grpc::ServerContext* ctx, SessionStream*
 }
 
 absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStream* stream) {
+  absl::StatusOr<Principal> caller = CallerOf(auth_, *ctx, Role::kWorker, "open worker sessions");
+  if (!caller.ok()) return caller.status();
   v1::WorkerMessage msg;
   if (!stream->Read(&msg)) return absl::CancelledError("stream ended before hello");
   if (!msg.has_hello()) {
@@ -144,9 +168,26 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
   if (!name.ok()) return name.status();
 
   SessionConnection connection(ctx, stream);
-  if (absl::Status st = manager_.AttachSession(worker_id, &connection); !st.ok()) return st;
+  if (absl::Status st = manager_.AttachSession(worker_id, msg.hello().instance_id(), &connection);
+      !st.ok()) {
+    return st;
+  }
+  // With tokens, a report about a job this worker holds no rank of ends the session. Jobs once
+  // checked are remembered, so the progress path takes the manager's lock once per job.
+  const bool check_jobs = caller->role == Role::kWorker;
+  std::set<std::string> assigned;
+  auto assigned_to = [&](const std::string& job_id) -> absl::Status {
+    if (!check_jobs || assigned.contains(job_id)) return absl::OkStatus();
+    if (absl::Status st = manager_.CheckAssigned(*name, job_id); !st.ok()) return st;
+    assigned.insert(job_id);
+    return absl::OkStatus();
+  };
   absl::Status result;
   while (result.ok() && stream->Read(&msg)) {
+    if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
+      result = assigned_to(*job_id);
+      if (!result.ok()) break;
+    }
     switch (msg.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
         result = manager_.Heartbeat(worker_id);
@@ -217,15 +258,29 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
   return result;
 }
 
-grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext*,
+absl::Status WorkerServiceImpl::CheckRendezvous(grpc::ServerContext* ctx, const std::string& job_id,
+                                                const std::string& instance_id) const {
+  absl::StatusOr<Principal> caller = CallerOf(auth_, *ctx, Role::kWorker, "use rendezvous");
+  if (!caller.ok()) return caller.status();
+  if (caller->role != Role::kWorker) return absl::OkStatus();  // an open coordinator
+  return manager_.CheckAssignedInstance(instance_id, job_id);
+}
+
+grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* ctx,
                                               const v1::RendezvousSetRequest* req,
                                               v1::RendezvousSetResponse*) {
+  if (absl::Status st = CheckRendezvous(ctx, req->job_id(), req->instance_id()); !st.ok()) {
+    return Done("RendezvousSet", st);
+  }
   return Done("RendezvousSet", manager_.RendezvousSet(req->job_id(), req->key(), req->value()));
 }
 
-grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext* ctx,
                                               const v1::RendezvousGetRequest* req,
                                               v1::RendezvousGetResponse* resp) {
+  if (absl::Status st = CheckRendezvous(ctx, req->job_id(), req->instance_id()); !st.ok()) {
+    return Done("RendezvousGet", st);
+  }
   absl::StatusOr<std::string> value = manager_.RendezvousGet(req->job_id(), req->key());
   if (!value.ok()) return Done("RendezvousGet", value.status());
   resp->set_value(std::move(*value));
@@ -235,6 +290,9 @@ grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext*,
 grpc::Status WorkerServiceImpl::RendezvousWait(grpc::ServerContext* ctx,
                                                const v1::RendezvousWaitRequest* req,
                                                v1::RendezvousWaitResponse* resp) {
+  if (absl::Status st = CheckRendezvous(ctx, req->job_id(), req->instance_id()); !st.ok()) {
+    return Done("RendezvousWait", st);
+  }
   absl::Time deadline = absl::FromChrono(ctx->deadline());
   if (req->has_timeout()) {
     const absl::Duration timeout =

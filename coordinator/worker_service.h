@@ -1,8 +1,11 @@
 // WorkerServiceImpl: the worker-facing gRPC service (zpipe.v1.WorkerService): registration, the
-// per-worker Session stream, and rendezvous. Decodes, calls JobManager, encodes; no job logic.
+// per-worker Session stream, and rendezvous. Authenticates (a worker token; with tokens, a
+// worker reports for and uses the rendezvous of only the jobs it holds a rank of), decodes,
+// calls JobManager, encodes; no job logic.
 #ifndef ZPIPE_COORDINATOR_WORKER_SERVICE_H_
 #define ZPIPE_COORDINATOR_WORKER_SERVICE_H_
 
+#include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics.h"
 #include "zpipe/v1/worker.grpc.pb.h"
@@ -11,7 +14,9 @@ namespace zpipe::coordinator {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(JobManager& manager, Metrics& metrics) : manager_(manager), metrics_(metrics) {}
+  // All three must outlive the service.
+  WorkerServiceImpl(JobManager& manager, Metrics& metrics, const Authenticator& auth)
+      : manager_(manager), metrics_(metrics), auth_(auth) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
@@ -30,9 +35,14 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   absl::Status RunSession(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream);
+  // The caller of a rendezvous call on `job_id`: a worker token whose worker (by instance_id)
+  // holds a rank of the job.
+  absl::Status CheckRendezvous(grpc::ServerContext* ctx, const std::string& job_id,
+                               const std::string& instance_id) const;
 
   JobManager& manager_;
   Metrics& metrics_;
+  const Authenticator& auth_;
 };
 
 }  // namespace zpipe::coordinator

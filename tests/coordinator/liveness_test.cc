@@ -71,8 +71,14 @@ TEST(Liveness, RankFailureFailsTheJob) {
 
 TEST(Liveness, WorkerRestartWithoutItsJobFailsTheJob) {
   Running r("restart-job");
+  // A new process (new instance id) takes the name back once the old one's stream is gone.
+  r.workers[1]->Stop();
   TestWorker again(r.server->port(), TestWorker::Options{"lw1", v1::DEVICE_KIND_CPU, false});
-  ASSERT_TRUE(again.Start());
+  ASSERT_TRUE(again.WaitFor([&] {
+    if (again.Start()) return true;
+    EXPECT_EQ(again.last_error().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    return false;
+  }));
   EXPECT_FALSE(again.resumed());
   v1::Job job = WaitForState(*r.stub, "restart-job", v1::JOB_STATE_FAILED);
   ASSERT_EQ(job.state(), v1::JOB_STATE_FAILED);
@@ -87,6 +93,7 @@ TEST(Liveness, StreamReconnectClaimingTheJobContinues) {
   options.running_job_id = "reconnect-job";
   options.running_pipeline_rank = a.pipeline_rank();
   options.running_data_rank = a.data_rank();
+  options.instance_id = r.workers[1]->instance_id();  // the same process, a new stream
   TestWorker again(r.server->port(), options);
   ASSERT_TRUE(again.Start());
   EXPECT_TRUE(again.resumed());

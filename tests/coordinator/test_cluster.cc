@@ -7,7 +7,9 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/log.h"
 #include "core/plan.h"
@@ -35,6 +37,17 @@ std::shared_ptr<grpc::Channel> Connect(int port) {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
+void AddToken(grpc::ClientContext& ctx, const std::string& token) {
+  if (!token.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+}
+
+std::string RandomHex() {
+  static absl::Mutex mu;
+  static absl::BitGen gen;
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen), absl::Uniform<uint64_t>(gen));
+}
+
 v1::JobSpec SyntheticSpec(int p, int m, int iterations, int d) {
   v1::JobSpec spec;
   spec.set_name("test-job");
@@ -58,7 +71,9 @@ v1::JobSpec SyntheticSpec(int p, int m, int iterations, int d) {
 }
 
 TestWorker::TestWorker(int port, Options options)
-    : port_(port), options_(std::move(options)), stub_(v1::WorkerService::NewStub(Connect(port))) {}
+    : port_(port), options_(std::move(options)), stub_(v1::WorkerService::NewStub(Connect(port))) {
+  if (options_.instance_id.empty()) options_.instance_id = RandomHex();
+}
 
 TestWorker::~TestWorker() { Stop(); }
 
@@ -72,8 +87,10 @@ bool TestWorker::Start() {
   req.set_running_job_id(options_.running_job_id);
   req.set_running_pipeline_rank(options_.running_pipeline_rank);
   req.set_running_data_rank(options_.running_data_rank);
+  req.set_instance_id(options_.instance_id);
   v1::RegisterWorkerResponse resp;
   grpc::ClientContext ctx;
+  AddToken(ctx, options_.token);
   grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
   if (!st.ok()) {
     absl::MutexLock lock(&mu_);
@@ -84,9 +101,11 @@ bool TestWorker::Start() {
   resumed_ = resp.resume_running_job();
   heartbeat_interval_ = absl::Seconds(resp.heartbeat_interval().seconds()) +
                         absl::Nanoseconds(resp.heartbeat_interval().nanos());
+  AddToken(ctx_, options_.token);
   stream_ = stub_->Session(&ctx_);
   v1::WorkerMessage hello;
   hello.mutable_hello()->set_worker_id(worker_id_);
+  hello.mutable_hello()->set_instance_id(options_.instance_id);
   if (!Write(hello)) return false;
   reader_ = std::thread([this] { ReadLoop(); });
   heartbeater_ = std::thread([this] { HeartbeatLoop(); });
@@ -221,11 +240,12 @@ grpc::Status TestWorker::last_error() const {
 }
 
 v1::Job WaitForState(v1::CoordinatorService::Stub& stub, const std::string& job_id,
-                     v1::JobState state, absl::Duration timeout) {
+                     v1::JobState state, absl::Duration timeout, const std::string& token) {
   const absl::Time deadline = absl::Now() + timeout;
   v1::Job job;
   while (true) {
     grpc::ClientContext ctx;
+    AddToken(ctx, token);
     v1::GetJobRequest req;
     req.set_job_id(job_id);
     grpc::Status st = stub.GetJob(&ctx, req, &job);

@@ -26,6 +26,12 @@ std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(
 
 std::shared_ptr<grpc::Channel> Connect(int port);
 
+// Adds `authorization: Bearer TOKEN` to `ctx` unless `token` is empty.
+void AddToken(grpc::ClientContext& ctx, const std::string& token);
+
+// A random 32-hex-digit string (instance ids, tokens).
+std::string RandomHex();
+
 // A valid synthetic 1F1B spec: p pipeline ranks, m microbatches, `iterations` iterations.
 v1::JobSpec SyntheticSpec(int p = 2, int m = 4, int iterations = 2, int d = 1);
 
@@ -44,6 +50,10 @@ class TestWorker {
     std::string running_job_id;
     int running_pipeline_rank = 0;
     int running_data_rank = 0;
+    // RegisterWorkerRequest.instance_id; empty = a fresh random one (a new process).
+    std::string instance_id;
+    // Sent as `authorization: Bearer TOKEN` on every call; empty = none.
+    std::string token;
   };
 
   TestWorker(int port, Options options);
@@ -61,6 +71,7 @@ class TestWorker {
   std::vector<v1::CancelAssignment> cancels() const;
   bool resumed() const { return resumed_; }
   const std::string& name() const { return options_.name; }
+  const std::string& instance_id() const { return options_.instance_id; }
   grpc::Status last_error() const;
 
   // Runs an assignment as auto_run would (for workers that hold theirs).
@@ -76,7 +87,7 @@ class TestWorker {
   bool Write(const v1::WorkerMessage& message);
 
   const int port_;
-  const Options options_;
+  Options options_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream_;
@@ -96,9 +107,11 @@ class TestWorker {
   grpc::Status last_error_ ABSL_GUARDED_BY(mu_);
 };
 
-// Polls GetJob until the job is in `state` (or `timeout`); returns the last Job seen.
+// Polls GetJob (with `token`, if any) until the job is in `state` (or `timeout`); returns the last
+// Job seen.
 v1::Job WaitForState(v1::CoordinatorService::Stub& stub, const std::string& job_id,
-                     v1::JobState state, absl::Duration timeout = absl::Seconds(10));
+                     v1::JobState state, absl::Duration timeout = absl::Seconds(10),
+                     const std::string& token = "");
 
 // Blocking HTTP GET of http://127.0.0.1:port/path; returns the body ("" on failure).
 std::string HttpGet(int port, const std::string& path);
