@@ -515,6 +515,20 @@ class TrainErrorsTest(unittest.TestCase):
             self.assertGreater(s["backward_ms"], 0, layout)
         self._wait_idle()
 
+    def test_95_no_cuda_worker_without_a_cuda_device(self):
+        """Never silently on the CPU: a worker asked to drive a GPU that LibTorch cannot see
+        refuses to start (exit 2, saying so) instead of registering as a CUDA worker. (On a
+        machine with a GPU, a CUDA job is then failed by the worker with "device: cuda: ... no
+        GPU path yet" until the executor has one; that needs a GPU to test.)"""
+        import torch as _torch
+        if _torch.cuda.is_available():
+            self.skipTest("a CUDA device is visible here")
+        r = subprocess.run([WORKER_BIN, "--coordinator", self.address, "--name", "g0",
+                            "--device", "cuda:0"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--device cuda:0", r.stderr)
+        self.assertIn("no CUDA device", r.stderr)
+        self.assertNotIn("g0", [w["name"] for w in self._workers()])
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -215,6 +215,17 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline rank ", a.pipeline_rank(), " is not in the plan"));
   }
+  if (spec.device() == zpipe::v1::DEVICE_KIND_CUDA) {
+    // Never silently on the CPU: the executor has no GPU path yet, so a CUDA job would train its
+    // stages, optimizer state and gradient buckets on the CPU over Gloo.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: cuda: this worker cannot run CUDA jobs (",
+        torch::cuda::is_available()
+            ? absl::StrCat(torch::cuda::device_count(), " CUDA device(s) visible, but ")
+            : "LibTorch sees no CUDA device, and ",
+        "the executor has no GPU path yet: stages would run on the CPU); submit with device: "
+        "cpu"));
+  }
   auto stages = MakeStages(a, *plan);
   if (!stages.ok()) return stages.status();
   auto checkpoint = JobCheckpointer::Make(a, *plan);  // null when checkpoint.every is 0
