@@ -34,6 +34,17 @@ std::string DataDtype(const zpipe::v1::JobSpec& spec) {
   return spec.data().dtype().empty() ? "uint16" : spec.data().dtype();
 }
 
+// Options of the stage this rank runs as local chunk `chunk`.
+model::StageOptions StageOptionsFor(const zpipe::v1::Assignment& a, const core::Plan& plan,
+                                    int chunk) {
+  model::StageOptions so;
+  so.stage = plan.placement.StageOf(a.pipeline_rank(), chunk);
+  so.num_stages = plan.num_stages();
+  so.num_microbatches = plan.num_microbatches;
+  so.seed = a.spec().train().seed();
+  return so;
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages(
     const zpipe::v1::Assignment& a, const core::Plan& plan) {
   const zpipe::v1::JobSpec& spec = a.spec();
@@ -46,11 +57,7 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages
   if (!bounds.ok()) return bounds.status();
   std::vector<std::unique_ptr<model::Stage>> stages;
   for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
-    model::StageOptions so;
-    so.stage = plan.placement.StageOf(a.pipeline_rank(), c);
-    so.num_stages = plan.num_stages();
-    so.num_microbatches = plan.num_microbatches;
-    so.seed = spec.train().seed();
+    const model::StageOptions so = StageOptionsFor(a, plan, c);
     auto stage =
         model::MakeTorchScriptStage(*loaded, (*bounds)[so.stage], (*bounds)[so.stage + 1], so);
     if (!stage.ok()) return stage.status();
@@ -77,11 +84,7 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
   const zpipe::v1::JobSpec& spec = a.spec();
   std::vector<std::unique_ptr<model::Stage>> stages;
   for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
-    model::StageOptions so;
-    so.stage = plan.placement.StageOf(a.pipeline_rank(), c);
-    so.num_stages = plan.num_stages();
-    so.num_microbatches = plan.num_microbatches;
-    so.seed = spec.train().seed();
+    const model::StageOptions so = StageOptionsFor(a, plan, c);
     absl::StatusOr<std::unique_ptr<model::Stage>> stage;
     if (spec.model().has_gpt()) {
       const auto& g = spec.model().gpt();

@@ -305,21 +305,9 @@ class GptStage final : public internal::StageBase {
       return Precondition("B", mb, "no forward state (B without F, or B twice)");
     }
     torch::Tensor root = it->second.output;
-    torch::Tensor grad = grad_output;
-    if (is_last()) {
-      if (!grad.defined()) {
-        grad = torch::full({}, 1.0 / options_.num_microbatches, root.options());
-      } else if (grad.numel() != 1) {
-        return Invalid("B", mb, "the last stage takes an undefined or scalar loss gradient");
-      } else {
-        grad = grad.reshape({}).to(root.options());
-      }
-    } else if (!grad.defined() || grad.sizes() != root.sizes()) {
-      return Invalid(
-          "B", mb,
-          absl::StrCat("output gradient must be shaped like the output ", c10::str(root.sizes()),
-                       ", got ", grad.defined() ? c10::str(grad.sizes()) : "undefined"));
-    }
+    absl::StatusOr<torch::Tensor> resolved = OutputGrad(mb, root, grad_output);
+    if (!resolved.ok()) return resolved.status();
+    const torch::Tensor grad = *std::move(resolved);
     if (absl::Status s = store_.Open(mb); !s.ok()) return s;
     absl::StatusOr<torch::Tensor> result =
         GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<torch::Tensor> {

@@ -59,6 +59,32 @@ class StageBase : public Stage {
     }
   }
 
+  // The gradient B starts from, for graph root `root` (the stage output, or the last stage's
+  // loss): the caller's `grad_output`, shaped like the output; for the last stage an undefined
+  // tensor means 1/m (the loss is the mean over microbatches) and a scalar is used as given.
+  // InvalidArgument naming the stage and microbatch otherwise.
+  absl::StatusOr<torch::Tensor> OutputGrad(int mb, const torch::Tensor& root,
+                                           const torch::Tensor& grad_output) const {
+    if (is_last()) {
+      if (!grad_output.defined()) {
+        return torch::full({}, 1.0 / options_.num_microbatches, root.options());
+      }
+      if (grad_output.numel() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", stage(), " B microbatch ", mb,
+                         ": the last stage takes an undefined or scalar loss gradient"));
+      }
+      return grad_output.reshape({}).to(root.options());
+    }
+    if (!grad_output.defined() || grad_output.sizes() != root.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", stage(), " B microbatch ", mb, ": output gradient must be shaped like the output ",
+          c10::str(root.sizes()), ", got ",
+          grad_output.defined() ? c10::str(grad_output.sizes()) : "undefined"));
+    }
+    return grad_output;
+  }
+
   // The queued weight work and the loss of `mb` (FreeMicrobatch's shared part).
   void DropQueued(int mb) {
     store_.Drop(mb);
