@@ -3,8 +3,13 @@
 //   node check.mjs schema FILE...          every object passes strict schema validation
 //   node check.mjs reject FILE...          every file holds an object the validator must reject,
 //                                          at the path named by its "# expect-error-at:" lines
-//   node check.mjs policy [--gpu] FILE...  the ZeroPipe policies (see policyViolations)
+//   node check.mjs policy [--gpu] [--prod] FILE...
+//                                          the ZeroPipe policies (see policyViolations)
 //   node check.mjs policy-selftest CPU GPU each policy catches a deliberate break of itself
+//   node check.mjs policy-reject FIXTURE RENDERED
+//                                          RENDERED (FIXTURE, a kustomization, rendered) breaks
+//                                          the policies its "# expect-violation: REGEX" lines
+//                                          name; "# policy-flags: --gpu --prod" sets the flags
 //
 // Schemas come from kubernetes-models (core API) and @kubernetes-models/prometheus-operator
 // (ServiceMonitor, PodMonitor, PrometheusRule). Their generated validators check types, enums,
@@ -87,6 +92,12 @@ const NO_SCHEMA_ACCEPTS = Symbol('probe');
 
 // Returns human-readable problems of one object: schema errors, then unknown fields.
 export async function schemaProblems(obj) {
+  // kustomize's secretGenerator wraps long base64 values over lines; the API server decodes them
+  // with Go's base64, which skips newlines, so they are valid (the schema's "byte" format is not).
+  if (obj.kind === 'Secret' && obj.data) {
+    obj = structuredClone(obj);
+    for (const k of Object.keys(obj.data)) if (typeof obj.data[k] === 'string') obj.data[k] = obj.data[k].replace(/[\r\n]/g, '');
+  }
   const Model = await modelFor(obj);
   if (!Model) return [`no schema for apiVersion ${obj.apiVersion} kind ${obj.kind}`];
   const under = (errors, at) => errors.some((e) => e.instancePath === at || e.instancePath.startsWith(at + '/'));
@@ -163,9 +174,157 @@ function imageIsPinned(image) {
   return tag !== '' && tag !== 'latest';
 }
 
+
+// --- Tokens and network policy (issue 11) ---------------------------------------------------
+
+// The value of `--flag=VALUE` or `--flag VALUE` in args; undefined when absent.
+function flagValue(args, flag) {
+  for (let i = 0; i < args.length; i++) {
+    if (args[i].startsWith(flag + '=')) return args[i].slice(flag.length + 1);
+    if (args[i] === flag) return args[i + 1] ?? '';
+  }
+  return undefined;
+}
+
+// Why `path` (a file a container reads) is not a file of a read-only, non-optional Secret volume
+// of `podSpec`; null when it is.
+function notOnSecretMount(podSpec, container, path) {
+  const mount = (container.volumeMounts ?? [])
+    .filter((m) => path.startsWith(m.mountPath.replace(/\/?$/, '/')))
+    .sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+  if (!mount) return 'is not on a read-only Secret mount (no volumeMount holds it)';
+  const vol = (podSpec.volumes ?? []).find((x) => x.name === mount.name);
+  const secrets = vol?.secret ? [vol.secret]
+    : (vol?.projected?.sources ?? []).every((src) => src.secret) ? (vol?.projected?.sources ?? []).map((src) => src.secret) : [];
+  if (secrets.length === 0) return `is not on a read-only Secret mount (volume ${mount.name} is not a Secret)`;
+  if (mount.readOnly !== true) return `is not on a read-only Secret mount (${mount.mountPath} is writable)`;
+  if (secrets.some((x) => x.optional === true)) return `is on an optional Secret volume (${mount.name}): the pod would start without it`;
+  if (mount.subPath) return `is on a subPath mount (${mount.mountPath}), which never sees the Secret change`;
+  const file = path.slice(mount.mountPath.replace(/\/?$/, '/').length);
+  const withItems = secrets.filter((x) => x.items);
+  if (withItems.length === secrets.length && !withItems.some((x) => x.items.some((it) => it.path === file))) {
+    return `is not a file of Secret volume ${mount.name} (its items are ${withItems.flatMap((x) => x.items.map((it) => it.path)).join(', ')})`;
+  }
+  return null;
+}
+
+// Whether a NetworkPolicy's podSelector selects the pod template (an empty selector selects all).
+function policySelects(np, pod) {
+  const sel = np.spec?.podSelector ?? {};
+  if (Object.keys(sel.matchLabels ?? {}).length === 0 && (sel.matchExpressions ?? []).length === 0) return true;
+  return matchesLabels(sel, pod?.metadata?.labels);
+}
+
+const isEmptySelector = (sel) => sel !== undefined && Object.keys(sel?.matchLabels ?? {}).length === 0 &&
+  (sel?.matchExpressions ?? []).length === 0;
+
+// Credentials and network access: see policyViolations.
+function securityViolations(objects, { prod }) {
+  const v = [];
+  // No token as a plain env value anywhere; the zpipe CLI in a pod presents a Secret's token.
+  for (const obj of objects.filter((o) => WORKLOAD_KINDS.has(o.kind))) {
+    const spec = podTemplate(obj)?.spec ?? {};
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const ct = `${name(obj)} container ${c.name}`;
+      for (const e of c.env ?? []) {
+        if (e.name === 'ZPIPE_TOKEN' && e.value !== undefined) {
+          v.push(`${ct}: ZPIPE_TOKEN is a plain env value in the pod spec; use --token-file on a Secret mount (or valueFrom.secretKeyRef)`);
+        }
+      }
+      if ((c.command ?? [])[0] === 'zpipe') {
+        const file = flagValue([...(c.command ?? []), ...(c.args ?? [])], '--token-file');
+        const fromSecret = (c.env ?? []).some((e) => e.name === 'ZPIPE_TOKEN' && e.valueFrom?.secretKeyRef);
+        if (file !== undefined) {
+          const why = notOnSecretMount(spec, c, file);
+          if (why) v.push(`${ct}: zpipe --token-file ${file} ${why}`);
+        } else if (!fromSecret) {
+          v.push(`${ct}: zpipe has no client token (--token-file on a Secret mount, or ZPIPE_TOKEN from a secretKeyRef)`);
+        }
+      }
+    }
+  }
+
+  // Secrets in the repository are throwaway dev tokens, marked so; a production overlay has none.
+  for (const secret of objects.filter((o) => o.kind === 'Secret')) {
+    if (prod) {
+      v.push(`${name(secret)}: a production overlay ships a Secret; its tokens must come from the user's Secret (kubectl create secret), not the repository`);
+    } else if (secret.metadata?.annotations?.['zeropipe.io/throwaway'] !== 'true') {
+      v.push(`${name(secret)}: a Secret in the repository must be a throwaway dev one, annotated zeropipe.io/throwaway: "true"`);
+    }
+  }
+
+  const coordinator = objects.find((o) => o.kind === 'Deployment' && o.metadata?.name === 'zpipe-coordinator');
+  const workers = objects.find((o) => o.kind === 'StatefulSet' && o.metadata?.name === 'zpipe-worker');
+  if (coordinator) {
+    const spec = coordinator.spec?.template?.spec ?? {};
+    const c = (spec.containers ?? []).find((x) => x.name === 'coordinator') ?? spec.containers?.[0] ?? {};
+    const args = [...(c.command ?? []), ...(c.args ?? [])];
+    if (args.some((a) => a === '--insecure' || a.startsWith('--insecure='))) {
+      v.push('Deployment/zpipe-coordinator: started with --insecure (every caller trusted); give it token files from a Secret');
+    }
+    for (const flag of ['--client-tokens', '--worker-tokens', '--admin-tokens']) {
+      const file = flagValue(args, flag);
+      if (!file) { v.push(`Deployment/zpipe-coordinator: no ${flag} FILE`); continue; }
+      const why = notOnSecretMount(spec, c, file);
+      if (why) v.push(`Deployment/zpipe-coordinator: ${flag} ${file} ${why}`);
+    }
+  }
+  if (workers) {
+    const spec = workers.spec?.template?.spec ?? {};
+    for (const c of spec.containers ?? []) {
+      const file = flagValue([...(c.command ?? []), ...(c.args ?? [])], '--token-file');
+      if (!file) { v.push(`StatefulSet/zpipe-worker container ${c.name}: no --token-file (the worker token, from a Secret)`); continue; }
+      const why = notOnSecretMount(spec, c, file);
+      if (why) v.push(`StatefulSet/zpipe-worker container ${c.name}: --token-file ${file} ${why}`);
+    }
+  }
+
+  // The coordinator admits only its workers, labelled clients and Prometheus.
+  if (coordinator) {
+    const pod = coordinator.spec?.template;
+    const containers = pod?.spec?.containers ?? [];
+    const policies = objects.filter((o) => o.kind === 'NetworkPolicy' && sameNs(o, coordinator) && policySelects(o, pod) &&
+      (o.spec?.policyTypes ?? ['Ingress']).includes('Ingress'));
+    if (policies.length === 0) v.push('no NetworkPolicy selects the zpipe-coordinator pods for Ingress: anything in the cluster can connect');
+    const grpcPorts = new Set(['grpc', 50051]);
+    const metricsPorts = new Set(['metrics', 9464]);
+    let workersAdmitted = false, prometheusAdmitted = false;
+    for (const np of policies) {
+      (np.spec?.ingress ?? []).forEach((rule, i) => {
+        const at = `${name(np)} ingress[${i}]`;
+        if ((rule.from ?? []).length === 0) v.push(`${at}: no "from" admits every source`);
+        if ((rule.ports ?? []).length === 0) v.push(`${at}: no "ports" admits every port`);
+        for (const p of rule.ports ?? []) {
+          if (p.port === undefined || p.endPort !== undefined) v.push(`${at}: a port range or any port is admitted`);
+          else if (!portExists(containers, p.port)) v.push(`${at}: port ${p.port} is not a port of the coordinator`);
+        }
+        for (const peer of rule.from ?? []) {
+          if (peer.ipBlock) v.push(`${at}: an ipBlock (${peer.ipBlock.cidr}) admits addresses, not labelled pods`);
+          if (isEmptySelector(peer.namespaceSelector)) v.push(`${at}: an empty namespaceSelector admits every namespace`);
+          if (!peer.namespaceSelector && isEmptySelector(peer.podSelector)) v.push(`${at}: an empty podSelector admits every pod of the namespace`);
+        }
+        const ports = (rule.ports ?? []).map((p) => p.port);
+        const workerPeer = (rule.from ?? []).some((peer) => !peer.namespaceSelector && !peer.ipBlock &&
+          workers && matchesLabels(peer.podSelector, podTemplate(workers)?.metadata?.labels));
+        if (workerPeer && ports.some((p) => grpcPorts.has(p))) workersAdmitted = true;
+        if ((rule.from ?? []).some((peer) => peer.namespaceSelector && !isEmptySelector(peer.namespaceSelector)) &&
+            ports.some((p) => metricsPorts.has(p))) prometheusAdmitted = true;
+      });
+    }
+    if (policies.length > 0 && workers && !workersAdmitted) {
+      v.push('the NetworkPolicy for zpipe-coordinator does not admit the zpipe-worker pods to the grpc port');
+    }
+    if (policies.length > 0 && objects.some((o) => o.kind === 'ServiceMonitor') && !prometheusAdmitted) {
+      v.push('the NetworkPolicy for zpipe-coordinator does not admit a (Prometheus) namespace to the metrics port');
+    }
+  }
+  return v;
+}
+
 // Returns one line per violation; [] when every policy holds.
 //   gpu: the objects are the GPU overlay (workers must request GPUs).
-export function policyViolations(objects, { gpu = false } = {}) {
+//   prod: a production overlay (no Secret may be rendered: the user creates it).
+export function policyViolations(objects, { gpu = false, prod = false } = {}) {
   const v = [];
   const services = objects.filter((o) => o.kind === 'Service');
 
@@ -343,6 +502,7 @@ export function policyViolations(objects, { gpu = false } = {}) {
       if (!objects.some((o) => o.kind === kind)) v.push(`no ${kind}`);
     }
   }
+  v.push(...securityViolations(objects, { prod }));
   return v;
 }
 
@@ -352,6 +512,8 @@ export function policyViolations(objects, { gpu = false } = {}) {
 const find = (objs, kind, n) => objs.find((o) => o.kind === kind && o.metadata?.name === n);
 const workerPod = (objs) => find(objs, 'StatefulSet', 'zpipe-worker').spec.template.spec;
 const coordinatorPod = (objs) => find(objs, 'Deployment', 'zpipe-coordinator').spec.template.spec;
+const coordinatorIngress = (objs) => find(objs, 'NetworkPolicy', 'zpipe-coordinator').spec.ingress;
+const dropArg = (args, prefix) => args.splice(args.findIndex((x) => x.startsWith(prefix)), 1);
 
 const MUTATIONS = [
   ['object outside the namespace', false, (o) => { delete find(o, 'ServiceMonitor', 'zpipe-coordinator').metadata.namespace; }, /is not the overlay's/],
@@ -379,6 +541,46 @@ const MUTATIONS = [
   ['GPU worker without toleration', true, (o) => { delete workerPod(o).tolerations; }, /toleration/],
   ['GPU image :latest', true, (o) => { workerPod(o).containers[0].image = 'zeropipe/zpipe:latest'; }, /:latest or untagged/],
   ['GPU image untagged', true, (o) => { coordinatorPod(o).containers[0].image = 'zeropipe/zpipe'; }, /:latest or untagged/],
+  ['coordinator --insecure', false, (o) => { coordinatorPod(o).containers[0].args.push('--insecure'); }, /--insecure/],
+  ['coordinator without --worker-tokens', true, (o) => { dropArg(coordinatorPod(o).containers[0].args, '--worker-tokens'); }, /no --worker-tokens/],
+  ['coordinator tokens not mounted', false, (o) => {
+    const c = coordinatorPod(o).containers[0]; c.volumeMounts = c.volumeMounts.filter((m) => m.name !== 'tokens');
+  }, /--client-tokens .* is not on a read-only Secret mount/],
+  ['coordinator tokens from a ConfigMap', true, (o) => {
+    coordinatorPod(o).volumes.find((x) => x.name === 'tokens').secret = undefined;
+    coordinatorPod(o).volumes.find((x) => x.name === 'tokens').configMap = { name: 'zpipe-tokens' };
+  }, /volume tokens is not a Secret/],
+  ['coordinator tokens writable', false, (o) => { coordinatorPod(o).containers[0].volumeMounts.find((m) => m.name === 'tokens').readOnly = false; }, /is writable/],
+  ['coordinator tokens Secret optional', true, (o) => { coordinatorPod(o).volumes.find((x) => x.name === 'tokens').secret.optional = true; }, /optional Secret/],
+  ['coordinator token file not in the Secret items', false, (o) => {
+    coordinatorPod(o).volumes.find((x) => x.name === 'tokens').secret.items.pop();
+  }, /is not a file of Secret volume tokens/],
+  ['worker without --token-file', false, (o) => { dropArg(workerPod(o).containers[0].args, '--token-file'); }, /no --token-file/],
+  ['worker token as a plain env value', true, (o) => {
+    dropArg(workerPod(o).containers[0].args, '--token-file');
+    workerPod(o).containers[0].env.push({ name: 'ZPIPE_TOKEN', value: 'a-token-in-plain-text' });
+  }, /ZPIPE_TOKEN is a plain env value/],
+  ['worker token not mounted', true, (o) => {
+    const c = workerPod(o).containers[0]; c.volumeMounts = c.volumeMounts.filter((m) => m.name !== 'token');
+  }, /--token-file .* is not on a read-only Secret mount/],
+  ['no NetworkPolicy', false, (o) => { o.splice(o.indexOf(find(o, 'NetworkPolicy', 'zpipe-coordinator')), 1); }, /no NetworkPolicy selects/],
+  ['NetworkPolicy selecting other pods', true, (o) => {
+    find(o, 'NetworkPolicy', 'zpipe-coordinator').spec.podSelector.matchLabels['app.kubernetes.io/name'] = 'coordinator';
+  }, /no NetworkPolicy selects/],
+  ['NetworkPolicy rule from anywhere', false, (o) => { delete coordinatorIngress(o)[0].from; }, /no "from" admits every source/],
+  ['NetworkPolicy rule on every port', true, (o) => { delete coordinatorIngress(o)[1].ports; }, /no "ports" admits every port/],
+  ['NetworkPolicy from every namespace', false, (o) => { coordinatorIngress(o)[0].from.push({ namespaceSelector: {} }); }, /empty namespaceSelector/],
+  ['NetworkPolicy from an ipBlock', true, (o) => { coordinatorIngress(o)[0].from.push({ ipBlock: { cidr: '0.0.0.0/0' } }); }, /ipBlock/],
+  ['NetworkPolicy shutting out the workers', false, (o) => { coordinatorIngress(o)[0].from.shift(); }, /does not admit the zpipe-worker pods/],
+  ['NetworkPolicy shutting out Prometheus', true, (o) => { coordinatorIngress(o).pop(); }, /does not admit a \(Prometheus\) namespace/],
+  ['NetworkPolicy on a port the coordinator lacks', false, (o) => { coordinatorIngress(o)[1].ports[0].port = 'http'; }, /port http is not a port of the coordinator/],
+  ['production overlay with a Secret', true, (o) => {
+    o.push({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'zpipe-tokens', namespace: 'zeropipe',
+      annotations: { 'zeropipe.io/throwaway': 'true' } }, stringData: { 'worker-token': 'x'.repeat(32) } });
+  }, /production overlay ships a Secret/],
+  ['dev Secret not marked throwaway', false, (o) => {
+    o.filter((x) => x.kind === 'Secret').forEach((x) => { delete x.metadata.annotations; });
+  }, /throwaway dev one/],
 ];
 
 function policySelftest(cpuObjects, gpuObjects) {
@@ -386,7 +588,7 @@ function policySelftest(cpuObjects, gpuObjects) {
   for (const [what, gpu, mutate, expected] of MUTATIONS) {
     const objs = structuredClone(gpu ? gpuObjects : cpuObjects);
     mutate(objs);
-    const v = policyViolations(objs, { gpu });
+    const v = policyViolations(objs, { gpu, prod: gpu });
     const ok = v.some((line) => expected.test(line));
     console.log(`${ok ? 'caught' : 'MISSED'}: ${what}${ok ? '' : ` (violations: ${JSON.stringify(v)})`}`);
     if (!ok) failures++;
@@ -399,7 +601,8 @@ function policySelftest(cpuObjects, gpuObjects) {
 async function main(argv) {
   const [command, ...rest] = argv;
   const gpu = rest.includes('--gpu');
-  const files = rest.filter((a) => a !== '--gpu');
+  const prod = rest.includes('--prod');
+  const files = rest.filter((a) => a !== '--gpu' && a !== '--prod');
   let failures = 0;
   if (command === 'schema') {
     for (const file of files) {
@@ -422,15 +625,27 @@ async function main(argv) {
     }
   } else if (command === 'policy') {
     for (const file of files) {
-      const v = policyViolations(loadObjects(file), { gpu });
+      const v = policyViolations(loadObjects(file), { gpu, prod });
       for (const line of v) console.log(`${file}: ${line}`);
       failures += v.length;
     }
     if (!failures) console.log(`policy: ${files.length} file(s) comply`);
+  } else if (command === 'policy-reject') {
+    const [fixture, rendered] = files;
+    const text = fs.readFileSync(fixture, 'utf8');
+    const expected = [...text.matchAll(/^# expect-violation: (.+)$/gm)].map((m) => new RegExp(m[1]));
+    if (expected.length === 0) throw new Error(`${fixture}: no "# expect-violation:" line`);
+    const flags = (text.match(/^# policy-flags: (.*)$/m)?.[1] ?? '').split(/\s+/);
+    const v = policyViolations(loadObjects(rendered), { gpu: flags.includes('--gpu'), prod: flags.includes('--prod') });
+    for (const re of expected) {
+      const hit = v.find((line) => re.test(line));
+      console.log(`${fixture}: ${hit ? 'rejected' : 'NOT rejected'}: /${re.source}/${hit ? ` (${hit})` : ''}`);
+      if (!hit) failures++;
+    }
   } else if (command === 'policy-selftest') {
     failures = policySelftest(loadObjects(files[0]), loadObjects(files[1]));
   } else {
-    console.error('usage: node check.mjs schema|reject|policy [--gpu]|policy-selftest FILE...');
+    console.error('usage: node check.mjs schema|reject|policy [--gpu] [--prod]|policy-selftest|policy-reject FILE...');
     return 2;
   }
   return failures ? 1 : 0;

@@ -10,8 +10,12 @@
 #               warning (a deprecated field such as commonLabels warns)
 #   schema      every rendered object, and every deploy/examples/*.yaml, passes strict schema
 #               validation (kubernetes-models; unknown fields rejected)
-#   reject      the validator rejects each tests/deploy/fixtures/reject-*.yaml where it should
-#   policy      resources, probes, non-root, ports, headless Service, PDBs, GPUs, pinned images;
+#   reject      the validator rejects each tests/deploy/fixtures/reject-*.yaml where it should;
+#               each tests/deploy/fixtures/policy-reject-*/ (a kustomization over an overlay)
+#               renders, and the policy check rejects it for its "# expect-violation:" reasons
+#   policy      resources, probes, non-root, ports, headless Service, PDBs, GPUs, pinned images,
+#               tokens from Secrets (no --insecure, no plain-text token), the coordinator's
+#               NetworkPolicy, no Secret in a production overlay (every overlay but *-dev);
 #               then each policy is broken on purpose once and must be caught
 #   golden      the rendered overlays equal tests/deploy/golden/<overlay>.yaml exactly
 #   dashboards  deploy/base/monitoring/generated/ matches dashboards/ (deploy/sync-dashboards)
@@ -75,6 +79,18 @@ check_schema() {
 
 check_reject() {
   node "$here/check.mjs" reject "$here"/fixtures/reject-*.yaml
+  local kubectl dir name
+  kubectl=$(kubectl_bin)
+  for dir in "$here"/fixtures/policy-reject-*/; do
+    dir=${dir%/}
+    name=$(basename "$dir")
+    if ! "$kubectl" kustomize "$dir" >"$out/$name.yaml" 2>"$out/$name.err" || [[ -s $out/$name.err ]]; then
+      echo "reject: kubectl kustomize ${dir#"$root"/} failed or warned:" >&2
+      cat "$out/$name.err" >&2
+      return 1
+    fi
+    node "$here/check.mjs" policy-reject "$dir/kustomization.yaml" "$out/$name.yaml"
+  done
 }
 
 check_policy() {
@@ -82,7 +98,8 @@ check_policy() {
   local name flags
   for name in $(overlays); do
     flags=()
-    [[ $name == gpu ]] && flags=(--gpu)
+    [[ $name == gpu ]] && flags+=(--gpu)
+    [[ $name == *-dev ]] || flags+=(--prod)
     node "$here/check.mjs" policy "${flags[@]}" "$out/$name.yaml"
   done
   node "$here/check.mjs" policy "$root"/deploy/examples/*.yaml
