@@ -241,9 +241,9 @@ absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& m
     }
     if (const auto* oneof = field->real_containing_oneof()) {
       for (size_t j = 0; j < i; ++j) {
-        const FieldDescriptor* other = desc.FindFieldByName(node.map[j].first);
+        const FieldDescriptor* other = desc.FindFieldByName(node.map[j].key);
         if (other != nullptr && other->real_containing_oneof() == oneof &&
-            node.map[j].second.kind != SpecNode::Kind::kNull) {
+            node.map[j].value.kind != SpecNode::Kind::kNull) {
           return Error(key_line,
                        absl::StrCat("field '", field_path, "' conflicts with '",
                                     FieldPath(path, other->name()), "': give only one of ",

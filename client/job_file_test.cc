@@ -120,7 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "line 2: field 'parallel.pipeline' expects an integer"},
         BadCase{"json_number_for_string", JobFileFormat::kJson, "{\n\n\"name\": 12\n}",
                 "line 3: field 'name' expects a string"},
-        BadCase{"json_syntax", JobFileFormat::kJson, "{\n\"name\": \"a\",\n}", "line 3"}),
+        BadCase{"json_syntax", JobFileFormat::kJson, "{\n\"name\": \"a\",\n}", "line 3"},
+        // Found by fuzz/job_file_fuzzer: a number out of double's range had no line.
+        BadCase{"json_number_overflow", JobFileFormat::kJson,
+                "{\"name\": \"syn\",\n\"model\": 10, \"x\": 4.11e66666666666}",
+                "line 2: number overflow parsing '4.11e66666666666'"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 TEST(JobFileTest, ParsesTheOwnModelFieldsAndResolvesInputPathsBesideTheFile) {

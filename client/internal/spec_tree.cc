@@ -102,9 +102,9 @@ SubtreeSize Measure(const SpecNode& node) {
     out.bytes += c.bytes;
     out.height = std::max(out.height, c.height);
   };
-  for (const auto& [key, value] : node.map) {
-    out.bytes += key.size();
-    add(value);
+  for (const SpecField& field : node.map) {
+    out.bytes += field.key.size();
+    add(field.value);
   }
   for (const SpecNode& item : node.list) add(item);
   if (node.kind == SpecNode::Kind::kMap || node.kind == SpecNode::Kind::kList) ++out.height;
@@ -249,9 +249,9 @@ class YamlTreeBuilder : public YAML::EventHandler {
       return nullptr;
     }
     parent.has_key = false;
-    parent.node->map.emplace_back(std::move(parent.key), std::move(node));
+    parent.node->map.push_back(SpecField{std::move(parent.key), std::move(node)});
     parent.node->key_lines.push_back(parent.key_line);
-    return &parent.node->map.back().second;
+    return &parent.node->map.back().value;
   }
 
   SpecNode root_;
@@ -360,12 +360,20 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
 
   bool parse_error(std::size_t, const std::string&,
                    const nlohmann::detail::exception& ex) override {
-    // nlohmann's message already says "at line L, column C"; keep the leading "line" convention.
+    // A syntax error's message already says "at line L, column C"; keep the leading "line"
+    // convention. Others (a number out of range: out_of_range.406) have no position: prefix
+    // the line of the token, and drop the "[json.exception.KIND.ID] " tag either way.
     std::string what = ex.what();
     const std::string marker = "parse error at line ";
-    size_t at = what.find(marker);
+    const size_t at = what.find(marker);
     if (at != std::string::npos) {
       what = what.substr(at + std::string("parse error at ").size());
+    } else {
+      const size_t tag_end = what.rfind("] ", what.find(' '));
+      if (what.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos) {
+        what = what.substr(tag_end + 2);
+      }
+      what = absl::StrCat("line ", Line(), ": ", what);
     }
     if (error_.empty()) error_ = what;
     return false;
@@ -402,9 +410,9 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     SpecNode& parent = *stack_.back();
     if (parent.kind == SpecNode::Kind::kMap) {
       node.line = pending_key_line_;
-      parent.map.emplace_back(pending_key_, std::move(node));
+      parent.map.push_back(SpecField{pending_key_, std::move(node)});
       parent.key_lines.push_back(pending_key_line_);
-      return &parent.map.back().second;
+      return &parent.map.back().value;
     }
     parent.list.push_back(std::move(node));
     return &parent.list.back();

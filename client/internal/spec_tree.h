@@ -7,13 +7,14 @@
 #define ZPIPE_CLIENT_INTERNAL_SPEC_TREE_H_
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace zpipe::internal {
+
+struct SpecField;
 
 struct SpecNode {
   enum class Kind { kNull, kScalar, kMap, kList };
@@ -22,9 +23,16 @@ struct SpecNode {
   int line = 0;      // 1-based line where the node starts
   std::string text;  // scalar text as written (without quotes)
   bool quoted = false;
-  std::vector<std::pair<std::string, SpecNode>> map;  // in source order; keys are unique
+  std::vector<SpecField> map;  // in source order; keys are unique
   std::vector<int> key_lines;                         // line of each map key
   std::vector<SpecNode> list;
+};
+
+// One entry of a map node. (Not a std::pair<std::string, SpecNode>: that needs SpecNode complete,
+// and clang instantiates it inside SpecNode's definition.)
+struct SpecField {
+  std::string key;
+  SpecNode value;
 };
 
 absl::string_view SpecNodeKindName(const SpecNode& node);  // "a string", "a number", "a map", ...
