@@ -1,5 +1,6 @@
 #include "core/plan.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/plan_limits.h"
 
 namespace zpipe::core {
 namespace {
@@ -179,6 +181,16 @@ absl::StatusOr<Plan> ParsePlanText(absl::string_view text) {
           !absl::SimpleAtoi(tok[3], &p) || !absl::SimpleAtoi(tok[5], &v) ||
           !absl::SimpleAtoi(tok[7], &m) || m < 0) {
         return fail("expected 'placement KIND ranks P chunks V microbatches M'");
+      }
+      // The plan bounds (core/plan_limits.h), before anything is sized by them: without them
+      // "ranks 2000000000" allocated 48 GB and "chunks 2000000000" overflowed p x v.
+      if (p > kMaxPipeline || v > kMaxChunks || m > kMaxMicrobatches ||
+          int64_t{p} * v * m > kMaxStageMicrobatches) {
+        return fail(absl::StrCat("ranks ", p, " chunks ", v, " microbatches ", m,
+                                 " exceed the plan bounds (ranks <= ", kMaxPipeline,
+                                 ", chunks <= ", kMaxChunks, ", microbatches <= ",
+                                 kMaxMicrobatches, ", ranks x chunks x microbatches <= ",
+                                 kMaxStageMicrobatches, ")"));
       }
       auto kind = ParsePlacementKind(tok[1]);
       if (!kind.ok()) return fail(kind.status().message());

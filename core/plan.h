@@ -92,7 +92,8 @@ Plan EmptyPlan(std::string schedule, const Placement& placement, int microbatche
 //   rank 0
 //   F s0 mb0
 //   ...
-// Blank lines and lines starting with '#' are ignored by the parser.
+// Blank lines and lines starting with '#' are ignored by the parser. The parser refuses a
+// placement beyond the plan bounds (core/plan_limits.h), as workers parse what they are sent.
 std::string PlanToText(const Plan& plan);
 absl::StatusOr<Plan> ParsePlanText(absl::string_view text);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
 
@@ -67,6 +68,26 @@ TEST(PlanTest, ParsePlanTextErrorsNameTheLine) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->placement, Placement::VShape(2));
   EXPECT_EQ(ok->num_microbatches, 3);
+}
+
+// Plan text is what workers are sent. These placements allocated 48 GB (ranks), overflowed
+// ranks x chunks (chunks), or made the validator allocate GBs (microbatches) before the parser
+// checked the plan bounds. fuzz/plan_text_fuzzer.cc found the first (a 10 s timeout).
+TEST(PlanTest, ParsePlanTextRefusesPlacementsBeyondThePlanBounds) {
+  for (const char* placement : {"placement linear ranks 66666664 chunks 1 microbatches 1",
+                                "placement linear ranks 2000000000 chunks 1 microbatches 1",
+                                "placement interleaved ranks 64 chunks 2000000000 microbatches 1",
+                                "placement linear ranks 1 chunks 1 microbatches 2000000000",
+                                "placement v ranks 64 chunks 2 microbatches 4096"}) {
+    auto plan = ParsePlanText(absl::StrCat("zpipe-plan v1\n", placement, "\nrank 0\nF s0 mb0\n"));
+    ASSERT_FALSE(plan.ok()) << placement;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(plan.status().message().find("line 2: "), std::string::npos) << plan.status();
+    EXPECT_NE(plan.status().message().find("exceed the plan bounds"), std::string::npos)
+        << plan.status();
+  }
+  EXPECT_TRUE(
+      ParsePlanText("zpipe-plan v1\nplacement v ranks 64 chunks 2 microbatches 512\n").ok());
 }
 
 }  // namespace
