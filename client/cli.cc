@@ -24,8 +24,17 @@ CliContext::CliContext(std::unique_ptr<Client> client, std::string coordinator, 
   client_ = std::move(client);
 }
 
+void CliContext::SetToken(std::string token, std::string source) {
+  token_ = std::move(token);
+  token_source_ = std::move(source);
+}
+
 Client& CliContext::client() {
-  if (client_ == nullptr) client_ = Client::Create(coordinator_);
+  if (client_ == nullptr) {
+    ClientOptions options;
+    options.token = token_;
+    client_ = Client::Create(coordinator_, options);
+  }
   return *client_;
 }
 
@@ -49,6 +58,14 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
     err_ << "cannot reach the coordinator at " << coordinator_ << " (" << status.message()
          << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv
          << ".\n";
+  } else if (status.code() == absl::StatusCode::kUnauthenticated) {
+    if (token_.empty()) {
+      err_ << "the coordinator at " << coordinator_ << " requires a token: set " << kTokenEnv
+           << " or --token-file FILE (" << status.message() << ")\n";
+    } else {
+      err_ << "the coordinator at " << coordinator_ << " did not accept the token from "
+           << token_source_ << ": " << status.message() << "\n";
+    }
   } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message()
          << "\n";

@@ -33,6 +33,7 @@ inline constexpr int kExitUnreachable = 3;
 
 inline constexpr char kDefaultCoordinator[] = "localhost:50051";
 inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
+inline constexpr char kTokenEnv[] = "ZPIPE_TOKEN";
 
 enum class OutputFormat { kTable, kJson };
 
@@ -47,6 +48,9 @@ class CliContext {
              std::ostream& out, std::ostream& err, bool out_is_terminal);
 
   const std::string& coordinator() const { return coordinator_; }
+  // The token for the client made by client(), and where it came from ("ZPIPE_TOKEN",
+  // "--token-file FILE") for error messages. Call before the first client().
+  void SetToken(std::string token, std::string source);
   OutputFormat output() const { return output_; }
   bool json() const { return output_ == OutputFormat::kJson; }
   std::ostream& out() { return out_; }
@@ -54,14 +58,16 @@ class CliContext {
   bool out_is_terminal() const { return out_is_terminal_; }
   Client& client();
 
-  // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator) and
-  // returns the exit code for `status`.
+  // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator, a
+  // missing or refused token) and returns the exit code for `status`.
   int Fail(const std::string& command, const absl::Status& status);
   // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
   int Usage(const std::string& command, const std::string& message, const std::string& usage);
 
  private:
   std::string coordinator_;
+  std::string token_;
+  std::string token_source_;
   OutputFormat output_;
   std::ostream& out_;
   std::ostream& err_;

@@ -40,6 +40,28 @@ std::string SelfDir() {
   return self.parent_path().string();
 }
 
+// 128 random bits from the kernel's CSPRNG, as hex.
+absl::StatusOr<std::string> RandomToken() {
+  unsigned char bytes[16];
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
+    return absl::InternalError("cannot read /dev/urandom for a token");
+  }
+  std::string out;
+  for (unsigned char b : bytes) absl::StrAppend(&out, absl::Hex(b, absl::kZeroPad2));
+  return out;
+}
+
+// Writes `text` to a new file only its owner may read.
+absl::Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("create ", path, ": ", std::strerror(errno)));
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) return absl::InternalError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -89,10 +111,28 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   c->dir_ = buf.data();
 
+  // Throwaway tokens for this run only: another user's process on this machine cannot use the
+  // cluster (or pose as one of its workers) without reading them from our private directory.
+  absl::StatusOr<std::string> client_token = RandomToken();
+  if (!client_token.ok()) return client_token.status();
+  absl::StatusOr<std::string> worker_token = RandomToken();
+  if (!worker_token.ok()) return worker_token.status();
+  c->client_token_ = *client_token;
+  const std::string client_tokens = c->dir_ + "/client.tokens";
+  const std::string worker_tokens = c->dir_ + "/worker.tokens";
+  const std::string worker_token_file = c->dir_ + "/worker.token";
+  for (const auto& [path, text] :
+       {std::pair{client_tokens, absl::StrCat("zpipe-run:", *client_token, "\n")},
+        std::pair{worker_tokens, absl::StrCat("local-workers:", *worker_token, "\n")},
+        std::pair{worker_token_file, absl::StrCat(*worker_token, "\n")}}) {
+    if (absl::Status st = WritePrivateFile(path, text); !st.ok()) return st;
+  }
+
   // Port 0: the coordinator binds a free port and logs it ("serving on port N").
   absl::Status s = c->Spawn("coordinator",
                             {options.coordinator_bin, "--listen", "127.0.0.1:0", "--metrics-listen",
-                             options.metrics_listen, "--db", c->dir_ + "/coordinator.db"});
+                             options.metrics_listen, "--db", c->dir_ + "/coordinator.db",
+                             "--client-tokens", client_tokens, "--worker-tokens", worker_tokens});
   if (!s.ok()) return s;
   const std::regex serving("serving on port ([0-9]+)");
   const absl::Time deadline = absl::Now() + timeout;
@@ -112,10 +152,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int i = 0; i < options.workers; ++i) {
-    s = c->Spawn(absl::StrCat("worker-", i),
-                 {options.worker_bin, "--coordinator", c->address_, "--name",
-                  absl::StrCat("local-", i), "--device", absl::StrCat(options.device, ":", i),
-                  "--threads", absl::StrCat(options.threads), "--comm-timeout", "30"});
+    s = c->Spawn(
+        absl::StrCat("worker-", i),
+        {options.worker_bin, "--coordinator", c->address_, "--name", absl::StrCat("local-", i),
+         "--device", absl::StrCat(options.device, ":", i), "--threads",
+         absl::StrCat(options.threads), "--comm-timeout", "30", "--token-file", worker_token_file});
     if (!s.ok()) return s;
   }
   return c;

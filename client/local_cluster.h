@@ -8,6 +8,12 @@
 // then the coordinator, then kills whatever is left in the group; the destructor calls it.
 // Logs of every child go to files in the temporary directory (Tail() for error messages), which is
 // removed at shutdown unless keep_dir is set.
+//
+// The coordinator requires tokens: each Start() makes a throwaway random client token and worker
+// token, writes them to token files (mode 0600) in the temporary directory, starts the coordinator
+// with --client-tokens / --worker-tokens and the workers with --token-file; client_token() is for
+// the caller's zpipe::Client. Nothing else on the machine can use the cluster without reading
+// those files.
 #ifndef ZPIPE_CLIENT_LOCAL_CLUSTER_H_
 #define ZPIPE_CLIENT_LOCAL_CLUSTER_H_
 
@@ -51,6 +57,8 @@ class LocalCluster {
 
   const std::string& address() const { return address_; }  // "127.0.0.1:PORT"
   const std::string& dir() const { return dir_; }
+  // The client token the coordinator accepts (named "zpipe-run"; ClientOptions::token).
+  const std::string& client_token() const { return client_token_; }
   pid_t process_group() const { return pgid_; }
 
   // OK once every started process is still alive; otherwise an error naming the first one that
@@ -80,6 +88,7 @@ class LocalCluster {
   LocalClusterOptions options_;
   std::string dir_;
   std::string address_;
+  std::string client_token_;
   pid_t pgid_ = 0;
   std::vector<Child> children_;  // [0] = coordinator, then workers
   bool shut_down_ = false;

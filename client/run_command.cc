@@ -409,6 +409,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
 
   ClientOptions client_options;
   client_options.rpc_timeout = absl::Seconds(30);
+  client_options.token = (*cluster)->client_token();
   std::unique_ptr<Client> client = Client::Create((*cluster)->address(), client_options);
   Unpublish unpublish{interrupt};
   {
@@ -445,6 +446,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<SubmitResult> submitted = client->Submit(*spec, "");
   if (!submitted.ok()) {
     CliContext local((*cluster)->address(), OutputFormat::kTable, ctx.err(), ctx.err(), false);
+    local.SetToken((*cluster)->client_token(), "the local cluster");
     return local.Fail("run", submitted.status());
   }
   const std::string job_id = submitted->job.id();
@@ -459,6 +461,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   std::vector<v1::IterationSummary> iterations;
   CliContext follow((*cluster)->address(), OutputFormat::kTable, view_out, ctx.err(),
                     view_terminal);
+  follow.SetToken((*cluster)->client_token(), "the local cluster");
   int code = FollowJob(follow, "run", job_id, /*live=*/view_terminal, /*quiet=*/false,
                        [&](const v1::JobEvent& e) {
                          if (e.has_iteration()) iterations.push_back(e.iteration());

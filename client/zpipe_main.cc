@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -37,15 +38,31 @@ constexpr char kUsage[] =
     "\n"
     "global options (before or after COMMAND):\n"
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
+    "  --token-file FILE   the client (or admin) token a coordinator with token files requires:\n"
+    "                      the first line of FILE that is not blank or # (default $ZPIPE_TOKEN)\n"
     "  -o table|json       output format (default table)\n"
     "\n"
-    "exit codes: 0 success; 1 job failed or cancelled, or the operation was refused;\n"
+    "exit codes: 0 success; 1 job failed or cancelled, or the operation was refused (also a\n"
+    "            missing or refused token);\n"
     "            2 usage error or invalid job spec; 3 coordinator unreachable\n";
 
 struct GlobalOptions {
   std::optional<std::string> coordinator;
   std::optional<std::string> output;
+  std::optional<std::string> token_file;
 };
+
+// The first line of `path` that is not blank or a # comment; "" when there is none.
+std::optional<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  for (std::string line; std::getline(in, line);) {
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos || line[begin] == '#') continue;
+    return line.substr(begin, line.find_last_not_of(" \t\r") + 1 - begin);
+  }
+  return "";
+}
 
 // Removes --coordinator / -o / --output (with their values) from `args`. Returns an error
 // message, or "" when all is well.
@@ -63,6 +80,7 @@ std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& global
     }
     if (name == "--coordinator") target = &globals.coordinator;
     if (name == "-o" || name == "--output") target = &globals.output;
+    if (name == "--token-file") target = &globals.token_file;
     if (target == nullptr) {
       if (leading_only) {
         rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
@@ -139,6 +157,17 @@ int main(int argc, char** argv) {
   const char* term = std::getenv("TERM");
   const bool terminal = isatty(STDOUT_FILENO) && !(term != nullptr && std::string(term) == "dumb");
   CliContext ctx(coordinator, output, std::cout, std::cerr, terminal);
+  if (globals.token_file.has_value()) {
+    std::optional<std::string> token = ReadTokenFile(*globals.token_file);
+    if (!token.has_value() || token->empty()) {
+      std::cerr << "zpipe: --token-file: " << (token.has_value() ? "no token in " : "cannot read ")
+                << *globals.token_file << "\n";
+      return kExitUsage;
+    }
+    ctx.SetToken(*token, "--token-file " + *globals.token_file);
+  } else if (const char* env = std::getenv(kTokenEnv); env != nullptr && *env != '\0') {
+    ctx.SetToken(env, kTokenEnv);
+  }
   if (command == "submit") return RunSubmitCommand(ctx, args);
   if (command == "status") return RunStatusCommand(ctx, args);
   if (command == "list") return RunListCommand(ctx, args);

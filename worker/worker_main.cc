@@ -7,9 +7,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "worker/daemon/model_export.h"
@@ -26,6 +28,8 @@ constexpr char kUsage[] =
     "  --threads      intra-op threads for LibTorch (default 1)\n"
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
+    "  --token-file FILE           the worker token the coordinator requires (the first line\n"
+    "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
     "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
     "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
 
@@ -87,6 +91,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "export") return Export(argc, argv);
   zpipe::worker::DaemonOptions options;
   if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
+  if (const char* env = std::getenv("ZPIPE_TOKEN")) {
+    options.token = std::string(absl::StripAsciiWhitespace(env));
+  }
   std::string device = "cpu";
   std::string metrics_listen, health_listen;
   int threads = 1;
@@ -119,6 +126,15 @@ int main(int argc, char** argv) {
       options.host = value;
     } else if (flag == "--metrics-listen") {
       metrics_listen = value;
+    } else if (flag == "--token-file") {
+      std::ifstream in(value);
+      if (!in) return Usage("--token-file: cannot read " + value);
+      options.token.clear();
+      for (std::string line; options.token.empty() && std::getline(in, line);) {
+        absl::string_view t = absl::StripAsciiWhitespace(line);
+        if (!t.empty() && t[0] != '#') options.token = std::string(t);
+      }
+      if (options.token.empty()) return Usage("--token-file: " + value + " holds no token");
     } else if (flag == "--health-listen") {
       health_listen = value;
     } else if (flag == "--comm-timeout") {

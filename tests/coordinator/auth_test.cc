@@ -3,7 +3,7 @@
 // its submitter's name (never the token) across a restart; a worker touches only the rendezvous
 // keys and reports of jobs it holds a rank of; a live worker's name cannot be taken, a restarted
 // worker takes its own back; SIGHUP reloads the token files; the HTTP port's page and /api need a
-// client token; no open coordinator beyond loopback.
+// client token; the CLI names the missing credential; no open coordinator beyond loopback.
 #include "coordinator/auth.h"
 
 #include <arpa/inet.h>
@@ -667,6 +667,51 @@ TEST(AuthProcess, SighupReloadsTheTokenFilesAndKeepsThemWhenTheNewOnesAreBad) {
   EXPECT_THAT(c.process->ReadErr(), Not(HasSubstr(carol)));  // tokens never reach the log
   c.process->Signal(SIGTERM);
   EXPECT_EQ(c.process->Wait(20).exit_code, 0);
+}
+
+TEST(AuthProcess, CliNamesTheMissingOrInsufficientCredentialAndExitsOne) {
+  const std::string dir = TempDir("cli");
+  const std::string alice = "alice-" + RandomHex(), bob = "bob-" + RandomHex();
+  WriteText(dir + "/client.tokens", absl::StrCat("alice:", alice, "\nbob:", bob, "\n"));
+  WriteText(dir + "/alice.token", "# mine\n" + alice + "\n");
+  WriteText(dir + "/job.yaml", R"(name: auth
+model:
+  synthetic: {forward_ms: 1, backward_ms: 1, weight_ms: 1, activation_kb: 1, params_mb: 1}
+parallel: {pipeline: 1, data: 1}
+schedule: {kind: 1f1b, memory_limit: auto}
+batch: {microbatches: 2, microbatch_size: 1}
+train: {iterations: 5, optimizer: sgd, lr: 0.1, seed: 1}
+)");
+  CoordinatorProcess c({"--client-tokens", dir + "/client.tokens"});
+  ASSERT_TRUE(c.WaitServing()) << c.process->ReadErr();
+  auto zpipe = [&](std::vector<std::string> args, std::map<std::string, std::string> env) {
+    args.insert(args.begin(), {ZPIPE_CLI_BIN, "--coordinator", c.address});
+    if (!env.contains("ZPIPE_TOKEN")) env["ZPIPE_TOKEN"] = "";  // unset
+    return RunProcess(args, env);
+  };
+
+  ProcessResult none = zpipe({"list"}, {});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, HasSubstr("requires a token: set ZPIPE_TOKEN or --token-file"));
+
+  ProcessResult forged = zpipe({"list"}, {{"ZPIPE_TOKEN", "forged-" + RandomHex()}});
+  EXPECT_EQ(forged.exit_code, 1);
+  EXPECT_THAT(forged.err, HasSubstr("did not accept the token from ZPIPE_TOKEN"));
+
+  ProcessResult submit =
+      zpipe({"--token-file", dir + "/alice.token", "submit", dir + "/job.yaml", "--id", "a1"}, {});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  ProcessResult cancel = zpipe({"cancel", "a1"}, {{"ZPIPE_TOKEN", bob}});
+  EXPECT_EQ(cancel.exit_code, 1);
+  EXPECT_THAT(cancel.err, HasSubstr("your token's role 'client' (bob) may not cancel job 'a1' "
+                                    "submitted by alice"));
+  ProcessResult own = zpipe({"cancel", "a1"}, {{"ZPIPE_TOKEN", alice}});
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+
+  ProcessResult missing = zpipe({"--token-file", dir + "/nope", "list"}, {});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--token-file"));
+  c.process->Signal(SIGTERM);
 }
 
 TEST(AuthProcess, NonLoopbackListenWithoutTokensNeedsInsecure) {

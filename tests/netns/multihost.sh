@@ -133,6 +133,8 @@ for owner in $(ip netns list 2>/dev/null | awk '{print $1}' | sed -nE "s/^${PREF
 done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zpipe-netns.XXXXXX")
+CLIENT_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+WORKER_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 
 # ---------------------------------------------------------------------------------------------
 # Topology.
@@ -177,12 +179,20 @@ done
 # before its peers' receives give up (a reason naming only the stage they waited for). A cancel
 # interrupts those receives at once, so the survivors do not wait out the 10s.
 
+# The coordinator serves on its namespace address (not loopback) for the other namespaces: token
+# files for every role, and the workers and the CLI carry theirs.
+printf 'cli:%s\n' "$CLIENT_TOKEN" >"$WORK/client.tokens"
+printf 'workers:%s\n' "$WORKER_TOKEN" >"$WORK/worker.tokens"
+printf '%s\n' "$WORKER_TOKEN" >"$WORK/worker.token"
+chmod 600 "$WORK"/*.tokens "$WORK/worker.token"
 ip netns exec "$COORD_NS" "$COORD_BIN" --listen "$COORD_ADDR" --metrics-listen '' --db :memory: \
+  --client-tokens "$WORK/client.tokens" --worker-tokens "$WORK/worker.tokens" \
   --heartbeat-timeout 3s >"$WORK/coordinator.log" 2>&1 &
 PIDS+=($!)
 for i in 0 1 2; do
   ip netns exec "${WORKER_NS[$i]}" "$WORKER_BIN" --coordinator "$COORD_ADDR" --name "w$i" \
-    --device cpu:0 --host "${WORKER_IP[$i]}" --comm-timeout 10 >"$WORK/worker-w$i.log" 2>&1 &
+    --device cpu:0 --host "${WORKER_IP[$i]}" --comm-timeout 10 --token-file "$WORK/worker.token" \
+    >"$WORK/worker-w$i.log" 2>&1 &
   PIDS+=($!)
 done
 
@@ -196,7 +206,9 @@ daemons_alive() {
 }
 
 # The CLI runs in the coordinator's namespace and reaches it on its namespace address.
-zpipe() { ip netns exec "$COORD_NS" "$ZPIPE_BIN" --coordinator "$COORD_ADDR" "$@"; }
+zpipe() {
+  ip netns exec "$COORD_NS" env ZPIPE_TOKEN="$CLIENT_TOKEN" "$ZPIPE_BIN" --coordinator "$COORD_ADDR" "$@"
+}
 
 workers_json() { zpipe -o json workers 2>/dev/null || echo '{}'; }
 
@@ -246,7 +258,7 @@ for i in 0 1 2; do RX0[i]=$(rx_bytes "${WORKER_NS[$i]}"); done
 
 t=$SECONDS
 # In the background with `wait`, so that a signal to this script is handled at once.
-timeout 90 ip netns exec "$COORD_NS" "$ZPIPE_BIN" --coordinator "$COORD_ADDR" -o json \
+timeout 90 ip netns exec "$COORD_NS" env ZPIPE_TOKEN="$CLIENT_TOKEN" "$ZPIPE_BIN" --coordinator "$COORD_ADDR" -o json \
   submit "$WORK/gpt.yaml" --id netns-gpt --follow >"$WORK/gpt-events.jsonl" 2>"$WORK/gpt-submit.log" &
 PIDS+=($!)
 rc=0

@@ -10,10 +10,18 @@
 
 namespace zpipe::worker {
 
+// Who the calls come from: the worker process's instance_id and its token (`authorization:
+// Bearer TOKEN`; empty = none), as it registered.
+struct RendezvousCaller {
+  std::string instance_id;
+  std::string token;
+};
+
 // `stub` must outlive the store. Keys are used as given (the communicator adds the job attempt's
 // prefix). Each call is one RPC; Wait polls nothing (the coordinator blocks server-side).
 std::unique_ptr<KeyValueStore> NewGrpcRendezvousStore(zpipe::v1::WorkerService::StubInterface& stub,
-                                                      std::string job_id);
+                                                      std::string job_id,
+                                                      RendezvousCaller caller = {});
 
 }  // namespace zpipe::worker
 

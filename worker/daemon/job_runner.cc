@@ -283,7 +283,7 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     data.emplace(*std::move(d));
   }
 
-  auto store = NewGrpcRendezvousStore(stub, a.job_id());
+  auto store = NewGrpcRendezvousStore(stub, a.job_id(), {options.instance_id, options.token});
   CommunicatorOptions co;
   co.pipeline_rank = a.pipeline_rank();
   co.pipeline_size = a.pipeline_size();

@@ -24,6 +24,9 @@ struct JobRunnerOptions {
   std::string hostname = "127.0.0.1";  // address Gloo binds and advertises
   absl::Duration comm_timeout = absl::Seconds(60);
   WorkerMetrics* metrics = nullptr;  // optional; updated after every iteration
+  // Sent with rendezvous calls: this process's instance_id and token (see grpc_store.h).
+  std::string instance_id;
+  std::string token;
 };
 
 using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;

@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace zpipe::worker {
@@ -20,14 +22,29 @@ absl::Duration FromProto(const google::protobuf::Duration& d, absl::Duration fal
   return out > absl::ZeroDuration() ? out : fallback;
 }
 
+// 128 random bits as hex, from the kernel's CSPRNG.
+std::string NewInstanceId() {
+  unsigned char bytes[16] = {};
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes));
+  std::string out;
+  for (unsigned char b : bytes) out += absl::StrFormat("%02x", b);
+  return out;
+}
+
 }  // namespace
 
-WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {
+WorkerDaemon::WorkerDaemon(DaemonOptions options)
+    : options_(std::move(options)), instance_id_(NewInstanceId()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   channel_ =
       grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
   stub_ = zpipe::v1::WorkerService::NewStub(channel_);
+}
+
+void WorkerDaemon::Authorize(grpc::ClientContext& ctx) const {
+  if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 WorkerDaemon::~WorkerDaemon() {
@@ -115,6 +132,8 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     jo.hostname = options_.host;
     jo.comm_timeout = options_.comm_timeout;
     jo.metrics = options_.metrics;
+    jo.instance_id = instance_id_;
+    jo.token = options_.token;
     if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
     absl::Status st = RunAssignment(
         assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
@@ -158,6 +177,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   req.set_host(options_.host);
   req.set_memory_bytes(options_.memory_bytes);
   req.set_version("0.1.0");
+  req.set_instance_id(instance_id_);
   {
     JoinJobIfDone(/*wait=*/false);
     std::lock_guard<std::mutex> lock(mu_);
@@ -170,6 +190,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   zpipe::v1::RegisterWorkerResponse resp;
   {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
     if (!st.ok()) {
@@ -185,6 +206,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   }
   const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
   grpc::ClientContext ctx;
+  Authorize(ctx);
   auto stream = stub_->Session(&ctx);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -195,6 +217,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   Log(absl::StrCat("registered as ", options_.name, " with ", options_.coordinator));
   zpipe::v1::WorkerMessage hello;
   hello.mutable_hello()->set_worker_id(resp.worker_id());
+  hello.mutable_hello()->set_instance_id(instance_id_);
   Send(hello);
 
   std::atomic<bool> session_over{false};
@@ -275,6 +298,15 @@ absl::Status WorkerDaemon::Run() {
     }
     bool registered = false;
     absl::Status st = RunSession(&registered);
+    // A token the coordinator does not accept will not start working by retrying.
+    if (!registered && (st.code() == absl::StatusCode::kUnauthenticated ||
+                        st.code() == absl::StatusCode::kPermissionDenied)) {
+      Stop();
+      JoinJobIfDone(/*wait=*/true);
+      return absl::Status(st.code(), absl::StrCat(st.message(),
+                                                  " (give a worker token with --token-file "
+                                                  "FILE or ZPIPE_TOKEN)"));
+    }
     if (registered) {
       unreachable_since = absl::Now();
       backoff = options_.reconnect_backoff;

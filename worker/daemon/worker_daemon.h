@@ -36,6 +36,8 @@ struct DaemonOptions {
   WorkerMetrics* metrics = nullptr;  // optional, must outlive the daemon
   // Give up when the coordinator cannot be reached for this long (0 = retry forever).
   absl::Duration give_up_after = absl::ZeroDuration();
+  // Sent as `authorization: Bearer TOKEN` on every call (a worker token); empty = none.
+  std::string token;
 };
 
 class WorkerDaemon {
@@ -55,7 +57,13 @@ class WorkerDaemon {
   void CancelJob(const std::string& job_id);
   void JoinJobIfDone(bool wait);
 
+  // Adds the token to a call's metadata.
+  void Authorize(grpc::ClientContext& ctx) const;
+
   const DaemonOptions options_;
+  // Random, once per process: proves to the coordinator that a registration, session or
+  // rendezvous call comes from this process (worker.proto "Identity").
+  const std::string instance_id_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
 
