@@ -47,11 +47,28 @@ absl::Status Rendezvous::Set(const std::string& job_id, const std::string& key, 
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotOpen(job_id);
-  if (!it->second.contains(key) && it->second.size() >= kMaxKeysPerJob) {
+  Keys& job = it->second;
+  auto old = job.values.find(key);
+  const bool is_new = old == job.values.end();
+  if (is_new && job.values.size() >= limits_.job_keys) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("job '", job_id, "' already holds ", kMaxKeysPerJob, " rendezvous keys"));
+        absl::StrCat("rendezvous quota of job '", job_id, "': ", limits_.job_keys,
+                     " keys (the --rendezvous-job-keys limit); the job already holds that many"));
   }
-  it->second[key] = std::move(value);
+  const size_t freed = is_new ? 0 : key.size() + old->second.size();
+  const size_t bytes = job.bytes - freed + key.size() + value.size();
+  if (bytes > limits_.job_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous quota of job '", job_id, "': ", limits_.job_bytes,
+        " bytes of keys and values (the --rendezvous-job-bytes limit); it holds ", job.bytes,
+        " and this write of ", key.size() + value.size(), " would exceed it"));
+  }
+  job.bytes = bytes;
+  if (is_new) {
+    job.values.emplace(key, std::move(value));
+  } else {
+    old->second = std::move(value);
+  }
   return absl::OkStatus();
 }
 
@@ -61,11 +78,17 @@ absl::StatusOr<std::string> Rendezvous::Get(const std::string& job_id,
   absl::ReaderMutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotOpen(job_id);
-  auto kv = it->second.find(key);
-  if (kv == it->second.end()) {
+  auto kv = it->second.values.find(key);
+  if (kv == it->second.values.end()) {
     return absl::NotFoundError(absl::StrCat("key '", key, "' not set for job '", job_id, "'"));
   }
   return kv->second;
+}
+
+size_t Rendezvous::JobBytes(const std::string& job_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? 0 : it->second.bytes;
 }
 
 absl::StatusOr<std::vector<std::string>> Rendezvous::Wait(
@@ -86,7 +109,7 @@ absl::StatusOr<std::vector<std::string>> Rendezvous::Wait(
       return true;
     }
     return std::all_of(keys.begin(), keys.end(),
-                       [&](const std::string& k) { return it->second.contains(k); });
+                       [&](const std::string& k) { return it->second.values.contains(k); });
   };
   absl::MutexLock lock(&mu_);
   if (!jobs_.contains(job_id)) return NotOpen(job_id);
@@ -105,7 +128,7 @@ absl::StatusOr<std::vector<std::string>> Rendezvous::Wait(
         absl::StrCat("job '", job_id, "' ended while waiting for rendezvous keys"));
   }
   std::vector<std::string> values;
-  const Keys& kv = jobs_.at(job_id);
+  const auto& kv = jobs_.at(job_id).values;
   for (const auto& key : keys) values.push_back(kv.at(key));
   return values;
 }

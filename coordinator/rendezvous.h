@@ -3,6 +3,11 @@
 // A job's namespace is opened when the job is accepted and closed when it reaches a terminal
 // state; closing drops its keys and fails pending waits with Cancelled. Waits use the real time
 // deadline they are given. Thread-safe.
+//
+// Quota: each job may hold at most `RendezvousLimits::job_keys` keys and `job_bytes` bytes of keys
+// plus values, so that a flood of writes is refused (ResourceExhausted, naming the coordinator
+// flag that sets the limit) instead of growing the coordinator without bound. Overwriting a key
+// counts its new size only.
 #ifndef ZPIPE_COORDINATOR_RENDEZVOUS_H_
 #define ZPIPE_COORDINATOR_RENDEZVOUS_H_
 
@@ -18,19 +23,26 @@
 
 namespace zpipe::coordinator {
 
+// Per-job quota (coordinator flags --rendezvous-job-bytes and --rendezvous-job-keys).
+struct RendezvousLimits {
+  size_t job_bytes = size_t{64} << 20;  // keys + values
+  size_t job_keys = 16384;
+};
+
 class Rendezvous {
  public:
   static constexpr size_t kMaxKeyBytes = 512;
   static constexpr size_t kMaxValueBytes = 1 << 20;
-  static constexpr size_t kMaxKeysPerJob = 65536;
   static constexpr size_t kMaxWaitKeys = 1024;
+
+  explicit Rendezvous(RendezvousLimits limits = {}) : limits_(limits) {}
 
   void Open(const std::string& job_id);
   void Close(const std::string& job_id);
   bool IsOpen(const std::string& job_id) const;
 
   // NotFound for a job not open; InvalidArgument for a bad key or value; ResourceExhausted when
-  // the job holds too many keys.
+  // the write would take the job past its key or byte quota (nothing is stored then).
   absl::Status Set(const std::string& job_id, const std::string& key, std::string value);
   // NotFound for a job not open or a missing key.
   absl::StatusOr<std::string> Get(const std::string& job_id, const std::string& key) const;
@@ -40,9 +52,15 @@ class Rendezvous {
                                                 const std::vector<std::string>& keys,
                                                 absl::Time deadline,
                                                 const std::function<bool()>& cancelled) const;
+  // Bytes of keys plus values the job holds (0 for a job not open): what its quota counts.
+  size_t JobBytes(const std::string& job_id) const;
 
  private:
-  using Keys = absl::flat_hash_map<std::string, std::string>;
+  struct Keys {
+    absl::flat_hash_map<std::string, std::string> values;
+    size_t bytes = 0;  // sum of key and value sizes
+  };
+  const RendezvousLimits limits_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Keys> jobs_ ABSL_GUARDED_BY(mu_);
 };
