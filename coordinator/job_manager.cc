@@ -27,7 +27,11 @@ std::string WaitingReason(const JobSpec& spec, int available) {
 }  // namespace
 
 JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerOptions options)
-    : clock_(clock), store_(store), metrics_(metrics), options_(options) {}
+    : clock_(clock),
+      store_(store),
+      metrics_(metrics),
+      options_(options),
+      rendezvous_(options.rendezvous) {}
 
 JobManager::~JobManager() = default;
 
@@ -74,6 +78,15 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   }
   if (absl::Status st = ValidateSpecFields(spec); !st.ok()) return st;
 
+  auto pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    const auto pending = std::count_if(jobs_.begin(), jobs_.end(), [](const auto& entry) {
+      return entry.second.state == JobState::kPending;
+    });
+    if (pending < options_.max_pending_jobs) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pending, " jobs are pending (the --max-pending-jobs limit of ",
+                     options_.max_pending_jobs, "); wait or cancel some"));
+  };
   auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
     const JobRecord* job = FindJobLocked(job_id);
     if (job == nullptr) return absl::NotFoundError("");
@@ -90,6 +103,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
     absl::MutexLock lock(&mu_);
     absl::StatusOr<SubmitResult> found = existing();
     if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
+    if (absl::Status st = pending_limit(); !st.ok()) return st;  // before the planning work
   }
 
   // Planning can take a while for big pipelines: do it outside the lock.
@@ -107,6 +121,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   absl::StatusOr<SubmitResult> found = existing();  // a concurrent submit of the same id
   if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+  if (absl::Status st = pending_limit(); !st.ok()) return st;
 
   JobRecord rec;
   rec.id = job_id;
@@ -116,12 +131,17 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   rec.create_time = clock_.Now();
   rec.submitted_by = std::move(submitted_by);
   rec.submit_order = next_submit_order_++;
+  // Stored before it exists in memory, so a client never holds an id a restart would lose.
+  if (absl::Status st = store_.Put(rec); !st.ok()) {
+    LogError("job ", job_id, ": store write failed, submit refused: ", st.ToString());
+    return absl::UnavailableError(absl::StrCat("the job store could not save job '", job_id,
+                                               "': ", st.message(), "; the job was not created"));
+  }
   job_index_[job_id] = rec.submit_order;
   JobRecord& job = jobs_[rec.submit_order] = std::move(rec);
   runtime_[job_id].plan = *plan;
   events_.Open(job_id, 0);
   rendezvous_.Open(job_id);
-  PersistLocked(job);
   LogInfo("job ", job_id, ": submitted '", spec.name, "' (", spec.schedule, ", p=", spec.pipeline,
           " d=", spec.data_parallel(), " m=", spec.microbatches, ", ", spec.iterations,
           " iterations, ", DeviceKindName(spec.device), ") -> PENDING");

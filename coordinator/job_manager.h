@@ -84,6 +84,9 @@ class WorkerConnection {
 struct ManagerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  // A new job beyond this many PENDING ones is refused (the --max-pending-jobs limit).
+  int max_pending_jobs = 1000;
+  RendezvousLimits rendezvous;
 };
 
 // A job as clients see it.
@@ -141,6 +144,8 @@ class JobManager {
   // ---- client-facing ----
   // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency; a resubmit
   // by another submitter is ALREADY_EXISTS. `submitted_by` is recorded with the job.
+  // ResourceExhausted for a new job while max_pending_jobs are PENDING; Unavailable when the
+  // store cannot save the new job (the job is then forgotten: nothing unsaved is acknowledged).
   absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only,
                                       std::string submitted_by = "");
   // Who submitted the job (JobRecord::submitted_by). NotFound for an unknown job.

@@ -1,9 +1,12 @@
 // JobManager logic with injected fakes: FakeClock drives liveness deterministically, fake
-// connections record what workers would receive, the store is SQLite in memory.
+// connections record what workers would receive, the store is SQLite in memory (wrapped by a
+// failing store to test that an unsaved job is never acknowledged).
 #include "coordinator/job_manager.h"
 
 #include <memory>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "coordinator/sqlite_job_store.h"
 #include "gtest/gtest.h"
 
@@ -213,6 +216,72 @@ TEST_F(JobManagerTest, PendingJobsWaitFifoPerDeviceKind) {
   ASSERT_TRUE(manager_->Cancel("big", "").ok());
   EXPECT_EQ(manager_->Get("big")->record.reason, "cancelled by user");
   EXPECT_EQ(manager_->Get("small")->record.state, JobState::kRunning);
+}
+
+// A store whose writes fail while `fail` is set (a full or read-only disk), over a real one.
+class FailingStore : public JobStore {
+ public:
+  explicit FailingStore(JobStore& base) : base_(base) {}
+  absl::Status Put(const JobRecord& job) override {
+    if (fail) return absl::ResourceExhaustedError("database or disk is full");
+    return base_.Put(job);
+  }
+  absl::StatusOr<std::vector<JobRecord>> LoadAll() override { return base_.LoadAll(); }
+  bool fail = false;
+
+ private:
+  JobStore& base_;
+};
+
+TEST(JobManagerStoreTest, SubmitFailsAndForgetsTheJobWhenTheStoreCannotSaveIt) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> sqlite = std::move(*SqliteJobStore::Open(":memory:"));
+  FailingStore store(*sqlite);
+  auto manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+
+  store.fail = true;
+  absl::StatusOr<SubmitResult> r = manager->Submit("lost", Spec(2), false);
+  ASSERT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(
+      r.status().message(), "the job store could not save job 'lost': database or disk is full"))
+      << r.status();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("lost").status()));
+  EXPECT_TRUE(manager->List({}, 0, "")->jobs.empty());
+
+  // Once the store works again the same id is a new job, and it survives a restart.
+  store.fail = false;
+  r = manager->Submit("lost", Spec(2), false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->created);
+  manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  EXPECT_EQ(manager->Get("lost")->record.state, JobState::kPending);
+}
+
+TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {
+  ManagerOptions options;
+  options.max_pending_jobs = 2;
+  manager_ = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
+  ASSERT_TRUE(manager_->Load().ok());
+  ASSERT_TRUE(manager_->Submit("p1", Spec(2), false).ok());
+  ASSERT_TRUE(manager_->Submit("p2", Spec(2), false).ok());
+
+  absl::StatusOr<SubmitResult> r = manager_->Submit("p3", Spec(2), false);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "2 jobs are pending (the --max-pending-jobs limit of 2); wait or cancel some");
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("p3").status()));
+  // validate_only creates nothing, so the limit does not apply.
+  EXPECT_TRUE(manager_->Submit("p3", Spec(2), true).ok());
+  // Resubmitting an existing job answers as before (idempotent).
+  r = manager_->Submit("p1", Spec(2), false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->created);
+
+  ASSERT_TRUE(manager_->Cancel("p1", "").ok());
+  EXPECT_TRUE(manager_->Submit("p3", Spec(2), false).ok());
 }
 
 }  // namespace
