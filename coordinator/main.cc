@@ -1,7 +1,10 @@
 // zpipe-coordinator: the ZeroPipe control plane. See coordinator/server.h and --help.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -27,7 +30,13 @@ constexpr char kUsage[] =
     "SIGHUP.\n"
     "                               Without any, every caller is trusted and only loopback\n"
     "                               addresses may be listened on\n"
-    "  --insecure                   listen beyond loopback without token files anyway\n";
+    "  --insecure                   listen beyond loopback without token files anyway\n"
+    "limits (refusals are RESOURCE_EXHAUSTED naming the flag; SIZE is bytes, or with KiB, MiB,\n"
+    "GiB):\n"
+    "  --max-message-bytes SIZE     largest gRPC request accepted (default 16MiB)\n"
+    "  --max-pending-jobs N         new jobs refused while N are PENDING (default 1000)\n"
+    "  --rendezvous-job-bytes SIZE  rendezvous keys + values one job may hold (default 64MiB)\n"
+    "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;
@@ -36,6 +45,24 @@ bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
     return seconds > 0;
   }
   return absl::ParseDuration(text, out) && *out > absl::ZeroDuration();
+}
+
+// A positive size: bytes, or a number with a KiB / MiB / GiB suffix; at most `max`.
+bool ParseSizeFlag(std::string text, int64_t max, int64_t* out) {
+  static constexpr std::pair<const char*, int64_t> kUnits[] = {
+      {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30}};
+  int64_t unit = 1;
+  for (const auto& [suffix, bytes] : kUnits) {
+    if (absl::EndsWith(text, suffix)) {
+      text.resize(text.size() - 3);
+      unit = bytes;
+      break;
+    }
+  }
+  int64_t n;
+  if (!absl::SimpleAtoi(text, &n) || n <= 0 || n > max / unit) return false;
+  *out = n * unit;
+  return true;
 }
 
 }  // namespace
@@ -79,6 +106,23 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "zpipe-coordinator: bad --heartbeat-timeout '%s'\n", value.c_str());
         return 2;
       }
+    } else if (arg == "--max-message-bytes" || arg == "--max-pending-jobs" ||
+               arg == "--rendezvous-job-bytes" || arg == "--rendezvous-job-keys") {
+      // Sizes take a unit suffix, counts do not; both fit gRPC's int.
+      const bool is_size = absl::EndsWith(arg, "-bytes");
+      int64_t n = 0;
+      const bool ok =
+          is_size ? ParseSizeFlag(value, std::numeric_limits<int>::max(), &n)
+                  : absl::SimpleAtoi(value, &n) && n > 0 && n <= std::numeric_limits<int>::max();
+      if (!ok) {
+        std::fprintf(stderr, "zpipe-coordinator: bad %s '%s': want a positive %s\n", arg.c_str(),
+                     value.c_str(), is_size ? "size (e.g. 16MiB)" : "count");
+        return 2;
+      }
+      if (arg == "--max-message-bytes") options.max_message_bytes = static_cast<int>(n);
+      if (arg == "--max-pending-jobs") options.max_pending_jobs = static_cast<int>(n);
+      if (arg == "--rendezvous-job-bytes") options.rendezvous.job_bytes = static_cast<size_t>(n);
+      if (arg == "--rendezvous-job-keys") options.rendezvous.job_keys = static_cast<size_t>(n);
     } else {
       std::fprintf(stderr, "zpipe-coordinator: unknown flag %s\n%s", arg.c_str(), kUsage);
       return 2;

@@ -42,7 +42,10 @@ struct ServerOptions {
   std::string db = "zpipe-coordinator.db";      // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
-  int max_message_bytes = 16 << 20;  // requests larger than this get RESOURCE_EXHAUSTED
+  // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
+  int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
+  int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
+  RendezvousLimits rendezvous;       // per-job key and byte quota
   TokenFiles tokens;                 // none = no authentication (loopback only, unless `insecure`)
   bool insecure = false;             // allow a non-loopback listen address without tokens
 };

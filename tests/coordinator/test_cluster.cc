@@ -21,10 +21,15 @@ namespace zpipe::testing {
 std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(const std::string& db,
                                                                  absl::Duration heartbeat_timeout) {
   coordinator::ServerOptions options;
-  options.listen = "127.0.0.1:0";
-  options.metrics_listen = "127.0.0.1:0";
   options.db = db;
   options.heartbeat_timeout = heartbeat_timeout;
+  return StartCoordinator(std::move(options));
+}
+
+std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(
+    coordinator::ServerOptions options) {
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
   auto server = coordinator::CoordinatorServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;

@@ -24,6 +24,10 @@ namespace zpipe::testing {
 std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(
     const std::string& db = ":memory:", absl::Duration heartbeat_timeout = absl::Seconds(10));
 
+// The same with other options (limits, ...); listen and metrics_listen are set as above.
+std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(
+    coordinator::ServerOptions options);
+
 std::shared_ptr<grpc::Channel> Connect(int port);
 
 // Adds `authorization: Bearer TOKEN` to `ctx` unless `token` is empty.
