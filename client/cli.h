@@ -131,7 +131,7 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  /
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      // run FILE --local
 // A TorchScript job's cuts and measured per-stage costs (nothing for other models).
 void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout);
-int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);   // export ID -o FILE
+int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);  // export ID -o FILE
 // `zpipe export`'s -o FILE, renamed before the global -o is parsed (like trace's).
 inline constexpr char kExportFileFlag[] = "--export-file";
 

@@ -1,9 +1,8 @@
 // `zpipe export JOB_ID -o FILE [--checkpoint-dir DIR]`: the trained model of a job, from its
 // latest complete checkpoint (the job's checkpoint.dir/NAME, which must be reachable from here).
 #include <filesystem>
-#include <ostream>
-
 #include <nlohmann/json.hpp>
+#include <ostream>
 
 #include "absl/strings/str_cat.h"
 #include "client/cli.h"
@@ -39,8 +38,8 @@ int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     return ctx.Fail("export", absl::FailedPreconditionError(absl::StrCat(
                                   "job ", job->id(), " trains a synthetic model: no weights")));
   }
-  std::string dir = args.Has("--checkpoint-dir") ? args.Get("--checkpoint-dir")
-                                                 : spec.checkpoint().dir();
+  std::string dir =
+      args.Has("--checkpoint-dir") ? args.Get("--checkpoint-dir") : spec.checkpoint().dir();
   if (dir.empty()) {
     return ctx.Fail("export", absl::FailedPreconditionError(absl::StrCat(
                                   "job ", job->id(),
@@ -53,9 +52,9 @@ int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<std::string> done = ExportModel(*worker, fs::path(dir) / spec.name(), out);
   if (!done.ok()) return ctx.Fail("export", done.status());
   if (ctx.json()) {
-    ctx.out() << nlohmann::json{{"job_id", job->id()}, {"file", out.string()}, {"report", *done}}
-                     .dump()
-              << "\n";
+    ctx.out()
+        << nlohmann::json{{"job_id", job->id()}, {"file", out.string()}, {"report", *done}}.dump()
+        << "\n";
   } else {
     ctx.out() << *done << "\n";
   }

@@ -261,8 +261,8 @@ absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& m
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat format) {
   if (text.size() > kMaxJobFileBytes) {
-    const int line = 1 + static_cast<int>(std::count(text.begin(),
-                                                     text.begin() + kMaxJobFileBytes, '\n'));
+    const int line =
+        1 + static_cast<int>(std::count(text.begin(), text.begin() + kMaxJobFileBytes, '\n'));
     return Error(line, absl::StrCat("the job file is larger than ", kMaxJobFileBytes >> 20,
                                     " MiB (the job-file size limit); a job spec is a few KiB"));
   }
@@ -311,7 +311,8 @@ absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
     if (p->empty() || std::filesystem::path(*p).is_absolute() || ec) return;
     *p = (base / *p).lexically_normal().string();
   };
-  if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec->model().has_torchscript())
+    resolve(spec->mutable_model()->mutable_torchscript()->mutable_path());
   if (spec->has_data()) resolve(spec->mutable_data()->mutable_path());
   if (spec->has_eval()) resolve(spec->mutable_eval()->mutable_path());
   return spec;

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -244,7 +243,8 @@ TEST(JobFileLimitsTest, TheTwoMegabyteNestedJsonOfTheIssueFailsAtTheSizeLimit) {
       absl::StrCat("{\n\"name\":\n", std::string(depth, '['), std::string(depth, ']'), "}");
   absl::Status status = ParseJobSpec(text, JobFileFormat::kJson).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("line 3: the job file is larger than 1 MiB"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("line 3: the job file is larger than 1 MiB"));
 }
 
 TEST(JobFileLimitsTest, DeeplyNestedYamlFailsAtTheDepthLimit) {
@@ -311,8 +311,8 @@ TEST(JobFileLimitsTest, NestingUpToTheDepthLimitIsAccepted) {
   absl::Status status = ParseJobSpec(deep, JobFileFormat::kYaml).status();
   EXPECT_THAT(std::string(status.message()), HasSubstr("field 'name' expects a string"));
   absl::StrReplaceAll({{"x", "\"x\""}}, &deep);
-  status = ParseJobSpec(absl::StrCat("{\"name\": ", deep.substr(6), "}"), JobFileFormat::kJson)
-               .status();
+  status =
+      ParseJobSpec(absl::StrCat("{\"name\": ", deep.substr(6), "}"), JobFileFormat::kJson).status();
   EXPECT_THAT(std::string(status.message()), HasSubstr("field 'name' expects a string"));
 }
 

@@ -191,8 +191,8 @@ absl::Status CheckPlanSize(ScheduleKind kind, const PlanArgs& pa) {
       absl::StrCat(core::ScheduleName(kind), " has pipeline x chunks = ", pa.pipeline, " x ", v);
   if (stages * pa.microbatches > core::kMaxStageMicrobatches) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--microbatches: ", shape, ", times ", pa.microbatches, " microbatches = ",
-        stages * pa.microbatches, " exceeds ", core::kMaxStageMicrobatches,
+        "--microbatches: ", shape, ", times ", pa.microbatches,
+        " microbatches = ", stages * pa.microbatches, " exceeds ", core::kMaxStageMicrobatches,
         " (the plan size limit); use fewer microbatches or ranks"));
   }
   if (stages * pa.buckets > core::kMaxStageBuckets) {

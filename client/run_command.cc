@@ -244,7 +244,8 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   }
   j["model"] = {{"file", s.model_file}, {"error", s.model_error}};
   if (!s.layout.source().empty()) {
-    nlohmann::json layout = {{"source", s.layout.source()}, {"cuts", nlohmann::json::array()},
+    nlohmann::json layout = {{"source", s.layout.source()},
+                             {"cuts", nlohmann::json::array()},
                              {"stages", nlohmann::json::array()}};
     for (int c : s.layout.cuts()) layout["cuts"].push_back(c);
     for (const v1::StageLayout& st : s.layout.stages()) {
@@ -477,7 +478,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   RunSummary summary = Summarize(*job, iterations);
   if (!checkpoint_root.empty() && job->state() == v1::JOB_STATE_SUCCEEDED) {
     const fs::path model_out = fs::path(out_dir) / absl::StrCat(spec->name(), ".model.pt");
-    absl::StatusOr<std::string> exported = ExportModel(options.worker_bin, checkpoint_root, model_out);
+    absl::StatusOr<std::string> exported =
+        ExportModel(options.worker_bin, checkpoint_root, model_out);
     if (exported.ok()) {
       summary.model_file = model_out.string();
     } else {

@@ -40,9 +40,9 @@ struct RunSummary {
   std::optional<double> loss_last;
   std::vector<double> losses;  // every iteration's loss, in order (iterations that have one)
   std::vector<std::pair<int, double>> eval_losses;  // (iteration, eval loss), in order
-  v1::ModelLayout layout;   // TorchScript models: cuts and measured stage costs
-  std::string model_file;   // zpipe run: the exported trained model, when written
-  std::string model_error;  // why it was not
+  v1::ModelLayout layout;      // TorchScript models: cuts and measured stage costs
+  std::string model_file;      // zpipe run: the exported trained model, when written
+  std::string model_error;     // why it was not
   double iteration_s = 0;      // median iteration time
   double tokens_per_s = 0;     // 0 for synthetic models
   double bubble_measured = 0;  // median over steady iterations

@@ -67,8 +67,8 @@ struct WorkerCommand {
   Kind kind = Kind::kAssign;
   // kAssign; kProfile: only job_id, spec and attempt are set.
   std::shared_ptr<const AssignmentData> assignment;
-  std::string job_id;                                // kCancel
-  std::string reason;                                // kCancel, kShutdown
+  std::string job_id;  // kCancel
+  std::string reason;  // kCancel, kShutdown
 };
 
 // The downstream half of a worker's Session stream.

@@ -65,8 +65,8 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
   rt.profiling_worker.clear();
   if (!error.empty()) {
     FinishJobLocked(*job, JobState::kFailed,
-                    absl::StrCat("the job could not start (checked on ",
-                                 w->info.registration.name, "): ", error.substr(0, 4096)));
+                    absl::StrCat("the job could not start (checked on ", w->info.registration.name,
+                                 "): ", error.substr(0, 4096)));
     return absl::OkStatus();
   }
   const int num_stages = PlanForLocked(*job) ? rt.plan->plan.num_stages() : 0;
@@ -104,8 +104,9 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
   job->layout = LayoutFor(blocks, cuts, source);
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(job->spec, &*job->layout);
   if (!plan.ok()) {
-    FinishJobLocked(*job, JobState::kFailed,
-                    absl::StrCat("the plan from the measured costs failed: ", plan.status().message()));
+    FinishJobLocked(
+        *job, JobState::kFailed,
+        absl::StrCat("the plan from the measured costs failed: ", plan.status().message()));
     return absl::OkStatus();
   }
   rt.plan = *plan;
@@ -114,8 +115,9 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
     auto it = workers_.find(slot.worker_name);
     if (it == workers_.end() || it->second.connection == nullptr ||
         it->second.info.job_id != job->id) {
-      FinishJobLocked(*job, JobState::kFailed,
-                      absl::StrCat("worker ", slot.worker_name, " left while the model was profiled"));
+      FinishJobLocked(
+          *job, JobState::kFailed,
+          absl::StrCat("worker ", slot.worker_name, " left while the model was profiled"));
       return absl::OkStatus();
     }
     workers.push_back(&it->second);

@@ -39,7 +39,7 @@ class Metrics;
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = pick a free one
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty = disabled
-  std::string db = "zpipe-coordinator.db";      // SQLite file, or ":memory:"
+  std::string db = "zpipe-coordinator.db";        // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.

@@ -68,7 +68,6 @@ absl::Status ValidateSynthetic(const SyntheticConfig& s) {
   return absl::OkStatus();
 }
 
-
 // Paths the workers open: non-empty, bounded, no NUL.
 absl::Status ValidatePath(absl::string_view field, const std::string& path) {
   if (path.empty()) return Bad(field, "is required");
@@ -115,9 +114,8 @@ absl::Status ValidateData(const JobSpec& spec) {
     }
     if (gpt != nullptr) {
       if (d.seq_len != 0 && d.seq_len != gpt->seq_len) {
-        return Bad("spec.data.seq_len",
-                   absl::StrCat("must equal model.gpt.seq_len (", gpt->seq_len, ") or be left 0, got ",
-                                d.seq_len));
+        return Bad("spec.data.seq_len", absl::StrCat("must equal model.gpt.seq_len (", gpt->seq_len,
+                                                     ") or be left 0, got ", d.seq_len));
       }
     } else {
       ZPIPE_RETURN_IF_ERROR(IntIn("spec.data.seq_len", d.seq_len, 1, 1 << 20));
@@ -125,7 +123,8 @@ absl::Status ValidateData(const JobSpec& spec) {
   }
   const EvalConfig& e = spec.eval;
   if (e != EvalConfig{}) {
-    if (!has_data) return Bad("spec.eval", "needs a data section (eval uses its dtype and seq_len)");
+    if (!has_data)
+      return Bad("spec.eval", "needs a data section (eval uses its dtype and seq_len)");
     ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.eval.path", e.path));
     ZPIPE_RETURN_IF_ERROR(IntIn("spec.eval.every", e.every, 1, 10'000'000));
     ZPIPE_RETURN_IF_ERROR(IntIn("spec.eval.batches", e.batches, 0, 100'000));
@@ -140,8 +139,8 @@ absl::Status ValidateTrain(const JobSpec& spec) {
   }
   if (!t.betas.empty()) {
     if (t.betas.size() != 2) {
-      return Bad("spec.train.betas", absl::StrCat("needs two values [beta1, beta2], got ",
-                                                  t.betas.size()));
+      return Bad("spec.train.betas",
+                 absl::StrCat("needs two values [beta1, beta2], got ", t.betas.size()));
     }
     for (double b : t.betas) {
       if (!std::isfinite(b) || b < 0 || b >= 1) {
@@ -154,9 +153,8 @@ absl::Status ValidateTrain(const JobSpec& spec) {
     ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.clip_grad_norm", *t.clip_grad_norm, 0, 1e9, false));
   }
   if (t.warmup < 0 || (t.warmup > 0 && t.warmup >= spec.iterations)) {
-    return Bad("spec.train.lr_schedule.warmup",
-               absl::StrCat("must be in [0, iterations) = [0, ", spec.iterations, "), got ",
-                            t.warmup));
+    return Bad("spec.train.lr_schedule.warmup", absl::StrCat("must be in [0, iterations) = [0, ",
+                                                             spec.iterations, "), got ", t.warmup));
   }
   if (!(t.decay.empty() || t.decay == "constant" || t.decay == "cosine" || t.decay == "linear")) {
     return Bad("spec.train.lr_schedule.decay",
@@ -204,7 +202,8 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
   if (!kind.ok()) return Bad("spec.schedule.kind", kind.status().message());
   if (*kind == core::ScheduleKind::kInterleaved1F1B) {
-    if (spec.chunks != 0) ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.chunks", spec.chunks, 2, core::kMaxChunks));
+    if (spec.chunks != 0)
+      ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.chunks", spec.chunks, 2, core::kMaxChunks));
   } else if (spec.chunks != 0) {
     return Bad("spec.schedule.chunks",
                absl::StrCat("only 'interleaved' takes chunks; ", spec.schedule,

@@ -188,9 +188,9 @@ absl::StatusOr<Plan> ParsePlanText(absl::string_view text) {
           int64_t{p} * v * m > kMaxStageMicrobatches) {
         return fail(absl::StrCat("ranks ", p, " chunks ", v, " microbatches ", m,
                                  " exceed the plan bounds (ranks <= ", kMaxPipeline,
-                                 ", chunks <= ", kMaxChunks, ", microbatches <= ",
-                                 kMaxMicrobatches, ", ranks x chunks x microbatches <= ",
-                                 kMaxStageMicrobatches, ")"));
+                                 ", chunks <= ", kMaxChunks, ", microbatches <= ", kMaxMicrobatches,
+                                 ", ranks x chunks x microbatches <= ", kMaxStageMicrobatches,
+                                 ")"));
       }
       auto kind = ParsePlacementKind(tok[1]);
       if (!kind.ok()) return fail(kind.status().message());

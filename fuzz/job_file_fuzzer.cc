@@ -19,8 +19,8 @@ namespace {
 void CheckContract(const absl::Status& status, const char* format) {
   if (status.ok()) return;
   const bool coded = status.code() == absl::StatusCode::kInvalidArgument;
-  const bool lined = absl::StartsWith(status.message(), "line ") ||
-                     status.message() == "the job file is empty";
+  const bool lined =
+      absl::StartsWith(status.message(), "line ") || status.message() == "the job file is empty";
   if (coded && lined) return;
   std::fprintf(stderr, "job file (%s): error breaks the contract: %s\n", format,
                status.ToString().c_str());

@@ -40,6 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       zpipe::coordinator::SpecFromProto(zpipe::coordinator::SpecToProto(*spec));
   if (!again.ok()) Fail("a valid spec does not convert back: " + again.status().ToString());
   CheckCode(zpipe::coordinator::ValidateSpecFields(*again), "ValidateSpecFields (round trip)");
-  if (!zpipe::coordinator::ValidateSpecFields(*again).ok()) Fail("a valid spec is not after a round trip");
+  if (!zpipe::coordinator::ValidateSpecFields(*again).ok())
+    Fail("a valid spec is not after a round trip");
   return 0;
 }

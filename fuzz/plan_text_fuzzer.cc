@@ -38,9 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!again.ok()) Fail("printed plan does not parse: " + again.status().ToString());
   if (!(*again == *plan)) Fail("printed plan parses to another plan:\n" + printed);
 
-  const CostModel cost = CostModel::Uniform(
-      plan->placement.num_stages(), {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5,
-                                     .mem_w = -0.5});
+  const CostModel cost =
+      CostModel::Uniform(plan->placement.num_stages(),
+                         {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
   if (!ValidatePlan(*plan, {.cost = &cost}).ok()) return 0;
   (void)Simulate(*plan, cost);
   return 0;

@@ -66,13 +66,13 @@ int Export(int argc, char** argv) {
     }
   }
   if (root.empty() || out.empty()) {
-    std::fprintf(stderr, "zpipe-worker export: --checkpoint and -o are required\n%s",
-                 kExportUsage);
+    std::fprintf(stderr, "zpipe-worker export: --checkpoint and -o are required\n%s", kExportUsage);
     return 2;
   }
   auto result = zpipe::worker::ExportTrainedModel(root, model, out);
   if (!result.ok()) {
-    std::fprintf(stderr, "zpipe-worker export: %s\n", std::string(result.status().message()).c_str());
+    std::fprintf(stderr, "zpipe-worker export: %s\n",
+                 std::string(result.status().message()).c_str());
     return 1;
   }
   std::printf("exported %s after iteration %d (%d parameters) to %s\n", result->kind.c_str(),

@@ -24,7 +24,7 @@ struct SpecNode {
   std::string text;  // scalar text as written (without quotes)
   bool quoted = false;
   std::vector<SpecField> map;  // in source order; keys are unique
-  std::vector<int> key_lines;                         // line of each map key
+  std::vector<int> key_lines;  // line of each map key
   std::vector<SpecNode> list;
 };
 

@@ -176,7 +176,8 @@ std::vector<BadSpec> BadSpecs() {
          r.mutable_spec()->mutable_data()->set_seq_len(0);
        },
        "spec.data.seq_len"},
-      {"data dtype", [=](R& r) {
+      {"data dtype",
+       [=](R& r) {
          *r.mutable_spec() = Scripted(2);
          r.mutable_spec()->mutable_data()->set_dtype("int8");
        },

@@ -2,9 +2,8 @@
 
 #include <cstdio>
 #include <memory>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
@@ -15,8 +14,8 @@
 #include "worker/daemon/worker_metrics.h"
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
-#include "worker/model/gpt.h"
 #include "worker/model/block_profile.h"
+#include "worker/model/gpt.h"
 #include "worker/model/synthetic.h"
 #include "worker/model/token_file.h"
 #include "worker/model/torchscript.h"
@@ -190,8 +189,8 @@ zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request) {
   }
   auto blocks = model::ProfileBlocks(**model, microbatch_size, SeqLen(spec));
   if (!blocks.ok()) {
-    out.set_error(absl::StrCat("model ", spec.model().torchscript().path(), ": profiling: ",
-                               blocks.status().message()));
+    out.set_error(absl::StrCat("model ", spec.model().torchscript().path(),
+                               ": profiling: ", blocks.status().message()));
     return out;
   }
   for (const core::BlockCost& b : *blocks) {
@@ -253,7 +252,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     o.microbatch_size = microbatch_size;
     if (spec.data().has_shuffle_seed()) o.shuffle_seed = spec.data().shuffle_seed();
     auto d = model::TokenFileData::Make(o);
-    if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat("data: ", d.status().message()));
+    if (!d.ok())
+      return absl::Status(d.status().code(), absl::StrCat("data: ", d.status().message()));
     if (vocab == 0) vocab = model::TorchScriptVocab(*stages);
     if (vocab > 0) {
       if (absl::Status st = (*d)->file().ValidateVocab(vocab); !st.ok()) {
@@ -265,7 +265,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
       const int batches = spec.eval().batches() > 0 ? spec.eval().batches() : 4;
       auto e = model::TokenFileEval::Make(spec.eval().path(), DataDtype(spec), SeqLen(spec),
                                           microbatch_size, batches);
-      if (!e.ok()) return absl::Status(e.status().code(), absl::StrCat("eval: ", e.status().message()));
+      if (!e.ok())
+        return absl::Status(e.status().code(), absl::StrCat("eval: ", e.status().message()));
       if (vocab > 0) {
         if (absl::Status st = e->file().ValidateVocab(vocab); !st.ok()) {
           return absl::InvalidArgumentError(absl::StrCat("eval: ", st.message()));
@@ -315,9 +316,9 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   config.optimizer = train.optimizer().empty() ? "adamw" : train.optimizer();
   config.lr = train.lr() > 0 ? train.lr() : 3e-4;
   if (train.has_lr_schedule()) {
-    auto schedule = LrSchedule::Make(config.lr, train.lr_schedule().warmup(),
-                                     train.lr_schedule().decay(), train.lr_schedule().min_lr(),
-                                     train.iterations());
+    auto schedule =
+        LrSchedule::Make(config.lr, train.lr_schedule().warmup(), train.lr_schedule().decay(),
+                         train.lr_schedule().min_lr(), train.iterations());
     if (!schedule.ok()) return schedule.status();
     config.lr_schedule = *schedule;
   }
@@ -330,12 +331,12 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   if (train.has_clip_grad_norm()) config.max_grad_norm = train.clip_grad_norm();
   config.cancelled = &cancelled;
   ProgressReporter reporter(a.job_id(), a.pipeline_rank(), a.data_rank(), send);
-  auto exec = Executor::Make(*plan, a.pipeline_rank(), a.data_rank(), config, *std::move(stages),
-                             **comm,
-                             file_data ? static_cast<const model::TokenData*>(file_data.get())
-                             : data    ? static_cast<const model::TokenData*>(&*data)
-                                       : nullptr,
-                             grad_sync.get(), &reporter);
+  auto exec =
+      Executor::Make(*plan, a.pipeline_rank(), a.data_rank(), config, *std::move(stages), **comm,
+                     file_data ? static_cast<const model::TokenData*>(file_data.get())
+                     : data    ? static_cast<const model::TokenData*>(&*data)
+                               : nullptr,
+                     grad_sync.get(), &reporter);
   if (!exec.ok()) return exec.status();
 
   int start = a.start_iteration();

@@ -51,8 +51,8 @@ absl::StatusOr<ExportResult> ExportTrainedModel(const fs::path& checkpoint_root,
   auto point = LatestCompleteCheckpoint(checkpoint_root);
   if (!point.ok()) return point.status();
   if (!point->has_value()) {
-    return absl::NotFoundError(absl::StrCat("export: no complete checkpoint under '",
-                                            checkpoint_root.string(), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("export: no complete checkpoint under '", checkpoint_root.string(), "'"));
   }
   const ResumePoint& p = **point;
   const json model = json::parse(p.manifest.model_json, nullptr, false);
@@ -79,9 +79,9 @@ absl::StatusOr<ExportResult> ExportTrainedModel(const fs::path& checkpoint_root,
     result.kind = "gpt-state-dict";
     return result;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "export: the checkpoint under '", checkpoint_root.string(),
-      "' is of a synthetic model, which has no weights to export"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("export: the checkpoint under '", checkpoint_root.string(),
+                   "' is of a synthetic model, which has no weights to export"));
 }
 
 }  // namespace zpipe::worker

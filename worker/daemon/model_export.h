@@ -18,8 +18,8 @@
 namespace zpipe::worker {
 
 struct ExportResult {
-  int iteration = 0;        // K of the checkpoint exported
-  std::string kind;         // "torchscript" or "gpt-state-dict"
+  int iteration = 0;  // K of the checkpoint exported
+  std::string kind;   // "torchscript" or "gpt-state-dict"
   int parameters = 0;
 };
 

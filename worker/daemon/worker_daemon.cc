@@ -256,8 +256,8 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
         zpipe::v1::WorkerMessage reply;
         *reply.mutable_profile_result() = ProfileJob(request);
         if (!reply.profile_result().error().empty()) {
-          Log(absl::StrCat("job ", request.job_id(), ": profile failed: ",
-                           reply.profile_result().error()));
+          Log(absl::StrCat("job ", request.job_id(),
+                           ": profile failed: ", reply.profile_result().error()));
         }
         Send(reply);
       }).detach();

@@ -39,7 +39,7 @@ double WallMinusSteady() {
 constexpr int kMaxTag = (1 << 24) - 1;
 constexpr int kNormGatherTag = kMaxTag - 1;
 constexpr int kNormBroadcastTag = kMaxTag - 2;
-constexpr int kEvalTag = kMaxTag - 3;  // activations of Evaluate, in stage order per pair
+constexpr int kEvalTag = kMaxTag - 3;     // activations of Evaluate, in stage order per pair
 constexpr int kEvalMicrobatch = 1 << 29;  // microbatch ids of Evaluate's forwards
 
 // Sum of pairwise intersections of two sorted lists of disjoint intervals.
@@ -325,8 +325,8 @@ struct Executor::Impl {
                                torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
           auto h = comm->Recv(input, pl.RankOf(s - 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
-            return absl::Status(w.code(), absl::StrCat("eval: activation of stage ", s - 1, ": ",
-                                                       w.message()));
+            return absl::Status(
+                w.code(), absl::StrCat("eval: activation of stage ", s - 1, ": ", w.message()));
           }
         }
         absl::StatusOr<torch::Tensor> out =
@@ -344,8 +344,8 @@ struct Executor::Impl {
         if (pl.RankOf(s + 1) != rank) {
           auto h = comm->Send(x, pl.RankOf(s + 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
-            return absl::Status(w.code(), absl::StrCat("eval: activation of stage ", s, ": ",
-                                                       w.message()));
+            return absl::Status(w.code(),
+                                absl::StrCat("eval: activation of stage ", s, ": ", w.message()));
           }
         }
       }
@@ -592,7 +592,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
                               .eps(config.eps));
       } else if (config.optimizer == "sgd") {
         impl->optimizer = std::make_unique<torch::optim::SGD>(
-            impl->params, torch::optim::SGDOptions(config.lr).weight_decay(config.weight_decay_or_default()));
+            impl->params,
+            torch::optim::SGDOptions(config.lr).weight_decay(config.weight_decay_or_default()));
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("executor: unknown optimizer '", config.optimizer, "'"));

@@ -118,8 +118,8 @@ ReferenceResult RunReference(int stages, int m, int iterations, const ExecutorCo
   EXPECT_TRUE(ref.ok()) << ref.status();
   auto data = model::SyntheticTokenData::Make(kSeed, gpt.vocab, gpt.seq_len, kMicrobatchSize);
   auto params = (*ref)->parameters();
-  torch::optim::AdamW opt(params,
-                          torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay_or_default()));
+  torch::optim::AdamW opt(
+      params, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay_or_default()));
   ReferenceResult out;
   for (int it = 0; it < iterations; ++it) {
     opt.zero_grad();

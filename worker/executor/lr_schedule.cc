@@ -22,8 +22,8 @@ absl::StatusOr<LrSchedule> LrSchedule::Make(double lr, int warmup, const std::st
   } else if (decay == "linear") {
     s.decay = Decay::kLinear;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train.lr_schedule.decay: unknown '", decay, "' (expected constant, cosine or linear)"));
+    return absl::InvalidArgumentError(absl::StrCat("train.lr_schedule.decay: unknown '", decay,
+                                                   "' (expected constant, cosine or linear)"));
   }
   return s;
 }
@@ -33,9 +33,8 @@ double LrSchedule::At(int t) const {
   if (decay == Decay::kConstant) return lr;
   const int span = iterations - warmup;
   const double progress = span > 0 ? std::clamp(double(t - warmup) / span, 0.0, 1.0) : 1.0;
-  const double factor = decay == Decay::kCosine
-                            ? 0.5 * (1 + std::cos(std::numbers::pi * progress))
-                            : 1 - progress;
+  const double factor =
+      decay == Decay::kCosine ? 0.5 * (1 + std::cos(std::numbers::pi * progress)) : 1 - progress;
   return min_lr + (lr - min_lr) * factor;
 }
 

@@ -97,9 +97,9 @@ class TokenFileData : public TokenData {
     std::string path;
     std::string dtype;  // "uint16" or "uint32"
     int seq_len = 0;
-    int data_size = 1;        // d: data-parallel ranks
-    int microbatches = 1;     // m: microbatches per iteration and rank
-    int microbatch_size = 1;  // b: rows per microbatch
+    int data_size = 1;                                    // d: data-parallel ranks
+    int microbatches = 1;                                 // m: microbatches per iteration and rank
+    int microbatch_size = 1;                              // b: rows per microbatch
     std::optional<uint64_t> shuffle_seed = std::nullopt;  // none: read windows in order
   };
 

@@ -210,8 +210,8 @@ class TorchScriptStage final : public internal::StageBase {
     }
     torch::Tensor t = targets->detach().to(options_.device, torch::kLong);
     if (t.dim() != 2 || t.size(0) != x.size(0) || t.size(1) != x.size(1)) {
-      return absl::InvalidArgumentError(absl::StrCat("targets ", Shape(t),
-                                                     " do not match the logits ", Shape(x)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("targets ", Shape(t), " do not match the logits ", Shape(x)));
     }
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(x.reshape({-1, x.size(-1)}), t.reshape({-1}));
@@ -242,8 +242,8 @@ class TorchScriptStage final : public internal::StageBase {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const std::string& path,
-                                                                          int seq_len,
-                                                                          int microbatch_size) {
+                                                                         int seq_len,
+                                                                         int microbatch_size) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(absl::StrCat("model ", path, ": no such file"));
@@ -261,8 +261,8 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     return BadModel(path, absl::StrCat("not a TorchScript file torch.jit.load can read (",
                                        e.what_without_backtrace(), ")"));
   } catch (const std::exception& e) {
-    return BadModel(path, absl::StrCat("not a TorchScript file torch.jit.load can read (",
-                                       e.what(), ")"));
+    return BadModel(
+        path, absl::StrCat("not a TorchScript file torch.jit.load can read (", e.what(), ")"));
   }
   m->module_.train();
   for (const auto& child : m->module_.named_children()) {
@@ -273,11 +273,13 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     m->numel_.push_back(numel);
   }
   if (m->blocks_.empty()) {
-    return BadModel(path, "has no blocks; save a torch.nn.Sequential whose children are the blocks");
+    return BadModel(path,
+                    "has no blocks; save a torch.nn.Sequential whose children are the blocks");
   }
   for (int k = 0; k < m->num_blocks(); ++k) {
     auto method = m->blocks_[k].find_method("forward");
-    if (!method) return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " has no forward"));
+    if (!method)
+      return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " has no forward"));
     const c10::FunctionSchema& schema = method->function().getSchema();
     if (schema.arguments().size() != 2 || schema.returns().size() != 1) {
       return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), ": forward",
@@ -317,11 +319,11 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
       m->boundaries_[k + 1] = TensorSpec{x.sizes().vec(), x.scalar_type()};
     }
     if (x.dim() != 3 || x.size(1) != seq_len || !x.is_floating_point()) {
-      return BadModel(path, absl::StrCat("the last block (", BlockLabel(m->num_blocks() - 1,
-                                                                        m->names_.back()),
-                                         ") returned ", Shape(x), " ", c10::toString(x.scalar_type()),
-                                         "; it must return float logits [b, L, V] = [",
-                                         microbatch_size, ", ", seq_len, ", V]"));
+      return BadModel(
+          path, absl::StrCat("the last block (", BlockLabel(m->num_blocks() - 1, m->names_.back()),
+                             ") returned ", Shape(x), " ", c10::toString(x.scalar_type()),
+                             "; it must return float logits [b, L, V] = [", microbatch_size, ", ",
+                             seq_len, ", V]"));
     }
     m->vocab_ = static_cast<int>(x.size(2));
   } catch (const c10::Error& e) {
@@ -343,9 +345,8 @@ absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, i
   if (num_stages < 1) return absl::InvalidArgumentError("stages must be >= 1");
   if (num_blocks < num_stages) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model.torchscript: the model has ", num_blocks,
-                     " blocks, fewer than the ", num_stages,
-                     " pipeline stages (p x chunks); use fewer stages or more blocks"));
+        absl::StrCat("model.torchscript: the model has ", num_blocks, " blocks, fewer than the ",
+                     num_stages, " pipeline stages (p x chunks); use fewer stages or more blocks"));
   }
   std::vector<int> out;
   out.push_back(0);
@@ -354,9 +355,8 @@ absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, i
     for (int s = 1; s < num_stages; ++s) out.push_back(s * base + std::min(s, extra));
   } else {
     if (static_cast<int>(cuts.size()) != num_stages - 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.torchscript.cuts: needs ", num_stages - 1, " entries, got ",
-                       cuts.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.torchscript.cuts: needs ", num_stages - 1, " entries, got ", cuts.size()));
     }
     for (int c : cuts) {
       if (c <= out.back() || c >= num_blocks) {

@@ -44,15 +44,14 @@ torch::jit::Module Model(bool tuple_block = false, bool flat_head = false) {
   torch::jit::Module embed("Embed");
   Param(embed, "weight", {kVocab, kHidden});
   embed.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
-  torch::jit::Module mid = Block(
-      "Mid", tuple_block ? "def forward(self, x):\n    return (x, x)\n"
-                         : "def forward(self, x):\n"
-                           "    return x + torch.tanh(torch.matmul(x, self.w) + self.b)\n");
-  torch::jit::Module norm = Block(
-      "Norm",
-      "def forward(self, x):\n"
-      "    y = torch.layer_norm(x, [x.size(2)])\n"
-      "    return torch.gelu(torch.matmul(y, self.w)) * self.b + x\n");
+  torch::jit::Module mid =
+      Block("Mid", tuple_block ? "def forward(self, x):\n    return (x, x)\n"
+                               : "def forward(self, x):\n"
+                                 "    return x + torch.tanh(torch.matmul(x, self.w) + self.b)\n");
+  torch::jit::Module norm = Block("Norm",
+                                  "def forward(self, x):\n"
+                                  "    y = torch.layer_norm(x, [x.size(2)])\n"
+                                  "    return torch.gelu(torch.matmul(y, self.w)) * self.b + x\n");
   torch::jit::Module head("Head");
   Param(head, "w", {kHidden, kVocab});
   head.define(flat_head ? "def forward(self, x):\n    return torch.matmul(x, self.w).sum(2)\n"
@@ -161,8 +160,8 @@ TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
   EXPECT_EQ((*s0)->pending_microbatches(), 0);
   EXPECT_EQ((*s1)->pending_microbatches(), 0);
   for (const auto& [k, n] : landed) EXPECT_EQ(n, m) << "param " << k;
-  EXPECT_EQ(static_cast<int>(landed.size()), static_cast<int>((*s0)->params().size() +
-                                                              (*s1)->params().size()));
+  EXPECT_EQ(static_cast<int>(landed.size()),
+            static_cast<int>((*s0)->params().size() + (*s1)->params().size()));
 
   torch::jit::Module ref = torch::jit::load(path);
   for (const auto& p : ref.named_parameters(true)) torch::Tensor(p.value).requires_grad_(true);

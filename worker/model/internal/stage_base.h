@@ -78,8 +78,8 @@ class StageBase : public Stage {
     }
     if (!grad_output.defined() || grad_output.sizes() != root.sizes()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "stage ", stage(), " B microbatch ", mb, ": output gradient must be shaped like the output ",
-          c10::str(root.sizes()), ", got ",
+          "stage ", stage(), " B microbatch ", mb,
+          ": output gradient must be shaped like the output ", c10::str(root.sizes()), ", got ",
           grad_output.defined() ? c10::str(grad_output.sizes()) : "undefined"));
     }
     return grad_output;
