@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "worker/model/torch_compat.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -24,6 +25,9 @@ namespace {
 namespace ag = torch::autograd;
 using ag::Edge;
 using ag::Node;
+// The owning pointer to an autograd node: std::shared_ptr<Node> in LibTorch 1.x to 2.11 (at
+// least), c10::intrusive_ptr<Node> in newer releases (2.14 has it); Edge::function names either.
+using NodePtr = decltype(Edge::function);
 
 // Runs `fn` (returning Status or StatusOr<T>); LibTorch exceptions become Internal errors
 // prefixed with `what`.
@@ -89,7 +93,7 @@ enum class Progress { kMade, kInputDone, kDone, kFailed };
 // The graph behind an output, read once after the forward: every node with its consumers (the
 // nodes whose next edges point at it) and the input closure.
 struct GraphView {
-  std::vector<std::shared_ptr<Node>> nodes;  // nodes[0] is the output's grad_fn
+  std::vector<NodePtr> nodes;  // nodes[0] is the output's grad_fn
   std::vector<std::vector<int>> consumers;
   std::unordered_map<const Node*, int> index;
   std::vector<char> in_closure;  // the input's gradient edge is reachable from the node
@@ -154,7 +158,7 @@ struct GraphView {
   }
 
  private:
-  int Visit(const std::shared_ptr<Node>& node) {
+  int Visit(const NodePtr& node) {
     auto [it, inserted] = index.emplace(node.get(), static_cast<int>(nodes.size()));
     if (inserted) {
       nodes.push_back(node);
@@ -165,13 +169,13 @@ struct GraphView {
 };
 
 // Why intermediate `node` cannot be re-rooted in W, or empty.
-std::string NotReRootable(const Node& node, bool is_input_node) {
+std::string NotReRootable(Node& node, bool is_input_node) {
   if (is_input_node) return "a parameter feeds the input's own grad_fn";
   if (TypeNameHas(node, "CppNode") || TypeNameHas(node, "PyNode")) {
     return absl::StrCat("intermediate ", node.name(),
                         " is a custom autograd function, which may not survive a second backward");
   }
-  if (!node.pre_hooks().empty() || !node.post_hooks().empty()) {
+  if (!node.pre_hooks().empty() || !node.post_hooks().empty() || HasTensorHooks(node)) {
     return absl::StrCat("intermediate ", node.name(), " carries hooks, which W would fire again");
   }
   return "";
@@ -230,7 +234,7 @@ class EdgeCutScope {
 
 struct SplitBackward::Impl {
   struct Intermediate {
-    std::shared_ptr<Node> node;
+    NodePtr node;
     std::vector<size_t> closure_edges;  // next_edges() indices into the input closure (cut in W)
     Recorded recorded;
   };
@@ -258,8 +262,8 @@ struct SplitBackward::Impl {
   torch::Tensor grad_output;  // kWhole: kept from B for W
 
   std::vector<Intermediate> intermediates;
-  std::vector<Group> groups;                  // in W order: latest first
-  std::vector<std::shared_ptr<Node>> b_only;  // closure nodes W never runs
+  std::vector<Group> groups;    // in W order: latest first
+  std::vector<NodePtr> b_only;  // closure nodes W never runs
 
   // Fills intermediates and groups (kSplit) from the graph and each used parameter's
   // intermediates.
@@ -387,7 +391,7 @@ torch::Tensor SplitBackward::Impl::RunInputSplit(const torch::Tensor& grad) {
                                         [](const Intermediate& im) { return im.recorded.fired; });
   if (all_recorded) {
     // What only B needed goes now; the graph above the intermediates is the caller's.
-    for (const std::shared_ptr<Node>& node : b_only) node->release_variables();
+    for (const NodePtr& node : b_only) node->release_variables();
     root = Edge();
   } else {
     // The engine skipped an intermediate (not expected): W runs the whole backward from the
@@ -484,7 +488,7 @@ absl::StatusOr<std::unique_ptr<SplitBackward>> SplitBackward::Make(
     s.params = std::move(params);
     s.param_edges.resize(s.params.size());
     for (size_t k = 0; k < s.params.size(); ++k) {
-      std::shared_ptr<Node> acc = ag::impl::try_get_grad_accumulator(s.params[k]);
+      NodePtr acc = ag::impl::try_get_grad_accumulator(s.params[k]);
       if (acc && graph.Find(acc.get()) >= 0) {
         s.param_edges[k] = Edge(std::move(acc), 0);
         s.used.push_back(static_cast<int>(k));

@@ -379,6 +379,25 @@ TEST(SplitBackwardTest, HookedIntermediateFallsBackAndTheHookFiresOnce) {
   EXPECT_EQ(fired, 2);  // once in the reference backward, once in the split's
 }
 
+// LibTorch 2.x keeps retain_grad's hook apart from the node's pre-hooks (retains_grad_hooks());
+// W would fire it again and double h.grad.
+TEST(SplitBackwardTest, RetainGradOnIntermediateFallsBack) {
+  torch::manual_seed(18);
+  torch::nn::Linear lin(8, 8);
+  torch::Tensor h;
+  const Forward forward = [&](const torch::Tensor& x) {
+    h = lin(x);
+    h.retain_grad();
+    return h.tanh();
+  };
+  const torch::Tensor x = torch::randn({4, 8}, kF64);
+  const torch::Tensor g = torch::randn({4, 8}, kF64);
+  const SplitResult r = ExpectMatchesBackward(forward, x, ParamsOf(lin), g, /*expect_split=*/false);
+  EXPECT_NE(r.fallback_reason.find("hooks"), std::string::npos) << r.fallback_reason;
+  ASSERT_TRUE(h.grad().defined());
+  EXPECT_TRUE(torch::allclose(h.grad(), g * (1 - h.detach().tanh().pow(2))));
+}
+
 TEST(SplitBackwardTest, AccumulatesIntoGradViewsOfOneBuffer) {
   torch::manual_seed(18);
   TransformerBlock block(16, 4);
