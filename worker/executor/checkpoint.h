@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -50,7 +51,10 @@ template <typename Optimizer = torch::optim::Optimizer>  // a template, for `if 
 auto OptimizerStateKey(const torch::Tensor& p) {
   using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    // 1.x's own key, c10::guts::to_string (gone in 2.x): the address as `<<` prints it.
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
