@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/executor/device_timer.h"
+#include "worker/model/torch_compat.h"
 
 namespace zpipe::worker {
 namespace {
@@ -74,7 +76,20 @@ struct Executor::Impl {
   ActionSink* sink = nullptr;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> params;
-  double wall_offset_s = 0;  // system_clock - steady_clock, in seconds
+  double wall_offset_s = 0;            // system_clock - steady_clock, in seconds
+  std::unique_ptr<DeviceTimer> timer;  // times compute actions where they run
+  bool bf16 = false;                   // forward passes under bf16 autocast
+
+  model::AutocastScope Autocast() const {
+    return model::AutocastScope(config.device, torch::kBFloat16, bf16);
+  }
+
+  // `t` on the communicator's device: a copy when the stages compute elsewhere (CUDA stages over
+  // Gloo), else `t` itself.
+  torch::Tensor ToComm(const torch::Tensor& t) const {
+    if (!t.defined() || t.device() == comm->device()) return t;
+    return t.to(comm->device());
+  }
 
   // Per-iteration state.
   using Key = std::tuple<ActionKind, int, int>;  // (SEND kind, producing stage, microbatch)
@@ -240,7 +255,7 @@ struct Executor::Impl {
     }
     const SteadyTime posted = Clock::now();
     sends.push_back(
-        {a, posted, comm->Send(it->second, a.peer, Tag(a.kind, a.stage, a.microbatch))});
+        {a, posted, comm->Send(ToComm(it->second), a.peer, Tag(a.kind, a.stage, a.microbatch))});
     source.erase(it);
     // Reap finished sends so their errors surface early and the list stays short.
     std::erase_if(sends, [this](const PendingSend& s) {
@@ -253,7 +268,15 @@ struct Executor::Impl {
 
   absl::StatusOr<double> GlobalGradNorm() {
     double local = 0;
-    {
+    if (config.device.is_cuda()) {
+      // One read of the device for all tensors, not one per tensor.
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> norms;
+      for (const torch::Tensor& p : params) {
+        if (p.grad().defined()) norms.push_back(p.grad().norm().to(torch::kFloat64));
+      }
+      if (!norms.empty()) local = torch::stack(norms).square().sum().item<double>();
+    } else {
       torch::NoGradGuard no_grad;
       for (const torch::Tensor& p : params) {
         // Per tensor in its own dtype (as torch.nn.utils.clip_grad_norm_ does), summed in
@@ -300,6 +323,23 @@ struct Executor::Impl {
 
   absl::StatusOr<IterationSummary> Run(int iteration);
 
+  // Adds compute action `a`, which ran from `start` to `end`, to the iteration's busy time and
+  // compute intervals, and reports it to the sink.
+  void RecordCompute(const Action& a, SteadyTime start, SteadyTime end,
+                     std::vector<std::pair<SteadyTime, SteadyTime>>* compute,
+                     IterationSummary* summary) {
+    compute->push_back({start, end});
+    const double secs = Seconds(end - start);
+    summary->busy_s += secs;
+    const ActionKind kind = a.kind;
+    if (kind == ActionKind::kForward) summary->forward_s += secs;
+    if (kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardFull) {
+      summary->backward_s += secs;
+    }
+    if (kind == ActionKind::kBackwardWeight) summary->weight_s += secs;
+    Emit(a, start, end);
+  }
+
   absl::StatusOr<std::optional<double>> Evaluate(
       int batches, const std::function<model::TokenBatch(int k)>& batch_of) {
     const core::Placement& pl = plan.placement;
@@ -329,8 +369,11 @@ struct Executor::Impl {
                 w.code(), absl::StrCat("eval: activation of stage ", s - 1, ": ", w.message()));
           }
         }
-        absl::StatusOr<torch::Tensor> out =
-            st.Forward(mb, input, s == last ? &batch.targets : nullptr);
+        absl::StatusOr<torch::Tensor> out;
+        {
+          const model::AutocastScope autocast = Autocast();
+          out = st.Forward(mb, input, s == last ? &batch.targets : nullptr);
+        }
         if (!out.ok()) return out.status();
         if (s == last) {
           absl::StatusOr<float> loss = st.Loss(mb);
@@ -342,7 +385,7 @@ struct Executor::Impl {
         st.FreeMicrobatch(mb);
         x = *out;
         if (pl.RankOf(s + 1) != rank) {
-          auto h = comm->Send(x, pl.RankOf(s + 1), kEvalTag);
+          auto h = comm->Send(ToComm(x), pl.RankOf(s + 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
             return absl::Status(w.code(),
                                 absl::StrCat("eval: activation of stage ", s, ": ", w.message()));
@@ -373,8 +416,15 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   if (grad_sync != nullptr) {
     if (absl::Status st = grad_sync->BeginIteration(iteration); !st.ok()) return st;
   }
+  if (absl::Status st = timer->Begin(); !st.ok()) return st;
   const auto& actions = plan.ranks[rank];
   std::vector<std::pair<SteadyTime, SteadyTime>> compute;
+  struct Timed {
+    Action action;
+    int start_mark, end_mark;
+    SteadyTime host_start, host_end;  // the host clock around the call
+  };
+  std::vector<Timed> timed;                  // compute actions by their timer marks
   std::map<int, model::TokenBatch> batches;  // by microbatch, for stage 0 and the last stage
   auto batch_for = [&](int mb) -> model::TokenBatch* {
     if (data == nullptr) return nullptr;
@@ -384,7 +434,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     return &it->second;
   };
   const int last_stage = plan.num_stages() - 1;
-  std::vector<double> losses;
+  std::vector<int> loss_microbatches;
 
   for (size_t k = 0; k < actions.size(); ++k) {
     const Action& a = actions[k];
@@ -413,17 +463,21 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
       if (!g.ok()) return g.status();
       input = *std::move(g);
     }
-    const SteadyTime start = Clock::now();
+    const SteadyTime host_start = Clock::now();
+    const int start_mark = timer->Mark();
     absl::Status status;
     switch (a.kind) {
       case ActionKind::kForward: {
         const torch::Tensor* targets = nullptr;
         if (a.stage == last_stage && batch != nullptr) targets = &batch->targets;
-        auto out = stage.Forward(a.microbatch, input, targets);
+        absl::StatusOr<torch::Tensor> out;
+        {
+          const model::AutocastScope autocast = Autocast();
+          out = stage.Forward(a.microbatch, input, targets);
+        }
         if (!out.ok()) return out.status();
         if (a.stage == last_stage) {
-          auto loss = stage.Loss(a.microbatch);
-          if (loss.ok()) losses.push_back(*loss);
+          loss_microbatches.push_back(a.microbatch);  // read after the last action
         } else {
           outputs[{a.stage, a.microbatch}] = *std::move(out);
         }
@@ -448,18 +502,22 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     if (grad_sync != nullptr) {
       if (absl::Status st = grad_sync->OnCompute(a); !st.ok()) return st;
     }
-    const SteadyTime end = Clock::now();
-    compute.push_back({start, end});
-    const double secs = Seconds(end - start);
-    summary.busy_s += secs;
-    if (a.kind == ActionKind::kForward) summary.forward_s += secs;
-    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
-      summary.backward_s += secs;
+    const int end_mark = timer->Mark();
+    timed.push_back({a, start_mark, end_mark, host_start, Clock::now()});
+    // On the CPU the host clock times the action itself: report it to the sink now (live view).
+    // A device timer's marks resolve after the last action.
+    if (!timer->deferred()) {
+      RecordCompute(a, host_start, timed.back().host_end, &compute, &summary);
     }
-    if (a.kind == ActionKind::kBackwardWeight) summary.weight_s += secs;
-    if (sink != nullptr) sink->OnAction({iteration, a, Wall(start), Wall(end)});
     if (a.kind == ActionKind::kForward && a.stage != 0 && a.stage != last_stage) {
       batches.erase(a.microbatch);
+    }
+  }
+  if (timer->deferred()) {
+    absl::StatusOr<std::vector<SteadyTime>> marks = timer->Resolve();
+    if (!marks.ok()) return marks.status();
+    for (const Timed& t : timed) {
+      RecordCompute(t.action, (*marks)[t.start_mark], (*marks)[t.end_mark], &compute, &summary);
     }
   }
   // Drain: every send delivered, every reduction done.
@@ -494,10 +552,14 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   summary.idle_s = std::max(0.0, summary.duration_s - summary.busy_s);
   summary.bubble_ratio = summary.duration_s > 0 ? 1 - summary.busy_s / summary.duration_s : 0;
   summary.p2p_wait_s = p2p_wait_s;
-  if (!losses.empty()) {
+  if (!loss_microbatches.empty()) {
     double sum = 0;
-    for (double l : losses) sum += l;
-    summary.loss = sum / losses.size();
+    for (int mb : loss_microbatches) {
+      absl::StatusOr<float> loss = StageOf(last_stage).Loss(mb);
+      if (!loss.ok()) return loss.status();
+      sum += *loss;
+    }
+    summary.loss = sum / loss_microbatches.size();
   }
   // Optimizer step with global-norm clipping.
   const SteadyTime step0 = Clock::now();
@@ -557,6 +619,12 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   }
   if (config.microbatch_size < 1)
     return absl::InvalidArgumentError("executor: microbatch_size < 1");
+  if (config.precision != "fp32" && config.precision != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: precision '", config.precision, "' is not fp32 or bf16"));
+  }
+  absl::StatusOr<std::unique_ptr<DeviceTimer>> timer = NewDeviceTimer(config.device);
+  if (!timer.ok()) return timer.status();
   auto impl = std::make_unique<Impl>();
   impl->plan = plan;
   impl->rank = pipeline_rank;
@@ -568,6 +636,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   impl->data = data;
   impl->grad_sync = grad_sync;
   impl->sink = sink;
+  impl->timer = *std::move(timer);
+  impl->bf16 = config.precision == "bf16";
   for (const auto& st : impl->stages) {
     for (const torch::Tensor& p : st->parameters()) impl->params.push_back(p);
   }

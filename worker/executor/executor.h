@@ -64,6 +64,13 @@ struct ExecutorConfig {
   double max_grad_norm = 1.0;
   // When set and true, waits give up with CANCELLED (checked every 50 ms); for job cancels.
   const std::atomic<bool>* cancelled = nullptr;
+  // Where the stages compute (their parameters, optimizer state and gradients live there). On a
+  // CUDA device compute actions are timed with CUDA events (device_timer.h); tensors crossing to
+  // a communicator on another device (Gloo with CUDA stages) are staged through its device.
+  torch::Device device = torch::kCPU;
+  // "fp32", or "bf16": forward passes under bf16 autocast, with fp32 parameters (master
+  // weights), fp32 optimizer state and fp32 gradients (so gradient buckets reduce in fp32).
+  std::string precision = "fp32";
 };
 
 // One executed action: compute (F, B, W, BW), a send or receive of the plan (SEND_* / RECV_*, as

@@ -127,7 +127,8 @@ void AccumulateGrad(const torch::Tensor& param, const torch::Tensor& g) {
   if (grad.defined()) {
     grad.add_(g);
   } else {
-    grad = g.contiguous();
+    // In the parameter's dtype: under bf16 autocast `g` is bf16, the master weight fp32.
+    grad = g.to(param.scalar_type()).contiguous();
   }
 }
 
@@ -151,15 +152,20 @@ class SplitLinearFn : public torch::autograd::Function<SplitLinearFn> {
     const int mb = static_cast<int>(ctx->saved_data["mb"].toInt());
     torch::Tensor x = ctx->get_saved_variables()[0];
     torch::Tensor grad_out = grad_outputs[0];
+    // Under autocast the product ran in the output's dtype (bf16): B and W compute in it too
+    // (autograd casts grad_x back to x's dtype).
+    const torch::ScalarType compute = grad_out.scalar_type();
     torch::Tensor grad_x;
-    if (ctx->needs_input_grad(0)) grad_x = torch::matmul(grad_out, layer->weight.detach());
+    if (ctx->needs_input_grad(0)) {
+      grad_x = torch::matmul(grad_out, layer->weight.detach().to(compute));
+    }
     std::vector<int> landed{layer->weight_param};
     if (layer->bias.defined()) landed.push_back(layer->bias_param);
     absl::Status pushed = store->Push(
         mb,
-        [x = x.detach(), g = grad_out.detach(), w = layer->weight, b = layer->bias] {
+        [x = x.detach(), g = grad_out.detach(), w = layer->weight, b = layer->bias, compute] {
           torch::NoGradGuard no_grad;
-          const torch::Tensor x2 = x.reshape({-1, x.size(-1)});
+          const torch::Tensor x2 = x.reshape({-1, x.size(-1)}).to(compute);
           const torch::Tensor g2 = g.reshape({-1, g.size(-1)});
           AccumulateGrad(w, g2.t().mm(x2));
           if (b.defined()) AccumulateGrad(b, g2.sum(0));
@@ -292,7 +298,7 @@ class GptStage final : public internal::StageBase {
         return Invalid("F", mb, "targets shape differs from the activation's [batch, seq]");
       }
       torch::Tensor loss = HeadLoss(parts_, x, OwnedCopy(*targets, options_.device), linear);
-      losses_[mb] = loss.item<float>();
+      losses_[mb] = loss.detach();
       st.output = loss;
       fwd_.emplace(mb, std::move(st));
       return loss.detach();

@@ -61,7 +61,7 @@ class SyntheticStage final : public internal::StageBase {
         GuardTorch(stage(), "F", mb, [&]() -> absl::StatusOr<torch::Tensor> {
           if (is_last()) {
             const float loss = 4.0f / (1.0f + 0.01f * static_cast<float>(forwards_++));
-            losses_[mb] = loss;
+            losses_[mb] = torch::full({}, loss);
             return torch::full({}, loss, torch::TensorOptions().dtype(torch::kFloat32));
           }
           return torch::full({activation_floats_}, static_cast<float>(stage() + 1),

@@ -47,6 +47,9 @@ class TorchScriptStage final : public internal::StageBase {
                    const StageOptions& options)
       : StageBase(options), model_(std::move(model)), begin_(begin), end_(end) {
     for (int k = begin_; k < end_; ++k) {
+      // This stage's blocks live on its device (a CUDA stage's parameters, gradients and
+      // optimizer state on the GPU); the loaded file is on the CPU.
+      if (options.device != torch::Device(torch::kCPU)) model_->block(k).to(options.device);
       for (const auto& p : model_->block(k).named_parameters(/*recurse=*/true)) {
         torch::Tensor t = p.value;
         t.requires_grad_(true);
@@ -112,7 +115,7 @@ class TorchScriptStage final : public internal::StageBase {
                        .requires_grad_(true);
         x = st.input;
       }
-      float loss_value = 0;
+      torch::Tensor loss_value;
       absl::StatusOr<torch::Tensor> out = Run(x, targets, &loss_value);
       if (!out.ok()) return out.status();
       st.output = *out;
@@ -197,7 +200,7 @@ class TorchScriptStage final : public internal::StageBase {
 
   // This stage's blocks on `x`; the last stage adds the loss (and reports its value).
   absl::StatusOr<torch::Tensor> Run(torch::Tensor x, const torch::Tensor* targets,
-                                    float* loss_value) {
+                                    torch::Tensor* loss_value) {
     for (int k = begin_; k < end_; ++k) {
       absl::StatusOr<torch::Tensor> y = RunBlock(model_->block(k), k, model_->block_name(k), x);
       if (!y.ok()) return y.status();
@@ -215,7 +218,7 @@ class TorchScriptStage final : public internal::StageBase {
     }
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(x.reshape({-1, x.size(-1)}), t.reshape({-1}));
-    if (loss_value != nullptr) *loss_value = loss.item<float>();
+    if (loss_value != nullptr) *loss_value = loss.detach();
     return loss;
   }
 

@@ -81,6 +81,7 @@ inline absl::StatusOr<PipelineRank> MakePipelineRank(const core::Plan& lowered, 
     so.num_stages = placement.num_stages();
     so.num_microbatches = lowered.num_microbatches;
     so.seed = o.init_seed;
+    so.device = o.config.device;
     absl::StatusOr<std::unique_ptr<model::Stage>> stage = model::MakeGptStage(o.gpt, so);
     if (!stage.ok()) return stage.status();
     stages.push_back(*std::move(stage));

@@ -43,7 +43,9 @@ class StageBase : public Stage {
       return absl::NotFoundError(absl::StrCat("stage ", stage(), " microbatch ", mb,
                                               ": no loss (not the last stage, or F not run)"));
     }
-    return it->second;
+    // Read here, not in F: on a GPU the read waits for the device, so the executor asks once
+    // the iteration's actions are queued.
+    return it->second.item<float>();
   }
   void ClearLosses() override { losses_.clear(); }
 
@@ -95,7 +97,7 @@ class StageBase : public Stage {
   // Destroyed after the derived class's members, so graphs they hold that point into the store
   // go first.
   WeightGradStore store_;
-  std::map<int, float> losses_;
+  std::map<int, torch::Tensor> losses_;  // detached scalars, on the stage's device
 };
 
 }  // namespace zpipe::worker::model::internal
