@@ -71,6 +71,7 @@ struct TrainSettings {
   int warmup = 0;
   std::string decay;  // "" = constant
   double min_lr = 0;
+  std::string precision;  // "" = fp32
   friend bool operator==(const TrainSettings&, const TrainSettings&) = default;
 };
 

@@ -40,6 +40,7 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   s.train.warmup = t.lr_schedule().warmup();
   s.train.decay = t.lr_schedule().decay();
   s.train.min_lr = t.lr_schedule().min_lr();
+  s.train.precision = t.precision();
   s.pipeline = p.parallel().pipeline();
   s.data = p.parallel().data();
   s.schedule = p.schedule().kind();
@@ -128,6 +129,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     for (double b : s.train.betas) t->add_betas(b);
     if (s.train.eps) t->set_eps(*s.train.eps);
     if (s.train.clip_grad_norm) t->set_clip_grad_norm(*s.train.clip_grad_norm);
+    t->set_precision(s.train.precision);
     if (s.train.warmup != 0 || !s.train.decay.empty() || s.train.min_lr != 0) {
       t->mutable_lr_schedule()->set_warmup(s.train.warmup);
       t->mutable_lr_schedule()->set_decay(s.train.decay);

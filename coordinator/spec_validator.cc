@@ -152,6 +152,11 @@ absl::Status ValidateTrain(const JobSpec& spec) {
   if (t.clip_grad_norm) {
     ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.clip_grad_norm", *t.clip_grad_norm, 0, 1e9, false));
   }
+  if (!(t.precision.empty() || t.precision == "fp32" || t.precision == "bf16")) {
+    return Bad("spec.train.precision",
+               absl::StrCat("unknown precision '", t.precision.substr(0, 64),
+                            "' (expected fp32 or bf16)"));
+  }
   if (t.warmup < 0 || (t.warmup > 0 && t.warmup >= spec.iterations)) {
     return Bad("spec.train.lr_schedule.warmup", absl::StrCat("must be in [0, iterations) = [0, ",
                                                              spec.iterations, "), got ", t.warmup));

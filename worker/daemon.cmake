@@ -1,7 +1,13 @@
 # The worker daemon: coordinator session, rendezvous over gRPC, progress reporting, metrics, main.
+# Needs the protocol (proto/); a worker-libraries-only build (ZPIPE_COMPONENTS=worker, as
+# scripts/gpu-check makes) stops here.
+if(NOT TARGET zpipe::proto)
+  return()
+endif()
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zpipe::worker_comm
+                       zpipe::worker_comm_factory
                        zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
                        nlohmann_json::nlohmann_json)

@@ -220,6 +220,8 @@ std::vector<BadSpec> BadSpecs() {
       {"eps 0", [=](R& r) { spec(r)->mutable_train()->set_eps(0); }, "spec.train.eps"},
       {"clip NaN", [=](R& r) { spec(r)->mutable_train()->set_clip_grad_norm(nan); },
        "spec.train.clip_grad_norm"},
+      {"unknown precision", [=](R& r) { spec(r)->mutable_train()->set_precision("fp16"); },
+       "spec.train.precision"},
       {"warmup >= iterations",
        [=](R& r) { spec(r)->mutable_train()->mutable_lr_schedule()->set_warmup(1000000); },
        "spec.train.lr_schedule.warmup"},

@@ -517,9 +517,9 @@ class TrainErrorsTest(unittest.TestCase):
 
     def test_95_no_cuda_worker_without_a_cuda_device(self):
         """Never silently on the CPU: a worker asked to drive a GPU that LibTorch cannot see
-        refuses to start (exit 2, saying so) instead of registering as a CUDA worker. (On a
-        machine with a GPU, a CUDA job is then failed by the worker with "device: cuda: ... no
-        GPU path yet" until the executor has one; that needs a GPU to test.)"""
+        refuses to start (exit 2, saying so) instead of registering as a CUDA worker. (A worker
+        that can see a GPU but lacks a CUDA LibTorch or NCCL fails a CUDA job saying which:
+        worker_job_runner_test checks those reasons.)"""
         import torch as _torch
         if _torch.cuda.is_available():
             self.skipTest("a CUDA device is visible here")

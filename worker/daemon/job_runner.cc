@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/factory/communicator_factory.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/job_checkpoint.h"
 #include "worker/daemon/progress_reporter.h"
@@ -18,6 +18,7 @@
 #include "worker/model/gpt.h"
 #include "worker/model/synthetic.h"
 #include "worker/model/token_file.h"
+#include "worker/model/torch_compat.h"
 #include "worker/model/torchscript.h"
 
 namespace zpipe::worker {
@@ -33,10 +34,11 @@ std::string DataDtype(const zpipe::v1::JobSpec& spec) {
   return spec.data().dtype().empty() ? "uint16" : spec.data().dtype();
 }
 
-// Options of the stage this rank runs as local chunk `chunk`.
+// Options of the stage this rank runs as local chunk `chunk` on `device`.
 model::StageOptions StageOptionsFor(const zpipe::v1::Assignment& a, const core::Plan& plan,
-                                    int chunk) {
+                                    int chunk, torch::Device device) {
   model::StageOptions so;
+  so.device = device;
   so.stage = plan.placement.StageOf(a.pipeline_rank(), chunk);
   so.num_stages = plan.num_stages();
   so.num_microbatches = plan.num_microbatches;
@@ -45,7 +47,7 @@ model::StageOptions StageOptionsFor(const zpipe::v1::Assignment& a, const core::
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages(
-    const zpipe::v1::Assignment& a, const core::Plan& plan) {
+    const zpipe::v1::Assignment& a, const core::Plan& plan, torch::Device device) {
   const zpipe::v1::JobSpec& spec = a.spec();
   const auto& ts = spec.model().torchscript();
   auto loaded = model::TorchScriptModel::Load(ts.path(), SeqLen(spec),
@@ -56,7 +58,7 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages
   if (!bounds.ok()) return bounds.status();
   std::vector<std::unique_ptr<model::Stage>> stages;
   for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
-    const model::StageOptions so = StageOptionsFor(a, plan, c);
+    const model::StageOptions so = StageOptionsFor(a, plan, c, device);
     auto stage =
         model::MakeTorchScriptStage(*loaded, (*bounds)[so.stage], (*bounds)[so.stage + 1], so);
     if (!stage.ok()) return stage.status();
@@ -78,12 +80,12 @@ int64_t Vocab(const zpipe::v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
-    const zpipe::v1::Assignment& a, const core::Plan& plan) {
-  if (a.spec().model().has_torchscript()) return MakeTorchScriptStages(a, plan);
+    const zpipe::v1::Assignment& a, const core::Plan& plan, torch::Device device) {
+  if (a.spec().model().has_torchscript()) return MakeTorchScriptStages(a, plan, device);
   const zpipe::v1::JobSpec& spec = a.spec();
   std::vector<std::unique_ptr<model::Stage>> stages;
   for (int c = 0; c < plan.placement.chunks_per_rank(); ++c) {
-    const model::StageOptions so = StageOptionsFor(a, plan, c);
+    const model::StageOptions so = StageOptionsFor(a, plan, c, device);
     absl::StatusOr<std::unique_ptr<model::Stage>> stage;
     if (spec.model().has_gpt()) {
       const auto& g = spec.model().gpt();
@@ -155,6 +157,31 @@ std::vector<int> CheckpointCuts(const zpipe::v1::JobSpec& spec) {
 
 }  // namespace
 
+absl::Status CanRunCudaJobs(const JobRunnerOptions& options) {
+  if (options.device_kind != zpipe::v1::DEVICE_KIND_CUDA) {
+    return absl::FailedPreconditionError(
+        "device: cuda: this worker was started for the CPU (--device cpu); start it with "
+        "--device cuda:N");
+  }
+  if (!TorchHasCuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: cuda: this worker's LibTorch ", model::TorchVersion(),
+        " was built without CUDA (a CPU-only build); build the worker against a CUDA LibTorch"));
+  }
+  if (!torch::cuda::is_available() ||
+      static_cast<size_t>(options.device_index) >= torch::cuda::device_count()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device: cuda: LibTorch sees ", torch::cuda::device_count(),
+                     " CUDA device(s); this worker was started for cuda:", options.device_index));
+  }
+  if (!NcclAvailable()) {
+    return absl::FailedPreconditionError(
+        "device: cuda: this worker was built without the NCCL communicator (no CUDA toolkit or "
+        "NCCL found at build time), so it has no GPU data path");
+  }
+  return absl::OkStatus();
+}
+
 zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request) {
   const zpipe::v1::JobSpec& spec = request.spec();
   zpipe::v1::ProfileResult out;
@@ -217,18 +244,15 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline rank ", a.pipeline_rank(), " is not in the plan"));
   }
-  if (spec.device() == zpipe::v1::DEVICE_KIND_CUDA) {
-    // Never silently on the CPU: the executor has no GPU path yet, so a CUDA job would train its
-    // stages, optimizer state and gradient buckets on the CPU over Gloo.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device: cuda: this worker cannot run CUDA jobs (",
-        torch::cuda::is_available()
-            ? absl::StrCat(torch::cuda::device_count(), " CUDA device(s) visible, but ")
-            : "LibTorch sees no CUDA device, and ",
-        "the executor has no GPU path yet: stages would run on the CPU); submit with device: "
-        "cpu"));
+  // Never silently on the CPU: a CUDA job runs on this worker's GPU or fails saying why.
+  const bool cuda = spec.device() == zpipe::v1::DEVICE_KIND_CUDA;
+  if (cuda) {
+    if (absl::Status st = CanRunCudaJobs(options); !st.ok()) return st;
   }
-  auto stages = MakeStages(a, *plan);
+  const torch::Device device =
+      cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.device_index))
+           : torch::Device(torch::kCPU);
+  auto stages = MakeStages(a, *plan, device);
   if (!stages.ok()) return stages.status();
   auto checkpoint = JobCheckpointer::Make(a, *plan);  // null when checkpoint.every is 0
   if (!checkpoint.ok()) return checkpoint.status();
@@ -293,8 +317,12 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   co.key_prefix = a.rendezvous_prefix();
   co.timeout = options.comm_timeout;
   co.hostname = options.hostname;
-  auto comm = NewGlooCommunicator(co, *store);
+  co.device_index = options.device_index;
+  auto comm = NewCommunicator(device, co, *store);
   if (!comm.ok()) return comm.status();
+  std::fprintf(stderr, "zpipe-worker: job %s rank %d.%d: stages on %s, %s data path\n",
+               a.job_id().c_str(), a.pipeline_rank(), a.data_rank(), device.str().c_str(),
+               (*comm)->device().is_cuda() ? "NCCL" : "Gloo");
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
   std::unique_ptr<GradSyncDriver> grad_sync;
@@ -329,6 +357,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   }
   if (train.has_eps()) config.eps = train.eps();
   if (train.has_clip_grad_norm()) config.max_grad_norm = train.clip_grad_norm();
+  config.device = device;
+  config.precision = train.precision().empty() ? "fp32" : train.precision();
   config.cancelled = &cancelled;
   ProgressReporter reporter(a.job_id(), a.pipeline_rank(), a.data_rank(), send);
   auto exec =

@@ -27,7 +27,15 @@ struct JobRunnerOptions {
   // Sent with rendezvous calls: this process's instance_id and token (see grpc_store.h).
   std::string instance_id;
   std::string token;
+  // The device this worker was started for (--device): a `device: cuda` job's stages, optimizer
+  // state and gradient buckets live on CUDA device `device_index`, its data path is NCCL.
+  zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  int device_index = 0;
 };
+
+// Why this worker cannot run a `device: cuda` job, or OK when it can: started for a CUDA device,
+// LibTorch built with CUDA and seeing that device, built with the NCCL communicator.
+absl::Status CanRunCudaJobs(const JobRunnerOptions& options);
 
 using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;
 

@@ -134,6 +134,8 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     jo.metrics = options_.metrics;
     jo.instance_id = instance_id_;
     jo.token = options_.token;
+    jo.device_kind = options_.device_kind;
+    jo.device_index = options_.device_index;
     if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
     absl::Status st = RunAssignment(
         assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
