@@ -168,8 +168,8 @@ absl::Status CanRunCudaJobs(const JobRunnerOptions& options) {
         "device: cuda: this worker's LibTorch ", model::TorchVersion(),
         " was built without CUDA (a CPU-only build); build the worker against a CUDA LibTorch"));
   }
-  if (!torch::cuda::is_available() ||
-      static_cast<size_t>(options.device_index) >= torch::cuda::device_count()) {
+  if (!torch::cuda::is_available() || static_cast<int64_t>(options.device_index) >=
+                                          static_cast<int64_t>(torch::cuda::device_count())) {
     return absl::FailedPreconditionError(
         absl::StrCat("device: cuda: LibTorch sees ", torch::cuda::device_count(),
                      " CUDA device(s); this worker was started for cuda:", options.device_index));
