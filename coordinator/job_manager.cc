@@ -309,6 +309,7 @@ void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason
   }
   rendezvous_.Close(job.id);
   if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
+    rt->second.pending_failure.reset();
     rt->second.finished.clear();
     rt->second.reconnected.clear();
     rt->second.reconnect_deadline.reset();

@@ -84,6 +84,10 @@ class WorkerConnection {
 struct ManagerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(2);
+  // A rank's failure waits up to this long for the loss of another rank of the job to show (its
+  // session closing, its heartbeat stopping), so the reason names the rank that died, not the
+  // survivor whose connection to it broke. 0 = fail at once.
+  absl::Duration failure_grace = absl::Seconds(3);
   // A new job beyond this many PENDING ones is refused (the --max-pending-jobs limit).
   int max_pending_jobs = 1000;
   RendezvousLimits rendezvous;
@@ -233,6 +237,13 @@ class JobManager {
     std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
     std::set<int> reconnected;                     // global ranks whose worker came back
     std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
+    // RUNNING: a rank reported a failure and the job waits (failure_grace) for a lost peer to
+    // blame; `reason` is what it fails with when none shows.
+    struct PendingFailure {
+      std::string reason;
+      absl::Time deadline;
+    };
+    std::optional<PendingFailure> pending_failure;
   };
   struct WorkerEntry {
     WorkerInfo info;
@@ -251,6 +262,11 @@ class JobManager {
 
   void SetStateLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "worker w1 (pipeline rank 1, data rank 0) lost: its session closed" for the first rank of
+  // `job` whose worker is gone (dead, disconnected or unknown), other than `except_worker`.
+  std::optional<std::string> LostRankLocked(const JobRecord& job,
+                                            const std::string& except_worker) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Moves the job to a terminal state and releases its workers (cancelling them unless
   // SUCCEEDED); then tries to schedule pending jobs.
   void FinishJobLocked(JobRecord& job, JobState to, std::string reason)

@@ -94,6 +94,57 @@ TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
   EXPECT_EQ(manager_->Heartbeat(w1).code(), absl::StatusCode::kAborted);
 }
 
+TEST_F(JobManagerTest, AFailureBlamesThePeerWhoseSessionClosedAfterIt) {
+  // w1 is killed: w0's Gloo connection breaks first, w1's session closes a moment later. The
+  // reason names w1, the rank that died, then what w0 saw.
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+  ASSERT_TRUE(
+      manager_->RankFailed(w0, "j", 0, 0, "receiving activation: Connection reset by peer").ok());
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRunning);  // waiting for the cause
+  clock_.Advance(absl::Milliseconds(300));
+  manager_->DetachSession(w1, &c1_);
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker b (pipeline rank 1, data rank 0) lost: its session closed; then worker a "
+            "(pipeline rank 0, data rank 0) failed: receiving activation: Connection reset by "
+            "peer");
+}
+
+TEST_F(JobManagerTest, AFailureAfterThePeerIsGoneNamesThePeerAtOnce) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  manager_->DetachSession(w1, &c1_);
+  ASSERT_TRUE(manager_->RankFailed(w0, "j", 0, 0, "send: Broken pipe").ok());
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason.rfind("worker b (pipeline rank 1, data rank 0) lost", 0), 0u)
+      << job.record.reason;
+}
+
+TEST_F(JobManagerTest, AFailureWithNoLostPeerIsItsOwnCauseAfterTheGrace) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  ASSERT_TRUE(manager_->RankFailed(w1, "j", 1, 0, "data: token 900 >= vocab 512").ok());
+  ASSERT_TRUE(manager_->RankFailed(w0, "j", 0, 0, "Connection reset by peer").ok());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(manager_->Heartbeat(w0).ok());
+  ASSERT_TRUE(manager_->Heartbeat(w1).ok());
+  manager_->CheckLiveness();
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+  clock_.Advance(absl::Seconds(3));
+  manager_->CheckLiveness();
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker b (pipeline rank 1, data rank 0) failed: data: token 900 >= vocab 512");
+}
+
 TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
   const std::string w0 = AddWorker("a", &c0_);

@@ -219,6 +219,19 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
           w->info.state == WorkerState::kBusy
               ? absl::StrCat("; holds job ", w->info.job_id, " until the heartbeat timeout")
               : "");
+  // A peer already reported the broken connection: this worker is the rank that went away.
+  if (w->info.state == WorkerState::kBusy) {
+    JobRecord* job = FindJobLocked(w->info.job_id);
+    auto rt = runtime_.find(w->info.job_id);
+    if (job != nullptr && job->state == JobState::kRunning && rt != runtime_.end() &&
+        rt->second.pending_failure) {
+      const std::string then = rt->second.pending_failure->reason;
+      FinishJobLocked(*job, JobState::kFailed,
+                      absl::StrCat(RankName(w->info.registration.name, w->info.pipeline_rank,
+                                            w->info.data_rank),
+                                   " lost: its session closed; then ", then));
+    }
+  }
   UpdateGaugesLocked();
 }
 
@@ -399,10 +412,45 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
   }
   JobRecord* job = FindJobLocked(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
-  FinishJobLocked(*job, JobState::kFailed,
-                  absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
-                               " failed: ", message.substr(0, 4096)));
+  const std::string failed =
+      absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
+                   " failed: ", message.substr(0, 4096));
+  // When another rank of the job is gone, its loss is the cause and this failure the effect
+  // (typically "connection reset by peer" on the survivor).
+  if (std::optional<std::string> lost = LostRankLocked(*job, w->info.registration.name)) {
+    FinishJobLocked(*job, JobState::kFailed, absl::StrCat(*lost, "; then ", failed));
+    return absl::OkStatus();
+  }
+  if (job->state != JobState::kRunning || options_.failure_grace <= absl::ZeroDuration()) {
+    FinishJobLocked(*job, JobState::kFailed, failed);
+    return absl::OkStatus();
+  }
+  JobRuntime& rt = runtime_[job_id];
+  if (!rt.pending_failure) {
+    rt.pending_failure = JobRuntime::PendingFailure{failed, clock_.Now() + options_.failure_grace};
+    LogInfo("job ", job_id, ": ", failed, "; waiting up to ",
+            absl::FormatDuration(options_.failure_grace), " for a lost peer to blame");
+  }
   return absl::OkStatus();
+}
+
+std::optional<std::string> JobManager::LostRankLocked(const JobRecord& job,
+                                                      const std::string& except_worker) const {
+  for (const RankSlot& slot : job.ranks) {
+    if (slot.worker_name == except_worker) continue;
+    const std::string rank = RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank);
+    auto it = workers_.find(slot.worker_name);
+    if (it == workers_.end()) return absl::StrCat(rank, " lost: no longer registered");
+    const WorkerInfo& info = it->second.info;
+    if (info.state == WorkerState::kDead) {
+      return absl::StrCat(rank, " lost: ", info.reason.empty() ? "dead" : info.reason);
+    }
+    if (it->second.connection == nullptr) return absl::StrCat(rank, " lost: its session closed");
+    if (info.job_id != job.id) {
+      return absl::StrCat(rank, " lost: the worker no longer runs the job");
+    }
+  }
+  return std::nullopt;
 }
 
 void JobManager::CheckLiveness() {
@@ -429,6 +477,12 @@ void JobManager::CheckLiveness() {
   for (auto& [order, job] : jobs_) {
     if (job.state != JobState::kRunning) continue;
     JobRuntime& rt = runtime_[job.id];
+    if (rt.pending_failure && now >= rt.pending_failure->deadline) {
+      // No peer was lost: the reporting rank's own failure is the cause.
+      const std::string reason = rt.pending_failure->reason;
+      FinishJobLocked(job, JobState::kFailed, reason);
+      continue;
+    }
     if (!rt.reconnect_deadline || now < *rt.reconnect_deadline) continue;
     for (const RankSlot& slot : job.ranks) {
       const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
@@ -458,10 +512,13 @@ void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
   if (!job_id.empty()) {
     JobRecord* job = FindJobLocked(job_id);
     if (job != nullptr && !IsTerminal(job->state)) {
-      FinishJobLocked(
-          *job, JobState::kFailed,
+      std::string why =
           absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank, w.info.data_rank),
-                       " lost: ", reason));
+                       " lost: ", reason);
+      if (auto rt = runtime_.find(job_id); rt != runtime_.end() && rt->second.pending_failure) {
+        absl::StrAppend(&why, "; then ", rt->second.pending_failure->reason);
+      }
+      FinishJobLocked(*job, JobState::kFailed, std::move(why));
     }
   }
   UpdateGaugesLocked();
