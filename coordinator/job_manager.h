@@ -197,6 +197,8 @@ class JobManager {
                                std::optional<double> eval_loss = std::nullopt);
   absl::Status RankFinished(const std::string& worker_id, const std::string& job_id,
                             int pipeline_rank, int data_rank);
+  // The worker said it is going away: declared dead now ("left: <reason>"), failing its job.
+  void WorkerLeaving(const std::string& worker_id, const std::string& reason);
   absl::Status RankFailed(const std::string& worker_id, const std::string& job_id,
                           int pipeline_rank, int data_rank, const std::string& message);
   // A worker's answer to a kProfile command (job_manager_profile.cc): the job's cuts are chosen

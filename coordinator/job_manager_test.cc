@@ -145,6 +145,19 @@ TEST_F(JobManagerTest, AFailureWithNoLostPeerIsItsOwnCauseAfterTheGrace) {
             "worker b (pipeline rank 1, data rank 0) failed: data: token 900 >= vocab 512");
 }
 
+TEST_F(JobManagerTest, AWorkerThatLeavesFailsItsJobAtOnce) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  manager_->WorkerLeaving(w1, "signal 15 (SIGTERM)");
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker b (pipeline rank 1, data rank 0) lost: left: signal 15 (SIGTERM)");
+  EXPECT_EQ(c1_.closed.code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(c0_.commands.back().kind, WorkerCommand::Kind::kCancel);
+}
+
 TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
   const std::string w0 = AddWorker("a", &c0_);

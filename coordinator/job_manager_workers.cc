@@ -453,6 +453,13 @@ std::optional<std::string> JobManager::LostRankLocked(const JobRecord& job,
   return std::nullopt;
 }
 
+void JobManager::WorkerLeaving(const std::string& worker_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  if (w == nullptr || w->info.state == WorkerState::kDead) return;
+  MarkDeadLocked(*w, absl::StrCat("left: ", reason.empty() ? "shutting down" : reason));
+}
+
 void JobManager::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();

@@ -247,6 +247,9 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
         if (EndsSession(st)) result = st;
         break;
       }
+      case v1::WorkerMessage::kLeaving:
+        manager_.WorkerLeaving(worker_id, msg.leaving().reason().substr(0, 256));
+        break;
       case v1::WorkerMessage::kHello:
       case v1::WorkerMessage::KIND_NOT_SET:
         break;

@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&signals, &sig);
     std::fprintf(stderr, "zpipe-worker: signal %d, stopping\n", sig);
-    daemon.Stop();
+    daemon.Leave(absl::StrCat("signal ", sig, " (", sig == SIGTERM ? "SIGTERM" : "SIGINT", ")"));
   });
   watcher.detach();
   absl::Status st = daemon.Run();

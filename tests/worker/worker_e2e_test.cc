@@ -97,6 +97,33 @@ TEST(WorkerE2eTest, DataParallelGptTrainsWithOverlappedReduction) {
   EXPECT_GT(job->latest_summary().reduce_total_s(), 0);
 }
 
+TEST(WorkerE2eTest, TerminatedWorkerTellsTheCoordinatorItIsLeaving) {
+  Cluster cluster(2);
+  ASSERT_TRUE(cluster.WaitIdle(2));
+  v1::JobSpec spec = GptSpec("zb-h1", 2, 4, 100000);
+  spec.set_name("left-behind");
+  ASSERT_TRUE(cluster.client().Submit(spec, "left").ok());
+  for (int i = 0; i < 400; ++i) {
+    auto job = cluster.client().Get("left");
+    ASSERT_TRUE(job.ok());
+    if (job->progress().iterations_done() >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  cluster.worker(1).Signal(SIGTERM);
+  auto job = cluster.WaitTerminal("left", 60);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  std::printf("failed %.2f s after SIGTERM: %s\n", took, job->reason().c_str());
+  EXPECT_EQ(job->reason().rfind("worker w1 (pipeline rank 1, data rank 0) lost: left: signal 15 "
+                                "(SIGTERM)",
+                                0),
+            0u)
+      << job->reason();
+  EXPECT_LT(took, 3.0);  // the heartbeat timeout here: not waited for
+}
+
 TEST(WorkerE2eTest, KilledWorkerFailsJobAndOthersGoBackToIdle) {
   Cluster cluster(2);
   ASSERT_TRUE(cluster.WaitIdle(2));

@@ -61,6 +61,17 @@ void WorkerDaemon::Stop() {
   cv_.notify_all();
 }
 
+void WorkerDaemon::Leave(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+  }
+  zpipe::v1::WorkerMessage bye;
+  bye.mutable_leaving()->set_reason(reason);
+  if (Send(bye)) Log(absl::StrCat("told the coordinator this worker is leaving (", reason, ")"));
+  Stop();
+}
+
 bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;

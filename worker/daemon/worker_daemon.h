@@ -49,6 +49,9 @@ class WorkerDaemon {
   absl::Status Run();
   // Thread-safe and async-signal-tolerant enough for a signal-watching thread to call.
   void Stop();
+  // Stop, first telling the coordinator this worker is leaving and why (a signal's name), so a
+  // job it runs is failed at once instead of after the heartbeat timeout.
+  void Leave(const std::string& reason);
 
  private:
   absl::Status RunSession(bool* registered);
