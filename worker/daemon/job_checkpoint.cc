@@ -364,9 +364,9 @@ absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<Stage
   fs::remove(marker, ec);
   if (writes_manifest_) fs::remove(dir / kManifest, ec);
   if (absl::Status st = WriteStageSnapshots(stages, dir); !st.ok()) {
-    // Give the space back: this checkpoint is incomplete whatever else is written into it.
+    // Give the space back: this checkpoint is incomplete whatever else is written into it. The
+    // directory stays (other ranks may be writing into it); pruning removes it later.
     for (const StageSnapshot& s : stages) fs::remove(dir / StageCheckpointFileName(s.stage), ec);
-    fs::remove(dir, ec);  // only when empty
     return absl::Status(st.code(), absl::StrCat("checkpoint: ", st.message()));
   }
   json m;

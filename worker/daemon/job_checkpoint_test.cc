@@ -390,7 +390,7 @@ TEST(JobCheckpointTest, AFailedWriteFailsNamingTheFileAndTheOsErrorAndLeavesNoTe
   }
   EXPECT_TRUE((*ckpt)->Finish().ok()) << "the error was delivered once";
   EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
-  EXPECT_FALSE(fs::exists(root / "iter-2")) << "its space is given back";
+  EXPECT_FALSE(fs::exists(root / "iter-2" / "stage-0.pt")) << "its space is given back";
   {
     // At the end: Finish waits for the last write and returns its error.
     FileSizeLimit limit(4096);
