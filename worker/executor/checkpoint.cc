@@ -55,26 +55,46 @@ absl::Status FsyncPath(const fs::path& path, int flags) {
   return absl::OkStatus();
 }
 
-// Writes `contents` into a temporary file beside `path`, then renames it over `path`. The
-// temporary file is removed on any error.
-absl::Status WriteAtomically(const fs::path& path, absl::string_view contents) {
+// Where a file's bytes go: sink(data, n) always returns n.
+using Sink = std::function<size_t(const void*, size_t)>;
+
+// Writes what `produce` passes to its sink into a temporary file beside `path`, then renames it
+// over `path`; the temporary file is removed on any error. The sink reports success to `produce`
+// whatever happens: after the first failed write it records the error and drops the rest. So
+// LibTorch's archive writer never sees a failed write (in LibTorch 1.13 it then throws again from
+// its destructor, which ends the process) and streams straight to the file, with no copy of the
+// archive in memory. An exception from `produce` is an Internal error naming `path`.
+absl::Status WriteAtomicallyWith(const fs::path& path,
+                                 const std::function<void(const Sink&)>& produce) {
   static std::atomic<uint64_t> counter{0};
   const fs::path tmp = fs::path(path).concat(absl::StrCat(".tmp.", ::getpid(), ".", counter++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(errno, "cannot write", path);
-  absl::Status st;
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      st = ErrnoError(errno, "cannot write", path);
-      break;
+  int write_errno = 0;
+  const Sink sink = [&](const void* data, size_t n) -> size_t {
+    const char* p = static_cast<const char*>(data);
+    size_t left = write_errno == 0 ? n : 0;
+    while (left > 0) {
+      const ssize_t w = ::write(fd, p, left);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        write_errno = errno;
+        break;
+      }
+      p += w;
+      left -= static_cast<size_t>(w);
     }
-    p += w;
-    left -= static_cast<size_t>(w);
+    return n;
+  };
+  absl::Status st;
+  try {
+    produce(sink);
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError(absl::StrCat("out of memory writing '", path.string(), "'"));
+  } catch (const std::exception& e) {
+    st = absl::InternalError(absl::StrCat("writing '", path.string(), "': ", e.what()));
   }
+  if (st.ok() && write_errno != 0) st = ErrnoError(write_errno, "cannot write", path);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError(errno, "fsync", path);
   if (::close(fd) != 0 && st.ok()) st = ErrnoError(errno, "cannot write", path);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -314,7 +334,9 @@ absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStagePara
 }
 
 absl::Status WriteFileAtomically(const fs::path& path, absl::string_view contents) {
-  return WriteAtomically(path, contents);
+  return WriteAtomicallyWith(path, [&](const Sink& sink) {
+    if (!contents.empty()) sink(contents.data(), contents.size());
+  });
 }
 
 int64_t StageSnapshot::bytes() const {
@@ -376,10 +398,9 @@ absl::StatusOr<std::vector<StageSnapshot>> SnapshotStages(const Executor& execut
 absl::Status WriteStageSnapshots(const std::vector<StageSnapshot>& snapshots, const fs::path& dir) {
   for (const StageSnapshot& snap : snapshots) {
     const fs::path file = dir / StageCheckpointFileName(snap.stage);
-    // Serialized into memory: the sink never fails, so LibTorch never meets a write error.
-    std::string bytes;
+    // The archive holds references to the snapshot's tensors; save_to streams it to the file.
+    torch::serialize::OutputArchive archive;
     try {
-      torch::serialize::OutputArchive archive;
       archive.write("format", c10::IValue(std::string(kFormat)));
       archive.write("stage", c10::IValue(static_cast<int64_t>(snap.stage)));
       archive.write("optimizer", c10::IValue(snap.optimizer));
@@ -398,17 +419,11 @@ absl::Status WriteStageSnapshots(const std::vector<StageSnapshot>& snapshots, co
         put("momentum_buffer_", s.momentum_buffer);
       }
       archive.write("names", c10::IValue(absl::StrJoin(snap.names, "\n")));
-      archive.save_to([&](const void* data, size_t n) -> size_t {
-        bytes.append(static_cast<const char*>(data), n);
-        return n;
-      });
-    } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("out of memory serializing '", file.string(), "'"));
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("serializing '", file.string(), "': ", e.what()));
     }
-    if (absl::Status st = WriteAtomically(file, bytes); !st.ok()) return st;
+    absl::Status st = WriteAtomicallyWith(file, [&](const Sink& sink) { archive.save_to(sink); });
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }

@@ -15,9 +15,10 @@
 // Saving is two steps, so that only the first holds up training: SnapshotStages copies the state
 // to host memory (call between iterations, from the thread that drives the executor), and
 // WriteStageSnapshots serializes and writes that copy (any thread, while training goes on). The
-// archive is serialized into memory first and then written with plain POSIX calls, so a write
-// error (disk full, file too large, I/O error) comes back as a status: LibTorch's own file writer
-// throws from its destructor after a failed write, which ends the process.
+// archive is streamed to the file with plain POSIX calls through a sink that never reports a
+// failure to LibTorch, so a write error (disk full, file too large, I/O error) comes back as a
+// status: LibTorch 1.13's archive writer, told of a failed write, throws again from its
+// destructor, which ends the process.
 #ifndef ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 #define ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 
@@ -65,8 +66,7 @@ struct StageSnapshot {
 absl::StatusOr<std::vector<StageSnapshot>> SnapshotStages(const Executor& executor);
 
 // Writes StageCheckpointFileName(s) into `dir` (which must exist) for every snapshot, each
-// atomically: serialized in memory, written to a temporary name in `dir`, fsync, rename, fsync of
-// `dir`. Never throws. An error names the file and the OS error ("cannot write '.../stage-3.pt':
+// atomically: written to a temporary name in `dir`, fsync, rename, fsync of `dir`. Never throws. An error names the file and the OS error ("cannot write '.../stage-3.pt':
 // No space left on device"; ResourceExhausted for ENOSPC, EDQUOT and EFBIG, PermissionDenied,
 // NotFound, else Internal); the temporary file is removed, files already renamed stay. The bytes
 // written depend only on the snapshot.
