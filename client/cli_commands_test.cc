@@ -130,6 +130,13 @@ TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {
     it.mutable_iteration()->set_bubble_rate(0.25);
     it.mutable_iteration()->set_predicted_bubble_rate(0.2);
     fake_.AddEvent("w", it);
+    // A skipped checkpoint write and the checkpoint stall, from rank 1.
+    it.mutable_iteration()->set_iteration(1);
+    auto* rank = it.mutable_iteration()->add_ranks();
+    rank->set_pipeline_rank(1);
+    rank->set_checkpoint_stall_s(0.0123);
+    rank->set_checkpoint_error("checkpoint: cannot write '/c/iter-2/stage-1.pt': File too large");
+    fake_.AddEvent("w", it);
     fake_.SetState("w", v1::JOB_STATE_FAILED, "rank 1 on worker x failed");
   });
   Result r = Run(RunWatchCommand, {"w"});
@@ -138,6 +145,9 @@ TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {
   EXPECT_THAT(r.out, HasSubstr("w pending -> running: assignments sent\n"));
   EXPECT_THAT(r.out,
               HasSubstr("iteration 1/3: 500ms  loss 2.5000  bubble 25.0% (predicted 20.0%)\n"));
+  EXPECT_THAT(r.out, HasSubstr("(predicted 20.0%)  checkpoint stall 12.3ms\n  checkpoint skipped "
+                               "on rank 1/0: checkpoint: cannot write '/c/iter-2/stage-1.pt': "
+                               "File too large\n"));
   EXPECT_THAT(r.out, HasSubstr("w running -> failed: rank 1 on worker x failed\n"));
 }
 

@@ -47,6 +47,17 @@ TEST(JobFileTest, ParsesTheDesignExample) {
   EXPECT_EQ(spec->checkpoint().dir(), "./checkpoints");
 }
 
+TEST(JobFileTest, ParsesCheckpointKeepAndOnError) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      "checkpoint: {every: 5, dir: ckpt, keep: 3, on_error: skip}\n", JobFileFormat::kYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().keep(), 3);
+  EXPECT_EQ(spec->checkpoint().on_error(), v1::CHECKPOINT_ON_ERROR_SKIP);
+  spec = ParseJobSpec(R"({"checkpoint": {"on_error": "fail"}})", JobFileFormat::kAuto);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().on_error(), v1::CHECKPOINT_ON_ERROR_FAIL);
+}
+
 TEST(JobFileTest, ParsesJsonWithTheSameFields) {
   constexpr char kJson[] = R"({
   "name": "syn",
@@ -103,6 +114,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "line 3: field 'grad_sync.overlap' expects true or false"},
         BadCase{"bad_enum", JobFileFormat::kYaml, "device: tpu\n",
                 "line 1: field 'device' expects one of: cpu, cuda"},
+        BadCase{"bad_on_error", JobFileFormat::kYaml, "checkpoint:\n  on_error: retry\n",
+                "line 2: field 'checkpoint.on_error' expects one of: fail, skip"},
+        BadCase{"fraction_keep", JobFileFormat::kYaml, "checkpoint: {keep: 1.5}\n",
+                "line 1: field 'checkpoint.keep' expects an integer"},
         BadCase{"negative_seed", JobFileFormat::kYaml, "train: {seed: -1}\n",
                 "expects a non-negative integer"},
         BadCase{"two_models", JobFileFormat::kYaml,

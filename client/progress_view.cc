@@ -37,6 +37,17 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
     absl::StrAppend(&line, "  exposed reduce ", FormatDuration(it.reduce_exposed_s()), " of ",
                     FormatDuration(it.reduce_total_s()));
   }
+  double stall_s = 0;
+  for (const v1::RankIterationStats& r : it.ranks())
+    stall_s = std::max(stall_s, r.checkpoint_stall_s());
+  if (stall_s > 0)
+    absl::StrAppend(&line, absl::StrFormat("  checkpoint stall %.1fms", stall_s * 1e3));
+  // Skipped checkpoint writes (checkpoint.on_error: skip), one line per rank that had one.
+  for (const v1::RankIterationStats& r : it.ranks()) {
+    if (r.checkpoint_error().empty()) continue;
+    absl::StrAppend(&line, "\n  checkpoint skipped on rank ", r.pipeline_rank(), "/", r.data_rank(),
+                    ": ", r.checkpoint_error());
+  }
   return line;
 }
 

@@ -19,6 +19,9 @@ namespace zpipe::coordinator {
 enum class DeviceKind { kCpu, kCuda };
 absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
 
+// checkpoint.on_error (CheckpointOnError in job.proto); kUnset = fail.
+enum class CheckpointOnError { kUnset, kFail, kSkip };
+
 struct GptConfig {
   int layers = 0;
   int hidden = 0;
@@ -95,6 +98,8 @@ struct JobSpec {
   std::optional<bool> overlap;  // nullopt = true
   int checkpoint_every = 0;
   std::string checkpoint_dir;
+  int checkpoint_keep = 0;  // 0 = keep all
+  CheckpointOnError checkpoint_on_error = CheckpointOnError::kUnset;
   DeviceKind device = DeviceKind::kCpu;
   DataConfig data_file;
   EvalConfig eval;
@@ -140,6 +145,8 @@ struct RankStats {
   double exposed_reduce_s = 0;
   double p2p_wait_s = 0;
   double tokens = 0;
+  double checkpoint_stall_s = 0;
+  std::string checkpoint_error;  // a skipped checkpoint write (checkpoint.on_error: skip)
   friend bool operator==(const RankStats&, const RankStats&) = default;
 };
 

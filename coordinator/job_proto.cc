@@ -56,6 +56,22 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   if (p.grad_sync().has_overlap()) s.overlap = p.grad_sync().overlap();
   s.checkpoint_every = p.checkpoint().every();
   s.checkpoint_dir = p.checkpoint().dir();
+  s.checkpoint_keep = p.checkpoint().keep();
+  switch (p.checkpoint().on_error()) {
+    case v1::CHECKPOINT_ON_ERROR_UNSPECIFIED:
+      s.checkpoint_on_error = CheckpointOnError::kUnset;
+      break;
+    case v1::CHECKPOINT_ON_ERROR_FAIL:
+      s.checkpoint_on_error = CheckpointOnError::kFail;
+      break;
+    case v1::CHECKPOINT_ON_ERROR_SKIP:
+      s.checkpoint_on_error = CheckpointOnError::kSkip;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.on_error: unknown value ",
+                                                     static_cast<int>(p.checkpoint().on_error()),
+                                                     " (expected fail or skip)"));
+  }
   switch (p.device()) {
     case v1::DEVICE_KIND_UNSPECIFIED:
     case v1::DEVICE_KIND_CPU:
@@ -140,6 +156,17 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   if (s.overlap) p.mutable_grad_sync()->set_overlap(*s.overlap);
   p.mutable_checkpoint()->set_every(s.checkpoint_every);
   p.mutable_checkpoint()->set_dir(s.checkpoint_dir);
+  p.mutable_checkpoint()->set_keep(s.checkpoint_keep);
+  switch (s.checkpoint_on_error) {
+    case CheckpointOnError::kUnset:
+      break;
+    case CheckpointOnError::kFail:
+      p.mutable_checkpoint()->set_on_error(v1::CHECKPOINT_ON_ERROR_FAIL);
+      break;
+    case CheckpointOnError::kSkip:
+      p.mutable_checkpoint()->set_on_error(v1::CHECKPOINT_ON_ERROR_SKIP);
+      break;
+  }
   p.set_device(DeviceKindToProto(s.device));
   return p;
 }
@@ -184,6 +211,8 @@ v1::RankIterationStats RankStatsToProto(const RankStats& s) {
   p.set_exposed_reduce_s(s.exposed_reduce_s);
   p.set_p2p_wait_s(s.p2p_wait_s);
   p.set_tokens(s.tokens);
+  p.set_checkpoint_stall_s(s.checkpoint_stall_s);
+  p.set_checkpoint_error(s.checkpoint_error);
   return p;
 }
 
@@ -202,6 +231,8 @@ RankStats RankStatsFromProto(const v1::RankIterationStats& p) {
   s.exposed_reduce_s = p.exposed_reduce_s();
   s.p2p_wait_s = p.p2p_wait_s();
   s.tokens = p.tokens();
+  s.checkpoint_stall_s = p.checkpoint_stall_s();
+  s.checkpoint_error = p.checkpoint_error().substr(0, 4096);
   return s;
 }
 

@@ -259,6 +259,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
   if (spec.checkpoint_dir.size() > 4096) {
     return Bad("spec.checkpoint.dir", "must be at most 4096 characters");
   }
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.checkpoint.keep", spec.checkpoint_keep, 0, 1'000'000));
   return absl::OkStatus();
 }
 

@@ -10,4 +10,15 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(checkpoint_e2e_test zpipe-worker zpipe-coordinator)
+
+  # A checkpoint directory that cannot take the files (a file-size limit on the workers).
+  zpipe_add_test(NAME checkpoint_failure_e2e_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/checkpoint_failure_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto LABELS worker)
+  target_include_directories(checkpoint_failure_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(checkpoint_failure_e2e_test PRIVATE
+    ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(checkpoint_failure_e2e_test zpipe-worker zpipe-coordinator)
 endif()

@@ -142,6 +142,13 @@ std::vector<BadSpec> BadSpecs() {
        "spec.checkpoint.every"},
       {"checkpoint without dir", [=](R& r) { spec(r)->mutable_checkpoint()->set_every(10); },
        "spec.checkpoint.dir"},
+      {"checkpoint keep negative", [=](R& r) { spec(r)->mutable_checkpoint()->set_keep(-1); },
+       "spec.checkpoint.keep"},
+      {"checkpoint on_error unknown",
+       [=](R& r) {
+         spec(r)->mutable_checkpoint()->set_on_error(static_cast<v1::CheckpointOnError>(9));
+       },
+       "spec.checkpoint.on_error"},
       {"unknown device", [=](R& r) { spec(r)->set_device(static_cast<v1::DeviceKind>(7)); },
        "spec.device"},
       {"torchscript without path",

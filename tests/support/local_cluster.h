@@ -34,6 +34,9 @@ struct LocalClusterOptions {
   std::string worker_bin;
   std::string heartbeat_timeout = "3s";
   std::string comm_timeout_s = "10";  // worker --comm-timeout
+  // Put before each worker's argv, e.g. a shell that sets resource limits and then runs
+  // `exec "$@"` (see tests/worker/checkpoint_failure_e2e_test.cc).
+  std::vector<std::string> worker_wrapper;
 };
 
 // The coordinator (in-memory database, no /metrics) starts at construction, with `workers`
@@ -51,9 +54,18 @@ class LocalCluster {
 
   void AddWorker() {
     const int i = static_cast<int>(workers_.size());
-    workers_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-        options_.worker_bin, "--coordinator", address_, "--name", absl::StrCat("w", i), "--device",
-        absl::StrCat("cpu:", i), "--comm-timeout", options_.comm_timeout_s}));
+    std::vector<std::string> argv = options_.worker_wrapper;
+    const std::vector<std::string> worker = {options_.worker_bin,
+                                             "--coordinator",
+                                             address_,
+                                             "--name",
+                                             absl::StrCat("w", i),
+                                             "--device",
+                                             absl::StrCat("cpu:", i),
+                                             "--comm-timeout",
+                                             options_.comm_timeout_s};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    workers_.push_back(std::make_unique<Subprocess>(argv));
   }
 
   // Waits until at least `n` workers are IDLE.

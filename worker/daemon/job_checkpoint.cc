@@ -150,13 +150,13 @@ absl::StatusOr<fs::path> CheckpointRoot(const zpipe::v1::JobSpec& spec) {
 
 namespace {
 
-// FindResumePoint; with `job` null, the latest complete checkpoint whatever it holds.
-absl::StatusOr<std::optional<ResumePoint>> FindComplete(const fs::path& root,
-                                                        const CheckpointManifest* job,
-                                                        int max_iteration) {
+// The iter-<K> directories under `root` with 1 <= K <= max_iteration, newest first; empty when
+// `root` does not exist.
+absl::StatusOr<std::vector<std::pair<int, fs::path>>> ListIterDirs(const fs::path& root,
+                                                                   int max_iteration) {
+  std::vector<std::pair<int, fs::path>> out;
   std::error_code ec;
-  if (!fs::exists(root, ec)) return std::optional<ResumePoint>();
-  std::vector<std::pair<int, fs::path>> candidates;
+  if (!fs::exists(root, ec)) return out;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     absl::string_view digits = name;
@@ -166,32 +166,53 @@ absl::StatusOr<std::optional<ResumePoint>> FindComplete(const fs::path& root,
         !absl::SimpleAtoi(digits, &k) || k < 1 || k > max_iteration) {
       continue;
     }
-    candidates.emplace_back(k, it->path());
+    out.emplace_back(k, it->path());
   }
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint: cannot list '", root.string(), "': ", FsError(ec)));
   }
-  std::sort(candidates.rbegin(), candidates.rend());
-  for (const auto& [k, dir] : candidates) {
-    absl::StatusOr<std::string> text = ReadFile(dir / kManifest);
-    if (!text.ok()) {
-      Log(absl::StrCat("checkpoint ", dir.string(), " is incomplete (no ", kManifest,
-                       "); skipping it"));
-      continue;
-    }
-    absl::StatusOr<CheckpointManifest> saved = CheckpointManifest::FromJson(*text);
-    if (!saved.ok() || saved->iteration != k) {
-      Log(absl::StrCat("checkpoint ", dir.string(), " has a bad ", kManifest, "; skipping it"));
-      continue;
-    }
-    std::vector<std::string> missing;
-    for (int r = 0; r < saved->pipeline; ++r) {
-      if (!fs::exists(dir / MarkerName(r), ec)) missing.push_back(MarkerName(r));
-    }
-    if (!missing.empty()) {
-      Log(absl::StrCat("checkpoint ", dir.string(), " is incomplete (no ",
-                       absl::StrJoin(missing, ", "), "); skipping it"));
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+// The manifest of iter-<k> at `dir` when that checkpoint is complete; else nullopt and `why`
+// says what is missing or wrong.
+std::optional<CheckpointManifest> CompleteManifest(const fs::path& dir, int k, std::string& why) {
+  absl::StatusOr<std::string> text = ReadFile(dir / kManifest);
+  if (!text.ok()) {
+    why = absl::StrCat("is incomplete (no ", kManifest, ")");
+    return std::nullopt;
+  }
+  absl::StatusOr<CheckpointManifest> saved = CheckpointManifest::FromJson(*text);
+  if (!saved.ok() || saved->iteration != k) {
+    why = absl::StrCat("has a bad ", kManifest);
+    return std::nullopt;
+  }
+  std::vector<std::string> missing;
+  std::error_code ec;
+  for (int r = 0; r < saved->pipeline; ++r) {
+    if (!fs::exists(dir / MarkerName(r), ec)) missing.push_back(MarkerName(r));
+  }
+  if (!missing.empty()) {
+    why = absl::StrCat("is incomplete (no ", absl::StrJoin(missing, ", "), ")");
+    return std::nullopt;
+  }
+  return *std::move(saved);
+}
+
+// FindResumePoint; with `job` null, the latest complete checkpoint whatever it holds.
+absl::StatusOr<std::optional<ResumePoint>> FindComplete(const fs::path& root,
+                                                        const CheckpointManifest* job,
+                                                        int max_iteration) {
+  absl::StatusOr<std::vector<std::pair<int, fs::path>>> candidates =
+      ListIterDirs(root, max_iteration);
+  if (!candidates.ok()) return candidates.status();
+  for (const auto& [k, dir] : *candidates) {
+    std::string why;
+    std::optional<CheckpointManifest> saved = CompleteManifest(dir, k, why);
+    if (!saved) {
+      Log(absl::StrCat("checkpoint ", dir.string(), " ", why, "; skipping it"));
       continue;
     }
     if (std::string diff = job == nullptr ? "" : DescribeMismatch(*saved, *job); !diff.empty()) {
@@ -217,8 +238,33 @@ absl::StatusOr<std::optional<ResumePoint>> LatestCompleteCheckpoint(const fs::pa
   return FindComplete(root, nullptr, std::numeric_limits<int>::max());
 }
 
+absl::StatusOr<std::vector<fs::path>> PruneCheckpoints(const fs::path& root, int keep) {
+  std::vector<fs::path> removed;
+  if (keep <= 0) return removed;
+  absl::StatusOr<std::vector<std::pair<int, fs::path>>> dirs =
+      ListIterDirs(root, std::numeric_limits<int>::max());
+  if (!dirs.ok()) return dirs.status();
+  int complete_seen = 0;
+  for (const auto& [k, dir] : *dirs) {  // newest first
+    std::string why;
+    const bool complete = CompleteManifest(dir, k, why).has_value();
+    // Incomplete and newer than every complete one: perhaps still being written.
+    if (!complete && complete_seen == 0) continue;
+    if (complete && ++complete_seen <= keep) continue;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    // Another rank pruning the same root may have got there first.
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      Log(absl::StrCat("checkpoint: cannot delete ", dir.string(), ": ", FsError(ec)));
+      continue;
+    }
+    removed.push_back(dir);
+  }
+  return removed;
+}
+
 absl::StatusOr<std::unique_ptr<JobCheckpointer>> JobCheckpointer::Make(
-    const zpipe::v1::Assignment& a, const core::Plan& plan) {
+    const zpipe::v1::Assignment& a, const core::Plan& plan, JobCheckpointerOptions options) {
   if (a.spec().checkpoint().every() <= 0) return std::unique_ptr<JobCheckpointer>();
   absl::StatusOr<fs::path> root = CheckpointRoot(a.spec());
   if (!root.ok()) return root.status();
@@ -228,6 +274,9 @@ absl::StatusOr<std::unique_ptr<JobCheckpointer>> JobCheckpointer::Make(
   c->root_ = *root;
   c->every_ = a.spec().checkpoint().every();
   c->iterations_ = a.spec().train().iterations();
+  c->keep_ = std::max(0, a.spec().checkpoint().keep());
+  c->skip_errors_ = a.spec().checkpoint().on_error() == zpipe::v1::CHECKPOINT_ON_ERROR_SKIP;
+  c->background_ = options.background;
   c->writer_ = a.data_rank() == 0;
   c->writes_manifest_ =
       c->writer_ && plan.placement.RankOf(plan.num_stages() - 1) == a.pipeline_rank();
@@ -294,22 +343,30 @@ absl::StatusOr<int> JobCheckpointer::Resume(Executor& executor, KeyValueStore& s
   return k;
 }
 
-absl::Status JobCheckpointer::AfterIteration(const Executor& executor, int completed,
-                                             std::optional<double> loss) {
-  if (!writer_ || completed <= 0) return absl::OkStatus();
-  if (completed % every_ != 0 && completed != iterations_) return absl::OkStatus();
-  const fs::path dir = root_ / IterDirName(completed);
+JobCheckpointer::~JobCheckpointer() {
+  if (absl::Status st = writer_thread_.Wait(); !st.ok()) {
+    Log(absl::StrCat("job ", assignment_.job_id(), ": ", st.message()));
+  }
+}
+
+absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<StageSnapshot>& stages,
+                                    int completed, std::optional<double> loss) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    return absl::FailedPreconditionError(
+    return absl::Status(
+        ec == std::errc::no_space_on_device ? absl::StatusCode::kResourceExhausted
+                                            : absl::StatusCode::kFailedPrecondition,
         absl::StrCat("checkpoint: cannot create '", dir.string(), "': ", FsError(ec)));
   }
   // Incomplete until this rank's marker is back: a rewrite never looks complete half-way.
   const fs::path marker = dir / MarkerName(assignment_.pipeline_rank());
   fs::remove(marker, ec);
   if (writes_manifest_) fs::remove(dir / kManifest, ec);
-  if (absl::Status st = SaveStageCheckpoints(executor, dir); !st.ok()) {
+  if (absl::Status st = WriteStageSnapshots(stages, dir); !st.ok()) {
+    // Give the space back: this checkpoint is incomplete whatever else is written into it. The
+    // directory stays (other ranks may be writing into it); pruning removes it later.
+    for (const StageSnapshot& s : stages) fs::remove(dir / StageCheckpointFileName(s.stage), ec);
     return absl::Status(st.code(), absl::StrCat("checkpoint: ", st.message()));
   }
   json m;
@@ -330,7 +387,71 @@ absl::Status JobCheckpointer::AfterIteration(const Executor& executor, int compl
     Log(absl::StrCat("job ", assignment_.job_id(), ": checkpoint ", dir.string(), " written",
                      loss ? absl::StrCat(" (loss ", *loss, ")") : ""));
   }
+  // Every writer prunes after its own write, so the last one to finish sees this checkpoint
+  // complete. Pruning problems never fail the job.
+  absl::StatusOr<std::vector<fs::path>> removed = PruneCheckpoints(root_, keep_);
+  if (!removed.ok()) {
+    Log(absl::StrCat("job ", assignment_.job_id(), ": ", removed.status().message()));
+  }
   return absl::OkStatus();
+}
+
+absl::Status JobCheckpointer::Collect(absl::Status result, Step& step) const {
+  if (result.ok()) return result;
+  if (!skip_errors_) return result;
+  Log(absl::StrCat(
+      "job ", assignment_.job_id(), ": rank ", assignment_.pipeline_rank(),
+      ": checkpoint skipped (checkpoint.on_error: skip), training goes on: ", result.message()));
+  absl::StrAppend(&step.skipped, step.skipped.empty() ? "" : "; ", result.message());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobCheckpointer::Step> JobCheckpointer::AfterIteration(const Executor& executor,
+                                                                      int completed,
+                                                                      std::optional<double> loss) {
+  Step step;
+  if (!writer_ || completed <= 0) return step;
+  if (completed % every_ != 0 && completed != iterations_) {
+    if (std::optional<absl::Status> done = writer_thread_.Poll(); done.has_value()) {
+      if (absl::Status st = Collect(*std::move(done), step); !st.ok()) return st;
+    }
+    return step;
+  }
+  // Wait for the previous write first: never two copies of the state in memory.
+  const absl::Time t0 = absl::Now();
+  absl::Status previous = writer_thread_.Wait();
+  const absl::Time t1 = absl::Now();
+  step.waited = t1 - t0;
+  if (absl::Status st = Collect(std::move(previous), step); !st.ok()) return st;
+  absl::StatusOr<std::vector<StageSnapshot>> snapshot = SnapshotStages(executor);
+  step.snapshot = absl::Now() - t1;
+  if (!snapshot.ok()) {
+    if (absl::Status st = Collect(snapshot.status(), step); !st.ok()) return st;
+    step.stall = absl::Now() - t0;
+    return step;
+  }
+  const fs::path dir = root_ / IterDirName(completed);
+  auto task = [this, dir, stages = *std::move(snapshot), completed, loss] {
+    return Write(dir, stages, completed, loss);
+  };
+  step.started = true;
+  if (background_) {
+    writer_thread_.Start(std::move(task));
+  } else if (absl::Status st = Collect(task(), step); !st.ok()) {
+    return st;
+  }
+  step.stall = absl::Now() - t0;
+  return step;
+}
+
+absl::StatusOr<JobCheckpointer::Step> JobCheckpointer::Finish() {
+  Step step;
+  const absl::Time t0 = absl::Now();
+  absl::Status result = writer_thread_.Wait();
+  step.waited = absl::Now() - t0;
+  step.stall = step.waited;
+  if (absl::Status st = Collect(std::move(result), step); !st.ok()) return st;
+  return step;
 }
 
 }  // namespace zpipe::worker

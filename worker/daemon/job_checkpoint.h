@@ -13,7 +13,15 @@
 // first. So a checkpoint is COMPLETE iff manifest.json exists and rank-<r>.done exists for every
 // r < the manifest's p; anything else (a crash mid-save) is incomplete and skipped.
 //
-// Saves happen after every `every`-th iteration and after the last one. Resume: when a job starts
+// Saves happen after every `every`-th iteration and after the last one, in the background: at the
+// iteration boundary the rank copies its state to host memory (SnapshotStages) and a
+// CheckpointWriter writes the copy (stage files, marker, manifest, in that order) while the next
+// iterations run; a save that comes while the previous one is still being written first waits
+// for it. A failed write (disk full, file too large, permission) is a status, never a crash:
+// with checkpoint.on_error fail (the default) it fails the job, with skip it is reported and
+// training goes on; that checkpoint stays incomplete. With checkpoint.keep K > 0, a writer that
+// has finished a checkpoint deletes all but the newest K complete ones and every incomplete one
+// older than the newest complete one (PruneCheckpoints). Resume: when a job starts
 // with checkpointing on, it continues from the latest complete checkpoint under DIR/NAME whose K
 // is at most train.iterations (K == iterations: nothing is left to run). That checkpoint must
 // match the job: same model spec, number of stages and optimizer (schedule, p, d, batch, lr and
@@ -30,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +46,8 @@
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "worker/comm/key_value_store.h"
+#include "worker/daemon/checkpoint_writer.h"
+#include "worker/executor/checkpoint.h"
 #include "worker/executor/executor.h"
 #include "zpipe/v1/worker.pb.h"
 
@@ -85,13 +96,28 @@ absl::StatusOr<std::optional<ResumePoint>> FindResumePoint(const std::filesystem
 absl::StatusOr<std::optional<ResumePoint>> LatestCompleteCheckpoint(
     const std::filesystem::path& root);
 
+// Deletes, under `root` (DIR/NAME), all complete checkpoints but the newest `keep` (keep > 0) and
+// every incomplete one older than the newest complete one. Incomplete ones newer than that may
+// still be being written and are left alone. Returns the directories deleted; a directory that
+// cannot be deleted is logged and skipped. Several ranks may prune the same root at once.
+absl::StatusOr<std::vector<std::filesystem::path>> PruneCheckpoints(
+    const std::filesystem::path& root, int keep);
+
+struct JobCheckpointerOptions {
+  // false: AfterIteration writes in the calling thread (what the benchmark compares against).
+  bool background = true;
+};
+
 // One rank's side of checkpointing a job.
 class JobCheckpointer {
  public:
   // nullptr when the job does not checkpoint (checkpoint.every == 0). On ranks that write
   // (data rank 0), creates DIR/NAME and checks it is writable: an error then names the path.
   static absl::StatusOr<std::unique_ptr<JobCheckpointer>> Make(
-      const zpipe::v1::Assignment& assignment, const core::Plan& plan);
+      const zpipe::v1::Assignment& assignment, const core::Plan& plan,
+      JobCheckpointerOptions options = {});
+  // Waits for the write in flight; an error it had is logged only (call Finish to see it).
+  ~JobCheckpointer();
 
   // The iteration to start at. Global rank 0 finds the resume point (FindResumePoint) and
   // publishes its decision in `store` (the job attempt's rendezvous; keys under the assignment's
@@ -99,13 +125,36 @@ class JobCheckpointer {
   // rank loads its stages into `executor`. Errors (mismatch, unreadable files) fail every rank.
   absl::StatusOr<int> Resume(Executor& executor, KeyValueStore& store, absl::Duration timeout);
 
+  // What checkpointing did at one iteration boundary (AfterIteration) or at the end (Finish).
+  struct Step {
+    bool started = false;     // a checkpoint of this iteration was handed to the writer
+    absl::Duration stall;     // the caller was held this long: snapshot + waited
+    absl::Duration snapshot;  // copying the state to host memory
+    absl::Duration waited;    // waiting for the previous write to finish
+    // checkpoint.on_error skip: the errors of writes that failed, as they came back ("; "-joined);
+    // empty when none did.
+    std::string skipped;
+  };
+
   // Call after each iteration with `completed` = iterations done so far and the iteration's loss
-  // (set on the rank of the last stage). Saves when a checkpoint is due; no-op on ranks that do
-  // not write. Errors name the path.
-  absl::Status AfterIteration(const Executor& executor, int completed, std::optional<double> loss);
+  // (set on the rank of the last stage). When a checkpoint is due, waits for the write in flight,
+  // copies the state and starts writing it; otherwise only collects a finished write's result.
+  // No-op on ranks that do not write. A failed write (with on_error fail) is an error naming the
+  // file and the OS error; it comes back here as soon as it is seen, or from Finish.
+  absl::StatusOr<Step> AfterIteration(const Executor& executor, int completed,
+                                      std::optional<double> loss);
+
+  // Call once training is over: waits for the write in flight and returns its result as
+  // AfterIteration would (`waited` is the time spent waiting).
+  absl::StatusOr<Step> Finish();
 
  private:
   JobCheckpointer() = default;
+  // The write of one checkpoint (on the writer's thread): stage files, marker, manifest, prune.
+  absl::Status Write(const std::filesystem::path& dir, const std::vector<StageSnapshot>& stages,
+                     int completed, std::optional<double> loss) const;
+  // Applies on_error to a finished write's result: OK, an error (fail), or noted in `step`.
+  absl::Status Collect(absl::Status result, Step& step) const;
 
   zpipe::v1::Assignment assignment_;
   CheckpointManifest job_;
@@ -115,6 +164,11 @@ class JobCheckpointer {
   bool writer_ = false;           // data rank 0
   bool writes_manifest_ = false;  // writer holding the last stage
   std::vector<int> stages_;       // this rank's stages
+  int keep_ = 0;                  // checkpoint.keep; 0 = all
+  bool skip_errors_ = false;      // checkpoint.on_error: skip
+  bool background_ = true;
+  // Last: destroyed first, so an in-flight write never outlives the members it reads.
+  CheckpointWriter writer_thread_;
 };
 
 }  // namespace zpipe::worker

@@ -1,13 +1,21 @@
 // Job checkpoints: the layout on disk, what counts as complete, which checkpoint a job resumes,
-// the mismatch message, and the early error for an unusable directory. One rank, one stage: the
-// multi-rank save/load of the stage files is worker/executor/checkpoint_test.cc.
+// the mismatch message, and the early error for an unusable directory; background writes (the
+// same bytes as a synchronous save), failed writes under a file-size limit (a status naming the
+// file, no temporary file left, checkpoint.on_error fail and skip) and checkpoint.keep pruning.
+// One rank, one stage: the multi-rank save/load of the stage files is
+// worker/executor/checkpoint_test.cc.
 #include "worker/daemon/job_checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
@@ -106,11 +114,53 @@ std::vector<double> Train(OneRank& rank, JobCheckpointer& ckpt, int from, int to
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) break;
     losses.push_back(s->loss.value_or(-1));
-    absl::Status st = ckpt.AfterIteration(*rank.exec, it + 1, s->loss);
-    EXPECT_TRUE(st.ok()) << st;
+    auto st = ckpt.AfterIteration(*rank.exec, it + 1, s->loss);
+    EXPECT_TRUE(st.ok()) << st.status();
   }
+  auto end = ckpt.Finish();
+  EXPECT_TRUE(end.ok()) << end.status();
   return losses;
 }
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every file under `root` whose name holds ".tmp." (a write's temporary file).
+std::vector<std::string> TemporaryFiles(const fs::path& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().find(".tmp.") != std::string::npos) {
+      out.push_back(it->path().string());
+    }
+  }
+  return out;
+}
+
+// While alive, this process may not write files larger than `bytes`: a write past it fails with
+// EFBIG ("File too large") instead of raising SIGXFSZ, as with `ulimit -f` and SIGXFSZ ignored.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*old_handler_)(int) = SIG_DFL;
+};
 
 TEST(JobCheckpointTest, SavesEveryNAndAtTheEndAndResumesFromTheLatest) {
   TempDir dir;
@@ -276,6 +326,170 @@ TEST(JobCheckpointTest, ManifestRoundTripsAndMismatchIsEmptyForTheSameModel) {
   EXPECT_EQ(DescribeMismatch(*back, CheckpointManifest::ForJob(a, OneRankPlan())), "");
   EXPECT_FALSE(CheckpointManifest::FromJson("{}").ok());
   EXPECT_FALSE(CheckpointManifest::FromJson("not json").ok());
+}
+
+TEST(JobCheckpointTest, ABackgroundWriteHoldsTheSameBytesAsASynchronousSave) {
+  TempDir dir, sync_dir;
+  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 3);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto rank = MakeOneRank(a, 1);
+  ASSERT_TRUE(rank->exec->RunIteration(0).ok());
+  auto step = (*ckpt)->AfterIteration(*rank->exec, 1, std::nullopt);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(step->started);
+  EXPECT_GE(step->stall, step->snapshot + step->waited);
+  // The same state, saved in this thread; then training changes the parameters and optimizer
+  // state while the background write may still run: it wrote its own copy.
+  ASSERT_TRUE(SaveStageCheckpoints(*rank->exec, sync_dir.path()).ok());
+  ASSERT_TRUE(rank->exec->RunIteration(1).ok());
+  auto end = (*ckpt)->Finish();
+  ASSERT_TRUE(end.ok()) << end.status();
+  const std::string background = Slurp(dir.path() / "ckpt-job" / "iter-1" / "stage-0.pt");
+  const std::string foreground = Slurp(sync_dir.path() / "stage-0.pt");
+  ASSERT_FALSE(background.empty());
+  EXPECT_TRUE(background == foreground) << "background " << background.size() << " bytes, sync "
+                                        << foreground.size() << " bytes, contents differ";
+  // And the synchronous mode of the checkpointer writes those bytes too.
+  TempDir dir2;
+  auto sync_ckpt = JobCheckpointer::Make(OneRankAssignment(dir2.path(), 1, 3), OneRankPlan(),
+                                         {.background = false});
+  ASSERT_TRUE(sync_ckpt.ok()) << sync_ckpt.status();
+  auto again = MakeOneRank(a, 1);
+  ASSERT_TRUE(again->exec->RunIteration(0).ok());
+  ASSERT_TRUE((*sync_ckpt)->AfterIteration(*again->exec, 1, std::nullopt).ok());
+  EXPECT_TRUE(Slurp(dir2.path() / "ckpt-job" / "iter-1" / "stage-0.pt") == foreground);
+}
+
+TEST(JobCheckpointTest, AFailedWriteFailsNamingTheFileAndTheOsErrorAndLeavesNoTemporaryFile) {
+  TempDir dir;
+  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 5);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto rank = MakeOneRank(a, 1);
+  const fs::path root = dir.path() / "ckpt-job";
+  auto expect_names_file = [](const absl::Status& st, const fs::path& file) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+    EXPECT_NE(st.message().find(file.string()), std::string::npos) << st;
+    EXPECT_NE(st.message().find(std::strerror(EFBIG)), std::string::npos) << st;
+  };
+  ASSERT_TRUE(rank->exec->RunIteration(0).ok());
+  ASSERT_TRUE(rank->exec->RunIteration(1).ok());
+  {
+    // The stage file is larger than this; the marker and manifest are not.
+    FileSizeLimit limit(4096);
+    auto step = (*ckpt)->AfterIteration(*rank->exec, 2, std::nullopt);
+    ASSERT_TRUE(step.ok()) << "the write runs in the background: " << step.status();
+    // Training goes on; the failure comes back at a later iteration boundary, unasked.
+    absl::Status seen;
+    for (int i = 0; i < 500 && seen.ok(); ++i) {
+      ASSERT_TRUE(rank->exec->RunIteration(2).ok());
+      seen = (*ckpt)->AfterIteration(*rank->exec, 3, std::nullopt).status();
+    }
+    expect_names_file(seen, root / "iter-2" / "stage-0.pt");
+  }
+  EXPECT_TRUE((*ckpt)->Finish().ok()) << "the error was delivered once";
+  EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
+  EXPECT_FALSE(fs::exists(root / "iter-2" / "stage-0.pt")) << "its space is given back";
+  {
+    // At the end: Finish waits for the last write and returns its error.
+    FileSizeLimit limit(4096);
+    ASSERT_TRUE((*ckpt)->AfterIteration(*rank->exec, 4, std::nullopt).ok());
+    expect_names_file((*ckpt)->Finish().status(), root / "iter-4" / "stage-0.pt");
+  }
+  EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
+  // Without the limit the same checkpointer writes again.
+  ASSERT_TRUE((*ckpt)->AfterIteration(*rank->exec, 5, std::nullopt).ok());
+  ASSERT_TRUE((*ckpt)->Finish().ok());
+  EXPECT_TRUE(fs::exists(root / "iter-5" / "manifest.json"));
+}
+
+TEST(JobCheckpointTest, OnErrorSkipReportsTheFailureAndTheNextCheckpointIsComplete) {
+  TempDir dir;
+  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 6);
+  a.mutable_spec()->mutable_checkpoint()->set_on_error(zpipe::v1::CHECKPOINT_ON_ERROR_SKIP);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto rank = MakeOneRank(a, 1);
+  std::string skipped;
+  for (int it = 0; it < 6; ++it) {
+    ASSERT_TRUE(rank->exec->RunIteration(it).ok());
+    std::optional<FileSizeLimit> limit;
+    if (it + 1 == 2) limit.emplace(4096);
+    auto step = (*ckpt)->AfterIteration(*rank->exec, it + 1, std::nullopt);
+    ASSERT_TRUE(step.ok()) << step.status();
+    if (it + 1 == 2) {
+      // Hold the limit until this write is over.
+      auto end = (*ckpt)->Finish();
+      ASSERT_TRUE(end.ok()) << end.status();
+      skipped += end->skipped;
+    }
+    skipped += step->skipped;
+  }
+  auto end = (*ckpt)->Finish();
+  ASSERT_TRUE(end.ok()) << end.status();
+  const fs::path root = dir.path() / "ckpt-job";
+  EXPECT_NE(skipped.find((root / "iter-2" / "stage-0.pt").string()), std::string::npos) << skipped;
+  EXPECT_NE(skipped.find(std::strerror(EFBIG)), std::string::npos) << skipped;
+  EXPECT_FALSE(fs::exists(root / "iter-2" / "rank-0.done"));
+  for (int k : {4, 6}) EXPECT_TRUE(fs::exists(root / absl::StrCat("iter-", k) / "manifest.json"));
+  EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
+  auto point = LatestCompleteCheckpoint(root);
+  ASSERT_TRUE(point.ok() && point->has_value());
+  EXPECT_EQ((*point)->manifest.iteration, 6);
+}
+
+// A checkpoint directory as a rank would leave it: complete (manifest and marker) or not.
+void FakeCheckpoint(const fs::path& root, int k, bool complete) {
+  const fs::path dir = root / absl::StrCat("iter-", k);
+  fs::create_directories(dir);
+  std::ofstream(dir / "stage-0.pt") << "x";
+  if (!complete) return;
+  CheckpointManifest m = CheckpointManifest::ForJob(OneRankAssignment("/x", 1, 9), OneRankPlan());
+  m.iteration = k;
+  std::ofstream(dir / "manifest.json") << m.ToJson();
+  std::ofstream(dir / "rank-0.done") << "{}";
+}
+
+TEST(JobCheckpointTest, PruneKeepsTheNewestCompleteOnesAndIncompleteOnesNewerThanThose) {
+  TempDir dir;
+  const fs::path root = dir.path();
+  FakeCheckpoint(root, 1, true);
+  FakeCheckpoint(root, 2, false);
+  FakeCheckpoint(root, 3, true);
+  FakeCheckpoint(root, 4, false);
+  FakeCheckpoint(root, 10, true);
+  FakeCheckpoint(root, 11, false);  // perhaps still being written
+  fs::create_directories(root / "not-a-checkpoint");
+  auto none = PruneCheckpoints(root, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty()) << "keep 0 keeps everything";
+  auto removed = PruneCheckpoints(root, 2);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(removed->size(), 3u);
+  for (int k : {1, 2, 4}) EXPECT_FALSE(fs::exists(root / absl::StrCat("iter-", k))) << k;
+  for (int k : {3, 10, 11}) EXPECT_TRUE(fs::exists(root / absl::StrCat("iter-", k))) << k;
+  EXPECT_TRUE(fs::exists(root / "not-a-checkpoint"));
+  removed = PruneCheckpoints(root, 1);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_FALSE(fs::exists(root / "iter-3"));
+  EXPECT_TRUE(fs::exists(root / "iter-11"));
+  EXPECT_TRUE(PruneCheckpoints(root / "missing", 1).ok());
+}
+
+TEST(JobCheckpointTest, KeepLeavesTheNewestCheckpointsOfARun) {
+  TempDir dir;
+  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 5);
+  a.mutable_spec()->mutable_checkpoint()->set_keep(2);
+  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto rank = MakeOneRank(a, 1);
+  Train(*rank, **ckpt, 0, 5);
+  const fs::path root = dir.path() / "ckpt-job";
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(root)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"iter-4", "iter-5"}));
 }
 
 }  // namespace

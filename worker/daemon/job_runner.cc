@@ -380,9 +380,19 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     if (cancelled.load()) return absl::CancelledError("job cancelled");
     auto summary = (*exec)->RunIteration(it);
     if (!summary.ok()) return summary.status();
+    JobCheckpointer::Step saved;
     if (*checkpoint != nullptr) {
-      if (absl::Status st = (*checkpoint)->AfterIteration(**exec, it + 1, summary->loss); !st.ok())
-        return st;
+      auto step = (*checkpoint)->AfterIteration(**exec, it + 1, summary->loss);
+      if (!step.ok()) return step.status();
+      saved = *std::move(step);
+      if (it + 1 == iterations) {
+        // The job's last checkpoint: its result goes with the last iteration's report.
+        auto end = (*checkpoint)->Finish();
+        if (!end.ok()) return end.status();
+        if (!end->skipped.empty()) {
+          absl::StrAppend(&saved.skipped, saved.skipped.empty() ? "" : "; ", end->skipped);
+        }
+      }
     }
     if (options.metrics != nullptr) {
       options.metrics->OnIteration(a.job_id(), a.pipeline_rank(), a.data_rank(), *summary);
@@ -393,6 +403,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     report->set_job_id(a.job_id());
     report->set_iteration(it);
     FillStats(*summary, a.pipeline_rank(), a.data_rank(), report->mutable_stats());
+    report->mutable_stats()->set_checkpoint_stall_s(absl::ToDoubleSeconds(saved.stall));
+    report->mutable_stats()->set_checkpoint_error(saved.skipped);
     if (summary->loss) report->set_loss(*summary->loss);
     const int eval_every = spec.eval().every();
     if (!spec.eval().path().empty() && eval_every > 0 &&
@@ -403,6 +415,10 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
       if (eval_loss->has_value()) report->set_eval_loss(**eval_loss);
     }
     if (!send(msg)) return absl::UnavailableError("coordinator stream closed");
+  }
+  if (*checkpoint != nullptr) {
+    // Nothing in flight here unless the loop ran no iteration; still, never leave a write behind.
+    if (auto end = (*checkpoint)->Finish(); !end.ok()) return end.status();
   }
   reporter.Flush();
   zpipe::v1::WorkerMessage done;

@@ -37,6 +37,7 @@ absl::Status ErrnoError(int err, absl::string_view what, const fs::path& path) {
       return absl::NotFoundError(msg);
     case ENOSPC:
     case EDQUOT:
+    case EFBIG:
       return absl::ResourceExhaustedError(msg);
     default:
       return absl::InternalError(msg);
@@ -54,25 +55,31 @@ absl::Status FsyncPath(const fs::path& path, int flags) {
   return absl::OkStatus();
 }
 
-// Writes through `write_all(sink)` into a temporary file beside `path`, then renames it over
-// `path`. `sink(data, n)` returns n on success.
-absl::Status WriteAtomically(
-    const fs::path& path,
-    const std::function<void(const std::function<size_t(const void*, size_t)>&)>& write_all) {
+// Where a file's bytes go: sink(data, n) always returns n.
+using Sink = std::function<size_t(const void*, size_t)>;
+
+// Writes what `produce` passes to its sink into a temporary file beside `path`, then renames it
+// over `path`; the temporary file is removed on any error. The sink reports success to `produce`
+// whatever happens: after the first failed write it records the error and drops the rest. So
+// LibTorch's archive writer never sees a failed write (in LibTorch 1.13 it then throws again from
+// its destructor, which ends the process) and streams straight to the file, with no copy of the
+// archive in memory. An exception from `produce` is an Internal error naming `path`.
+absl::Status WriteAtomicallyWith(const fs::path& path,
+                                 const std::function<void(const Sink&)>& produce) {
   static std::atomic<uint64_t> counter{0};
   const fs::path tmp = fs::path(path).concat(absl::StrCat(".tmp.", ::getpid(), ".", counter++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(errno, "cannot write", path);
   int write_errno = 0;
-  auto sink = [&](const void* data, size_t n) -> size_t {
+  const Sink sink = [&](const void* data, size_t n) -> size_t {
     const char* p = static_cast<const char*>(data);
-    size_t left = n;
+    size_t left = write_errno == 0 ? n : 0;
     while (left > 0) {
       const ssize_t w = ::write(fd, p, left);
       if (w < 0) {
         if (errno == EINTR) continue;
         write_errno = errno;
-        return n - left;
+        break;
       }
       p += w;
       left -= static_cast<size_t>(w);
@@ -81,11 +88,11 @@ absl::Status WriteAtomically(
   };
   absl::Status st;
   try {
-    write_all(sink);
+    produce(sink);
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError(absl::StrCat("out of memory writing '", path.string(), "'"));
   } catch (const std::exception& e) {
-    st = write_errno != 0
-             ? ErrnoError(write_errno, "cannot write", path)
-             : absl::InternalError(absl::StrCat("writing '", path.string(), "': ", e.what()));
+    st = absl::InternalError(absl::StrCat("writing '", path.string(), "': ", e.what()));
   }
   if (st.ok() && write_errno != 0) st = ErrnoError(write_errno, "cannot write", path);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoError(errno, "fsync", path);
@@ -110,11 +117,7 @@ std::string OptimizerKind(const torch::optim::Optimizer* opt) {
 }
 
 // The optimizer state of one parameter, whatever the kind (unused fields undefined).
-struct ParamState {
-  std::optional<int64_t> step;  // Adam, AdamW
-  torch::Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
-  torch::Tensor momentum_buffer;  // SGD
-};
+using ParamState = StageSnapshot::State;
 
 template <typename State>
 void ReadAdamState(const State& s, ParamState& out) {
@@ -331,49 +334,104 @@ absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStagePara
 }
 
 absl::Status WriteFileAtomically(const fs::path& path, absl::string_view contents) {
-  return WriteAtomically(path, [&](const std::function<size_t(const void*, size_t)>& sink) {
+  return WriteAtomicallyWith(path, [&](const Sink& sink) {
     if (!contents.empty()) sink(contents.data(), contents.size());
   });
 }
 
-absl::Status SaveStageCheckpoints(const Executor& executor, const fs::path& dir) {
+int64_t StageSnapshot::bytes() const {
+  int64_t n = 0;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  };
+  for (const torch::Tensor& t : params) add(t);
+  for (const std::optional<State>& s : states) {
+    if (!s) continue;
+    add(s->exp_avg);
+    add(s->exp_avg_sq);
+    add(s->max_exp_avg_sq);
+    add(s->momentum_buffer);
+  }
+  return n;
+}
+
+absl::StatusOr<std::vector<StageSnapshot>> SnapshotStages(const Executor& executor) {
   const torch::optim::Optimizer* opt = executor.optimizer();
   const std::string kind = OptimizerKind(opt);
-  for (const auto& stage : executor.stages()) {
-    const fs::path file = dir / StageCheckpointFileName(stage->stage());
-    try {
-      torch::serialize::OutputArchive archive;
-      archive.write("format", c10::IValue(std::string(kFormat)));
-      archive.write("stage", c10::IValue(static_cast<int64_t>(stage->stage())));
-      archive.write("optimizer", c10::IValue(kind));
-      std::vector<std::string> names;
-      const std::vector<model::ParamInfo>& infos = stage->params();
-      for (size_t k = 0; k < infos.size(); ++k) {
-        const std::string i = std::to_string(k);
-        names.push_back(infos[k].name);
-        archive.write("param_" + i, infos[k].tensor.detach().cpu());
-        if (opt == nullptr) continue;
-        std::optional<ParamState> s = GetState(*opt, infos[k].tensor);
-        if (!s) continue;
-        if (s->step) archive.write("step_" + i, c10::IValue(*s->step));
-        auto put = [&](const std::string& key, const torch::Tensor& t) {
-          if (t.defined()) archive.write(key + i, t.detach().cpu(), /*is_buffer=*/true);
-        };
-        put("exp_avg_", s->exp_avg);
-        put("exp_avg_sq_", s->exp_avg_sq);
-        put("max_exp_avg_sq_", s->max_exp_avg_sq);
-        put("momentum_buffer_", s->momentum_buffer);
+  // A copy that shares nothing with `t`: .cpu() alone returns `t` itself for a CPU tensor.
+  auto copy = [](const torch::Tensor& t) {
+    return t.defined() ? t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                       : torch::Tensor();
+  };
+  std::vector<StageSnapshot> out;
+  try {
+    torch::NoGradGuard no_grad;
+    for (const auto& stage : executor.stages()) {
+      StageSnapshot snap;
+      snap.stage = stage->stage();
+      snap.optimizer = kind;
+      for (const model::ParamInfo& info : stage->params()) {
+        snap.names.push_back(info.name);
+        snap.params.push_back(copy(info.tensor));
+        std::optional<ParamState> s;
+        if (opt != nullptr) s = GetState(*opt, info.tensor);
+        if (s) {
+          s->exp_avg = copy(s->exp_avg);
+          s->exp_avg_sq = copy(s->exp_avg_sq);
+          s->max_exp_avg_sq = copy(s->max_exp_avg_sq);
+          s->momentum_buffer = copy(s->momentum_buffer);
+        }
+        snap.states.push_back(std::move(s));
       }
-      archive.write("names", c10::IValue(absl::StrJoin(names, "\n")));
-      absl::Status st = WriteAtomically(
-          file,
-          [&](const std::function<size_t(const void*, size_t)>& sink) { archive.save_to(sink); });
-      if (!st.ok()) return st;
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("writing '", file.string(), "': ", e.what()));
+      out.push_back(std::move(snap));
     }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "checkpoint: out of host memory copying the training state for a checkpoint");
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: copying the training state to host memory: ", e.what()));
+  }
+  return out;
+}
+
+absl::Status WriteStageSnapshots(const std::vector<StageSnapshot>& snapshots, const fs::path& dir) {
+  for (const StageSnapshot& snap : snapshots) {
+    const fs::path file = dir / StageCheckpointFileName(snap.stage);
+    // The archive holds references to the snapshot's tensors; save_to streams it to the file.
+    torch::serialize::OutputArchive archive;
+    try {
+      archive.write("format", c10::IValue(std::string(kFormat)));
+      archive.write("stage", c10::IValue(static_cast<int64_t>(snap.stage)));
+      archive.write("optimizer", c10::IValue(snap.optimizer));
+      for (size_t k = 0; k < snap.params.size(); ++k) {
+        const std::string i = std::to_string(k);
+        archive.write("param_" + i, snap.params[k]);
+        if (k >= snap.states.size() || !snap.states[k]) continue;
+        const ParamState& s = *snap.states[k];
+        if (s.step) archive.write("step_" + i, c10::IValue(*s.step));
+        auto put = [&](const std::string& key, const torch::Tensor& t) {
+          if (t.defined()) archive.write(key + i, t, /*is_buffer=*/true);
+        };
+        put("exp_avg_", s.exp_avg);
+        put("exp_avg_sq_", s.exp_avg_sq);
+        put("max_exp_avg_sq_", s.max_exp_avg_sq);
+        put("momentum_buffer_", s.momentum_buffer);
+      }
+      archive.write("names", c10::IValue(absl::StrJoin(snap.names, "\n")));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("serializing '", file.string(), "': ", e.what()));
+    }
+    absl::Status st = WriteAtomicallyWith(file, [&](const Sink& sink) { archive.save_to(sink); });
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
+}
+
+absl::Status SaveStageCheckpoints(const Executor& executor, const fs::path& dir) {
+  absl::StatusOr<std::vector<StageSnapshot>> snapshots = SnapshotStages(executor);
+  if (!snapshots.ok()) return snapshots.status();
+  return WriteStageSnapshots(*snapshots, dir);
 }
 
 absl::Status LoadStageCheckpoints(Executor& executor, const fs::path& dir) {

@@ -12,13 +12,21 @@
 // The job-level layout around these files (directories, manifest, completion markers, which
 // checkpoint to resume) is worker/daemon/job_checkpoint.h.
 //
-// Call between iterations only, from the thread that drives the executor.
+// Saving is two steps, so that only the first holds up training: SnapshotStages copies the state
+// to host memory (call between iterations, from the thread that drives the executor), and
+// WriteStageSnapshots serializes and writes that copy (any thread, while training goes on). The
+// archive is streamed to the file with plain POSIX calls through a sink that never reports a
+// failure to LibTorch, so a write error (disk full, file too large, I/O error) comes back as a
+// status: LibTorch 1.13's archive writer, told of a failed write, throws again from its
+// destructor, which ends the process.
 #ifndef ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 #define ZPIPE_WORKER_EXECUTOR_CHECKPOINT_H_
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "worker/executor/executor.h"
 
@@ -34,9 +43,37 @@ namespace zpipe::worker {
 // "stage-<s>.pt".
 std::string StageCheckpointFileName(int stage);
 
-// Writes StageCheckpointFileName(s) into `dir` (which must exist) for every stage of `executor`,
-// each atomically: a temporary name in `dir`, fsync, rename, fsync of `dir`. An error (e.g.
-// PermissionDenied, NotFound) names the file; a failed write leaves no partial file behind.
+// One stage's parameters and optimizer state, copied to host memory: nothing in it aliases the
+// executor's tensors, so it stays valid while training changes them.
+struct StageSnapshot {
+  int stage = 0;
+  std::string optimizer;           // "adamw", "adam", "sgd" or "none"
+  std::vector<std::string> names;  // ParamInfo::name, in params() order
+  std::vector<torch::Tensor> params;
+  // Optimizer state by params() index; a parameter without state has none of its keys.
+  struct State {
+    std::optional<int64_t> step;  // Adam, AdamW
+    torch::Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+    torch::Tensor momentum_buffer;  // SGD
+  };
+  std::vector<std::optional<State>> states;
+
+  int64_t bytes() const;  // tensor bytes held
+};
+
+// Copies every stage of `executor` to host memory. ResourceExhausted / Internal when a copy
+// fails (e.g. out of memory); the executor is never changed.
+absl::StatusOr<std::vector<StageSnapshot>> SnapshotStages(const Executor& executor);
+
+// Writes StageCheckpointFileName(s) into `dir` (which must exist) for every snapshot, each
+// atomically: written to a temporary name in `dir`, fsync, rename, fsync of `dir`. Never throws. An error names the file and the OS error ("cannot write '.../stage-3.pt':
+// No space left on device"; ResourceExhausted for ENOSPC, EDQUOT and EFBIG, PermissionDenied,
+// NotFound, else Internal); the temporary file is removed, files already renamed stay. The bytes
+// written depend only on the snapshot.
+absl::Status WriteStageSnapshots(const std::vector<StageSnapshot>& snapshots,
+                                 const std::filesystem::path& dir);
+
+// SnapshotStages then WriteStageSnapshots, in the calling thread.
 absl::Status SaveStageCheckpoints(const Executor& executor, const std::filesystem::path& dir);
 
 // Loads every stage of `executor` from `dir`: copies each parameter in place (storage, views and
