@@ -43,7 +43,9 @@ TEST_F(CapabilitiesE2eTest, WorkersShowsTheLibTorchTheWorkerRuns) {
   // The version CMake found is the one the worker was built and runs with.
   EXPECT_EQ(caps["libtorch_version"], ZPIPE_TORCH_VERSION);
   const bool torch_cuda = caps["torch_cuda"];
-  if (!torch_cuda) EXPECT_EQ(caps["cuda_device_count"], 0);
+  if (!torch_cuda) {
+    EXPECT_EQ(caps["cuda_device_count"], 0);
+  }
   EXPECT_EQ(caps["nccl"], ZPIPE_WITH_NCCL_BUILD != 0);
 
   r = Zpipe({"workers"});

@@ -95,7 +95,9 @@ TEST(CapabilitiesTest, ProbeReportsThisBuild) {
   const RuntimeFacts facts = ProbeRuntime();
   EXPECT_EQ(facts.libtorch_version, TORCH_VERSION);
   EXPECT_EQ(facts.torch_cuda, facts.torch_cudart_version > 0);
-  if (!torch::cuda::is_available()) EXPECT_EQ(facts.torch_device_count, 0);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(facts.torch_device_count, 0);
+  }
 #ifdef ZPIPE_WITH_NCCL
   EXPECT_TRUE(facts.nccl);
   EXPECT_GT(facts.nccl_version, 0);
