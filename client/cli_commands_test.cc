@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "client/cli.h"
 #include "client/fake_client.h"
 #include "gmock/gmock.h"
@@ -163,6 +164,71 @@ TEST_F(CliCommandsTest, WorkersTable) {
   ASSERT_EQ(r.code, kExitOk);
   EXPECT_THAT(r.out, HasSubstr("host-a/cuda0  busy   cuda:0"));
   EXPECT_THAT(r.out, HasSubstr("3/0"));
+}
+
+// What workers can run: GPU, its memory, LibTorch (+cuda / +cpu) and NCCL, within 100 columns;
+// --wide adds the CUDA runtime, host and last heartbeat; "?" for a worker that reported nothing.
+TEST_F(CliCommandsTest, WorkersTableShowsCapabilities) {
+  v1::Worker gpu;
+  gpu.set_name("host-a/cuda1");
+  gpu.set_state(v1::WORKER_STATE_BUSY);
+  gpu.set_device_kind(v1::DEVICE_KIND_CUDA);
+  gpu.set_device_index(1);
+  gpu.set_host("10.0.0.12");
+  gpu.set_memory_bytes(512ull << 30);
+  gpu.set_job_id("job-6b0c4998-0");
+  gpu.set_pipeline_rank(1);
+  v1::WorkerCapabilities* c = gpu.mutable_capabilities();
+  c->set_libtorch_version("2.3.1");
+  c->set_torch_cuda(true);
+  c->set_cuda_device_count(2);
+  c->set_cuda_runtime_version("12.1");
+  c->set_nccl(true);
+  c->set_nccl_version("2.20.5");
+  for (int i = 0; i < 2; ++i) {
+    v1::CudaDevice* d = c->add_devices();
+    d->set_index(i);
+    d->set_name("NVIDIA H100 80GB HBM3");
+    d->set_total_memory_bytes(i == 1 ? 80ull << 30 : 1);
+  }
+  v1::Worker cpu;
+  cpu.set_name("host-b/cpu0");
+  cpu.set_state(v1::WORKER_STATE_IDLE);
+  cpu.set_device_kind(v1::DEVICE_KIND_CPU);
+  cpu.set_memory_bytes(16ull << 30);
+  cpu.mutable_capabilities()->set_libtorch_version("1.13.0");
+  v1::Worker old;
+  old.set_name("host-c/cpu0");
+  old.set_state(v1::WORKER_STATE_IDLE);
+  old.set_device_kind(v1::DEVICE_KIND_CPU);
+  fake_.SetWorkers({gpu, cpu, old});
+
+  Result r = Run(RunWorkersCommand, {});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(
+      r.out,
+      "NAME          STATE  DEVICE  GPU             MEMORY   LIBTORCH    NCCL    JOB"
+      "             RANK\n"
+      "host-a/cuda1  busy   cuda:1  H100 80GB HBM3  80.0GiB  2.3.1+cuda  2.20.5  job-6b0c4998-0"
+      "  1/0\n"
+      "host-b/cpu0   idle   cpu:0   -               16.0GiB  1.13.0+cpu  -       -"
+      "               -\n"
+      "host-c/cpu0   idle   cpu:0   -               -        ?           ?       -"
+      "               -\n");
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) EXPECT_LE(line.size(), 100u) << line;
+
+  r = Run(RunWorkersCommand, {"--wide"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("CUDA  HOST"));
+  EXPECT_THAT(r.out,
+              HasSubstr("NVIDIA H100 80GB HBM3  80.0GiB  2.3.1+cuda  12.1  10.0.0.12  2.20.5"));
+  EXPECT_THAT(r.out, HasSubstr("LAST HEARTBEAT"));
+
+  r = Run(RunWorkersCommand, {}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["workers"][0]["capabilities"]["nccl_version"], "2.20.5");
+  EXPECT_EQ(j["workers"][0]["capabilities"]["devices"][1]["name"], "NVIDIA H100 80GB HBM3");
 }
 
 TEST_F(CliCommandsTest, PlanForAJob) {

@@ -1,6 +1,8 @@
-// `zpipe workers [--all]`: the coordinator's worker registry.
+// `zpipe workers [--all] [--wide]`: the coordinator's worker registry, with what each worker
+// reported it can run (WorkerCapabilities).
 #include <ostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
@@ -9,7 +11,9 @@ namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe workers [--all]\n  --all  also list workers lost recently\n";
+    "usage: zpipe workers [--all] [--wide]\n"
+    "  --all   also list workers lost recently\n"
+    "  --wide  also the host, the full GPU name, the CUDA runtime and the last heartbeat\n";
 
 std::string Lower(std::string name, const std::string& prefix) {
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
@@ -22,11 +26,56 @@ std::string Bytes(uint64_t bytes) {
   return absl::StrFormat("%.1fGiB", static_cast<double>(bytes) / (1ull << 30));
 }
 
+// The CUDA device a CUDA worker drives, when its runtime listed it; null otherwise.
+const v1::CudaDevice* OwnDevice(const v1::Worker& w) {
+  if (w.device_kind() != v1::DEVICE_KIND_CUDA) return nullptr;
+  for (const v1::CudaDevice& d : w.capabilities().devices()) {
+    if (d.index() == w.device_index()) return &d;
+  }
+  return nullptr;
+}
+
+// "H100 80GB HBM3" (the vendor prefix dropped unless `full`); "-" when not known.
+std::string GpuName(const v1::Worker& w, bool full) {
+  const v1::CudaDevice* d = OwnDevice(w);
+  if (d == nullptr || d->name().empty()) return "-";
+  if (!full && absl::StartsWith(d->name(), "NVIDIA ")) return d->name().substr(7);
+  return d->name();
+}
+
+// A CUDA worker's device memory when known, else the memory it registered.
+std::string Memory(const v1::Worker& w) {
+  const v1::CudaDevice* d = OwnDevice(w);
+  return Bytes(d != nullptr ? d->total_memory_bytes() : w.memory_bytes());
+}
+
+// "1.13.0+cpu" or "2.3.1+cuda"; "?" from a worker that reported no capabilities.
+std::string LibTorch(const v1::Worker& w) {
+  if (!w.has_capabilities()) return "?";
+  const v1::WorkerCapabilities& c = w.capabilities();
+  return absl::StrCat(c.libtorch_version().empty() ? "?" : c.libtorch_version(),
+                      c.torch_cuda() ? "+cuda" : "+cpu");
+}
+
+// The NCCL version, "-" for a worker built without NCCL, "?" when not reported.
+std::string Nccl(const v1::Worker& w) {
+  if (!w.has_capabilities()) return "?";
+  const v1::WorkerCapabilities& c = w.capabilities();
+  if (!c.nccl()) return "-";
+  return c.nccl_version().empty() ? "?" : c.nccl_version();
+}
+
+std::string Cuda(const v1::Worker& w) {
+  if (!w.has_capabilities()) return "?";
+  const std::string& v = w.capabilities().cuda_runtime_version();
+  return v.empty() ? "-" : v;
+}
+
 }  // namespace
 
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
-  args.Switch("--all");
+  args.Switch("--all").Switch("--wide");
   if (absl::Status s = args.Parse(argv); !s.ok())
     return ctx.Usage("workers", std::string(s.message()), kUsage);
   if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments", kUsage);
@@ -38,15 +87,28 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     ctx.out() << ToJson(response) << "\n";
     return kExitOk;
   }
-  Table t({"NAME", "STATE", "DEVICE", "HOST", "MEMORY", "JOB", "RANK", "LAST HEARTBEAT"});
+  // The default fits 100 columns for usual names; --wide adds what makes it wider.
+  const bool wide = args.Has("--wide");
+  std::vector<std::string> header = {"NAME", "STATE", "DEVICE", "GPU", "MEMORY", "LIBTORCH"};
+  if (wide) header.insert(header.end(), {"CUDA", "HOST"});
+  header.insert(header.end(), {"NCCL", "JOB", "RANK"});
+  if (wide) header.push_back("LAST HEARTBEAT");
+  Table t(header);
   for (const v1::Worker& w : *workers) {
     const bool busy = w.state() == v1::WORKER_STATE_BUSY;
-    t.Add({w.name(), Lower(v1::WorkerState_Name(w.state()), "WORKER_STATE_"),
-           absl::StrCat(Lower(v1::DeviceKind_Name(w.device_kind()), "DEVICE_KIND_"), ":",
-                        w.device_index()),
-           w.host(), Bytes(w.memory_bytes()), busy ? w.job_id() : "-",
-           busy ? absl::StrCat(w.pipeline_rank(), "/", w.data_rank()) : "-",
-           FormatTime(w.last_heartbeat_time().seconds())});
+    std::vector<std::string> row = {
+        w.name(),
+        Lower(v1::WorkerState_Name(w.state()), "WORKER_STATE_"),
+        absl::StrCat(Lower(v1::DeviceKind_Name(w.device_kind()), "DEVICE_KIND_"), ":",
+                     w.device_index()),
+        GpuName(w, wide),
+        Memory(w),
+        LibTorch(w)};
+    if (wide) row.insert(row.end(), {Cuda(w), w.host()});
+    row.insert(row.end(), {Nccl(w), busy ? w.job_id() : "-",
+                           busy ? absl::StrCat(w.pipeline_rank(), "/", w.data_rank()) : "-"});
+    if (wide) row.push_back(FormatTime(w.last_heartbeat_time().seconds()));
+    t.Add(std::move(row));
   }
   t.Print(ctx.out());
   return kExitOk;

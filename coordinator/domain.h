@@ -215,6 +215,28 @@ absl::string_view WorkerStateName(WorkerState state);  // "idle", "busy", "dead"
 inline constexpr WorkerState kAllWorkerStates[] = {WorkerState::kIdle, WorkerState::kBusy,
                                                    WorkerState::kDead};
 
+// One CUDA device a worker's CUDA runtime lists (CudaDevice in worker.proto).
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  uint64_t total_memory_bytes = 0;
+  friend bool operator==(const CudaDeviceInfo&, const CudaDeviceInfo&) = default;
+};
+
+// What a worker process can run (WorkerCapabilities in worker.proto, which gives each field's
+// meaning); worker_match.h decides from it which jobs the worker may take.
+struct WorkerCapabilities {
+  std::string libtorch_version;
+  bool torch_cuda = false;
+  int cuda_device_count = 0;
+  std::string cuda_runtime_version;
+  bool nccl = false;
+  std::string nccl_version;
+  std::vector<CudaDeviceInfo> devices;
+  std::string probe_error;
+  friend bool operator==(const WorkerCapabilities&, const WorkerCapabilities&) = default;
+};
+
 struct WorkerRegistration {
   std::string name;
   DeviceKind device_kind = DeviceKind::kCpu;
@@ -228,6 +250,8 @@ struct WorkerRegistration {
   int running_data_rank = 0;
   // Random per worker process (worker.proto "Identity"); empty from workers that send none.
   std::string instance_id;
+  // nullopt from workers older than capability reporting (offered CPU jobs only).
+  std::optional<WorkerCapabilities> capabilities;
 };
 
 // A worker as the registry sees it.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/log.h"
 #include "coordinator/spec_validator.h"
+#include "coordinator/worker_match.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -17,11 +18,6 @@ namespace {
 std::string GenerateJobId(absl::Time now) {
   static std::atomic<uint32_t> counter{0};
   return absl::StrFormat("job-%x-%d", absl::ToUnixSeconds(now), counter.fetch_add(1));
-}
-
-std::string WaitingReason(const JobSpec& spec, int available) {
-  return absl::StrCat("waiting for ", spec.world_size(), " idle ", DeviceKindName(spec.device),
-                      " workers (", available, " available)");
 }
 
 }  // namespace
@@ -127,7 +123,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   rec.id = job_id;
   rec.spec = spec;
   rec.state = JobState::kPending;
-  rec.reason = WaitingReason(spec, 0);
+  rec.reason = WaitingReason(spec, 0, {});
   rec.create_time = clock_.Now();
   rec.submitted_by = std::move(submitted_by);
   rec.submit_order = next_submit_order_++;
@@ -324,15 +320,18 @@ void JobManager::TryScheduleLocked() {
   for (auto& [order, job] : jobs_) {
     if (job.state != JobState::kPending || blocked.contains(job.spec.device)) continue;
     std::vector<WorkerEntry*> idle;
+    std::vector<const WorkerRegistration*> live;
     for (auto& [name, w] : workers_) {
+      if (w.info.state == WorkerState::kDead) continue;
+      live.push_back(&w.info.registration);
       if (w.info.state == WorkerState::kIdle && w.connection != nullptr &&
-          w.info.registration.device_kind == job.spec.device) {
+          CannotRunReason(w.info.registration, job.spec.device).empty()) {
         idle.push_back(&w);
       }
     }
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
       blocked.insert(job.spec.device);
-      job.reason = WaitingReason(job.spec, static_cast<int>(idle.size()));
+      job.reason = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
       continue;
     }
     idle.resize(job.spec.world_size());

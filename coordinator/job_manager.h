@@ -3,8 +3,10 @@
 //
 // Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; terminal states
 // always carry a reason. Pending jobs are scheduled FIFO per device kind: the oldest pending job
-// of a kind takes the first p*d idle, connected workers of that kind (ordered by name; global rank
+// of a kind takes the first p*d idle, connected workers that can run it (worker_match.h: a CUDA
+// job needs workers whose reported LibTorch has CUDA; ordered by name; global rank
 // g = data_rank * p + pipeline_rank gets the g-th), and later jobs of that kind wait behind it.
+// While it waits, its reason says how many workers it found and names those that cannot run it.
 //
 // Liveness: only heartbeats refresh a worker. CheckLiveness() (called periodically by the server)
 // marks a worker silent for the heartbeat timeout DEAD; its job FAILS naming worker and rank, and

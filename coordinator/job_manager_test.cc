@@ -53,6 +53,9 @@ class JobManagerTest : public ::testing::Test {
     WorkerRegistration reg;
     reg.name = name;
     reg.running_job_id = running_job;
+    return AddWorker(reg, connection);
+  }
+  std::string AddWorker(const WorkerRegistration& reg, FakeConnection* connection) {
     absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(manager_->AttachSession(r->worker_id, "", connection).ok());
@@ -280,6 +283,63 @@ TEST_F(JobManagerTest, PendingJobsWaitFifoPerDeviceKind) {
   ASSERT_TRUE(manager_->Cancel("big", "").ok());
   EXPECT_EQ(manager_->Get("big")->record.reason, "cancelled by user");
   EXPECT_EQ(manager_->Get("small")->record.state, JobState::kRunning);
+}
+
+WorkerRegistration CudaWorker(const std::string& name, bool torch_cuda) {
+  WorkerRegistration reg;
+  reg.name = name;
+  reg.device_kind = DeviceKind::kCuda;
+  WorkerCapabilities caps;
+  caps.libtorch_version = torch_cuda ? "2.3.1" : "1.13.0";
+  caps.torch_cuda = torch_cuda;
+  caps.cuda_device_count = torch_cuda ? 1 : 0;
+  caps.nccl = torch_cuda;
+  reg.capabilities = caps;
+  return reg;
+}
+
+// A CUDA job goes only to workers whose reported LibTorch can run it, and says why while none
+// can; CPU jobs keep to CPU workers.
+TEST_F(JobManagerTest, CudaJobsGoOnlyToWorkersWithACudaLibTorch) {
+  JobSpec cuda = Spec(1);
+  cuda.device = DeviceKind::kCuda;
+  ASSERT_TRUE(manager_->Submit("gpu", cuda, false).ok());
+  AddWorker(CudaWorker("w0", /*torch_cuda=*/false), &c0_);
+  JobView job = *manager_->Get("gpu");
+  EXPECT_EQ(job.record.state, JobState::kPending);
+  EXPECT_EQ(job.record.reason,
+            "waiting for 1 idle cuda workers (0 available); 0 of 1 registered worker can run cuda "
+            "jobs (w0: LibTorch 1.13.0 CPU-only)");
+  EXPECT_TRUE(c0_.commands.empty());
+
+  // Neither does a CUDA worker take a CPU job.
+  ASSERT_TRUE(manager_->Submit("cpu", Spec(1), false).ok());
+  EXPECT_EQ(manager_->Get("cpu")->record.reason,
+            "waiting for 1 idle cpu workers (0 available); 0 of 1 registered worker can run cpu "
+            "jobs (w0: started for cuda:0)");
+  AddWorker(CudaWorker("w1", /*torch_cuda=*/true), &c1_);
+  EXPECT_EQ(manager_->Get("cpu")->record.state, JobState::kPending);
+  job = *manager_->Get("gpu");
+  ASSERT_EQ(job.record.state, JobState::kRunning);
+  ASSERT_EQ(job.record.ranks.size(), 1u);
+  EXPECT_EQ(job.record.ranks[0].worker_name, "w1");
+  ASSERT_EQ(c1_.commands.size(), 1u);
+  EXPECT_EQ(c1_.commands[0].kind, WorkerCommand::Kind::kAssign);
+}
+
+TEST_F(JobManagerTest, CapabilitiesAreListedAndBounded) {
+  WorkerRegistration reg = CudaWorker("w0", true);
+  reg.capabilities->devices.push_back({0, "NVIDIA H100", 80ull << 30});
+  AddWorker(reg, &c0_);
+  std::vector<WorkerInfo> workers = manager_->Workers(false);
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].registration.capabilities, reg.capabilities);
+
+  reg.name = "w1";
+  reg.capabilities->libtorch_version = std::string(65, '1');
+  absl::StatusOr<RegisterResult> r = manager_->RegisterWorker(reg);
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_EQ(r.status().message(), "capabilities.libtorch_version: at most 64 characters");
 }
 
 // A store whose writes fail while `fail` is set (a full or read-only disk), over a real one.

@@ -1,6 +1,7 @@
 // JobManager: worker registration, sessions, reports, liveness and rendezvous.
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,37 @@ namespace zpipe::coordinator {
 namespace {
 
 constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
+
+// Capabilities are shown to every client and kept per worker: bound what one may cost.
+absl::Status CheckCapabilities(const WorkerCapabilities& c) {
+  constexpr size_t kMaxVersion = 64, kMaxName = 256, kMaxError = 1024, kMaxDevices = 64;
+  for (const auto& [field, value] : {std::pair{"libtorch_version", &c.libtorch_version},
+                                     {"cuda_runtime_version", &c.cuda_runtime_version},
+                                     {"nccl_version", &c.nccl_version}}) {
+    if (value->size() > kMaxVersion) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("capabilities.", field, ": at most ", kMaxVersion, " characters"));
+    }
+  }
+  if (c.probe_error.size() > kMaxError) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capabilities.probe_error: at most ", kMaxError, " characters"));
+  }
+  if (c.cuda_device_count < 0) {
+    return absl::InvalidArgumentError("capabilities.cuda_device_count: must be >= 0");
+  }
+  if (c.devices.size() > kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capabilities.devices: at most ", kMaxDevices, " devices"));
+  }
+  for (const CudaDeviceInfo& d : c.devices) {
+    if (d.name.size() > kMaxName) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("capabilities.devices.name: at most ", kMaxName, " characters"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckRegistration(const WorkerRegistration& r) {
   if (r.name.empty() || r.name.size() > 128) {
@@ -28,6 +60,7 @@ absl::Status CheckRegistration(const WorkerRegistration& r) {
   if (r.instance_id.size() > 128) {
     return absl::InvalidArgumentError("instance_id: at most 128 characters");
   }
+  if (r.capabilities) return CheckCapabilities(*r.capabilities);
   return absl::OkStatus();
 }
 
@@ -169,7 +202,11 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
   worker_ids_[entry.info.worker_id] = reg.name;
   workers_[reg.name] = std::move(entry);
   LogInfo("worker ", reg.name, ": registered (", DeviceKindName(reg.device_kind), ":",
-          reg.device_index, " on ", reg.host.empty() ? "?" : reg.host, ") as ", result.worker_id);
+          reg.device_index, " on ", reg.host.empty() ? "?" : reg.host,
+          reg.capabilities ? absl::StrCat(", LibTorch ", reg.capabilities->libtorch_version,
+                                          reg.capabilities->torch_cuda ? " CUDA" : " CPU-only")
+                           : ", no capabilities reported",
+          ") as ", result.worker_id);
   if (!failure.empty()) FinishJobLocked(*held_job, JobState::kFailed, failure);
   UpdateGaugesLocked();
   return result;

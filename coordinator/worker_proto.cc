@@ -4,6 +4,40 @@
 #include "coordinator/job_proto.h"
 
 namespace zpipe::coordinator {
+namespace {
+
+WorkerCapabilities CapabilitiesFromProto(const v1::WorkerCapabilities& p) {
+  WorkerCapabilities c;
+  c.libtorch_version = p.libtorch_version();
+  c.torch_cuda = p.torch_cuda();
+  c.cuda_device_count = p.cuda_device_count();
+  c.cuda_runtime_version = p.cuda_runtime_version();
+  c.nccl = p.nccl();
+  c.nccl_version = p.nccl_version();
+  for (const v1::CudaDevice& d : p.devices()) {
+    c.devices.push_back({d.index(), d.name(), d.total_memory_bytes()});
+  }
+  c.probe_error = p.probe_error();
+  return c;
+}
+
+void CapabilitiesToProto(const WorkerCapabilities& c, v1::WorkerCapabilities* p) {
+  p->set_libtorch_version(c.libtorch_version);
+  p->set_torch_cuda(c.torch_cuda);
+  p->set_cuda_device_count(c.cuda_device_count);
+  p->set_cuda_runtime_version(c.cuda_runtime_version);
+  p->set_nccl(c.nccl);
+  p->set_nccl_version(c.nccl_version);
+  for (const CudaDeviceInfo& d : c.devices) {
+    v1::CudaDevice* out = p->add_devices();
+    out->set_index(d.index);
+    out->set_name(d.name);
+    out->set_total_memory_bytes(d.total_memory_bytes);
+  }
+  p->set_probe_error(c.probe_error);
+}
+
+}  // namespace
 
 absl::StatusOr<WorkerRegistration> RegistrationFromProto(const v1::RegisterWorkerRequest& p) {
   WorkerRegistration r;
@@ -27,6 +61,7 @@ absl::StatusOr<WorkerRegistration> RegistrationFromProto(const v1::RegisterWorke
   r.running_pipeline_rank = p.running_pipeline_rank();
   r.running_data_rank = p.running_data_rank();
   r.instance_id = p.instance_id();
+  if (p.has_capabilities()) r.capabilities = CapabilitiesFromProto(p.capabilities());
   return r;
 }
 
@@ -40,6 +75,7 @@ v1::Worker WorkerInfoToProto(const WorkerInfo& info) {
   p.set_host(r.host);
   p.set_memory_bytes(r.memory_bytes);
   p.set_version(r.version);
+  if (r.capabilities) CapabilitiesToProto(*r.capabilities, p.mutable_capabilities());
   switch (info.state) {
     case WorkerState::kIdle:
       p.set_state(v1::WORKER_STATE_IDLE);

@@ -10,3 +10,25 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(worker_e2e_test zpipe-worker zpipe-coordinator)
 endif()
+
+# Capability reporting end to end: real coordinator, real worker, the built `zpipe`. The LibTorch
+# version CMake finds is the one the worker reports.
+if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe)
+  find_package(Torch REQUIRED)
+  find_package(nlohmann_json REQUIRED)
+  set(nccl_build 0)
+  if(TARGET zpipe_worker_comm_nccl)
+    set(nccl_build 1)
+  endif()
+  zpipe_add_test(NAME worker_capabilities_e2e_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/capabilities_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto nlohmann_json::nlohmann_json GTest::gmock
+                 LABELS worker)
+  target_include_directories(worker_capabilities_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(worker_capabilities_e2e_test PRIVATE
+    ZPIPE_TORCH_VERSION="${Torch_VERSION}" ZPIPE_WITH_NCCL_BUILD=${nccl_build}
+    ZPIPE_CLI_BIN="$<TARGET_FILE:zpipe>" ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(worker_capabilities_e2e_test zpipe zpipe-worker zpipe-coordinator)
+endif()

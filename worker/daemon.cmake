@@ -11,6 +11,11 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
                        zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
                        nlohmann_json::nlohmann_json)
+# Capability reporting (daemon/capabilities.cc) asks the CUDA runtime and NCCL where the NCCL
+# communicator is built; ZPIPE_WITH_NCCL comes with it.
+if(TARGET zpipe_worker_comm_nccl)
+  target_link_libraries(zpipe_worker_daemon PUBLIC zpipe::worker_comm_nccl)
+endif()
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
 target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)
 # grpc++'s health service lives in the core library; reflection is not needed here.

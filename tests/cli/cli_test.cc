@@ -190,10 +190,13 @@ TEST_F(CliTest, WorkersListsRegisteredWorkers) {
   EXPECT_EQ(w["workers"][1]["name"], "fake-1");
   EXPECT_EQ(w["workers"][0]["state"], "WORKER_STATE_IDLE");
   EXPECT_EQ(w["workers"][0]["device_kind"], "DEVICE_KIND_CPU");
+  // Fake workers report no capabilities (like workers older than them).
+  EXPECT_FALSE(w["workers"][0].contains("capabilities"));
 
   ProcessResult table = RunZpipe({"workers"});
   ASSERT_EQ(table.exit_code, 0);
   EXPECT_THAT(table.out, HasSubstr("fake-1"));
+  EXPECT_THAT(table.out, HasSubstr("LIBTORCH"));
 }
 
 TEST_F(CliTest, SubmitWaitSucceedsWithWorkers) {

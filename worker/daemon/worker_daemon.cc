@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "worker/daemon/capabilities.h"
 
 namespace zpipe::worker {
 namespace {
@@ -35,7 +36,11 @@ std::string NewInstanceId() {
 }  // namespace
 
 WorkerDaemon::WorkerDaemon(DaemonOptions options)
-    : options_(std::move(options)), instance_id_(NewInstanceId()) {
+    : options_(std::move(options)),
+      capabilities_(options_.capabilities ? *options_.capabilities
+                                          : BuildCapabilities(ProbeRuntime())),
+      instance_id_(NewInstanceId()) {
+  Log(absl::StrCat("capabilities: ", DescribeCapabilities(capabilities_)));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   channel_ =
@@ -191,6 +196,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   req.set_memory_bytes(options_.memory_bytes);
   req.set_version("0.1.0");
   req.set_instance_id(instance_id_);
+  *req.mutable_capabilities() = capabilities_;
   {
     JoinJobIfDone(/*wait=*/false);
     std::lock_guard<std::mutex> lock(mu_);

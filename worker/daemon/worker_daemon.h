@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,6 +39,9 @@ struct DaemonOptions {
   absl::Duration give_up_after = absl::ZeroDuration();
   // Sent as `authorization: Bearer TOKEN` on every call (a worker token); empty = none.
   std::string token;
+  // Registered with every RegisterWorker; nullopt = probe this process (capabilities.h) once when
+  // the daemon is made.
+  std::optional<zpipe::v1::WorkerCapabilities> capabilities;
 };
 
 class WorkerDaemon {
@@ -64,6 +68,7 @@ class WorkerDaemon {
   void Authorize(grpc::ClientContext& ctx) const;
 
   const DaemonOptions options_;
+  const zpipe::v1::WorkerCapabilities capabilities_;
   // Random, once per process: proves to the coordinator that a registration, session or
   // rendezvous call comes from this process (worker.proto "Identity").
   const std::string instance_id_;
