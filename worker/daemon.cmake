@@ -10,7 +10,7 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
                        zpipe::worker_comm_factory
                        zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
-                       nlohmann_json::nlohmann_json)
+                       nlohmann_json::nlohmann_json TEST_DEPS GTest::gmock)
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
 target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)
 # grpc++'s health service lives in the core library; reflection is not needed here.

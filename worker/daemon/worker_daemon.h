@@ -13,11 +13,15 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/tls_files.h"
+#include "worker/daemon/data_roots.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/worker_metrics.h"
 #include "zpipe/v1/worker.grpc.pb.h"
@@ -38,6 +42,12 @@ struct DaemonOptions {
   absl::Duration give_up_after = absl::ZeroDuration();
   // Sent as `authorization: Bearer TOKEN` on every call (a worker token); empty = none.
   std::string token;
+  // TLS to the coordinator (the CA to verify it with; a client certificate for mTLS);
+  // nullopt = plaintext.
+  std::optional<core::TlsClientPem> tls;
+  // --data-root: the only folders jobs may name files in (data_roots.h); empty = the working
+  // directory.
+  std::vector<std::string> data_roots;
 };
 
 class WorkerDaemon {
@@ -46,6 +56,7 @@ class WorkerDaemon {
   ~WorkerDaemon();
 
   // Blocks until Stop() or, with give_up_after, until the coordinator stayed unreachable.
+  // INVALID_ARGUMENT at once for a data root that is not a directory.
   absl::Status Run();
   // Thread-safe and async-signal-tolerant enough for a signal-watching thread to call.
   void Stop();
@@ -67,6 +78,7 @@ class WorkerDaemon {
   // Random, once per process: proves to the coordinator that a registration, session or
   // rendezvous call comes from this process (worker.proto "Identity").
   const std::string instance_id_;
+  std::optional<DataRoots> data_roots_;  // set by Run() before any job can arrive
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
 
