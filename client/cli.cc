@@ -29,10 +29,16 @@ void CliContext::SetToken(std::string token, std::string source) {
   token_source_ = std::move(source);
 }
 
+void CliContext::SetTls(std::optional<core::TlsClientPem> tls, std::string ca_source) {
+  tls_ = std::move(tls);
+  tls_ca_source_ = std::move(ca_source);
+}
+
 Client& CliContext::client() {
   if (client_ == nullptr) {
     ClientOptions options;
     options.token = token_;
+    options.tls = tls_;
     client_ = Client::Create(coordinator_, options);
   }
   return *client_;
@@ -54,6 +60,24 @@ int ExitCodeFor(const absl::Status& status) {
 
 int CliContext::Fail(const std::string& command, const absl::Status& status) {
   err_ << "zpipe " << command << ": ";
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      core::LooksLikeTlsFailure(status.message())) {
+    err_ << "TLS with the coordinator at " << coordinator_ << " failed (" << status.message()
+         << "); ";
+    if (!tls_.has_value()) {
+      err_
+          << "this zpipe spoke plaintext: if the coordinator serves TLS, give --tls-ca FILE or set "
+          << kTlsCaEnv << "\n";
+    } else {
+      err_ << "check that "
+           << (tls_ca_source_.empty()
+                   ? std::string("the system's CAs (no --tls-ca or ") + kTlsCaEnv + " given)"
+                   : tls_ca_source_)
+           << " signed its certificate, that the certificate names the host in --coordinator, and "
+              "that a coordinator requiring client certificates gets one (--tls-cert, --tls-key)\n";
+    }
+    return kExitJobFailed;
+  }
   if (status.code() == absl::StatusCode::kUnavailable) {
     err_ << "cannot reach the coordinator at " << coordinator_ << " (" << status.message()
          << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv

@@ -34,6 +34,9 @@ inline constexpr int kExitUnreachable = 3;
 inline constexpr char kDefaultCoordinator[] = "localhost:50051";
 inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
 inline constexpr char kTokenEnv[] = "ZPIPE_TOKEN";
+inline constexpr char kTlsCaEnv[] = "ZPIPE_TLS_CA";
+inline constexpr char kTlsCertEnv[] = "ZPIPE_TLS_CERT";
+inline constexpr char kTlsKeyEnv[] = "ZPIPE_TLS_KEY";
 
 enum class OutputFormat { kTable, kJson };
 
@@ -51,6 +54,10 @@ class CliContext {
   // The token for the client made by client(), and where it came from ("ZPIPE_TOKEN",
   // "--token-file FILE") for error messages. Call before the first client().
   void SetToken(std::string token, std::string source);
+  // TLS for the client made by client() (nullopt = plaintext), and where the CA came from
+  // ("--tls-ca FILE", "ZPIPE_TLS_CA=FILE", "" for the system's roots) for error messages. Call
+  // before the first client().
+  void SetTls(std::optional<core::TlsClientPem> tls, std::string ca_source);
   OutputFormat output() const { return output_; }
   bool json() const { return output_ == OutputFormat::kJson; }
   std::ostream& out() { return out_; }
@@ -59,7 +66,8 @@ class CliContext {
   Client& client();
 
   // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator, a
-  // missing or refused token) and returns the exit code for `status`.
+  // missing or refused token, a failed TLS handshake) and returns the exit code for `status`
+  // (kExitJobFailed for a TLS handshake that failed: the coordinator is there but not trusted).
   int Fail(const std::string& command, const absl::Status& status);
   // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
   int Usage(const std::string& command, const std::string& message, const std::string& usage);
@@ -68,6 +76,8 @@ class CliContext {
   std::string coordinator_;
   std::string token_;
   std::string token_source_;
+  std::optional<core::TlsClientPem> tls_;
+  std::string tls_ca_source_;
   OutputFormat output_;
   std::ostream& out_;
   std::ostream& err_;

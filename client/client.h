@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "core/executed_timeline.h"
 #include "core/plan.h"
+#include "core/tls_files.h"
 #include "zpipe/v1/coordinator.pb.h"
 #include "zpipe/v1/job.pb.h"
 #include "zpipe/v1/worker.pb.h"
@@ -39,6 +40,12 @@ struct ClientOptions {
   // Sent as `authorization: Bearer TOKEN` with every call (a client or admin token), for a
   // coordinator started with token files; empty = none.
   std::string token;
+  // TLS to a coordinator started with --tls-cert: the CA to verify it with (empty = the system's
+  // roots) and, where it requires client certificates, ours (core::LoadTlsClientPem reads them
+  // from files). nullopt = plaintext. A handshake that fails (an untrusted server certificate,
+  // a refused client certificate, a plaintext server) is UNAVAILABLE like an unreachable one,
+  // with gRPC's reason in the message.
+  std::optional<core::TlsClientPem> tls;
 };
 
 struct SubmitResult {
@@ -150,6 +157,10 @@ class Client {
   // Convenience: follows the job until it is terminal and returns its final record.
   absl::StatusOr<v1::Job> WaitForTerminal(const std::string& job_id);
 };
+
+// Drops gRPC's own log lines (e.g. "Handshake failed" on stderr) unless $GRPC_VERBOSITY is set:
+// for command-line tools that report every failed call themselves. Process-wide.
+void SilenceGrpcLogging();
 
 // PENDING..CANCELLED as lower-case words ("running"); "unspecified" for 0.
 std::string JobStateName(v1::JobState state);

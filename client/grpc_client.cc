@@ -1,6 +1,8 @@
 // The gRPC implementation of zpipe::Client: the only client file that sees gRPC types.
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -134,8 +136,15 @@ class GrpcClient : public Client {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
-    stub_ = v1::CoordinatorService::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+    if (options_.tls.has_value()) {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = options_.tls->root_certs;
+      ssl.pem_cert_chain = options_.tls->cert_chain;
+      ssl.pem_private_key = options_.tls->private_key;
+      credentials = grpc::SslCredentials(ssl);
+    }
+    stub_ = v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
   }
 
   absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& spec, const std::string& job_id,
@@ -240,6 +249,11 @@ class GrpcClient : public Client {
 };
 
 }  // namespace
+
+void SilenceGrpcLogging() {
+  const char* verbosity = std::getenv("GRPC_VERBOSITY");
+  if (verbosity == nullptr || *verbosity == '\0') gpr_set_log_function([](gpr_log_func_args*) {});
+}
 
 std::unique_ptr<Client> Client::Create(const std::string& address, ClientOptions options) {
   return std::make_unique<GrpcClient>(address, options);

@@ -151,12 +151,29 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  std::error_code ec;
+  std::vector<std::string> roots = {std::filesystem::current_path(ec).string(), c->dir_};
+  roots.insert(roots.end(), options.data_roots.begin(), options.data_roots.end());
   for (int i = 0; i < options.workers; ++i) {
-    s = c->Spawn(
-        absl::StrCat("worker-", i),
-        {options.worker_bin, "--coordinator", c->address_, "--name", absl::StrCat("local-", i),
-         "--device", absl::StrCat(options.device, ":", i), "--threads",
-         absl::StrCat(options.threads), "--comm-timeout", "30", "--token-file", worker_token_file});
+    std::vector<std::string> argv = {options.worker_bin,
+                                     "--coordinator",
+                                     c->address_,
+                                     "--name",
+                                     absl::StrCat("local-", i),
+                                     "--device",
+                                     absl::StrCat(options.device, ":", i),
+                                     "--threads",
+                                     absl::StrCat(options.threads),
+                                     "--comm-timeout",
+                                     "30",
+                                     "--token-file",
+                                     worker_token_file};
+    for (const std::string& root : roots) {
+      if (root.empty()) continue;
+      argv.push_back("--data-root");
+      argv.push_back(root);
+    }
+    s = c->Spawn(absl::StrCat("worker-", i), argv);
     if (!s.ok()) return s;
   }
   return c;

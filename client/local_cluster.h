@@ -43,6 +43,9 @@ struct LocalClusterOptions {
   int threads = 1;             // --threads for each worker
   std::string metrics_listen;  // coordinator --metrics-listen; empty = disabled
   bool keep_dir = false;       // keep the temporary directory (logs, database)
+  // Each worker's --data-root, besides the working directory and the temporary directory (which
+  // every worker gets); existing directories.
+  std::vector<std::string> data_roots;
 };
 
 class LocalCluster {

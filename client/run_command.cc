@@ -293,6 +293,31 @@ absl::Status WaitForWorkers(Client& client, LocalCluster& cluster, int n, absl::
   }
 }
 
+// The workers' --data-root for this job: the folders of the job file, of --out and of every file
+// and checkpoint folder the job names (it is the user's own job on the user's own machine), so a
+// local run needs no flag. A checkpoint folder is made here if missing: a root must exist.
+std::vector<std::string> LocalDataRoots(const v1::JobSpec& spec, const std::string& job_file,
+                                        const std::string& out_dir) {
+  std::vector<std::string> roots;
+  auto add = [&](const fs::path& dir) {
+    std::error_code ec;
+    if (dir.empty() || !fs::is_directory(dir, ec)) return;
+    roots.push_back(fs::absolute(dir, ec).lexically_normal().string());
+  };
+  add(fs::path(job_file).parent_path());
+  add(out_dir);
+  for (const std::string* file :
+       {&spec.model().torchscript().path(), &spec.data().path(), &spec.eval().path()}) {
+    if (!file->empty()) add(fs::path(*file).parent_path());
+  }
+  if (spec.checkpoint().every() > 0 && !spec.checkpoint().dir().empty()) {
+    std::error_code ec;
+    fs::create_directories(spec.checkpoint().dir(), ec);
+    add(spec.checkpoint().dir());
+  }
+  return roots;
+}
+
 }  // namespace
 
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
@@ -347,6 +372,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   options.keep_dir = args.Has("--keep-logs");
   options.metrics_listen = args.Get("--metrics-listen");
   options.device = spec->device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+  options.data_roots = LocalDataRoots(*spec, job_file, out_dir);
   for (auto [bin, env, subdir, target] :
        {std::tuple{"zpipe-coordinator", "ZPIPE_COORDINATOR_BIN", "coordinator",
                    &options.coordinator_bin},

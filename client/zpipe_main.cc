@@ -40,6 +40,11 @@ constexpr char kUsage[] =
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
     "  --token-file FILE   the client (or admin) token a coordinator with token files requires:\n"
     "                      the first line of FILE that is not blank or # (default $ZPIPE_TOKEN)\n"
+    "  --tls-ca FILE       talk TLS to the coordinator, verifying it with this PEM CA (default\n"
+    "                      $ZPIPE_TLS_CA; without either, plaintext)\n"
+    "  --tls-cert FILE     with --tls-key: this PEM client certificate, for a coordinator that\n"
+    "  --tls-key FILE      requires one (--tls-client-ca) (default $ZPIPE_TLS_CERT, "
+    "$ZPIPE_TLS_KEY)\n"
     "  -o table|json       output format (default table)\n"
     "\n"
     "exit codes: 0 success; 1 job failed or cancelled, or the operation was refused (also a\n"
@@ -50,6 +55,9 @@ struct GlobalOptions {
   std::optional<std::string> coordinator;
   std::optional<std::string> output;
   std::optional<std::string> token_file;
+  std::optional<std::string> tls_ca;
+  std::optional<std::string> tls_cert;
+  std::optional<std::string> tls_key;
 };
 
 // The first line of `path` that is not blank or a # comment; "" when there is none.
@@ -64,8 +72,8 @@ std::optional<std::string> ReadTokenFile(const std::string& path) {
   return "";
 }
 
-// Removes --coordinator / -o / --output (with their values) from `args`. Returns an error
-// message, or "" when all is well.
+// Removes --coordinator / -o / --output / --token-file / --tls-* (with their values) from `args`.
+// Returns an error message, or "" when all is well.
 std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& globals,
                            bool leading_only) {
   std::vector<std::string> rest;
@@ -81,6 +89,9 @@ std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& global
     if (name == "--coordinator") target = &globals.coordinator;
     if (name == "-o" || name == "--output") target = &globals.output;
     if (name == "--token-file") target = &globals.token_file;
+    if (name == "--tls-ca") target = &globals.tls_ca;
+    if (name == "--tls-cert") target = &globals.tls_cert;
+    if (name == "--tls-key") target = &globals.tls_key;
     if (target == nullptr) {
       if (leading_only) {
         rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
@@ -168,6 +179,23 @@ int main(int argc, char** argv) {
   } else if (const char* env = std::getenv(kTokenEnv); env != nullptr && *env != '\0') {
     ctx.SetToken(env, kTokenEnv);
   }
+  // TLS files: a flag wins over its environment variable.
+  auto named = [](const std::optional<std::string>& flag, const char* flag_name,
+                  const char* env_name) {
+    if (flag.has_value()) return zpipe::core::NamedFile{flag_name, *flag};
+    const char* env = std::getenv(env_name);
+    if (env == nullptr || *env == '\0') return zpipe::core::NamedFile{flag_name, ""};
+    return zpipe::core::NamedFile{env_name, env};
+  };
+  const zpipe::core::NamedFile ca = named(globals.tls_ca, "--tls-ca", kTlsCaEnv);
+  auto tls = zpipe::core::LoadTlsClientPem(ca, named(globals.tls_cert, "--tls-cert", kTlsCertEnv),
+                                           named(globals.tls_key, "--tls-key", kTlsKeyEnv));
+  if (!tls.ok()) {
+    std::cerr << "zpipe: " << tls.status().message() << "\n";
+    return kExitUsage;
+  }
+  ctx.SetTls(*std::move(tls), ca.path.empty() ? "" : ca.source + " " + ca.path);
+  zpipe::SilenceGrpcLogging();  // Fail() prints each error in one line
   if (command == "submit") return RunSubmitCommand(ctx, args);
   if (command == "status") return RunStatusCommand(ctx, args);
   if (command == "list") return RunListCommand(ctx, args);

@@ -167,26 +167,35 @@ class HttpServer::Handler : public CivetHandler {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-    JobManager& manager, const Authenticator& auth) {
+    JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->handler_ = std::make_unique<Handler>(std::move(registry), manager, auth);
+  // With TLS, civetweb serves a loopback port and the relay the public one.
+  const std::string listening = tls != nullptr ? "127.0.0.1:0" : host_port;
   try {
-    std::vector<std::string> options = {"listening_ports", host_port, "num_threads", "4"};
+    std::vector<std::string> options = {"listening_ports", listening, "num_threads", "4"};
     s->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("http: cannot listen on ", host_port, ": ", e.what()));
+        absl::StrCat("http: cannot listen on ", listening, ": ", e.what()));
   }
   if (s->server_->getContext() == nullptr) {
-    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", host_port));
+    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listening));
   }
   s->server_->addHandler("/", s->handler_.get());
   std::vector<int> ports = s->server_->getListeningPorts();
   s->port_ = ports.empty() ? 0 : ports.front();
+  if (tls != nullptr) {
+    absl::StatusOr<std::unique_ptr<TlsRelay>> relay = TlsRelay::Start(host_port, s->port_, *tls);
+    if (!relay.ok()) return relay.status();
+    s->relay_ = *std::move(relay);
+    s->port_ = s->relay_->port();
+  }
   return s;
 }
 
 HttpServer::~HttpServer() {
+  relay_.reset();  // no more relayed requests
   if (server_) server_->close();
 }
 

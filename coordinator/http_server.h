@@ -11,6 +11,10 @@
 // `Authorization: Bearer TOKEN` or, for a browser opening the page, as `?token=TOKEN` (the page
 // passes it on to /api); 401 without a known token, 403 for a worker token. /metrics (Prometheus
 // convention) and /healthz stay open.
+// With `tls` the port speaks only HTTPS (tls_relay.h: TLS is ended there and relayed to civetweb
+// on a loopback port); with a client CA in it, only to callers presenting a certificate that CA
+// signed. The loopback port serves the same pages without TLS to local processes (with token
+// files, the page and /api still need a token there).
 // prometheus::Exposer has no hook for extra pages, so this replaces it, on civetweb (the server
 // the Exposer itself uses). Thread-safe; handlers run on civetweb's threads.
 #ifndef ZPIPE_COORDINATOR_HTTP_SERVER_H_
@@ -22,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/tls.h"
+#include "coordinator/tls_relay.h"
 
 class CivetServer;
 namespace prometheus {
@@ -32,11 +38,12 @@ namespace zpipe::coordinator {
 
 class HttpServer {
  public:
-  // Listens on `host_port` ("127.0.0.1:9464"; port 0 = pick one). `registry`, `manager` and
-  // `auth` must outlive the server. Unavailable when it cannot listen.
+  // Listens on `host_port` ("127.0.0.1:9464"; port 0 = pick one), over TLS when `tls` is not
+  // null. `registry`, `manager` and `auth` must outlive the server. Unavailable when it cannot
+  // listen.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-      JobManager& manager, const Authenticator& auth);
+      JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls = nullptr);
   ~HttpServer();  // stops serving
 
   int port() const { return port_; }
@@ -46,6 +53,7 @@ class HttpServer {
   HttpServer() = default;
 
   std::unique_ptr<Handler> handler_;
+  std::unique_ptr<TlsRelay> relay_;  // with TLS: the public port, relaying to server_
   std::unique_ptr<CivetServer> server_;
   int port_ = 0;
 };

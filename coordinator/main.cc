@@ -30,7 +30,13 @@ constexpr char kUsage[] =
     "SIGHUP.\n"
     "                               Without any, every caller is trusted and only loopback\n"
     "                               addresses may be listened on\n"
-    "  --insecure                   listen beyond loopback without token files anyway\n"
+    "  --tls-cert FILE              serve gRPC and the HTTP port over TLS (HTTPS) with this PEM\n"
+    "                               certificate chain ...\n"
+    "  --tls-key FILE               ... and its PEM private key\n"
+    "  --tls-client-ca FILE         also require client certificates signed by this PEM CA on\n"
+    "                               both ports (mTLS; counts as authentication for --listen)\n"
+    "  --insecure                   listen beyond loopback without token files or\n"
+    "                               --tls-client-ca anyway\n"
     "limits (refusals are RESOURCE_EXHAUSTED naming the flag; SIZE is bytes, or with KiB, MiB,\n"
     "GiB):\n"
     "  --max-message-bytes SIZE     largest gRPC request accepted (default 16MiB)\n"
@@ -101,6 +107,12 @@ int main(int argc, char** argv) {
       options.tokens.admin = value;
     } else if (arg == "--worker-tokens") {
       options.tokens.worker = value;
+    } else if (arg == "--tls-cert") {
+      options.tls.cert = value;
+    } else if (arg == "--tls-key") {
+      options.tls.key = value;
+    } else if (arg == "--tls-client-ca") {
+      options.tls.client_ca = value;
     } else if (arg == "--heartbeat-timeout") {
       if (!ParseDurationFlag(value, &options.heartbeat_timeout)) {
         std::fprintf(stderr, "zpipe-coordinator: bad --heartbeat-timeout '%s'\n", value.c_str());

@@ -1,6 +1,7 @@
 #include "coordinator/server.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,7 +23,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(options.tokens);
   if (!auth.ok()) return auth.status();
   s->auth_ = std::move(*auth);
-  if (!s->auth_->enabled()) {
+  std::optional<ServerTlsPem> tls;
+  if (options.tls.enabled()) {
+    absl::StatusOr<ServerTlsPem> loaded = LoadServerTls(options.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls = *std::move(loaded);
+  }
+  const bool mutual_tls = tls.has_value() && tls->mutual();
+  if (!s->auth_->enabled() && !mutual_tls) {
     std::vector<std::string> exposed;
     if (!IsLoopbackAddress(options.listen)) exposed.push_back("--listen " + options.listen);
     if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
@@ -32,9 +40,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       return absl::FailedPreconditionError(absl::StrCat(
           absl::StrJoin(exposed, " and "),
           ": not a loopback address, and no token files were given (--client-tokens, "
-          "--worker-tokens, --admin-tokens), so anyone who reaches it could submit and cancel "
-          "jobs and pose as a worker. Give token files, listen on 127.0.0.1, or pass --insecure "
-          "to serve without authentication anyway"));
+          "--worker-tokens, --admin-tokens) nor client certificates required "
+          "(--tls-client-ca), so anyone who reaches it could submit and cancel jobs and pose as "
+          "a worker",
+          tls.has_value() ? " (TLS alone encrypts, it does not authenticate callers)" : "",
+          ". Give token files or --tls-client-ca, listen on 127.0.0.1, or pass --insecure to "
+          "serve without authentication anyway"));
     }
     if (!exposed.empty()) {
       LogWarning("INSECURE: no token files and ", absl::StrJoin(exposed, " and "),
@@ -45,8 +56,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
           "no token files: every caller is trusted (serving on loopback only); give "
           "--client-tokens, --worker-tokens and --admin-tokens to require tokens");
     }
+  } else if (!s->auth_->enabled()) {
+    LogWarning("no token files: every caller with a certificate signed by --tls-client-ca ",
+               options.tls.client_ca,
+               " has every role (client, admin, worker); give token files to separate them");
   } else {
     LogInfo("authentication on: ", s->auth_->Summary());
+  }
+  if (tls.has_value()) {
+    LogInfo("TLS on: gRPC and HTTPS with ", options.tls.cert,
+            mutual_tls ? absl::StrCat(", client certificates signed by ", options.tls.client_ca,
+                                      " required on both ports")
+                       : ", no client certificates");
   }
   absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(options.db);
   if (!store.ok()) return store.status();
@@ -67,7 +88,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   if (!options.metrics_listen.empty()) {
     // /metrics plus the live page and its JSON API on one port.
-    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_, *s->auth_);
+    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_, *s->auth_,
+                                  tls.has_value() ? &*tls : nullptr);
     if (!http.ok()) return http.status();
     s->http_ = std::move(*http);
     s->metrics_port_ = s->http_->port();
@@ -79,7 +101,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls.has_value()) {
+    grpc::SslServerCredentialsOptions ssl(
+        mutual_tls ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = tls->client_ca;
+    ssl.pem_key_cert_pairs.push_back({tls->private_key, tls->cert_chain});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(-1);
   // Keep per-stream receive windows at their initial size: a worker that sends progress faster
@@ -93,9 +124,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options.listen));
   }
   s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
-  LogInfo("coordinator serving on port ", s->port_, " (metrics ",
-          s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled", ", db ",
-          options.db, ", heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout), ")");
+  LogInfo("coordinator serving on port ", s->port_, tls.has_value() ? " over TLS" : "",
+          " (metrics ", s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled",
+          ", db ", options.db, ", heartbeat timeout ",
+          absl::FormatDuration(options.heartbeat_timeout), ")");
   return s;
 }
 

@@ -6,6 +6,10 @@
 // Authentication (auth.h): with token files every gRPC call and the HTTP port's live page and
 // /api need a token (/metrics and grpc.health.v1 stay open). Without token files the coordinator
 // trusts every caller, so it refuses to listen beyond loopback unless `insecure` is set.
+//
+// TLS (tls.h): with a certificate both ports speak only TLS (gRPC and HTTPS); with a client CA
+// both also require a client certificate it signed, which counts as authentication for the
+// loopback rule (every such caller then has every role unless token files are given too).
 #ifndef ZPIPE_COORDINATOR_SERVER_H_
 #define ZPIPE_COORDINATOR_SERVER_H_
 
@@ -20,6 +24,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/tls.h"
 
 namespace grpc {
 class Server;
@@ -47,14 +52,15 @@ struct ServerOptions {
   int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
   RendezvousLimits rendezvous;       // per-job key and byte quota
   TokenFiles tokens;                 // none = no authentication (loopback only, unless `insecure`)
-  bool insecure = false;             // allow a non-loopback listen address without tokens
+  ServerTlsFiles tls;                // none = plaintext on both ports
+  bool insecure = false;             // allow a non-loopback listen address without tokens or mTLS
 };
 
 class CoordinatorServer {
  public:
   // Opens the store, restores jobs, binds both ports and starts serving. FailedPrecondition for a
-  // non-loopback address without token files (and without `insecure`); the error of a token file
-  // that cannot be read.
+  // non-loopback address without token files or client certificates (and without `insecure`);
+  // the error of a token or TLS file that cannot be read (naming its flag and path).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(const ServerOptions& options);
   ~CoordinatorServer();  // Shutdown()
 

@@ -10,7 +10,7 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
                        zpipe::worker_comm_factory
                        zpipe::proto zpipe::core ${TORCH_LIBRARIES} absl::status absl::statusor
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
-                       nlohmann_json::nlohmann_json)
+                       nlohmann_json::nlohmann_json TEST_DEPS GTest::gmock)
 # Capability reporting (daemon/capabilities.cc) asks the CUDA runtime and NCCL where the NCCL
 # communicator is built; ZPIPE_WITH_NCCL comes with it.
 if(TARGET zpipe_worker_comm_nccl)

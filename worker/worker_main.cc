@@ -30,6 +30,14 @@ constexpr char kUsage[] =
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
+    "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
+    "                              (default $ZPIPE_TLS_CA; without either, plaintext)\n"
+    "  --tls-cert FILE             with --tls-key: this PEM client certificate, for a\n"
+    "  --tls-key FILE              coordinator with --tls-client-ca (default $ZPIPE_TLS_CERT,\n"
+    "                              $ZPIPE_TLS_KEY)\n"
+    "  --data-root DIR             jobs may name model, data and checkpoint paths only under\n"
+    "                              DIR (after resolving symlinks and ..); repeatable (default:\n"
+    "                              the working directory only)\n"
     "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
     "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
 
@@ -96,6 +104,15 @@ int main(int argc, char** argv) {
   }
   std::string device = "cpu";
   std::string metrics_listen, health_listen;
+  // TLS files: a flag wins over its environment variable.
+  zpipe::core::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
+      tls_key{"--tls-key", ""};
+  for (auto [file, env_name] :
+       {std::pair{&tls_ca, "ZPIPE_TLS_CA"}, std::pair{&tls_cert, "ZPIPE_TLS_CERT"},
+        std::pair{&tls_key, "ZPIPE_TLS_KEY"}}) {
+    const char* env = std::getenv(env_name);
+    if (env != nullptr && *env != '\0') *file = {env_name, env};
+  }
   int threads = 1;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -135,6 +152,13 @@ int main(int argc, char** argv) {
         if (!t.empty() && t[0] != '#') options.token = std::string(t);
       }
       if (options.token.empty()) return Usage("--token-file: " + value + " holds no token");
+    } else if (flag == "--tls-ca" || flag == "--tls-cert" || flag == "--tls-key") {
+      zpipe::core::NamedFile& f = flag == "--tls-ca"     ? tls_ca
+                                  : flag == "--tls-cert" ? tls_cert
+                                                         : tls_key;
+      f = {flag, value};
+    } else if (flag == "--data-root") {
+      options.data_roots.push_back(value);
     } else if (flag == "--health-listen") {
       health_listen = value;
     } else if (flag == "--comm-timeout") {
@@ -145,6 +169,12 @@ int main(int argc, char** argv) {
       return Usage("unknown flag " + flag);
     }
   }
+  auto tls = zpipe::core::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "zpipe-worker: %s\n", std::string(tls.status().message()).c_str());
+    return 2;
+  }
+  options.tls = *std::move(tls);
   if (device == "cpu") {
     options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
   } else if (device.rfind("cpu:", 0) == 0 &&
@@ -222,7 +252,7 @@ int main(int argc, char** argv) {
   if (health != nullptr) health->Shutdown();
   if (!st.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());
-    return 1;
+    return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;  // 2: a bad --data-root
   }
   return 0;
 }

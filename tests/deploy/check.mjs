@@ -268,6 +268,23 @@ function securityViolations(objects, { prod }) {
       const why = notOnSecretMount(spec, c, file);
       if (why) v.push(`Deployment/zpipe-coordinator: ${flag} ${file} ${why}`);
     }
+    // TLS: the certificate and its key from a Secret, so tokens never cross the network in clear.
+    for (const flag of ['--tls-cert', '--tls-key']) {
+      const file = flagValue(args, flag);
+      if (!file) { v.push(`Deployment/zpipe-coordinator: no ${flag} FILE (TLS, from a Secret)`); continue; }
+      const why = notOnSecretMount(spec, c, file);
+      if (why) v.push(`Deployment/zpipe-coordinator: ${flag} ${file} ${why}`);
+    }
+    // The coordinator's metrics port speaks HTTPS then: its ServiceMonitor must too.
+    if (flagValue(args, '--tls-cert')) {
+      for (const m of objects.filter((o) => o.kind === 'ServiceMonitor' && o.metadata?.name === 'zpipe-coordinator')) {
+        for (const e of m.spec?.endpoints ?? []) {
+          if (e.scheme !== 'https' || !e.tlsConfig?.ca) {
+            v.push(`ServiceMonitor/zpipe-coordinator: endpoint ${e.port} is not scheme https with a tlsConfig.ca (the coordinator serves HTTPS)`);
+          }
+        }
+      }
+    }
   }
   if (workers) {
     const spec = workers.spec?.template?.spec ?? {};
@@ -276,6 +293,10 @@ function securityViolations(objects, { prod }) {
       if (!file) { v.push(`StatefulSet/zpipe-worker container ${c.name}: no --token-file (the worker token, from a Secret)`); continue; }
       const why = notOnSecretMount(spec, c, file);
       if (why) v.push(`StatefulSet/zpipe-worker container ${c.name}: --token-file ${file} ${why}`);
+      const ca = flagValue([...(c.command ?? []), ...(c.args ?? [])], '--tls-ca');
+      if (!ca) { v.push(`StatefulSet/zpipe-worker container ${c.name}: no --tls-ca (the CA of the coordinator's certificate, from a Secret)`); continue; }
+      const caWhy = notOnSecretMount(spec, c, ca);
+      if (caWhy) v.push(`StatefulSet/zpipe-worker container ${c.name}: --tls-ca ${ca} ${caWhy}`);
     }
   }
 
@@ -563,6 +584,16 @@ const MUTATIONS = [
   ['worker token not mounted', true, (o) => {
     const c = workerPod(o).containers[0]; c.volumeMounts = c.volumeMounts.filter((m) => m.name !== 'token');
   }, /--token-file .* is not on a read-only Secret mount/],
+  ['coordinator without --tls-cert', true, (o) => { dropArg(coordinatorPod(o).containers[0].args, '--tls-cert'); }, /no --tls-cert/],
+  ['coordinator TLS key not mounted', false, (o) => {
+    const c = coordinatorPod(o).containers[0]; c.volumeMounts = c.volumeMounts.filter((m) => m.name !== 'tls');
+  }, /--tls-key .* is not on a read-only Secret mount/],
+  ['coordinator TLS key not in the Secret items', true, (o) => {
+    coordinatorPod(o).volumes.find((x) => x.name === 'tls').secret.items.pop();
+  }, /--tls-key .* is not a file of Secret volume tls/],
+  ['worker without --tls-ca', false, (o) => { dropArg(workerPod(o).containers[0].args, '--tls-ca'); }, /no --tls-ca/],
+  ['worker CA from an optional Secret', true, (o) => { workerPod(o).volumes.find((x) => x.name === 'tls-ca').secret.optional = true; }, /--tls-ca .* optional Secret/],
+  ['ServiceMonitor scraping plain HTTP', false, (o) => { delete find(o, 'ServiceMonitor', 'zpipe-coordinator').spec.endpoints[0].scheme; }, /not scheme https/],
   ['no NetworkPolicy', false, (o) => { o.splice(o.indexOf(find(o, 'NetworkPolicy', 'zpipe-coordinator')), 1); }, /no NetworkPolicy selects/],
   ['NetworkPolicy selecting other pods', true, (o) => {
     find(o, 'NetworkPolicy', 'zpipe-coordinator').spec.podSelector.matchLabels['app.kubernetes.io/name'] = 'coordinator';

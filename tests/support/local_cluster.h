@@ -3,6 +3,7 @@
 #define ZPIPE_TESTS_SUPPORT_LOCAL_CLUSTER_H_
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +38,8 @@ struct LocalClusterOptions {
   // Put before each worker's argv, e.g. a shell that sets resource limits and then runs
   // `exec "$@"` (see tests/worker/checkpoint_failure_e2e_test.cc).
   std::vector<std::string> worker_wrapper;
+  // Worker --data-root: tests keep job files and checkpoints under the temporary directory.
+  std::vector<std::string> data_roots = {std::filesystem::temp_directory_path().string()};
 };
 
 // The coordinator (in-memory database, no /metrics) starts at construction, with `workers`
@@ -65,6 +68,10 @@ class LocalCluster {
                                              "--comm-timeout",
                                              options_.comm_timeout_s};
     argv.insert(argv.end(), worker.begin(), worker.end());
+    for (const std::string& root : options_.data_roots) {
+      argv.push_back("--data-root");
+      argv.push_back(root);
+    }
     workers_.push_back(std::make_unique<Subprocess>(argv));
   }
 

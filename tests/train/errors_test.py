@@ -189,7 +189,7 @@ class TrainErrorsTest(unittest.TestCase):
     def _spawn_worker(cls, i, log_name=None):
         return cls._spawn(log_name or f"worker-{i}", [
             WORKER_BIN, "--coordinator", cls.address, "--name", f"w{i}", "--device", f"cpu:{i}",
-            "--threads", "1", "--comm-timeout", "30"])
+            "--threads", "1", "--comm-timeout", "30", "--data-root", cls.dir])
 
     def setUp(self):
         self._revive()

@@ -3,8 +3,10 @@
 // back to idle and run the next job.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -173,6 +175,44 @@ TEST(WorkerE2eTest, SigtermStopsTheDaemonCleanly) {
   testing::ProcessResult r = cluster.worker(0).Wait(10);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("stopped"), std::string::npos) << r.err;
+}
+
+// --data-root: a job whose checkpoint.dir lies outside the worker's roots fails before it touches
+// anything, with a reason naming the path and the flag; the workers stay up and run the next job,
+// which checkpoints under a root.
+TEST(WorkerE2eTest, AJobNamingAPathOutsideTheDataRootsFailsAndTheWorkersRunTheNext) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / absl::StrCat("zpipe_data_roots_e2e_", getpid());
+  fs::remove_all(base);
+  fs::create_directories(base / "allowed");
+  fs::create_directories(base / "outside");
+  testing::LocalCluster cluster(2, {.coordinator_bin = ZPIPE_COORDINATOR_BIN,
+                                    .worker_bin = ZPIPE_WORKER_BIN,
+                                    .comm_timeout_s = "4",
+                                    .data_roots = {(base / "allowed").string()}});
+  ASSERT_TRUE(cluster.WaitIdle(2));
+  v1::JobSpec spec = GptSpec("1f1b", 2, 2, 2);
+  spec.mutable_checkpoint()->set_every(1);
+  // Through ".." from inside the root, so resolving matters.
+  spec.mutable_checkpoint()->set_dir((base / "allowed" / ".." / "outside").string());
+  ASSERT_TRUE(cluster.client().Submit(spec, "escape").ok());
+  auto failed = cluster.WaitTerminal("escape");
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed->reason().find("checkpoint.dir '" + spec.checkpoint().dir() + "'"),
+            std::string::npos)
+      << failed->reason();
+  EXPECT_NE(failed->reason().find("--data-root"), std::string::npos) << failed->reason();
+  EXPECT_TRUE(fs::is_empty(base / "outside"));
+
+  ASSERT_TRUE(cluster.WaitIdle(2, 60));
+  spec.mutable_checkpoint()->set_dir((base / "allowed").string());
+  ASSERT_TRUE(cluster.client().Submit(spec, "inside").ok());
+  auto done = cluster.WaitTerminal("inside");
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->reason();
+  EXPECT_TRUE(fs::exists(base / "allowed" / "gpt-e2e" / "iter-2" / "manifest.json"));
+  fs::remove_all(base);
 }
 
 }  // namespace

@@ -182,11 +182,16 @@ absl::Status CanRunCudaJobs(const JobRunnerOptions& options) {
   return absl::OkStatus();
 }
 
-zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request) {
+zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request,
+                                    const DataRoots& data_roots) {
   const zpipe::v1::JobSpec& spec = request.spec();
   zpipe::v1::ProfileResult out;
   out.set_job_id(request.job_id());
   out.set_attempt(request.attempt());
+  if (absl::Status st = data_roots.CheckJob(spec); !st.ok()) {
+    out.set_error(std::string(st.message()));
+    return out;
+  }
   if (!spec.model().has_torchscript()) {
     out.set_error("only torchscript models are profiled");
     return out;
@@ -237,6 +242,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
                            const SendToCoordinator& send, const JobRunnerOptions& options,
                            const std::atomic<bool>& cancelled) {
   const zpipe::v1::JobSpec& spec = a.spec();
+  if (options.data_roots == nullptr) return absl::InternalError("RunAssignment: no data roots");
+  if (absl::Status st = options.data_roots->CheckJob(spec); !st.ok()) return st;
   auto plan = core::ParsePlanText(a.plan_text());
   if (!plan.ok())
     return absl::InvalidArgumentError(absl::StrCat("plan: ", plan.status().message()));

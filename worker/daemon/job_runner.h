@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "worker/daemon/data_roots.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace zpipe::worker {
@@ -31,6 +32,9 @@ struct JobRunnerOptions {
   // state and gradient buckets live on CUDA device `device_index`, its data path is NCCL.
   zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
   int device_index = 0;
+  // The folders the job's files must lie in (required, must outlive the call); a job naming a
+  // path outside them fails before it touches anything.
+  const DataRoots* data_roots = nullptr;
 };
 
 // Why this worker cannot run a `device: cuda` job, or OK when it can: started for a CUDA device,
@@ -42,8 +46,10 @@ using SendToCoordinator = std::function<bool(const zpipe::v1::WorkerMessage&)>;
 // Loads a TorchScript job's model and data (the checks a job's start makes, so a broken model or
 // data file fails the job before it is planned) and times every block on this worker
 // (model/block_profile.h). When the job will resume from a checkpoint, also returns that
-// checkpoint's cuts. Problems come back in the result's `error`, never as a crash.
-zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request);
+// checkpoint's cuts. Problems come back in the result's `error`, never as a crash; a path outside
+// `data_roots` is one, found before anything is opened.
+zpipe::v1::ProfileResult ProfileJob(const zpipe::v1::ProfileRequest& request,
+                                    const DataRoots& data_roots);
 
 absl::Status RunAssignment(const zpipe::v1::Assignment& assignment,
                            zpipe::v1::WorkerService::StubInterface& stub,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "worker/daemon/capabilities.h"
 
@@ -43,8 +44,15 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options)
   Log(absl::StrCat("capabilities: ", DescribeCapabilities(capabilities_)));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ =
-      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls.has_value()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls->root_certs;
+    ssl.pem_cert_chain = options_.tls->cert_chain;
+    ssl.pem_private_key = options_.tls->private_key;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  channel_ = grpc::CreateCustomChannel(options_.coordinator, credentials, args);
   stub_ = zpipe::v1::WorkerService::NewStub(channel_);
 }
 
@@ -152,6 +160,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     jo.token = options_.token;
     jo.device_kind = options_.device_kind;
     jo.device_index = options_.device_index;
+    jo.data_roots = &*data_roots_;
     if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
     absl::Status st = RunAssignment(
         assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
@@ -273,7 +282,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
       std::thread([this, request] {
         zpipe::v1::WorkerMessage reply;
-        *reply.mutable_profile_result() = ProfileJob(request);
+        *reply.mutable_profile_result() = ProfileJob(request, *data_roots_);
         if (!reply.profile_result().error().empty()) {
           Log(absl::StrCat("job ", request.job_id(),
                            ": profile failed: ", reply.profile_result().error()));
@@ -308,6 +317,14 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
 
 absl::Status WorkerDaemon::Run() {
   if (options_.name.empty()) return absl::InvalidArgumentError("worker name is empty");
+  absl::StatusOr<DataRoots> roots = DataRoots::Make(options_.data_roots);
+  if (!roots.ok()) return roots.status();
+  data_roots_ = *std::move(roots);
+  std::vector<std::string> root_names;
+  for (const auto& root : data_roots_->roots()) root_names.push_back(root.string());
+  Log(absl::StrCat(
+      "jobs may use files under ", absl::StrJoin(root_names, ", "),
+      options_.data_roots.empty() ? " (the working directory; --data-root to change)" : ""));
   absl::Time unreachable_since = absl::Now();
   absl::Duration backoff = options_.reconnect_backoff;
   while (true) {
@@ -334,7 +351,15 @@ absl::Status WorkerDaemon::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
-    Log(absl::StrCat(st.ToString(), "; reconnecting"));
+    const bool tls_failure = core::LooksLikeTlsFailure(st.message());
+    Log(absl::StrCat(st.ToString(), "; reconnecting",
+                     !tls_failure ? ""
+                     : options_.tls.has_value()
+                         ? " (TLS failed: check that --tls-ca (or ZPIPE_TLS_CA) signed the "
+                           "coordinator's certificate, and give --tls-cert and --tls-key if it "
+                           "requires client certificates)"
+                         : " (TLS failed: this worker speaks plaintext; give --tls-ca FILE or "
+                           "ZPIPE_TLS_CA if the coordinator serves TLS)"));
     if (options_.give_up_after > absl::ZeroDuration() &&
         absl::Now() - unreachable_since > options_.give_up_after) {
       Stop();

@@ -16,9 +16,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/tls_files.h"
+#include "worker/daemon/data_roots.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/worker_metrics.h"
 #include "zpipe/v1/worker.grpc.pb.h"
@@ -42,6 +45,12 @@ struct DaemonOptions {
   // Registered with every RegisterWorker; nullopt = probe this process (capabilities.h) once when
   // the daemon is made.
   std::optional<zpipe::v1::WorkerCapabilities> capabilities;
+  // TLS to the coordinator (the CA to verify it with; a client certificate for mTLS);
+  // nullopt = plaintext.
+  std::optional<core::TlsClientPem> tls;
+  // --data-root: the only folders jobs may name files in (data_roots.h); empty = the working
+  // directory.
+  std::vector<std::string> data_roots;
 };
 
 class WorkerDaemon {
@@ -50,6 +59,7 @@ class WorkerDaemon {
   ~WorkerDaemon();
 
   // Blocks until Stop() or, with give_up_after, until the coordinator stayed unreachable.
+  // INVALID_ARGUMENT at once for a data root that is not a directory.
   absl::Status Run();
   // Thread-safe and async-signal-tolerant enough for a signal-watching thread to call.
   void Stop();
@@ -72,6 +82,7 @@ class WorkerDaemon {
   // Random, once per process: proves to the coordinator that a registration, session or
   // rendezvous call comes from this process (worker.proto "Identity").
   const std::string instance_id_;
+  std::optional<DataRoots> data_roots_;  // set by Run() before any job can arrive
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
 

@@ -1,0 +1,133 @@
+#include "coordinator/tls.h"
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/tls_files.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+// OpenSSL's most recent error as text ("" when none), clearing its queue.
+std::string OpenSslError() {
+  std::string text;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    text = buf;
+  }
+  return text;
+}
+
+struct BioDeleter {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+
+BioPtr MemoryBio(const std::string& text) {
+  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
+
+// Adds every certificate of `pem` to `ctx`'s verify store; the number added.
+int AddClientCas(SSL_CTX* ctx, const std::string& pem) {
+  BioPtr bio = MemoryBio(pem);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int n = 0;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, cert) == 1) ++n;
+    X509_free(cert);
+  }
+  ERR_clear_error();  // the read that ends the loop leaves "no start line"
+  return n;
+}
+
+// `pem`'s certificate chain and key into `ctx`; the first problem, naming no file.
+absl::Status UseCertAndKey(SSL_CTX* ctx, const ServerTlsPem& pem, std::string* which) {
+  BioPtr bio = MemoryBio(pem.cert_chain);
+  X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
+  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf) != 1) {
+    if (leaf != nullptr) X509_free(leaf);
+    *which = "cert";
+    return absl::InvalidArgumentError(absl::StrCat("no usable certificate: ", OpenSslError()));
+  }
+  X509_free(leaf);
+  while (X509* extra = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    if (SSL_CTX_add_extra_chain_cert(ctx, extra) != 1) X509_free(extra);  // owned by ctx if added
+  }
+  ERR_clear_error();
+  BioPtr key_bio = MemoryBio(pem.private_key);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
+  *which = "key";
+  if (key == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no usable private key (an unencrypted PEM key is needed): ", OpenSslError()));
+  }
+  // OpenSSL 3 checks here that the key matches the certificate.
+  const bool used = SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  if (!used) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the key does not belong to the certificate: ", OpenSslError()));
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the key does not belong to the certificate: ", OpenSslError()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ConfigureServerSslContext(SSL_CTX* ctx, const ServerTlsPem& pem) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  std::string which;
+  if (absl::Status st = UseCertAndKey(ctx, pem, &which); !st.ok()) {
+    return absl::InternalError(absl::StrCat("OpenSSL: ", st.message()));
+  }
+  if (pem.mutual()) {
+    AddClientCas(ctx, pem.client_ca);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerTlsPem> LoadServerTls(const ServerTlsFiles& files) {
+  if (files.cert.empty() || files.key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(files.cert.empty() ? "--tls-cert" : "--tls-key",
+                     " is missing: TLS needs --tls-cert ", "FILE and --tls-key FILE (PEM)",
+                     files.client_ca.empty() ? ""
+                                             : ", and --tls-client-ca "
+                                               "only makes sense with them"));
+  }
+  ServerTlsPem pem;
+  for (auto [flag, path, out] : {std::tuple{"--tls-cert", &files.cert, &pem.cert_chain},
+                                 std::tuple{"--tls-key", &files.key, &pem.private_key},
+                                 std::tuple{"--tls-client-ca", &files.client_ca, &pem.client_ca}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text = core::ReadPemFile({flag, *path});
+    if (!text.ok()) return text.status();
+    *out = *std::move(text);
+  }
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  if (ctx == nullptr) return absl::InternalError("OpenSSL: " + OpenSslError());
+  std::string which;
+  if (absl::Status st = UseCertAndKey(ctx.get(), pem, &which); !st.ok()) {
+    const bool cert = which == "cert";
+    return absl::InvalidArgumentError(absl::StrCat(
+        cert ? "--tls-cert " : "--tls-key ", cert ? files.cert : files.key, ": ", st.message()));
+  }
+  if (pem.mutual() && AddClientCas(ctx.get(), pem.client_ca) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-client-ca ", files.client_ca, ": no certificate in it"));
+  }
+  return pem;
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,67 @@
+#include "core/tls_files.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace zpipe::core {
+
+absl::StatusOr<std::string> ReadPemFile(const NamedFile& file) {
+  constexpr std::streamsize kMaxBytes = 1 << 20;
+  const std::string name = absl::StrCat(file.source, " ", file.path);
+  std::ifstream in(file.path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": cannot read: ", std::strerror(errno)));
+  }
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  if (in.bad()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": cannot read: ", std::strerror(errno)));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > static_cast<size_t>(kMaxBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": larger than 1 MiB, not a PEM file"));
+  }
+  if (text.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": not a PEM file (no -----BEGIN line)"));
+  }
+  return text;
+}
+
+absl::StatusOr<std::optional<TlsClientPem>> LoadTlsClientPem(const NamedFile& ca,
+                                                             const NamedFile& cert,
+                                                             const NamedFile& key) {
+  if (ca.path.empty() && cert.path.empty() && key.path.empty()) return std::nullopt;
+  if (cert.path.empty() != key.path.empty()) {
+    const NamedFile& given = cert.path.empty() ? key : cert;
+    const NamedFile& missing = cert.path.empty() ? cert : key;
+    return absl::InvalidArgumentError(absl::StrCat(given.source, " ", given.path, " needs ",
+                                                   missing.source,
+                                                   " too (a client certificate "
+                                                   "and its private key go together)"));
+  }
+  TlsClientPem pem;
+  for (auto [file, out] : {std::pair{&ca, &pem.root_certs}, std::pair{&cert, &pem.cert_chain},
+                           std::pair{&key, &pem.private_key}}) {
+    if (file->path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadPemFile(*file);
+    if (!text.ok()) return text.status();
+    *out = *std::move(text);
+  }
+  return pem;
+}
+
+bool LooksLikeTlsFailure(absl::string_view message) {
+  for (absl::string_view word : {"andshake", "SSL", "ertificate", "TLS", "WRONG_VERSION"}) {
+    if (absl::StrContains(message, word)) return true;
+  }
+  return absl::StrContains(message, "failed to connect") &&
+         absl::StrContains(message, "Socket closed");
+}
+
+}  // namespace zpipe::core
