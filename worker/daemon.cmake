@@ -13,7 +13,7 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
                        nlohmann_json::nlohmann_json TEST_DEPS GTest::gmock)
 # Capability reporting (daemon/capabilities.cc) asks the CUDA runtime and NCCL where the NCCL
 # communicator is built; ZPIPE_WITH_NCCL comes with it.
-if(TARGET zpipe_worker_comm_nccl)
+if(TARGET zpipe_worker_comm_nccl AND ZPIPE_TORCH_CUDA)
   target_link_libraries(zpipe_worker_daemon PUBLIC zpipe::worker_comm_nccl)
 endif()
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
