@@ -15,6 +15,7 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
 # communicator is built; ZPIPE_WITH_NCCL comes with it.
 if(TARGET zpipe_worker_comm_nccl AND ZPIPE_TORCH_CUDA)
   target_link_libraries(zpipe_worker_daemon PUBLIC zpipe::worker_comm_nccl)
+  set_property(GLOBAL PROPERTY ZPIPE_DAEMON_HAS_NCCL ON)
 endif()
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
 target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)
