@@ -66,10 +66,11 @@ struct StageSnapshot {
 absl::StatusOr<std::vector<StageSnapshot>> SnapshotStages(const Executor& executor);
 
 // Writes StageCheckpointFileName(s) into `dir` (which must exist) for every snapshot, each
-// atomically: written to a temporary name in `dir`, fsync, rename, fsync of `dir`. Never throws. An error names the file and the OS error ("cannot write '.../stage-3.pt':
-// No space left on device"; ResourceExhausted for ENOSPC, EDQUOT and EFBIG, PermissionDenied,
-// NotFound, else Internal); the temporary file is removed, files already renamed stay. The bytes
-// written depend only on the snapshot.
+// atomically: written to a temporary name in `dir`, fsync, rename, fsync of `dir`. Never throws. An
+// error names the file and the OS error ("cannot write '.../stage-3.pt': No space left on device";
+// ResourceExhausted for ENOSPC, EDQUOT and EFBIG, PermissionDenied, NotFound, else Internal); the
+// temporary file is removed, files already renamed stay. The bytes written depend only on the
+// snapshot.
 absl::Status WriteStageSnapshots(const std::vector<StageSnapshot>& snapshots,
                                  const std::filesystem::path& dir);
 
