@@ -1,5 +1,8 @@
 #include "coordinator/domain.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 namespace zpipe::coordinator {
 
 absl::string_view DeviceKindName(DeviceKind kind) {
@@ -20,8 +23,28 @@ absl::string_view JobStateName(JobState state) {
       return "FAILED";
     case JobState::kCancelled:
       return "CANCELLED";
+    case JobState::kRestarting:
+      return "RESTARTING";
   }
   return "UNKNOWN";
+}
+
+absl::StatusOr<absl::Duration> RestartBackoff(const JobSpec& spec) {
+  if (spec.restart_backoff.empty()) return absl::Seconds(2);
+  absl::Duration d;
+  double seconds = 0;
+  if (absl::SimpleAtod(spec.restart_backoff, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(spec.restart_backoff, &d)) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.restart.backoff: '",
+                                                   spec.restart_backoff.substr(0, 64),
+                                                   "' is not a duration (e.g. 5s, 500ms, 1m)"));
+  }
+  if (d < absl::ZeroDuration() || d > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.restart.backoff: must be 0s..1h, got ",
+                                                   spec.restart_backoff.substr(0, 64)));
+  }
+  return d;
 }
 
 bool IsTerminal(JobState state) {

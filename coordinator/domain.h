@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
@@ -104,6 +105,9 @@ struct JobSpec {
   DataConfig data_file;
   EvalConfig eval;
   TrainSettings train;
+  // restart (RestartSpec in job.proto): 0 = a lost rank fails the job.
+  int max_restarts = 0;
+  std::string restart_backoff;  // "" = 2s
 
   int data_parallel() const { return data == 0 ? 1 : data; }
   int world_size() const { return pipeline * data_parallel(); }
@@ -113,12 +117,24 @@ struct JobSpec {
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
-enum class JobState { kPending, kScheduling, kRunning, kSucceeded, kFailed, kCancelled };
+// kRestarting: a rank was lost and spec.max_restarts allows another attempt (job.proto).
+enum class JobState {
+  kPending,
+  kScheduling,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kRestarting
+};
 absl::string_view JobStateName(JobState state);  // "PENDING", ...
 bool IsTerminal(JobState state);
-inline constexpr JobState kAllJobStates[] = {JobState::kPending, JobState::kScheduling,
-                                             JobState::kRunning, JobState::kSucceeded,
-                                             JobState::kFailed,  JobState::kCancelled};
+inline constexpr JobState kAllJobStates[] = {
+    JobState::kPending, JobState::kScheduling, JobState::kRunning,   JobState::kSucceeded,
+    JobState::kFailed,  JobState::kCancelled,  JobState::kRestarting};
+
+// The restart backoff of `spec` (restart.backoff; "" = 2s); InvalidArgument naming the field.
+absl::StatusOr<absl::Duration> RestartBackoff(const struct JobSpec& spec);
 
 // Which worker holds one rank of a scheduled job.
 struct RankSlot {
@@ -188,6 +204,18 @@ struct ModelLayout {
   int blocks = 0;
 };
 
+// One scheduled attempt of a job (JobAttempt in job.proto).
+struct JobAttemptRecord {
+  int attempt = 0;
+  absl::Time start_time = absl::InfinitePast();
+  absl::Time end_time = absl::InfinitePast();  // InfinitePast while it runs
+  std::vector<std::string> workers;            // by global rank
+  std::string end_reason;
+  int iterations_done = 0;   // the job's, when the attempt ended
+  int start_iteration = -1;  // its first reported iteration; -1 before one
+  friend bool operator==(const JobAttemptRecord&, const JobAttemptRecord&) = default;
+};
+
 // What the store keeps about a job.
 struct JobRecord {
   std::string id;
@@ -208,6 +236,8 @@ struct JobRecord {
   // TorchScript models: the cuts the job runs with, once known (not persisted: after a
   // coordinator restart a running job shows none).
   std::optional<ModelLayout> layout;
+  int restarts = 0;                        // automatic restarts so far
+  std::vector<JobAttemptRecord> attempts;  // oldest first
 };
 
 enum class WorkerState { kIdle, kBusy, kDead };
@@ -248,6 +278,8 @@ struct WorkerRegistration {
   std::string running_job_id;
   int running_pipeline_rank = 0;
   int running_data_rank = 0;
+  // The worker already finished every iteration of that rank (its RankFinished may be lost).
+  bool running_job_finished = false;
   // Random per worker process (worker.proto "Identity"); empty from workers that send none.
   std::string instance_id;
   // nullopt from workers older than capability reporting (offered CPU jobs only).
@@ -266,6 +298,8 @@ struct WorkerInfo {
   absl::Time register_time = absl::InfinitePast();
   absl::Time last_seen = absl::InfinitePast();
   std::string reason;  // dead only
+  // The job its latest heartbeat (or registration) says it still runs; "" = none.
+  std::string reported_job;
 };
 
 }  // namespace zpipe::coordinator

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,22 +47,28 @@ absl::Status JobManager::Load() {
     job_index_[id] = order;
     JobRecord& job = jobs_[order] = std::move(rec);
     if (job.state == JobState::kScheduling) {
+      CloseAttemptLocked(job, "coordinator restarted while scheduling");
       job.ranks.clear();
       SetStateLocked(job, JobState::kPending,
                      "coordinator restarted while scheduling; queued again");
+    } else if (job.state == JobState::kRestarting) {
+      JobRuntime& rt = runtime_[id];
+      rt.restart_at = now;
+      rt.restart_reason = job.reason;
     } else if (job.state == JobState::kRunning) {
       ++running;
       JobRuntime& rt = runtime_[id];
-      rt.reconnect_deadline = now + options_.heartbeat_timeout;
+      rt.reconnect_deadline = now + options_.recovery_grace;
       if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
+        // Progress resumes at the stored count; the workers' buffered reports fill in the rest.
         tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
-                          plan->sim.bubble_rate, job.ranks);
+                          plan->sim.bubble_rate, job.ranks, job.iterations_done);
         traces_.StartJob(id, plan->plan, job.ranks);
       }
     }
   }
   LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running, " RUNNING jobs wait up to ",
-          absl::FormatDuration(options_.heartbeat_timeout), " for their workers to reconnect");
+          absl::FormatDuration(options_.recovery_grace), " for their workers to reconnect");
   UpdateGaugesLocked();
   return absl::OkStatus();
 }
@@ -281,19 +288,68 @@ void JobManager::SetStateLocked(JobRecord& job, JobState to, std::string reason)
 }
 
 void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason) {
+  CloseAttemptLocked(job, reason);
   SetStateLocked(job, to, std::move(reason));
   metrics_.JobFinished(job.id, clock_.Now());
+  ReleaseWorkersLocked(job, /*cancel=*/to != JobState::kSucceeded);
+  rendezvous_.Close(job.id);
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
+    rt->second.pending_failure.reset();
+    rt->second.finished.clear();
+    rt->second.reconnected.clear();
+    rt->second.reconnect_deadline.reset();
+    rt->second.restart_at.reset();
+  }
+  TryScheduleLocked();
+  UpdateGaugesLocked();
+}
+
+void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
+  const int max = job.spec.max_restarts;
+  if (job.state != JobState::kRunning || job.restarts >= max) {
+    if (max > 0 && job.state == JobState::kRunning) {
+      absl::StrAppend(&reason, " (no restarts left: ", job.restarts, " of ", max, " used)");
+    }
+    FinishJobLocked(job, JobState::kFailed, std::move(reason));
+    return;
+  }
+  const absl::Duration backoff = RestartBackoff(job.spec).value_or(absl::Seconds(2));
+  CloseAttemptLocked(job, reason);
+  ++job.restarts;
+  ReleaseWorkersLocked(job, /*cancel=*/true);
+  JobRuntime& rt = runtime_[job.id];
+  rt.pending_failure.reset();
+  rt.finished.clear();
+  rt.reconnected.clear();
+  rt.reconnect_deadline.reset();
+  rt.restart_at = clock_.Now() + backoff;
+  rt.restart_reason =
+      absl::StrCat("attempt ", job.attempt, ": ", reason, "; restart ", job.restarts, " of ", max,
+                   " in ", absl::FormatDuration(backoff),
+                   job.spec.checkpoint_every > 0 ? ", from the latest complete checkpoint"
+                                                 : ", from iteration 0 (no checkpoints)");
+  metrics_.JobRestarted(job.id);
+  SetStateLocked(job, JobState::kRestarting, rt.restart_reason);
+  // Its workers are not idle until their heartbeats say the attempt is torn down; the liveness
+  // loop schedules the job once the backoff is over.
+  TryScheduleLocked();
+  UpdateGaugesLocked();
+}
+
+void JobManager::ReleaseWorkersLocked(JobRecord& job, bool cancel) {
   for (const RankSlot& slot : job.ranks) {
     auto it = workers_.find(slot.worker_name);
     if (it == workers_.end()) continue;
     WorkerEntry& w = it->second;
     if (w.info.state != WorkerState::kBusy || w.info.job_id != job.id) continue;
-    if (to != JobState::kSucceeded && w.connection != nullptr) {
-      WorkerCommand cancel;
-      cancel.kind = WorkerCommand::Kind::kCancel;
-      cancel.job_id = job.id;
-      cancel.reason = job.reason;
-      w.connection->Send(std::move(cancel));
+    if (cancel && w.connection != nullptr) {
+      WorkerCommand command;
+      command.kind = WorkerCommand::Kind::kCancel;
+      command.job_id = job.id;
+      command.reason = job.reason;
+      w.connection->Send(std::move(command));
+      // Until a heartbeat says otherwise, it is still tearing the job down.
+      w.info.reported_job = job.id;
     }
     w.info.job_id.clear();
     if (w.connection != nullptr) {
@@ -303,35 +359,49 @@ void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason
       w.info.reason = "session stream closed";
     }
   }
-  rendezvous_.Close(job.id);
-  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
-    rt->second.pending_failure.reset();
-    rt->second.finished.clear();
-    rt->second.reconnected.clear();
-    rt->second.reconnect_deadline.reset();
-  }
-  TryScheduleLocked();
-  UpdateGaugesLocked();
+}
+
+void JobManager::CloseAttemptLocked(JobRecord& job, const std::string& reason) {
+  if (job.attempts.empty()) return;
+  JobAttemptRecord& a = job.attempts.back();
+  if (a.end_time != absl::InfinitePast()) return;
+  a.end_time = clock_.Now();
+  a.end_reason = reason;
+  a.iterations_done = job.iterations_done;
 }
 
 void JobManager::TryScheduleLocked() {
   if (shut_down_) return;
+  const absl::Time now = clock_.Now();
   std::set<DeviceKind> blocked;  // FIFO per device kind: the oldest job blocks the later ones
   for (auto& [order, job] : jobs_) {
-    if (job.state != JobState::kPending || blocked.contains(job.spec.device)) continue;
+    const bool restarting = job.state == JobState::kRestarting;
+    if ((job.state != JobState::kPending && !restarting) || blocked.contains(job.spec.device)) {
+      continue;
+    }
+    const JobRuntime* rt = nullptr;
+    if (restarting) {
+      rt = &runtime_[job.id];
+      if (rt->restart_at && now < *rt->restart_at) {
+        blocked.insert(job.spec.device);  // its backoff holds the workers for it
+        continue;
+      }
+    }
     std::vector<WorkerEntry*> idle;
     std::vector<const WorkerRegistration*> live;
     for (auto& [name, w] : workers_) {
       if (w.info.state == WorkerState::kDead) continue;
       live.push_back(&w.info.registration);
       if (w.info.state == WorkerState::kIdle && w.connection != nullptr &&
+          w.info.reported_job.empty() &&
           CannotRunReason(w.info.registration, job.spec.device).empty()) {
         idle.push_back(&w);
       }
     }
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
       blocked.insert(job.spec.device);
-      job.reason = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
+      const std::string waiting = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
+      job.reason = restarting ? absl::StrCat(rt->restart_reason, "; ", waiting) : waiting;
       continue;
     }
     idle.resize(job.spec.world_size());
@@ -385,6 +455,12 @@ void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& 
     absl::StrAppend(&names, g == 0 ? "" : ", ", slot.worker_name);
     job.ranks.push_back(std::move(slot));
   }
+  JobAttemptRecord attempt;
+  attempt.attempt = job.attempt;
+  attempt.start_time = clock_.Now();
+  for (const RankSlot& slot : job.ranks) attempt.workers.push_back(slot.worker_name);
+  job.attempts.push_back(std::move(attempt));
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) rt->second.restart_at.reset();
   SetStateLocked(job, JobState::kScheduling,
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
 }
@@ -444,7 +520,7 @@ void JobManager::PersistLocked(const JobRecord& job) {
 }
 
 void JobManager::UpdateGaugesLocked() {
-  int64_t jobs[6] = {};
+  int64_t jobs[std::size(kAllJobStates)] = {};
   for (const auto& [order, job] : jobs_) ++jobs[static_cast<int>(job.state)];
   for (JobState s : kAllJobStates) metrics_.SetJobCount(s, jobs[static_cast<int>(s)]);
   int64_t workers[3] = {};

@@ -9,16 +9,25 @@
 // While it waits, its reason says how many workers it found and names those that cannot run it.
 //
 // Liveness: only heartbeats refresh a worker. CheckLiveness() (called periodically by the server)
-// marks a worker silent for the heartbeat timeout DEAD; its job FAILS naming worker and rank, and
-// the job's other workers get a cancel and become idle. A worker whose stream ends keeps its rank
-// until the timeout, so it can reconnect.
+// marks a worker silent for the heartbeat timeout DEAD; its job loses that rank (below) naming
+// worker and rank, and the job's other workers get a cancel and become idle. A worker whose
+// stream ends keeps its rank until the timeout, so it can reconnect. An idle worker whose last
+// heartbeat still names a job (it is tearing that job down) is not given a new one.
+//
+// Lost ranks: a rank of a RUNNING job is lost when its worker dies, leaves, re-registers without
+// the job, or reports a failure (failure_grace first looks for a lost peer to blame). With
+// spec.max_restarts left, the job goes to RESTARTING: the attempt is closed (JobRecord::attempts),
+// its workers are cancelled and released, and after spec.restart_backoff it is scheduled again
+// ahead of later jobs of its device kind; the workers resume from the latest complete checkpoint.
+// Otherwise the job FAILS with the reason.
 //
 // Restart reconciliation: Load() restores every job. PENDING jobs stay queued; SCHEDULING jobs go
-// back to PENDING (their assignments may not all have arrived); RUNNING jobs wait one heartbeat
-// timeout for their workers to re-register with the same name, claiming the job and rank
-// (RegisterWorker's running_job_*): those continue; if any worker is still missing at the
-// deadline, the job FAILS naming it. A worker that re-registers without claiming the job it held
-// fails that job too (it lost its state).
+// back to PENDING (their assignments may not all have arrived); RESTARTING jobs may be scheduled
+// at once; RUNNING jobs keep their iteration count and wait `recovery_grace` for their workers to
+// re-register with the same name, claiming the job and rank (RegisterWorker's running_job_*):
+// those continue (a rank that finished meanwhile says so); a worker still missing at the deadline
+// is a lost rank. A worker that re-registers without claiming the job it held lost its state: a
+// lost rank too. Shutdown() leaves running jobs alone: the next coordinator picks them up.
 //
 // Thread-safe. Collaborators (clock, store, metrics) are injected and must outlive the manager.
 #ifndef ZPIPE_COORDINATOR_JOB_MANAGER_H_
@@ -92,6 +101,9 @@ struct ManagerOptions {
   absl::Duration failure_grace = absl::Seconds(3);
   // A new job beyond this many PENDING ones is refused (the --max-pending-jobs limit).
   int max_pending_jobs = 1000;
+  // After Load(), how long a RUNNING job waits for its workers to come back (reconnect with their
+  // job) before a missing one counts as a lost rank. Longer than the workers' reconnect backoff.
+  absl::Duration recovery_grace = absl::Seconds(30);
   RendezvousLimits rendezvous;
 };
 
@@ -187,8 +199,9 @@ class JobManager {
   absl::Status CheckAssignedInstance(const std::string& instance_id,
                                      const std::string& job_id) const;
   void DetachSession(const std::string& worker_id, WorkerConnection* connection);
-  // Aborted when `worker_id` is no longer the worker's current registration.
-  absl::Status Heartbeat(const std::string& worker_id);
+  // Aborted when `worker_id` is no longer the worker's current registration. `running_job`: the
+  // job the worker says it still runs ("" = none); an idle worker naming one is not scheduled.
+  absl::Status Heartbeat(const std::string& worker_id, const std::string& running_job = "");
   // A message from `worker_name` stamped `worker_time_s` (its clock, Unix seconds) has just
   // arrived: a sample for its clock offset (TraceStore).
   void ObserveWorkerClock(const std::string& worker_name, double worker_time_s);
@@ -224,7 +237,8 @@ class JobManager {
   // Declares silent workers dead and fails the jobs they held; fails RUNNING jobs whose workers
   // did not come back after a restart. Call periodically.
   void CheckLiveness();
-  // Tells every connected worker to shut down and wakes all watchers.
+  // Refuses new registrations and jobs and wakes all watchers. Workers and their jobs carry on:
+  // they reconnect to the next coordinator on the same store.
   void Shutdown();
 
   const JobEventLog& events() const { return events_; }
@@ -248,6 +262,9 @@ class JobManager {
       absl::Time deadline;
     };
     std::optional<PendingFailure> pending_failure;
+    // RESTARTING: not scheduled before this; the reason the attempt ended.
+    std::optional<absl::Time> restart_at;
+    std::string restart_reason;
   };
   struct WorkerEntry {
     WorkerInfo info;
@@ -274,6 +291,15 @@ class JobManager {
   // Moves the job to a terminal state and releases its workers (cancelling them unless
   // SUCCEEDED); then tries to schedule pending jobs.
   void FinishJobLocked(JobRecord& job, JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of `job` was lost (`reason` names it): RESTARTING when the job is RUNNING and has
+  // restarts left, else FAILED.
+  void LoseRankLocked(JobRecord& job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers holding `job`'s ranks become idle (dead without a session), cancelled first when
+  // `cancel`.
+  void ReleaseWorkersLocked(JobRecord& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the job's current attempt record (if open) with `reason`.
+  void CloseAttemptLocked(JobRecord& job, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers)

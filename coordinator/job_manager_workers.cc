@@ -171,6 +171,8 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
   entry.info.state = WorkerState::kIdle;
   entry.info.register_time = now;
   entry.info.last_seen = now;
+  // A job it claims and is not given back is being torn down until a heartbeat says otherwise.
+  if (!reg.running_job_finished) entry.info.reported_job = reg.running_job_id;
   RegisterResult result;
   result.worker_id = entry.info.worker_id;
 
@@ -179,18 +181,21 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
     const bool claims = reg.running_job_id == held_job->id &&
                         reg.running_pipeline_rank == held_slot->pipeline_rank &&
                         reg.running_data_rank == held_slot->data_rank;
+    const int g = held_slot->data_rank * held_job->spec.pipeline + held_slot->pipeline_rank;
     if (claims && held_job->state == JobState::kRunning) {
+      // Also when it finished its rank meanwhile (running_job_finished): it then sends its
+      // buffered reports and RankFinished again, and the rank completes the usual way.
       result.resume_running_job = true;
       entry.info.state = WorkerState::kBusy;
       entry.info.job_id = held_job->id;
       entry.info.pipeline_rank = held_slot->pipeline_rank;
       entry.info.data_rank = held_slot->data_rank;
       JobRuntime& rt = runtime_[held_job->id];
-      rt.reconnected.insert(held_slot->data_rank * held_job->spec.pipeline +
-                            held_slot->pipeline_rank);
+      rt.reconnected.insert(g);
       LogInfo("job ", held_job->id, ": ",
               RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
-              " re-registered and continues");
+              reg.running_job_finished ? " re-registered; it finished its rank meanwhile"
+                                       : " re-registered and continues");
     } else {
       failure = absl::StrCat(RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
                              " re-registered without the job (it restarted and lost its state)");
@@ -207,7 +212,13 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
                                           reg.capabilities->torch_cuda ? " CUDA" : " CPU-only")
                            : ", no capabilities reported",
           ") as ", result.worker_id);
-  if (!failure.empty()) FinishJobLocked(*held_job, JobState::kFailed, failure);
+  if (!failure.empty()) {
+    if (held_job->state == JobState::kRunning) {
+      LoseRankLocked(*held_job, failure);
+    } else {
+      FinishJobLocked(*held_job, JobState::kFailed, failure);
+    }
+  }
   UpdateGaugesLocked();
   return result;
 }
@@ -263,16 +274,15 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
     if (job != nullptr && job->state == JobState::kRunning && rt != runtime_.end() &&
         rt->second.pending_failure) {
       const std::string then = rt->second.pending_failure->reason;
-      FinishJobLocked(*job, JobState::kFailed,
-                      absl::StrCat(RankName(w->info.registration.name, w->info.pipeline_rank,
-                                            w->info.data_rank),
-                                   " lost: its session closed; then ", then));
+      LoseRankLocked(*job, absl::StrCat(RankName(w->info.registration.name, w->info.pipeline_rank,
+                                                 w->info.data_rank),
+                                        " lost: its session closed; then ", then));
     }
   }
   UpdateGaugesLocked();
 }
 
-absl::Status JobManager::Heartbeat(const std::string& worker_id) {
+absl::Status JobManager::Heartbeat(const std::string& worker_id, const std::string& running_job) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = WorkerByIdLocked(worker_id);
   if (w == nullptr || w->info.state == WorkerState::kDead) {
@@ -280,6 +290,11 @@ absl::Status JobManager::Heartbeat(const std::string& worker_id) {
         absl::StrCat("worker_id '", worker_id, "' is no longer current; register again"));
   }
   w->info.last_seen = clock_.Now();
+  if (w->info.reported_job != running_job) {
+    w->info.reported_job = running_job.substr(0, 256);
+    // It finished tearing a job down: it may be what a waiting job needs.
+    if (running_job.empty() && w->info.state == WorkerState::kIdle) TryScheduleLocked();
+  }
   return absl::OkStatus();
 }
 
@@ -358,6 +373,17 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   JobRecord* job = FindJobLocked(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
   job->iterations_done = std::max(job->iterations_done, summary->iteration + 1);
+  if (!job->attempts.empty() && job->attempts.back().start_iteration < 0) {
+    JobAttemptRecord& attempt = job->attempts.back();
+    attempt.start_iteration = summary->iteration;
+    if (job->attempts.size() > 1) {
+      const int before = job->attempts[job->attempts.size() - 2].iterations_done;
+      job->reason =
+          absl::StrCat("attempt ", attempt.attempt, " resumed at iteration ", summary->iteration,
+                       " (", std::max(0, before - summary->iteration), " iterations run again)");
+      LogInfo("job ", job_id, ": ", job->reason);
+    }
+  }
   JobEvent event;
   event.sequence = ++job->last_sequence;
   event.time = clock_.Now();
@@ -455,11 +481,11 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
   if (std::optional<std::string> lost = LostRankLocked(*job, w->info.registration.name)) {
-    FinishJobLocked(*job, JobState::kFailed, absl::StrCat(*lost, "; then ", failed));
+    LoseRankLocked(*job, absl::StrCat(*lost, "; then ", failed));
     return absl::OkStatus();
   }
   if (job->state != JobState::kRunning || options_.failure_grace <= absl::ZeroDuration()) {
-    FinishJobLocked(*job, JobState::kFailed, failed);
+    LoseRankLocked(*job, failed);
     return absl::OkStatus();
   }
   JobRuntime& rt = runtime_[job_id];
@@ -524,21 +550,30 @@ void JobManager::CheckLiveness() {
     if (rt.pending_failure && now >= rt.pending_failure->deadline) {
       // No peer was lost: the reporting rank's own failure is the cause.
       const std::string reason = rt.pending_failure->reason;
-      FinishJobLocked(job, JobState::kFailed, reason);
+      LoseRankLocked(job, reason);
       continue;
     }
     if (!rt.reconnect_deadline || now < *rt.reconnect_deadline) continue;
+    rt.reconnect_deadline.reset();
     for (const RankSlot& slot : job.ranks) {
       const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
       if (rt.reconnected.contains(g)) continue;
-      FinishJobLocked(job, JobState::kFailed,
-                      absl::StrCat("coordinator restarted and ",
-                                   RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
-                                   " did not reconnect within ",
-                                   absl::FormatDuration(options_.heartbeat_timeout)));
+      LoseRankLocked(job,
+                     absl::StrCat("coordinator restarted and ",
+                                  RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
+                                  " did not reconnect within ",
+                                  absl::FormatDuration(options_.recovery_grace)));
       break;
     }
-    rt.reconnect_deadline.reset();
+  }
+  // Restarting jobs whose backoff is over.
+  for (const auto& [order, job] : jobs_) {
+    if (job.state != JobState::kRestarting) continue;
+    auto rt = runtime_.find(job.id);
+    if (rt != runtime_.end() && rt->second.restart_at && now >= *rt->second.restart_at) {
+      TryScheduleLocked();
+      break;
+    }
   }
 }
 
@@ -562,7 +597,7 @@ void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
       if (auto rt = runtime_.find(job_id); rt != runtime_.end() && rt->second.pending_failure) {
         absl::StrAppend(&why, "; then ", rt->second.pending_failure->reason);
       }
-      FinishJobLocked(*job, JobState::kFailed, std::move(why));
+      LoseRankLocked(*job, std::move(why));
     }
   }
   UpdateGaugesLocked();
@@ -570,15 +605,10 @@ void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
 
 void JobManager::Shutdown() {
   {
+    // Workers are not told to stop: their jobs run on, and they reconnect to the next
+    // coordinator, which reloads the jobs from the store.
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
-    for (auto& [name, w] : workers_) {
-      if (w.connection == nullptr) continue;
-      WorkerCommand cmd;
-      cmd.kind = WorkerCommand::Kind::kShutdown;
-      cmd.reason = "coordinator shutting down";
-      w.connection->Send(std::move(cmd));
-    }
   }
   events_.Close();
 }

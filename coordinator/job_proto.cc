@@ -72,6 +72,8 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
                                                      static_cast<int>(p.checkpoint().on_error()),
                                                      " (expected fail or skip)"));
   }
+  s.max_restarts = p.restart().max_restarts();
+  s.restart_backoff = p.restart().backoff();
   switch (p.device()) {
     case v1::DEVICE_KIND_UNSPECIFIED:
     case v1::DEVICE_KIND_CPU:
@@ -168,6 +170,8 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
       break;
   }
   p.set_device(DeviceKindToProto(s.device));
+  if (s.max_restarts != 0) p.mutable_restart()->set_max_restarts(s.max_restarts);
+  if (!s.restart_backoff.empty()) p.mutable_restart()->set_backoff(s.restart_backoff);
   return p;
 }
 
@@ -185,6 +189,8 @@ v1::JobState StateToProto(JobState state) {
       return v1::JOB_STATE_FAILED;
     case JobState::kCancelled:
       return v1::JOB_STATE_CANCELLED;
+    case JobState::kRestarting:
+      return v1::JOB_STATE_RESTARTING;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }
@@ -321,7 +327,33 @@ v1::Job JobRecordToProto(const JobRecord& r) {
   if (r.latest_summary) *p.mutable_latest_summary() = SummaryToProto(*r.latest_summary);
   p.set_attempt(r.attempt);
   if (r.layout) *p.mutable_layout() = ModelLayoutToProto(*r.layout);
+  p.set_restarts(r.restarts);
+  for (const JobAttemptRecord& a : r.attempts) *p.add_attempts() = AttemptToProto(a);
   return p;
+}
+
+v1::JobAttempt AttemptToProto(const JobAttemptRecord& a) {
+  v1::JobAttempt p;
+  p.set_attempt(a.attempt);
+  if (a.start_time != absl::InfinitePast()) TimeToProto(a.start_time, p.mutable_start_time());
+  if (a.end_time != absl::InfinitePast()) TimeToProto(a.end_time, p.mutable_end_time());
+  for (const std::string& w : a.workers) p.add_workers(w);
+  p.set_end_reason(a.end_reason);
+  p.set_iterations_done(a.iterations_done);
+  p.set_start_iteration(a.start_iteration);
+  return p;
+}
+
+JobAttemptRecord AttemptFromProto(const v1::JobAttempt& p) {
+  JobAttemptRecord a;
+  a.attempt = p.attempt();
+  a.start_time = TimeFromProto(p.start_time());
+  a.end_time = TimeFromProto(p.end_time());
+  a.workers.assign(p.workers().begin(), p.workers().end());
+  a.end_reason = p.end_reason();
+  a.iterations_done = p.iterations_done();
+  a.start_iteration = p.start_iteration();
+  return a;
 }
 
 v1::ModelLayout ModelLayoutToProto(const ModelLayout& layout) {

@@ -37,6 +37,8 @@ v1::PlanStats PlanStatsToProto(const JobPlan& plan);
 // The record part of a Job message (no progress, predicted stats or queue position).
 v1::Job JobRecordToProto(const JobRecord& record);
 v1::ModelLayout ModelLayoutToProto(const ModelLayout& layout);
+v1::JobAttempt AttemptToProto(const JobAttemptRecord& attempt);
+JobAttemptRecord AttemptFromProto(const v1::JobAttempt& attempt);
 
 v1::JobProgress ProgressToProto(const JobProgressView& progress);
 // The full Job message: record, predicted stats, progress, queue position.

@@ -23,6 +23,9 @@ constexpr char kUsage[] =
     "  --db PATH                    SQLite job store, or :memory: (default "
     "zpipe-coordinator.db)\n"
     "  --heartbeat-timeout DURATION worker liveness timeout, e.g. 10s, 500ms (default 10s)\n"
+    "  --recovery-grace DURATION    after a restart, how long RUNNING jobs wait for their\n"
+    "                               workers to reconnect (default 30s; longer than the\n"
+    "                               workers' --reconnect-max-backoff)\n"
     "  --client-tokens FILE         tokens of clients (submit, read, cancel their own jobs)\n"
     "  --admin-tokens FILE          tokens of admins (what clients may, and cancel any job)\n"
     "  --worker-tokens FILE         tokens of workers (register, report, rendezvous)\n"
@@ -116,6 +119,11 @@ int main(int argc, char** argv) {
     } else if (arg == "--heartbeat-timeout") {
       if (!ParseDurationFlag(value, &options.heartbeat_timeout)) {
         std::fprintf(stderr, "zpipe-coordinator: bad --heartbeat-timeout '%s'\n", value.c_str());
+        return 2;
+      }
+    } else if (arg == "--recovery-grace") {
+      if (!ParseDurationFlag(value, &options.recovery_grace)) {
+        std::fprintf(stderr, "zpipe-coordinator: bad --recovery-grace '%s'\n", value.c_str());
         return 2;
       }
     } else if (arg == "--max-message-bytes" || arg == "--max-pending-jobs" ||

@@ -29,6 +29,8 @@ class Metrics {
   virtual void SetJobCount(JobState state, int64_t count) = 0;        // zpipe_jobs{state}
   virtual void SetWorkerCount(WorkerState state, int64_t count) = 0;  // zpipe_workers{state}
   virtual void CountRpc(absl::string_view method, absl::StatusCode code) = 0;  // zpipe_rpcs_total
+  // A job lost a rank and was restarted automatically (zpipe_job_restarts_total).
+  virtual void JobRestarted(const std::string& /*job_id*/) {}
 
   // ---- per job and rank (no-ops by default) ----
   // One rank's report of one iteration, from the worker that holds that rank of a RUNNING job.

@@ -9,8 +9,12 @@ constexpr size_t kMaxPendingIterations = 64;
 
 void ProgressTracker::StartJob(const std::string& job_id, const core::Placement& placement,
                                int microbatches, int iterations, double predicted_bubble,
-                               const std::vector<RankSlot>& ranks) {
+                               const std::vector<RankSlot>& ranks, int iterations_done) {
   auto job = std::make_shared<Job>();
+  {
+    absl::MutexLock lock(&job->reports_mu);
+    job->iterations_done = iterations_done;
+  }
   job->placement = placement;
   job->m = microbatches;
   job->iterations = iterations;
@@ -21,6 +25,8 @@ void ProgressTracker::StartJob(const std::string& job_id, const core::Placement&
     rank->slot = slot;
     rank->phases = std::make_unique<std::atomic<uint8_t>[]>(per_rank);
     rank->num_phases = per_rank;
+    rank->iteration.store(iterations_done, std::memory_order_relaxed);
+    rank->iterations_done.store(iterations_done, std::memory_order_relaxed);
     for (size_t i = 0; i < per_rank; ++i) rank->phases[i].store(0, std::memory_order_relaxed);
     job->ranks.push_back(std::move(rank));
   }

@@ -71,9 +71,12 @@ struct ProgressEvents {
 
 class ProgressTracker {
  public:
-  // Starts tracking a scheduled job (replacing any previous attempt's progress).
+  // Starts tracking a scheduled job (replacing any previous attempt's progress). `iterations_done`:
+  // iterations already complete (a job reloaded after a coordinator restart), so progress resumes
+  // there instead of at 0 and reports of earlier iterations are not summarised again.
   void StartJob(const std::string& job_id, const core::Placement& placement, int microbatches,
-                int iterations, double predicted_bubble, const std::vector<RankSlot>& ranks);
+                int iterations, double predicted_bubble, const std::vector<RankSlot>& ranks,
+                int iterations_done = 0);
 
   // Applies events from `worker_name` for rank (pipeline_rank, data_rank). Returns how many were
   // applied; the rest are dropped, except timeline-only events (sends, receives, reductions),

@@ -47,6 +47,10 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
       workers_(Build<prometheus::Gauge>(registry, "zpipe_workers", "Registered workers, by state")),
       rpcs_(Build<prometheus::Counter>(registry, "zpipe_rpcs_total",
                                        "gRPC calls handled, by method and status code")),
+      restarts_(Build<prometheus::Counter>(registry, "zpipe_job_restarts_total",
+                                           "Automatic restarts of jobs that lost a rank "
+                                           "(spec restart.max_restarts)")
+                    .Add({})),
       busy_(Build<prometheus::Counter>(registry, "zpipe_busy_seconds_total",
                                        "Seconds a pipeline rank spent in compute actions, by op "
                                        "(F, B, W; a fused BW counts as B)")),
@@ -225,6 +229,8 @@ void PrometheusMetrics::ObserveJobIteration(const std::string& job_id,
     }
   }
 }
+
+void PrometheusMetrics::JobRestarted(const std::string& /*job_id*/) { restarts_.Increment(); }
 
 void PrometheusMetrics::JobFinished(const std::string& job_id, absl::Time now) {
   absl::MutexLock lock(&mu_);

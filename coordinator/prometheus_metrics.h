@@ -1,7 +1,8 @@
 // PrometheusMetrics: Metrics exported through a prometheus-cpp registry, and the HTTP exposer
 // that serves it on /metrics.
 //
-// Cluster: zpipe_jobs{state}, zpipe_workers{state}, zpipe_rpcs_total{method,code}.
+// Cluster: zpipe_jobs{state}, zpipe_workers{state}, zpipe_rpcs_total{method,code},
+// zpipe_job_restarts_total.
 // Per job and rank (labels job_id, pipeline_rank, data_rank; base units; updated as each rank's
 // iteration report arrives):
 //   zpipe_busy_seconds_total{op="F"|"B"|"W"}  compute time by op (a fused BW counts as B)
@@ -64,6 +65,7 @@ class PrometheusMetrics : public Metrics {
   void SetJobCount(JobState state, int64_t count) override;
   void SetWorkerCount(WorkerState state, int64_t count) override;
   void CountRpc(absl::string_view method, absl::StatusCode code) override;
+  void JobRestarted(const std::string& job_id) override;
 
   void ObserveRankIteration(const std::string& job_id, int iteration,
                             const RankStats& stats) override;
@@ -113,6 +115,7 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Counter& restarts_;
   // Per job and rank.
   prometheus::Family<prometheus::Counter>& busy_;
   prometheus::Family<prometheus::Counter>& idle_;

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->metrics_ = std::make_unique<PrometheusMetrics>(*s->registry_);
   ManagerOptions mopts;
   mopts.heartbeat_timeout = options.heartbeat_timeout;
+  mopts.recovery_grace = options.recovery_grace;
   mopts.failure_grace = std::min(mopts.failure_grace, options.heartbeat_timeout);
   mopts.max_pending_jobs = options.max_pending_jobs;
   mopts.rendezvous = options.rendezvous;

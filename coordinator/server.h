@@ -46,6 +46,8 @@ struct ServerOptions {
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty = disabled
   std::string db = "zpipe-coordinator.db";        // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // After a restart, how long RUNNING jobs wait for their workers (ManagerOptions).
+  absl::Duration recovery_grace = absl::Seconds(30);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself

@@ -260,6 +260,11 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
     return Bad("spec.checkpoint.dir", "must be at most 4096 characters");
   }
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.checkpoint.keep", spec.checkpoint_keep, 0, 1'000'000));
+
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.restart.max_restarts", spec.max_restarts, 0, 1000));
+  if (absl::StatusOr<absl::Duration> backoff = RestartBackoff(spec); !backoff.ok()) {
+    return backoff.status();
+  }
   return absl::OkStatus();
 }
 

@@ -190,7 +190,7 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
     }
     switch (msg.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
-        result = manager_.Heartbeat(worker_id);
+        result = manager_.Heartbeat(worker_id, msg.heartbeat().job_id());
         if (msg.heartbeat().has_time()) {
           const google::protobuf::Timestamp& t = msg.heartbeat().time();
           manager_.ObserveWorkerClock(*name, static_cast<double>(t.seconds()) + 1e-9 * t.nanos());

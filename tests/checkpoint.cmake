@@ -22,3 +22,17 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(checkpoint_failure_e2e_test zpipe-worker zpipe-coordinator)
 endif()
+
+# Recovery: the coordinator killed or stopped under a running job, a worker killed under a job
+# with restart.max_restarts and a spare (tests/worker/recovery_e2e_test.cc).
+if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
+  zpipe_add_test(NAME recovery_e2e_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/recovery_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto LABELS "worker;slow")
+  target_include_directories(recovery_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(recovery_e2e_test PRIVATE
+    ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(recovery_e2e_test zpipe-worker zpipe-coordinator)
+endif()

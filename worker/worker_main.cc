@@ -38,6 +38,8 @@ constexpr char kUsage[] =
     "  --data-root DIR             jobs may name model, data and checkpoint paths only under\n"
     "                              DIR (after resolving symlinks and ..); repeatable (default:\n"
     "                              the working directory only)\n"
+    "  --reconnect-max-backoff D   longest wait between attempts to reach the coordinator,\n"
+    "                              e.g. 2s, 500ms (default 2s); running jobs go on meanwhile\n"
     "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
     "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
 
@@ -161,6 +163,18 @@ int main(int argc, char** argv) {
       options.data_roots.push_back(value);
     } else if (flag == "--health-listen") {
       health_listen = value;
+    } else if (flag == "--reconnect-max-backoff") {
+      absl::Duration d;
+      double secs = 0;
+      if (absl::SimpleAtod(value, &secs)) {
+        d = absl::Seconds(secs);
+      } else if (!absl::ParseDuration(value, &d)) {
+        return Usage("--reconnect-max-backoff: not a duration (e.g. 2s, 500ms)");
+      }
+      if (d < absl::Milliseconds(10) || d > absl::Minutes(10)) {
+        return Usage("--reconnect-max-backoff: must be 10ms..10m");
+      }
+      options.reconnect_max_backoff = d;
     } else if (flag == "--comm-timeout") {
       double secs = 0;
       if (!absl::SimpleAtod(value, &secs) || secs <= 0) return Usage("--comm-timeout: must be > 0");

@@ -40,20 +40,43 @@ struct LocalClusterOptions {
   std::vector<std::string> worker_wrapper;
   // Worker --data-root: tests keep job files and checkpoints under the temporary directory.
   std::vector<std::string> data_roots = {std::filesystem::temp_directory_path().string()};
+  // The coordinator's --db: a file keeps jobs across RestartCoordinator().
+  std::string db = ":memory:";
+  std::vector<std::string> coordinator_args;  // more flags
+  std::vector<std::string> worker_args;       // more flags for every worker
 };
 
-// The coordinator (in-memory database, no /metrics) starts at construction, with `workers`
-// workers named w0, w1, ...; everything is killed when the cluster goes away.
+// The coordinator (in-memory database unless options.db, no /metrics) starts at construction,
+// with `workers` workers named w0, w1, ...; everything is killed when the cluster goes away.
 class LocalCluster {
  public:
   LocalCluster(int workers, LocalClusterOptions options) : options_(std::move(options)) {
     address_ = absl::StrCat("127.0.0.1:", FreePort());
-    coordinator_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        options_.coordinator_bin, "--listen", address_, "--metrics-listen", "", "--db",
-        ":memory:", "--heartbeat-timeout", options_.heartbeat_timeout});
-    client_ = Client::Create(address_);
+    StartCoordinator();
     for (int i = 0; i < workers; ++i) AddWorker();
   }
+
+  // Stops the coordinator with `sig` (SIGKILL: a crash) and waits for it to exit.
+  void StopCoordinator(int sig) {
+    coordinator_->Signal(sig);
+    coordinator_->Wait(30);
+  }
+  // Starts a coordinator on the same address and database (and a fresh client for it).
+  void StartCoordinator() {
+    std::vector<std::string> argv = {options_.coordinator_bin,
+                                     "--listen",
+                                     address_,
+                                     "--metrics-listen",
+                                     "",
+                                     "--db",
+                                     options_.db,
+                                     "--heartbeat-timeout",
+                                     options_.heartbeat_timeout};
+    argv.insert(argv.end(), options_.coordinator_args.begin(), options_.coordinator_args.end());
+    coordinator_ = std::make_unique<Subprocess>(argv);
+    client_ = Client::Create(address_);
+  }
+  Subprocess& coordinator() { return *coordinator_; }
 
   void AddWorker() {
     const int i = static_cast<int>(workers_.size());
@@ -68,6 +91,7 @@ class LocalCluster {
                                              "--comm-timeout",
                                              options_.comm_timeout_s};
     argv.insert(argv.end(), worker.begin(), worker.end());
+    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
     for (const std::string& root : options_.data_roots) {
       argv.push_back("--data-root");
       argv.push_back(root);
@@ -83,6 +107,10 @@ class LocalCluster {
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {
       auto job = client_->Get(id);
+      if (!job.ok() && job.status().code() == absl::StatusCode::kUnavailable) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // coordinator restarting
+        continue;
+      }
       if (!job.ok()) return job.status();
       const auto s = job->state();
       if (s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||

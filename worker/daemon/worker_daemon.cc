@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -44,6 +45,13 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options)
   Log(absl::StrCat("capabilities: ", DescribeCapabilities(capabilities_)));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // gRPC's own reconnect backoff grows to minutes by default: a coordinator back after a restart
+  // would not be seen for that long.
+  const int max_backoff_ms = static_cast<int>(
+      std::max<int64_t>(100, absl::ToInt64Milliseconds(options_.reconnect_max_backoff)));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (options_.tls.has_value()) {
     grpc::SslCredentialsOptions ssl;
@@ -85,6 +93,27 @@ void WorkerDaemon::Leave(const std::string& reason) {
   Stop();
 }
 
+namespace {
+// Reports about a job: kept for the coordinator while it is away. Heartbeats, hello and leaving
+// mean something only now.
+const std::string* JobOf(const zpipe::v1::WorkerMessage& m) {
+  switch (m.kind_case()) {
+    case zpipe::v1::WorkerMessage::kIteration:
+      return &m.iteration().job_id();
+    case zpipe::v1::WorkerMessage::kProgress:
+      return &m.progress().job_id();
+    case zpipe::v1::WorkerMessage::kFinished:
+      return &m.finished().job_id();
+    case zpipe::v1::WorkerMessage::kFailure:
+      return &m.failure().job_id();
+    case zpipe::v1::WorkerMessage::kProfileResult:
+      return &m.profile_result().job_id();
+    default:
+      return nullptr;
+  }
+}
+}  // namespace
+
 bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
@@ -92,9 +121,21 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
     std::lock_guard<std::mutex> lock(mu_);
     stream = stream_;
   }
-  // Without a stream (reconnecting) the message is lost; iteration reports are re-derivable
-  // and the coordinator reconciles on reconnect.
-  return stream != nullptr && stream->Write(msg);
+  // In order: nothing overtakes what already waits in the outbox.
+  if (stream != nullptr && outbox_.empty() && stream->Write(msg)) return true;
+  if (JobOf(msg) == nullptr) return false;
+  EnqueueLocked(msg);
+  return true;
+}
+
+void WorkerDaemon::EnqueueLocked(const zpipe::v1::WorkerMessage& msg) {
+  if (outbox_.size() >= std::max<size_t>(1, options_.outbox_capacity)) {
+    auto victim = std::find_if(outbox_.begin(), outbox_.end(),
+                               [](const zpipe::v1::WorkerMessage& m) { return m.has_progress(); });
+    outbox_.erase(victim != outbox_.end() ? victim : outbox_.begin());
+    ++outbox_dropped_;
+  }
+  outbox_.push_back(msg);
 }
 
 void WorkerDaemon::JoinJobIfDone(bool wait) {
@@ -141,6 +182,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     return;
   }
   job_id_ = assignment.job_id();
+  finished_.reset();
   job_pipeline_rank_ = assignment.pipeline_rank();
   job_data_rank_ = assignment.data_rank();
   job_cancelled_ = std::make_shared<std::atomic<bool>>(false);
@@ -167,6 +209,12 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
         *cancelled);
     if (st.ok()) {
       Log(absl::StrCat("job ", assignment.job_id(), ": rank finished"));
+      zpipe::v1::RankFinished finished;
+      finished.set_job_id(assignment.job_id());
+      finished.set_pipeline_rank(assignment.pipeline_rank());
+      finished.set_data_rank(assignment.data_rank());
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = finished;
     } else if (cancelled->load()) {
       Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
     } else {
@@ -184,6 +232,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
       options_.metrics->SetBusy(false);
     }
     done->store(true);
+    cv_.notify_all();  // an early heartbeat: this worker no longer runs the job
   });
 }
 
@@ -213,6 +262,11 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       req.set_running_job_id(job_id_);
       req.set_running_pipeline_rank(job_pipeline_rank_);
       req.set_running_data_rank(job_data_rank_);
+    } else if (finished_.has_value()) {
+      req.set_running_job_id(finished_->job_id());
+      req.set_running_pipeline_rank(finished_->pipeline_rank());
+      req.set_running_data_rank(finished_->data_rank());
+      req.set_running_job_finished(true);
     }
   }
   zpipe::v1::RegisterWorkerResponse resp;
@@ -227,26 +281,77 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
     }
   }
   *registered = true;
+  std::optional<zpipe::v1::RankFinished> finished;
+  if (req.running_job_finished()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_.has_value() && finished_->job_id() == req.running_job_id()) {
+      finished = std::move(finished_);
+      finished_.reset();
+    }
+  }
   if (!req.running_job_id().empty() && !resp.resume_running_job()) {
-    Log(absl::StrCat("job ", req.running_job_id(),
-                     ": coordinator did not take it back; abandoning"));
+    if (!req.running_job_finished()) {
+      Log(absl::StrCat("job ", req.running_job_id(),
+                       ": coordinator did not take it back; abandoning"));
+    }
     CancelJob(req.running_job_id());
+  }
+  {
+    // Reports waiting for the coordinator: only those of the job it took back still matter.
+    std::lock_guard<std::mutex> wlock(write_mu_);
+    const std::string keep = resp.resume_running_job() ? req.running_job_id() : "";
+    const size_t before = outbox_.size();
+    std::erase_if(outbox_, [&](const zpipe::v1::WorkerMessage& m) {
+      const std::string* job = JobOf(m);
+      return job == nullptr || *job != keep;
+    });
+    if (before != outbox_.size()) {
+      Log(absl::StrCat("dropped ", before - outbox_.size(),
+                       " waiting reports of jobs the coordinator did not take back"));
+    }
+    // A rank finished while the coordinator was away ends with its RankFinished, after its
+    // reports (the one sent may have been lost with the old coordinator; a repeat is harmless).
+    if (finished.has_value() && resp.resume_running_job() &&
+        std::none_of(outbox_.begin(), outbox_.end(),
+                     [](const zpipe::v1::WorkerMessage& m) { return m.has_finished(); })) {
+      zpipe::v1::WorkerMessage again;
+      *again.mutable_finished() = *finished;
+      outbox_.push_back(std::move(again));
+    }
   }
   const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
   grpc::ClientContext ctx;
   Authorize(ctx);
   auto stream = stub_->Session(&ctx);
   {
+    // Hello first, then what waited in the outbox, then new messages (the stream is published
+    // only after both, under the write lock).
+    std::lock_guard<std::mutex> wlock(write_mu_);
+    zpipe::v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_id(resp.worker_id());
+    hello.mutable_hello()->set_instance_id(instance_id_);
+    bool ok = stream->Write(hello);
+    size_t flushed = 0;
+    while (ok && !outbox_.empty()) {
+      ok = stream->Write(outbox_.front());
+      if (ok) {
+        outbox_.pop_front();
+        ++flushed;
+      }
+    }
+    if (flushed > 0 || outbox_dropped_ > 0) {
+      Log(absl::StrCat("sent ", flushed, " reports that waited for the coordinator",
+                       outbox_dropped_ > 0
+                           ? absl::StrCat("; ", outbox_dropped_, " were dropped (outbox full)")
+                           : ""));
+      outbox_dropped_ = 0;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::OkStatus();
     session_ctx_ = &ctx;
     stream_ = stream.get();
   }
   Log(absl::StrCat("registered as ", options_.name, " with ", options_.coordinator));
-  zpipe::v1::WorkerMessage hello;
-  hello.mutable_hello()->set_worker_id(resp.worker_id());
-  hello.mutable_hello()->set_instance_id(instance_id_);
-  Send(hello);
 
   std::atomic<bool> session_over{false};
   std::thread heartbeats([&] {
@@ -254,6 +359,10 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
     while (!stopping_ && !session_over.load()) {
       cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
       if (stopping_ || session_over.load()) break;
+      // A finished job thread is joined first, so the heartbeat says this worker is free.
+      lock.unlock();
+      JoinJobIfDone(/*wait=*/false);
+      lock.lock();
       zpipe::v1::WorkerMessage hb;
       {
         // Full precision: the coordinator estimates this worker's clock offset from it.
@@ -266,7 +375,6 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       hb.mutable_heartbeat()->set_job_id(job_id_);
       lock.unlock();
       Send(hb);
-      JoinJobIfDone(/*wait=*/false);
       lock.lock();
     }
   });
@@ -370,7 +478,7 @@ absl::Status WorkerDaemon::Run() {
     }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, absl::ToChronoNanoseconds(backoff), [&] { return stopping_; });
-    backoff = std::min(backoff * 2, absl::Seconds(5));  // exponential, capped
+    backoff = std::min(backoff * 2, options_.reconnect_max_backoff);  // exponential, capped
   }
   JoinJobIfDone(/*wait=*/true);
   Log("stopped");

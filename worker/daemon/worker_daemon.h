@@ -2,15 +2,21 @@
 //
 // Registers with the coordinator under a stable name, holds one Session stream, sends heartbeats,
 // runs the assignments it receives one after another on a job thread (RunAssignment), reports a
-// job's failure and goes back to idle. When the stream breaks it reconnects with backoff,
-// re-registering with the job it is still running; if the coordinator does not take it back the
-// job is abandoned. Stop() (e.g. from SIGTERM) cancels the running job, closes the stream and
-// makes Run() return.
+// job's failure and goes back to idle.
+//
+// The coordinator may go away under a running job (restart, crash): the job keeps computing, its
+// reports (iterations, progress, finished, failure) wait in a bounded outbox (the oldest progress
+// batches are dropped first, and counted), and the daemon reconnects with backoff (capped at
+// reconnect_max_backoff), re-registering with the job it is still running, or has just finished,
+// and then sends what waited. If the coordinator does not take the job back it is abandoned and
+// its waiting reports are dropped. Stop() (e.g. from SIGTERM) cancels the running job, closes the
+// stream and makes Run() return.
 #ifndef ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 #define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,7 +42,12 @@ struct DaemonOptions {
   std::string host = "127.0.0.1";  // address peers reach this worker on (Gloo)
   uint64_t memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);
-  absl::Duration reconnect_backoff = absl::Milliseconds(500);
+  absl::Duration reconnect_backoff = absl::Milliseconds(200);
+  // The longest wait between two attempts to reach the coordinator (also gRPC's own reconnect
+  // backoff), so a restarted coordinator is found within about this long.
+  absl::Duration reconnect_max_backoff = absl::Seconds(2);
+  // Reports kept for the coordinator while it is unreachable.
+  size_t outbox_capacity = 16384;
   WorkerMetrics* metrics = nullptr;  // optional, must outlive the daemon
   // Give up when the coordinator cannot be reached for this long (0 = retry forever).
   absl::Duration give_up_after = absl::ZeroDuration();
@@ -69,7 +80,12 @@ class WorkerDaemon {
 
  private:
   absl::Status RunSession(bool* registered);
+  // Writes `msg` to the session; a job report (iteration, progress, finished, failure, profile
+  // result) that cannot be written now goes to the outbox and counts as sent.
   bool Send(const zpipe::v1::WorkerMessage& msg);
+  // Queues `msg` in the outbox, dropping the oldest progress batch (else the oldest message)
+  // when full. Requires write_mu_.
+  void EnqueueLocked(const zpipe::v1::WorkerMessage& msg);
   void StartJob(const zpipe::v1::Assignment& assignment);
   void CancelJob(const std::string& job_id);
   void JoinJobIfDone(bool wait);
@@ -92,7 +108,9 @@ class WorkerDaemon {
   grpc::ClientContext* session_ctx_ = nullptr;
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream_ =
       nullptr;
-  std::mutex write_mu_;
+  std::mutex write_mu_;  // orders writes to the stream; guards the outbox
+  std::deque<zpipe::v1::WorkerMessage> outbox_;
+  uint64_t outbox_dropped_ = 0;
 
   // The running job.
   std::string job_id_;
@@ -101,6 +119,9 @@ class WorkerDaemon {
   std::thread job_thread_;
   std::shared_ptr<std::atomic<bool>> job_cancelled_;
   std::shared_ptr<std::atomic<bool>> job_done_;
+  // The rank this worker last finished, until a registration has told the coordinator so
+  // (its RankFinished may have been lost with the coordinator).
+  std::optional<zpipe::v1::RankFinished> finished_;
 };
 
 }  // namespace zpipe::worker

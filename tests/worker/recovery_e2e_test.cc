@@ -1,0 +1,276 @@
+// Recovery end to end, with a real coordinator and real worker processes training a small GPT:
+// - the coordinator is killed (SIGKILL) or stopped (SIGTERM) mid-job and started again on the
+//   same database: the workers keep computing, reconnect, send what they buffered, and the job
+//   succeeds with the final loss of an uninterrupted run; its iteration count never goes back;
+// - a worker is killed mid-job with restart.max_restarts and a spare worker: the job restarts
+//   on its own from the latest complete checkpoint and ends bit-identical (every loss, the final
+//   parameters) to an uninterrupted run; the event history names the dead worker.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "tests/support/local_cluster.h"
+
+namespace zpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            absl::StrCat("zpipe-recovery-e2e-", ::getpid(), "-", TestName());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+testing::LocalClusterOptions Options(const fs::path& dir) {
+  testing::LocalClusterOptions o;
+  o.coordinator_bin = ZPIPE_COORDINATOR_BIN;
+  o.worker_bin = ZPIPE_WORKER_BIN;
+  o.comm_timeout_s = "10";
+  o.db = (dir / "coordinator.db").string();
+  o.coordinator_args = {"--recovery-grace", "40s"};
+  o.worker_args = {"--reconnect-max-backoff", "500ms"};
+  return o;
+}
+
+v1::JobSpec GptSpec(const std::string& name, int iterations) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  auto* gpt = spec.mutable_model()->mutable_gpt();
+  gpt->set_layers(4);
+  gpt->set_hidden(64);
+  gpt->set_heads(2);
+  gpt->set_seq_len(32);
+  gpt->set_vocab(64);
+  spec.mutable_parallel()->set_pipeline(2);
+  spec.mutable_parallel()->set_data(1);
+  spec.mutable_schedule()->set_kind("zb-v");
+  spec.mutable_batch()->set_microbatches(4);
+  spec.mutable_batch()->set_microbatch_size(4);
+  spec.mutable_train()->set_iterations(iterations);
+  spec.mutable_train()->set_optimizer("adamw");
+  spec.mutable_train()->set_lr(3e-3);
+  spec.mutable_train()->set_seed(1);
+  return spec;
+}
+
+// Follows the job's events to the end: the last loss reported for each iteration (a restarted
+// attempt reports the iterations it runs again), and every state change's reason.
+struct Followed {
+  std::map<int, double> losses;
+  std::vector<std::string> reasons;
+};
+Followed Follow(Client& client, const std::string& id) {
+  Followed out;
+  auto watch = client.Watch(id);
+  while (true) {
+    auto event = watch->Next();
+    if (!event.ok() || !event->has_value()) break;
+    if ((*event)->has_iteration() && (*event)->iteration().has_loss()) {
+      out.losses[(*event)->iteration().iteration()] = (*event)->iteration().loss();
+    }
+    if ((*event)->has_state_change()) out.reasons.push_back((*event)->state_change().reason());
+  }
+  return out;
+}
+
+int IterationsDone(Client& client, const std::string& id) {
+  auto job = client.Get(id);
+  return job.ok() ? job->progress().iterations_done() : -1;
+}
+
+// Waits until the job has completed `n` iterations; false after `timeout_s`.
+bool WaitIterations(Client& client, const std::string& id, int n, double timeout_s = 120) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (IterationsDone(client, id) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+constexpr int kIterations = 60;
+
+// The loss curve of an uninterrupted run, once per test binary.
+const std::map<int, double>& Reference() {
+  static const std::map<int, double> losses = [] {
+    TempDir dir;
+    testing::LocalCluster cluster(2, Options(dir.path()));
+    EXPECT_TRUE(cluster.WaitIdle(2));
+    EXPECT_TRUE(cluster.client().Submit(GptSpec("reference", kIterations), "reference").ok());
+    Followed f = Follow(cluster.client(), "reference");
+    auto job = cluster.WaitTerminal("reference");
+    EXPECT_TRUE(job.ok() && job->state() == v1::JOB_STATE_SUCCEEDED);
+    return f.losses;
+  }();
+  return losses;
+}
+
+// Kills (or stops) the coordinator after a few iterations, starts it again after `gap`, and
+// checks that the job succeeds where an uninterrupted run ends.
+void CoordinatorGoesAway(int sig, std::chrono::milliseconds gap) {
+  const std::map<int, double>& reference = Reference();
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kIterations));
+  TempDir dir;
+  testing::LocalCluster cluster(2, Options(dir.path()));
+  ASSERT_TRUE(cluster.WaitIdle(2));
+  ASSERT_TRUE(cluster.client().Submit(GptSpec("survivor", kIterations), "survivor").ok());
+  ASSERT_TRUE(WaitIterations(cluster.client(), "survivor", 5));
+  const int before = IterationsDone(cluster.client(), "survivor");
+  const auto t0 = std::chrono::steady_clock::now();
+  cluster.StopCoordinator(sig);
+  std::this_thread::sleep_for(gap);
+  cluster.StartCoordinator();
+
+  // Never behind what it had before; the job was still running when the coordinator came back.
+  int lowest = kIterations, seen_running = 0;
+  v1::Job job;
+  while (true) {
+    auto got = cluster.client().Get("survivor");
+    if (!got.ok()) {
+      ASSERT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    job = *got;
+    lowest = std::min(lowest, job.progress().iterations_done());
+    seen_running += job.state() == v1::JOB_STATE_RUNNING;
+    if (IsTerminal(job.state())) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(180));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::printf("coordinator %s, back after %lld ms: %d iterations before, lowest after %d; %s\n",
+              sig == SIGKILL ? "killed" : "stopped", static_cast<long long>(gap.count()), before,
+              lowest, job.reason().c_str());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason();
+  EXPECT_GE(lowest, before) << "the iteration count went backwards";
+  EXPECT_GT(seen_running, 0);
+  EXPECT_EQ(job.attempt(), 1) << "the job continued; it was not run again";
+  ASSERT_TRUE(job.has_latest_summary());
+  EXPECT_EQ(job.latest_summary().iteration(), kIterations - 1);
+  EXPECT_EQ(job.latest_summary().loss(), reference.at(kIterations - 1))
+      << "final loss differs from an uninterrupted run";
+}
+
+TEST(RecoveryE2eTest, CoordinatorKilledAndBackAfterOneSecond) {
+  CoordinatorGoesAway(SIGKILL, std::chrono::milliseconds(1000));
+}
+
+TEST(RecoveryE2eTest, CoordinatorKilledAndBackAfterFiveSeconds) {
+  CoordinatorGoesAway(SIGKILL, std::chrono::milliseconds(5000));
+}
+
+TEST(RecoveryE2eTest, CoordinatorStoppedWithSigtermAndStartedAgain) {
+  CoordinatorGoesAway(SIGTERM, std::chrono::milliseconds(500));
+}
+
+TEST(RecoveryE2eTest, WorkerKilledJobRestartsOnTheSpareFromItsCheckpointBitIdentical) {
+  TempDir dir;
+  testing::LocalCluster cluster(3, Options(dir.path()));  // w2 is the spare
+  ASSERT_TRUE(cluster.WaitIdle(3));
+  constexpr int kShort = 24;
+  auto with_checkpoint = [&](const std::string& name) {
+    v1::JobSpec spec = GptSpec(name, kShort);
+    spec.mutable_checkpoint()->set_every(3);
+    spec.mutable_checkpoint()->set_dir((dir.path() / "ckpt").string());
+    return spec;
+  };
+  // Uninterrupted, for the losses and the final parameters.
+  ASSERT_TRUE(cluster.client().Submit(with_checkpoint("calm"), "calm").ok());
+  const Followed calm = Follow(cluster.client(), "calm");
+  ASSERT_EQ(cluster.WaitTerminal("calm")->state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(calm.losses.size(), static_cast<size_t>(kShort));
+  ASSERT_TRUE(cluster.WaitIdle(3));
+
+  v1::JobSpec spec = with_checkpoint("stormy");
+  spec.mutable_restart()->set_max_restarts(2);
+  spec.mutable_restart()->set_backoff("1s");
+  ASSERT_TRUE(cluster.client().Submit(spec, "stormy").ok());
+  Followed stormy;
+  std::thread follower([&] { stormy = Follow(cluster.client(), "stormy"); });
+  struct Joiner {
+    testing::LocalCluster& cluster;
+    std::thread& thread;
+    ~Joiner() {
+      (void)cluster.client().Cancel("stormy", "test over");
+      thread.join();
+    }
+  } joiner{cluster, follower};
+  ASSERT_TRUE(WaitIterations(cluster.client(), "stormy", 8));
+  auto running = cluster.client().Get("stormy");
+  ASSERT_TRUE(running.ok());
+  // Workers are named w0, w1, w2: kill the one on pipeline rank 1.
+  const std::string victim = running->ranks(1).worker_name();
+  ASSERT_EQ(victim.substr(0, 1), "w");
+  cluster.worker(std::stoi(victim.substr(1))).Signal(SIGKILL);
+
+  auto job = cluster.WaitTerminal("stormy", 180);
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (const std::string& r : stormy.reasons) std::printf("  event: %s\n", r.c_str());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  EXPECT_EQ(job->restarts(), 1);
+  ASSERT_EQ(job->attempts_size(), 2);
+  const v1::JobAttempt& first = job->attempts(0);
+  const v1::JobAttempt& second = job->attempts(1);
+  EXPECT_NE(first.end_reason().find(
+                absl::StrCat("worker ", victim, " (pipeline rank 1, data rank 0) lost")),
+            std::string::npos)
+      << first.end_reason();
+  ASSERT_EQ(second.workers_size(), 2);
+  EXPECT_NE(second.workers(0), victim);
+  EXPECT_NE(second.workers(1), victim) << "the spare takes the lost rank";
+  EXPECT_GE(second.start_iteration(), 6) << "resumed from a checkpoint, not from iteration 0";
+  EXPECT_LE(second.start_iteration(), first.iterations_done());
+  EXPECT_EQ(second.start_iteration() % 3, 0) << "resumed at a checkpoint boundary";
+  std::printf("attempt 1 ended at %d iterations; attempt 2 resumed at %d\n",
+              first.iterations_done(), second.start_iteration());
+  bool named = false;
+  for (const std::string& r : stormy.reasons) {
+    named |= r.find("restart 1 of 2") != std::string::npos &&
+             r.find(absl::StrCat("worker ", victim)) != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "no RESTARTING event naming the dead worker";
+
+  // Bit for bit: every loss, and the final parameters of every stage.
+  ASSERT_EQ(stormy.losses.size(), static_cast<size_t>(kShort));
+  for (const auto& [it, loss] : calm.losses) EXPECT_EQ(stormy.losses.at(it), loss) << it;
+  const fs::path calm_end = dir.path() / "ckpt" / "calm" / absl::StrCat("iter-", kShort);
+  const fs::path stormy_end = dir.path() / "ckpt" / "stormy" / absl::StrCat("iter-", kShort);
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(calm_end)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("stage-", 0) != 0) continue;
+    ++compared;
+    EXPECT_TRUE(Slurp(entry.path()) == Slurp(stormy_end / file)) << file << " differs";
+  }
+  EXPECT_EQ(compared, 4) << "zb-v at p=2 has 4 stages";
+}
+
+}  // namespace
+}  // namespace zpipe
