@@ -43,6 +43,7 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<JobManager> MakeManager() {
     ManagerOptions options;
     options.heartbeat_timeout = absl::Seconds(10);
+    options.recovery_grace = absl::Seconds(10);
     auto m = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
     EXPECT_TRUE(m->Load().ok());
     return m;
@@ -266,6 +267,102 @@ TEST_F(JobManagerTest, RestartReconcilesRunningJobs) {
   EXPECT_EQ(lost.record.reason,
             "coordinator restarted and worker b (pipeline rank 0, data rank 0) did not reconnect "
             "within 10s");
+  manager_.reset();  // before `back`
+}
+
+TEST_F(JobManagerTest, ALostRankRestartsTheJobUntilNoRestartsAreLeft) {
+  JobSpec spec = Spec(2, 10);
+  spec.max_restarts = 1;
+  spec.restart_backoff = "3s";
+  ASSERT_TRUE(manager_->Submit("j", spec, false).ok());
+  const std::string a = AddWorker("a", &c0_);
+  const std::string b = AddWorker("b", &c1_);
+  FakeConnection spare_connection;
+  const std::string spare = AddWorker("c", &spare_connection);
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+
+  // b leaves: the job restarts instead of failing; a is cancelled and stays unavailable until
+  // its heartbeat says it tore the attempt down.
+  manager_->WorkerLeaving(b, "signal 15 (SIGTERM)");
+  JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kRestarting);
+  EXPECT_EQ(job.record.reason,
+            "attempt 1: worker b (pipeline rank 1, data rank 0) lost: left: signal 15 (SIGTERM); "
+            "restart 1 of 1 in 3s, from iteration 0 (no checkpoints)");
+  EXPECT_EQ(job.record.restarts, 1);
+  ASSERT_EQ(job.record.attempts.size(), 1u);
+  EXPECT_EQ(job.record.attempts[0].end_reason,
+            "worker b (pipeline rank 1, data rank 0) lost: left: signal 15 (SIGTERM)");
+  EXPECT_EQ(c0_.commands.back().kind, WorkerCommand::Kind::kCancel);
+
+  // Not before the backoff, and not on a worker still tearing the attempt down.
+  clock_.Advance(absl::Seconds(2));
+  manager_->CheckLiveness();
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRestarting);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(manager_->Heartbeat(a, "j").ok());
+  ASSERT_TRUE(manager_->Heartbeat(spare).ok());
+  manager_->CheckLiveness();
+  job = *manager_->Get("j");
+  EXPECT_EQ(job.record.state, JobState::kRestarting);
+  EXPECT_TRUE(absl::StrContains(job.record.reason, "; waiting for 2 idle cpu workers (1 available)"))
+      << job.record.reason;
+  ASSERT_TRUE(manager_->Heartbeat(a, "").ok());  // torn down: the job goes at once
+  job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kRunning);
+  EXPECT_EQ(job.record.attempt, 2);
+  ASSERT_EQ(job.record.attempts.size(), 2u);
+  EXPECT_EQ(job.record.attempts[1].workers, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(spare_connection.commands.back().kind, WorkerCommand::Kind::kAssign);
+  EXPECT_EQ(spare_connection.commands.back().assignment->rendezvous_prefix, "j/a2/");
+
+  // The second loss has no restart left.
+  ASSERT_TRUE(manager_->RankFailed(a, "j", 0, 0, "boom").ok());
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(manager_->Heartbeat(spare).ok());
+  manager_->CheckLiveness();
+  job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker a (pipeline rank 0, data rank 0) failed: boom (no restarts left: 1 of 1 used)");
+  EXPECT_EQ(job.record.attempts[1].end_reason, job.record.reason);
+
+  // Attempts and restarts survive a coordinator restart.
+  manager_ = MakeManager();
+  job = *manager_->Get("j");
+  EXPECT_EQ(job.record.restarts, 1);
+  ASSERT_EQ(job.record.attempts.size(), 2u);
+  EXPECT_EQ(job.record.attempts[0].workers, (std::vector<std::string>{"a", "b"}));
+  manager_.reset();  // before spare_connection
+}
+
+TEST_F(JobManagerTest, AReloadedRunningJobKeepsItsIterationCount) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(1, 30), false).ok());
+  const std::string a = AddWorker("a", &c0_);
+  RankStats stats;
+  for (int it = 0; it < 7; ++it) ASSERT_TRUE(manager_->IterationReport(a, "j", it, stats, 1.0).ok());
+  ASSERT_EQ(manager_->Get("j")->progress->iterations_done, 7);
+
+  manager_ = MakeManager();
+  JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kRunning);
+  EXPECT_EQ(job.record.iterations_done, 7);
+  ASSERT_TRUE(job.progress.has_value());
+  EXPECT_EQ(job.progress->iterations_done, 7) << "progress restarted at 0";
+  // The worker comes back (having finished its rank meanwhile) and its buffered reports follow.
+  WorkerRegistration reg;
+  reg.name = "a";
+  reg.running_job_id = "j";
+  reg.running_job_finished = true;
+  FakeConnection back;
+  const std::string again = AddWorker(reg, &back);
+  ASSERT_TRUE(manager_->IterationReport(again, "j", 6, stats, 1.0).ok());  // already counted
+  ASSERT_TRUE(manager_->IterationReport(again, "j", 29, stats, 0.5).ok());
+  ASSERT_TRUE(manager_->RankFinished(again, "j", 0, 0).ok());
+  job = *manager_->Get("j");
+  EXPECT_EQ(job.record.state, JobState::kSucceeded);
+  EXPECT_EQ(job.record.iterations_done, 30);
+  EXPECT_EQ(job.record.latest_summary->iteration, 29);
   manager_.reset();  // before `back`
 }
 

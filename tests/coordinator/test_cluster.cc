@@ -23,6 +23,7 @@ std::unique_ptr<coordinator::CoordinatorServer> StartCoordinator(const std::stri
   coordinator::ServerOptions options;
   options.db = db;
   options.heartbeat_timeout = heartbeat_timeout;
+  options.recovery_grace = heartbeat_timeout;  // tests wait no longer than that for workers
   return StartCoordinator(std::move(options));
 }
 
