@@ -367,5 +367,83 @@ class ClientE2ETest(unittest.TestCase):
                                          grpc.StatusCode.DEADLINE_EXCEEDED))
 
 
+class ClientTlsTest(unittest.TestCase):
+    """tls_ca / tls_cert / tls_key against a coordinator serving mTLS (tests/tls/make-certs.sh)."""
+
+    @classmethod
+    def setUpClass(cls):
+        coordinator_bin = os.environ.get("ZPIPE_COORDINATOR_BIN")
+        if not coordinator_bin or not shutil.which("openssl"):
+            raise unittest.SkipTest("set ZPIPE_COORDINATOR_BIN; needs openssl")
+        cls.dir = tempfile.mkdtemp(prefix="zpipe-pyclient-tls-")
+        cls.addClassCleanup(shutil.rmtree, cls.dir, True)
+        subprocess.run([os.path.join(ROOT, "tests", "tls", "make-certs.sh"), cls.dir], check=True,
+                       timeout=120)
+        cls.address = f"127.0.0.1:{free_port()}"
+        cls.log = open(os.path.join(cls.dir, "coordinator.log"), "w")
+        cls.addClassCleanup(cls.log.close)
+        cls.coordinator = subprocess.Popen(
+            [os.path.abspath(coordinator_bin), "--listen", cls.address, "--metrics-listen", "",
+             "--db", ":memory:", "--tls-cert", cls.cert("server.crt"),
+             "--tls-key", cls.cert("server.key"), "--tls-client-ca", cls.cert("ca.crt")],
+            stdout=cls.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def stop():
+            cls.coordinator.terminate()
+            try:
+                cls.coordinator.wait(10)
+            except subprocess.TimeoutExpired:
+                cls.coordinator.kill()
+                cls.coordinator.wait()
+
+        cls.addClassCleanup(stop)
+
+    @classmethod
+    def cert(cls, name):
+        return os.path.join(cls.dir, name)
+
+    def client(self, **tls):
+        return zeropipe.Client(self.address, token="", timeout=5, **tls)
+
+    def test_verified_tls_with_a_client_certificate(self):
+        deadline = time.monotonic() + 30
+        with self.client(tls_ca=self.cert("ca.crt"), tls_cert=self.cert("client.crt"),
+                         tls_key=self.cert("client.key")) as c:
+            while True:
+                try:
+                    self.assertEqual(c.workers(), [])
+                    self.assertEqual(c.list(), [])
+                    break
+                except ZeroPipeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        # The CA as PEM bytes works the same.
+        with open(self.cert("ca.crt"), "rb") as f:
+            ca = f.read()
+        with self.client(tls_ca=ca, tls_cert=self.cert("client.crt"),
+                         tls_key=self.cert("client.key")) as c:
+            self.assertEqual(c.workers(), [])
+
+    def test_untrusted_or_missing_tls_fails(self):
+        # Wait until the coordinator serves, then try what must not work.
+        self.test_verified_tls_with_a_client_certificate()
+        for tls in ({"tls_ca": self.cert("other-ca.crt"), "tls_cert": self.cert("client.crt"),
+                     "tls_key": self.cert("client.key")},  # does not trust the server
+                    {"tls_ca": self.cert("ca.crt")},  # no client certificate for mTLS
+                    {}):  # plaintext to a TLS port
+            with self.client(**tls) as c:
+                with self.assertRaises(ZeroPipeError) as e:
+                    c.workers()
+                self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE, tls)
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client(tls_ca=self.cert("missing.crt"))
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("missing.crt", e.exception.message)
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client(tls_ca=self.cert("ca.crt"), tls_cert=self.cert("client.crt"))
+        self.assertIn("tls_cert and tls_key go together", e.exception.message)
+
+
 if __name__ == "__main__":
     unittest.main()
