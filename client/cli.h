@@ -4,8 +4,8 @@
 // Exit codes (documented in `zpipe --help`):
 //   0  success
 //   1  the job failed or was cancelled (submit --wait/--follow, watch), or the coordinator
-//      refused the operation (unknown job, cancelling a finished job, ...)
-//   1  ... also a submit the coordinator refused (ALREADY_EXISTS: another spec under that id)
+//      refused the operation (unknown job, cancelling a finished job, another spec under an
+//      existing id, ...)
 //   2  usage: bad arguments, an invalid job file, or a spec the coordinator rejected
 //   3  the coordinator could not be reached
 // `zpipe COMMAND --help` (or -h) prints that command's usage on stdout and exits 0.
