@@ -13,8 +13,7 @@ constexpr char kUsage[] = "usage: zpipe cancel JOB_ID [--reason TEXT]\n";
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--reason");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("cancel", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "cancel", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("cancel", "expected one job id", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Cancel(args.positionals()[0], args.Get("--reason"));
   if (!job.ok()) return ctx.Fail("cancel", job.status());

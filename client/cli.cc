@@ -51,7 +51,6 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kUnavailable:
       return kExitUnreachable;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kAlreadyExists:
       return kExitUsage;
     default:
       return kExitJobFailed;
@@ -93,6 +92,10 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
   } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message()
          << "\n";
+  } else if (status.message().empty()) {
+    // gRPC sometimes fails without a message (e.g. a request it could not serialize).
+    err_ << "the call failed with " << absl::StatusCodeToString(status.code())
+         << " and no message from gRPC\n";
   } else {
     err_ << status.message() << "\n";
   }
@@ -127,6 +130,10 @@ absl::Status Args::Parse(const std::vector<std::string>& args) {
       only_positionals = true;
       continue;
     }
+    if (a == "--help" || a == "-h") {
+      help_ = true;
+      return absl::OkStatus();
+    }
     std::string name = a;
     std::optional<std::string> value;
     if (size_t eq = a.find('='); eq != std::string::npos) {
@@ -149,6 +156,26 @@ absl::Status Args::Parse(const std::vector<std::string>& args) {
     }
   }
   return absl::OkStatus();
+}
+
+bool WantsHelp(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
+                                    const std::vector<std::string>& argv,
+                                    const std::string& usage) {
+  absl::Status s = args.Parse(argv);
+  if (!s.ok()) return ctx.Usage(command, std::string(s.message()), usage);
+  if (args.help()) {
+    ctx.out() << usage;
+    return kExitOk;
+  }
+  return std::nullopt;
 }
 
 std::string Args::Get(const std::string& name, const std::string& fallback) const {

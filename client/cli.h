@@ -4,9 +4,11 @@
 // Exit codes (documented in `zpipe --help`):
 //   0  success
 //   1  the job failed or was cancelled (submit --wait/--follow, watch), or the coordinator
-//      refused the operation (unknown job, cancelling a finished job, ...)
+//      refused the operation (unknown job, cancelling a finished job, another spec under an
+//      existing id, ...)
 //   2  usage: bad arguments, an invalid job file, or a spec the coordinator rejected
 //   3  the coordinator could not be reached
+// `zpipe COMMAND --help` (or -h) prints that command's usage on stdout and exits 0.
 #ifndef ZPIPE_CLIENT_CLI_H_
 #define ZPIPE_CLIENT_CLI_H_
 
@@ -89,7 +91,8 @@ class CliContext {
 int ExitCodeFor(const absl::Status& status);
 
 // A small flag parser: "--name VALUE", "--name=VALUE", boolean "--name", and positionals.
-// Flags are declared up front so that a typo is an error rather than a positional.
+// Flags are declared up front so that a typo is an error rather than a positional. "--help" and
+// "-h" are always known: they set help() and end the parse (what follows is not checked).
 class Args {
  public:
   Args& Flag(const std::string& name);    // takes a value
@@ -97,6 +100,7 @@ class Args {
   // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag or a missing value.
   absl::Status Parse(const std::vector<std::string>& args);
 
+  bool help() const { return help_; }
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   std::string Get(const std::string& name, const std::string& fallback = "") const;
   const std::vector<std::string>& positionals() const { return positionals_; }
@@ -106,7 +110,17 @@ class Args {
   std::set<std::string> switches_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positionals_;
+  bool help_ = false;
 };
+
+// Whether `args` ask for help (--help or -h before any "--"), as Args::Parse sees it.
+bool WantsHelp(const std::vector<std::string>& args);
+
+// Every subcommand's first step: parses `argv` into `args`. On --help prints `usage` to out and
+// returns kExitOk; on a bad flag prints "zpipe COMMAND: <the problem>" and `usage` to err and
+// returns kExitUsage; returns nullopt when the command should go on.
+std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
+                                    const std::vector<std::string>& argv, const std::string& usage);
 
 // The message as JSON with proto field names and every field present (enums as names);
 // indented, or on one line when !pretty (JSON lines for event streams).
@@ -142,6 +156,9 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      /
 // A TorchScript job's cuts and measured per-stage costs (nothing for other models).
 void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout);
 int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);  // export ID -o FILE
+// `zpipe completion bash`: needs no coordinator, so it takes its streams directly.
+int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
+                         std::ostream& err);
 // `zpipe export`'s -o FILE, renamed before the global -o is parsed (like trace's).
 inline constexpr char kExportFileFlag[] = "--export-file";
 

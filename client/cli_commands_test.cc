@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
 #include "client/fake_client.h"
+#include "client/trace_command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -248,6 +249,104 @@ TEST_F(CliCommandsTest, PlanForAJob) {
   EXPECT_EQ(j["plan"][0]["actions"][1], "BW s1 mb0");
   EXPECT_EQ(j["predicted"]["bubble_rate"], 0.5);
   EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p", "--rank", "2"}).code, kExitUsage);
+}
+
+// Every subcommand, by name, for the conventions below.
+struct NamedCommand {
+  const char* name;
+  int (*run)(CliContext&, const std::vector<std::string>&);
+};
+constexpr NamedCommand kCommands[] = {
+    {"submit", RunSubmitCommand}, {"status", RunStatusCommand}, {"list", RunListCommand},
+    {"cancel", RunCancelCommand}, {"watch", RunWatchCommand},   {"workers", RunWorkersCommand},
+    {"plan", RunJobPlanCommand},  {"trace", RunTraceCommand},   {"run", RunRunCommand},
+    {"export", RunExportCommand},
+};
+
+TEST_F(CliCommandsTest, HelpPrintsTheCommandsUsageAndExitsZero) {
+  for (const NamedCommand& c : kCommands) {
+    for (const char* flag : {"--help", "-h"}) {
+      // Help wins over whatever else is on the line, even a bad flag after it.
+      Result r = Run(c.run, {flag, "--bogus"});
+      EXPECT_EQ(r.code, kExitOk) << c.name << " " << flag << ": " << r.err;
+      EXPECT_THAT(r.out, ::testing::StartsWith(std::string("usage: zpipe ") + c.name)) << c.name;
+      EXPECT_EQ(r.err, "") << c.name;
+    }
+  }
+  EXPECT_TRUE(fake_.List({})->jobs.empty());  // nothing was submitted or asked
+}
+
+TEST_F(CliCommandsTest, UnknownFlagsExitTwoNamingThem) {
+  for (const NamedCommand& c : kCommands) {
+    Result r = Run(c.run, {"--frobnicate"});
+    EXPECT_EQ(r.code, kExitUsage) << c.name;
+    EXPECT_THAT(r.err,
+                HasSubstr(std::string("zpipe ") + c.name + ": unknown option '--frobnicate'"))
+        << c.name;
+    EXPECT_THAT(r.err, HasSubstr("usage: zpipe")) << c.name;
+  }
+  // After "--" it is a positional, not a flag (and not a request for help).
+  Result r = Run(RunStatusCommand, {"--", "--help"});
+  EXPECT_EQ(r.code, kExitJobFailed);  // no job named "--help"
+}
+
+TEST_F(CliCommandsTest, ExitCodeForEveryStatusCode) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), kExitOk);
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("spec.x: bad")), kExitUsage);
+  // README: "1 ... the operation was refused": another spec under an existing id is refused.
+  EXPECT_EQ(ExitCodeFor(absl::AlreadyExistsError("job 'a' already exists")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::NotFoundError("job 'a' not found")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("finished")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::PermissionDeniedError("role")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::UnauthenticatedError("token")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::ResourceExhaustedError("limit")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::DeadlineExceededError("slow")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::InternalError("")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("down")), kExitUnreachable);
+}
+
+TEST_F(CliCommandsTest, ResubmittingAnotherSpecUnderAnIdIsRefusedWithOne) {
+  const std::string a = JobFile("name: a\nparallel: {pipeline: 2}\nschedule: {kind: 1f1b}\n");
+  ASSERT_EQ(Run(RunSubmitCommand, {a, "--id", "same"}).code, kExitOk);
+  EXPECT_EQ(Run(RunSubmitCommand, {a, "--id", "same"}).code, kExitOk);  // identical: harmless
+  const std::string b = JobFile("name: b\nparallel: {pipeline: 2}\nschedule: {kind: 1f1b}\n");
+  Result r = Run(RunSubmitCommand, {b, "--id", "same"});
+  EXPECT_EQ(r.code, kExitJobFailed) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("zpipe submit: "));
+  EXPECT_THAT(r.err, HasSubstr("same"));
+}
+
+TEST_F(CliCommandsTest, AnErrorWithoutAMessageStillSaysWhat) {
+  std::ostringstream out, err;
+  CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", OutputFormat::kTable, out, err,
+                 false);
+  EXPECT_EQ(ctx.Fail("submit", absl::InternalError("")), kExitJobFailed);
+  EXPECT_EQ(err.str(), "zpipe submit: the call failed with INTERNAL and no message from gRPC\n");
+}
+
+TEST_F(CliCommandsTest, ANonUtf8JobNameExitsTwoNamingTheField) {
+  Result r = Run(RunSubmitCommand, {JobFile("name: caf\xe9\nparallel: {pipeline: 2}\n")});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("line 1: field 'name' is not UTF-8 text (byte 0xE9"));
+  EXPECT_TRUE(fake_.List({})->jobs.empty());
+}
+
+TEST(CompletionCommandTest, PrintsABashScriptNamingEveryCommand) {
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCompletionCommand({"bash"}, out, err), kExitOk) << err.str();
+  EXPECT_EQ(err.str(), "");
+  EXPECT_THAT(out.str(), HasSubstr("complete -o filenames -F _zpipe zpipe"));
+  for (const NamedCommand& c : kCommands) EXPECT_THAT(out.str(), HasSubstr(c.name));
+
+  std::ostringstream help, help_err;
+  EXPECT_EQ(RunCompletionCommand({"--help"}, help, help_err), kExitOk);
+  EXPECT_THAT(help.str(), ::testing::StartsWith("usage: zpipe completion bash"));
+
+  std::ostringstream none, zsh, bad;
+  EXPECT_EQ(RunCompletionCommand({}, none, bad), kExitUsage);
+  EXPECT_EQ(RunCompletionCommand({"zsh"}, zsh, bad), kExitUsage);
+  EXPECT_THAT(bad.str(), HasSubstr("unknown shell 'zsh'"));
+  EXPECT_EQ(zsh.str(), "");
 }
 
 }  // namespace

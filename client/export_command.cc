@@ -27,8 +27,7 @@ constexpr char kUsage[] =
 int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag(kExportFileFlag).Flag("--checkpoint-dir");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("export", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "export", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("export", "expected one job id", kUsage);
   if (!args.Has(kExportFileFlag)) return ctx.Usage("export", "-o FILE is required", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);

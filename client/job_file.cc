@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/internal/spec_tree.h"
@@ -48,6 +49,49 @@ bool IsFloatText(absl::string_view t) {
   return absl::SimpleAtod(t, &d) && std::isfinite(d) &&
          !absl::StrContains(absl::AsciiStrToLower(t), "inf") &&
          !absl::StrContains(absl::AsciiStrToLower(t), "nan");
+}
+
+// Whether `t` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF);
+// otherwise sets `*offset` to the first bad byte. Proto3 strings must be UTF-8: protobuf refuses
+// to serialize anything else.
+bool IsUtf8(absl::string_view t, size_t* offset) {
+  for (size_t i = 0; i < t.size();) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    int len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07;
+    } else {
+      *offset = i;
+      return false;
+    }
+    if (i + len > t.size()) {
+      *offset = i;
+      return false;
+    }
+    for (int k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(t[i + k]);
+      if ((cc & 0xC0) != 0x80) {
+        *offset = i;
+        return false;
+      }
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
+    if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+      *offset = i;
+      return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 // Like SpecNodeKindName, but a scalar is shown with its text.
@@ -129,6 +173,12 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
     case FieldDescriptor::CPPTYPE_STRING:
       if (!node.quoted && (IsBoolText(t) || IsIntText(t) || IsFloatText(t))) {
         return wrong("a string (quote it to use it as text)");
+      }
+      if (size_t bad = 0; !IsUtf8(t, &bad)) {
+        return Error(node.line,
+                     absl::StrFormat("field '%s' is not UTF-8 text (byte 0x%02X at offset %d of "
+                                     "the value); save the job file as UTF-8",
+                                     path, static_cast<unsigned char>(t[bad]), bad));
       }
       repeated ? refl.AddString(&msg, &field, t) : refl.SetString(&msg, &field, t);
       return absl::OkStatus();

@@ -188,6 +188,24 @@ checkpoint: {every: 5, dir: ckpt}
   EXPECT_EQ(spec->checkpoint().dir(), "ckpt");  // the workers' directory: left as written
 }
 
+TEST(JobFileTest, StringsMustBeUtf8) {
+  // Protobuf refuses to serialize a string field that is not UTF-8, so the reader names it.
+  for (const char* bad : {"name: caf\xe9\n", "name: \"\xc0\xaf\"\n", "name: x\xed\xa0\x80\n"}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(bad, JobFileFormat::kAuto);
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr("line 1: field 'name' is not UTF-8 text"));
+  }
+  // JSON's parser refuses such text itself, as a syntax error on its line.
+  absl::StatusOr<v1::JobSpec> json = ParseJobSpec("{\"name\": \"a\xff\"}", JobFileFormat::kJson);
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(json.status().message(), HasSubstr("line 1"));
+  absl::StatusOr<v1::JobSpec> ok =
+      ParseJobSpec("name: caf\xc3\xa9-\xf0\x9f\x9a\x80\n", JobFileFormat::kYaml);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->name(), "caf\xc3\xa9-\xf0\x9f\x9a\x80");
+}
+
 TEST(JobFileTest, LoadJobFilePrefixesThePath) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile("/nonexistent/job.yaml");
   ASSERT_FALSE(spec.ok());

@@ -40,8 +40,7 @@ void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout) {
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--job").Flag("--rank");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("plan", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "plan", args, argv, kUsage)) return *exit;
   if (!args.positionals().empty() || args.Get("--job").empty()) {
     return ctx.Usage("plan", "expected --job JOB_ID", kUsage);
   }

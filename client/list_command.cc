@@ -17,8 +17,7 @@ constexpr char kUsage[] =
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--state");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("list", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "list", args, argv, kUsage)) return *exit;
   if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments", kUsage);
   std::vector<v1::JobState> states;
   if (args.Has("--state")) {

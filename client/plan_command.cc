@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -93,16 +94,30 @@ absl::StatusOr<std::map<std::string, double>> ParseKeyValues(
 absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
   PlanArgs pa;
   bool mem_b_given = false;
+  static const std::set<std::string> kValueFlags = {
+      "--schedule", "--pipeline", "-p",        "--microbatches", "--chunks",
+      "-m",         "--cost",     "--memory",  "--memory-limit", "--format",
+      "-o",         "--output",   "--buckets", "--reduce-cost",  "--width"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::string value;
     const size_t eq = flag.find('=');
-    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (flag == "--lower") {
+    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) flag = flag.substr(0, eq);
+    // Named before any value is taken, so a typo is reported as itself.
+    if (flag != "--lower" && kValueFlags.count(flag) == 0) {
+      if (flag.empty() || flag[0] != '-') {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flag, "'"));
+      }
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", flag, "'"));
+    }
+    if (flag == "--lower") {
+      if (flag.size() != args[i].size())
+        return absl::InvalidArgumentError("--lower takes no value");
       pa.lower = true;
       continue;
+    }
+    if (flag.size() != args[i].size()) {
+      value = args[i].substr(eq + 1);
     } else {
       if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
       value = args[++i];
@@ -169,8 +184,6 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       auto v = ParseInt(flag, value, 10, kMaxWidth, "the width limit");
       if (!v.ok()) return v.status();
       pa.width = *v;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
     }
   }
   if (!mem_b_given) pa.stage_cost.mem_b = -pa.stage_cost.mem_f - pa.stage_cost.mem_w;

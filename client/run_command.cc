@@ -328,8 +328,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       .Flag("--threads")
       .Switch("--keep-logs")
       .Flag("--metrics-listen");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("run", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "run", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1)
     return ctx.Usage("run", "expected exactly one job file", kUsage);
   if (!args.Has("--local")) {

@@ -28,8 +28,7 @@ std::string ModelLine(const v1::JobSpec& spec) {
 
 int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("status", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "status", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("status", "expected one job id", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("status", job.status());

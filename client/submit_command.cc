@@ -22,8 +22,7 @@ constexpr char kUsage[] =
 int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--id").Switch("--wait").Switch("--follow").Switch("--dry-run");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("submit", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1)
     return ctx.Usage("submit", "expected exactly one job file", kUsage);
   const bool wait = args.Has("--wait");

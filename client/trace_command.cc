@@ -49,9 +49,7 @@ absl::Status WriteTrace(const JobTrace& trace, const std::string& format, const 
 int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Flag("--iteration").Flag("--format").Flag(kTraceFileFlag).Switch("--predicted");
-  if (absl::Status s = args.Parse(argv); !s.ok()) {
-    return ctx.Usage("trace", std::string(s.message()), kUsage);
-  }
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "trace", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("trace", "expected one job id", kUsage);
   if (!args.Has(kTraceFileFlag)) return ctx.Usage("trace", "-o FILE is required", kUsage);
   const std::string path = args.Get(kTraceFileFlag);

@@ -13,8 +13,7 @@ constexpr char kUsage[] =
 
 int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("watch", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "watch", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("watch", "expected one job id", kUsage);
   return FollowJob(ctx, "watch", args.positionals()[0], ctx.out_is_terminal(), /*quiet=*/false);
 }

@@ -76,8 +76,7 @@ std::string Cuda(const v1::Worker& w) {
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args;
   args.Switch("--all").Switch("--wide");
-  if (absl::Status s = args.Parse(argv); !s.ok())
-    return ctx.Usage("workers", std::string(s.message()), kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "workers", args, argv, kUsage)) return *exit;
   if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments", kUsage);
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
   if (!workers.ok()) return ctx.Fail("workers", workers.status());

@@ -24,7 +24,7 @@ constexpr char kUsage[] =
     "  list [--state S,...]                      list jobs, oldest first\n"
     "  cancel ID                                 cancel a job\n"
     "  watch ID                                  follow a job until it ends\n"
-    "  workers [--all]                           list registered workers\n"
+    "  workers [--all] [--wide]                  list registered workers\n"
     "  plan --job ID                             show the plan the coordinator made for a job\n"
     "  plan ...                                  generate a schedule locally and print the plan\n"
     "  trace ID [--iteration N] [--format chrome|svg] -o FILE\n"
@@ -35,6 +35,9 @@ constexpr char kUsage[] =
     "                                            summarize it and write its timeline\n"
     "  export ID -o FILE                         write a job's trained model (TorchScript or\n"
     "                                            state dict) from its latest checkpoint\n"
+    "  completion bash                           print a bash completion script\n"
+    "\n"
+    "zpipe COMMAND --help prints that command's usage.\n"
     "\n"
     "global options (before or after COMMAND):\n"
     "  --coordinator ADDR  coordinator address (default $ZPIPE_COORDINATOR, else localhost:50051)\n"
@@ -133,6 +136,11 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
+  if (command.size() > 1 && command[0] == '-') {
+    std::cerr << "zpipe: unknown option '" << command << "'\n" << kUsage;
+    return kExitUsage;
+  }
+  if (command == "completion") return RunCompletionCommand(args, std::cout, std::cerr);
   // The local `zpipe plan` has its own -o FILE; leave its arguments alone.
   if (command == "plan" && !HasJobFlag(args)) return RunPlanCommand(args, std::cout, std::cerr);
 
@@ -168,7 +176,9 @@ int main(int argc, char** argv) {
   const char* term = std::getenv("TERM");
   const bool terminal = isatty(STDOUT_FILENO) && !(term != nullptr && std::string(term) == "dumb");
   CliContext ctx(coordinator, output, std::cout, std::cerr, terminal);
-  if (globals.token_file.has_value()) {
+  // `COMMAND --help` only prints the usage: a token or TLS file it cannot read is no error then.
+  const bool help = WantsHelp(args);
+  if (!help && globals.token_file.has_value()) {
     std::optional<std::string> token = ReadTokenFile(*globals.token_file);
     if (!token.has_value() || token->empty()) {
       std::cerr << "zpipe: --token-file: " << (token.has_value() ? "no token in " : "cannot read ")
@@ -176,7 +186,7 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     ctx.SetToken(*token, "--token-file " + *globals.token_file);
-  } else if (const char* env = std::getenv(kTokenEnv); env != nullptr && *env != '\0') {
+  } else if (const char* env = std::getenv(kTokenEnv); !help && env != nullptr && *env != '\0') {
     ctx.SetToken(env, kTokenEnv);
   }
   // TLS files: a flag wins over its environment variable.
@@ -188,7 +198,9 @@ int main(int argc, char** argv) {
     return zpipe::core::NamedFile{env_name, env};
   };
   const zpipe::core::NamedFile ca = named(globals.tls_ca, "--tls-ca", kTlsCaEnv);
-  auto tls = zpipe::core::LoadTlsClientPem(ca, named(globals.tls_cert, "--tls-cert", kTlsCertEnv),
+  auto tls =
+      help ? absl::StatusOr<std::optional<zpipe::core::TlsClientPem>>(std::nullopt)
+           : zpipe::core::LoadTlsClientPem(ca, named(globals.tls_cert, "--tls-cert", kTlsCertEnv),
                                            named(globals.tls_key, "--tls-key", kTlsKeyEnv));
   if (!tls.ok()) {
     std::cerr << "zpipe: " << tls.status().message() << "\n";

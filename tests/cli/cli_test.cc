@@ -3,6 +3,7 @@
 // binary run as a subprocess. -o json outputs are parsed, never grepped.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -11,8 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,7 +180,9 @@ TEST_F(CliTest, ResubmitIsIdempotent) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(Parse(again)["created"], false);
   ProcessResult different = RunZpipe({"submit", JobFile(5), "--id", "same"});
-  EXPECT_EQ(different.exit_code, 2) << different.err;  // ALREADY_EXISTS: usage error
+  // ALREADY_EXISTS: the coordinator refused it (README: "1 ... the operation was refused").
+  EXPECT_EQ(different.exit_code, 1) << different.err;
+  EXPECT_THAT(different.err, HasSubstr("already exists"));
 }
 
 TEST_F(CliTest, WorkersListsRegisteredWorkers) {
@@ -351,9 +356,119 @@ TEST_F(CliTest, UsageErrors) {
 }
 
 TEST_F(CliTest, UnknownJobExitsOne) {
-  ProcessResult r = RunZpipe({"status", "nope"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_FALSE(r.err.empty());
+  const std::string out = dir_ + "/out";
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"status", "nope"},
+                                             {"cancel", "nope"},
+                                             {"watch", "nope"},
+                                             {"plan", "--job", "nope"},
+                                             {"trace", "nope", "-o", out},
+                                             {"export", "nope", "-o", out}}) {
+    ProcessResult r = RunZpipe(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("zpipe " + args[0] + ": job 'nope' not found")) << args[0];
+  }
+}
+
+// The command names `zpipe --help` lists (its "commands:" section), each once.
+std::vector<std::string> CommandsInUsage() {
+  ProcessResult r = RunProcess({ZPIPE_CLI_BIN, "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> names;
+  bool in_commands = false;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    if (line == "commands:") {
+      in_commands = true;
+    } else if (in_commands && line.empty()) {
+      break;
+    } else if (in_commands && absl::StartsWith(line, "  ") && line.size() > 2 && line[2] != ' ') {
+      std::string name(line.substr(2, line.find(' ', 2) - 2));
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  return names;
+}
+
+TEST_F(CliTest, EveryCommandAnswersHelpWithItsUsage) {
+  const std::vector<std::string> commands = CommandsInUsage();
+  ASSERT_GE(commands.size(), 11u);  // submit ... export, completion
+  for (const std::string& command : commands) {
+    for (const char* flag : {"--help", "-h"}) {
+      // Even with a token file that does not exist: help needs no credentials.
+      ProcessResult r =
+          RunProcess({ZPIPE_CLI_BIN, "--token-file", dir_ + "/missing-token", command, flag});
+      EXPECT_EQ(r.exit_code, 0) << command << " " << flag << ": " << r.err;
+      EXPECT_TRUE(absl::StartsWith(r.out, "usage: zpipe " + command)) << command << ":\n" << r.out;
+      EXPECT_EQ(r.err, "") << command;
+    }
+  }
+  ProcessResult top = RunProcess({ZPIPE_CLI_BIN, "--help"});
+  EXPECT_THAT(top.out, HasSubstr("zpipe COMMAND --help"));
+}
+
+TEST_F(CliTest, UnknownFlagsExitTwoNamingThem) {
+  for (const std::string& command : CommandsInUsage()) {
+    ProcessResult r = RunZpipe({command, "--frobnicate"});
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("'--frobnicate'")) << command;
+  }
+  ProcessResult global = RunProcess({ZPIPE_CLI_BIN, "--frobnicate", "list"});
+  EXPECT_EQ(global.exit_code, 2);
+  EXPECT_THAT(global.err, HasSubstr("zpipe: unknown option '--frobnicate'"));
+}
+
+TEST_F(CliTest, MissingArgumentsExitTwo) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"submit"},
+                                             {"status"},
+                                             {"cancel"},
+                                             {"watch"},
+                                             {"list", "extra"},
+                                             {"workers", "extra"},
+                                             {"plan", "--job"},
+                                             {"trace", "x"},
+                                             {"run"},
+                                             {"export", "x"},
+                                             {"completion"}}) {
+    ProcessResult r = RunZpipe(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("usage: zpipe")) << args[0];
+  }
+}
+
+TEST_F(CliTest, NonUtf8JobNameExitsTwoNamingTheField) {
+  const std::string file = WriteFile(
+      "latin1.yaml",
+      absl::StrReplaceAll(kJobYaml, {{"name: cli-test", "name: caf\xe9"}, {"ITERATIONS", "1"}}));
+  ProcessResult r = RunZpipe({"submit", file});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("line 1: field 'name' is not UTF-8 text"));
+  ProcessResult list = RunZpipe({"list", "-o", "json"});
+  EXPECT_TRUE(Parse(list)["jobs"].empty());
+}
+
+TEST_F(CliTest, CompletionBashIsValidBashListingEveryCommand) {
+  ProcessResult script = RunProcess({ZPIPE_CLI_BIN, "completion", "bash"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  const std::string path = WriteFile("zpipe.bash", script.out);
+  ProcessResult syntax = RunProcess({"/bin/bash", "-n", path});
+  EXPECT_EQ(syntax.exit_code, 0) << syntax.err;
+  // Every command of `zpipe --help` is offered after "zpipe " (and nothing needs a coordinator).
+  auto complete = [&](const std::string& words, int cword) {
+    ProcessResult r =
+        RunProcess({"/bin/bash", "-c",
+                    absl::StrCat("source ", path, "; COMP_WORDS=(", words, "); COMP_CWORD=", cword,
+                                 "; _zpipe; printf '%s\\n' \"${COMPREPLY[@]}\"")});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::vector<std::string>(absl::StrSplit(r.out, '\n', absl::SkipEmpty()));
+  };
+  const std::vector<std::string> offered = complete("zpipe ''", 1);
+  for (const std::string& command : CommandsInUsage()) {
+    EXPECT_THAT(offered, ::testing::Contains(command)) << command;
+  }
+  EXPECT_THAT(complete("zpipe su", 1), ::testing::ElementsAre("submit"));
+  EXPECT_THAT(complete("zpipe -o json list --state ru", 5), ::testing::ElementsAre("running"));
+  EXPECT_THAT(complete("zpipe workers --w", 2), ::testing::ElementsAre("--wide"));
 }
 
 TEST_F(CliTest, UnreachableCoordinatorExitsThree) {

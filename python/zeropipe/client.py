@@ -1,0 +1,315 @@
+"""Client: the coordinator's client API (proto/zpipe/v1/coordinator.proto) from Python.
+
+    import zeropipe
+    c = zeropipe.Client("127.0.0.1:50051", token=open("client.token").read().strip())
+    job_id = c.submit("examples/synthetic-p8.yaml")
+    for event in c.watch(job_id):
+        if event["kind"] == "iteration":
+            print(event["iteration"]["iteration"], event["iteration"]["bubble_rate"])
+    print(c.wait(job_id)["state"])          # "succeeded"
+
+Results are plain dicts (and lists of them) with the proto's field names, which are the names
+`zpipe` prints: enum values are the lower-case short names the CLI prints ("running", "idle",
+"cpu"; None for an UNSPECIFIED value), 64-bit integers are ints, timestamps RFC 3339 strings
+("2024-05-01T12:00:00.250Z"), durations float seconds; every field is present, a message or
+`optional` field that is not set is None, and of a oneof only the member that is set appears
+(for JobEvent also as "kind": "snapshot", "state_change", "iteration" or "progress"). A job's
+"spec" dict is a valid job spec again: submit(c.status(id)["spec"]) resubmits the same job.
+
+Every failure raises zeropipe.ZeroPipeError (zeropipe/errors.py) with the gRPC status code.
+There is no logs() yet: the coordinator has no RPC that serves worker logs.
+
+Thread-safety: one Client may be used from several threads (gRPC channels are thread-safe); each
+watch() iterator belongs to the thread that iterates it.
+"""
+import os
+import time
+
+import grpc
+from google.protobuf.descriptor import FieldDescriptor
+
+from zeropipe import jobspec
+from zeropipe._proto import coordinator_pb2 as pb
+from zeropipe._proto import coordinator_pb2_grpc as pb_grpc
+from zeropipe._proto import job_pb2
+from zeropipe.errors import ZeroPipeError
+
+DEFAULT_COORDINATOR = "localhost:50051"
+_TERMINAL = {"succeeded", "failed", "cancelled"}
+# What a broken watch stream may be resumed after (the C++ client's rule, client/grpc_client.cc):
+# a lost connection, or a coordinator that cancelled the call while shutting down.
+_RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+
+
+# --- messages to plain values ---
+
+
+def _enum_name(enum, number):
+    value = enum.values_by_number.get(number)
+    if value is None:
+        return number  # a value newer than these stubs
+    if value.name.endswith("_UNSPECIFIED"):
+        return None
+    prefix = jobspec._enum_prefix(enum)
+    name = value.name[len(prefix):] if value.name.startswith(prefix) else value.name
+    return name.lower()
+
+
+def _value(field, v):
+    if field.cpp_type == FieldDescriptor.CPPTYPE_ENUM:
+        return _enum_name(field.enum_type, v)
+    if field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
+        return to_dict(v)
+    return v
+
+
+def to_dict(message):
+    """A zpipe.v1 message as plain Python values (see the module docstring)."""
+    full_name = message.DESCRIPTOR.full_name
+    if full_name == "google.protobuf.Timestamp":
+        return message.ToJsonString()
+    if full_name == "google.protobuf.Duration":
+        return message.seconds + message.nanos / 1e9
+    out = {}
+    for field in message.DESCRIPTOR.fields:
+        oneof = jobspec._real_oneof(field)
+        if oneof is not None:
+            if message.WhichOneof(oneof.name) != field.name:
+                continue
+            out.setdefault(oneof.name, field.name)
+        value = getattr(message, field.name)
+        if field.label == FieldDescriptor.LABEL_REPEATED:
+            out[field.name] = [_value(field, v) for v in value]
+        elif field.has_presence and not message.HasField(field.name):
+            out[field.name] = None
+        else:
+            out[field.name] = _value(field, value)
+    return out
+
+
+def _spec_to_dict(spec):
+    # The model oneof is named "kind"; in a spec dict only its member belongs (job-file shape).
+    out = to_dict(spec)
+    if out.get("model") is not None:
+        out["model"].pop("kind", None)
+    return out
+
+
+def _job_to_dict(job):
+    out = to_dict(job)
+    out["spec"] = _spec_to_dict(job.spec)
+    return out
+
+
+def _event_to_dict(event):
+    out = to_dict(event)
+    if event.HasField("snapshot"):
+        out["snapshot"] = _job_to_dict(event.snapshot)
+    return out
+
+
+def _read(value):
+    """PEM text from bytes, a path or None."""
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(os.fspath(value), "rb") as f:
+        return f.read()
+
+
+class Client:
+    """A connection to one coordinator.
+
+    address: HOST:PORT; None = $ZPIPE_COORDINATOR, else localhost:50051 (as `zpipe`).
+    token:   the client or admin token for a coordinator with token files, sent as
+             `authorization: Bearer TOKEN`; None = $ZPIPE_TOKEN; "" = none.
+    tls_ca:  talk TLS, verifying the coordinator with this PEM CA (a path, or the PEM as bytes);
+             None = $ZPIPE_TLS_CA, else plaintext. tls_cert / tls_key: a client certificate for a
+             coordinator that requires one (--tls-client-ca); None = $ZPIPE_TLS_CERT / _KEY.
+    timeout: seconds each unary call may take (DEADLINE_EXCEEDED after).
+    """
+
+    def __init__(self, address=None, token=None, tls_ca=None, tls_cert=None, tls_key=None,
+                 timeout=10.0):
+        env = os.environ.get
+        self.address = address or env("ZPIPE_COORDINATOR") or DEFAULT_COORDINATOR
+        token = env("ZPIPE_TOKEN", "") if token is None else token
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout = timeout
+        tls_ca = tls_ca if tls_ca is not None else env("ZPIPE_TLS_CA") or None
+        tls_cert = tls_cert if tls_cert is not None else env("ZPIPE_TLS_CERT") or None
+        tls_key = tls_key if tls_key is not None else env("ZPIPE_TLS_KEY") or None
+        if (tls_cert is None) != (tls_key is None):
+            raise ZeroPipeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                "tls_cert and tls_key go together: give both or neither")
+        # The C++ client's channel settings: no receive limit (plans of large pipelines exceed
+        # the 4 MiB default) and quick reconnects after a coordinator (re)start.
+        options = [("grpc.max_receive_message_length", -1),
+                   ("grpc.initial_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000),
+                   ("grpc.dns_min_time_between_resolutions_ms", 100)]
+        try:
+            if tls_ca is not None or tls_cert is not None:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=_read(tls_ca), private_key=_read(tls_key),
+                    certificate_chain=_read(tls_cert))
+                self._channel = grpc.secure_channel(self.address, credentials, options)
+            else:
+                self._channel = grpc.insecure_channel(self.address, options)
+        except OSError as e:
+            raise ZeroPipeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"cannot read a TLS file: {e.filename}: {e.strerror}") from None
+        self._stub = pb_grpc.CoordinatorServiceStub(self._channel)
+
+    def close(self):
+        """Closes the channel; calls after this fail."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout=None):
+        try:
+            return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ZeroPipeError.from_rpc(e, self.address) from None
+
+    # --- jobs ---
+
+    def submit(self, spec, job_id=None):
+        """Submits a job and returns its id.
+
+        spec: a dict, a job file's path, or YAML or JSON text (zeropipe/jobspec.py; the same
+        rules as `zpipe submit FILE`). job_id: 1..64 of [a-z0-9._-]; makes the submit
+        idempotent (the same id and spec again is harmless, a different spec under it raises
+        ALREADY_EXISTS); None = the coordinator picks one. A bad spec raises INVALID_ARGUMENT
+        with `field` naming the field.
+        """
+        request = pb.SubmitJobRequest(job_id=job_id or "", spec=jobspec.load_spec(spec))
+        return self._call(self._stub.SubmitJob, request).job.id
+
+    def validate(self, spec):
+        """Validates and plans a spec without creating a job (`zpipe submit --dry-run`); returns
+        the predicted plan statistics (makespan_ms, bubble_rate, ...)."""
+        request = pb.SubmitJobRequest(spec=jobspec.load_spec(spec), validate_only=True)
+        return to_dict(self._call(self._stub.SubmitJob, request).job.predicted)
+
+    def status(self, job_id):
+        """The job's record (`zpipe status ID`): id, spec, state, reason, progress, ..."""
+        return _job_to_dict(self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id)))
+
+    def list(self, states=None):
+        """Every job, oldest first (`zpipe list`), optionally only those in `states` (names such
+        as "running", or one name). Jobs come without per-microbatch progress."""
+        if isinstance(states, str):
+            states = [states]
+        numbers = []
+        for name in states or ():
+            value = job_pb2.JobState.DESCRIPTOR.values_by_name.get(
+                "JOB_STATE_" + str(name).upper())
+            if value is None or value.number == 0:
+                raise ZeroPipeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"unknown job state '{name}' (one of: pending, scheduling, "
+                                    "running, succeeded, failed, cancelled)", "states")
+            numbers.append(value.number)
+        jobs, token = [], ""
+        while True:
+            page = self._call(self._stub.ListJobs,
+                              pb.ListJobsRequest(states=numbers, page_size=1000, page_token=token))
+            jobs.extend(_job_to_dict(job) for job in page.jobs)
+            token = page.next_page_token
+            if not token:
+                return jobs
+
+    def cancel(self, job_id, reason=""):
+        """Cancels a PENDING, SCHEDULING or RUNNING job and returns its record; cancelling a
+        cancelled job returns it unchanged, a finished one raises FAILED_PRECONDITION."""
+        return _job_to_dict(self._call(self._stub.CancelJob,
+                                       pb.CancelJobRequest(job_id=job_id, reason=reason)))
+
+    def watch(self, job_id, progress_interval_ms=0, reconnect_timeout=30.0, timeout=None):
+        """Yields the job's events until it ends (`zpipe watch ID`): first a "snapshot" (the job
+        record), then "state_change", "iteration" (a summary once every rank finished one) and
+        "progress" events; the last is the state_change into the terminal state. A stream lost
+        after the first event is resumed where it left off for up to `reconnect_timeout`
+        seconds; `timeout` bounds the whole watch (DEADLINE_EXCEEDED). Closing the iterator
+        ends the call."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_sequence, delivered, retry_until = 0, False, None
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ZeroPipeError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    f"job {job_id} did not end within {timeout} s")
+            request = pb.WatchJobRequest(job_id=job_id, after_sequence=last_sequence,
+                                         progress_interval_ms=progress_interval_ms)
+            call = self._stub.WatchJob(request, timeout=remaining, metadata=self._metadata)
+            try:
+                for event in call:
+                    # A resumed stream replays state changes and summaries after last_sequence
+                    # (or restarts with a snapshot); progress repeats the last sequence by design.
+                    replay = (delivered and event.sequence <= last_sequence
+                              and event.WhichOneof("kind") in ("state_change", "iteration"))
+                    if replay:
+                        continue
+                    last_sequence = max(last_sequence, event.sequence)
+                    delivered = True
+                    retry_until = None
+                    yield _event_to_dict(event)
+                return
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is not None:
+                    raise ZeroPipeError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                        f"job {job_id} did not end within {timeout} s") from None
+                if e.code() not in _RESUMABLE or not delivered:
+                    raise ZeroPipeError.from_rpc(e, self.address) from None
+                now = time.monotonic()
+                retry_until = retry_until or now + reconnect_timeout
+                if now >= retry_until:
+                    raise ZeroPipeError(grpc.StatusCode.UNAVAILABLE,
+                                        f"watch of job {job_id} lost the coordinator at "
+                                        f"{self.address}: {e.details()}") from None
+                time.sleep(0.2)
+            finally:
+                call.cancel()
+
+    def wait(self, job_id, timeout=None):
+        """Blocks until the job ends and returns its final record; check ["state"] ("succeeded",
+        "failed", "cancelled") and ["reason"]. timeout: seconds, None = forever; passing it
+        raises DEADLINE_EXCEEDED (the job keeps running)."""
+        events = self.watch(job_id, progress_interval_ms=1000, timeout=timeout)
+        try:
+            for event in events:
+                if event["kind"] == "snapshot" and event["snapshot"]["state"] in _TERMINAL:
+                    return event["snapshot"]
+        finally:
+            events.close()
+        return self.status(job_id)
+
+    def trace(self, job_id, iteration=None):
+        """The executed timeline of one iteration (`zpipe trace`; default the latest complete
+        one), all ranks on the coordinator's clock, beside the plan's predicted timeline:
+        iteration, schedule, start_time, ranks[] and predicted[] of {pipeline_rank, data_rank,
+        worker_name, clock_offset, actions[] of {kind, stage, microbatch, peer, chunk, bucket,
+        start, end}} (seconds from start_time), available_iterations, complete."""
+        request = pb.GetTraceRequest(job_id=job_id)
+        if iteration is not None:
+            request.iteration = iteration
+        return to_dict(self._call(self._stub.GetTrace, request))
+
+    def plan(self, job_id):
+        """The plan the coordinator made for the job (`zpipe plan --job ID`): schedule,
+        plan_text, ranks[] of {pipeline_rank, text, num_actions}, predicted, layout."""
+        return to_dict(self._call(self._stub.GetPlan, pb.GetPlanRequest(job_id=job_id)))
+
+    # --- workers ---
+
+    def workers(self, include_dead=False):
+        """Registered workers by name (`zpipe workers`; include_dead=True adds those lost
+        recently, as --all): name,
+        state ("idle", "busy", "dead"), device_kind, device_index, host, memory_bytes, job_id,
+        pipeline_rank, data_rank, last_heartbeat_time, capabilities, ..."""
+        response = self._call(self._stub.ListWorkers, pb.ListWorkersRequest(include_dead=include_dead))
+        return [to_dict(w) for w in response.workers]
