@@ -264,7 +264,7 @@ std::string Summary(const Planned& p) {
   absl::StrAppendFormat(&out, "shape         p=%d ranks, v=%d chunks (%s placement), m=%d\n",
                         plan.num_ranks(), plan.placement.chunks_per_rank(),
                         core::PlacementKindName(plan.placement.kind()), plan.num_microbatches);
-  absl::StrAppendFormat(&out, "makespan      %.6g\n", p.sim.makespan);
+  absl::StrAppendFormat(&out, "makespan      %.6g\n", p.sim.span);
   absl::StrAppendFormat(&out, "bubble rate   %.4f\n", p.sim.bubble_rate);
   absl::StrAppendFormat(&out, "memory limit  %.6g per rank; peak %.6g\n", p.memory_limit,
                         MaxOf(p.sim.peak_memory));
@@ -295,7 +295,7 @@ std::string CompareAll(const PlanArgs& pa) {
       continue;
     }
     absl::StrAppendFormat(&out, "%-12s %12.6g %8.4f %12.6g %12.6g %10.2f\n",
-                          core::ScheduleName(kind), planned->sim.makespan, planned->sim.bubble_rate,
+                          core::ScheduleName(kind), planned->sim.span, planned->sim.bubble_rate,
                           MaxOf(planned->sim.peak_memory), planned->memory_limit,
                           1000 * planned->generate_seconds);
   }

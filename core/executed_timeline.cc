@@ -72,7 +72,7 @@ TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline) {
   // makespan is the drawn extent (first start to last end of any action over all ranks), so rows
   // that start late and posted receives still fit; the bubble uses DESIGN.md's span (longest
   // single rank, compute and reductions).
-  sim.makespan = std::isfinite(first) ? last - first : 0;
+  sim.span = std::isfinite(first) ? last - first : 0;
   double busy = 0;
   for (int r = 0; r < rows; ++r) {
     busy += sim.busy[r];

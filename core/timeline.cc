@@ -108,12 +108,12 @@ double TickStep(double span, int target) {
 std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options) {
   const int width = std::max(10, options.width);
   const double t0 = FirstStart(plan, sim);
-  const double span = std::max(sim.makespan, 1e-12);
+  const double span = std::max(sim.span, 1e-12);
   const double scale = width / span;
   bool any_reduce = false;
   std::string out = absl::StrFormat(
       "%s: p=%d m=%d makespan=%.6g bubble=%.4f\n", plan.schedule.empty() ? "plan" : plan.schedule,
-      plan.num_ranks(), plan.num_microbatches, sim.makespan, sim.bubble_rate);
+      plan.num_ranks(), plan.num_microbatches, sim.span, sim.bubble_rate);
   for (int r = 0; r < plan.num_ranks(); ++r) {
     std::string row(width, '.');
     std::string reduce_row(width, ' ');
@@ -163,7 +163,7 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   const int lane = reduce_y + reduce_h + 4;
   const int height = top + p * lane + axis + legend;
   const double t0 = FirstStart(plan, sim);
-  const double span = std::max(sim.makespan, 1e-12);
+  const double span = std::max(sim.span, 1e-12);
   const double sx = (width - left - right) / span;
   const std::string title = absl::StrFormat(
       "%s — bubble rate %.2f%%",

@@ -28,7 +28,7 @@ Fixture OneF1B(int p, int m) {
 TEST(TimelineTest, AsciiShowsOneRowPerRankWithIdleAndLabels) {
   // 1F1B p=2 m=2, width = makespan in units (F=1, BW=2): 9 time units.
   Fixture f = OneF1B(2, 2);
-  ASSERT_DOUBLE_EQ(f.sim.makespan, 9);
+  ASSERT_DOUBLE_EQ(f.sim.span, 9);
   const std::string text = RenderAscii(f.plan, f.sim, {.width = 18});
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
   ASSERT_GE(lines.size(), 4u);
