@@ -54,6 +54,7 @@ constexpr char kUsage[] =
 struct GlobalOptions {
   std::optional<std::string> coordinator;
   std::optional<std::string> output;
+  std::string output_flag;  // how `output` was given: "-o" or "--output"
   std::optional<std::string> token_file;
   std::optional<std::string> tls_ca;
   std::optional<std::string> tls_cert;
@@ -105,6 +106,7 @@ std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& global
       value = args[++i];
     }
     *target = *value;
+    if (target == &globals.output) globals.output_flag = name;
   }
   args = std::move(rest);
   return "";
@@ -133,8 +135,14 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
-  // The local `zpipe plan` has its own -o FILE; leave its arguments alone.
-  if (command == "plan" && !HasJobFlag(args)) return RunPlanCommand(args, std::cout, std::cerr);
+  // The local `zpipe plan` parses its own flags (-o table|json, --output FILE, ...); a -o given
+  // before the command means the same there as after it.
+  if (command == "plan" && !HasJobFlag(args)) {
+    if (globals.output.has_value()) {
+      args.insert(args.begin(), {globals.output_flag, *globals.output});
+    }
+    return RunPlanCommand(args, std::cout, std::cerr);
+  }
 
   // `zpipe trace` has its own -o FILE, like the local `zpipe plan`.
   if (command == "trace") {
