@@ -1,7 +1,6 @@
 #include "client/plan_command.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -12,19 +11,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/grad_sync.h"
-#include "core/lowering.h"
 #include "core/number_format.h"
 #include "core/plan_export.h"
 #include "core/plan_limits.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
+#include "core/status_field.h"
 #include "core/timeline.h"
-#include "core/validator.h"
 
 namespace zpipe::cli {
 namespace {
@@ -209,74 +208,57 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
   return pa;
 }
 
-// The products of the plan bounds, for one schedule (v depends on it): checked before any work.
-absl::Status CheckPlanSize(ScheduleKind kind, const PlanArgs& pa) {
-  const int v = core::PlacementFor(kind, pa.pipeline, pa.chunks).chunks_per_rank();
-  const int64_t stages = int64_t{pa.pipeline} * v;
-  const std::string shape =
-      absl::StrCat(core::ScheduleName(kind), " has pipeline x chunks = ", pa.pipeline, " x ", v);
-  if (stages * pa.microbatches > core::kMaxStageMicrobatches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--microbatches: ", shape, ", times ", pa.microbatches,
-        " microbatches = ", stages * pa.microbatches, " exceeds ", core::kMaxStageMicrobatches,
-        " (the plan size limit); use fewer microbatches or ranks"));
-  }
-  if (stages * pa.buckets > core::kMaxStageBuckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--buckets: ", shape, ", times ", pa.buckets, " buckets = ", stages * pa.buckets,
-        " exceeds ", core::kMaxStageBuckets, " (the grad-sync bucket limit); use fewer buckets"));
-  }
-  return absl::OkStatus();
-}
-
-struct Planned {
-  core::Plan plan;  // compute plan, or lowered with --lower; REDUCE inserted with --buckets
-  core::SimResult sim;
-  core::CostModel cost;
-  double memory_limit = 0;
-  double generate_seconds = 0;
-};
-
-absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
-  core::ScheduleRequest req;
+// The request core::PlanSchedule takes for `schedule` (a name) under the flags.
+core::PlanRequest Request(absl::string_view schedule, const PlanArgs& pa) {
+  core::PlanRequest req;
+  req.schedule = std::string(schedule);
   req.pipeline = pa.pipeline;
   req.microbatches = pa.microbatches;
-  req.chunks = pa.chunks;
-  const core::Placement placement = core::PlacementFor(kind, pa.pipeline, pa.chunks);
-  req.cost = core::CostModel::Uniform(placement.num_stages(), pa.stage_cost, pa.comm);
+  req.chunks = core::ParseScheduleKind(schedule).value_or(ScheduleKind::k1F1B) ==
+                       ScheduleKind::kInterleaved1F1B
+                   ? pa.chunks
+                   : 0;
   req.memory_limit = pa.memory_limit;
-  Planned out;
-  out.cost = req.cost;
-  out.memory_limit = pa.memory_limit.value_or(
-      core::DefaultMemoryLimit(kind, pa.pipeline, pa.microbatches, req.cost));
-  const auto t0 = std::chrono::steady_clock::now();
-  auto plan = core::GenerateSchedule(kind, req);
-  out.generate_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!plan.ok()) return plan.status();
-  core::ValidateOptions vo{.cost = &req.cost, .memory_limit = out.memory_limit};
-  if (absl::Status st = core::ValidatePlan(*plan, vo); !st.ok()) {
-    return absl::InternalError(absl::StrCat("generated plan is invalid: ", st.message()));
+  req.inputs = [stage = pa.stage_cost, comm = pa.comm, buckets = pa.buckets,
+                reduce = pa.reduce_cost](const core::Placement& placement) {
+    return core::UniformInputs(placement, stage, comm, buckets, reduce);
+  };
+  req.lower = pa.lower;
+  return req;
+}
+
+// The flag a core::PlanRequest field comes from ("cost.stages[0].f" -> "--cost f"); "" for a
+// field the user did not set (the memory limit when it is the schedule's default).
+std::string FlagOf(absl::string_view field, const PlanArgs& pa) {
+  const absl::string_view root = core::FieldRoot(field);
+  if (root == "schedule") return "--schedule";
+  if (root == "pipeline") return "--pipeline";
+  if (root == "microbatches") return "--microbatches";
+  if (root == "chunks") return "--chunks";
+  if (root == "memory_limit") return pa.memory_limit.has_value() ? "--memory-limit" : "";
+  if (root == "buckets_per_stage") return "--buckets";
+  if (root == "reduce_cost") return "--reduce-cost";
+  if (field == "cost.comm") return "--cost comm";
+  if (const size_t dot = field.rfind("]."); dot != absl::string_view::npos) {
+    const absl::string_view key = field.substr(dot + 2);  // f, b, w, mem_f, mem_b, mem_w
+    if (absl::StartsWith(key, "mem_")) return absl::StrCat("--memory ", key.substr(4));
+    return absl::StrCat("--cost ", key);
   }
-  out.plan = *std::move(plan);
-  if (pa.lower) {
-    auto lowered = core::LowerComm(out.plan);
-    if (!lowered.ok()) return lowered.status();
-    out.plan = *std::move(lowered);
-  }
-  if (pa.buckets > 0) {
-    auto gs = core::PlanGradSync(out.plan,
-                                 core::GradSyncLayout::Uniform(placement.num_stages(), pa.buckets));
-    if (!gs.ok()) return gs.status();
-    out.plan = std::move(gs->plan);
-  }
-  core::SimOptions so;
-  so.reduce_cost = pa.reduce_cost;
-  so.release_during_w = true;  // as the workers launch buckets (grad_sync.overlap on)
-  auto sim = core::Simulate(out.plan, req.cost, so);
-  if (!sim.ok()) return sim.status();
-  out.sim = *std::move(sim);
-  return out;
+  if (absl::StartsWith(field, "cost.stages")) return "--memory";  // the memory deltas
+  if (root == "cost") return "--cost";
+  return "";
+}
+
+// "zpipe plan: FLAG: message" for an error core names a field of.
+std::string ErrorLine(const absl::Status& status, const PlanArgs& pa) {
+  const std::string flag = FlagOf(core::ErrorField(status), pa);
+  return absl::StrCat("zpipe plan: ", flag, flag.empty() ? "" : ": ", status.message(), "\n");
+}
+
+using Planned = core::PlannedSchedule;
+
+absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
+  return core::PlanSchedule(Request(core::ScheduleName(kind), pa));
 }
 
 std::string Plain(double v) { return core::PlainNumber(v); }
@@ -415,18 +397,17 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "zpipe plan: " << pa.status().message() << "\n";
     return 2;
   }
-  std::vector<ScheduleKind> kinds = core::AllScheduleKinds();
-  if (pa->schedule != "all") {
-    auto kind = core::ParseScheduleKind(pa->schedule);
-    if (!kind.ok()) {
-      err << "zpipe plan: " << kind.status().message() << "\n";
-      return 2;
+  // Every bound of every schedule asked for is checked before any of them is planned.
+  std::vector<std::string> names = {pa->schedule};
+  if (pa->schedule == "all") {
+    names.clear();
+    for (ScheduleKind kind : core::AllScheduleKinds()) {
+      names.emplace_back(core::ScheduleName(kind));
     }
-    kinds = {*kind};
   }
-  for (ScheduleKind kind : kinds) {
-    if (absl::Status st = CheckPlanSize(kind, *pa); !st.ok()) {
-      err << "zpipe plan: " << st.message() << "\n";
+  for (const std::string& name : names) {
+    if (absl::Status st = core::CheckPlanRequest(Request(name, *pa)); !st.ok()) {
+      err << ErrorLine(st, *pa);
       return 2;
     }
   }
@@ -435,9 +416,9 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     const std::vector<Compared> rows = CompareAll(*pa);
     text = pa->format == "json" ? CompareJson(*pa, rows) : CompareTable(*pa, rows);
   } else {
-    auto planned = MakePlan(kinds.front(), *pa);
+    absl::StatusOr<Planned> planned = core::PlanSchedule(Request(pa->schedule, *pa));
     if (!planned.ok()) {
-      err << "zpipe plan: " << planned.status().message() << "\n";
+      err << ErrorLine(planned.status(), *pa);
       return 2;
     }
     if (pa->format == "summary") text = Summary(*planned);
