@@ -439,9 +439,8 @@ void Fidelity() {
         std::printf(
             "%-6s %3d %3d %-11s %10.1f %10.1f %+7.2f %9.3f %9.3f %+7.3f %11.0f %+11.2f %9.0f\n",
             std::string(core::ScheduleName(kind)).c_str(), p, r.m,
-            spin > 0 ? "sleep+spin" : "sleep", span, sim.span,
-            100 * (span - sim.span) / sim.span, bubble, sim.bubble_rate,
-            bubble - sim.bubble_rate, overrun_us,
+            spin > 0 ? "sleep+spin" : "sleep", span, sim.span, 100 * (span - sim.span) / sim.span,
+            bubble, sim.bubble_rate, bubble - sim.bubble_rate, overrun_us,
             100 * (span - sim_meas.span) / sim_meas.span, fit_comm_us);
         std::fflush(stdout);
       }
@@ -511,8 +510,8 @@ void Overlap() {
     // replica; both replicas reduce the same buckets, so its overlap ratio is comparable).
     std::printf("%-8s %10.1f %11.1f %12.1f %8.1f%% %8.1f%% %10.1f %10.1f\n", on ? "on" : "off",
                 iter_ms / iters, reduce / iters * 1e3, exposed / iters * 1e3,
-                reduce > 0 ? 100 * (1 - exposed / reduce) : 0.0, 100 * sim.reduce_overlap,
-                sim.span, nodp.span);
+                reduce > 0 ? 100 * (1 - exposed / reduce) : 0.0, 100 * sim.reduce_overlap, sim.span,
+                nodp.span);
     std::fflush(stdout);
   }
   std::printf("\n");
