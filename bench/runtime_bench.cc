@@ -433,16 +433,15 @@ void Fidelity() {
         for (int k = 0; k < 30; ++k) {
           const double mid = (lo + hi) / 2;
           const core::SimResult s = Must(core::Simulate(plan, SynthCostModel(rm, mid)), "simulate");
-          (s.makespan < span ? lo : hi) = mid;
+          (s.span < span ? lo : hi) = mid;
         }
-        const double fit_comm_us = sim_meas.makespan >= span ? comm_ms * 1e3 : lo * 1e3;
+        const double fit_comm_us = sim_meas.span >= span ? comm_ms * 1e3 : lo * 1e3;
         std::printf(
             "%-6s %3d %3d %-11s %10.1f %10.1f %+7.2f %9.3f %9.3f %+7.3f %11.0f %+11.2f %9.0f\n",
             std::string(core::ScheduleName(kind)).c_str(), p, r.m,
-            spin > 0 ? "sleep+spin" : "sleep", span, sim.makespan,
-            100 * (span - sim.makespan) / sim.makespan, bubble, sim.bubble_rate,
-            bubble - sim.bubble_rate, overrun_us,
-            100 * (span - sim_meas.makespan) / sim_meas.makespan, fit_comm_us);
+            spin > 0 ? "sleep+spin" : "sleep", span, sim.span, 100 * (span - sim.span) / sim.span,
+            bubble, sim.bubble_rate, bubble - sim.bubble_rate, overrun_us,
+            100 * (span - sim_meas.span) / sim_meas.span, fit_comm_us);
         std::fflush(stdout);
       }
     }
@@ -511,8 +510,8 @@ void Overlap() {
     // replica; both replicas reduce the same buckets, so its overlap ratio is comparable).
     std::printf("%-8s %10.1f %11.1f %12.1f %8.1f%% %8.1f%% %10.1f %10.1f\n", on ? "on" : "off",
                 iter_ms / iters, reduce / iters * 1e3, exposed / iters * 1e3,
-                reduce > 0 ? 100 * (1 - exposed / reduce) : 0.0, 100 * sim.reduce_overlap,
-                sim.makespan, nodp.makespan);
+                reduce > 0 ? 100 * (1 - exposed / reduce) : 0.0, 100 * sim.reduce_overlap, sim.span,
+                nodp.span);
     std::fflush(stdout);
   }
   std::printf("\n");

@@ -2,9 +2,7 @@
 // m = 4p, 8p (uniform unit costs, T_comm = 0.05). Run through `scripts/bench schedules`.
 #include <benchmark/benchmark.h>
 
-#include "core/lowering.h"
-#include "core/schedule.h"
-#include "core/simulator.h"
+#include "core/planning.h"
 
 namespace zpipe::core {
 namespace {
@@ -12,26 +10,24 @@ namespace {
 void BM_Schedule(benchmark::State& state, ScheduleKind kind) {
   const int p = static_cast<int>(state.range(0));
   const int m = static_cast<int>(state.range(1));
-  ScheduleRequest req;
+  PlanRequest req;
+  req.schedule = std::string(ScheduleName(kind));
   req.pipeline = p;
   req.microbatches = m;
-  req.cost = CostModel::Uniform(
-      PlacementFor(kind, p).num_stages(),
-      StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5}, 0.05);
+  req.inputs = [](const Placement& placement) {
+    return UniformInputs(
+        placement, StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
+        0.05);
+  };
+  req.validate = false;  // what is measured: generate, lower, simulate
   double bubble = 0;
   for (auto _ : state) {
-    auto plan = GenerateSchedule(kind, req);
-    if (!plan.ok()) {
-      state.SkipWithError(std::string(plan.status().message()).c_str());
+    absl::StatusOr<PlannedSchedule> planned = PlanSchedule(req);
+    if (!planned.ok()) {
+      state.SkipWithError(std::string(planned.status().message()).c_str());
       return;
     }
-    auto lowered = LowerComm(*plan);
-    auto sim = Simulate(*lowered, req.cost);
-    if (!sim.ok()) {
-      state.SkipWithError(std::string(sim.status().message()).c_str());
-      return;
-    }
-    bubble = sim->bubble_rate;
+    bubble = planned->sim.bubble_rate;
   }
   state.counters.insert({{"bubble", benchmark::Counter(bubble)},
                          {"actions", benchmark::Counter(static_cast<double>(p) * m * 3)}});

@@ -5,17 +5,11 @@
 #include <string>
 
 #include "bench/published.h"
-#include "core/lowering.h"
-#include "core/schedule.h"
-#include "core/simulator.h"
+#include "core/planning.h"
 #include "core/validator.h"
 
 namespace zpipe {
 namespace {
-
-core::CostModel PaperCost(const bench::PublishedSetting& s, int stages) {
-  return core::CostModel::Uniform(stages, bench::PaperStageCost(s), s.t_comm);
-}
 
 int Main() {
   std::printf("%-11s %3s %4s %-12s %9s %9s %9s %8s %10s\n", "model", "p", "m", "schedule", "ours",
@@ -23,31 +17,28 @@ int Main() {
   int worse = 0;
   for (const auto& s : bench::PublishedSettings()) {
     for (const auto& [name, published] : s.bubble) {
-      auto kind = core::ParseScheduleKind(name);
-      if (!kind.ok()) continue;
-      core::ScheduleRequest req;
+      if (!core::ParseScheduleKind(name).ok()) continue;
+      core::PlanRequest req;
+      req.schedule = name;
       req.pipeline = s.p;
       req.microbatches = s.m;
-      req.cost = PaperCost(s, core::PlacementFor(*kind, s.p).num_stages());
-      const double limit = core::DefaultMemoryLimit(*kind, s.p, s.m, req.cost);
+      req.inputs = [&s](const core::Placement& placement) {
+        return core::UniformInputs(placement, bench::PaperStageCost(s), s.t_comm);
+      };
+      req.validate = false;  // timed: generate, lower, simulate; validated below
       const auto t0 = std::chrono::steady_clock::now();
-      auto plan = core::GenerateSchedule(*kind, req);
-      absl::StatusOr<core::SimResult> sim = absl::UnknownError("not run");
-      if (!plan.ok()) {
-        sim = plan.status();
-      } else {
-        auto lowered = core::LowerComm(*plan);
-        sim = lowered.ok() ? core::Simulate(*lowered, req.cost)
-                           : absl::StatusOr<core::SimResult>(lowered.status());
-      }
+      absl::StatusOr<core::PlannedSchedule> planned = core::PlanSchedule(req);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (!sim.ok()) {
+      if (!planned.ok()) {
         std::printf("%-11s %3d %4d %-12s  unavailable: %s\n", s.model.c_str(), s.p, s.m,
-                    name.c_str(), std::string(sim.status().message()).c_str());
+                    name.c_str(), std::string(planned.status().message()).c_str());
         continue;
       }
-      const bool valid = core::ValidatePlan(*plan, {.cost = &req.cost, .memory_limit = limit}).ok();
+      const core::SimResult* sim = &planned->sim;
+      const bool valid = core::ValidatePlan(planned->plan, {.cost = &planned->cost,
+                                                            .memory_limit = planned->memory_limit})
+                             .ok();
       const double delta = sim->bubble_rate - published;
       if (delta > 0.002) ++worse;
       std::printf("%-11s %3d %4d %-12s %9.4f %9.4f %+9.4f %8s %10.1f\n", s.model.c_str(), s.p, s.m,

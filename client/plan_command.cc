@@ -1,7 +1,6 @@
 #include "client/plan_command.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -13,18 +12,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/grad_sync.h"
-#include "core/lowering.h"
+#include "core/number_format.h"
 #include "core/plan_export.h"
 #include "core/plan_limits.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
+#include "core/status_field.h"
 #include "core/timeline.h"
-#include "core/validator.h"
 
 namespace zpipe::cli {
 namespace {
@@ -40,20 +40,26 @@ struct PlanArgs {
   double comm = 0;
   std::optional<double> memory_limit;
   std::string format = "summary";
-  std::string output;
+  bool format_given = false;
+  std::string output_format;  // -o: "table" or "json" ("" = not given)
+  std::string output_file;    // --output FILE
   bool lower = false;
   int buckets = 0;
   double reduce_cost = 0;
-  int width = 120;
+  int width = 0;  // --width; 0 = wide enough for every label
 };
 
-// The largest --width: one line of the ASCII chart is this many characters per rank.
-constexpr int kMaxWidth = 10000;
-
+// A finite number of at most core::kMaxCostValue in absolute value (every number `zpipe plan`
+// takes is a time or a memory amount), so NaN, infinities and 1e308 stop here, at once.
 absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view value) {
   double v = 0;
   if (!absl::SimpleAtod(value, &v) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": '", value, "' is not a number"));
+  }
+  if (std::fabs(v) > core::kMaxCostValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": must be at most ", core::PlainNumber(core::kMaxCostValue),
+                     " in absolute value (the cost value limit), got ", value));
   }
   return v;
 }
@@ -163,6 +169,7 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
       pa.memory_limit = *v;
     } else if (flag == "--format") {
+      pa.format_given = true;
       static const std::vector<std::string> kFormats = {"summary", "text",  "json",
                                                         "csv",     "ascii", "svg"};
       if (std::find(kFormats.begin(), kFormats.end(), value) == kFormats.end()) {
@@ -170,8 +177,17 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
             "--format: '", value, "' is not one of summary, text, json, csv, ascii, svg"));
       }
       pa.format = value;
-    } else if (flag == "-o" || flag == "--output") {
-      pa.output = value;
+    } else if (flag == "-o") {
+      if (value != "table" && value != "json") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("-o: '", value,
+                         "' is not table or json (-o is the output format, as for every zpipe "
+                         "command); to write a file use --output FILE"));
+      }
+      pa.output_format = value;
+    } else if (flag == "--output") {
+      if (value.empty()) return absl::InvalidArgumentError("--output: expected a file name");
+      pa.output_file = value;
     } else if (flag == "--buckets") {
       auto v = ParseInt(flag, value, 1, core::kMaxBucketsPerStage, "the per-stage bucket limit");
       if (!v.ok()) return v.status();
@@ -179,9 +195,10 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "--reduce-cost") {
       auto v = ParseNumber(flag, value);
       if (!v.ok()) return v.status();
+      if (*v < 0) return absl::InvalidArgumentError("--reduce-cost: must be >= 0");
       pa.reduce_cost = *v;
     } else if (flag == "--width") {
-      auto v = ParseInt(flag, value, 10, kMaxWidth, "the width limit");
+      auto v = ParseInt(flag, value, core::kMinAsciiWidth, core::kMaxAsciiWidth, "the width limit");
       if (!v.ok()) return v.status();
       pa.width = *v;
     }
@@ -190,81 +207,74 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
   if (pa.schedule.empty()) return absl::InvalidArgumentError("--schedule is required");
   if (pa.pipeline == 0) return absl::InvalidArgumentError("--pipeline is required");
   if (pa.microbatches == 0) return absl::InvalidArgumentError("--microbatches is required");
-  if (pa.schedule == "all" && pa.format != "summary") {
-    return absl::InvalidArgumentError("--schedule all prints a table; use --format summary");
+  if (pa.output_format == "json") {
+    if (pa.format_given && pa.format != "json" && pa.format != "summary") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-o json asks for JSON but --format is ", pa.format, "; drop one of them"));
+    }
+    pa.format = "json";
+  }
+  if (pa.schedule == "all" && pa.format != "summary" && pa.format != "json") {
+    return absl::InvalidArgumentError(
+        "--schedule all prints a comparison: use --format summary (a table) or json");
   }
   return pa;
 }
 
-// The products of the plan bounds, for one schedule (v depends on it): checked before any work.
-absl::Status CheckPlanSize(ScheduleKind kind, const PlanArgs& pa) {
-  const int v = core::PlacementFor(kind, pa.pipeline, pa.chunks).chunks_per_rank();
-  const int64_t stages = int64_t{pa.pipeline} * v;
-  const std::string shape =
-      absl::StrCat(core::ScheduleName(kind), " has pipeline x chunks = ", pa.pipeline, " x ", v);
-  if (stages * pa.microbatches > core::kMaxStageMicrobatches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--microbatches: ", shape, ", times ", pa.microbatches,
-        " microbatches = ", stages * pa.microbatches, " exceeds ", core::kMaxStageMicrobatches,
-        " (the plan size limit); use fewer microbatches or ranks"));
-  }
-  if (stages * pa.buckets > core::kMaxStageBuckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--buckets: ", shape, ", times ", pa.buckets, " buckets = ", stages * pa.buckets,
-        " exceeds ", core::kMaxStageBuckets, " (the grad-sync bucket limit); use fewer buckets"));
-  }
-  return absl::OkStatus();
-}
-
-struct Planned {
-  core::Plan plan;  // compute plan, or lowered with --lower; REDUCE inserted with --buckets
-  core::SimResult sim;
-  core::CostModel cost;
-  double memory_limit = 0;
-  double generate_seconds = 0;
-};
-
-absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
-  core::ScheduleRequest req;
+// The request core::PlanSchedule takes for `schedule` (a name) under the flags.
+core::PlanRequest Request(absl::string_view schedule, const PlanArgs& pa) {
+  core::PlanRequest req;
+  req.schedule = std::string(schedule);
   req.pipeline = pa.pipeline;
   req.microbatches = pa.microbatches;
-  req.chunks = pa.chunks;
-  const core::Placement placement = core::PlacementFor(kind, pa.pipeline, pa.chunks);
-  req.cost = core::CostModel::Uniform(placement.num_stages(), pa.stage_cost, pa.comm);
+  req.chunks = core::ParseScheduleKind(schedule).value_or(ScheduleKind::k1F1B) ==
+                       ScheduleKind::kInterleaved1F1B
+                   ? pa.chunks
+                   : 0;
   req.memory_limit = pa.memory_limit;
-  Planned out;
-  out.cost = req.cost;
-  out.memory_limit = pa.memory_limit.value_or(
-      core::DefaultMemoryLimit(kind, pa.pipeline, pa.microbatches, req.cost));
-  const auto t0 = std::chrono::steady_clock::now();
-  auto plan = core::GenerateSchedule(kind, req);
-  out.generate_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!plan.ok()) return plan.status();
-  core::ValidateOptions vo{.cost = &req.cost, .memory_limit = out.memory_limit};
-  if (absl::Status st = core::ValidatePlan(*plan, vo); !st.ok()) {
-    return absl::InternalError(absl::StrCat("generated plan is invalid: ", st.message()));
-  }
-  out.plan = *std::move(plan);
-  if (pa.lower) {
-    auto lowered = core::LowerComm(out.plan);
-    if (!lowered.ok()) return lowered.status();
-    out.plan = *std::move(lowered);
-  }
-  if (pa.buckets > 0) {
-    auto gs = core::PlanGradSync(out.plan,
-                                 core::GradSyncLayout::Uniform(placement.num_stages(), pa.buckets));
-    if (!gs.ok()) return gs.status();
-    out.plan = std::move(gs->plan);
-  }
-  core::SimOptions so;
-  so.reduce_cost = pa.reduce_cost;
-  so.release_during_w = true;  // as the workers launch buckets (grad_sync.overlap on)
-  auto sim = core::Simulate(out.plan, req.cost, so);
-  if (!sim.ok()) return sim.status();
-  out.sim = *std::move(sim);
-  return out;
+  req.inputs = [stage = pa.stage_cost, comm = pa.comm, buckets = pa.buckets,
+                reduce = pa.reduce_cost](const core::Placement& placement) {
+    return core::UniformInputs(placement, stage, comm, buckets, reduce);
+  };
+  req.lower = pa.lower;
+  return req;
 }
+
+// The flag a core::PlanRequest field comes from ("cost.stages[0].f" -> "--cost f"); "" for a
+// field the user did not set (the memory limit when it is the schedule's default).
+std::string FlagOf(absl::string_view field, const PlanArgs& pa) {
+  const absl::string_view root = core::FieldRoot(field);
+  if (root == "schedule") return "--schedule";
+  if (root == "pipeline") return "--pipeline";
+  if (root == "microbatches") return "--microbatches";
+  if (root == "chunks") return "--chunks";
+  if (root == "memory_limit") return pa.memory_limit.has_value() ? "--memory-limit" : "";
+  if (root == "buckets_per_stage") return "--buckets";
+  if (root == "reduce_cost") return "--reduce-cost";
+  if (field == "cost.comm") return "--cost comm";
+  if (const size_t dot = field.rfind("]."); dot != absl::string_view::npos) {
+    const absl::string_view key = field.substr(dot + 2);  // f, b, w, mem_f, mem_b, mem_w
+    if (absl::StartsWith(key, "mem_")) return absl::StrCat("--memory ", key.substr(4));
+    return absl::StrCat("--cost ", key);
+  }
+  if (absl::StartsWith(field, "cost.stages")) return "--memory";  // the memory deltas
+  if (root == "cost") return "--cost";
+  return "";
+}
+
+// "zpipe plan: FLAG: message" for an error core names a field of.
+std::string ErrorLine(const absl::Status& status, const PlanArgs& pa) {
+  const std::string flag = FlagOf(core::ErrorField(status), pa);
+  return absl::StrCat("zpipe plan: ", flag, flag.empty() ? "" : ": ", status.message(), "\n");
+}
+
+using Planned = core::PlannedSchedule;
+
+absl::StatusOr<Planned> MakePlan(ScheduleKind kind, const PlanArgs& pa) {
+  return core::PlanSchedule(Request(core::ScheduleName(kind), pa));
+}
+
+std::string Plain(double v) { return core::PlainNumber(v); }
 
 double MaxOf(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
@@ -277,42 +287,98 @@ std::string Summary(const Planned& p) {
   absl::StrAppendFormat(&out, "shape         p=%d ranks, v=%d chunks (%s placement), m=%d\n",
                         plan.num_ranks(), plan.placement.chunks_per_rank(),
                         core::PlacementKindName(plan.placement.kind()), plan.num_microbatches);
-  absl::StrAppendFormat(&out, "makespan      %.6g\n", p.sim.makespan);
+  absl::StrAppendFormat(&out, "span          %s (the longest rank's first start to last end)\n",
+                        Plain(p.sim.span));
+  absl::StrAppendFormat(&out, "makespan      %s (first start to last end over all ranks)\n",
+                        Plain(p.sim.global_makespan));
   absl::StrAppendFormat(&out, "bubble rate   %.4f\n", p.sim.bubble_rate);
-  absl::StrAppendFormat(&out, "memory limit  %.6g per rank; peak %.6g\n", p.memory_limit,
-                        MaxOf(p.sim.peak_memory));
+  absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
+                        Plain(MaxOf(p.sim.peak_memory)));
   if (p.sim.total_reduce > 0) {
-    absl::StrAppendFormat(&out, "reduce        total %.6g, exposed %.6g, overlap %.4f\n",
-                          p.sim.total_reduce, p.sim.total_exposed_reduce, p.sim.reduce_overlap);
+    absl::StrAppendFormat(&out, "reduce        total %s, exposed %s, overlap %.4f\n",
+                          Plain(p.sim.total_reduce), Plain(p.sim.total_exposed_reduce),
+                          p.sim.reduce_overlap);
   }
   absl::StrAppendFormat(&out, "actions       %d\n", plan.num_actions());
   absl::StrAppend(&out, "\nrank        busy        idle  bubble  peak_memory\n");
   for (int r = 0; r < plan.num_ranks(); ++r) {
-    absl::StrAppendFormat(&out, "%4d  %10.6g  %10.6g  %6.4f  %11.6g\n", r, p.sim.busy[r],
-                          p.sim.idle[r], p.sim.rank_bubble[r], p.sim.peak_memory[r]);
+    absl::StrAppendFormat(&out, "%4d  %10s  %10s  %6.4f  %11s\n", r, Plain(p.sim.busy[r]),
+                          Plain(p.sim.idle[r]), p.sim.rank_bubble[r], Plain(p.sim.peak_memory[r]));
   }
   return out;
 }
 
-std::string CompareAll(const PlanArgs& pa) {
-  std::string out =
-      absl::StrFormat("p=%d m=%d cost f=%g b=%g w=%g comm=%g\n\n", pa.pipeline, pa.microbatches,
-                      pa.stage_cost.f, pa.stage_cost.b, pa.stage_cost.w, pa.comm);
-  absl::StrAppendFormat(&out, "%-12s %12s %8s %12s %12s %10s\n", "schedule", "makespan", "bubble",
-                        "peak_memory", "mem_limit", "gen_ms");
-  for (ScheduleKind kind : core::AllScheduleKinds()) {
-    auto planned = MakePlan(kind, pa);
-    if (!planned.ok()) {
-      absl::StrAppendFormat(&out, "%-12s  unavailable: %s\n", core::ScheduleName(kind),
-                            planned.status().message());
+// One row of the comparison: a schedule's plan, or why there is none.
+struct Compared {
+  ScheduleKind kind;
+  absl::StatusOr<Planned> planned;
+};
+
+std::vector<Compared> CompareAll(const PlanArgs& pa) {
+  std::vector<Compared> rows;
+  for (ScheduleKind kind : core::AllScheduleKinds()) rows.push_back({kind, MakePlan(kind, pa)});
+  return rows;
+}
+
+std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) {
+  std::string out = absl::StrFormat("p=%d m=%d cost f=%s b=%s w=%s comm=%s\n\n", pa.pipeline,
+                                    pa.microbatches, Plain(pa.stage_cost.f), Plain(pa.stage_cost.b),
+                                    Plain(pa.stage_cost.w), Plain(pa.comm));
+  absl::StrAppendFormat(&out, "%-12s %12s %12s %8s %12s %12s %10s\n", "schedule", "span",
+                        "makespan", "bubble", "peak_memory", "mem_limit", "gen_ms");
+  for (const Compared& row : rows) {
+    if (!row.planned.ok()) {
+      absl::StrAppendFormat(&out, "%-12s  unavailable: %s\n", core::ScheduleName(row.kind),
+                            row.planned.status().message());
       continue;
     }
-    absl::StrAppendFormat(&out, "%-12s %12.6g %8.4f %12.6g %12.6g %10.2f\n",
-                          core::ScheduleName(kind), planned->sim.makespan, planned->sim.bubble_rate,
-                          MaxOf(planned->sim.peak_memory), planned->memory_limit,
-                          1000 * planned->generate_seconds);
+    const Planned& p = *row.planned;
+    absl::StrAppendFormat(
+        &out, "%-12s %12s %12s %8.4f %12s %12s %10.2f\n", core::ScheduleName(row.kind),
+        Plain(p.sim.span), Plain(p.sim.global_makespan), p.sim.bubble_rate,
+        Plain(MaxOf(p.sim.peak_memory)), Plain(p.memory_limit), 1000 * p.generate_seconds);
   }
   return out;
+}
+
+// A JSON string literal; schedule names and core's messages are ASCII without control
+// characters, quotes and backslashes are all there is to escape.
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double v) { return absl::StrFormat("%.17g", v); }
+
+// {"pipeline":P,"microbatches":M,"cost":{...},"schedules":[{"schedule":..,"span":..,
+//  "makespan":..,"bubble_rate":..,"peak_memory":..,"memory_limit":..,"generate_ms":..} or
+//  {"schedule":..,"error":"..."}, ...]}
+std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
+  std::string out =
+      absl::StrCat("{\"pipeline\":", pa.pipeline, ",\"microbatches\":", pa.microbatches,
+                   ",\"cost\":{\"f\":", JsonNumber(pa.stage_cost.f),
+                   ",\"b\":", JsonNumber(pa.stage_cost.b), ",\"w\":", JsonNumber(pa.stage_cost.w),
+                   ",\"comm\":", JsonNumber(pa.comm), "},\"schedules\":[");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Compared& row = rows[i];
+    absl::StrAppend(&out, i ? "," : "", "{\"schedule\":", JsonString(core::ScheduleName(row.kind)));
+    if (!row.planned.ok()) {
+      absl::StrAppend(&out, ",\"error\":", JsonString(row.planned.status().message()), "}");
+      continue;
+    }
+    const Planned& p = *row.planned;
+    absl::StrAppend(&out, ",\"span\":", JsonNumber(p.sim.span),
+                    ",\"makespan\":", JsonNumber(p.sim.global_makespan),
+                    ",\"bubble_rate\":", JsonNumber(p.sim.bubble_rate),
+                    ",\"peak_memory\":", JsonNumber(MaxOf(p.sim.peak_memory)),
+                    ",\"memory_limit\":", JsonNumber(p.memory_limit),
+                    ",\"generate_ms\":", JsonNumber(1000 * p.generate_seconds), "}");
+  }
+  return out + "]}\n";
 }
 
 }  // namespace
@@ -322,11 +388,14 @@ std::string PlanUsage() {
          "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
          "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
          "                  [--lower] [--buckets N --reduce-cost T]\n"
-         "                  [--format summary|text|json|csv|ascii|svg] [--width N] [-o FILE]\n"
+         "                  [--format summary|text|json|csv|ascii|svg] [--width N]\n"
+         "                  [-o table|json] [--output FILE]\n"
          "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
          "dualpipe-v\n"
          "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules); defaults\n"
-         "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n";
+         "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n"
+         "-o json prints JSON (the plan, or the comparison for --schedule all); --output FILE\n"
+         "writes FILE instead of stdout. --width defaults to what fits every label.\n";
 }
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -341,28 +410,28 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "zpipe plan: " << pa.status().message() << "\n";
     return 2;
   }
-  std::vector<ScheduleKind> kinds = core::AllScheduleKinds();
-  if (pa->schedule != "all") {
-    auto kind = core::ParseScheduleKind(pa->schedule);
-    if (!kind.ok()) {
-      err << "zpipe plan: " << kind.status().message() << "\n";
-      return 2;
+  // Every bound of every schedule asked for is checked before any of them is planned.
+  std::vector<std::string> names = {pa->schedule};
+  if (pa->schedule == "all") {
+    names.clear();
+    for (ScheduleKind kind : core::AllScheduleKinds()) {
+      names.emplace_back(core::ScheduleName(kind));
     }
-    kinds = {*kind};
   }
-  for (ScheduleKind kind : kinds) {
-    if (absl::Status st = CheckPlanSize(kind, *pa); !st.ok()) {
-      err << "zpipe plan: " << st.message() << "\n";
+  for (const std::string& name : names) {
+    if (absl::Status st = core::CheckPlanRequest(Request(name, *pa)); !st.ok()) {
+      err << ErrorLine(st, *pa);
       return 2;
     }
   }
   std::string text;
   if (pa->schedule == "all") {
-    text = CompareAll(*pa);
+    const std::vector<Compared> rows = CompareAll(*pa);
+    text = pa->format == "json" ? CompareJson(*pa, rows) : CompareTable(*pa, rows);
   } else {
-    auto planned = MakePlan(kinds.front(), *pa);
+    absl::StatusOr<Planned> planned = core::PlanSchedule(Request(pa->schedule, *pa));
     if (!planned.ok()) {
-      err << "zpipe plan: " << planned.status().message() << "\n";
+      err << ErrorLine(planned.status(), *pa);
       return 2;
     }
     if (pa->format == "summary") text = Summary(*planned);
@@ -374,14 +443,14 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     }
     if (pa->format == "svg") text = core::RenderSvg(planned->plan, planned->sim);
   }
-  if (pa->output.empty()) {
+  if (pa->output_file.empty()) {
     out << text;
     return 0;
   }
-  std::ofstream file(pa->output);
+  std::ofstream file(pa->output_file);
   file << text;
   if (!file) {
-    err << "zpipe plan: cannot write '" << pa->output << "'\n";
+    err << "zpipe plan: --output: cannot write '" << pa->output_file << "'\n";
     return 2;
   }
   return 0;

@@ -55,7 +55,7 @@ TEST(PlanCommandTest, JsonHasTopLevelStatistics) {
 TEST(PlanCommandTest, WritesOutputFile) {
   const std::string path = ::testing::TempDir() + "/plan.svg";
   CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "4", "--format",
-                   "svg", "-o", path});
+                   "svg", "--output", path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty());
   std::ifstream in(path);
@@ -63,6 +63,74 @@ TEST(PlanCommandTest, WritesOutputFile) {
   content << in.rdbuf();
   EXPECT_NE(content.str().find("<svg"), std::string::npos);
   std::remove(path.c_str());
+}
+
+// Issue 15: "makespan" was the longest per-rank span while ZB-V's actions run past it. The span
+// and the first-start-to-last-end makespan are reported side by side.
+TEST(PlanCommandTest, SpanAndMakespanSideBySide) {
+  CliRun r = Plan({"--schedule", "zb-v", "-p", "4", "-m", "8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nspan          48 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nmakespan      51 "), std::string::npos) << r.out;
+  r = Plan({"--schedule", "zb-v", "-p", "4", "-m", "8", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"span\":48,\"makespan\":51,"), std::string::npos) << r.out.substr(0, 300);
+  // No action ends after "makespan".
+  double last_end = 0;
+  for (size_t pos = 0; (pos = r.out.find("\"end\":", pos)) != std::string::npos; pos += 6) {
+    last_end = std::max(last_end, std::stod(r.out.substr(pos + 6)));
+  }
+  EXPECT_DOUBLE_EQ(last_end, 51);
+}
+
+// Issue 15: -o is the output format, as for every zpipe command; --output FILE writes a file.
+TEST(PlanCommandTest, DashOJsonPrintsJsonAndOutputWritesAFile) {
+  CliRun r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"schedule\":\"zb-h1\"", 0), 0u) << r.out.substr(0, 200);
+  EXPECT_NE(r.out.find("\"actions\":[["), std::string::npos);
+  // The same before the other flags, and -o table is the default summary.
+  EXPECT_EQ(Plan({"-o", "json", "--schedule", "zb-h1", "-p", "4", "-m", "8"}).out, r.out);
+  EXPECT_EQ(Plan({"-o", "table", "--schedule", "zb-h1", "-p", "4", "-m", "8"}).out,
+            Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8"}).out);
+  // --schedule all -o json: one object with a row per schedule.
+  r = Plan({"--schedule", "all", "-p", "4", "-m", "8", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"pipeline\":4,\"microbatches\":8,", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("{\"schedule\":\"zb-v\",\"span\":48,\"makespan\":51,"), std::string::npos)
+      << r.out;
+  // A file name after -o is refused with the flag to use; nothing is written.
+  const std::string path = ::testing::TempDir() + "/json";
+  std::remove(path.c_str());
+  r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "plan.svg"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("use --output FILE"), std::string::npos) << r.err;
+  r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json", "--format", "svg"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("-o json asks for JSON but --format is svg"), std::string::npos) << r.err;
+  // --output with -o json: the JSON goes to the file.
+  r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json", "--output", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  EXPECT_EQ(content.str().rfind("{\"schedule\":\"zb-h1\"", 0), 0u);
+  std::remove(path.c_str());
+}
+
+// Issue 15: the comparison table printed 1.63026e+06; numbers are in plain notation.
+TEST(PlanCommandTest, ComparisonTableUsesPlainNotation) {
+  CliRun r = Plan(
+      {"--schedule", "all", "-p", "8", "-m", "32", "--cost", "f=18522,b=18086,w=9337,comm=601"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("p=8 m=32 cost f=18522 b=18086 w=9337 comm=601"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nzb-2p             1475602 "), std::string::npos) << r.out;
+  r = Plan(
+      {"--schedule", "zb-2p", "-p", "8", "-m", "32", "--cost", "f=18522,b=18086,w=9337,comm=601"});
+  EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;
 }
 
 TEST(PlanCommandTest, AllComparesEverySchedule) {
@@ -139,6 +207,19 @@ TEST(PlanCommandTest, HugeShapesExitTwoNamingTheFlagAndTheLimit) {
        "--width: must be at most 10000 (the width limit)"},
       {with({"-p", "4", "-m", "8", "--cost", "f=nan"}), "--cost f: 'nan' is not a number"},
       {with({"-p", "4", "-m", "8", "--memory-limit", "inf"}), "'inf' is not a number"},
+      {with({"-p", "4", "-m", "8", "--cost", "w=-1"}), "--cost w: must be >= 0"},
+      {with({"-p", "4", "-m", "8", "--cost", "comm=inf"}), "--cost comm: 'inf' is not a number"},
+      {with({"-p", "4", "-m", "8", "--cost", "b=1e300"}),
+       "--cost b: must be at most 1000000000000 in absolute value (the cost value limit)"},
+      {with({"-p", "4", "-m", "8", "--memory", "f=nan"}), "--memory f: 'nan' is not a number"},
+      {with({"-p", "4", "-m", "8", "--memory", "w=-1e20"}), "(the cost value limit)"},
+      {with({"-p", "4", "-m", "8", "--memory-limit", "1e13"}), "(the cost value limit)"},
+      {with({"-p", "4", "-m", "8", "--buckets", "2", "--reduce-cost", "-1"}),
+       "--reduce-cost: must be >= 0"},
+      {with({"-p", "4", "-m", "8", "--buckets", "2", "--reduce-cost", "nan"}),
+       "--reduce-cost: 'nan' is not a number"},
+      {with({"-p", "0", "-m", "8"}), "-p: '0' is not an integer >= 1"},
+      {with({"-p", "4", "-m", "0"}), "-m: '0' is not an integer >= 1"},
   };
   for (const Case& c : cases) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -57,6 +57,7 @@ constexpr char kUsage[] =
 struct GlobalOptions {
   std::optional<std::string> coordinator;
   std::optional<std::string> output;
+  std::string output_flag;  // how `output` was given: "-o" or "--output"
   std::optional<std::string> token_file;
   std::optional<std::string> tls_ca;
   std::optional<std::string> tls_cert;
@@ -108,6 +109,7 @@ std::string ExtractGlobals(std::vector<std::string>& args, GlobalOptions& global
       value = args[++i];
     }
     *target = *value;
+    if (target == &globals.output) globals.output_flag = name;
   }
   args = std::move(rest);
   return "";
@@ -141,8 +143,14 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (command == "completion") return RunCompletionCommand(args, std::cout, std::cerr);
-  // The local `zpipe plan` has its own -o FILE; leave its arguments alone.
-  if (command == "plan" && !HasJobFlag(args)) return RunPlanCommand(args, std::cout, std::cerr);
+  // The local `zpipe plan` parses its own flags (-o table|json, --output FILE, ...); a -o given
+  // before the command means the same there as after it.
+  if (command == "plan" && !HasJobFlag(args)) {
+    if (globals.output.has_value()) {
+      args.insert(args.begin(), {globals.output_flag, *globals.output});
+    }
+    return RunPlanCommand(args, std::cout, std::cerr);
+  }
 
   // `zpipe trace` has its own -o FILE, like the local `zpipe plan`.
   if (command == "trace") {

@@ -286,7 +286,7 @@ RankSlot RankSlotFromProto(const v1::RankAssignment& p) {
 
 v1::PlanStats PlanStatsToProto(const JobPlan& plan) {
   v1::PlanStats p;
-  p.set_makespan_ms(plan.sim.makespan);
+  p.set_makespan_ms(plan.sim.span);
   p.set_bubble_rate(plan.sim.bubble_rate);
   for (double b : plan.sim.rank_bubble) p.add_rank_bubble(b);
   for (double m : plan.sim.peak_memory) p.add_peak_memory(m);

@@ -91,7 +91,7 @@ absl::StatusOr<PredictedBubble> PredictBubbleAtMeasuredCosts(const JobPlan& plan
       out.ranks[static_cast<size_t>(dr) * p + r] = sim->rank_bubble[r];
       busy += sim->busy[r];
     }
-    span = std::max(span, sim->makespan);
+    span = std::max(span, sim->span);
   }
   out.job = span > 0 ? std::max(0.0, 1.0 - busy / (static_cast<double>(p) * d * span)) : 0;
   return out;

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/lowering.h"
-#include "core/schedule.h"
-#include "core/validator.h"
+#include "core/planning.h"
+#include "core/status_field.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -58,24 +56,32 @@ int BucketsPerStage(const JobSpec& spec, const StageShape& shape, double bucket_
   return std::max(1, static_cast<int>(std::ceil(shape.params_mb / bucket_mb)));
 }
 
-absl::Status ScheduleError(const JobSpec& spec, const absl::Status& st) {
+// The job-spec path of a core::PlanRequest field (core::ErrorField). Costs, buckets and the
+// reduce time are derived from the model section.
+std::string SpecPath(const JobSpec& spec, absl::string_view field) {
+  const absl::string_view root = core::FieldRoot(field);
+  if (root == "pipeline") return "spec.parallel.pipeline";
+  if (root == "microbatches") return "spec.batch.microbatches";
+  if (root == "chunks") return "spec.schedule.chunks";
+  if (root == "memory_limit") {
+    // A default limit is the schedule's: too low means the schedule cannot serve this model.
+    return spec.memory_limit.has_value() ? "spec.schedule.memory_limit" : "spec.schedule.kind";
+  }
+  if (root == "cost" || root == "buckets_per_stage" || root == "reduce_cost") return "spec.model";
+  return "spec.schedule.kind";
+}
+
+// A planning error as the spec validator words them: InvalidArgument naming the spec field; a
+// plan core itself rejects (no field) stays Internal, a bug rather than a user error.
+absl::Status PlanningError(const JobSpec& spec, const absl::Status& st) {
   if (st.code() == absl::StatusCode::kUnimplemented) {
     return absl::InvalidArgumentError(absl::StrCat("spec.schedule.kind: '", spec.schedule,
                                                    "' is not available in this build (",
                                                    st.message(), ")"));
   }
-  const std::string msg(st.message());
-  absl::string_view path = "spec.schedule.kind";
-  if (absl::StrContains(msg, "memory")) {
-    path = spec.memory_limit.has_value() ? "spec.schedule.memory_limit" : "spec.schedule.kind";
-  } else if (absl::StrContains(msg, "microbatch")) {
-    path = "spec.batch.microbatches";
-  }
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", msg));
-}
-
-absl::Status Internal(absl::string_view step, const absl::Status& st) {
-  return absl::InternalError(absl::StrCat("planner: ", step, ": ", st.message()));
+  const std::string field = core::ErrorField(st);
+  if (field.empty()) return absl::InternalError(absl::StrCat("planner: ", st.message()));
+  return absl::InvalidArgumentError(absl::StrCat(SpecPath(spec, field), ": ", st.message()));
 }
 
 }  // namespace
@@ -95,77 +101,57 @@ core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int v) {
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
                                                        const ModelLayout* layout) {
-  absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
-  if (!kind.ok()) return ScheduleError(spec, kind.status());
-  const core::Placement placement = core::PlacementFor(*kind, spec.pipeline, spec.chunks);
-  const int stages = placement.num_stages();
-  const int v = placement.chunks_per_rank();
-
   auto out = std::make_shared<JobPlan>();
-  out->cost = CostModelFor(spec, stages, v);
-  StageShape shape = ShapeFor(spec, stages, v);
-  out->stages.assign(stages, StageInfo{shape.activation_kb, shape.params_mb});
-  if (layout != nullptr && static_cast<int>(layout->stages.size()) == stages &&
-      layout->stages[0].forward_ms > 0) {
-    // Measured: per-stage times; communication from the largest boundary activation.
-    double max_activation_kb = 0, max_params_mb = 0;
-    for (int s = 0; s < stages; ++s) {
-      const ModelLayout::Stage& m = layout->stages[s];
-      core::StageCost& c = out->cost.stages[s];
-      c.f = std::max(m.forward_ms, 1e-3);
-      c.b = std::max(m.backward_ms, 1e-3);
-      c.w = std::max(m.weight_ms, 0.0);
-      out->stages[s] = StageInfo{m.activation_kb, m.params_mb};
-      max_activation_kb = std::max(max_activation_kb, m.activation_kb);
-      max_params_mb = std::max(max_params_mb, m.params_mb);
-    }
-    const double comm = max_activation_kb * 1024.0 / kLinkBytesPerMs;
-    out->cost.comm = comm;
-    shape.activation_kb = max_activation_kb;
-    shape.params_mb = max_params_mb;
-  }
-
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = spec.schedule;
   req.pipeline = spec.pipeline;
   req.microbatches = spec.microbatches;
   req.chunks = spec.chunks;
-  req.cost = out->cost;
   req.memory_limit = spec.memory_limit;
-  out->memory_limit = spec.memory_limit.value_or(
-      core::DefaultMemoryLimit(*kind, spec.pipeline, spec.microbatches, out->cost));
-  absl::StatusOr<core::Plan> compute = core::GenerateSchedule(*kind, req);
-  if (!compute.ok()) return ScheduleError(spec, compute.status());
-
-  core::ValidateOptions vopts;
-  vopts.cost = &out->cost;
-  vopts.memory_limit = out->memory_limit;
-  if (absl::Status st = core::ValidatePlan(*compute, vopts); !st.ok()) {
-    return Internal("generated plan invalid", st);
-  }
-  absl::StatusOr<core::Plan> lowered = core::LowerComm(*compute);
-  if (!lowered.ok()) return Internal("comm lowering", lowered.status());
-
+  req.lower = true;
+  req.overlap = spec.overlap_or_default();
   out->bucket_size_mb = spec.bucket_mb_or_default();
-  const int buckets = BucketsPerStage(spec, shape, out->bucket_size_mb);
-  absl::StatusOr<core::GradSyncPlan> synced = core::PlanGradSync(
-      *lowered, core::GradSyncLayout::Uniform(stages, buckets), spec.overlap_or_default());
-  if (!synced.ok()) return Internal("grad-sync planning", synced.status());
-  if (absl::Status st = core::ValidatePlan(synced->plan, vopts); !st.ok()) {
-    return Internal("final plan invalid", st);
-  }
-  out->plan = std::move(synced->plan);
-  out->buckets = std::move(synced->buckets);
-  out->overlap = spec.overlap_or_default();
-
-  core::SimOptions sopts;
-  const int d = spec.data_parallel();
-  const double bucket_mb = std::max(shape.params_mb, 0.0) / buckets;
-  // Ring all-reduce moves 2 (d-1)/d of the bucket; nothing to reduce without data parallelism.
-  sopts.reduce_cost = d > 1 ? bucket_mb * 1e6 / kLinkBytesPerMs * 2.0 * (d - 1) / d : 0;
-  sopts.release_during_w = out->overlap;
-  absl::StatusOr<core::SimResult> sim = core::Simulate(out->plan, out->cost, sopts);
-  if (!sim.ok()) return Internal("simulation", sim.status());
-  out->sim = std::move(*sim);
+  // Costs, stage sizes and buckets depend on the placement's stages (S = p * v).
+  req.inputs = [&spec, layout, &out](const core::Placement& placement) {
+    const int stages = placement.num_stages();
+    const int v = placement.chunks_per_rank();
+    core::PlanInputs in;
+    in.cost = CostModelFor(spec, stages, v);
+    StageShape shape = ShapeFor(spec, stages, v);
+    out->stages.assign(stages, StageInfo{shape.activation_kb, shape.params_mb});
+    if (layout != nullptr && static_cast<int>(layout->stages.size()) == stages &&
+        layout->stages[0].forward_ms > 0) {
+      // Measured: per-stage times; communication from the largest boundary activation.
+      double max_activation_kb = 0, max_params_mb = 0;
+      for (int s = 0; s < stages; ++s) {
+        const ModelLayout::Stage& m = layout->stages[s];
+        core::StageCost& c = in.cost.stages[s];
+        c.f = std::max(m.forward_ms, 1e-3);
+        c.b = std::max(m.backward_ms, 1e-3);
+        c.w = std::max(m.weight_ms, 0.0);
+        out->stages[s] = StageInfo{m.activation_kb, m.params_mb};
+        max_activation_kb = std::max(max_activation_kb, m.activation_kb);
+        max_params_mb = std::max(max_params_mb, m.params_mb);
+      }
+      in.cost.comm = max_activation_kb * 1024.0 / kLinkBytesPerMs;
+      shape.activation_kb = max_activation_kb;
+      shape.params_mb = max_params_mb;
+    }
+    in.buckets_per_stage = BucketsPerStage(spec, shape, out->bucket_size_mb);
+    const int d = spec.data_parallel();
+    const double bucket_mb = std::max(shape.params_mb, 0.0) / in.buckets_per_stage;
+    // Ring all-reduce moves 2 (d-1)/d of the bucket; nothing to reduce without data parallelism.
+    in.reduce_cost = d > 1 ? bucket_mb * 1e6 / kLinkBytesPerMs * 2.0 * (d - 1) / d : 0;
+    return in;
+  };
+  absl::StatusOr<core::PlannedSchedule> planned = core::PlanSchedule(req);
+  if (!planned.ok()) return PlanningError(spec, planned.status());
+  out->plan = std::move(planned->plan);
+  out->cost = std::move(planned->cost);
+  out->buckets = std::move(planned->buckets);
+  out->overlap = req.overlap;
+  out->memory_limit = planned->memory_limit;
+  out->sim = std::move(planned->sim);
   out->text = core::PlanToText(out->plan);
   return std::shared_ptr<const JobPlan>(std::move(out));
 }

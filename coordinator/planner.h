@@ -1,10 +1,11 @@
 // Planner: turns a validated JobSpec into the plan every rank executes, with its cost model and
 // predicted statistics.
 //
-// Pipeline: cost model (synthetic: from the *_ms fields; GPT: FLOP-proportional, uniform per
-// stage) -> core::GenerateSchedule -> core::ValidatePlan (memory) -> core::LowerComm ->
-// core::PlanGradSync -> core::ValidatePlan -> core::Simulate. Times are in milliseconds; memory
-// in M_F units (one rank's share of one microbatch's activations; a stage holds 1/v of it).
+// The planner supplies what is job-specific: the cost model (synthetic: from the *_ms fields;
+// GPT: FLOP-proportional, uniform per stage; TorchScript: measured per stage), the gradient
+// buckets and the reduce time; core::PlanSchedule (core/planning.h) does the rest (generate,
+// validate, lower, grad-sync plan, simulate). Times are in milliseconds; memory in M_F units
+// (one rank's share of one microbatch's activations; a stage holds 1/v of it).
 // The plan is deterministic in the spec, so it is regenerated rather than stored.
 #ifndef ZPIPE_COORDINATOR_PLANNER_H_
 #define ZPIPE_COORDINATOR_PLANNER_H_
@@ -41,9 +42,10 @@ struct JobPlan {
   core::SimResult sim;
 };
 
-// `spec` must have passed ValidateSpecFields. Schedule constraints the generator rejects become
-// InvalidArgument naming the field ("spec.batch.microbatches: ...",
-// "spec.schedule.memory_limit: ...", "spec.schedule.kind: ..."); a plan core itself rejects is
+// `spec` must have passed ValidateSpecFields. Errors core attributes to a request field
+// (core::ErrorField) become InvalidArgument naming the spec field ("spec.batch.microbatches: ...",
+// "spec.schedule.memory_limit: ...", "spec.schedule.kind: ..." for a default memory limit the
+// schedule cannot meet, "spec.model: ..." for derived costs); a plan core itself rejects is
 // Internal (a bug, not a user error).
 // `layout`: a TorchScript model's measured stage costs (ModelLayout::stages with times); the
 // plan is then generated and simulated from them instead of unit costs.

@@ -155,13 +155,14 @@ TEST(ExecutedTimelineTest, SvgHasSendAndReceiveTracksAndTheyDoNotCountAsBusy) {
   EXPECT_NE(svg.find(">recv</text>"), std::string::npos);
   const TimelineAsPlan p = ToPlanAndTimes(t);
   // Drawn from rank 0's first F (100.000) to its reduction's end (100.060).
-  EXPECT_NEAR(p.sim.makespan, 0.060, 1e-9);
+  EXPECT_NEAR(p.sim.global_makespan, 0.060, 1e-9);
   EXPECT_NEAR(p.sim.busy[1], 0.019, 1e-9);  // F + BW, not the receive
   ExecutedTimeline early = t;
   early.ranks[1].actions.insert(early.ranks[1].actions.begin(),
                                 {Action::Comm(ActionKind::kRecvGrad, 2, 0, 2), 99.990, 100.020});
   const TimelineAsPlan q = ToPlanAndTimes(early);
-  EXPECT_NEAR(q.sim.makespan, 0.070, 1e-9);
+  EXPECT_NEAR(q.sim.global_makespan, 0.070, 1e-9);
+  EXPECT_DOUBLE_EQ(q.sim.span, p.sim.span);
   EXPECT_DOUBLE_EQ(q.sim.bubble_rate, p.sim.bubble_rate);
 }
 

@@ -69,10 +69,10 @@ TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline) {
     if (std::isfinite(rank_first)) span = std::max(span, rank_last - rank_first);
   }
   out.plan.num_microbatches = max_mb + 1;
-  // makespan is the drawn extent (first start to last end of any action over all ranks), so rows
-  // that start late and posted receives still fit; the bubble uses DESIGN.md's span (longest
-  // single rank, compute and reductions).
-  sim.makespan = std::isfinite(first) ? last - first : 0;
+  // The global makespan spans every action drawn (posted receives included); the bubble uses
+  // DESIGN.md's span (longest single rank, compute and reductions).
+  sim.span = span;
+  sim.global_makespan = std::isfinite(first) ? last - first : 0;
   double busy = 0;
   for (int r = 0; r < rows; ++r) {
     busy += sim.busy[r];

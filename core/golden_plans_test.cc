@@ -35,7 +35,7 @@ TEST_P(GoldenPlanTest, MatchesGoldenFile) {
   auto sim = Simulate(*plan, req.cost);
   ASSERT_TRUE(sim.ok());
   std::ostringstream text;
-  text << "# " << ScheduleName(kind) << " p=4 m=8, unit costs: makespan " << sim->makespan
+  text << "# " << ScheduleName(kind) << " p=4 m=8, unit costs: makespan " << sim->span
        << ", bubble " << sim->bubble_rate << "\n"
        << PlanToText(*plan);
   const std::string path = GoldenPath(kind);

@@ -34,7 +34,7 @@ TEST_P(LoweringTest, LoweredPlanValidatesAndKeepsMakespan) {
   auto a = Simulate(*plan, req.cost);
   auto b = Simulate(*lowered, req.cost);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NEAR(a->makespan, b->makespan, 1e-9);
+  EXPECT_NEAR(a->span, b->span, 1e-9);
   SimOptions strict;
   strict.blocking_recv = true;
   EXPECT_TRUE(Simulate(*lowered, req.cost, strict).ok());

@@ -25,8 +25,8 @@ std::string PlanToJson(const Plan& plan, const SimResult* sim) {
                    ",\"microbatches\":", plan.num_microbatches);
   if (sim != nullptr) {
     absl::StrAppend(
-        &out, ",\"makespan\":", Num(sim->makespan), ",\"bubble_rate\":", Num(sim->bubble_rate),
-        ",\"peak_memory\":", NumList(sim->peak_memory),
+        &out, ",\"span\":", Num(sim->span), ",\"makespan\":", Num(sim->global_makespan),
+        ",\"bubble_rate\":", Num(sim->bubble_rate), ",\"peak_memory\":", NumList(sim->peak_memory),
         ",\"rank_bubble\":", NumList(sim->rank_bubble), ",\"busy\":", NumList(sim->busy),
         ",\"reduce_overlap\":", Num(sim->reduce_overlap));
   }

@@ -10,9 +10,13 @@
 namespace zpipe::core {
 
 // {"schedule":..., "placement":..., "ranks":P, "chunks":V, "microbatches":M,
-//  "makespan":..., "bubble_rate":..., "peak_memory":[...], "rank_bubble":[...],
+//  "span":..., "makespan":..., "bubble_rate":..., "peak_memory":[...], "rank_bubble":[...],
+//  "busy":[...], "reduce_overlap":...,
 //  "actions":[[{"kind":"F","stage":0,"microbatch":0,"start":..,"end":..}, ...], ...]}
-// Statistics and times are present only when `sim` is given.
+// Statistics and times are present only when `sim` is given. "span" is DESIGN.md's span (what
+// the bubble rates are relative to); "makespan" is the first start to the last end over all
+// ranks (SimResult::global_makespan), so every action's "end" is within "makespan" of the first
+// "start". Before the span was added, "makespan" held the span.
 std::string PlanToJson(const Plan& plan, const SimResult* sim = nullptr);
 
 // Header "rank,index,kind,stage,microbatch,peer,chunk,bucket,start,end"; start/end empty

@@ -22,6 +22,9 @@ inline constexpr int kMaxStageMicrobatches = 65536;
 // Grad-sync buckets per stage, and p x v x buckets: one REDUCE action per bucket and stage.
 inline constexpr int kMaxBucketsPerStage = 1024;
 inline constexpr int kMaxStageBuckets = 65536;
+// Cost-model values (times, memory deltas, memory limits, reduce time): finite and at most this
+// in absolute value, so that sums over a plan stay finite and exact to well below one unit.
+inline constexpr double kMaxCostValue = 1e12;
 
 }  // namespace zpipe::core
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/internal/generators.h"
+#include "core/status_field.h"
 
 namespace zpipe::core {
 namespace {
@@ -121,18 +122,22 @@ double DefaultMemoryLimit(ScheduleKind kind, int p, int m, const CostModel& cost
 
 absl::StatusOr<Plan> GenerateSchedule(ScheduleKind kind, const ScheduleRequest& req) {
   if (req.pipeline < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline must be >= 1, got ", req.pipeline));
+    return WithField(
+        absl::InvalidArgumentError(absl::StrCat("pipeline must be >= 1, got ", req.pipeline)),
+        "pipeline");
   }
   if (req.microbatches < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("microbatches must be >= 1, got ", req.microbatches));
+    return WithField(absl::InvalidArgumentError(
+                         absl::StrCat("microbatches must be >= 1, got ", req.microbatches)),
+                     "microbatches");
   }
   if (kind == ScheduleKind::kInterleaved1F1B && req.chunks != 0 && req.chunks < 2) {
-    return absl::InvalidArgumentError("interleaved needs chunks >= 2");
+    return WithField(absl::InvalidArgumentError("interleaved needs chunks >= 2"), "chunks");
   }
   const Placement placement = PlacementFor(kind, req.pipeline, req.chunks);
   if (absl::Status s = req.cost.Check(placement.num_stages()); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(ScheduleName(kind), ": ", s.message()));
+    return WithField(
+        absl::InvalidArgumentError(absl::StrCat(ScheduleName(kind), ": ", s.message())), "cost");
   }
   const double limit =
       req.memory_limit.value_or(DefaultMemoryLimit(kind, req.pipeline, req.microbatches, req.cost));

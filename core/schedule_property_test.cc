@@ -69,7 +69,7 @@ TEST_P(SchedulePropertyTest, PlansAreValidOrRefusedClearly) {
       auto a = Simulate(*plan, req.cost);
       auto b = Simulate(*lowered, req.cost);
       ASSERT_TRUE(a.ok() && b.ok()) << where;
-      EXPECT_NEAR(a->makespan, b->makespan, 1e-9 * a->makespan) << where;
+      EXPECT_NEAR(a->span, b->span, 1e-9 * a->span) << where;
       EXPECT_GE(a->bubble_rate, -1e-12) << where;
       // A schedule that splits backward uses B and W, the others BW.
       const ActionKind expect =
@@ -143,7 +143,7 @@ TEST(ScheduleTest, InterleavedClosedForm) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       auto sim = Simulate(*plan, req.cost);
       ASSERT_TRUE(sim.ok());
-      EXPECT_NEAR(sim->makespan, 2 * m * 3 + (p - 1) * 3, 1e-9) << "p=" << p << " m=" << m;
+      EXPECT_NEAR(sim->span, 2 * m * 3 + (p - 1) * 3, 1e-9) << "p=" << p << " m=" << m;
     }
   }
 }
@@ -157,7 +157,7 @@ TEST(ScheduleTest, GpipeClosedForm) {
   ASSERT_TRUE(plan.ok());
   auto sim = Simulate(*plan, req.cost);
   ASSERT_TRUE(sim.ok());
-  EXPECT_NEAR(sim->makespan, (6 + 3) * 4.0, 1e-9);
+  EXPECT_NEAR(sim->span, (6 + 3) * 4.0, 1e-9);
   for (int r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(sim->peak_memory[r], 6);
 }
 

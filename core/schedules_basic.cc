@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
+#include "core/status_field.h"
 
 namespace zpipe::core::internal {
 namespace {
@@ -24,9 +25,10 @@ absl::Status CheckMemory(absl::string_view name, const ScheduleRequest& req,
   for (int r = 0; r < placement.num_ranks(); ++r) {
     const double need = PeakFor(req.cost, placement, r, in_flight_per_rank[r]);
     if (need > limit * (1 + 1e-9) + 1e-9) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(name, ": rank ", r, " needs ", in_flight_per_rank[r],
-                       " microbatch activations (", need, ") but the memory limit is ", limit));
+      return WithField(absl::FailedPreconditionError(absl::StrCat(
+                           name, ": rank ", r, " needs ", in_flight_per_rank[r],
+                           " microbatch activations (", need, ") but the memory limit is ", limit)),
+                       "memory_limit");
     }
   }
   return absl::OkStatus();
@@ -79,8 +81,10 @@ absl::StatusOr<Plan> GenerateInterleaved(const ScheduleRequest& req, double memo
   const int p = req.pipeline, m = req.microbatches;
   const int v = req.chunks >= 2 ? req.chunks : 2;
   if (m % p != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("interleaved: microbatches (", m,
-                                                   ") must be a multiple of pipeline (", p, ")"));
+    return WithField(
+        absl::InvalidArgumentError(absl::StrCat("interleaved: microbatches (", m,
+                                                ") must be a multiple of pipeline (", p, ")")),
+        "microbatches");
   }
   const Placement placement = Placement::Interleaved(p, v);
   Plan plan = EmptyPlan("interleaved", placement, m);

@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
+#include "core/status_field.h"
 
 namespace zpipe::core::internal {
 namespace {
@@ -463,15 +464,18 @@ absl::Status CheckGreedyLimit(const VProblem& pb, absl::string_view name) {
     const int s0 = pb.StageOf(r, 0), s1 = pb.StageOf(r, 1);
     const double need = std::max(0.0, pb.mf[s0]) + std::max(0.0, pb.mf[s1]);
     if (need > pb.limit + pb.eps) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ", s0,
-          " and ", s1, " that rank ", r, " must hold at once for one microbatch"));
+      return WithField(
+          absl::InvalidArgumentError(absl::StrCat(
+              name, ": memory limit ", pb.limit, " is below ", need, ", the activations of stages ",
+              s0, " and ", s1, " that rank ", r, " must hold at once for one microbatch")),
+          "memory_limit");
     }
     for (int s : {s0, s1}) {
       if (pb.mb[s] > 0 || pb.mw[s] > 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": stage ", s, " has mem_b ", pb.mb[s], " and mem_w ", pb.mw[s],
-                         "; the V schedulers need B and W to free memory (both <= 0)"));
+        return WithField(absl::InvalidArgumentError(absl::StrCat(
+                             name, ": stage ", s, " has mem_b ", pb.mb[s], " and mem_w ", pb.mw[s],
+                             "; the V schedulers need B and W to free memory (both <= 0)")),
+                         absl::StrCat("cost.stages[", s, "]"));
       }
     }
   }
@@ -566,9 +570,10 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     }
   }
   if (best_orders.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name, ": found no schedule within the memory limit ", memory_limit,
-                     " (the memory deltas need B and W to free what F allocates)"));
+    return WithField(absl::FailedPreconditionError(absl::StrCat(
+                         name, ": found no schedule within the memory limit ", memory_limit,
+                         " (the memory deltas need B and W to free what F allocates)")),
+                     "memory_limit");
   }
   return MakePlan(name, pb, std::move(best_orders));
 }
@@ -681,8 +686,10 @@ absl::StatusOr<Plan> GenerateVMin(const ScheduleRequest& req, double memory_limi
 absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest& req, double memory_limit) {
   const VProblem pb(req, memory_limit);
   if (pb.m < 2 * pb.p) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dualpipe-v: needs microbatches >= 2 * pipeline (", 2 * pb.p, "), got ", pb.m));
+    return WithField(
+        absl::InvalidArgumentError(absl::StrCat("dualpipe-v: needs microbatches >= 2 * pipeline (",
+                                                2 * pb.p, "), got ", pb.m)),
+        "microbatches");
   }
   Orders best_orders;
   Score best;
@@ -701,9 +708,10 @@ absl::StatusOr<Plan> GenerateDualPipeV(const ScheduleRequest& req, double memory
     }
   }
   if (best_orders.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("dualpipe-v: memory limit ", memory_limit, " is below ", lowest_peak,
-                     ", the least peak activation memory of a DualPipeV order"));
+    return WithField(absl::FailedPreconditionError(absl::StrCat(
+                         "dualpipe-v: memory limit ", memory_limit, " is below ", lowest_peak,
+                         ", the least peak activation memory of a DualPipeV order")),
+                     "memory_limit");
   }
   return MakePlan("dualpipe-v", pb, std::move(best_orders));
 }

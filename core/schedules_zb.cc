@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
+#include "core/status_field.h"
 
 namespace zpipe::core::internal {
 namespace {
@@ -465,9 +466,11 @@ absl::Status CheckMinimumMemory(const Problem& pr, absl::string_view name) {
   for (int r = 0; r < pr.p; ++r) {
     const double need = MinimumMemory(pr, r);
     if (!pr.Fits(need)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(name, ": memory_limit ", pr.limit, " is below the ", need, " that rank ", r,
-                       " needs to run even one microbatch at a time; raise the memory limit"));
+      return WithField(
+          absl::FailedPreconditionError(absl::StrCat(
+              name, ": memory_limit ", pr.limit, " is below the ", need, " that rank ", r,
+              " needs to run even one microbatch at a time; raise the memory limit")),
+          "memory_limit");
     }
   }
   return absl::OkStatus();
@@ -528,9 +531,10 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   }
   if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr) / 2));
   if (!best) {
-    return absl::FailedPreconditionError(absl::StrCat(name, ": no schedule fits the memory limit ",
-                                                      pr.limit, " with p = ", pr.p, ", m = ", pr.m,
-                                                      "; raise the memory limit"));
+    return WithField(absl::FailedPreconditionError(absl::StrCat(
+                         name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
+                         ", m = ", pr.m, "; raise the memory limit")),
+                     "memory_limit");
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
   plan.ranks = std::move(*best);
@@ -546,12 +550,15 @@ absl::StatusOr<Problem> MakeProblem(const ScheduleRequest& req, double memory_li
   pr.limit = memory_limit;
   pr.tol = 1e-9 * std::max(1.0, std::abs(memory_limit));
   if (pr.p < 1 || pr.m < 1 || req.cost.num_stages() != pr.p) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": needs p >= 1, m >= 1 and one cost entry per stage (p = ", pr.p,
-                     ", m = ", pr.m, ", stages = ", req.cost.num_stages(), ")"));
+    return WithField(absl::InvalidArgumentError(absl::StrCat(
+                         name, ": needs p >= 1, m >= 1 and one cost entry per stage (p = ", pr.p,
+                         ", m = ", pr.m, ", stages = ", req.cost.num_stages(), ")")),
+                     "cost");
   }
   if (!std::isfinite(memory_limit)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": memory_limit must be finite"));
+    return WithField(
+        absl::InvalidArgumentError(absl::StrCat(name, ": memory_limit must be finite")),
+        "memory_limit");
   }
   if (absl::Status s = CheckMinimumMemory(pr, name); !s.ok()) return s;
   return pr;

@@ -368,6 +368,8 @@ absl::StatusOr<SimResult> Simulation::Run() {
   // span (DESIGN.md): the longest of the ranks' own spans, each from the start of its first
   // action to the end of its last (compute and reductions; comm occupies no rank time).
   double span_max = 0;
+  double global_first = std::numeric_limits<double>::infinity();
+  double global_last = -std::numeric_limits<double>::infinity();
   for (int r = 0; r < p_; ++r) {
     const auto& actions = plan_.ranks[r];
     double first = std::numeric_limits<double>::infinity();
@@ -385,9 +387,12 @@ absl::StatusOr<SimResult> Simulation::Run() {
       last = std::max(last, t.end);
     }
     if (last >= first) span_max = std::max(span_max, last - first);
+    global_first = std::min(global_first, first);
+    global_last = std::max(global_last, last);
   }
-  result_.makespan = span_max;
-  const double span = result_.makespan;
+  result_.span = span_max;
+  result_.global_makespan = global_last >= global_first ? global_last - global_first : 0;
+  const double span = result_.span;
   result_.idle.resize(p_);
   result_.rank_bubble.resize(p_);
   double busy_sum = 0;

@@ -45,11 +45,16 @@ struct ActionTiming {
 
 struct SimResult {
   std::vector<std::vector<ActionTiming>> timings;  // same shape as plan.ranks
-  double makespan = 0;              // span: max over ranks of (its last end - its first start)
+  // DESIGN.md's span: the longest of the ranks' own spans, each from that rank's first start to
+  // its last end (compute and reductions). The bubble figures are relative to it.
+  double span = 0;
+  // The global makespan: the first start of any rank to the last end of any rank. At least
+  // `span`; longer when the ranks' busy windows are staggered (ZB-V ends its last W late).
+  double global_makespan = 0;
   std::vector<double> busy;         // per rank, compute time
-  std::vector<double> idle;         // per rank, makespan - busy
-  std::vector<double> rank_bubble;  // per rank, 1 - busy / makespan
-  double bubble_rate = 0;           // 1 - sum(busy) / (p * makespan)
+  std::vector<double> idle;         // per rank, span - busy
+  std::vector<double> rank_bubble;  // per rank, 1 - busy / span
+  double bubble_rate = 0;           // 1 - sum(busy) / (p * span)
   std::vector<double> peak_memory;  // per rank, max running sum of memory deltas
   // Reductions: total wall time, the part that did not overlap the rank's compute, and
   // overlap = 1 - exposed / total (1 when there is no reduction).

@@ -25,7 +25,7 @@ TEST(SimulatorTest, OneF1BUniformClosedForm) {
       auto sim = Simulate(Make1F1B(p, m), cost);
       ASSERT_TRUE(sim.ok()) << sim.status();
       const double t = c.f + c.b + c.w;
-      EXPECT_DOUBLE_EQ(sim->makespan, (m + p - 1) * t) << "p=" << p << " m=" << m;
+      EXPECT_DOUBLE_EQ(sim->span, (m + p - 1) * t) << "p=" << p << " m=" << m;
       for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(sim->idle[r], (p - 1) * t);
       EXPECT_NEAR(sim->bubble_rate, (p - 1.0) / (m + p - 1.0), 1e-12);
     }
@@ -42,7 +42,7 @@ TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
   ASSERT_TRUE(plan.ok());
   auto sim = Simulate(*plan, req.cost);
   ASSERT_TRUE(sim.ok());
-  EXPECT_DOUBLE_EQ(sim->makespan, 1 + 0.5 + 1 + 2 + 0.5 + 2);
+  EXPECT_DOUBLE_EQ(sim->span, 1 + 0.5 + 1 + 2 + 0.5 + 2);
   EXPECT_DOUBLE_EQ(sim->timings[1][0].start, 1.5);
 }
 
@@ -107,7 +107,7 @@ TEST(SimulatorTest, ReduceOverlapAndExposure) {
   EXPECT_DOUBLE_EQ(sim->total_reduce, 3);
   EXPECT_DOUBLE_EQ(sim->total_exposed_reduce, 1);
   EXPECT_NEAR(sim->reduce_overlap, 2.0 / 3.0, 1e-12);
-  EXPECT_DOUBLE_EQ(sim->makespan, 5);
+  EXPECT_DOUBLE_EQ(sim->span, 5);
 }
 
 TEST(SimulatorTest, ReleaseDuringWIssuesEachBucketAtItsShareOfTheLastW) {
@@ -136,7 +136,7 @@ TEST(SimulatorTest, ReleaseDuringWIssuesEachBucketAtItsShareOfTheLastW) {
   }
   EXPECT_DOUBLE_EQ(during->total_exposed_reduce, 1);
   EXPECT_DOUBLE_EQ(during->reduce_overlap, 0.75);
-  EXPECT_DOUBLE_EQ(during->makespan, 7);
+  EXPECT_DOUBLE_EQ(during->span, 7);
 
   // A BW releases during its W part only (after T_B); a REDUCE after F or B is not affected.
   plan.ranks[0] = {Action::F(0, 0), Action::BW(0, 0), Action::Reduce(0, 0), Action::Reduce(0, 1)};

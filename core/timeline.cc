@@ -1,10 +1,12 @@
 #include "core/timeline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/number_format.h"
 
 namespace zpipe::core {
 namespace {
@@ -71,17 +73,72 @@ std::string XmlEscape(absl::string_view s) {
   return out;
 }
 
-// The time origin of the drawing: the first start of any action (a receive posted before the
-// first compute action included; a simulated plan posts none earlier).
-double FirstStart(const Plan& plan, const SimResult& sim) {
-  double first = INFINITY;
+// The drawn extent: from the first start of any action (a receive posted before the first
+// compute action included; a simulated plan posts none earlier) to the last end of any. It is
+// the global makespan, longer than the span when the ranks' busy windows are staggered, so every
+// block fits.
+struct Extent {
+  double first = 0;
+  double length = 0;
+};
+
+Extent DrawnExtent(const Plan& plan, const SimResult& sim) {
+  double first = INFINITY, last = -INFINITY;
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
       first = std::min(first, sim.timings[r][k].start);
+      last = std::max(last, sim.timings[r][k].end);
     }
   }
-  return std::isfinite(first) ? first : 0;
+  if (!std::isfinite(first)) return {};
+  return {first, std::max(last - first, 0.0)};
 }
+
+// The chunk (on its rank) an action works on; 0 for a plan without a placement to ask.
+int ChunkOf(const Plan& plan, const Action& a) {
+  if (a.kind == ActionKind::kReduce) return a.chunk;
+  if (a.stage < 0 || a.stage >= plan.num_stages()) return 0;
+  return plan.placement.ChunkOf(a.stage);
+}
+
+// The ASCII label of a compute action on `plan`: its kind letter, lowercase for the second and
+// later chunks of a rank, and its microbatch, e.g. "W12" or "f3".
+std::string AsciiLabel(const Plan& plan, const Action& a) {
+  char letter = KindChar(a.kind);
+  if (ChunkOf(plan, a) > 0) letter = static_cast<char>(std::tolower(letter));
+  return absl::StrCat(std::string(1, letter), a.microbatch);
+}
+
+// Cells per time unit with which every compute action of positive duration gets a cell per
+// character of its label (floor(end * scale) - floor(start * scale) >= label length whenever
+// duration * scale >= label length).
+double LabelScale(const Plan& plan, const SimResult& sim) {
+  double scale = 0;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
+      const Action& a = plan.ranks[r][k];
+      const double d = sim.timings[r][k].end - sim.timings[r][k].start;
+      if (!IsCompute(a.kind) || d <= 0) continue;
+      scale = std::max(scale, AsciiLabel(plan, a).size() / d);
+    }
+  }
+  return scale * (1 + 1e-9);
+}
+
+// `hex` ("#rrggbb") moved `fraction` of the way to white: the second and later chunks of a rank
+// are drawn in lighter shades of their kind's colour.
+std::string Lighten(absl::string_view hex, double fraction) {
+  if (fraction <= 0 || hex.size() != 7) return std::string(hex);
+  std::string out = "#";
+  for (int i = 0; i < 3; ++i) {
+    const int c = std::stoi(std::string(hex.substr(1 + 2 * i, 2)), nullptr, 16);
+    absl::StrAppendFormat(&out, "%02x", static_cast<int>(std::lround(c + (255 - c) * fraction)));
+  }
+  return out;
+}
+
+// How much lighter chunk `chunk` of `chunks` is drawn: none for the first, up to 0.5 for the last.
+double ChunkShade(int chunk, int chunks) { return chunks > 1 ? 0.5 * chunk / (chunks - 1) : 0; }
 
 bool HasComm(const Plan& plan) {
   for (const auto& rank : plan.ranks) {
@@ -106,14 +163,20 @@ double TickStep(double span, int target) {
 }  // namespace
 
 std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options) {
-  const int width = std::max(10, options.width);
-  const double t0 = FirstStart(plan, sim);
-  const double span = std::max(sim.makespan, 1e-12);
-  const double scale = width / span;
+  const Extent extent = DrawnExtent(plan, sim);
+  const double length = std::max(extent.length, 1e-12);
+  int width = options.width;
+  if (width <= 0) {
+    const double wanted = std::ceil(extent.length * LabelScale(plan, sim));
+    width = static_cast<int>(std::min<double>(wanted, kMaxAsciiWidth));
+  }
+  width = std::clamp(width, kMinAsciiWidth, kMaxAsciiWidth);
+  const double scale = width / length;
   bool any_reduce = false;
-  std::string out = absl::StrFormat(
-      "%s: p=%d m=%d makespan=%.6g bubble=%.4f\n", plan.schedule.empty() ? "plan" : plan.schedule,
-      plan.num_ranks(), plan.num_microbatches, sim.makespan, sim.bubble_rate);
+  std::string out = absl::StrFormat("%s: p=%d m=%d span=%s makespan=%s bubble=%.4f\n",
+                                    plan.schedule.empty() ? "plan" : plan.schedule,
+                                    plan.num_ranks(), plan.num_microbatches, PlainNumber(sim.span),
+                                    PlainNumber(sim.global_makespan), sim.bubble_rate);
   for (int r = 0; r < plan.num_ranks(); ++r) {
     std::string row(width, '.');
     std::string reduce_row(width, ' ');
@@ -122,8 +185,8 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
       const Action& a = actions[k];
       if (IsComm(a.kind)) continue;
       const ActionTiming& t = sim.timings[r][k];
-      int lo = static_cast<int>(std::floor((t.start - t0) * scale + 1e-9));
-      int hi = static_cast<int>(std::floor((t.end - t0) * scale + 1e-9));
+      int lo = static_cast<int>(std::floor((t.start - extent.first) * scale + 1e-9));
+      int hi = static_cast<int>(std::floor((t.end - extent.first) * scale + 1e-9));
       lo = std::clamp(lo, 0, width - 1);
       hi = std::clamp(std::max(hi, lo + 1), lo + 1, width);
       if (a.kind == ActionKind::kReduce) {
@@ -131,13 +194,12 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
         for (int c = lo; c < hi; ++c) reduce_row[c] = 'R';
         continue;
       }
-      std::string label(1, KindChar(a.kind));
-      absl::StrAppend(&label, a.microbatch);
+      // The whole label when it fits, else the kind letter alone (never a cut number).
+      const std::string label = AsciiLabel(plan, a);
+      const bool fits = hi - lo >= static_cast<int>(label.size());
       for (int c = lo; c < hi; ++c) {
         const size_t off = c - lo;
-        row[c] = (hi - lo >= static_cast<int>(label.size()) && off < label.size()) ? label[off]
-                 : off == 0                                                        ? label[0]
-                                                                                   : ' ';
+        row[c] = fits && off < label.size() ? label[off] : off == 0 ? label[0] : ' ';
       }
     }
     absl::StrAppendFormat(&out, "r%-3d|%s| bubble %.3f\n", r, row, sim.rank_bubble[r]);
@@ -145,7 +207,9 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
   }
   absl::StrAppend(&out,
                   "legend: F forward, B input backward, W weight backward, X fused "
-                  "backward (BW), R reduce, . idle; number = microbatch\n");
+                  "backward (BW), R reduce, . idle; number = microbatch",
+                  plan.placement.chunks_per_rank() > 1 ? "; lowercase = a rank's later chunk" : "",
+                  "\n");
   return out;
 }
 
@@ -162,9 +226,11 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   const int reduce_y = comm ? recv_y + reduce_h + 1 : row_h + 2;
   const int lane = reduce_y + reduce_h + 4;
   const int height = top + p * lane + axis + legend;
-  const double t0 = FirstStart(plan, sim);
-  const double span = std::max(sim.makespan, 1e-12);
-  const double sx = (width - left - right) / span;
+  const Extent extent = DrawnExtent(plan, sim);
+  const double t0 = extent.first;
+  const double length = std::max(extent.length, 1e-12);
+  const double sx = (width - left - right) / length;
+  const int chunks = plan.placement.chunks_per_rank();
   const std::string title = absl::StrFormat(
       "%s — bubble rate %.2f%%",
       options.title.empty() ? (plan.schedule.empty() ? "plan" : plan.schedule) : options.title,
@@ -181,7 +247,7 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
         &out,
         "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
         "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
-        left - 6, y + row_h / 2 + 4, r, left, y, span * sx, row_h);
+        left - 6, y + row_h / 2 + 4, r, left, y, length * sx, row_h);
     if (comm) {
       absl::StrAppendFormat(&out,
                             "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"6\">send"
@@ -205,8 +271,9 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
           &out,
           "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s "
           "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
-          x, ry, w, rh, KindColor(a.kind), send || recv ? " fill-opacity=\"0.6\"" : "",
-          XmlEscape(ActionToString(a)), t.start, t.end);
+          x, ry, w, rh, Lighten(KindColor(a.kind), ChunkShade(ChunkOf(plan, a), chunks)),
+          send || recv ? " fill-opacity=\"0.6\"" : "", XmlEscape(ActionToString(a)), t.start,
+          t.end);
       if (IsCompute(a.kind) && w >= 14) {
         absl::StrAppendFormat(&out,
                               "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
@@ -219,9 +286,9 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   const int axis_y = top + p * lane + 4;
   absl::StrAppendFormat(&out,
                         "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n",
-                        left, axis_y, left + span * sx, axis_y);
-  const double step = TickStep(span, 10);
-  for (double t = 0; t <= span + 1e-9; t += step) {
+                        left, axis_y, left + length * sx, axis_y);
+  const double step = TickStep(length, 10);
+  for (double t = 0; t <= length + 1e-9; t += step) {
     const double x = left + t * sx;
     absl::StrAppendFormat(&out,
                           "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>"
@@ -248,6 +315,13 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
                           "<text x=\"%d\" y=\"%d\">%s</text>\n",
                           lx, ly - 10, KindColor(kind), lx + 16, ly, name);
     lx += 130;
+  }
+  if (chunks > 1) {
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                          lx, ly - 10, Lighten(KindColor(ActionKind::kForward), ChunkShade(1, 2)),
+                          lx + 16, ly, chunks == 2 ? "lighter: chunk 1" : "lighter: later chunks");
   }
   absl::StrAppend(&out, "</svg>\n");
   return out;

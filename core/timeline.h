@@ -10,13 +10,21 @@
 
 namespace zpipe::core {
 
+// Bounds of AsciiOptions::width, in characters per row.
+inline constexpr int kMinAsciiWidth = 10;
+inline constexpr int kMaxAsciiWidth = 10000;
+
 struct AsciiOptions {
-  // Characters per row of the time axis; each action gets at least one cell.
-  int width = 120;
+  // Characters per row of the time axis; each action gets at least one cell. 0 = wide enough
+  // that every compute action shows its whole label (at most kMaxAsciiWidth).
+  int width = 0;
 };
 
-// One row per rank. Each compute action is drawn as its kind letter (F, B, W; BW as 'X'), with
-// the microbatch number in the first cell(s) when it fits; idle time is '.'.
+// One row per rank, over the drawn extent (first start to last end of any action, the global
+// makespan), so nothing is cut. Each compute action is drawn as its kind letter (F, B, W; BW as
+// 'X'; lowercase for a rank's second and later chunks) followed by its microbatch number when the
+// whole label fits in its cells, else the letter alone; idle time is '.'. The header gives the span
+// and the global makespan.
 std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options = {});
 
 struct SvgOptions {
@@ -25,6 +33,8 @@ struct SvgOptions {
   int row_height = 28;
 };
 
+// Blocks on a time axis over the drawn extent (every action fits, also the W that end after the
+// span); the second and later chunks of a rank are lighter shades of their kind's colour.
 std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& options = {});
 
 }  // namespace zpipe::core

@@ -14,3 +14,15 @@ if(TARGET zpipe-coordinator AND TARGET zpipe)
   # The test runs both binaries; build them with it.
   add_dependencies(cli_test zpipe zpipe-coordinator)
 endif()
+
+# The local `zpipe plan` through the built binary (no coordinator).
+if(TARGET zpipe)
+  find_package(nlohmann_json REQUIRED)
+  zpipe_add_test(NAME cli_plan_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli/plan_cli_test.cc
+                         ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS nlohmann_json::nlohmann_json LABELS cli)
+  target_include_directories(cli_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(cli_plan_test PRIVATE ZPIPE_CLI_BIN="$<TARGET_FILE:zpipe>")
+  add_dependencies(cli_plan_test zpipe)
+endif()

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/lowering.h"
 #include "core/plan.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
@@ -27,15 +27,18 @@
 namespace zpipe::worker::testing {
 
 // `kind`'s plan for p pipeline ranks and m microbatches (uniform stage costs), with its sends and
-// receives.
+// receives, as core::PlanSchedule makes it.
 inline absl::StatusOr<core::Plan> LoweredPlan(core::ScheduleKind kind, int p, int m) {
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(kind));
   req.pipeline = p;
   req.microbatches = m;
-  req.cost = core::CostModel::Uniform(core::PlacementFor(kind, p).num_stages(), core::StageCost{});
-  absl::StatusOr<core::Plan> plan = core::GenerateSchedule(kind, req);
-  if (!plan.ok()) return plan.status();
-  return core::LowerComm(*plan);
+  req.inputs = [](const core::Placement& placement) {
+    return core::UniformInputs(placement, core::StageCost{});
+  };
+  absl::StatusOr<core::PlannedSchedule> planned = core::PlanSchedule(req);
+  if (!planned.ok()) return planned.status();
+  return std::move(planned->plan);
 }
 
 // What every rank of one pipeline run is built from.

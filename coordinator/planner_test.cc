@@ -1,0 +1,78 @@
+#include "coordinator/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "core/lowering.h"
+#include "core/plan.h"
+#include "core/schedule.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+JobSpec Synthetic(const std::string& schedule, int p, int m, int d = 1) {
+  JobSpec spec;
+  spec.model = SyntheticConfig{/*forward_ms=*/10, /*backward_ms=*/10, /*weight_ms=*/8,
+                               /*activation_kb=*/64, /*params_mb=*/8};
+  spec.pipeline = p;
+  spec.data = d;
+  spec.schedule = schedule;
+  spec.microbatches = m;
+  spec.iterations = 1;
+  return spec;
+}
+
+// The plan is the core chain's on the spec's cost model: lowered, with REDUCE actions, simulated
+// with the ring all-reduce time of a bucket.
+TEST(PlannerTest, PlansThroughTheCoreChain) {
+  const JobSpec spec = Synthetic("zb-v", 4, 8, /*d=*/2);
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const JobPlan& p = **plan;
+  EXPECT_EQ(p.plan.num_stages(), 8);
+  EXPECT_TRUE(p.plan.IsLowered());
+  EXPECT_FALSE(p.buckets.empty());
+  EXPECT_GT(p.sim.total_reduce, 0);
+  EXPECT_EQ(p.stages.size(), 8u);
+  EXPECT_EQ(p.text, core::PlanToText(p.plan));
+  core::ScheduleRequest req;
+  req.pipeline = 4;
+  req.microbatches = 8;
+  req.cost = CostModelFor(spec, 8, 2);
+  absl::StatusOr<core::Plan> compute = core::GenerateSchedule(core::ScheduleKind::kZbV, req);
+  ASSERT_TRUE(compute.ok());
+  absl::StatusOr<core::Plan> lowered = core::LowerComm(*compute);
+  ASSERT_TRUE(lowered.ok());
+  // The same compute order once REDUCE actions are dropped.
+  core::Plan without_reduce = p.plan;
+  for (auto& rank : without_reduce.ranks) {
+    std::erase_if(rank, [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
+  }
+  EXPECT_EQ(without_reduce, *lowered);
+}
+
+// Errors core attributes to a request field come back naming the spec's field.
+TEST(PlannerTest, ErrorsNameTheSpecField) {
+  struct Case {
+    JobSpec spec;
+    std::string prefix;
+  };
+  JobSpec low = Synthetic("1f1b", 4, 8);
+  low.memory_limit = 0.5;
+  JobSpec interleaved = Synthetic("interleaved", 2, 3);
+  JobSpec dualpipe = Synthetic("dualpipe-v", 4, 6);
+  JobSpec unknown = Synthetic("2f2b", 4, 8);
+  for (const Case& c : std::vector<Case>{
+           {low, "spec.schedule.memory_limit: 1f1b: rank 0 needs"},
+           {interleaved, "spec.batch.microbatches: interleaved: microbatches (3)"},
+           {dualpipe, "spec.batch.microbatches: dualpipe-v: needs microbatches >= 2 * pipeline"},
+           {unknown, "spec.schedule.kind: unknown schedule '2f2b'"},
+       }) {
+    absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(c.spec);
+    ASSERT_FALSE(plan.ok()) << c.prefix;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+    EXPECT_EQ(plan.status().message().substr(0, c.prefix.size()), c.prefix) << plan.status();
+  }
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator

@@ -1,0 +1,182 @@
+#include "core/planning.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/lowering.h"
+#include "core/number_format.h"
+#include "core/plan_limits.h"
+#include "core/status_field.h"
+#include "core/validator.h"
+
+namespace zpipe::core {
+namespace {
+
+absl::Status Bad(absl::string_view field, absl::string_view message) {
+  return WithField(absl::InvalidArgumentError(message), field);
+}
+
+// `value` is finite, at most kMaxCostValue in absolute value, and (with `non_negative`) >= 0.
+absl::Status CheckValue(absl::string_view field, double value, bool non_negative) {
+  if (!std::isfinite(value)) {
+    return Bad(field, absl::StrCat("must be a finite number, got ", PlainNumber(value)));
+  }
+  if (std::fabs(value) > kMaxCostValue) {
+    return Bad(field, absl::StrCat("must be at most ", PlainNumber(kMaxCostValue),
+                                   " in absolute value (the cost value limit), got ", value));
+  }
+  if (non_negative && value < 0) return Bad(field, absl::StrCat("must be >= 0, got ", value));
+  return absl::OkStatus();
+}
+
+// The bounds of the shape alone, before anything is built.
+absl::Status CheckShape(const PlanRequest& req, ScheduleKind kind) {
+  if (req.pipeline < 1 || req.pipeline > kMaxPipeline) {
+    return Bad("pipeline", absl::StrCat("must be in [1, ", kMaxPipeline,
+                                        "] (the pipeline limit), got ", req.pipeline));
+  }
+  if (req.microbatches < 1 || req.microbatches > kMaxMicrobatches) {
+    return Bad("microbatches", absl::StrCat("must be in [1, ", kMaxMicrobatches,
+                                            "] (the microbatch limit), got ", req.microbatches));
+  }
+  if (req.chunks < 0 || req.chunks > kMaxChunks) {
+    return Bad("chunks", absl::StrCat("must be in [0, ", kMaxChunks, "] (the chunk limit), got ",
+                                      req.chunks));
+  }
+  if (kind == ScheduleKind::kInterleaved1F1B && req.chunks == 1) {
+    return Bad("chunks", "interleaved needs chunks >= 2 (or 0 for 2)");
+  }
+  const int v = PlacementFor(kind, req.pipeline, req.chunks).chunks_per_rank();
+  const int64_t stages = int64_t{req.pipeline} * v;
+  if (stages * req.microbatches > kMaxStageMicrobatches) {
+    return Bad("microbatches",
+               absl::StrCat(ScheduleName(kind), " has pipeline x chunks = ", req.pipeline, " x ", v,
+                            ", times ", req.microbatches, " microbatches = ",
+                            stages * req.microbatches, " exceeds ", kMaxStageMicrobatches,
+                            " (the plan size limit); use fewer microbatches or ranks"));
+  }
+  if (req.memory_limit.has_value()) {
+    if (absl::Status st = CheckValue("memory_limit", *req.memory_limit, true); !st.ok()) return st;
+    if (*req.memory_limit <= 0) return Bad("memory_limit", "must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInputs(const PlanInputs& in, ScheduleKind kind, const Placement& placement) {
+  const int stages = placement.num_stages();
+  if (in.cost.num_stages() != stages) {
+    return Bad("cost", absl::StrCat("has ", in.cost.num_stages(), " stages; the placement has ",
+                                    stages, " (pipeline x chunks)"));
+  }
+  for (int s = 0; s < stages; ++s) {
+    const StageCost& c = in.cost.stages[s];
+    const std::string at = absl::StrCat("cost.stages[", s, "].");
+    for (const auto& [name, value, non_negative] :
+         {std::tuple{"f", c.f, true}, std::tuple{"b", c.b, true}, std::tuple{"w", c.w, true},
+          std::tuple{"mem_f", c.mem_f, false}, std::tuple{"mem_b", c.mem_b, false},
+          std::tuple{"mem_w", c.mem_w, false}}) {
+      if (absl::Status st = CheckValue(absl::StrCat(at, name), value, non_negative); !st.ok()) {
+        return st;
+      }
+    }
+  }
+  if (absl::Status st = CheckValue("cost.comm", in.cost.comm, true); !st.ok()) return st;
+  if (in.buckets_per_stage < 0 || in.buckets_per_stage > kMaxBucketsPerStage) {
+    return Bad("buckets_per_stage",
+               absl::StrCat("must be in [0, ", kMaxBucketsPerStage,
+                            "] (the per-stage bucket limit), got ", in.buckets_per_stage));
+  }
+  if (int64_t{stages} * in.buckets_per_stage > kMaxStageBuckets) {
+    return Bad("buckets_per_stage",
+               absl::StrCat(ScheduleName(kind), " has pipeline x chunks = ", placement.num_ranks(),
+                            " x ", placement.chunks_per_rank(), ", times ", in.buckets_per_stage,
+                            " buckets = ", int64_t{stages} * in.buckets_per_stage, " exceeds ",
+                            kMaxStageBuckets, " (the grad-sync bucket limit); use fewer buckets"));
+  }
+  return CheckValue("reduce_cost", in.reduce_cost, true);
+}
+
+absl::Status Internal(absl::string_view step, const absl::Status& st) {
+  return absl::InternalError(absl::StrCat("planning: ", step, ": ", st.message()));
+}
+
+}  // namespace
+
+PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm,
+                         int buckets_per_stage, double reduce_cost) {
+  return {CostModel::Uniform(placement.num_stages(), stage, comm), buckets_per_stage, reduce_cost};
+}
+
+absl::Status CheckPlanRequest(const PlanRequest& req) {
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(req.schedule);
+  if (!kind.ok()) return WithField(kind.status(), "schedule");
+  if (absl::Status st = CheckShape(req, *kind); !st.ok()) return st;
+  if (!req.inputs) return Bad("cost", "no inputs for the placement were given");
+  const Placement placement = PlacementFor(*kind, req.pipeline, req.chunks);
+  return CheckInputs(req.inputs(placement), *kind, placement);
+}
+
+absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
+  if (absl::Status st = CheckPlanRequest(req); !st.ok()) return st;
+  const ScheduleKind kind = *ParseScheduleKind(req.schedule);
+  const Placement placement = PlacementFor(kind, req.pipeline, req.chunks);
+  const PlanInputs inputs = req.inputs(placement);
+
+  PlannedSchedule out;
+  out.kind = kind;
+  out.cost = inputs.cost;
+  out.memory_limit =
+      req.memory_limit.value_or(DefaultMemoryLimit(kind, req.pipeline, req.microbatches, out.cost));
+  ScheduleRequest sreq;
+  sreq.pipeline = req.pipeline;
+  sreq.microbatches = req.microbatches;
+  sreq.chunks = req.chunks;
+  sreq.cost = out.cost;
+  sreq.memory_limit = req.memory_limit;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
+  out.generate_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.ok()) {
+    // The generators name the field of what they cannot serve; anything else is the schedule's.
+    if (ErrorField(plan.status()).empty()) return WithField(plan.status(), "schedule");
+    return plan.status();
+  }
+  const ValidateOptions vopts{.cost = &out.cost, .memory_limit = out.memory_limit};
+  if (req.validate) {
+    if (absl::Status st = ValidatePlan(*plan, vopts); !st.ok()) {
+      return Internal("generated plan invalid", st);
+    }
+  }
+  out.plan = *std::move(plan);
+  if (req.lower) {
+    absl::StatusOr<Plan> lowered = LowerComm(out.plan);
+    if (!lowered.ok()) return Internal("comm lowering", lowered.status());
+    out.plan = *std::move(lowered);
+  }
+  if (inputs.buckets_per_stage > 0) {
+    absl::StatusOr<GradSyncPlan> synced = PlanGradSync(
+        out.plan, GradSyncLayout::Uniform(placement.num_stages(), inputs.buckets_per_stage),
+        req.overlap);
+    if (!synced.ok()) return Internal("grad-sync planning", synced.status());
+    out.plan = std::move(synced->plan);
+    out.buckets = std::move(synced->buckets);
+  }
+  if (req.validate && (req.lower || inputs.buckets_per_stage > 0)) {
+    if (absl::Status st = ValidatePlan(out.plan, vopts); !st.ok()) {
+      return Internal("final plan invalid", st);
+    }
+  }
+  SimOptions sopts;
+  sopts.reduce_cost = inputs.reduce_cost;
+  sopts.release_during_w = req.overlap;
+  absl::StatusOr<SimResult> sim = Simulate(out.plan, out.cost, sopts);
+  if (!sim.ok()) return Internal("simulation", sim.status());
+  out.sim = *std::move(sim);
+  return out;
+}
+
+}  // namespace zpipe::core

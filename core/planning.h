@@ -1,0 +1,80 @@
+// One planning pipeline: everything that turns a schedule name, a pipeline shape and costs into
+// the plan ranks execute, with its predicted statistics. The coordinator's planner, `zpipe plan`,
+// the benches and the executor's test harness all plan through PlanSchedule, so the chain below
+// is written once:
+//
+//   parse the schedule kind -> check the bounds (core/plan_limits.h) -> placement -> the caller's
+//   placement-dependent inputs (costs, buckets) and their bounds -> memory limit ->
+//   GenerateSchedule -> ValidatePlan -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
+//
+// Every error the request can cause names the request field it came from (core::ErrorField on
+// the status: "schedule", "pipeline", "microbatches", "chunks", "memory_limit",
+// "cost.stages[3].f", "cost.comm", "buckets_per_stage", "reduce_cost"), so that the adapters
+// at the edges map it to their own names (a job spec path, a CLI flag) without reading messages.
+// Such errors are InvalidArgument or FailedPrecondition (a shape the schedule cannot serve),
+// Unimplemented (a schedule this build lacks); a plan core itself rejects after generating it is
+// Internal, with no field: a bug, not the request's fault.
+#ifndef ZPIPE_CORE_PLANNING_H_
+#define ZPIPE_CORE_PLANNING_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cost_model.h"
+#include "core/grad_sync.h"
+#include "core/placement.h"
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "core/simulator.h"
+
+namespace zpipe::core {
+
+// What depends on the placement the schedule picks (S = p * v stages): the caller builds it
+// once the shape is known.
+struct PlanInputs {
+  CostModel cost;             // S stages; times >= 0, every value finite, |x| <= kMaxCostValue
+  int buckets_per_stage = 0;  // gradient buckets per stage; 0 = no grad-sync planning
+  double reduce_cost = 0;     // duration of one REDUCE in the simulation
+};
+
+struct PlanRequest {
+  std::string schedule;  // "zb-v", ... (ParseScheduleKind)
+  int pipeline = 0;      // p
+  int microbatches = 0;  // m
+  int chunks = 0;        // v for interleaved (0 = 2); 0 for every other schedule
+  // Per-rank memory limit in the cost model's memory unit; nullopt = the schedule's default.
+  std::optional<double> memory_limit;
+  // Called once, with the schedule's placement, after the shape passed its bounds. Required.
+  std::function<PlanInputs(const Placement&)> inputs;
+  bool lower = true;     // insert SEND/RECV (LowerComm)
+  bool overlap = true;   // grad sync: launch each bucket as its last gradient lands (else at end)
+  bool validate = true;  // validate the compute plan and the final plan (benches may skip it)
+};
+
+struct PlannedSchedule {
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  Plan plan;  // lowered when `lower`, with REDUCE actions when there are buckets
+  CostModel cost;
+  double memory_limit = 0;          // resolved
+  std::vector<BucketPlan> buckets;  // all ranks; empty without buckets
+  SimResult sim;                    // of `plan`, with the request's reduce cost and overlap
+  double generate_seconds = 0;      // GenerateSchedule alone
+};
+
+// Runs the chain above. Deterministic in the request (generate_seconds aside). Thread-safe.
+absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& request);
+
+// The checks PlanSchedule makes before generating (the schedule name, the bounds of the shape
+// and of the inputs), alone: cheap, for callers that check several requests before planning any.
+absl::Status CheckPlanRequest(const PlanRequest& request);
+
+// PlanInputs with the same `stage` cost for each of the placement's stages.
+PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm = 0,
+                         int buckets_per_stage = 0, double reduce_cost = 0);
+
+}  // namespace zpipe::core
+
+#endif  // ZPIPE_CORE_PLANNING_H_

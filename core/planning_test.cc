@@ -1,0 +1,128 @@
+#include "core/planning.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/lowering.h"
+#include "core/status_field.h"
+
+namespace zpipe::core {
+namespace {
+
+constexpr StageCost kUnit{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5};
+
+PlanRequest Request(std::string schedule, int p, int m, StageCost stage = kUnit, double comm = 0,
+                    int buckets = 0, double reduce_cost = 0) {
+  PlanRequest req;
+  req.schedule = std::move(schedule);
+  req.pipeline = p;
+  req.microbatches = m;
+  req.inputs = [=](const Placement& placement) {
+    return UniformInputs(placement, stage, comm, buckets, reduce_cost);
+  };
+  return req;
+}
+
+// The entry point gives what the chain of calls it replaces gave.
+TEST(PlanningTest, EqualsTheChainOfCoreCalls) {
+  for (const char* name : {"1f1b", "zb-2p", "zb-v", "interleaved"}) {
+    absl::StatusOr<PlannedSchedule> planned = PlanSchedule(Request(name, 4, 8, kUnit, 0.1, 2, 0.5));
+    ASSERT_TRUE(planned.ok()) << name << ": " << planned.status();
+    const ScheduleKind kind = *ParseScheduleKind(name);
+    ScheduleRequest req;
+    req.pipeline = 4;
+    req.microbatches = 8;
+    req.cost = CostModel::Uniform(PlacementFor(kind, 4).num_stages(), kUnit, 0.1);
+    absl::StatusOr<Plan> plan = GenerateSchedule(kind, req);
+    ASSERT_TRUE(plan.ok());
+    absl::StatusOr<Plan> lowered = LowerComm(*plan);
+    ASSERT_TRUE(lowered.ok());
+    absl::StatusOr<GradSyncPlan> synced =
+        PlanGradSync(*lowered, GradSyncLayout::Uniform(req.cost.num_stages(), 2));
+    ASSERT_TRUE(synced.ok());
+    EXPECT_EQ(planned->plan, synced->plan) << name;
+    EXPECT_EQ(planned->kind, kind);
+    EXPECT_EQ(planned->buckets.size(), synced->buckets.size());
+    EXPECT_DOUBLE_EQ(planned->memory_limit, DefaultMemoryLimit(kind, 4, 8, req.cost));
+    absl::StatusOr<SimResult> sim =
+        Simulate(synced->plan, req.cost, {.reduce_cost = 0.5, .release_during_w = true});
+    ASSERT_TRUE(sim.ok());
+    EXPECT_DOUBLE_EQ(planned->sim.span, sim->span) << name;
+    EXPECT_DOUBLE_EQ(planned->sim.reduce_overlap, sim->reduce_overlap) << name;
+  }
+  PlanRequest compute_only = Request("zb-h1", 4, 8);
+  compute_only.lower = false;
+  absl::StatusOr<PlannedSchedule> planned = PlanSchedule(compute_only);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_FALSE(planned->plan.IsLowered());
+}
+
+// Every error the request can cause names its field in the status, not only in the message.
+TEST(PlanningTest, ErrorsNameTheRequestField) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    PlanRequest request;
+    std::string field;
+  };
+  PlanRequest low_memory = Request("1f1b", 4, 8);
+  low_memory.memory_limit = 1;
+  PlanRequest low_memory_zb = Request("zb-2p", 4, 8);
+  low_memory_zb.memory_limit = 0.5;
+  PlanRequest low_memory_v = Request("zb-v", 4, 8);
+  low_memory_v.memory_limit = 1;
+  PlanRequest inf_memory = Request("zb-2p", 4, 8);
+  inf_memory.memory_limit = std::numeric_limits<double>::infinity();
+  PlanRequest chunks = Request("interleaved", 4, 8);
+  chunks.chunks = 17;
+  PlanRequest no_inputs = Request("1f1b", 4, 8);
+  no_inputs.inputs = nullptr;
+  PlanRequest wrong_stages = Request("zb-v", 4, 8);
+  wrong_stages.inputs = [](const Placement&) { return PlanInputs{CostModel::Uniform(4, kUnit)}; };
+  const std::vector<Case> cases = {
+      {Request("nope", 4, 8), "schedule"},
+      {Request("1f1b", 0, 8), "pipeline"},
+      {Request("1f1b", 65, 8), "pipeline"},
+      {Request("1f1b", 4, 0), "microbatches"},
+      {Request("zb-v", 64, 1024), "microbatches"},
+      {Request("interleaved", 4, 6), "microbatches"},
+      {Request("dualpipe-v", 4, 6), "microbatches"},
+      {chunks, "chunks"},
+      {low_memory, "memory_limit"},
+      {low_memory_zb, "memory_limit"},
+      {low_memory_v, "memory_limit"},
+      {inf_memory, "memory_limit"},
+      {no_inputs, "cost"},
+      {wrong_stages, "cost"},
+      {Request("1f1b", 4, 8, {.f = nan}), "cost.stages[0].f"},
+      {Request("1f1b", 4, 8, {.w = -1}), "cost.stages[0].w"},
+      {Request("1f1b", 4, 8, {.mem_f = 1e300}), "cost.stages[0].mem_f"},
+      {Request("zb-v", 4, 8, {.mem_b = 0.5, .mem_w = -1.5}), "cost.stages[0]"},
+      {Request("1f1b", 4, 8, kUnit, -1), "cost.comm"},
+      {Request("1f1b", 4, 8, kUnit, 0, 2000), "buckets_per_stage"},
+      {Request("zb-v", 64, 8, kUnit, 0, 1000), "buckets_per_stage"},
+      {Request("1f1b", 4, 8, kUnit, 0, 2, nan), "reduce_cost"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<PlannedSchedule> planned = PlanSchedule(c.request);
+    ASSERT_FALSE(planned.ok()) << c.field;
+    EXPECT_EQ(ErrorField(planned.status()), c.field) << planned.status();
+    EXPECT_TRUE(planned.status().code() == absl::StatusCode::kInvalidArgument ||
+                planned.status().code() == absl::StatusCode::kFailedPrecondition)
+        << planned.status();
+  }
+}
+
+TEST(StatusFieldTest, AttachesAndReadsAField) {
+  EXPECT_EQ(ErrorField(absl::InvalidArgumentError("x")), "");
+  EXPECT_TRUE(WithField(absl::OkStatus(), "pipeline").ok());
+  const absl::Status st = WithField(absl::InvalidArgumentError("bad"), "cost.stages[3].f");
+  EXPECT_EQ(ErrorField(st), "cost.stages[3].f");
+  EXPECT_EQ(st.message(), "bad");
+  EXPECT_EQ(FieldRoot("cost.stages[3].f"), "cost");
+  EXPECT_EQ(FieldRoot("memory_limit"), "memory_limit");
+}
+
+}  // namespace
+}  // namespace zpipe::core
