@@ -78,6 +78,38 @@ class CliCommandsTest : public ::testing::Test {
   FakeClient fake_;
 };
 
+TEST_F(CliCommandsTest, StatusShowsRestartsAndAttempts) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_restart()->set_max_restarts(2);
+  ASSERT_TRUE(fake_.Submit(spec, "r", false).ok());
+  ASSERT_TRUE(fake_.EditJob("r", [](v1::Job& job) {
+    job.set_restarts(1);
+    v1::JobAttempt* first = job.add_attempts();
+    first->set_attempt(1);
+    first->add_workers("w0");
+    first->add_workers("w1");
+    first->mutable_start_time()->set_seconds(1);
+    first->mutable_end_time()->set_seconds(2);
+    first->set_start_iteration(0);
+    first->set_iterations_done(8);
+    first->set_end_reason("worker w1 (pipeline rank 1, data rank 0) lost: no heartbeat for 10s");
+    v1::JobAttempt* second = job.add_attempts();
+    second->set_attempt(2);
+    second->add_workers("w0");
+    second->add_workers("w2");
+    second->mutable_start_time()->set_seconds(3);
+    second->set_start_iteration(6);
+  }));
+  Result r = Run(RunStatusCommand, {"r"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("restarts    1 of 2 (backoff 2s)"));
+  EXPECT_THAT(r.out, HasSubstr("ATTEMPT  WORKERS  STARTED"));
+  EXPECT_THAT(r.out, HasSubstr("w0,w1"));
+  EXPECT_THAT(r.out, HasSubstr("worker w1 (pipeline rank 1, data rank 0) lost: no heartbeat"));
+  EXPECT_THAT(r.out, HasSubstr("w0,w2"));
+  EXPECT_THAT(r.out, HasSubstr("running"));
+}
+
 TEST_F(CliCommandsTest, SubmitThenStatusAndList) {
   const std::string file = JobFile(
       "name: t\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\nparallel: {pipeline: 2}\n"

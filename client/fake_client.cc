@@ -101,6 +101,14 @@ bool FakeClient::SetState(const std::string& job_id, v1::JobState state,
   return it != jobs_.end() && ChangeStateLocked(it->second, state, reason);
 }
 
+bool FakeClient::EditJob(const std::string& job_id, const std::function<void(v1::Job&)>& edit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;
+  edit(it->second.job);
+  return true;
+}
+
 bool FakeClient::AddEvent(const std::string& job_id, v1::JobEvent event) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);

@@ -6,6 +6,7 @@
 #define ZPIPE_CLIENT_FAKE_CLIENT_H_
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,8 @@ class FakeClient : public Client {
   // Appends an event (e.g. an iteration summary or progress) to the job's stream.
   bool AddEvent(const std::string& job_id, v1::JobEvent event);
   void SetPlan(const std::string& job_id, JobPlan plan);
+  // Edits the job's record in place (no event). Returns false for an unknown job.
+  bool EditJob(const std::string& job_id, const std::function<void(v1::Job&)>& edit);
   void SetWorkers(std::vector<v1::Worker> workers);
 
   // Client.

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli.h"
 
 namespace zpipe::cli {
@@ -56,6 +57,13 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
            absl::StrFormat("makespan %.1f ms, bubble %.1f%%", job->predicted().makespan_ms(),
                            job->predicted().bubble_rate() * 100)});
   }
+  if (spec.restart().max_restarts() > 0 || job->restarts() > 0) {
+    t.Add({"restarts", absl::StrCat(job->restarts(), " of ", spec.restart().max_restarts(),
+                                    " (backoff ",
+                                    spec.restart().backoff().empty() ? "2s"
+                                                                     : spec.restart().backoff(),
+                                    ")")});
+  }
   if (job->has_latest_summary()) {
     const v1::IterationSummary& s = job->latest_summary();
     std::string line = absl::StrFormat("iteration %d: %s, bubble %.1f%%", s.iteration() + 1,
@@ -79,6 +87,20 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
                  r.host(), f, b, w});
     }
     ranks.Print(ctx.out());
+  }
+  if (job->attempts_size() > 1) {
+    // Where each attempt resumed and how far it got; the gap is work run again.
+    ctx.out() << "\n";
+    Table attempts({"ATTEMPT", "WORKERS", "STARTED", "FROM", "TO", "ENDED"});
+    for (const v1::JobAttempt& a : job->attempts()) {
+      const bool open = !a.has_end_time();
+      attempts.Add({absl::StrCat(a.attempt()), absl::StrJoin(a.workers(), ","),
+                    FormatTime(a.start_time().seconds()),
+                    a.start_iteration() < 0 ? "-" : absl::StrCat(a.start_iteration()),
+                    open ? "-" : absl::StrCat(a.iterations_done()),
+                    open ? "running" : a.end_reason()});
+    }
+    attempts.Print(ctx.out());
   }
   return kExitOk;
 }
