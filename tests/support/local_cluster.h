@@ -3,6 +3,7 @@
 #define ZPIPE_TESTS_SUPPORT_LOCAL_CLUSTER_H_
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -79,25 +80,15 @@ class LocalCluster {
   Subprocess& coordinator() { return *coordinator_; }
 
   void AddWorker() {
-    const int i = static_cast<int>(workers_.size());
-    std::vector<std::string> argv = options_.worker_wrapper;
-    const std::vector<std::string> worker = {options_.worker_bin,
-                                             "--coordinator",
-                                             address_,
-                                             "--name",
-                                             absl::StrCat("w", i),
-                                             "--device",
-                                             absl::StrCat("cpu:", i),
-                                             "--comm-timeout",
-                                             options_.comm_timeout_s};
-    argv.insert(argv.end(), worker.begin(), worker.end());
-    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
-    for (const std::string& root : options_.data_roots) {
-      argv.push_back("--data-root");
-      argv.push_back(root);
-    }
-    workers_.push_back(std::make_unique<Subprocess>(argv));
+    workers_.push_back(std::make_unique<Subprocess>(WorkerArgv(static_cast<int>(workers_.size()))));
   }
+  // Starts worker i again (the same name and flags), e.g. after it was killed.
+  void RestartWorker(int i) {
+    workers_[i]->Signal(SIGKILL);
+    workers_[i]->Wait(30);
+    workers_[i] = std::make_unique<Subprocess>(WorkerArgv(i));
+  }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
 
   // Waits until at least `n` workers are IDLE.
   bool WaitIdle(int n, double timeout_s = 30) { return WaitForIdleWorkers(*client_, n, timeout_s); }
@@ -127,6 +118,26 @@ class LocalCluster {
   Subprocess& worker(int i) { return *workers_[i]; }
 
  private:
+  std::vector<std::string> WorkerArgv(int i) const {
+    std::vector<std::string> argv = options_.worker_wrapper;
+    const std::vector<std::string> worker = {options_.worker_bin,
+                                             "--coordinator",
+                                             address_,
+                                             "--name",
+                                             absl::StrCat("w", i),
+                                             "--device",
+                                             absl::StrCat("cpu:", i),
+                                             "--comm-timeout",
+                                             options_.comm_timeout_s};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    argv.insert(argv.end(), options_.worker_args.begin(), options_.worker_args.end());
+    for (const std::string& root : options_.data_roots) {
+      argv.push_back("--data-root");
+      argv.push_back(root);
+    }
+    return argv;
+  }
+
   LocalClusterOptions options_;
   std::string address_;
   std::unique_ptr<Subprocess> coordinator_;

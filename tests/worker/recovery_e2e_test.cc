@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -270,6 +272,114 @@ TEST(RecoveryE2eTest, WorkerKilledJobRestartsOnTheSpareFromItsCheckpointBitIdent
     EXPECT_TRUE(Slurp(entry.path()) == Slurp(stormy_end / file)) << file << " differs";
   }
   EXPECT_EQ(compared, 4) << "zb-v at p=2 has 4 stages";
+}
+
+// Chaos: a seeded random sequence of worker kills, worker SIGTERMs and coordinator kills under a
+// job with checkpoints and restarts on; it must succeed with the loss of an uninterrupted run.
+// ZPIPE_CHAOS_FAULTS (default 4), ZPIPE_CHAOS_SEED (default 1) and ZPIPE_CHAOS_ITERATIONS
+// (default 60; the reference runs as long) size it; `scripts/bench chaos` runs a long one.
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+TEST(RecoveryE2eTest, ChaosOfKillsAndSigtermsEndsLikeAnUninterruptedRun) {
+  const int faults = EnvInt("ZPIPE_CHAOS_FAULTS", 4);
+  const int seed = EnvInt("ZPIPE_CHAOS_SEED", 1);
+  const int iterations = EnvInt("ZPIPE_CHAOS_ITERATIONS", kIterations);
+  double reference_loss = 0;
+  if (iterations == kIterations) {
+    reference_loss = Reference().at(kIterations - 1);
+  } else {
+    TempDir ref_dir;
+    testing::LocalCluster calm(2, Options(ref_dir.path()));
+    ASSERT_TRUE(calm.WaitIdle(2));
+    ASSERT_TRUE(calm.client().Submit(GptSpec("reference", iterations), "reference").ok());
+    auto done = calm.WaitTerminal("reference", 3600);
+    ASSERT_TRUE(done.ok() && done->state() == v1::JOB_STATE_SUCCEEDED);
+    reference_loss = done->latest_summary().loss();
+  }
+
+  TempDir dir;
+  testing::LocalClusterOptions options = Options(dir.path());
+  options.coordinator_args = {"--recovery-grace", "20s"};
+  testing::LocalCluster cluster(3, options);
+  ASSERT_TRUE(cluster.WaitIdle(3));
+  v1::JobSpec spec = GptSpec("chaos", iterations);
+  spec.mutable_checkpoint()->set_every(4);
+  spec.mutable_checkpoint()->set_dir((dir.path() / "ckpt").string());
+  spec.mutable_restart()->set_max_restarts(3 * faults + 3);
+  spec.mutable_restart()->set_backoff("500ms");
+  ASSERT_TRUE(cluster.client().Submit(spec, "chaos").ok());
+
+  std::mt19937 rng(seed);
+  int survived = 0, kills = 0, sigterms = 0, coordinator_kills = 0;
+  int last = 0;
+  std::vector<int> running_on;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int f = 0; f < faults; ++f) {
+    // Let the job make progress between faults, so restarts do not run out.
+    const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    bool finished = false;
+    while (std::chrono::steady_clock::now() < wait_until) {
+      auto job = cluster.client().Get("chaos");
+      if (job.ok() && IsTerminal(job->state())) {
+        finished = true;
+        break;
+      }
+      if (job.ok() && job->state() == v1::JOB_STATE_RUNNING &&
+          job->progress().iterations_done() >= last + 3) {
+        last = job->progress().iterations_done();
+        running_on.clear();
+        for (const auto& r : job->ranks()) running_on.push_back(std::stoi(r.worker_name().substr(1)));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (finished) break;
+    const int kind = static_cast<int>(rng() % 3);
+    // A worker that holds a rank of the job (workers are named w0, w1, ...).
+    const int victim = running_on.empty() ? static_cast<int>(rng() % cluster.num_workers())
+                                          : running_on[rng() % running_on.size()];
+    const auto downtime = std::chrono::milliseconds(300 + rng() % 1500);
+    if (kind == 0) {
+      std::printf("chaos: fault %d at iteration %d: kill -9 worker w%d\n", f + 1, last, victim);
+      cluster.worker(victim).Signal(SIGKILL);
+      std::this_thread::sleep_for(downtime);
+      cluster.RestartWorker(victim);
+      ++kills;
+    } else if (kind == 1) {
+      std::printf("chaos: fault %d at iteration %d: SIGTERM worker w%d\n", f + 1, last, victim);
+      cluster.worker(victim).Signal(SIGTERM);
+      cluster.worker(victim).Wait(30);
+      std::this_thread::sleep_for(downtime);
+      cluster.RestartWorker(victim);
+      ++sigterms;
+    } else {
+      std::printf("chaos: fault %d at iteration %d: kill -9 the coordinator for %lld ms\n", f + 1,
+                  last, static_cast<long long>(downtime.count()));
+      cluster.StopCoordinator(SIGKILL);
+      std::this_thread::sleep_for(downtime);
+      cluster.StartCoordinator();
+      ++coordinator_kills;
+    }
+    ++survived;
+    std::fflush(stdout);
+  }
+  auto job = cluster.WaitTerminal("chaos", 600);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "chaos: seed %d: survived %d faults (%d worker kills, %d worker SIGTERMs, %d coordinator "
+      "kills) with %d restarts in %.1f s; %s\n",
+      seed, survived, kills, sigterms, coordinator_kills, job->restarts(), seconds,
+      job->reason().c_str());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  ASSERT_TRUE(job->has_latest_summary());
+  EXPECT_EQ(job->latest_summary().iteration(), iterations - 1);
+  EXPECT_EQ(job->latest_summary().loss(), reference_loss)
+      << "final loss differs from an uninterrupted run";
 }
 
 }  // namespace
