@@ -58,11 +58,9 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
                            job->predicted().bubble_rate() * 100)});
   }
   if (spec.restart().max_restarts() > 0 || job->restarts() > 0) {
-    t.Add({"restarts", absl::StrCat(job->restarts(), " of ", spec.restart().max_restarts(),
-                                    " (backoff ",
-                                    spec.restart().backoff().empty() ? "2s"
-                                                                     : spec.restart().backoff(),
-                                    ")")});
+    t.Add({"restarts",
+           absl::StrCat(job->restarts(), " of ", spec.restart().max_restarts(), " (backoff ",
+                        spec.restart().backoff().empty() ? "2s" : spec.restart().backoff(), ")")});
   }
   if (job->has_latest_summary()) {
     const v1::IterationSummary& s = job->latest_summary();

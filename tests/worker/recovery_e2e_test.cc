@@ -11,9 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -188,6 +188,10 @@ TEST(RecoveryE2eTest, CoordinatorKilledAndBackAfterFiveSeconds) {
   CoordinatorGoesAway(SIGKILL, std::chrono::milliseconds(5000));
 }
 
+TEST(RecoveryE2eTest, CoordinatorKilledAndBackAfterTwentySeconds) {
+  CoordinatorGoesAway(SIGKILL, std::chrono::milliseconds(20000));
+}
+
 TEST(RecoveryE2eTest, CoordinatorStoppedWithSigtermAndStartedAgain) {
   CoordinatorGoesAway(SIGTERM, std::chrono::milliseconds(500));
 }
@@ -331,7 +335,8 @@ TEST(RecoveryE2eTest, ChaosOfKillsAndSigtermsEndsLikeAnUninterruptedRun) {
           job->progress().iterations_done() >= last + 3) {
         last = job->progress().iterations_done();
         running_on.clear();
-        for (const auto& r : job->ranks()) running_on.push_back(std::stoi(r.worker_name().substr(1)));
+        for (const auto& r : job->ranks())
+          running_on.push_back(std::stoi(r.worker_name().substr(1)));
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

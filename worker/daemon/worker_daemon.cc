@@ -41,7 +41,8 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options)
     : options_(std::move(options)),
       capabilities_(options_.capabilities ? *options_.capabilities
                                           : BuildCapabilities(ProbeRuntime())),
-      instance_id_(NewInstanceId()) {
+      instance_id_(NewInstanceId()),
+      outbox_(options_.outbox_capacity_bytes) {
   Log(absl::StrCat("capabilities: ", DescribeCapabilities(capabilities_)));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -93,27 +94,6 @@ void WorkerDaemon::Leave(const std::string& reason) {
   Stop();
 }
 
-namespace {
-// Reports about a job: kept for the coordinator while it is away. Heartbeats, hello and leaving
-// mean something only now.
-const std::string* JobOf(const zpipe::v1::WorkerMessage& m) {
-  switch (m.kind_case()) {
-    case zpipe::v1::WorkerMessage::kIteration:
-      return &m.iteration().job_id();
-    case zpipe::v1::WorkerMessage::kProgress:
-      return &m.progress().job_id();
-    case zpipe::v1::WorkerMessage::kFinished:
-      return &m.finished().job_id();
-    case zpipe::v1::WorkerMessage::kFailure:
-      return &m.failure().job_id();
-    case zpipe::v1::WorkerMessage::kProfileResult:
-      return &m.profile_result().job_id();
-    default:
-      return nullptr;
-  }
-}
-}  // namespace
-
 bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   std::lock_guard<std::mutex> wlock(write_mu_);
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
@@ -123,19 +103,9 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   }
   // In order: nothing overtakes what already waits in the outbox.
   if (stream != nullptr && outbox_.empty() && stream->Write(msg)) return true;
-  if (JobOf(msg) == nullptr) return false;
-  EnqueueLocked(msg);
+  if (ReportedJob(msg) == nullptr) return false;
+  outbox_.Push(msg);
   return true;
-}
-
-void WorkerDaemon::EnqueueLocked(const zpipe::v1::WorkerMessage& msg) {
-  if (outbox_.size() >= std::max<size_t>(1, options_.outbox_capacity)) {
-    auto victim = std::find_if(outbox_.begin(), outbox_.end(),
-                               [](const zpipe::v1::WorkerMessage& m) { return m.has_progress(); });
-    outbox_.erase(victim != outbox_.end() ? victim : outbox_.begin());
-    ++outbox_dropped_;
-  }
-  outbox_.push_back(msg);
 }
 
 void WorkerDaemon::JoinJobIfDone(bool wait) {
@@ -299,24 +269,18 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   {
     // Reports waiting for the coordinator: only those of the job it took back still matter.
     std::lock_guard<std::mutex> wlock(write_mu_);
-    const std::string keep = resp.resume_running_job() ? req.running_job_id() : "";
-    const size_t before = outbox_.size();
-    std::erase_if(outbox_, [&](const zpipe::v1::WorkerMessage& m) {
-      const std::string* job = JobOf(m);
-      return job == nullptr || *job != keep;
-    });
-    if (before != outbox_.size()) {
-      Log(absl::StrCat("dropped ", before - outbox_.size(),
+    const size_t dropped = outbox_.RetainJob(resp.resume_running_job() ? req.running_job_id() : "");
+    if (dropped > 0) {
+      Log(absl::StrCat("dropped ", dropped,
                        " waiting reports of jobs the coordinator did not take back"));
     }
     // A rank finished while the coordinator was away ends with its RankFinished, after its
     // reports (the one sent may have been lost with the old coordinator; a repeat is harmless).
     if (finished.has_value() && resp.resume_running_job() &&
-        std::none_of(outbox_.begin(), outbox_.end(),
-                     [](const zpipe::v1::WorkerMessage& m) { return m.has_finished(); })) {
+        !outbox_.HasFinished(finished->job_id())) {
       zpipe::v1::WorkerMessage again;
       *again.mutable_finished() = *finished;
-      outbox_.push_back(std::move(again));
+      outbox_.Push(std::move(again));
     }
   }
   const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
@@ -335,16 +299,14 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
     while (ok && !outbox_.empty()) {
       ok = stream->Write(outbox_.front());
       if (ok) {
-        outbox_.pop_front();
+        outbox_.PopFront();
         ++flushed;
       }
     }
-    if (flushed > 0 || outbox_dropped_ > 0) {
-      Log(absl::StrCat("sent ", flushed, " reports that waited for the coordinator",
-                       outbox_dropped_ > 0
-                           ? absl::StrCat("; ", outbox_dropped_, " were dropped (outbox full)")
-                           : ""));
-      outbox_dropped_ = 0;
+    if (const uint64_t dropped = outbox_.TakeDropped(); flushed > 0 || dropped > 0) {
+      Log(absl::StrCat(
+          "sent ", flushed, " reports that waited for the coordinator",
+          dropped > 0 ? absl::StrCat("; ", dropped, " were dropped (outbox full)") : ""));
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::OkStatus();

@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +28,7 @@
 #include "core/tls_files.h"
 #include "worker/daemon/data_roots.h"
 #include "worker/daemon/job_runner.h"
+#include "worker/daemon/report_outbox.h"
 #include "worker/daemon/worker_metrics.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
@@ -46,8 +46,8 @@ struct DaemonOptions {
   // The longest wait between two attempts to reach the coordinator (also gRPC's own reconnect
   // backoff), so a restarted coordinator is found within about this long.
   absl::Duration reconnect_max_backoff = absl::Seconds(2);
-  // Reports kept for the coordinator while it is unreachable.
-  size_t outbox_capacity = 16384;
+  // Reports kept for the coordinator while it is unreachable, in serialized bytes.
+  size_t outbox_capacity_bytes = 32 << 20;
   WorkerMetrics* metrics = nullptr;  // optional, must outlive the daemon
   // Give up when the coordinator cannot be reached for this long (0 = retry forever).
   absl::Duration give_up_after = absl::ZeroDuration();
@@ -83,9 +83,6 @@ class WorkerDaemon {
   // Writes `msg` to the session; a job report (iteration, progress, finished, failure, profile
   // result) that cannot be written now goes to the outbox and counts as sent.
   bool Send(const zpipe::v1::WorkerMessage& msg);
-  // Queues `msg` in the outbox, dropping the oldest progress batch (else the oldest message)
-  // when full. Requires write_mu_.
-  void EnqueueLocked(const zpipe::v1::WorkerMessage& msg);
   void StartJob(const zpipe::v1::Assignment& assignment);
   void CancelJob(const std::string& job_id);
   void JoinJobIfDone(bool wait);
@@ -109,8 +106,7 @@ class WorkerDaemon {
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream_ =
       nullptr;
   std::mutex write_mu_;  // orders writes to the stream; guards the outbox
-  std::deque<zpipe::v1::WorkerMessage> outbox_;
-  uint64_t outbox_dropped_ = 0;
+  ReportOutbox outbox_;
 
   // The running job.
   std::string job_id_;
