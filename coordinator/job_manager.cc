@@ -3,6 +3,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <iterator>
 
@@ -12,6 +13,7 @@
 #include "coordinator/log.h"
 #include "coordinator/spec_validator.h"
 #include "coordinator/worker_match.h"
+#include "coordinator/worker_registry.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -228,11 +230,7 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::strin
 
 std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
   absl::ReaderMutexLock lock(&mu_);
-  std::vector<WorkerInfo> out;
-  for (const auto& [name, w] : workers_) {
-    if (include_dead || w.info.state != WorkerState::kDead) out.push_back(w.info);
-  }
-  return out;
+  return workers_.List(include_dead);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -337,28 +335,9 @@ void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
 }
 
 void JobManager::ReleaseWorkersLocked(JobRecord& job, bool cancel) {
-  for (const RankSlot& slot : job.ranks) {
-    auto it = workers_.find(slot.worker_name);
-    if (it == workers_.end()) continue;
-    WorkerEntry& w = it->second;
-    if (w.info.state != WorkerState::kBusy || w.info.job_id != job.id) continue;
-    if (cancel && w.connection != nullptr) {
-      WorkerCommand command;
-      command.kind = WorkerCommand::Kind::kCancel;
-      command.job_id = job.id;
-      command.reason = job.reason;
-      w.connection->Send(std::move(command));
-      // Until a heartbeat says otherwise, it is still tearing the job down.
-      w.info.reported_job = job.id;
-    }
-    w.info.job_id.clear();
-    if (w.connection != nullptr) {
-      w.info.state = WorkerState::kIdle;
-    } else {
-      w.info.state = WorkerState::kDead;
-      w.info.reason = "session stream closed";
-    }
-  }
+  std::vector<std::string> names;
+  for (const RankSlot& slot : job.ranks) names.push_back(slot.worker_name);
+  workers_.Release(job.id, names, cancel, job.reason);
 }
 
 void JobManager::CloseAttemptLocked(JobRecord& job, const std::string& reason) {
@@ -387,17 +366,8 @@ void JobManager::TryScheduleLocked() {
         continue;
       }
     }
-    std::vector<WorkerEntry*> idle;
     std::vector<const WorkerRegistration*> live;
-    for (auto& [name, w] : workers_) {
-      if (w.info.state == WorkerState::kDead) continue;
-      live.push_back(&w.info.registration);
-      if (w.info.state == WorkerState::kIdle && w.connection != nullptr &&
-          w.info.reported_job.empty() &&
-          CannotRunReason(w.info.registration, job.spec.device).empty()) {
-        idle.push_back(&w);
-      }
-    }
+    std::vector<RegisteredWorker*> idle = workers_.IdleFor(job.spec.device, &live);
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
       blocked.insert(job.spec.device);
       const std::string waiting = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
@@ -409,7 +379,7 @@ void JobManager::TryScheduleLocked() {
   }
 }
 
-bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers) {
+bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers) {
   if (NeedsProfile(job)) {
     ReserveLocked(job, workers);
     JobRuntime& rt = runtime_[job.id];
@@ -439,19 +409,16 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
   return true;
 }
 
-void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers) {
+void JobManager::ReserveLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers) {
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   ++job.attempt;
   job.ranks.clear();
   std::string names;
   for (int g = 0; g < p * d; ++g) {
-    WorkerEntry& w = *workers[g];
+    RegisteredWorker& w = *workers[g];
     RankSlot slot{g % p, g / p, w.info.registration.name, w.info.registration.host,
                   w.info.registration.device_index};
-    w.info.state = WorkerState::kBusy;
-    w.info.job_id = job.id;
-    w.info.pipeline_rank = slot.pipeline_rank;
-    w.info.data_rank = slot.data_rank;
+    WorkerRegistry::Reserve(w, job.id, slot.pipeline_rank, slot.data_rank);
     absl::StrAppend(&names, g == 0 ? "" : ", ", slot.worker_name);
     job.ranks.push_back(std::move(slot));
   }
@@ -465,7 +432,7 @@ void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& 
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
 }
 
-void JobManager::DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+void JobManager::DispatchLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers,
                                 std::shared_ptr<const JobPlan> plan) {
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   // The workers run with the cuts chosen for the job (its spec, as submitted, may have none).
@@ -523,8 +490,7 @@ void JobManager::UpdateGaugesLocked() {
   int64_t jobs[std::size(kAllJobStates)] = {};
   for (const auto& [order, job] : jobs_) ++jobs[static_cast<int>(job.state)];
   for (JobState s : kAllJobStates) metrics_.SetJobCount(s, jobs[static_cast<int>(s)]);
-  int64_t workers[3] = {};
-  for (const auto& [name, w] : workers_) ++workers[static_cast<int>(w.info.state)];
+  const std::array<int64_t, 3> workers = workers_.CountByState();
   for (WorkerState s : kAllWorkerStates) metrics_.SetWorkerCount(s, workers[static_cast<int>(s)]);
 }
 

@@ -56,41 +56,10 @@
 #include "coordinator/progress_tracker.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/trace_store.h"
+#include "coordinator/worker_connection.h"
+#include "coordinator/worker_registry.h"
 
 namespace zpipe::coordinator {
-
-// "Run rank (pipeline_rank, data_rank) of this job."
-struct AssignmentData {
-  std::string job_id;
-  JobSpec spec;
-  int attempt = 0;
-  RankSlot self;
-  int pipeline_size = 0;
-  int data_size = 0;
-  std::shared_ptr<const JobPlan> plan;
-  std::vector<RankSlot> peers;  // by global rank
-  std::string rendezvous_prefix;
-  int start_iteration = 0;
-};
-
-struct WorkerCommand {
-  enum class Kind { kAssign, kCancel, kShutdown, kProfile };
-  Kind kind = Kind::kAssign;
-  // kAssign; kProfile: only job_id, spec and attempt are set.
-  std::shared_ptr<const AssignmentData> assignment;
-  std::string job_id;  // kCancel
-  std::string reason;  // kCancel, kShutdown
-};
-
-// The downstream half of a worker's Session stream.
-class WorkerConnection {
- public:
-  virtual ~WorkerConnection() = default;
-  // Queues a command; never blocks. Called with the manager's lock held.
-  virtual void Send(WorkerCommand command) = 0;
-  // Ends the stream with `status` (e.g. the worker was replaced or declared dead).
-  virtual void Close(absl::Status status) = 0;
-};
 
 struct ManagerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
@@ -266,20 +235,13 @@ class JobManager {
     std::optional<absl::Time> restart_at;
     std::string restart_reason;
   };
-  struct WorkerEntry {
-    WorkerInfo info;
-    WorkerConnection* connection = nullptr;
-  };
 
   JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const JobRecord* FindJobLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  WorkerEntry* WorkerByIdLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAssignedLocked(const std::string& worker_name, const std::string& job_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRankLocked(const WorkerEntry& w, const std::string& job_id, int pipeline_rank,
-                               int data_rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void SetStateLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -302,17 +264,17 @@ class JobManager {
   void CloseAttemptLocked(JobRecord& job, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers)
+  bool ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves `workers` for `job` (state SCHEDULING, attempt + 1, job.ranks set).
-  void ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers)
+  void ReserveLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the assignments of `plan` to the reserved workers; the job becomes RUNNING.
-  void DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+  void DispatchLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers,
                       std::shared_ptr<const JobPlan> plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TorchScript jobs without cuts are profiled before their plan is made.
   static bool NeedsProfile(const JobRecord& job);
-  void MarkDeadLocked(WorkerEntry& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeadLocked(RegisteredWorker& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -336,10 +298,8 @@ class JobManager {
   std::map<int64_t, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by submit_order
   absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);                // by name
-  absl::flat_hash_map<std::string, std::string> worker_ids_ ABSL_GUARDED_BY(mu_);  // id -> name
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -13,10 +13,7 @@ void JobManager::ObserveIterationMetrics(const std::string& worker_name, const s
     absl::ReaderMutexLock lock(&mu_);
     const JobRecord* job = FindJobLocked(job_id);
     if (job == nullptr || job->state != JobState::kRunning) return;
-    auto w = workers_.find(worker_name);
-    if (w == workers_.end() || w->second.info.job_id != job_id ||
-        w->second.info.pipeline_rank != stats.pipeline_rank ||
-        w->second.info.data_rank != stats.data_rank) {
+    if (!workers_.HoldsRank(worker_name, job_id, stats.pipeline_rank, stats.data_rank)) {
       return;  // not from the worker holding that rank
     }
     if (auto rt = runtime_.find(job_id); rt != runtime_.end()) plan = rt->second.plan;

@@ -3,71 +3,12 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log.h"
 
 namespace zpipe::coordinator {
 namespace {
-
-constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
-
-// Capabilities are shown to every client and kept per worker: bound what one may cost.
-absl::Status CheckCapabilities(const WorkerCapabilities& c) {
-  constexpr size_t kMaxVersion = 64, kMaxName = 256, kMaxError = 1024, kMaxDevices = 64;
-  for (const auto& [field, value] : {std::pair{"libtorch_version", &c.libtorch_version},
-                                     {"cuda_runtime_version", &c.cuda_runtime_version},
-                                     {"nccl_version", &c.nccl_version}}) {
-    if (value->size() > kMaxVersion) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capabilities.", field, ": at most ", kMaxVersion, " characters"));
-    }
-  }
-  if (c.probe_error.size() > kMaxError) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("capabilities.probe_error: at most ", kMaxError, " characters"));
-  }
-  if (c.cuda_device_count < 0) {
-    return absl::InvalidArgumentError("capabilities.cuda_device_count: must be >= 0");
-  }
-  if (c.devices.size() > kMaxDevices) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("capabilities.devices: at most ", kMaxDevices, " devices"));
-  }
-  for (const CudaDeviceInfo& d : c.devices) {
-    if (d.name.size() > kMaxName) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capabilities.devices.name: at most ", kMaxName, " characters"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRegistration(const WorkerRegistration& r) {
-  if (r.name.empty() || r.name.size() > 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("name: must be 1..128 characters, got ", r.name.size()));
-  }
-  for (char c : r.name) {
-    if (!(absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '/')) {
-      return absl::InvalidArgumentError("name: may only contain A-Z, a-z, 0-9 and . _ - : /");
-    }
-  }
-  if (r.device_index < 0) return absl::InvalidArgumentError("device_index: must be >= 0");
-  if (r.host.size() > 256) return absl::InvalidArgumentError("host: at most 256 characters");
-  if (r.version.size() > 256) return absl::InvalidArgumentError("version: at most 256 characters");
-  if (r.instance_id.size() > 128) {
-    return absl::InvalidArgumentError("instance_id: at most 128 characters");
-  }
-  if (r.capabilities) return CheckCapabilities(*r.capabilities);
-  return absl::OkStatus();
-}
-
-std::string RankName(const std::string& worker, int pipeline_rank, int data_rank) {
-  return absl::StrCat("worker ", worker, " (pipeline rank ", pipeline_rank, ", data rank ",
-                      data_rank, ")");
-}
 
 // The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
 std::optional<core::ActionKind> TimelineKind(int32_t op) {
@@ -118,28 +59,11 @@ std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_
 }  // namespace
 
 absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistration& reg) {
-  if (absl::Status st = CheckRegistration(reg); !st.ok()) return st;
+  if (absl::Status st = WorkerRegistry::Validate(reg); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   const absl::Time now = clock_.Now();
-
-  // One live worker per name: a second process with the same --name must not evict the first
-  // (each would evict the other forever, failing every job on them). The holder's own process
-  // reconnecting proves itself with its instance_id; a crashed or restarted one has no stream.
-  if (auto it = workers_.find(reg.name); it != workers_.end()) {
-    const WorkerInfo& held = it->second.info;
-    const bool same_process =
-        !reg.instance_id.empty() && reg.instance_id == held.registration.instance_id;
-    if (it->second.connection != nullptr && held.state != WorkerState::kDead && !same_process) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "worker name '", reg.name, "' is held by a connected worker (",
-          DeviceKindName(held.registration.device_kind), ":", held.registration.device_index,
-          " on ", held.registration.host.empty() ? "?" : held.registration.host, ", registered ",
-          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", held.register_time, absl::UTCTimeZone()),
-          "); give this worker another --name, or stop that one (a restarted worker takes its name "
-          "back once the old session is gone)"));
-    }
-  }
+  if (absl::Status st = workers_.CheckNameFree(reg); !st.ok()) return st;
 
   // The rank this name holds in an active job, whether from the live registry or (after a
   // coordinator restart) only from the job records.
@@ -155,24 +79,7 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
     }
   }
 
-  auto it = workers_.find(reg.name);
-  if (it != workers_.end()) {
-    WorkerEntry& old = it->second;
-    if (old.connection != nullptr) {
-      old.connection->Close(absl::AbortedError("worker re-registered under the same name"));
-    }
-    worker_ids_.erase(old.info.worker_id);
-    workers_.erase(it);
-  }
-
-  WorkerEntry entry;
-  entry.info.registration = reg;
-  entry.info.worker_id = absl::StrCat("w", next_worker_id_++, "-", reg.name);
-  entry.info.state = WorkerState::kIdle;
-  entry.info.register_time = now;
-  entry.info.last_seen = now;
-  // A job it claims and is not given back is being torn down until a heartbeat says otherwise.
-  if (!reg.running_job_finished) entry.info.reported_job = reg.running_job_id;
+  RegisteredWorker& entry = workers_.Add(reg, now);
   RegisterResult result;
   result.worker_id = entry.info.worker_id;
 
@@ -186,10 +93,7 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
       // Also when it finished its rank meanwhile (running_job_finished): it then sends its
       // buffered reports and RankFinished again, and the rank completes the usual way.
       result.resume_running_job = true;
-      entry.info.state = WorkerState::kBusy;
-      entry.info.job_id = held_job->id;
-      entry.info.pipeline_rank = held_slot->pipeline_rank;
-      entry.info.data_rank = held_slot->data_rank;
+      WorkerRegistry::Reserve(entry, held_job->id, held_slot->pipeline_rank, held_slot->data_rank);
       JobRuntime& rt = runtime_[held_job->id];
       rt.reconnected.insert(g);
       LogInfo("job ", held_job->id, ": ",
@@ -204,8 +108,6 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
     LogInfo("worker ", reg.name, ": claims job ", reg.running_job_id,
             " which it does not hold; told to abandon it");
   }
-  worker_ids_[entry.info.worker_id] = reg.name;
-  workers_[reg.name] = std::move(entry);
   LogInfo("worker ", reg.name, ": registered (", DeviceKindName(reg.device_kind), ":",
           reg.device_index, " on ", reg.host.empty() ? "?" : reg.host,
           reg.capabilities ? absl::StrCat(", LibTorch ", reg.capabilities->libtorch_version,
@@ -226,28 +128,10 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
 absl::Status JobManager::AttachSession(const std::string& worker_id, const std::string& instance_id,
                                        WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("worker_id '", worker_id, "' is unknown or was replaced; register again"));
+  if (absl::Status st = workers_.Attach(worker_id, instance_id, connection, clock_.Now());
+      !st.ok()) {
+    return st;
   }
-  const std::string& registered = w->info.registration.instance_id;
-  if (!registered.empty() && instance_id != registered) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "worker_id '", worker_id, "' was registered by another worker process (instance_id)"));
-  }
-  if (w->info.state == WorkerState::kDead) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", w->info.registration.name,
-                                                      " was declared dead (", w->info.reason,
-                                                      "); register again"));
-  }
-  if (w->connection != nullptr && w->connection != connection) {
-    w->connection->Close(absl::AbortedError("another session attached for this worker"));
-  }
-  w->connection = connection;
-  w->info.connected = true;
-  w->info.last_seen = clock_.Now();
-  LogInfo("worker ", w->info.registration.name, ": session open");
   TryScheduleLocked();
   UpdateGaugesLocked();
   return absl::OkStatus();
@@ -255,18 +139,8 @@ absl::Status JobManager::AttachSession(const std::string& worker_id, const std::
 
 void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr || w->connection != connection) return;
-  w->connection = nullptr;
-  w->info.connected = false;
-  if (w->info.state == WorkerState::kIdle) {
-    w->info.state = WorkerState::kDead;
-    w->info.reason = "session stream closed";
-  }
-  LogInfo("worker ", w->info.registration.name, ": session closed",
-          w->info.state == WorkerState::kBusy
-              ? absl::StrCat("; holds job ", w->info.job_id, " until the heartbeat timeout")
-              : "");
+  RegisteredWorker* w = workers_.Detach(worker_id, connection);
+  if (w == nullptr) return;
   // A peer already reported the broken connection: this worker is the rank that went away.
   if (w->info.state == WorkerState::kBusy) {
     JobRecord* job = FindJobLocked(w->info.job_id);
@@ -284,27 +158,19 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
 
 absl::Status JobManager::Heartbeat(const std::string& worker_id, const std::string& running_job) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr || w->info.state == WorkerState::kDead) {
-    return absl::AbortedError(
-        absl::StrCat("worker_id '", worker_id, "' is no longer current; register again"));
+  bool torn_down = false;
+  if (absl::Status st = workers_.Heartbeat(worker_id, running_job, clock_.Now(), &torn_down);
+      !st.ok()) {
+    return st;
   }
-  w->info.last_seen = clock_.Now();
-  if (w->info.reported_job != running_job) {
-    w->info.reported_job = running_job.substr(0, 256);
-    // It finished tearing a job down: it may be what a waiting job needs.
-    if (running_job.empty() && w->info.state == WorkerState::kIdle) TryScheduleLocked();
-  }
+  // It finished tearing a job down: it may be what a waiting job needs.
+  if (torn_down) TryScheduleLocked();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = worker_ids_.find(worker_id);
-  if (it == worker_ids_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id '", worker_id, "' is unknown"));
-  }
-  return it->second;
+  return workers_.NameOf(worker_id);
 }
 
 void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
@@ -420,35 +286,20 @@ absl::Status JobManager::CheckAssigned(const std::string& worker_name,
 absl::Status JobManager::CheckAssignedInstance(const std::string& instance_id,
                                                const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  if (!instance_id.empty()) {
-    for (const auto& [name, w] : workers_) {
-      if (w.info.state != WorkerState::kDead && w.info.registration.instance_id == instance_id) {
-        return CheckAssignedLocked(name, job_id);
-      }
-    }
+  if (std::optional<std::string> name = workers_.NameByInstance(instance_id)) {
+    return CheckAssignedLocked(*name, job_id);
   }
   return absl::PermissionDeniedError(
       "rendezvous: instance_id does not name a registered worker (send the instance_id the "
       "worker registered with)");
 }
 
-absl::Status JobManager::CheckRankLocked(const WorkerEntry& w, const std::string& job_id,
-                                         int pipeline_rank, int data_rank) const {
-  if (w.info.state != WorkerState::kBusy || w.info.job_id != job_id ||
-      w.info.pipeline_rank != pipeline_rank || w.info.data_rank != data_rank) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(RankName(w.info.registration.name, pipeline_rank, data_rank),
-                     " does not hold that rank of job '", job_id, "'"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status JobManager::RankFinished(const std::string& worker_id, const std::string& job_id,
                                       int pipeline_rank, int data_rank) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+  if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
   JobRecord* job = FindJobLocked(job_id);
@@ -468,9 +319,9 @@ absl::Status JobManager::RankFinished(const std::string& worker_id, const std::s
 absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
                                     int pipeline_rank, int data_rank, const std::string& message) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+  if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
   JobRecord* job = FindJobLocked(job_id);
@@ -501,24 +352,14 @@ std::optional<std::string> JobManager::LostRankLocked(const JobRecord& job,
                                                       const std::string& except_worker) const {
   for (const RankSlot& slot : job.ranks) {
     if (slot.worker_name == except_worker) continue;
-    const std::string rank = RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank);
-    auto it = workers_.find(slot.worker_name);
-    if (it == workers_.end()) return absl::StrCat(rank, " lost: no longer registered");
-    const WorkerInfo& info = it->second.info;
-    if (info.state == WorkerState::kDead) {
-      return absl::StrCat(rank, " lost: ", info.reason.empty() ? "dead" : info.reason);
-    }
-    if (it->second.connection == nullptr) return absl::StrCat(rank, " lost: its session closed");
-    if (info.job_id != job.id) {
-      return absl::StrCat(rank, " lost: the worker no longer runs the job");
-    }
+    if (std::optional<std::string> lost = workers_.WhyNotRunning(slot, job.id)) return lost;
   }
   return std::nullopt;
 }
 
 void JobManager::WorkerLeaving(const std::string& worker_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr || w->info.state == WorkerState::kDead) return;
   MarkDeadLocked(*w, absl::StrCat("left: ", reason.empty() ? "shutting down" : reason));
 }
@@ -527,23 +368,14 @@ void JobManager::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   metrics_.ExpireJobs(now);
-  for (auto& [name, w] : workers_) {
-    if (w.info.state == WorkerState::kDead) continue;
-    if (now - w.info.last_seen > options_.heartbeat_timeout) {
-      MarkDeadLocked(
-          w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w.info.last_seen)));
-    }
+  for (RegisteredWorker* w : workers_.SilentWorkers(now, options_.heartbeat_timeout)) {
+    // Releasing an earlier one's job may have declared this one dead already.
+    if (w->info.state == WorkerState::kDead) continue;
+    MarkDeadLocked(
+        *w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w->info.last_seen)));
   }
   // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    const WorkerInfo& info = it->second.info;
-    if (info.state == WorkerState::kDead && now - info.last_seen > kDeadWorkerRetention) {
-      worker_ids_.erase(info.worker_id);
-      it = workers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  workers_.ForgetDead(now);
   for (auto& [order, job] : jobs_) {
     if (job.state != JobState::kRunning) continue;
     JobRuntime& rt = runtime_[job.id];
@@ -577,17 +409,8 @@ void JobManager::CheckLiveness() {
   }
 }
 
-void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
-  w.info.state = WorkerState::kDead;
-  w.info.reason = reason;
-  if (w.connection != nullptr) {
-    w.connection->Close(absl::UnavailableError(absl::StrCat("declared dead: ", reason)));
-    w.connection = nullptr;
-    w.info.connected = false;
-  }
-  LogWarning("worker ", w.info.registration.name, ": dead (", reason, ")");
-  const std::string job_id = std::move(w.info.job_id);
-  w.info.job_id.clear();
+void JobManager::MarkDeadLocked(RegisteredWorker& w, std::string reason) {
+  const std::string job_id = workers_.MarkDead(w, reason);
   if (!job_id.empty()) {
     JobRecord* job = FindJobLocked(job_id);
     if (job != nullptr && !IsTerminal(job->state)) {
@@ -611,13 +434,6 @@ void JobManager::Shutdown() {
     shut_down_ = true;
   }
   events_.Close();
-}
-
-JobManager::WorkerEntry* JobManager::WorkerByIdLocked(const std::string& worker_id) {
-  auto it = worker_ids_.find(worker_id);
-  if (it == worker_ids_.end()) return nullptr;
-  auto w = workers_.find(it->second);
-  return w == workers_.end() ? nullptr : &w->second;
 }
 
 // ---- rendezvous ----
