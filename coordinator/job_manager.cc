@@ -30,7 +30,8 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
       store_(store),
       metrics_(metrics),
       options_(options),
-      rendezvous_(options.rendezvous) {}
+      rendezvous_(options.rendezvous),
+      recovery_(options.failure_grace, options.recovery_grace) {}
 
 JobManager::~JobManager() = default;
 
@@ -48,19 +49,10 @@ absl::Status JobManager::Load() {
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);
     job_index_[id] = order;
     JobRecord& job = jobs_[order] = std::move(rec);
-    if (job.state == JobState::kScheduling) {
-      CloseAttemptLocked(job, "coordinator restarted while scheduling");
-      job.ranks.clear();
-      SetStateLocked(job, JobState::kPending,
-                     "coordinator restarted while scheduling; queued again");
-    } else if (job.state == JobState::kRestarting) {
-      JobRuntime& rt = runtime_[id];
-      rt.restart_at = now;
-      rt.restart_reason = job.reason;
+    if (std::optional<std::string> requeue = recovery_.Reconcile(job, now)) {
+      SetStateLocked(job, JobState::kPending, *std::move(requeue));
     } else if (job.state == JobState::kRunning) {
       ++running;
-      JobRuntime& rt = runtime_[id];
-      rt.reconnect_deadline = now + options_.recovery_grace;
       if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
         // Progress resumes at the stored count; the workers' buffered reports fill in the rest.
         tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
@@ -286,48 +278,27 @@ void JobManager::SetStateLocked(JobRecord& job, JobState to, std::string reason)
 }
 
 void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason) {
-  CloseAttemptLocked(job, reason);
+  Recovery::CloseAttempt(job, reason, clock_.Now());
   SetStateLocked(job, to, std::move(reason));
   metrics_.JobFinished(job.id, clock_.Now());
   ReleaseWorkersLocked(job, /*cancel=*/to != JobState::kSucceeded);
   rendezvous_.Close(job.id);
-  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
-    rt->second.pending_failure.reset();
-    rt->second.finished.clear();
-    rt->second.reconnected.clear();
-    rt->second.reconnect_deadline.reset();
-    rt->second.restart_at.reset();
-  }
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) rt->second.finished.clear();
+  recovery_.Finished(job.id);
   TryScheduleLocked();
   UpdateGaugesLocked();
 }
 
 void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
-  const int max = job.spec.max_restarts;
-  if (job.state != JobState::kRunning || job.restarts >= max) {
-    if (max > 0 && job.state == JobState::kRunning) {
-      absl::StrAppend(&reason, " (no restarts left: ", job.restarts, " of ", max, " used)");
-    }
-    FinishJobLocked(job, JobState::kFailed, std::move(reason));
+  Recovery::Decision decision = recovery_.OnRankLost(job, std::move(reason), clock_.Now());
+  if (!decision.restart) {
+    FinishJobLocked(job, JobState::kFailed, std::move(decision.reason));
     return;
   }
-  const absl::Duration backoff = RestartBackoff(job.spec).value_or(absl::Seconds(2));
-  CloseAttemptLocked(job, reason);
-  ++job.restarts;
   ReleaseWorkersLocked(job, /*cancel=*/true);
-  JobRuntime& rt = runtime_[job.id];
-  rt.pending_failure.reset();
-  rt.finished.clear();
-  rt.reconnected.clear();
-  rt.reconnect_deadline.reset();
-  rt.restart_at = clock_.Now() + backoff;
-  rt.restart_reason =
-      absl::StrCat("attempt ", job.attempt, ": ", reason, "; restart ", job.restarts, " of ", max,
-                   " in ", absl::FormatDuration(backoff),
-                   job.spec.checkpoint_every > 0 ? ", from the latest complete checkpoint"
-                                                 : ", from iteration 0 (no checkpoints)");
+  runtime_[job.id].finished.clear();
   metrics_.JobRestarted(job.id);
-  SetStateLocked(job, JobState::kRestarting, rt.restart_reason);
+  SetStateLocked(job, JobState::kRestarting, std::move(decision.reason));
   // Its workers are not idle until their heartbeats say the attempt is torn down; the liveness
   // loop schedules the job once the backoff is over.
   TryScheduleLocked();
@@ -340,15 +311,6 @@ void JobManager::ReleaseWorkersLocked(JobRecord& job, bool cancel) {
   workers_.Release(job.id, names, cancel, job.reason);
 }
 
-void JobManager::CloseAttemptLocked(JobRecord& job, const std::string& reason) {
-  if (job.attempts.empty()) return;
-  JobAttemptRecord& a = job.attempts.back();
-  if (a.end_time != absl::InfinitePast()) return;
-  a.end_time = clock_.Now();
-  a.end_reason = reason;
-  a.iterations_done = job.iterations_done;
-}
-
 void JobManager::TryScheduleLocked() {
   if (shut_down_) return;
   const absl::Time now = clock_.Now();
@@ -358,20 +320,17 @@ void JobManager::TryScheduleLocked() {
     if ((job.state != JobState::kPending && !restarting) || blocked.contains(job.spec.device)) {
       continue;
     }
-    const JobRuntime* rt = nullptr;
-    if (restarting) {
-      rt = &runtime_[job.id];
-      if (rt->restart_at && now < *rt->restart_at) {
-        blocked.insert(job.spec.device);  // its backoff holds the workers for it
-        continue;
-      }
+    if (restarting && recovery_.HeldBack(job.id, now)) {
+      blocked.insert(job.spec.device);  // its backoff holds the workers for it
+      continue;
     }
     std::vector<const WorkerRegistration*> live;
     std::vector<RegisteredWorker*> idle = workers_.IdleFor(job.spec.device, &live);
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
       blocked.insert(job.spec.device);
       const std::string waiting = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
-      job.reason = restarting ? absl::StrCat(rt->restart_reason, "; ", waiting) : waiting;
+      job.reason =
+          restarting ? absl::StrCat(recovery_.RestartReason(job.id), "; ", waiting) : waiting;
       continue;
     }
     idle.resize(job.spec.world_size());
@@ -427,7 +386,7 @@ void JobManager::ReserveLocked(JobRecord& job, const std::vector<RegisteredWorke
   attempt.start_time = clock_.Now();
   for (const RankSlot& slot : job.ranks) attempt.workers.push_back(slot.worker_name);
   job.attempts.push_back(std::move(attempt));
-  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) rt->second.restart_at.reset();
+  recovery_.Scheduled(job.id);
   SetStateLocked(job, JobState::kScheduling,
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
 }
@@ -444,10 +403,8 @@ void JobManager::DispatchLocked(JobRecord& job, const std::vector<RegisteredWork
   tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
                     plan->sim.bubble_rate, job.ranks);
   traces_.StartJob(job.id, plan->plan, job.ranks);
-  JobRuntime& rt = runtime_[job.id];
-  rt.finished.clear();
-  rt.reconnected.clear();
-  rt.reconnect_deadline.reset();
+  runtime_[job.id].finished.clear();
+  recovery_.Dispatched(job.id);
   for (int g = 0; g < p * d; ++g) {
     auto a = std::make_shared<AssignmentData>();
     a->job_id = job.id;

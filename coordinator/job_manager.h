@@ -54,6 +54,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/planner.h"
 #include "coordinator/progress_tracker.h"
+#include "coordinator/recovery.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_connection.h"
@@ -219,21 +220,9 @@ class JobManager {
  private:
   struct JobRuntime {
     std::shared_ptr<const JobPlan> plan;
-    bool plan_failed = false;                      // PlanJob failed once; do not retry
-    std::set<int> finished;                        // global ranks done with every iteration
-    std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
-    std::set<int> reconnected;                     // global ranks whose worker came back
+    bool plan_failed = false;      // PlanJob failed once; do not retry
+    std::set<int> finished;        // global ranks done with every iteration
     std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
-    // RUNNING: a rank reported a failure and the job waits (failure_grace) for a lost peer to
-    // blame; `reason` is what it fails with when none shows.
-    struct PendingFailure {
-      std::string reason;
-      absl::Time deadline;
-    };
-    std::optional<PendingFailure> pending_failure;
-    // RESTARTING: not scheduled before this; the reason the attempt ended.
-    std::optional<absl::Time> restart_at;
-    std::string restart_reason;
   };
 
   JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -245,24 +234,16 @@ class JobManager {
 
   void SetStateLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // "worker w1 (pipeline rank 1, data rank 0) lost: its session closed" for the first rank of
-  // `job` whose worker is gone (dead, disconnected or unknown), other than `except_worker`.
-  std::optional<std::string> LostRankLocked(const JobRecord& job,
-                                            const std::string& except_worker) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Moves the job to a terminal state and releases its workers (cancelling them unless
   // SUCCEEDED); then tries to schedule pending jobs.
   void FinishJobLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `job` was lost (`reason` names it): RESTARTING when the job is RUNNING and has
-  // restarts left, else FAILED.
+  // restarts left, else FAILED (Recovery::OnRankLost decides).
   void LoseRankLocked(JobRecord& job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers holding `job`'s ranks become idle (dead without a session), cancelled first when
   // `cancel`.
   void ReleaseWorkersLocked(JobRecord& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job's current attempt record (if open) with `reason`.
-  void CloseAttemptLocked(JobRecord& job, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -299,6 +280,7 @@ class JobManager {
   absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  Recovery recovery_ ABSL_GUARDED_BY(mu_);
   int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

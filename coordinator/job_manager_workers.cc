@@ -94,8 +94,7 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
       // buffered reports and RankFinished again, and the rank completes the usual way.
       result.resume_running_job = true;
       WorkerRegistry::Reserve(entry, held_job->id, held_slot->pipeline_rank, held_slot->data_rank);
-      JobRuntime& rt = runtime_[held_job->id];
-      rt.reconnected.insert(g);
+      recovery_.Reconnected(held_job->id, g);
       LogInfo("job ", held_job->id, ": ",
               RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
               reg.running_job_finished ? " re-registered; it finished its rank meanwhile"
@@ -144,10 +143,9 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
   // A peer already reported the broken connection: this worker is the rank that went away.
   if (w->info.state == WorkerState::kBusy) {
     JobRecord* job = FindJobLocked(w->info.job_id);
-    auto rt = runtime_.find(w->info.job_id);
-    if (job != nullptr && job->state == JobState::kRunning && rt != runtime_.end() &&
-        rt->second.pending_failure) {
-      const std::string then = rt->second.pending_failure->reason;
+    const std::string* pending = recovery_.PendingFailure(w->info.job_id);
+    if (job != nullptr && job->state == JobState::kRunning && pending != nullptr) {
+      const std::string then = *pending;
       LoseRankLocked(*job, absl::StrCat(RankName(w->info.registration.name, w->info.pipeline_rank,
                                                  w->info.data_rank),
                                         " lost: its session closed; then ", then));
@@ -331,30 +329,13 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
                    " failed: ", message.substr(0, 4096));
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
-  if (std::optional<std::string> lost = LostRankLocked(*job, w->info.registration.name)) {
+  if (std::optional<std::string> lost =
+          Recovery::BlameLostRank(*job, w->info.registration.name, workers_)) {
     LoseRankLocked(*job, absl::StrCat(*lost, "; then ", failed));
     return absl::OkStatus();
   }
-  if (job->state != JobState::kRunning || options_.failure_grace <= absl::ZeroDuration()) {
-    LoseRankLocked(*job, failed);
-    return absl::OkStatus();
-  }
-  JobRuntime& rt = runtime_[job_id];
-  if (!rt.pending_failure) {
-    rt.pending_failure = JobRuntime::PendingFailure{failed, clock_.Now() + options_.failure_grace};
-    LogInfo("job ", job_id, ": ", failed, "; waiting up to ",
-            absl::FormatDuration(options_.failure_grace), " for a lost peer to blame");
-  }
+  if (!recovery_.DeferFailure(*job, failed, clock_.Now())) LoseRankLocked(*job, failed);
   return absl::OkStatus();
-}
-
-std::optional<std::string> JobManager::LostRankLocked(const JobRecord& job,
-                                                      const std::string& except_worker) const {
-  for (const RankSlot& slot : job.ranks) {
-    if (slot.worker_name == except_worker) continue;
-    if (std::optional<std::string> lost = workers_.WhyNotRunning(slot, job.id)) return lost;
-  }
-  return std::nullopt;
 }
 
 void JobManager::WorkerLeaving(const std::string& worker_id, const std::string& reason) {
@@ -378,31 +359,14 @@ void JobManager::CheckLiveness() {
   workers_.ForgetDead(now);
   for (auto& [order, job] : jobs_) {
     if (job.state != JobState::kRunning) continue;
-    JobRuntime& rt = runtime_[job.id];
-    if (rt.pending_failure && now >= rt.pending_failure->deadline) {
-      // No peer was lost: the reporting rank's own failure is the cause.
-      const std::string reason = rt.pending_failure->reason;
-      LoseRankLocked(job, reason);
-      continue;
-    }
-    if (!rt.reconnect_deadline || now < *rt.reconnect_deadline) continue;
-    rt.reconnect_deadline.reset();
-    for (const RankSlot& slot : job.ranks) {
-      const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
-      if (rt.reconnected.contains(g)) continue;
-      LoseRankLocked(job,
-                     absl::StrCat("coordinator restarted and ",
-                                  RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
-                                  " did not reconnect within ",
-                                  absl::FormatDuration(options_.recovery_grace)));
-      break;
+    if (std::optional<std::string> lost = recovery_.DueLoss(job, now)) {
+      LoseRankLocked(job, *std::move(lost));
     }
   }
   // Restarting jobs whose backoff is over.
   for (const auto& [order, job] : jobs_) {
     if (job.state != JobState::kRestarting) continue;
-    auto rt = runtime_.find(job.id);
-    if (rt != runtime_.end() && rt->second.restart_at && now >= *rt->second.restart_at) {
+    if (recovery_.RestartDue(job.id, now)) {
       TryScheduleLocked();
       break;
     }
@@ -417,8 +381,8 @@ void JobManager::MarkDeadLocked(RegisteredWorker& w, std::string reason) {
       std::string why =
           absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank, w.info.data_rank),
                        " lost: ", reason);
-      if (auto rt = runtime_.find(job_id); rt != runtime_.end() && rt->second.pending_failure) {
-        absl::StrAppend(&why, "; then ", rt->second.pending_failure->reason);
+      if (const std::string* pending = recovery_.PendingFailure(job_id)) {
+        absl::StrAppend(&why, "; then ", *pending);
       }
       LoseRankLocked(*job, std::move(why));
     }
