@@ -30,6 +30,7 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
       store_(store),
       metrics_(metrics),
       options_(options),
+      monitor_(metrics),
       rendezvous_(options.rendezvous),
       recovery_(options.failure_grace, options.recovery_grace) {}
 
@@ -55,9 +56,7 @@ absl::Status JobManager::Load() {
       ++running;
       if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
         // Progress resumes at the stored count; the workers' buffered reports fill in the rest.
-        tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
-                          plan->sim.bubble_rate, job.ranks, job.iterations_done);
-        traces_.StartJob(id, plan->plan, job.ranks);
+        monitor_.StartJob(id, job.spec, *plan, job.ranks, job.iterations_done);
       }
     }
   }
@@ -243,7 +242,7 @@ JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
   view.record = job;
   if (auto rt = runtime_.find(job.id); rt != runtime_.end()) view.plan = rt->second.plan;
   if (with_progress && job.state != JobState::kPending) {
-    view.progress = tracker_.Get(job.id, with_microbatches);
+    view.progress = monitor_.Progress(job.id, with_microbatches);
   }
   if (job.state == JobState::kPending) {
     int ahead = 0;
@@ -400,9 +399,7 @@ void JobManager::DispatchLocked(JobRecord& job, const std::vector<RegisteredWork
     if (!job.layout) job.layout = ModelLayout{"spec", ts->cuts, {}, 0};
     ts->cuts = job.layout->cuts;
   }
-  tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
-                    plan->sim.bubble_rate, job.ranks);
-  traces_.StartJob(job.id, plan->plan, job.ranks);
+  monitor_.StartJob(job.id, job.spec, *plan, job.ranks);
   runtime_[job.id].finished.clear();
   recovery_.Dispatched(job.id);
   for (int g = 0; g < p * d; ++g) {

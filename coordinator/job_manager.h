@@ -53,10 +53,9 @@
 #include "coordinator/job_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planner.h"
-#include "coordinator/progress_tracker.h"
 #include "coordinator/recovery.h"
 #include "coordinator/rendezvous.h"
-#include "coordinator/trace_store.h"
+#include "coordinator/run_monitor.h"
 #include "coordinator/worker_connection.h"
 #include "coordinator/worker_registry.h"
 
@@ -98,21 +97,6 @@ struct ListResult {
 struct RegisterResult {
   std::string worker_id;
   bool resume_running_job = false;
-};
-
-struct ProgressBatchData {
-  std::string job_id;
-  int pipeline_rank = 0;
-  int data_rank = 0;
-  ProgressEvents events;
-  // Worker-clock seconds since the Unix epoch; empty or as long as the events.
-  absl::Span<const double> start_times;
-  absl::Span<const double> end_times;
-  // Send / receive peers and reduce chunks / buckets (v1::ProgressBatch): empty or as long as the
-  // events.
-  absl::Span<const int32_t> peers;
-  absl::Span<const int32_t> chunks;
-  absl::Span<const int32_t> buckets;
 };
 
 // An iteration's executed timeline (coordinator clock) beside the plan's prediction.
@@ -175,7 +159,7 @@ class JobManager {
   // A message from `worker_name` stamped `worker_time_s` (its clock, Unix seconds) has just
   // arrived: a sample for its clock offset (TraceStore).
   void ObserveWorkerClock(const std::string& worker_name, double worker_time_s);
-  // Lock-free with respect to the job table: for ingest rate.
+  // Lock-free with respect to the job table: for ingest rate (RunMonitor).
   void Progress(const std::string& worker_name, const ProgressBatchData& batch);
   absl::Status IterationReport(const std::string& worker_id, const std::string& job_id,
                                int iteration, const RankStats& stats, std::optional<double> loss,
@@ -213,8 +197,10 @@ class JobManager {
 
   const JobEventLog& events() const { return events_; }
   // Changes whenever the job's progress does (WatchJob polls it).
-  uint64_t ProgressVersion(const std::string& job_id) const { return tracker_.Version(job_id); }
-  uint64_t dropped_progress_events() const { return tracker_.dropped_events(); }
+  uint64_t ProgressVersion(const std::string& job_id) const {
+    return monitor_.ProgressVersion(job_id);
+  }
+  uint64_t dropped_progress_events() const { return monitor_.dropped_events(); }
   const ManagerOptions& options() const { return options_; }
 
  private:
@@ -260,18 +246,18 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Per-job pipeline metrics from one accepted report (job_manager_metrics.cc).
-  void ObserveIterationMetrics(const std::string& worker_name, const std::string& job_id,
-                               int iteration, const RankStats& stats,
-                               const std::optional<IterationSummary>& summary)
+  // The plan of RUNNING job `job_id` (null when it has none) when `worker_name` holds the rank
+  // `stats` is about; nullopt when the report is not from the rank's holder.
+  std::optional<std::shared_ptr<const JobPlan>> HolderPlan(const std::string& worker_name,
+                                                           const std::string& job_id,
+                                                           const RankStats& stats) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   Clock& clock_;
   JobStore& store_;
   Metrics& metrics_;
   const ManagerOptions options_;
-  ProgressTracker tracker_;
-  TraceStore traces_;
+  RunMonitor monitor_;  // thread-safe; taken after mu_ when both are
   Rendezvous rendezvous_;
   JobEventLog events_;
 

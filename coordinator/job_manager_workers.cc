@@ -8,55 +8,6 @@
 #include "coordinator/log.h"
 
 namespace zpipe::coordinator {
-namespace {
-
-// The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
-std::optional<core::ActionKind> TimelineKind(int32_t op) {
-  switch (static_cast<Op>(op)) {
-    case Op::kF:
-      return core::ActionKind::kForward;
-    case Op::kB:
-      return core::ActionKind::kBackwardInput;
-    case Op::kW:
-      return core::ActionKind::kBackwardWeight;
-    case Op::kBW:
-      return core::ActionKind::kBackwardFull;
-    case Op::kSendAct:
-      return core::ActionKind::kSendAct;
-    case Op::kRecvAct:
-      return core::ActionKind::kRecvAct;
-    case Op::kSendGrad:
-      return core::ActionKind::kSendGrad;
-    case Op::kRecvGrad:
-      return core::ActionKind::kRecvGrad;
-    case Op::kReduce:
-      return core::ActionKind::kReduce;
-  }
-  return std::nullopt;
-}
-
-// Event k of `batch` as a timeline action, or nullopt when it does not go on the timeline: an
-// unknown op, or a send, receive or reduction without its peer / chunk / bucket (`with_extras`).
-std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_t k,
-                                           bool with_extras) {
-  std::optional<core::ActionKind> kind = TimelineKind(batch.events.ops[k]);
-  if (!kind) return std::nullopt;
-  if (*kind == core::ActionKind::kReduce) {
-    if (!with_extras) return std::nullopt;
-    return core::Action::Reduce(batch.chunks[k], batch.buckets[k]);
-  }
-  core::Action a;
-  a.kind = *kind;
-  a.stage = batch.events.stages[k];
-  a.microbatch = batch.events.microbatches[k];
-  if (core::IsComm(a.kind)) {
-    if (!with_extras) return std::nullopt;
-    a.peer = batch.peers[k];
-  }
-  return a;
-}
-
-}  // namespace
 
 absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistration& reg) {
   if (absl::Status st = WorkerRegistry::Validate(reg); !st.ok()) return st;
@@ -172,50 +123,18 @@ absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id)
 }
 
 void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
-  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, batch.events);
-  const size_t n = batch.events.iterations.size();
-  if (n == 0 || batch.start_times.size() != n || batch.end_times.size() != n ||
-      batch.events.ops.size() != n || batch.events.stages.size() != n ||
-      batch.events.microbatches.size() != n) {
-    return;
-  }
-  // Sends, receives and reductions need their peer / chunk / bucket; without them (or with
-  // malformed ones) only the batch's compute events go on the timeline.
-  auto usable = [n](absl::Span<const int32_t> v) { return v.size() == n; };
-  const bool with_extras = usable(batch.peers) && usable(batch.chunks) && usable(batch.buckets);
-  std::vector<int32_t> iterations;
-  std::vector<core::Action> actions;
-  std::vector<double> starts, ends;
-  iterations.reserve(n);
-  actions.reserve(n);
-  starts.reserve(n);
-  ends.reserve(n);
-  double last_end = batch.end_times[0];
-  for (size_t k = 0; k < n; ++k) {
-    // Every event ended before the batch left, whether or not it is kept.
-    last_end = std::max(last_end, batch.end_times[k]);
-    std::optional<core::Action> a = TimelineAction(batch, k, with_extras);
-    if (!a) continue;
-    iterations.push_back(batch.events.iterations[k]);
-    actions.push_back(*a);
-    starts.push_back(batch.start_times[k]);
-    ends.push_back(batch.end_times[k]);
-  }
-  // The batch left the worker after its last action ended: a clock sample (TraceStore).
-  traces_.ObserveClock(worker_name, clock_.Now(), last_end);
-  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, iterations,
-                     actions, starts, ends);
+  monitor_.AddProgress(worker_name, batch, clock_.Now());
 }
 
 void JobManager::ObserveWorkerClock(const std::string& worker_name, double worker_time_s) {
-  traces_.ObserveClock(worker_name, clock_.Now(), worker_time_s);
+  monitor_.ObserveClock(worker_name, clock_.Now(), worker_time_s);
 }
 
 absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
                                             std::optional<int> iteration) {
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = Plan(job_id);
   if (!plan.ok() && plan.status().code() == absl::StatusCode::kNotFound) return plan.status();
-  absl::StatusOr<JobTrace> trace = traces_.Get(job_id, iteration);
+  absl::StatusOr<JobTrace> trace = monitor_.Trace(job_id, iteration);
   if (!trace.ok()) return trace.status();
   TraceView view;
   view.trace = *std::move(trace);
@@ -230,31 +149,16 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   absl::StatusOr<std::string> name = WorkerName(worker_id);
   if (!name.ok()) return name.status();
   std::optional<IterationSummary> summary =
-      tracker_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
-  ObserveIterationMetrics(*name, job_id, iteration, stats, summary);
+      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
+  if (std::optional<std::shared_ptr<const JobPlan>> plan = HolderPlan(*name, job_id, stats)) {
+    // Outside the lock: a simulation of the whole plan, once per completed iteration.
+    monitor_.ObserveIteration(job_id, iteration, stats, summary, *plan);
+  }
   if (!summary) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   JobRecord* job = FindJobLocked(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
-  job->iterations_done = std::max(job->iterations_done, summary->iteration + 1);
-  if (!job->attempts.empty() && job->attempts.back().start_iteration < 0) {
-    JobAttemptRecord& attempt = job->attempts.back();
-    attempt.start_iteration = summary->iteration;
-    if (job->attempts.size() > 1) {
-      const int before = job->attempts[job->attempts.size() - 2].iterations_done;
-      job->reason =
-          absl::StrCat("attempt ", attempt.attempt, " resumed at iteration ", summary->iteration,
-                       " (", std::max(0, before - summary->iteration), " iterations run again)");
-      LogInfo("job ", job_id, ": ", job->reason);
-    }
-  }
-  JobEvent event;
-  event.sequence = ++job->last_sequence;
-  event.time = clock_.Now();
-  event.kind = JobEvent::Kind::kIteration;
-  event.summary = *summary;
-  job->latest_summary = std::move(*summary);
-  events_.Append(job_id, std::move(event));
+  events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
   PersistLocked(*job);
   const IterationSummary& s = *job->latest_summary;
   LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
@@ -262,6 +166,19 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
           s.loss ? absl::StrCat(", loss ", *s.loss) : "",
           s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
   return absl::OkStatus();
+}
+
+std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::string& worker_name,
+                                                                     const std::string& job_id,
+                                                                     const RankStats& stats) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const JobRecord* job = FindJobLocked(job_id);
+  if (job == nullptr || job->state != JobState::kRunning) return std::nullopt;
+  if (!workers_.HoldsRank(worker_name, job_id, stats.pipeline_rank, stats.data_rank)) {
+    return std::nullopt;  // not from the worker holding that rank
+  }
+  auto rt = runtime_.find(job_id);
+  return rt == runtime_.end() ? nullptr : rt->second.plan;
 }
 
 absl::Status JobManager::CheckAssignedLocked(const std::string& worker_name,
