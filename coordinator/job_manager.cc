@@ -44,12 +44,9 @@ absl::Status JobManager::Load() {
   int running = 0;
   for (JobRecord& rec : *loaded) {
     const std::string id = rec.id;
-    const int64_t order = rec.submit_order;
-    next_submit_order_ = std::max(next_submit_order_, order + 1);
     events_.Open(id, rec.last_sequence);
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);
-    job_index_[id] = order;
-    JobRecord& job = jobs_[order] = std::move(rec);
+    JobRecord& job = queue_.Add(std::move(rec));
     if (std::optional<std::string> requeue = recovery_.Reconcile(job, now)) {
       SetStateLocked(job, JobState::kPending, *std::move(requeue));
     } else if (job.state == JobState::kRunning) {
@@ -60,8 +57,9 @@ absl::Status JobManager::Load() {
       }
     }
   }
-  LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running, " RUNNING jobs wait up to ",
-          absl::FormatDuration(options_.recovery_grace), " for their workers to reconnect");
+  LogInfo("loaded ", queue_.all().size(), " jobs from the store; ", running,
+          " RUNNING jobs wait up to ", absl::FormatDuration(options_.recovery_grace),
+          " for their workers to reconnect");
   UpdateGaugesLocked();
   return absl::OkStatus();
 }
@@ -75,16 +73,14 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   if (absl::Status st = ValidateSpecFields(spec); !st.ok()) return st;
 
   auto pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    const auto pending = std::count_if(jobs_.begin(), jobs_.end(), [](const auto& entry) {
-      return entry.second.state == JobState::kPending;
-    });
+    const int pending = queue_.PendingCount();
     if (pending < options_.max_pending_jobs) return absl::OkStatus();
     return absl::ResourceExhaustedError(
         absl::StrCat(pending, " jobs are pending (the --max-pending-jobs limit of ",
                      options_.max_pending_jobs, "); wait or cancel some"));
   };
   auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
-    const JobRecord* job = FindJobLocked(job_id);
+    const JobRecord* job = queue_.Find(job_id);
     if (job == nullptr) return absl::NotFoundError("");
     if (job->submitted_by != submitted_by) {
       return absl::AlreadyExistsError(
@@ -126,15 +122,14 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   rec.reason = WaitingReason(spec, 0, {});
   rec.create_time = clock_.Now();
   rec.submitted_by = std::move(submitted_by);
-  rec.submit_order = next_submit_order_++;
+  rec.submit_order = queue_.NextSubmitOrder();
   // Stored before it exists in memory, so a client never holds an id a restart would lose.
   if (absl::Status st = store_.Put(rec); !st.ok()) {
     LogError("job ", job_id, ": store write failed, submit refused: ", st.ToString());
     return absl::UnavailableError(absl::StrCat("the job store could not save job '", job_id,
                                                "': ", st.message(), "; the job was not created"));
   }
-  job_index_[job_id] = rec.submit_order;
-  JobRecord& job = jobs_[rec.submit_order] = std::move(rec);
+  JobRecord& job = queue_.Add(std::move(rec));
   runtime_[job_id].plan = *plan;
   events_.Open(job_id, 0);
   rendezvous_.Open(job_id);
@@ -149,7 +144,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
 absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) {
   {
     absl::ReaderMutexLock lock(&mu_);
-    const JobRecord* job = FindJobLocked(job_id);
+    const JobRecord* job = queue_.Find(job_id);
     if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
     auto rt = runtime_.find(job_id);
     if (rt != runtime_.end() && (rt->second.plan || rt->second.plan_failed)) {
@@ -158,7 +153,7 @@ absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_mic
   }
   // Loaded from the store without a plan yet: make it once, under the writer lock.
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   PlanForLocked(*job);
   return ViewLocked(*job, true, with_microbatches);
@@ -174,28 +169,24 @@ absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, in
   }
   ListResult result;
   absl::ReaderMutexLock lock(&mu_);
-  for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
-    const JobRecord& job = it->second;
-    if (!states.empty() && !states.contains(job.state)) continue;
-    if (static_cast<int>(result.jobs.size()) == page_size) {
-      result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
-      break;
-    }
-    result.jobs.push_back(ViewLocked(job, true, false));
+  bool more = false;
+  for (const JobRecord* job : queue_.Page(states, after, page_size, &more)) {
+    result.jobs.push_back(ViewLocked(*job, true, false));
   }
+  if (more) result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
   return result;
 }
 
 absl::StatusOr<std::string> JobManager::SubmittedBy(const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  const JobRecord* job = FindJobLocked(job_id);
+  const JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   return job->submitted_by;
 }
 
 absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::string reason) {
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   if (job->state == JobState::kCancelled) return ViewLocked(*job, true, true);
   if (IsTerminal(job->state)) {
@@ -210,7 +201,7 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   std::shared_ptr<const JobPlan> plan = PlanForLocked(*job);
   if (!plan) {
@@ -226,16 +217,6 @@ std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
 
 // ---------------------------------------------------------------------------------------------
 
-JobRecord* JobManager::FindJobLocked(const std::string& job_id) {
-  auto it = job_index_.find(job_id);
-  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
-}
-
-const JobRecord* JobManager::FindJobLocked(const std::string& job_id) const {
-  auto it = job_index_.find(job_id);
-  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
-}
-
 JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
                                bool with_microbatches) const {
   JobView view;
@@ -244,14 +225,7 @@ JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
   if (with_progress && job.state != JobState::kPending) {
     view.progress = monitor_.Progress(job.id, with_microbatches);
   }
-  if (job.state == JobState::kPending) {
-    int ahead = 0;
-    for (const auto& [order, other] : jobs_) {
-      if (order >= job.submit_order) break;
-      if (other.state == JobState::kPending && other.spec.device == job.spec.device) ++ahead;
-    }
-    view.queue_position = ahead;
-  }
+  if (job.state == JobState::kPending) view.queue_position = queue_.QueuePosition(job);
   return view;
 }
 
@@ -313,28 +287,22 @@ void JobManager::ReleaseWorkersLocked(JobRecord& job, bool cancel) {
 void JobManager::TryScheduleLocked() {
   if (shut_down_) return;
   const absl::Time now = clock_.Now();
-  std::set<DeviceKind> blocked;  // FIFO per device kind: the oldest job blocks the later ones
-  for (auto& [order, job] : jobs_) {
+  // Called back, still under mu_, for each waiting job in queue order.
+  queue_.Schedule([&](JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool restarting = job.state == JobState::kRestarting;
-    if ((job.state != JobState::kPending && !restarting) || blocked.contains(job.spec.device)) {
-      continue;
-    }
-    if (restarting && recovery_.HeldBack(job.id, now)) {
-      blocked.insert(job.spec.device);  // its backoff holds the workers for it
-      continue;
-    }
+    if (restarting && recovery_.HeldBack(job.id, now)) return false;  // the backoff holds it
     std::vector<const WorkerRegistration*> live;
     std::vector<RegisteredWorker*> idle = workers_.IdleFor(job.spec.device, &live);
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
-      blocked.insert(job.spec.device);
       const std::string waiting = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
       job.reason =
           restarting ? absl::StrCat(recovery_.RestartReason(job.id), "; ", waiting) : waiting;
-      continue;
+      return false;
     }
     idle.resize(job.spec.world_size());
     ScheduleJobLocked(job, std::move(idle));
-  }
+    return true;
+  });
 }
 
 bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers) {
@@ -441,8 +409,7 @@ void JobManager::PersistLocked(const JobRecord& job) {
 }
 
 void JobManager::UpdateGaugesLocked() {
-  int64_t jobs[std::size(kAllJobStates)] = {};
-  for (const auto& [order, job] : jobs_) ++jobs[static_cast<int>(job.state)];
+  const std::array<int64_t, std::size(kAllJobStates)> jobs = queue_.CountByState();
   for (JobState s : kAllJobStates) metrics_.SetJobCount(s, jobs[static_cast<int>(s)]);
   const std::array<int64_t, 3> workers = workers_.CountByState();
   for (WorkerState s : kAllWorkerStates) metrics_.SetWorkerCount(s, workers[static_cast<int>(s)]);

@@ -1,5 +1,13 @@
-// JobManager: the coordinator's logic. Jobs, workers, scheduling, progress and rendezvous, on
-// domain types; the gRPC services are thin adapters over it.
+// JobManager: the coordinator's logic on domain types; the gRPC services are thin adapters over
+// it. It is a facade over four pieces, each with its own header and tests, and carries out the
+// transitions that involve more than one of them:
+//   JobQueue        job records in submission order; the FIFO-per-device-kind queue order;
+//   WorkerRegistry  registrations, sessions, heartbeats, worker states (no job internals);
+//   RunMonitor      progress, executed timelines, iteration summaries, pipeline metrics;
+//   Recovery        lost ranks, restarts, failure grace, reconciliation after a restart.
+// One lock (mu_) guards the queue, the registry, recovery and the per-job runtime; the pieces
+// themselves are not thread-safe. RunMonitor, Rendezvous and JobEventLog lock on their own and
+// are only ever taken after mu_ (or without it), never the other way round.
 //
 // Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; terminal states
 // always carry a reason. Pending jobs are scheduled FIFO per device kind: the oldest pending job
@@ -50,6 +58,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/domain.h"
 #include "coordinator/job_events.h"
+#include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planner.h"
@@ -211,8 +220,6 @@ class JobManager {
     std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
   };
 
-  JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const JobRecord* FindJobLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status CheckAssignedLocked(const std::string& worker_name, const std::string& job_id) const
@@ -257,17 +264,15 @@ class JobManager {
   JobStore& store_;
   Metrics& metrics_;
   const ManagerOptions options_;
-  RunMonitor monitor_;  // thread-safe; taken after mu_ when both are
+  RunMonitor monitor_;  // thread-safe; its locks come after mu_
   Rendezvous rendezvous_;
   JobEventLog events_;
 
   mutable absl::Mutex mu_;
-  std::map<int64_t, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by submit_order
-  absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
-  int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -56,7 +56,7 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
   absl::MutexLock lock(&mu_);
   RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   JobRuntime& rt = runtime_[job_id];
   if (job == nullptr || job->state != JobState::kScheduling || job->attempt != attempt ||
       rt.profiling_worker != w->info.registration.name) {

@@ -18,17 +18,7 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
 
   // The rank this name holds in an active job, whether from the live registry or (after a
   // coordinator restart) only from the job records.
-  JobRecord* held_job = nullptr;
-  const RankSlot* held_slot = nullptr;
-  for (auto& [order, job] : jobs_) {
-    if (job.state != JobState::kScheduling && job.state != JobState::kRunning) continue;
-    for (const RankSlot& slot : job.ranks) {
-      if (slot.worker_name == reg.name) {
-        held_job = &job;
-        held_slot = &slot;
-      }
-    }
-  }
+  auto [held_job, held_slot] = queue_.ActiveRankOf(reg.name);
 
   RegisteredWorker& entry = workers_.Add(reg, now);
   RegisterResult result;
@@ -93,7 +83,7 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
   if (w == nullptr) return;
   // A peer already reported the broken connection: this worker is the rank that went away.
   if (w->info.state == WorkerState::kBusy) {
-    JobRecord* job = FindJobLocked(w->info.job_id);
+    JobRecord* job = queue_.Find(w->info.job_id);
     const std::string* pending = recovery_.PendingFailure(w->info.job_id);
     if (job != nullptr && job->state == JobState::kRunning && pending != nullptr) {
       const std::string then = *pending;
@@ -156,7 +146,7 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   }
   if (!summary) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
   events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
   PersistLocked(*job);
@@ -172,7 +162,7 @@ std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::
                                                                      const std::string& job_id,
                                                                      const RankStats& stats) const {
   absl::ReaderMutexLock lock(&mu_);
-  const JobRecord* job = FindJobLocked(job_id);
+  const JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || job->state != JobState::kRunning) return std::nullopt;
   if (!workers_.HoldsRank(worker_name, job_id, stats.pipeline_rank, stats.data_rank)) {
     return std::nullopt;  // not from the worker holding that rank
@@ -183,7 +173,7 @@ std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::
 
 absl::Status JobManager::CheckAssignedLocked(const std::string& worker_name,
                                              const std::string& job_id) const {
-  if (const JobRecord* job = FindJobLocked(job_id); job != nullptr) {
+  if (const JobRecord* job = queue_.Find(job_id); job != nullptr) {
     for (const RankSlot& slot : job->ranks) {
       if (slot.worker_name == worker_name) return absl::OkStatus();
     }
@@ -217,7 +207,7 @@ absl::Status JobManager::RankFinished(const std::string& worker_id, const std::s
   if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || job->state != JobState::kRunning) return absl::OkStatus();
   JobRuntime& rt = runtime_[job_id];
   rt.finished.insert(data_rank * job->spec.pipeline + pipeline_rank);
@@ -239,7 +229,7 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
   if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
   const std::string failed =
       absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
@@ -274,14 +264,14 @@ void JobManager::CheckLiveness() {
   }
   // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
   workers_.ForgetDead(now);
-  for (auto& [order, job] : jobs_) {
+  for (auto& [order, job] : queue_.all()) {
     if (job.state != JobState::kRunning) continue;
     if (std::optional<std::string> lost = recovery_.DueLoss(job, now)) {
       LoseRankLocked(job, *std::move(lost));
     }
   }
   // Restarting jobs whose backoff is over.
-  for (const auto& [order, job] : jobs_) {
+  for (const auto& [order, job] : queue_.all()) {
     if (job.state != JobState::kRestarting) continue;
     if (recovery_.RestartDue(job.id, now)) {
       TryScheduleLocked();
@@ -293,7 +283,7 @@ void JobManager::CheckLiveness() {
 void JobManager::MarkDeadLocked(RegisteredWorker& w, std::string reason) {
   const std::string job_id = workers_.MarkDead(w, reason);
   if (!job_id.empty()) {
-    JobRecord* job = FindJobLocked(job_id);
+    JobRecord* job = queue_.Find(job_id);
     if (job != nullptr && !IsTerminal(job->state)) {
       std::string why =
           absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank, w.info.data_rank),
@@ -332,7 +322,7 @@ absl::Status JobManager::RendezvousSet(const std::string& job_id, const std::str
   absl::Status st = rendezvous_.Set(job_id, key, std::move(value));
   if (st.code() == absl::StatusCode::kNotFound && !rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return st;
 }
@@ -343,7 +333,7 @@ absl::StatusOr<std::string> JobManager::RendezvousGet(const std::string& job_id,
   if (!value.ok() && value.status().code() == absl::StatusCode::kNotFound &&
       !rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return value;
 }
@@ -353,7 +343,7 @@ absl::StatusOr<std::vector<std::string>> JobManager::RendezvousWait(
     const std::function<bool()>& cancelled) const {
   if (!rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return rendezvous_.Wait(job_id, keys, deadline, cancelled);
 }
