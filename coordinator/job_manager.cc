@@ -3,6 +3,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <iterator>
 
@@ -12,6 +13,7 @@
 #include "coordinator/log.h"
 #include "coordinator/spec_validator.h"
 #include "coordinator/worker_match.h"
+#include "coordinator/worker_registry.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -28,7 +30,9 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
       store_(store),
       metrics_(metrics),
       options_(options),
-      rendezvous_(options.rendezvous) {}
+      monitor_(metrics),
+      rendezvous_(options.rendezvous),
+      recovery_(options.failure_grace, options.recovery_grace) {}
 
 JobManager::~JobManager() = default;
 
@@ -40,35 +44,22 @@ absl::Status JobManager::Load() {
   int running = 0;
   for (JobRecord& rec : *loaded) {
     const std::string id = rec.id;
-    const int64_t order = rec.submit_order;
-    next_submit_order_ = std::max(next_submit_order_, order + 1);
     events_.Open(id, rec.last_sequence);
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);
-    job_index_[id] = order;
-    JobRecord& job = jobs_[order] = std::move(rec);
-    if (job.state == JobState::kScheduling) {
-      CloseAttemptLocked(job, "coordinator restarted while scheduling");
-      job.ranks.clear();
-      SetStateLocked(job, JobState::kPending,
-                     "coordinator restarted while scheduling; queued again");
-    } else if (job.state == JobState::kRestarting) {
-      JobRuntime& rt = runtime_[id];
-      rt.restart_at = now;
-      rt.restart_reason = job.reason;
+    JobRecord& job = queue_.Add(std::move(rec));
+    if (std::optional<std::string> requeue = recovery_.Reconcile(job, now)) {
+      SetStateLocked(job, JobState::kPending, *std::move(requeue));
     } else if (job.state == JobState::kRunning) {
       ++running;
-      JobRuntime& rt = runtime_[id];
-      rt.reconnect_deadline = now + options_.recovery_grace;
       if (std::shared_ptr<const JobPlan> plan = PlanForLocked(job)) {
         // Progress resumes at the stored count; the workers' buffered reports fill in the rest.
-        tracker_.StartJob(id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
-                          plan->sim.bubble_rate, job.ranks, job.iterations_done);
-        traces_.StartJob(id, plan->plan, job.ranks);
+        monitor_.StartJob(id, job.spec, *plan, job.ranks, job.iterations_done);
       }
     }
   }
-  LogInfo("loaded ", jobs_.size(), " jobs from the store; ", running, " RUNNING jobs wait up to ",
-          absl::FormatDuration(options_.recovery_grace), " for their workers to reconnect");
+  LogInfo("loaded ", queue_.all().size(), " jobs from the store; ", running,
+          " RUNNING jobs wait up to ", absl::FormatDuration(options_.recovery_grace),
+          " for their workers to reconnect");
   UpdateGaugesLocked();
   return absl::OkStatus();
 }
@@ -82,16 +73,14 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   if (absl::Status st = ValidateSpecFields(spec); !st.ok()) return st;
 
   auto pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    const auto pending = std::count_if(jobs_.begin(), jobs_.end(), [](const auto& entry) {
-      return entry.second.state == JobState::kPending;
-    });
+    const int pending = queue_.PendingCount();
     if (pending < options_.max_pending_jobs) return absl::OkStatus();
     return absl::ResourceExhaustedError(
         absl::StrCat(pending, " jobs are pending (the --max-pending-jobs limit of ",
                      options_.max_pending_jobs, "); wait or cancel some"));
   };
   auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
-    const JobRecord* job = FindJobLocked(job_id);
+    const JobRecord* job = queue_.Find(job_id);
     if (job == nullptr) return absl::NotFoundError("");
     if (job->submitted_by != submitted_by) {
       return absl::AlreadyExistsError(
@@ -133,15 +122,14 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   rec.reason = WaitingReason(spec, 0, {});
   rec.create_time = clock_.Now();
   rec.submitted_by = std::move(submitted_by);
-  rec.submit_order = next_submit_order_++;
+  rec.submit_order = queue_.NextSubmitOrder();
   // Stored before it exists in memory, so a client never holds an id a restart would lose.
   if (absl::Status st = store_.Put(rec); !st.ok()) {
     LogError("job ", job_id, ": store write failed, submit refused: ", st.ToString());
     return absl::UnavailableError(absl::StrCat("the job store could not save job '", job_id,
                                                "': ", st.message(), "; the job was not created"));
   }
-  job_index_[job_id] = rec.submit_order;
-  JobRecord& job = jobs_[rec.submit_order] = std::move(rec);
+  JobRecord& job = queue_.Add(std::move(rec));
   runtime_[job_id].plan = *plan;
   events_.Open(job_id, 0);
   rendezvous_.Open(job_id);
@@ -156,7 +144,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
 absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) {
   {
     absl::ReaderMutexLock lock(&mu_);
-    const JobRecord* job = FindJobLocked(job_id);
+    const JobRecord* job = queue_.Find(job_id);
     if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
     auto rt = runtime_.find(job_id);
     if (rt != runtime_.end() && (rt->second.plan || rt->second.plan_failed)) {
@@ -165,7 +153,7 @@ absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_mic
   }
   // Loaded from the store without a plan yet: make it once, under the writer lock.
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   PlanForLocked(*job);
   return ViewLocked(*job, true, with_microbatches);
@@ -181,28 +169,24 @@ absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, in
   }
   ListResult result;
   absl::ReaderMutexLock lock(&mu_);
-  for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
-    const JobRecord& job = it->second;
-    if (!states.empty() && !states.contains(job.state)) continue;
-    if (static_cast<int>(result.jobs.size()) == page_size) {
-      result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
-      break;
-    }
-    result.jobs.push_back(ViewLocked(job, true, false));
+  bool more = false;
+  for (const JobRecord* job : queue_.Page(states, after, page_size, &more)) {
+    result.jobs.push_back(ViewLocked(*job, true, false));
   }
+  if (more) result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
   return result;
 }
 
 absl::StatusOr<std::string> JobManager::SubmittedBy(const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  const JobRecord* job = FindJobLocked(job_id);
+  const JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   return job->submitted_by;
 }
 
 absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::string reason) {
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   if (job->state == JobState::kCancelled) return ViewLocked(*job, true, true);
   if (IsTerminal(job->state)) {
@@ -217,7 +201,7 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
   std::shared_ptr<const JobPlan> plan = PlanForLocked(*job);
   if (!plan) {
@@ -228,24 +212,10 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::strin
 
 std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
   absl::ReaderMutexLock lock(&mu_);
-  std::vector<WorkerInfo> out;
-  for (const auto& [name, w] : workers_) {
-    if (include_dead || w.info.state != WorkerState::kDead) out.push_back(w.info);
-  }
-  return out;
+  return workers_.List(include_dead);
 }
 
 // ---------------------------------------------------------------------------------------------
-
-JobRecord* JobManager::FindJobLocked(const std::string& job_id) {
-  auto it = job_index_.find(job_id);
-  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
-}
-
-const JobRecord* JobManager::FindJobLocked(const std::string& job_id) const {
-  auto it = job_index_.find(job_id);
-  return it == job_index_.end() ? nullptr : &jobs_.at(it->second);
-}
 
 JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
                                bool with_microbatches) const {
@@ -253,16 +223,9 @@ JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
   view.record = job;
   if (auto rt = runtime_.find(job.id); rt != runtime_.end()) view.plan = rt->second.plan;
   if (with_progress && job.state != JobState::kPending) {
-    view.progress = tracker_.Get(job.id, with_microbatches);
+    view.progress = monitor_.Progress(job.id, with_microbatches);
   }
-  if (job.state == JobState::kPending) {
-    int ahead = 0;
-    for (const auto& [order, other] : jobs_) {
-      if (order >= job.submit_order) break;
-      if (other.state == JobState::kPending && other.spec.device == job.spec.device) ++ahead;
-    }
-    view.queue_position = ahead;
-  }
+  if (job.state == JobState::kPending) view.queue_position = queue_.QueuePosition(job);
   return view;
 }
 
@@ -288,48 +251,27 @@ void JobManager::SetStateLocked(JobRecord& job, JobState to, std::string reason)
 }
 
 void JobManager::FinishJobLocked(JobRecord& job, JobState to, std::string reason) {
-  CloseAttemptLocked(job, reason);
+  Recovery::CloseAttempt(job, reason, clock_.Now());
   SetStateLocked(job, to, std::move(reason));
   metrics_.JobFinished(job.id, clock_.Now());
   ReleaseWorkersLocked(job, /*cancel=*/to != JobState::kSucceeded);
   rendezvous_.Close(job.id);
-  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) {
-    rt->second.pending_failure.reset();
-    rt->second.finished.clear();
-    rt->second.reconnected.clear();
-    rt->second.reconnect_deadline.reset();
-    rt->second.restart_at.reset();
-  }
+  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) rt->second.finished.clear();
+  recovery_.Finished(job.id);
   TryScheduleLocked();
   UpdateGaugesLocked();
 }
 
 void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
-  const int max = job.spec.max_restarts;
-  if (job.state != JobState::kRunning || job.restarts >= max) {
-    if (max > 0 && job.state == JobState::kRunning) {
-      absl::StrAppend(&reason, " (no restarts left: ", job.restarts, " of ", max, " used)");
-    }
-    FinishJobLocked(job, JobState::kFailed, std::move(reason));
+  Recovery::Decision decision = recovery_.OnRankLost(job, std::move(reason), clock_.Now());
+  if (!decision.restart) {
+    FinishJobLocked(job, JobState::kFailed, std::move(decision.reason));
     return;
   }
-  const absl::Duration backoff = RestartBackoff(job.spec).value_or(absl::Seconds(2));
-  CloseAttemptLocked(job, reason);
-  ++job.restarts;
   ReleaseWorkersLocked(job, /*cancel=*/true);
-  JobRuntime& rt = runtime_[job.id];
-  rt.pending_failure.reset();
-  rt.finished.clear();
-  rt.reconnected.clear();
-  rt.reconnect_deadline.reset();
-  rt.restart_at = clock_.Now() + backoff;
-  rt.restart_reason =
-      absl::StrCat("attempt ", job.attempt, ": ", reason, "; restart ", job.restarts, " of ", max,
-                   " in ", absl::FormatDuration(backoff),
-                   job.spec.checkpoint_every > 0 ? ", from the latest complete checkpoint"
-                                                 : ", from iteration 0 (no checkpoints)");
+  runtime_[job.id].finished.clear();
   metrics_.JobRestarted(job.id);
-  SetStateLocked(job, JobState::kRestarting, rt.restart_reason);
+  SetStateLocked(job, JobState::kRestarting, std::move(decision.reason));
   // Its workers are not idle until their heartbeats say the attempt is torn down; the liveness
   // loop schedules the job once the backoff is over.
   TryScheduleLocked();
@@ -337,79 +279,33 @@ void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
 }
 
 void JobManager::ReleaseWorkersLocked(JobRecord& job, bool cancel) {
-  for (const RankSlot& slot : job.ranks) {
-    auto it = workers_.find(slot.worker_name);
-    if (it == workers_.end()) continue;
-    WorkerEntry& w = it->second;
-    if (w.info.state != WorkerState::kBusy || w.info.job_id != job.id) continue;
-    if (cancel && w.connection != nullptr) {
-      WorkerCommand command;
-      command.kind = WorkerCommand::Kind::kCancel;
-      command.job_id = job.id;
-      command.reason = job.reason;
-      w.connection->Send(std::move(command));
-      // Until a heartbeat says otherwise, it is still tearing the job down.
-      w.info.reported_job = job.id;
-    }
-    w.info.job_id.clear();
-    if (w.connection != nullptr) {
-      w.info.state = WorkerState::kIdle;
-    } else {
-      w.info.state = WorkerState::kDead;
-      w.info.reason = "session stream closed";
-    }
-  }
-}
-
-void JobManager::CloseAttemptLocked(JobRecord& job, const std::string& reason) {
-  if (job.attempts.empty()) return;
-  JobAttemptRecord& a = job.attempts.back();
-  if (a.end_time != absl::InfinitePast()) return;
-  a.end_time = clock_.Now();
-  a.end_reason = reason;
-  a.iterations_done = job.iterations_done;
+  std::vector<std::string> names;
+  for (const RankSlot& slot : job.ranks) names.push_back(slot.worker_name);
+  workers_.Release(job.id, names, cancel, job.reason);
 }
 
 void JobManager::TryScheduleLocked() {
   if (shut_down_) return;
   const absl::Time now = clock_.Now();
-  std::set<DeviceKind> blocked;  // FIFO per device kind: the oldest job blocks the later ones
-  for (auto& [order, job] : jobs_) {
+  // Called back, still under mu_, for each waiting job in queue order.
+  queue_.Schedule([&](JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool restarting = job.state == JobState::kRestarting;
-    if ((job.state != JobState::kPending && !restarting) || blocked.contains(job.spec.device)) {
-      continue;
-    }
-    const JobRuntime* rt = nullptr;
-    if (restarting) {
-      rt = &runtime_[job.id];
-      if (rt->restart_at && now < *rt->restart_at) {
-        blocked.insert(job.spec.device);  // its backoff holds the workers for it
-        continue;
-      }
-    }
-    std::vector<WorkerEntry*> idle;
+    if (restarting && recovery_.HeldBack(job.id, now)) return false;  // the backoff holds it
     std::vector<const WorkerRegistration*> live;
-    for (auto& [name, w] : workers_) {
-      if (w.info.state == WorkerState::kDead) continue;
-      live.push_back(&w.info.registration);
-      if (w.info.state == WorkerState::kIdle && w.connection != nullptr &&
-          w.info.reported_job.empty() &&
-          CannotRunReason(w.info.registration, job.spec.device).empty()) {
-        idle.push_back(&w);
-      }
-    }
+    std::vector<RegisteredWorker*> idle = workers_.IdleFor(job.spec.device, &live);
     if (static_cast<int>(idle.size()) < job.spec.world_size()) {
-      blocked.insert(job.spec.device);
       const std::string waiting = WaitingReason(job.spec, static_cast<int>(idle.size()), live);
-      job.reason = restarting ? absl::StrCat(rt->restart_reason, "; ", waiting) : waiting;
-      continue;
+      job.reason =
+          restarting ? absl::StrCat(recovery_.RestartReason(job.id), "; ", waiting) : waiting;
+      return false;
     }
     idle.resize(job.spec.world_size());
     ScheduleJobLocked(job, std::move(idle));
-  }
+    return true;
+  });
 }
 
-bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers) {
+bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers) {
   if (NeedsProfile(job)) {
     ReserveLocked(job, workers);
     JobRuntime& rt = runtime_[job.id];
@@ -439,19 +335,16 @@ bool JobManager::ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> wor
   return true;
 }
 
-void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers) {
+void JobManager::ReserveLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers) {
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   ++job.attempt;
   job.ranks.clear();
   std::string names;
   for (int g = 0; g < p * d; ++g) {
-    WorkerEntry& w = *workers[g];
+    RegisteredWorker& w = *workers[g];
     RankSlot slot{g % p, g / p, w.info.registration.name, w.info.registration.host,
                   w.info.registration.device_index};
-    w.info.state = WorkerState::kBusy;
-    w.info.job_id = job.id;
-    w.info.pipeline_rank = slot.pipeline_rank;
-    w.info.data_rank = slot.data_rank;
+    WorkerRegistry::Reserve(w, job.id, slot.pipeline_rank, slot.data_rank);
     absl::StrAppend(&names, g == 0 ? "" : ", ", slot.worker_name);
     job.ranks.push_back(std::move(slot));
   }
@@ -460,12 +353,12 @@ void JobManager::ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& 
   attempt.start_time = clock_.Now();
   for (const RankSlot& slot : job.ranks) attempt.workers.push_back(slot.worker_name);
   job.attempts.push_back(std::move(attempt));
-  if (auto rt = runtime_.find(job.id); rt != runtime_.end()) rt->second.restart_at.reset();
+  recovery_.Scheduled(job.id);
   SetStateLocked(job, JobState::kScheduling,
                  absl::StrCat("attempt ", job.attempt, " on workers ", names));
 }
 
-void JobManager::DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+void JobManager::DispatchLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers,
                                 std::shared_ptr<const JobPlan> plan) {
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   // The workers run with the cuts chosen for the job (its spec, as submitted, may have none).
@@ -474,13 +367,9 @@ void JobManager::DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>&
     if (!job.layout) job.layout = ModelLayout{"spec", ts->cuts, {}, 0};
     ts->cuts = job.layout->cuts;
   }
-  tracker_.StartJob(job.id, plan->plan.placement, job.spec.microbatches, job.spec.iterations,
-                    plan->sim.bubble_rate, job.ranks);
-  traces_.StartJob(job.id, plan->plan, job.ranks);
-  JobRuntime& rt = runtime_[job.id];
-  rt.finished.clear();
-  rt.reconnected.clear();
-  rt.reconnect_deadline.reset();
+  monitor_.StartJob(job.id, job.spec, *plan, job.ranks);
+  runtime_[job.id].finished.clear();
+  recovery_.Dispatched(job.id);
   for (int g = 0; g < p * d; ++g) {
     auto a = std::make_shared<AssignmentData>();
     a->job_id = job.id;
@@ -520,11 +409,9 @@ void JobManager::PersistLocked(const JobRecord& job) {
 }
 
 void JobManager::UpdateGaugesLocked() {
-  int64_t jobs[std::size(kAllJobStates)] = {};
-  for (const auto& [order, job] : jobs_) ++jobs[static_cast<int>(job.state)];
+  const std::array<int64_t, std::size(kAllJobStates)> jobs = queue_.CountByState();
   for (JobState s : kAllJobStates) metrics_.SetJobCount(s, jobs[static_cast<int>(s)]);
-  int64_t workers[3] = {};
-  for (const auto& [name, w] : workers_) ++workers[static_cast<int>(w.info.state)];
+  const std::array<int64_t, 3> workers = workers_.CountByState();
   for (WorkerState s : kAllWorkerStates) metrics_.SetWorkerCount(s, workers[static_cast<int>(s)]);
 }
 

@@ -1,5 +1,13 @@
-// JobManager: the coordinator's logic. Jobs, workers, scheduling, progress and rendezvous, on
-// domain types; the gRPC services are thin adapters over it.
+// JobManager: the coordinator's logic on domain types; the gRPC services are thin adapters over
+// it. It is a facade over four pieces, each with its own header and tests, and carries out the
+// transitions that involve more than one of them:
+//   JobQueue        job records in submission order; the FIFO-per-device-kind queue order;
+//   WorkerRegistry  registrations, sessions, heartbeats, worker states (no job internals);
+//   RunMonitor      progress, executed timelines, iteration summaries, pipeline metrics;
+//   Recovery        lost ranks, restarts, failure grace, reconciliation after a restart.
+// One lock (mu_) guards the queue, the registry, recovery and the per-job runtime; the pieces
+// themselves are not thread-safe. RunMonitor, Rendezvous and JobEventLog lock on their own and
+// are only ever taken after mu_ (or without it), never the other way round.
 //
 // Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; terminal states
 // always carry a reason. Pending jobs are scheduled FIFO per device kind: the oldest pending job
@@ -50,47 +58,17 @@
 #include "coordinator/clock.h"
 #include "coordinator/domain.h"
 #include "coordinator/job_events.h"
+#include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planner.h"
-#include "coordinator/progress_tracker.h"
+#include "coordinator/recovery.h"
 #include "coordinator/rendezvous.h"
-#include "coordinator/trace_store.h"
+#include "coordinator/run_monitor.h"
+#include "coordinator/worker_connection.h"
+#include "coordinator/worker_registry.h"
 
 namespace zpipe::coordinator {
-
-// "Run rank (pipeline_rank, data_rank) of this job."
-struct AssignmentData {
-  std::string job_id;
-  JobSpec spec;
-  int attempt = 0;
-  RankSlot self;
-  int pipeline_size = 0;
-  int data_size = 0;
-  std::shared_ptr<const JobPlan> plan;
-  std::vector<RankSlot> peers;  // by global rank
-  std::string rendezvous_prefix;
-  int start_iteration = 0;
-};
-
-struct WorkerCommand {
-  enum class Kind { kAssign, kCancel, kShutdown, kProfile };
-  Kind kind = Kind::kAssign;
-  // kAssign; kProfile: only job_id, spec and attempt are set.
-  std::shared_ptr<const AssignmentData> assignment;
-  std::string job_id;  // kCancel
-  std::string reason;  // kCancel, kShutdown
-};
-
-// The downstream half of a worker's Session stream.
-class WorkerConnection {
- public:
-  virtual ~WorkerConnection() = default;
-  // Queues a command; never blocks. Called with the manager's lock held.
-  virtual void Send(WorkerCommand command) = 0;
-  // Ends the stream with `status` (e.g. the worker was replaced or declared dead).
-  virtual void Close(absl::Status status) = 0;
-};
 
 struct ManagerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
@@ -128,21 +106,6 @@ struct ListResult {
 struct RegisterResult {
   std::string worker_id;
   bool resume_running_job = false;
-};
-
-struct ProgressBatchData {
-  std::string job_id;
-  int pipeline_rank = 0;
-  int data_rank = 0;
-  ProgressEvents events;
-  // Worker-clock seconds since the Unix epoch; empty or as long as the events.
-  absl::Span<const double> start_times;
-  absl::Span<const double> end_times;
-  // Send / receive peers and reduce chunks / buckets (v1::ProgressBatch): empty or as long as the
-  // events.
-  absl::Span<const int32_t> peers;
-  absl::Span<const int32_t> chunks;
-  absl::Span<const int32_t> buckets;
 };
 
 // An iteration's executed timeline (coordinator clock) beside the plan's prediction.
@@ -205,7 +168,7 @@ class JobManager {
   // A message from `worker_name` stamped `worker_time_s` (its clock, Unix seconds) has just
   // arrived: a sample for its clock offset (TraceStore).
   void ObserveWorkerClock(const std::string& worker_name, double worker_time_s);
-  // Lock-free with respect to the job table: for ingest rate.
+  // Lock-free with respect to the job table: for ingest rate (RunMonitor).
   void Progress(const std::string& worker_name, const ProgressBatchData& batch);
   absl::Status IterationReport(const std::string& worker_id, const std::string& job_id,
                                int iteration, const RankStats& stats, std::optional<double> loss,
@@ -243,103 +206,73 @@ class JobManager {
 
   const JobEventLog& events() const { return events_; }
   // Changes whenever the job's progress does (WatchJob polls it).
-  uint64_t ProgressVersion(const std::string& job_id) const { return tracker_.Version(job_id); }
-  uint64_t dropped_progress_events() const { return tracker_.dropped_events(); }
+  uint64_t ProgressVersion(const std::string& job_id) const {
+    return monitor_.ProgressVersion(job_id);
+  }
+  uint64_t dropped_progress_events() const { return monitor_.dropped_events(); }
   const ManagerOptions& options() const { return options_; }
 
  private:
   struct JobRuntime {
     std::shared_ptr<const JobPlan> plan;
-    bool plan_failed = false;                      // PlanJob failed once; do not retry
-    std::set<int> finished;                        // global ranks done with every iteration
-    std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart
-    std::set<int> reconnected;                     // global ranks whose worker came back
+    bool plan_failed = false;      // PlanJob failed once; do not retry
+    std::set<int> finished;        // global ranks done with every iteration
     std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
-    // RUNNING: a rank reported a failure and the job waits (failure_grace) for a lost peer to
-    // blame; `reason` is what it fails with when none shows.
-    struct PendingFailure {
-      std::string reason;
-      absl::Time deadline;
-    };
-    std::optional<PendingFailure> pending_failure;
-    // RESTARTING: not scheduled before this; the reason the attempt ended.
-    std::optional<absl::Time> restart_at;
-    std::string restart_reason;
-  };
-  struct WorkerEntry {
-    WorkerInfo info;
-    WorkerConnection* connection = nullptr;
   };
 
-  JobRecord* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const JobRecord* FindJobLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  WorkerEntry* WorkerByIdLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAssignedLocked(const std::string& worker_name, const std::string& job_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRankLocked(const WorkerEntry& w, const std::string& job_id, int pipeline_rank,
-                               int data_rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void SetStateLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // "worker w1 (pipeline rank 1, data rank 0) lost: its session closed" for the first rank of
-  // `job` whose worker is gone (dead, disconnected or unknown), other than `except_worker`.
-  std::optional<std::string> LostRankLocked(const JobRecord& job,
-                                            const std::string& except_worker) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Moves the job to a terminal state and releases its workers (cancelling them unless
   // SUCCEEDED); then tries to schedule pending jobs.
   void FinishJobLocked(JobRecord& job, JobState to, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `job` was lost (`reason` names it): RESTARTING when the job is RUNNING and has
-  // restarts left, else FAILED.
+  // restarts left, else FAILED (Recovery::OnRankLost decides).
   void LoseRankLocked(JobRecord& job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The workers holding `job`'s ranks become idle (dead without a session), cancelled first when
   // `cancel`.
   void ReleaseWorkersLocked(JobRecord& job, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the job's current attempt record (if open) with `reason`.
-  void CloseAttemptLocked(JobRecord& job, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ScheduleJobLocked(JobRecord& job, std::vector<WorkerEntry*> workers)
+  bool ScheduleJobLocked(JobRecord& job, std::vector<RegisteredWorker*> workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves `workers` for `job` (state SCHEDULING, attempt + 1, job.ranks set).
-  void ReserveLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers)
+  void ReserveLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the assignments of `plan` to the reserved workers; the job becomes RUNNING.
-  void DispatchLocked(JobRecord& job, const std::vector<WorkerEntry*>& workers,
+  void DispatchLocked(JobRecord& job, const std::vector<RegisteredWorker*>& workers,
                       std::shared_ptr<const JobPlan> plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TorchScript jobs without cuts are profiled before their plan is made.
   static bool NeedsProfile(const JobRecord& job);
-  void MarkDeadLocked(WorkerEntry& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeadLocked(RegisteredWorker& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Per-job pipeline metrics from one accepted report (job_manager_metrics.cc).
-  void ObserveIterationMetrics(const std::string& worker_name, const std::string& job_id,
-                               int iteration, const RankStats& stats,
-                               const std::optional<IterationSummary>& summary)
+  // The plan of RUNNING job `job_id` (null when it has none) when `worker_name` holds the rank
+  // `stats` is about; nullopt when the report is not from the rank's holder.
+  std::optional<std::shared_ptr<const JobPlan>> HolderPlan(const std::string& worker_name,
+                                                           const std::string& job_id,
+                                                           const RankStats& stats) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   Clock& clock_;
   JobStore& store_;
   Metrics& metrics_;
   const ManagerOptions options_;
-  ProgressTracker tracker_;
-  TraceStore traces_;
+  RunMonitor monitor_;  // thread-safe; its locks come after mu_
   Rendezvous rendezvous_;
   JobEventLog events_;
 
   mutable absl::Mutex mu_;
-  std::map<int64_t, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);  // by submit_order
-  absl::flat_hash_map<std::string, int64_t> job_index_ ABSL_GUARDED_BY(mu_);
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobRuntime> runtime_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);                // by name
-  absl::flat_hash_map<std::string, std::string> worker_ids_ ABSL_GUARDED_BY(mu_);  // id -> name
-  int64_t next_submit_order_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  Recovery recovery_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

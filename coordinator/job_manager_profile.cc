@@ -54,9 +54,9 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
                                        const std::vector<int>& checkpoint_cuts,
                                        const std::string& error) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   JobRuntime& rt = runtime_[job_id];
   if (job == nullptr || job->state != JobState::kScheduling || job->attempt != attempt ||
       rt.profiling_worker != w->info.registration.name) {
@@ -110,17 +110,16 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
     return absl::OkStatus();
   }
   rt.plan = *plan;
-  std::vector<WorkerEntry*> workers;
+  std::vector<RegisteredWorker*> workers;
   for (const RankSlot& slot : job->ranks) {
-    auto it = workers_.find(slot.worker_name);
-    if (it == workers_.end() || it->second.connection == nullptr ||
-        it->second.info.job_id != job->id) {
+    RegisteredWorker* holder = workers_.ByName(slot.worker_name);
+    if (holder == nullptr || holder->connection == nullptr || holder->info.job_id != job->id) {
       FinishJobLocked(
           *job, JobState::kFailed,
           absl::StrCat("worker ", slot.worker_name, " left while the model was profiled"));
       return absl::OkStatus();
     }
-    workers.push_back(&it->second);
+    workers.push_back(holder);
   }
   LogInfo("job ", job->id, ": cuts ", absl::StrJoin(cuts, ","), " (", source, ") over ",
           blocks.size(), " blocks; predicted bubble ", rt.plan->sim.bubble_rate);

@@ -3,176 +3,24 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/log.h"
 
 namespace zpipe::coordinator {
-namespace {
-
-constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
-
-// Capabilities are shown to every client and kept per worker: bound what one may cost.
-absl::Status CheckCapabilities(const WorkerCapabilities& c) {
-  constexpr size_t kMaxVersion = 64, kMaxName = 256, kMaxError = 1024, kMaxDevices = 64;
-  for (const auto& [field, value] : {std::pair{"libtorch_version", &c.libtorch_version},
-                                     {"cuda_runtime_version", &c.cuda_runtime_version},
-                                     {"nccl_version", &c.nccl_version}}) {
-    if (value->size() > kMaxVersion) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capabilities.", field, ": at most ", kMaxVersion, " characters"));
-    }
-  }
-  if (c.probe_error.size() > kMaxError) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("capabilities.probe_error: at most ", kMaxError, " characters"));
-  }
-  if (c.cuda_device_count < 0) {
-    return absl::InvalidArgumentError("capabilities.cuda_device_count: must be >= 0");
-  }
-  if (c.devices.size() > kMaxDevices) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("capabilities.devices: at most ", kMaxDevices, " devices"));
-  }
-  for (const CudaDeviceInfo& d : c.devices) {
-    if (d.name.size() > kMaxName) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capabilities.devices.name: at most ", kMaxName, " characters"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRegistration(const WorkerRegistration& r) {
-  if (r.name.empty() || r.name.size() > 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("name: must be 1..128 characters, got ", r.name.size()));
-  }
-  for (char c : r.name) {
-    if (!(absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '/')) {
-      return absl::InvalidArgumentError("name: may only contain A-Z, a-z, 0-9 and . _ - : /");
-    }
-  }
-  if (r.device_index < 0) return absl::InvalidArgumentError("device_index: must be >= 0");
-  if (r.host.size() > 256) return absl::InvalidArgumentError("host: at most 256 characters");
-  if (r.version.size() > 256) return absl::InvalidArgumentError("version: at most 256 characters");
-  if (r.instance_id.size() > 128) {
-    return absl::InvalidArgumentError("instance_id: at most 128 characters");
-  }
-  if (r.capabilities) return CheckCapabilities(*r.capabilities);
-  return absl::OkStatus();
-}
-
-std::string RankName(const std::string& worker, int pipeline_rank, int data_rank) {
-  return absl::StrCat("worker ", worker, " (pipeline rank ", pipeline_rank, ", data rank ",
-                      data_rank, ")");
-}
-
-// The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
-std::optional<core::ActionKind> TimelineKind(int32_t op) {
-  switch (static_cast<Op>(op)) {
-    case Op::kF:
-      return core::ActionKind::kForward;
-    case Op::kB:
-      return core::ActionKind::kBackwardInput;
-    case Op::kW:
-      return core::ActionKind::kBackwardWeight;
-    case Op::kBW:
-      return core::ActionKind::kBackwardFull;
-    case Op::kSendAct:
-      return core::ActionKind::kSendAct;
-    case Op::kRecvAct:
-      return core::ActionKind::kRecvAct;
-    case Op::kSendGrad:
-      return core::ActionKind::kSendGrad;
-    case Op::kRecvGrad:
-      return core::ActionKind::kRecvGrad;
-    case Op::kReduce:
-      return core::ActionKind::kReduce;
-  }
-  return std::nullopt;
-}
-
-// Event k of `batch` as a timeline action, or nullopt when it does not go on the timeline: an
-// unknown op, or a send, receive or reduction without its peer / chunk / bucket (`with_extras`).
-std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_t k,
-                                           bool with_extras) {
-  std::optional<core::ActionKind> kind = TimelineKind(batch.events.ops[k]);
-  if (!kind) return std::nullopt;
-  if (*kind == core::ActionKind::kReduce) {
-    if (!with_extras) return std::nullopt;
-    return core::Action::Reduce(batch.chunks[k], batch.buckets[k]);
-  }
-  core::Action a;
-  a.kind = *kind;
-  a.stage = batch.events.stages[k];
-  a.microbatch = batch.events.microbatches[k];
-  if (core::IsComm(a.kind)) {
-    if (!with_extras) return std::nullopt;
-    a.peer = batch.peers[k];
-  }
-  return a;
-}
-
-}  // namespace
 
 absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistration& reg) {
-  if (absl::Status st = CheckRegistration(reg); !st.ok()) return st;
+  if (absl::Status st = WorkerRegistry::Validate(reg); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   const absl::Time now = clock_.Now();
-
-  // One live worker per name: a second process with the same --name must not evict the first
-  // (each would evict the other forever, failing every job on them). The holder's own process
-  // reconnecting proves itself with its instance_id; a crashed or restarted one has no stream.
-  if (auto it = workers_.find(reg.name); it != workers_.end()) {
-    const WorkerInfo& held = it->second.info;
-    const bool same_process =
-        !reg.instance_id.empty() && reg.instance_id == held.registration.instance_id;
-    if (it->second.connection != nullptr && held.state != WorkerState::kDead && !same_process) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "worker name '", reg.name, "' is held by a connected worker (",
-          DeviceKindName(held.registration.device_kind), ":", held.registration.device_index,
-          " on ", held.registration.host.empty() ? "?" : held.registration.host, ", registered ",
-          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", held.register_time, absl::UTCTimeZone()),
-          "); give this worker another --name, or stop that one (a restarted worker takes its name "
-          "back once the old session is gone)"));
-    }
-  }
+  if (absl::Status st = workers_.CheckNameFree(reg); !st.ok()) return st;
 
   // The rank this name holds in an active job, whether from the live registry or (after a
   // coordinator restart) only from the job records.
-  JobRecord* held_job = nullptr;
-  const RankSlot* held_slot = nullptr;
-  for (auto& [order, job] : jobs_) {
-    if (job.state != JobState::kScheduling && job.state != JobState::kRunning) continue;
-    for (const RankSlot& slot : job.ranks) {
-      if (slot.worker_name == reg.name) {
-        held_job = &job;
-        held_slot = &slot;
-      }
-    }
-  }
+  auto [held_job, held_slot] = queue_.ActiveRankOf(reg.name);
 
-  auto it = workers_.find(reg.name);
-  if (it != workers_.end()) {
-    WorkerEntry& old = it->second;
-    if (old.connection != nullptr) {
-      old.connection->Close(absl::AbortedError("worker re-registered under the same name"));
-    }
-    worker_ids_.erase(old.info.worker_id);
-    workers_.erase(it);
-  }
-
-  WorkerEntry entry;
-  entry.info.registration = reg;
-  entry.info.worker_id = absl::StrCat("w", next_worker_id_++, "-", reg.name);
-  entry.info.state = WorkerState::kIdle;
-  entry.info.register_time = now;
-  entry.info.last_seen = now;
-  // A job it claims and is not given back is being torn down until a heartbeat says otherwise.
-  if (!reg.running_job_finished) entry.info.reported_job = reg.running_job_id;
+  RegisteredWorker& entry = workers_.Add(reg, now);
   RegisterResult result;
   result.worker_id = entry.info.worker_id;
 
@@ -186,12 +34,8 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
       // Also when it finished its rank meanwhile (running_job_finished): it then sends its
       // buffered reports and RankFinished again, and the rank completes the usual way.
       result.resume_running_job = true;
-      entry.info.state = WorkerState::kBusy;
-      entry.info.job_id = held_job->id;
-      entry.info.pipeline_rank = held_slot->pipeline_rank;
-      entry.info.data_rank = held_slot->data_rank;
-      JobRuntime& rt = runtime_[held_job->id];
-      rt.reconnected.insert(g);
+      WorkerRegistry::Reserve(entry, held_job->id, held_slot->pipeline_rank, held_slot->data_rank);
+      recovery_.Reconnected(held_job->id, g);
       LogInfo("job ", held_job->id, ": ",
               RankName(reg.name, held_slot->pipeline_rank, held_slot->data_rank),
               reg.running_job_finished ? " re-registered; it finished its rank meanwhile"
@@ -204,8 +48,6 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
     LogInfo("worker ", reg.name, ": claims job ", reg.running_job_id,
             " which it does not hold; told to abandon it");
   }
-  worker_ids_[entry.info.worker_id] = reg.name;
-  workers_[reg.name] = std::move(entry);
   LogInfo("worker ", reg.name, ": registered (", DeviceKindName(reg.device_kind), ":",
           reg.device_index, " on ", reg.host.empty() ? "?" : reg.host,
           reg.capabilities ? absl::StrCat(", LibTorch ", reg.capabilities->libtorch_version,
@@ -226,28 +68,10 @@ absl::StatusOr<RegisterResult> JobManager::RegisterWorker(const WorkerRegistrati
 absl::Status JobManager::AttachSession(const std::string& worker_id, const std::string& instance_id,
                                        WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("worker_id '", worker_id, "' is unknown or was replaced; register again"));
+  if (absl::Status st = workers_.Attach(worker_id, instance_id, connection, clock_.Now());
+      !st.ok()) {
+    return st;
   }
-  const std::string& registered = w->info.registration.instance_id;
-  if (!registered.empty() && instance_id != registered) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "worker_id '", worker_id, "' was registered by another worker process (instance_id)"));
-  }
-  if (w->info.state == WorkerState::kDead) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", w->info.registration.name,
-                                                      " was declared dead (", w->info.reason,
-                                                      "); register again"));
-  }
-  if (w->connection != nullptr && w->connection != connection) {
-    w->connection->Close(absl::AbortedError("another session attached for this worker"));
-  }
-  w->connection = connection;
-  w->info.connected = true;
-  w->info.last_seen = clock_.Now();
-  LogInfo("worker ", w->info.registration.name, ": session open");
   TryScheduleLocked();
   UpdateGaugesLocked();
   return absl::OkStatus();
@@ -255,25 +79,14 @@ absl::Status JobManager::AttachSession(const std::string& worker_id, const std::
 
 void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* connection) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr || w->connection != connection) return;
-  w->connection = nullptr;
-  w->info.connected = false;
-  if (w->info.state == WorkerState::kIdle) {
-    w->info.state = WorkerState::kDead;
-    w->info.reason = "session stream closed";
-  }
-  LogInfo("worker ", w->info.registration.name, ": session closed",
-          w->info.state == WorkerState::kBusy
-              ? absl::StrCat("; holds job ", w->info.job_id, " until the heartbeat timeout")
-              : "");
+  RegisteredWorker* w = workers_.Detach(worker_id, connection);
+  if (w == nullptr) return;
   // A peer already reported the broken connection: this worker is the rank that went away.
   if (w->info.state == WorkerState::kBusy) {
-    JobRecord* job = FindJobLocked(w->info.job_id);
-    auto rt = runtime_.find(w->info.job_id);
-    if (job != nullptr && job->state == JobState::kRunning && rt != runtime_.end() &&
-        rt->second.pending_failure) {
-      const std::string then = rt->second.pending_failure->reason;
+    JobRecord* job = queue_.Find(w->info.job_id);
+    const std::string* pending = recovery_.PendingFailure(w->info.job_id);
+    if (job != nullptr && job->state == JobState::kRunning && pending != nullptr) {
+      const std::string then = *pending;
       LoseRankLocked(*job, absl::StrCat(RankName(w->info.registration.name, w->info.pipeline_rank,
                                                  w->info.data_rank),
                                         " lost: its session closed; then ", then));
@@ -284,74 +97,34 @@ void JobManager::DetachSession(const std::string& worker_id, WorkerConnection* c
 
 absl::Status JobManager::Heartbeat(const std::string& worker_id, const std::string& running_job) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
-  if (w == nullptr || w->info.state == WorkerState::kDead) {
-    return absl::AbortedError(
-        absl::StrCat("worker_id '", worker_id, "' is no longer current; register again"));
+  bool torn_down = false;
+  if (absl::Status st = workers_.Heartbeat(worker_id, running_job, clock_.Now(), &torn_down);
+      !st.ok()) {
+    return st;
   }
-  w->info.last_seen = clock_.Now();
-  if (w->info.reported_job != running_job) {
-    w->info.reported_job = running_job.substr(0, 256);
-    // It finished tearing a job down: it may be what a waiting job needs.
-    if (running_job.empty() && w->info.state == WorkerState::kIdle) TryScheduleLocked();
-  }
+  // It finished tearing a job down: it may be what a waiting job needs.
+  if (torn_down) TryScheduleLocked();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> JobManager::WorkerName(const std::string& worker_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = worker_ids_.find(worker_id);
-  if (it == worker_ids_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id '", worker_id, "' is unknown"));
-  }
-  return it->second;
+  return workers_.NameOf(worker_id);
 }
 
 void JobManager::Progress(const std::string& worker_name, const ProgressBatchData& batch) {
-  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, batch.events);
-  const size_t n = batch.events.iterations.size();
-  if (n == 0 || batch.start_times.size() != n || batch.end_times.size() != n ||
-      batch.events.ops.size() != n || batch.events.stages.size() != n ||
-      batch.events.microbatches.size() != n) {
-    return;
-  }
-  // Sends, receives and reductions need their peer / chunk / bucket; without them (or with
-  // malformed ones) only the batch's compute events go on the timeline.
-  auto usable = [n](absl::Span<const int32_t> v) { return v.size() == n; };
-  const bool with_extras = usable(batch.peers) && usable(batch.chunks) && usable(batch.buckets);
-  std::vector<int32_t> iterations;
-  std::vector<core::Action> actions;
-  std::vector<double> starts, ends;
-  iterations.reserve(n);
-  actions.reserve(n);
-  starts.reserve(n);
-  ends.reserve(n);
-  double last_end = batch.end_times[0];
-  for (size_t k = 0; k < n; ++k) {
-    // Every event ended before the batch left, whether or not it is kept.
-    last_end = std::max(last_end, batch.end_times[k]);
-    std::optional<core::Action> a = TimelineAction(batch, k, with_extras);
-    if (!a) continue;
-    iterations.push_back(batch.events.iterations[k]);
-    actions.push_back(*a);
-    starts.push_back(batch.start_times[k]);
-    ends.push_back(batch.end_times[k]);
-  }
-  // The batch left the worker after its last action ended: a clock sample (TraceStore).
-  traces_.ObserveClock(worker_name, clock_.Now(), last_end);
-  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, iterations,
-                     actions, starts, ends);
+  monitor_.AddProgress(worker_name, batch, clock_.Now());
 }
 
 void JobManager::ObserveWorkerClock(const std::string& worker_name, double worker_time_s) {
-  traces_.ObserveClock(worker_name, clock_.Now(), worker_time_s);
+  monitor_.ObserveClock(worker_name, clock_.Now(), worker_time_s);
 }
 
 absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
                                             std::optional<int> iteration) {
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = Plan(job_id);
   if (!plan.ok() && plan.status().code() == absl::StatusCode::kNotFound) return plan.status();
-  absl::StatusOr<JobTrace> trace = traces_.Get(job_id, iteration);
+  absl::StatusOr<JobTrace> trace = monitor_.Trace(job_id, iteration);
   if (!trace.ok()) return trace.status();
   TraceView view;
   view.trace = *std::move(trace);
@@ -366,31 +139,16 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   absl::StatusOr<std::string> name = WorkerName(worker_id);
   if (!name.ok()) return name.status();
   std::optional<IterationSummary> summary =
-      tracker_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
-  ObserveIterationMetrics(*name, job_id, iteration, stats, summary);
+      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
+  if (std::optional<std::shared_ptr<const JobPlan>> plan = HolderPlan(*name, job_id, stats)) {
+    // Outside the lock: a simulation of the whole plan, once per completed iteration.
+    monitor_.ObserveIteration(job_id, iteration, stats, summary, *plan);
+  }
   if (!summary) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
-  job->iterations_done = std::max(job->iterations_done, summary->iteration + 1);
-  if (!job->attempts.empty() && job->attempts.back().start_iteration < 0) {
-    JobAttemptRecord& attempt = job->attempts.back();
-    attempt.start_iteration = summary->iteration;
-    if (job->attempts.size() > 1) {
-      const int before = job->attempts[job->attempts.size() - 2].iterations_done;
-      job->reason =
-          absl::StrCat("attempt ", attempt.attempt, " resumed at iteration ", summary->iteration,
-                       " (", std::max(0, before - summary->iteration), " iterations run again)");
-      LogInfo("job ", job_id, ": ", job->reason);
-    }
-  }
-  JobEvent event;
-  event.sequence = ++job->last_sequence;
-  event.time = clock_.Now();
-  event.kind = JobEvent::Kind::kIteration;
-  event.summary = *summary;
-  job->latest_summary = std::move(*summary);
-  events_.Append(job_id, std::move(event));
+  events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
   PersistLocked(*job);
   const IterationSummary& s = *job->latest_summary;
   LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
@@ -400,9 +158,22 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
   return absl::OkStatus();
 }
 
+std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::string& worker_name,
+                                                                     const std::string& job_id,
+                                                                     const RankStats& stats) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const JobRecord* job = queue_.Find(job_id);
+  if (job == nullptr || job->state != JobState::kRunning) return std::nullopt;
+  if (!workers_.HoldsRank(worker_name, job_id, stats.pipeline_rank, stats.data_rank)) {
+    return std::nullopt;  // not from the worker holding that rank
+  }
+  auto rt = runtime_.find(job_id);
+  return rt == runtime_.end() ? nullptr : rt->second.plan;
+}
+
 absl::Status JobManager::CheckAssignedLocked(const std::string& worker_name,
                                              const std::string& job_id) const {
-  if (const JobRecord* job = FindJobLocked(job_id); job != nullptr) {
+  if (const JobRecord* job = queue_.Find(job_id); job != nullptr) {
     for (const RankSlot& slot : job->ranks) {
       if (slot.worker_name == worker_name) return absl::OkStatus();
     }
@@ -420,38 +191,23 @@ absl::Status JobManager::CheckAssigned(const std::string& worker_name,
 absl::Status JobManager::CheckAssignedInstance(const std::string& instance_id,
                                                const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  if (!instance_id.empty()) {
-    for (const auto& [name, w] : workers_) {
-      if (w.info.state != WorkerState::kDead && w.info.registration.instance_id == instance_id) {
-        return CheckAssignedLocked(name, job_id);
-      }
-    }
+  if (std::optional<std::string> name = workers_.NameByInstance(instance_id)) {
+    return CheckAssignedLocked(*name, job_id);
   }
   return absl::PermissionDeniedError(
       "rendezvous: instance_id does not name a registered worker (send the instance_id the "
       "worker registered with)");
 }
 
-absl::Status JobManager::CheckRankLocked(const WorkerEntry& w, const std::string& job_id,
-                                         int pipeline_rank, int data_rank) const {
-  if (w.info.state != WorkerState::kBusy || w.info.job_id != job_id ||
-      w.info.pipeline_rank != pipeline_rank || w.info.data_rank != data_rank) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(RankName(w.info.registration.name, pipeline_rank, data_rank),
-                     " does not hold that rank of job '", job_id, "'"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status JobManager::RankFinished(const std::string& worker_id, const std::string& job_id,
                                       int pipeline_rank, int data_rank) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+  if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || job->state != JobState::kRunning) return absl::OkStatus();
   JobRuntime& rt = runtime_[job_id];
   rt.finished.insert(data_rank * job->spec.pipeline + pipeline_rank);
@@ -468,57 +224,30 @@ absl::Status JobManager::RankFinished(const std::string& worker_id, const std::s
 absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
                                     int pipeline_rank, int data_rank, const std::string& message) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  if (absl::Status st = CheckRankLocked(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
+  if (absl::Status st = WorkerRegistry::CheckRank(*w, job_id, pipeline_rank, data_rank); !st.ok()) {
     return st;
   }
-  JobRecord* job = FindJobLocked(job_id);
+  JobRecord* job = queue_.Find(job_id);
   if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
   const std::string failed =
       absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
                    " failed: ", message.substr(0, 4096));
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
-  if (std::optional<std::string> lost = LostRankLocked(*job, w->info.registration.name)) {
+  if (std::optional<std::string> lost =
+          Recovery::BlameLostRank(*job, w->info.registration.name, workers_)) {
     LoseRankLocked(*job, absl::StrCat(*lost, "; then ", failed));
     return absl::OkStatus();
   }
-  if (job->state != JobState::kRunning || options_.failure_grace <= absl::ZeroDuration()) {
-    LoseRankLocked(*job, failed);
-    return absl::OkStatus();
-  }
-  JobRuntime& rt = runtime_[job_id];
-  if (!rt.pending_failure) {
-    rt.pending_failure = JobRuntime::PendingFailure{failed, clock_.Now() + options_.failure_grace};
-    LogInfo("job ", job_id, ": ", failed, "; waiting up to ",
-            absl::FormatDuration(options_.failure_grace), " for a lost peer to blame");
-  }
+  if (!recovery_.DeferFailure(*job, failed, clock_.Now())) LoseRankLocked(*job, failed);
   return absl::OkStatus();
-}
-
-std::optional<std::string> JobManager::LostRankLocked(const JobRecord& job,
-                                                      const std::string& except_worker) const {
-  for (const RankSlot& slot : job.ranks) {
-    if (slot.worker_name == except_worker) continue;
-    const std::string rank = RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank);
-    auto it = workers_.find(slot.worker_name);
-    if (it == workers_.end()) return absl::StrCat(rank, " lost: no longer registered");
-    const WorkerInfo& info = it->second.info;
-    if (info.state == WorkerState::kDead) {
-      return absl::StrCat(rank, " lost: ", info.reason.empty() ? "dead" : info.reason);
-    }
-    if (it->second.connection == nullptr) return absl::StrCat(rank, " lost: its session closed");
-    if (info.job_id != job.id) {
-      return absl::StrCat(rank, " lost: the worker no longer runs the job");
-    }
-  }
-  return std::nullopt;
 }
 
 void JobManager::WorkerLeaving(const std::string& worker_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  WorkerEntry* w = WorkerByIdLocked(worker_id);
+  RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr || w->info.state == WorkerState::kDead) return;
   MarkDeadLocked(*w, absl::StrCat("left: ", reason.empty() ? "shutting down" : reason));
 }
@@ -527,75 +256,40 @@ void JobManager::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   metrics_.ExpireJobs(now);
-  for (auto& [name, w] : workers_) {
-    if (w.info.state == WorkerState::kDead) continue;
-    if (now - w.info.last_seen > options_.heartbeat_timeout) {
-      MarkDeadLocked(
-          w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w.info.last_seen)));
-    }
+  for (RegisteredWorker* w : workers_.SilentWorkers(now, options_.heartbeat_timeout)) {
+    // Releasing an earlier one's job may have declared this one dead already.
+    if (w->info.state == WorkerState::kDead) continue;
+    MarkDeadLocked(
+        *w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w->info.last_seen)));
   }
   // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
-  for (auto it = workers_.begin(); it != workers_.end();) {
-    const WorkerInfo& info = it->second.info;
-    if (info.state == WorkerState::kDead && now - info.last_seen > kDeadWorkerRetention) {
-      worker_ids_.erase(info.worker_id);
-      it = workers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto& [order, job] : jobs_) {
+  workers_.ForgetDead(now);
+  for (auto& [order, job] : queue_.all()) {
     if (job.state != JobState::kRunning) continue;
-    JobRuntime& rt = runtime_[job.id];
-    if (rt.pending_failure && now >= rt.pending_failure->deadline) {
-      // No peer was lost: the reporting rank's own failure is the cause.
-      const std::string reason = rt.pending_failure->reason;
-      LoseRankLocked(job, reason);
-      continue;
-    }
-    if (!rt.reconnect_deadline || now < *rt.reconnect_deadline) continue;
-    rt.reconnect_deadline.reset();
-    for (const RankSlot& slot : job.ranks) {
-      const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
-      if (rt.reconnected.contains(g)) continue;
-      LoseRankLocked(job,
-                     absl::StrCat("coordinator restarted and ",
-                                  RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
-                                  " did not reconnect within ",
-                                  absl::FormatDuration(options_.recovery_grace)));
-      break;
+    if (std::optional<std::string> lost = recovery_.DueLoss(job, now)) {
+      LoseRankLocked(job, *std::move(lost));
     }
   }
   // Restarting jobs whose backoff is over.
-  for (const auto& [order, job] : jobs_) {
+  for (const auto& [order, job] : queue_.all()) {
     if (job.state != JobState::kRestarting) continue;
-    auto rt = runtime_.find(job.id);
-    if (rt != runtime_.end() && rt->second.restart_at && now >= *rt->second.restart_at) {
+    if (recovery_.RestartDue(job.id, now)) {
       TryScheduleLocked();
       break;
     }
   }
 }
 
-void JobManager::MarkDeadLocked(WorkerEntry& w, std::string reason) {
-  w.info.state = WorkerState::kDead;
-  w.info.reason = reason;
-  if (w.connection != nullptr) {
-    w.connection->Close(absl::UnavailableError(absl::StrCat("declared dead: ", reason)));
-    w.connection = nullptr;
-    w.info.connected = false;
-  }
-  LogWarning("worker ", w.info.registration.name, ": dead (", reason, ")");
-  const std::string job_id = std::move(w.info.job_id);
-  w.info.job_id.clear();
+void JobManager::MarkDeadLocked(RegisteredWorker& w, std::string reason) {
+  const std::string job_id = workers_.MarkDead(w, reason);
   if (!job_id.empty()) {
-    JobRecord* job = FindJobLocked(job_id);
+    JobRecord* job = queue_.Find(job_id);
     if (job != nullptr && !IsTerminal(job->state)) {
       std::string why =
           absl::StrCat(RankName(w.info.registration.name, w.info.pipeline_rank, w.info.data_rank),
                        " lost: ", reason);
-      if (auto rt = runtime_.find(job_id); rt != runtime_.end() && rt->second.pending_failure) {
-        absl::StrAppend(&why, "; then ", rt->second.pending_failure->reason);
+      if (const std::string* pending = recovery_.PendingFailure(job_id)) {
+        absl::StrAppend(&why, "; then ", *pending);
       }
       LoseRankLocked(*job, std::move(why));
     }
@@ -613,13 +307,6 @@ void JobManager::Shutdown() {
   events_.Close();
 }
 
-JobManager::WorkerEntry* JobManager::WorkerByIdLocked(const std::string& worker_id) {
-  auto it = worker_ids_.find(worker_id);
-  if (it == worker_ids_.end()) return nullptr;
-  auto w = workers_.find(it->second);
-  return w == workers_.end() ? nullptr : &w->second;
-}
-
 // ---- rendezvous ----
 
 namespace {
@@ -635,7 +322,7 @@ absl::Status JobManager::RendezvousSet(const std::string& job_id, const std::str
   absl::Status st = rendezvous_.Set(job_id, key, std::move(value));
   if (st.code() == absl::StatusCode::kNotFound && !rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return st;
 }
@@ -646,7 +333,7 @@ absl::StatusOr<std::string> JobManager::RendezvousGet(const std::string& job_id,
   if (!value.ok() && value.status().code() == absl::StatusCode::kNotFound &&
       !rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return value;
 }
@@ -656,7 +343,7 @@ absl::StatusOr<std::vector<std::string>> JobManager::RendezvousWait(
     const std::function<bool()>& cancelled) const {
   if (!rendezvous_.IsOpen(job_id)) {
     absl::ReaderMutexLock lock(&mu_);
-    return ClosedStore(job_id, FindJobLocked(job_id));
+    return ClosedStore(job_id, queue_.Find(job_id));
   }
   return rendezvous_.Wait(job_id, keys, deadline, cancelled);
 }

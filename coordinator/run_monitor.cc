@@ -1,0 +1,158 @@
+// RunMonitor: progress, executed timelines, iteration summaries and pipeline metrics.
+#include "coordinator/run_monitor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
+#include "coordinator/measured_bubble.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+// The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
+std::optional<core::ActionKind> TimelineKind(int32_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::kF:
+      return core::ActionKind::kForward;
+    case Op::kB:
+      return core::ActionKind::kBackwardInput;
+    case Op::kW:
+      return core::ActionKind::kBackwardWeight;
+    case Op::kBW:
+      return core::ActionKind::kBackwardFull;
+    case Op::kSendAct:
+      return core::ActionKind::kSendAct;
+    case Op::kRecvAct:
+      return core::ActionKind::kRecvAct;
+    case Op::kSendGrad:
+      return core::ActionKind::kSendGrad;
+    case Op::kRecvGrad:
+      return core::ActionKind::kRecvGrad;
+    case Op::kReduce:
+      return core::ActionKind::kReduce;
+  }
+  return std::nullopt;
+}
+
+// Event k of `batch` as a timeline action, or nullopt when it does not go on the timeline: an
+// unknown op, or a send, receive or reduction without its peer / chunk / bucket (`with_extras`).
+std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_t k,
+                                           bool with_extras) {
+  std::optional<core::ActionKind> kind = TimelineKind(batch.events.ops[k]);
+  if (!kind) return std::nullopt;
+  if (*kind == core::ActionKind::kReduce) {
+    if (!with_extras) return std::nullopt;
+    return core::Action::Reduce(batch.chunks[k], batch.buckets[k]);
+  }
+  core::Action a;
+  a.kind = *kind;
+  a.stage = batch.events.stages[k];
+  a.microbatch = batch.events.microbatches[k];
+  if (core::IsComm(a.kind)) {
+    if (!with_extras) return std::nullopt;
+    a.peer = batch.peers[k];
+  }
+  return a;
+}
+
+}  // namespace
+
+void RunMonitor::StartJob(const std::string& job_id, const JobSpec& spec, const JobPlan& plan,
+                          const std::vector<RankSlot>& ranks, int iterations_done) {
+  tracker_.StartJob(job_id, plan.plan.placement, spec.microbatches, spec.iterations,
+                    plan.sim.bubble_rate, ranks, iterations_done);
+  traces_.StartJob(job_id, plan.plan, ranks);
+}
+
+void RunMonitor::AddProgress(const std::string& worker_name, const ProgressBatchData& batch,
+                             absl::Time now) {
+  tracker_.AddEvents(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, batch.events);
+  const size_t n = batch.events.iterations.size();
+  if (n == 0 || batch.start_times.size() != n || batch.end_times.size() != n ||
+      batch.events.ops.size() != n || batch.events.stages.size() != n ||
+      batch.events.microbatches.size() != n) {
+    return;
+  }
+  // Sends, receives and reductions need their peer / chunk / bucket; without them (or with
+  // malformed ones) only the batch's compute events go on the timeline.
+  auto usable = [n](absl::Span<const int32_t> v) { return v.size() == n; };
+  const bool with_extras = usable(batch.peers) && usable(batch.chunks) && usable(batch.buckets);
+  std::vector<int32_t> iterations;
+  std::vector<core::Action> actions;
+  std::vector<double> starts, ends;
+  iterations.reserve(n);
+  actions.reserve(n);
+  starts.reserve(n);
+  ends.reserve(n);
+  double last_end = batch.end_times[0];
+  for (size_t k = 0; k < n; ++k) {
+    // Every event ended before the batch left, whether or not it is kept.
+    last_end = std::max(last_end, batch.end_times[k]);
+    std::optional<core::Action> a = TimelineAction(batch, k, with_extras);
+    if (!a) continue;
+    iterations.push_back(batch.events.iterations[k]);
+    actions.push_back(*a);
+    starts.push_back(batch.start_times[k]);
+    ends.push_back(batch.end_times[k]);
+  }
+  // The batch left the worker after its last action ended: a clock sample (TraceStore).
+  traces_.ObserveClock(worker_name, now, last_end);
+  traces_.AddActions(batch.job_id, worker_name, batch.pipeline_rank, batch.data_rank, iterations,
+                     actions, starts, ends);
+}
+
+void RunMonitor::ObserveClock(const std::string& worker_name, absl::Time now,
+                              double worker_time_s) {
+  traces_.ObserveClock(worker_name, now, worker_time_s);
+}
+
+std::optional<IterationSummary> RunMonitor::AddReport(const std::string& job_id,
+                                                      const std::string& worker_name, int iteration,
+                                                      const RankStats& stats,
+                                                      std::optional<double> loss,
+                                                      std::optional<double> eval_loss) {
+  return tracker_.AddReport(job_id, worker_name, iteration, stats, loss, eval_loss);
+}
+
+void RunMonitor::ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,
+                                  const std::optional<IterationSummary>& summary,
+                                  const std::shared_ptr<const JobPlan>& plan) {
+  metrics_.ObserveRankIteration(job_id, iteration, stats);
+  if (!summary) return;
+  std::optional<PredictedBubble> predicted;
+  if (plan != nullptr) {
+    absl::StatusOr<PredictedBubble> p = PredictBubbleAtMeasuredCosts(*plan, summary->ranks);
+    if (p.ok()) {
+      predicted = *std::move(p);
+    } else {
+      LogWarning("job ", job_id, ": no predicted bubble at measured costs: ", p.status().message());
+    }
+  }
+  metrics_.ObserveJobIteration(job_id, *summary, predicted);
+}
+
+JobEvent RunMonitor::RecordSummary(JobRecord& job, IterationSummary summary, absl::Time now) {
+  job.iterations_done = std::max(job.iterations_done, summary.iteration + 1);
+  if (!job.attempts.empty() && job.attempts.back().start_iteration < 0) {
+    JobAttemptRecord& attempt = job.attempts.back();
+    attempt.start_iteration = summary.iteration;
+    if (job.attempts.size() > 1) {
+      const int before = job.attempts[job.attempts.size() - 2].iterations_done;
+      job.reason =
+          absl::StrCat("attempt ", attempt.attempt, " resumed at iteration ", summary.iteration,
+                       " (", std::max(0, before - summary.iteration), " iterations run again)");
+      LogInfo("job ", job.id, ": ", job.reason);
+    }
+  }
+  JobEvent event;
+  event.sequence = ++job.last_sequence;
+  event.time = now;
+  event.kind = JobEvent::Kind::kIteration;
+  event.summary = summary;
+  job.latest_summary = std::move(summary);
+  return event;
+}
+
+}  // namespace zpipe::coordinator

@@ -1,0 +1,53 @@
+// The coordinator's downstream channel to a worker: the commands a worker receives on its
+// Session stream (assign a rank, cancel, shut down, profile) and the connection they go out on.
+// Worker-facing pieces (WorkerRegistry) and the job manager share these types; the gRPC worker
+// service implements WorkerConnection.
+#ifndef ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
+#define ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/domain.h"
+#include "coordinator/planner.h"
+
+namespace zpipe::coordinator {
+
+// "Run rank (pipeline_rank, data_rank) of this job."
+struct AssignmentData {
+  std::string job_id;
+  JobSpec spec;
+  int attempt = 0;
+  RankSlot self;
+  int pipeline_size = 0;
+  int data_size = 0;
+  std::shared_ptr<const JobPlan> plan;
+  std::vector<RankSlot> peers;  // by global rank
+  std::string rendezvous_prefix;
+  int start_iteration = 0;
+};
+
+struct WorkerCommand {
+  enum class Kind { kAssign, kCancel, kShutdown, kProfile };
+  Kind kind = Kind::kAssign;
+  // kAssign; kProfile: only job_id, spec and attempt are set.
+  std::shared_ptr<const AssignmentData> assignment;
+  std::string job_id;  // kCancel
+  std::string reason;  // kCancel, kShutdown
+};
+
+// The downstream half of a worker's Session stream.
+class WorkerConnection {
+ public:
+  virtual ~WorkerConnection() = default;
+  // Queues a command; never blocks. Called with the job manager's lock held.
+  virtual void Send(WorkerCommand command) = 0;
+  // Ends the stream with `status` (e.g. the worker was replaced or declared dead).
+  virtual void Close(absl::Status status) = 0;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_WORKER_CONNECTION_H_

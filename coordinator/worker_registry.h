@@ -1,0 +1,125 @@
+// WorkerRegistry: the coordinator's table of workers and their liveness, knowing nothing of job
+// scheduling. It holds one entry per worker name (WorkerInfo + the Session stream it is attached
+// to), hands out registration ids, checks names and capabilities, and moves a worker between
+// IDLE, BUSY and DEAD when told to; which job a worker runs is decided elsewhere (JobManager) and
+// recorded here by job id and rank only.
+//
+// Liveness: only heartbeats refresh a worker (last_seen). A worker silent for longer than the
+// heartbeat timeout is due to be declared dead (SilentWorkers); declaring it dead closes its
+// stream and returns the job id it held, for the caller to deal with. A worker whose stream ends
+// keeps a BUSY rank until then, so it can reconnect; an IDLE one is dead at once. Dead workers
+// stay listed for kDeadWorkerRetention, then are forgotten (ForgetDead).
+//
+// Not thread-safe: the owner serializes every call (JobManager guards it with its lock). The
+// WorkerConnection pointers are borrowed: valid from Attach until Detach or until the registry
+// closes them (replacement, death).
+#ifndef ZPIPE_COORDINATOR_WORKER_REGISTRY_H_
+#define ZPIPE_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/domain.h"
+#include "coordinator/worker_connection.h"
+
+namespace zpipe::coordinator {
+
+// "worker w1 (pipeline rank 1, data rank 0)": how reasons and logs name a rank.
+std::string RankName(const std::string& worker, int pipeline_rank, int data_rank);
+
+// A registered worker: what clients see, and its Session stream (null while none is attached).
+struct RegisteredWorker {
+  WorkerInfo info;
+  WorkerConnection* connection = nullptr;
+};
+
+class WorkerRegistry {
+ public:
+  static constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
+
+  // InvalidArgument naming the field when a registration is malformed or too large to keep.
+  static absl::Status Validate(const WorkerRegistration& registration);
+
+  // AlreadyExists while another connected, live worker holds the name, unless `registration`
+  // carries that worker's instance_id (the same process reconnecting).
+  absl::Status CheckNameFree(const WorkerRegistration& registration) const;
+  // Replaces any entry of the same name (closing its stream with Aborted) by a new IDLE one with a
+  // fresh id, registered and last seen at `now`. It reports `running_job_id` as still running
+  // (being torn down) unless `running_job_finished`. Valid until the next call that adds or
+  // removes workers.
+  RegisteredWorker& Add(const WorkerRegistration& registration, absl::Time now);
+
+  // Binds a stream to registration `worker_id` (closing another stream bound before). NotFound
+  // for an unknown id; PermissionDenied when the registration has an instance_id and
+  // `instance_id` differs; FailedPrecondition when the worker was declared dead.
+  absl::Status Attach(const std::string& worker_id, const std::string& instance_id,
+                      WorkerConnection* connection, absl::Time now);
+  // Unbinds `connection` if it is the worker's current stream: an IDLE worker becomes DEAD, a
+  // BUSY one keeps its rank. Returns the worker, or null when nothing changed.
+  RegisteredWorker* Detach(const std::string& worker_id, WorkerConnection* connection);
+  // Refreshes the worker and records the job it says it runs ("" = none; kept to 256 chars).
+  // Aborted when `worker_id` is not a current, live registration. `*torn_down` is set when an
+  // IDLE worker has just stopped reporting a job (it may be what a waiting job needs).
+  absl::Status Heartbeat(const std::string& worker_id, const std::string& running_job,
+                         absl::Time now, bool* torn_down);
+
+  // Declares the worker DEAD with `reason`, closing its stream with Unavailable. Returns the id
+  // of the job it was BUSY with ("" = none); the worker keeps its rank numbers for the message.
+  std::string MarkDead(RegisteredWorker& worker, const std::string& reason);
+  // Live workers silent for longer than `timeout` at `now`, by name.
+  std::vector<RegisteredWorker*> SilentWorkers(absl::Time now, absl::Duration timeout);
+  // Forgets workers dead for longer than kDeadWorkerRetention.
+  void ForgetDead(absl::Time now);
+
+  // The worker takes rank (pipeline_rank, data_rank) of `job_id`: BUSY.
+  static void Reserve(RegisteredWorker& worker, const std::string& job_id, int pipeline_rank,
+                      int data_rank);
+  // Every named worker still BUSY with `job_id` is released: sent a kCancel with `reason` first
+  // when `cancel` (and then reports the job until a heartbeat says it is torn down), IDLE when its
+  // stream is attached, DEAD otherwise.
+  void Release(const std::string& job_id, const std::vector<std::string>& worker_names, bool cancel,
+               const std::string& reason);
+  // Connected, IDLE workers not tearing a job down that can run `device` jobs, by name; and in
+  // `live` (when not null) the registrations of every live worker.
+  std::vector<RegisteredWorker*> IdleFor(DeviceKind device,
+                                         std::vector<const WorkerRegistration*>* live);
+
+  // Why the named worker does not run `job_id` ("lost: ...", naming the rank `slot`), or nullopt
+  // when it is live, attached and BUSY with it.
+  std::optional<std::string> WhyNotRunning(const RankSlot& slot, const std::string& job_id) const;
+  // FailedPrecondition unless the worker is BUSY with exactly that rank of `job_id`.
+  static absl::Status CheckRank(const RegisteredWorker& worker, const std::string& job_id,
+                                int pipeline_rank, int data_rank);
+  // Whether the named worker is the one holding that rank of `job_id` (reports from others are
+  // stale).
+  bool HoldsRank(const std::string& worker_name, const std::string& job_id, int pipeline_rank,
+                 int data_rank) const;
+
+  RegisteredWorker* ById(const std::string& worker_id);
+  RegisteredWorker* ByName(const std::string& name);
+  const RegisteredWorker* ByName(const std::string& name) const;
+  // The name of the live worker registered with `instance_id` (non-empty), if any.
+  std::optional<std::string> NameByInstance(const std::string& instance_id) const;
+  // NotFound for an unknown id.
+  absl::StatusOr<std::string> NameOf(const std::string& worker_id) const;
+  std::vector<WorkerInfo> List(bool include_dead) const;
+  // Workers per WorkerState (indexed by its value).
+  std::array<int64_t, 3> CountByState() const;
+
+ private:
+  std::map<std::string, RegisteredWorker> workers_;            // by name
+  absl::flat_hash_map<std::string, std::string> names_by_id_;  // worker_id -> name
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace zpipe::coordinator
+
+#endif  // ZPIPE_COORDINATOR_WORKER_REGISTRY_H_

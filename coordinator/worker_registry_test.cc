@@ -1,0 +1,208 @@
+// WorkerRegistry on its own: names, sessions, heartbeats, death and release, with fake
+// connections recording what a worker would receive. No jobs are involved: the registry only
+// records job ids it is given.
+#include "coordinator/worker_registry.h"
+
+#include <array>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+class FakeConnection : public WorkerConnection {
+ public:
+  void Send(WorkerCommand command) override { commands.push_back(std::move(command)); }
+  void Close(absl::Status status) override { closed = std::move(status); }
+  std::vector<WorkerCommand> commands;
+  absl::Status closed;
+};
+
+WorkerRegistration Named(const std::string& name, const std::string& instance_id = "") {
+  WorkerRegistration reg;
+  reg.name = name;
+  reg.instance_id = instance_id;
+  return reg;
+}
+
+RankSlot Slot(int pipeline_rank, int data_rank, const std::string& worker) {
+  RankSlot slot;
+  slot.pipeline_rank = pipeline_rank;
+  slot.data_rank = data_rank;
+  slot.worker_name = worker;
+  return slot;
+}
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+
+TEST(WorkerRegistryTest, ValidatesNamesAndCapabilities) {
+  EXPECT_TRUE(WorkerRegistry::Validate(Named("w-0.a_b:1/2")).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(WorkerRegistry::Validate(Named(""))));
+  EXPECT_EQ(WorkerRegistry::Validate(Named("bad name")).message(),
+            "name: may only contain A-Z, a-z, 0-9 and . _ - : /");
+  WorkerRegistration reg = Named("w");
+  reg.capabilities = WorkerCapabilities{};
+  reg.capabilities->cuda_device_count = -1;
+  EXPECT_EQ(WorkerRegistry::Validate(reg).message(),
+            "capabilities.cuda_device_count: must be >= 0");
+}
+
+TEST(WorkerRegistryTest, AConnectedNameIsHeldExceptByItsOwnProcess) {
+  WorkerRegistry registry;
+  FakeConnection c;
+  const std::string id = registry.Add(Named("a", "inst-1"), kT0).info.worker_id;
+  EXPECT_TRUE(registry.CheckNameFree(Named("a", "other")).ok());  // no stream yet
+  ASSERT_TRUE(registry.Attach(id, "inst-1", &c, kT0).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(registry.CheckNameFree(Named("a", "other"))));
+  EXPECT_TRUE(registry.CheckNameFree(Named("a", "inst-1")).ok());
+
+  // The same process re-registering replaces the entry: the old stream and id are gone.
+  const std::string again = registry.Add(Named("a", "inst-1"), kT0).info.worker_id;
+  EXPECT_NE(again, id);
+  EXPECT_EQ(c.closed.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(registry.ById(id), nullptr);
+  EXPECT_TRUE(absl::IsNotFound(registry.NameOf(id).status()));
+  EXPECT_EQ(*registry.NameOf(again), "a");
+  EXPECT_EQ(registry.List(true).size(), 1u);
+}
+
+TEST(WorkerRegistryTest, AttachChecksTheInstanceAndReplacesAnOlderStream) {
+  WorkerRegistry registry;
+  FakeConnection first, second;
+  const std::string id = registry.Add(Named("a", "inst-1"), kT0).info.worker_id;
+  EXPECT_TRUE(absl::IsNotFound(registry.Attach("nope", "inst-1", &first, kT0)));
+  EXPECT_TRUE(absl::IsPermissionDenied(registry.Attach(id, "inst-2", &first, kT0)));
+  ASSERT_TRUE(registry.Attach(id, "inst-1", &first, kT0).ok());
+  ASSERT_TRUE(registry.Attach(id, "inst-1", &second, kT0).ok());
+  EXPECT_EQ(first.closed.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(registry.ById(id)->connection, &second);
+  EXPECT_TRUE(registry.ById(id)->info.connected);
+  // Detaching a stream that is no longer current changes nothing.
+  EXPECT_EQ(registry.Detach(id, &first), nullptr);
+}
+
+TEST(WorkerRegistryTest, AnIdleWorkerWhoseStreamEndsIsDeadABusyOneKeepsItsRank) {
+  WorkerRegistry registry;
+  FakeConnection ca, cb;
+  RegisteredWorker& a = registry.Add(Named("a"), kT0);
+  RegisteredWorker& b = registry.Add(Named("b"), kT0);
+  ASSERT_TRUE(registry.Attach(a.info.worker_id, "", &ca, kT0).ok());
+  ASSERT_TRUE(registry.Attach(b.info.worker_id, "", &cb, kT0).ok());
+  WorkerRegistry::Reserve(b, "j", 1, 0);
+
+  ASSERT_EQ(registry.Detach(a.info.worker_id, &ca), &a);
+  EXPECT_EQ(a.info.state, WorkerState::kDead);
+  EXPECT_EQ(a.info.reason, "session stream closed");
+  EXPECT_TRUE(absl::IsFailedPrecondition(registry.Attach(a.info.worker_id, "", &ca, kT0)));
+
+  ASSERT_EQ(registry.Detach(b.info.worker_id, &cb), &b);
+  EXPECT_EQ(b.info.state, WorkerState::kBusy);
+  EXPECT_EQ(*registry.WhyNotRunning(Slot(1, 0, "b"), "j"),
+            "worker b (pipeline rank 1, data rank 0) lost: its session closed");
+}
+
+TEST(WorkerRegistryTest, HeartbeatsKeepWorkersAliveAndSayWhenATeardownIsDone) {
+  WorkerRegistry registry;
+  FakeConnection c;
+  RegisteredWorker& a = registry.Add(Named("a"), kT0);
+  ASSERT_TRUE(registry.Attach(a.info.worker_id, "", &c, kT0).ok());
+  bool torn_down = true;
+  ASSERT_TRUE(registry.Heartbeat(a.info.worker_id, "j", kT0 + absl::Seconds(5), &torn_down).ok());
+  EXPECT_FALSE(torn_down);
+  EXPECT_EQ(a.info.reported_job, "j");
+  EXPECT_TRUE(registry.IdleFor(DeviceKind::kCpu, nullptr).empty());  // still tearing j down
+  ASSERT_TRUE(registry.Heartbeat(a.info.worker_id, "", kT0 + absl::Seconds(6), &torn_down).ok());
+  EXPECT_TRUE(torn_down);
+  EXPECT_EQ(registry.IdleFor(DeviceKind::kCpu, nullptr).size(), 1u);
+
+  EXPECT_TRUE(registry.SilentWorkers(kT0 + absl::Seconds(16), absl::Seconds(10)).empty());
+  std::vector<RegisteredWorker*> silent =
+      registry.SilentWorkers(kT0 + absl::Seconds(17), absl::Seconds(10));
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(registry.MarkDead(*silent[0], "no heartbeat for 11s"), "");
+  EXPECT_EQ(c.closed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::IsAborted(registry.Heartbeat(a.info.worker_id, "", kT0, &torn_down)));
+
+  // Listed while dead for a while, then forgotten.
+  EXPECT_EQ(registry.List(false).size(), 0u);
+  registry.ForgetDead(kT0 + absl::Seconds(6) + WorkerRegistry::kDeadWorkerRetention);
+  EXPECT_EQ(registry.List(true).size(), 1u);
+  registry.ForgetDead(kT0 + absl::Seconds(7) + WorkerRegistry::kDeadWorkerRetention);
+  EXPECT_EQ(registry.List(true).size(), 0u);
+  EXPECT_TRUE(absl::IsNotFound(registry.NameOf(a.info.worker_id).status()));
+}
+
+TEST(WorkerRegistryTest, MarkDeadHandsBackTheJobAndKeepsTheRankForTheReason) {
+  WorkerRegistry registry;
+  FakeConnection c;
+  RegisteredWorker& a = registry.Add(Named("a"), kT0);
+  ASSERT_TRUE(registry.Attach(a.info.worker_id, "", &c, kT0).ok());
+  WorkerRegistry::Reserve(a, "j", 2, 1);
+  EXPECT_TRUE(registry.HoldsRank("a", "j", 2, 1));
+  EXPECT_TRUE(WorkerRegistry::CheckRank(a, "j", 2, 1).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(WorkerRegistry::CheckRank(a, "j", 0, 1)));
+  EXPECT_EQ(registry.MarkDead(a, "left: SIGTERM"), "j");
+  EXPECT_EQ(a.info.job_id, "");
+  EXPECT_EQ(a.info.pipeline_rank, 2);
+  EXPECT_EQ(*registry.WhyNotRunning(Slot(2, 1, "a"), "j"),
+            "worker a (pipeline rank 2, data rank 1) lost: left: SIGTERM");
+  EXPECT_EQ(*registry.WhyNotRunning(Slot(0, 0, "gone"), "j"),
+            "worker gone (pipeline rank 0, data rank 0) lost: no longer registered");
+}
+
+TEST(WorkerRegistryTest, ReleaseCancelsTheJobsWorkersOnly) {
+  WorkerRegistry registry;
+  FakeConnection ca, cb, cc;
+  RegisteredWorker& a = registry.Add(Named("a"), kT0);
+  RegisteredWorker& b = registry.Add(Named("b"), kT0);
+  RegisteredWorker& other = registry.Add(Named("c"), kT0);
+  ASSERT_TRUE(registry.Attach(a.info.worker_id, "", &ca, kT0).ok());
+  ASSERT_TRUE(registry.Attach(b.info.worker_id, "", &cb, kT0).ok());
+  ASSERT_TRUE(registry.Attach(other.info.worker_id, "", &cc, kT0).ok());
+  WorkerRegistry::Reserve(a, "j", 0, 0);
+  WorkerRegistry::Reserve(b, "j", 1, 0);
+  WorkerRegistry::Reserve(other, "k", 0, 0);
+  ASSERT_NE(registry.Detach(b.info.worker_id, &cb), nullptr);  // b holds its rank, no stream
+
+  registry.Release("j", {"a", "b", "c", "unknown"}, /*cancel=*/true, "cancelled by user");
+  ASSERT_EQ(ca.commands.size(), 1u);
+  EXPECT_EQ(ca.commands[0].kind, WorkerCommand::Kind::kCancel);
+  EXPECT_EQ(ca.commands[0].job_id, "j");
+  EXPECT_EQ(ca.commands[0].reason, "cancelled by user");
+  EXPECT_EQ(a.info.state, WorkerState::kIdle);
+  EXPECT_EQ(a.info.reported_job, "j");  // tearing down until a heartbeat says otherwise
+  EXPECT_EQ(b.info.state, WorkerState::kDead);
+  EXPECT_TRUE(cc.commands.empty());
+  EXPECT_EQ(other.info.state, WorkerState::kBusy);
+  const std::array<int64_t, 3> counts = registry.CountByState();
+  EXPECT_EQ(counts[static_cast<int>(WorkerState::kIdle)], 1);
+  EXPECT_EQ(counts[static_cast<int>(WorkerState::kBusy)], 1);
+  EXPECT_EQ(counts[static_cast<int>(WorkerState::kDead)], 1);
+}
+
+TEST(WorkerRegistryTest, IdleForMatchesTheDeviceKindAndListsLiveWorkers) {
+  WorkerRegistry registry;
+  FakeConnection c0, c1;
+  WorkerRegistration cuda = Named("gpu");
+  cuda.device_kind = DeviceKind::kCuda;
+  cuda.capabilities = WorkerCapabilities{};
+  cuda.capabilities->torch_cuda = true;
+  cuda.capabilities->cuda_device_count = 1;
+  cuda.capabilities->nccl = true;
+  ASSERT_TRUE(registry.Attach(registry.Add(cuda, kT0).info.worker_id, "", &c0, kT0).ok());
+  ASSERT_TRUE(registry.Attach(registry.Add(Named("cpu"), kT0).info.worker_id, "", &c1, kT0).ok());
+  registry.Add(Named("unattached"), kT0);
+  std::vector<const WorkerRegistration*> live;
+  std::vector<RegisteredWorker*> idle = registry.IdleFor(DeviceKind::kCpu, &live);
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(idle[0]->info.registration.name, "cpu");
+  EXPECT_EQ(live.size(), 3u);
+  idle = registry.IdleFor(DeviceKind::kCuda, nullptr);
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_EQ(idle[0]->info.registration.name, "gpu");
+  EXPECT_FALSE(registry.NameByInstance("").has_value());
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
