@@ -251,7 +251,8 @@ TEST(RecoveryE2eTest, WorkerKilledJobRestartsOnTheSpareFromItsCheckpointBitIdent
   ASSERT_EQ(second.workers_size(), 2);
   EXPECT_NE(second.workers(0), victim);
   EXPECT_NE(second.workers(1), victim) << "the spare takes the lost rank";
-  EXPECT_GE(second.start_iteration(), 6) << "resumed from a checkpoint, not from iteration 0";
+  // Killed at iteration >= 8: iter-6 is normally complete; a slow background write leaves iter-3.
+  EXPECT_GE(second.start_iteration(), 3) << "resumed from a checkpoint, not from iteration 0";
   EXPECT_LE(second.start_iteration(), first.iterations_done());
   EXPECT_EQ(second.start_iteration() % 3, 0) << "resumed at a checkpoint boundary";
   std::printf("attempt 1 ended at %d iterations; attempt 2 resumed at %d\n",
