@@ -127,11 +127,15 @@ void WorkerDaemon::JoinJobIfDone(bool wait) {
 
 void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   // The coordinator frees this worker as soon as its rank reports finished, a moment before the
-  // job's thread ends: give that thread up to 2 s rather than refuse a job submitted right after.
-  for (int i = 0; i < 200; ++i) {
+  // job's thread ends, and a cancelled job (a restart) takes its communicator down first: give
+  // that thread up to the communication timeout (its teardown is bounded by it) rather than
+  // refuse a job that arrives meanwhile.
+  const absl::Time deadline = absl::Now() + options_.comm_timeout + absl::Seconds(2);
+  while (absl::Now() < deadline) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (job_id_.empty() || job_id_ == assignment.job_id() || (job_done_ && job_done_->load())) {
+      if (stopping_ || job_id_.empty() || job_id_ == assignment.job_id() ||
+          (job_done_ && job_done_->load())) {
         break;
       }
     }
