@@ -130,18 +130,17 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   // job's thread ends, and a cancelled job (a restart) takes its communicator down first: give
   // that thread up to the communication timeout (its teardown is bounded by it) rather than
   // refuse a job that arrives meanwhile.
+  // The heartbeat thread may be joining the finished thread right now (job_id_ clears when that
+  // join returns), so wait for job_id_ itself.
   const absl::Time deadline = absl::Now() + options_.comm_timeout + absl::Seconds(2);
   while (absl::Now() < deadline) {
+    JoinJobIfDone(/*wait=*/false);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_ || job_id_.empty() || job_id_ == assignment.job_id() ||
-          (job_done_ && job_done_->load())) {
-        break;
-      }
+      if (stopping_ || job_id_.empty() || job_id_ == assignment.job_id()) break;
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  JoinJobIfDone(/*wait=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   if (!job_id_.empty()) {
     if (job_id_ == assignment.job_id()) return;  // a repeated delivery after a reconnect
