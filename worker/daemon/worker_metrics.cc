@@ -6,7 +6,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,10 +18,13 @@ namespace {
 
 class PrometheusWorkerMetrics : public WorkerMetrics {
  public:
-  PrometheusWorkerMetrics(std::unique_ptr<prometheus::Exposer> exposer, const std::string& worker)
+  PrometheusWorkerMetrics(std::unique_ptr<prometheus::Exposer> exposer,
+                          std::shared_ptr<prometheus::Registry> registry, const std::string& worker,
+                          absl::Duration retention)
       : exposer_(std::move(exposer)),
-        registry_(std::make_shared<prometheus::Registry>()),
+        registry_(std::move(registry)),
         worker_(worker),
+        retention_(retention),
         iterations_(prometheus::BuildCounter()
                         .Name("zpipe_worker_iterations_total")
                         .Help("Iterations this worker completed, by job and rank")
@@ -60,48 +66,86 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
                         .Help("1 while the worker runs a job rank, else 0")
                         .Register(*registry_)
                         .Add({{"worker", worker}})) {
-    exposer_->RegisterCollectable(registry_);
+    if (exposer_) exposer_->RegisterCollectable(registry_);
   }
 
   void OnIteration(const std::string& job_id, int pipeline_rank, int data_rank,
                    const IterationSummary& s) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ExpireLocked(absl::Now());
     const std::map<std::string, std::string> labels = {
         {"job_id", job_id},
         {"pipeline_rank", absl::StrCat(pipeline_rank)},
         {"data_rank", absl::StrCat(data_rank)}};
-    iterations_.Add(labels).Increment();
+    JobSeries& series = jobs_series_[job_id];
     auto with_op = [&](const char* op) {
       auto l = labels;
       l["op"] = op;
       return l;
     };
-    busy_.Add(with_op("F")).Increment(s.forward_s);
-    busy_.Add(with_op("B")).Increment(s.backward_s);
-    busy_.Add(with_op("W")).Increment(s.weight_s);
-    idle_.Add(labels).Increment(s.idle_s);
-    reduce_.Add(labels).Increment(s.reduce_s);
-    exposed_.Add(labels).Increment(s.exposed_reduce_s);
-    p2p_wait_.Add(labels).Increment(s.p2p_wait_s);
-    bubble_.Add(labels).Set(s.bubble_ratio);
-    duration_
-        .Add(labels, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                             0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
-        .Observe(s.duration_s);
+    auto counter = [&](prometheus::Family<prometheus::Counter>& family,
+                       const std::map<std::string, std::string>& l) -> prometheus::Counter& {
+      prometheus::Counter& c = family.Add(l);
+      series.removers.insert({&c, [&family, &c] { family.Remove(&c); }});
+      return c;
+    };
+    counter(iterations_, labels).Increment();
+    counter(busy_, with_op("F")).Increment(s.forward_s);
+    counter(busy_, with_op("B")).Increment(s.backward_s);
+    counter(busy_, with_op("W")).Increment(s.weight_s);
+    counter(idle_, labels).Increment(s.idle_s);
+    counter(reduce_, labels).Increment(s.reduce_s);
+    counter(exposed_, labels).Increment(s.exposed_reduce_s);
+    counter(p2p_wait_, labels).Increment(s.p2p_wait_s);
+    prometheus::Gauge& bubble = bubble_.Add(labels);
+    series.removers.insert({&bubble, [this, &bubble] { bubble_.Remove(&bubble); }});
+    bubble.Set(s.bubble_ratio);
+    prometheus::Histogram& duration = duration_.Add(
+        labels, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                        0.5, 1, 2.5, 5, 10, 30, 60});
+    series.removers.insert({&duration, [this, &duration] { duration_.Remove(&duration); }});
+    duration.Observe(s.duration_s);
   }
 
-  void OnJobEnd(const std::string&, bool ok) override {
+  void OnJobEnd(const std::string& job_id, bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
     jobs_.Add({{"result", ok ? "finished" : "failed"}}).Increment();
+    if (auto it = jobs_series_.find(job_id); it != jobs_series_.end()) it->second.ended = now;
+    ExpireLocked(now);
   }
 
-  void SetBusy(bool busy) override { busy_state_.Set(busy ? 1 : 0); }
+  void SetBusy(bool busy) override {
+    busy_state_.Set(busy ? 1 : 0);
+    std::lock_guard<std::mutex> lock(mu_);
+    ExpireLocked(absl::Now());
+  }
 
  private:
+  // A job's series, each with the call that removes it from its family.
+  struct JobSeries {
+    std::map<const void*, std::function<void()>> removers;
+    std::optional<absl::Time> ended;
+  };
+
+  // Removes the series of jobs that ended `retention_` ago or more.
+  void ExpireLocked(absl::Time now) {
+    for (auto it = jobs_series_.begin(); it != jobs_series_.end();) {
+      if (it->second.ended && now - *it->second.ended >= retention_) {
+        for (auto& [metric, remove] : it->second.removers) remove();
+        it = jobs_series_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   std::mutex mu_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::string worker_;
+  const absl::Duration retention_;
+  std::map<std::string, JobSeries> jobs_series_;  // guarded by mu_
   prometheus::Family<prometheus::Counter>& iterations_;
   prometheus::Family<prometheus::Counter>& busy_;
   prometheus::Family<prometheus::Counter>& idle_;
@@ -117,14 +161,23 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerMetrics>> NewPrometheusWorkerMetrics(
-    const std::string& listen, const std::string& worker) {
+    const std::string& listen, const std::string& worker, absl::Duration finished_job_retention) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(listen);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("--metrics-listen ", listen, ": ", e.what()));
   }
-  return std::unique_ptr<WorkerMetrics>(new PrometheusWorkerMetrics(std::move(exposer), worker));
+  return std::unique_ptr<WorkerMetrics>(
+      new PrometheusWorkerMetrics(std::move(exposer), std::make_shared<prometheus::Registry>(),
+                                  worker, finished_job_retention));
+}
+
+std::unique_ptr<WorkerMetrics> NewPrometheusWorkerMetrics(
+    std::shared_ptr<prometheus::Registry> registry, const std::string& worker,
+    absl::Duration finished_job_retention) {
+  return std::unique_ptr<WorkerMetrics>(
+      new PrometheusWorkerMetrics(nullptr, std::move(registry), worker, finished_job_retention));
 }
 
 }  // namespace zpipe::worker
