@@ -37,11 +37,16 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_PROMETHEUS_BIN="${ZPIPE_PROMETHEUS}")
 endif()
 
-# c. promtool on the recording rules and the scrape config (which loads the rules too); found at
-# test time, so a missing promtool fails the tests rather than hiding them.
+# c. promtool on the recording and alerting rules, the alerts' unit tests (alerts_test.yml: each
+# alert fires on synthetic series and stays quiet on healthy ones) and the scrape config (which
+# loads the rules too); found at test time, so a missing promtool fails the tests rather than
+# hiding them.
 add_test(NAME observability_promtool_rules
          COMMAND promtool check rules ${ZPIPE_DASHBOARDS}/rules.yml)
+add_test(NAME observability_promtool_alerts
+         COMMAND promtool test rules ${ZPIPE_DASHBOARDS}/alerts_test.yml)
 add_test(NAME observability_promtool_config
          COMMAND promtool check config ${ZPIPE_DASHBOARDS}/prometheus.yml)
-set_tests_properties(observability_promtool_rules observability_promtool_config
+set_tests_properties(observability_promtool_rules observability_promtool_alerts
+                     observability_promtool_config
                      PROPERTIES LABELS observability TIMEOUT 60)

@@ -72,6 +72,14 @@ class Prometheus {
     if (j.is_discarded()) return absl::InternalError(absl::StrCat("bad JSON: ", *body));
     return j;
   }
+  // /api/v1/rules?type=alert: the alerting rules Prometheus loaded, by group.
+  absl::StatusOr<json> AlertRules() {
+    auto body = HttpGet(port_, "/api/v1/rules?type=alert");
+    if (!body.ok()) return body.status();
+    json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return absl::InternalError(absl::StrCat("bad JSON: ", *body));
+    return j;
+  }
   // The query's result rows once it has at least one (waiting up to `timeout_s`); the last
   // response's status and rows otherwise.
   json QueryUntilNonEmpty(const std::string& promql, double timeout_s) {
@@ -259,6 +267,25 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   EXPECT_LT(predicted, 1);
   EXPECT_GE(measured, 0);
   EXPECT_LT(measured, 1);
+
+  // The alerts of rules.yml are loaded, evaluate without error against the real series, and
+  // none fires on this healthy job (some may be pending: e.g. ZPipeIterationStalled holds while
+  // the first iteration is not complete yet, far shorter than its window).
+  auto alert_rules = prom.AlertRules();
+  ASSERT_TRUE(alert_rules.ok()) << alert_rules.status();
+  std::set<std::string> alerts;
+  for (const auto& group : (*alert_rules)["data"]["groups"]) {
+    for (const auto& rule : group["rules"]) {
+      const std::string name = rule.value("name", "");
+      alerts.insert(name);
+      EXPECT_EQ(rule.value("health", ""), "ok") << name << ": " << rule.dump();
+      EXPECT_NE(rule.value("state", ""), "firing") << name << ": " << rule.dump();
+    }
+  }
+  EXPECT_EQ(alerts, (std::set<std::string>{"ZPipeJobFailed", "ZPipeWorkerLost",
+                                           "ZPipeIterationStalled", "ZPipeBubbleAboveNormal",
+                                           "ZPipeExposedReduceHigh", "ZPipeJobRestarting"}))
+      << alert_rules->dump();
 
   cluster.CancelAndWait(job);
 }
