@@ -8,18 +8,11 @@
 
 #include "absl/strings/match.h"
 #include "coordinator/sqlite_job_store.h"
+#include "coordinator/testing/fake_connection.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::coordinator {
 namespace {
-
-class FakeConnection : public WorkerConnection {
- public:
-  void Send(WorkerCommand command) override { commands.push_back(std::move(command)); }
-  void Close(absl::Status status) override { closed = std::move(status); }
-  std::vector<WorkerCommand> commands;
-  absl::Status closed;
-};
 
 JobSpec Spec(int p, int iterations = 2) {
   JobSpec s;
@@ -305,7 +298,8 @@ TEST_F(JobManagerTest, ALostRankRestartsTheJobUntilNoRestartsAreLeft) {
   manager_->CheckLiveness();
   job = *manager_->Get("j");
   EXPECT_EQ(job.record.state, JobState::kRestarting);
-  EXPECT_TRUE(absl::StrContains(job.record.reason, "; waiting for 2 idle cpu workers (1 available)"))
+  EXPECT_TRUE(
+      absl::StrContains(job.record.reason, "; waiting for 2 idle cpu workers (1 available)"))
       << job.record.reason;
   ASSERT_TRUE(manager_->Heartbeat(a, "").ok());  // torn down: the job goes at once
   job = *manager_->Get("j");
@@ -340,7 +334,8 @@ TEST_F(JobManagerTest, AReloadedRunningJobKeepsItsIterationCount) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 30), false).ok());
   const std::string a = AddWorker("a", &c0_);
   RankStats stats;
-  for (int it = 0; it < 7; ++it) ASSERT_TRUE(manager_->IterationReport(a, "j", it, stats, 1.0).ok());
+  for (int it = 0; it < 7; ++it)
+    ASSERT_TRUE(manager_->IterationReport(a, "j", it, stats, 1.0).ok());
   ASSERT_EQ(manager_->Get("j")->progress->iterations_done, 7);
 
   manager_ = MakeManager();

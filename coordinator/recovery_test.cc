@@ -4,18 +4,11 @@
 
 #include <vector>
 
+#include "coordinator/testing/fake_connection.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::coordinator {
 namespace {
-
-class FakeConnection : public WorkerConnection {
- public:
-  void Send(WorkerCommand command) override { commands.push_back(std::move(command)); }
-  void Close(absl::Status status) override { closed = std::move(status); }
-  std::vector<WorkerCommand> commands;
-  absl::Status closed;
-};
 
 const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
 

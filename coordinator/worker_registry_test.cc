@@ -6,18 +6,11 @@
 #include <array>
 #include <vector>
 
+#include "coordinator/testing/fake_connection.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::coordinator {
 namespace {
-
-class FakeConnection : public WorkerConnection {
- public:
-  void Send(WorkerCommand command) override { commands.push_back(std::move(command)); }
-  void Close(absl::Status status) override { closed = std::move(status); }
-  std::vector<WorkerCommand> commands;
-  absl::Status closed;
-};
 
 WorkerRegistration Named(const std::string& name, const std::string& instance_id = "") {
   WorkerRegistration reg;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/temp_dir.h"
 
 namespace zpipe {
 namespace {
@@ -29,20 +30,9 @@ class Cluster : public testing::LocalCluster {
                                .comm_timeout_s = "5"}) {}
 };
 
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            absl::StrCat("zpipe-ckpt-e2e-", ::getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : testing::TempDir("zpipe-ckpt-e2e") {}
 };
 
 v1::JobSpec GptSpec(const std::string& name, int iterations, int hidden = 32) {

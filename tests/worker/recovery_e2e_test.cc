@@ -22,27 +22,16 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/temp_dir.h"
 
 namespace zpipe {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            absl::StrCat("zpipe-recovery-e2e-", ::getpid(), "-", TestName());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : testing::TempDir("zpipe-recovery-e2e") {}
 };
 
 testing::LocalClusterOptions Options(const fs::path& dir) {
