@@ -502,6 +502,19 @@ TEST_F(AuthTest, SessionOfAnotherWorkersRegistrationIsRefused) {
 TEST_F(AuthTest, LiveWorkersNameCannotBeTakenButARestartedWorkerReclaimsIt) {
   std::unique_ptr<TestWorker> first = Worker("dup", worker_);
   ASSERT_TRUE(first->Start());
+  // Start() returns once hello is written; the name is held once the session is attached, which
+  // a heartbeat (it travels on the session) after the registration shows.
+  ASSERT_TRUE(first->WaitFor([&] {
+    grpc::ClientContext lctx;
+    AddToken(lctx, alice_);
+    v1::ListWorkersResponse workers;
+    if (!client_->ListWorkers(&lctx, {}, &workers).ok() || workers.workers_size() != 1) {
+      return false;
+    }
+    const v1::Worker& w = workers.workers(0);
+    return w.last_heartbeat_time().seconds() * 1'000'000'000LL + w.last_heartbeat_time().nanos() >
+           w.register_time().seconds() * 1'000'000'000LL + w.register_time().nanos();
+  }));
   std::unique_ptr<TestWorker> second = Worker("dup", worker_);
   EXPECT_FALSE(second->Start());
   EXPECT_EQ(second->last_error().error_code(), grpc::StatusCode::ALREADY_EXISTS);
