@@ -44,6 +44,7 @@
 #include "absl/types/span.h"
 #include "core/internal/generators.h"
 #include "core/internal/order_search.h"
+#include "core/span_bound.h"
 #include "core/status_field.h"
 
 namespace zpipe::core::internal {
@@ -624,11 +625,14 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
                          " (the memory deltas need B and W to free what F allocates)")),
                      "memory_limit");
   }
-  if (work > 0) {
+  const double bound = SpanLowerBound(Placement::VShape(pb.p), pb.m, req.cost, memory_limit,
+                                      /*split_backward=*/true);
+  if (work > 0 && !AtBound(best.rank_span, bound)) {
     // The search: a third of what is left on random policies and on the best order's Ws placed
     // anew with random waits, the rest on local moves.
     SearchRng rng(req.search.seed);
-    for (int64_t variants = work / 3; variants >= 2 * actions; variants -= 2 * actions) {
+    int64_t variants = std::min(work / 3, kMaxRandomPolicies * 2 * actions);
+    for (; variants >= 2 * actions && !AtBound(best.rank_span, bound); variants -= 2 * actions) {
       work -= 2 * actions;
       if (rng.Uniform(3) == 0) {
         GreedyPolicy pol;
@@ -641,7 +645,7 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     }
     const OrderProblem problem(Placement::VShape(pb.p), pb.m, req.cost, memory_limit);
     if (std::optional<OrderScore> score = problem.Evaluate(best_orders)) {
-      ImproveOrders(problem, best_orders, *score, work, rng.Next());
+      ImproveOrders(problem, best_orders, *score, work, rng.Next(), bound);
     }
   }
   return MakePlan(name, pb, std::move(best_orders));

@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
 #include "core/internal/order_search.h"
+#include "core/span_bound.h"
 #include "core/status_field.h"
 
 namespace zpipe::core::internal {
@@ -585,11 +586,14 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
                      "memory_limit");
   }
   Polish(pr, *best, best_score, polish_evaluations);
-  if (work > 0 && !candidates.empty()) {
+  const double bound =
+      SpanLowerBound(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit, /*split_backward=*/true);
+  if (work > 0 && !candidates.empty() && !AtBound(best_score.span, bound)) {
     // The search: a third of what is left on random policies, then critical-path polishing and
     // local moves on the best plan.
     SearchRng rng(search.seed);
-    for (int64_t variants = work / 3; variants >= run_cost; variants -= run_cost) {
+    int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
+    for (; variants >= run_cost && !AtBound(best_score.span, bound); variants -= run_cost) {
       work -= run_cost;
       run(RandomCandidate(candidates, rng));
     }
@@ -598,7 +602,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     Polish(pr, *best, best_score, polish);
     const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit);
     if (std::optional<OrderScore> score = problem.Evaluate(*best)) {
-      ImproveOrders(problem, *best, *score, work, rng.Next());
+      ImproveOrders(problem, *best, *score, work, rng.Next(), bound);
     }
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);

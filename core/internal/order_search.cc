@@ -232,7 +232,7 @@ int64_t SearchWork(double budget_seconds) {
 }
 
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
-                   uint64_t seed) {
+                   uint64_t seed, double span_bound) {
   SearchRng rng(seed);
   OrderTimeline tl, trial_tl;
   if (!problem.Evaluate(orders, &tl)) return;
@@ -242,7 +242,8 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
     for (const Action& a : order) microbatches = std::max(microbatches, a.microbatch + 1);
   }
   std::vector<Move> moves;
-  while (work >= cost) {
+  int stalled = 0;
+  while (work >= cost && stalled < kStallEvaluations && !AtBound(score.span, span_bound)) {
     moves.clear();
     if (rng.Uniform(2) == 0) {
       // Chains of the later microbatches more often: the drain is where they pace the span.
@@ -258,7 +259,9 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
     work -= cost;
     for (const Move& mv : moves) MoveAction(orders[mv.rank], mv.from, mv.to);
     std::optional<OrderScore> s = problem.Evaluate(orders, &trial_tl);
+    ++stalled;
     if (s && *s <= score) {
+      if (*s < score) stalled = 0;
       score = *s;
       std::swap(tl, trial_tl);
     } else {

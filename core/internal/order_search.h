@@ -79,9 +79,18 @@ class SearchRng {
 int64_t SearchWork(double budget_seconds);
 
 // Improves `orders` (which must evaluate to `score`) by local moves until `work` simulated actions
-// are spent; `orders` and `score` only ever get better or stay. Deterministic in its arguments.
+// are spent, the span reaches `span_bound` (nothing left to gain), or kStallEvaluations moves in
+// a row brought no strict improvement; `orders` and `score` only ever get better or stay.
+// Deterministic in its arguments.
+inline constexpr int kStallEvaluations = 20000;
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
-                   uint64_t seed);
+                   uint64_t seed, double span_bound = 0);
+
+// Random policy runs a search tries at most, however large its budget.
+inline constexpr int64_t kMaxRandomPolicies = 2000;
+
+// Whether `span` is at `bound` (within rounding): no search can shorten it.
+inline bool AtBound(double span, double bound) { return span <= bound * (1 + 1e-12); }
 
 }  // namespace zpipe::core::internal
 
