@@ -489,10 +489,11 @@ std::vector<int> Caps(const Problem& pr, int a, int b) {
   return cap;
 }
 
-// Per rank, round(a * (p - 1 - r)) Ws held back (Policy::w_lag).
+// Per rank, round(a * r) Ws held back (Policy::w_lag): the later ranks, with fewer activations
+// in flight, have the memory to hold them.
 std::vector<int> Lags(const Problem& pr, double a) {
   std::vector<int> lag(pr.p);
-  for (int r = 0; r < pr.p; ++r) lag[r] = static_cast<int>(std::lround(a * (pr.p - 1 - r)));
+  for (int r = 0; r < pr.p; ++r) lag[r] = static_cast<int>(std::lround(a * r));
   return lag;
 }
 
