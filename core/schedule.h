@@ -50,8 +50,8 @@ bool SplitsBackward(ScheduleKind kind);
 // B earlier, shift an action a few places), each kept only when the plan still completes within
 // the same memory limit and its span does not grow. The result is never worse than the greedy
 // pass's and is the same for the same request and seed on every machine: the budget is converted
-// to a fixed amount of simulation work (about `budget_seconds` of one core on the CI machine),
-// not read from a clock.
+// to a fixed amount of simulation work (about `budget_seconds` of one core of the development
+// machine), not read from a clock.
 struct SearchOptions {
   double budget_seconds = 0;  // 0 = the greedy pass alone
   uint64_t seed = 1;

@@ -25,6 +25,10 @@
 // half and a third of that (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is
 // bubble-free.
 //
+// The greedy pass runs every candidate below on small problems and a short list of the usual
+// winners as p * m grows (p = 32, m = 256 in about 35 ms); a search budget (SearchOptions) runs
+// the rest, seeded random policies and core/internal/order_search's local moves.
+//
 // DualPipeV follows DeepSeek's step structure (warm-up forwards, then F/B pairs that DualPipe
 // would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
 // other; both orders of the pair are tried and the shorter plan within the memory limit kept.

@@ -13,8 +13,11 @@
 // (each action as soon as its dependencies and its rank allow, in the chosen order), and keeps the
 // one with the shortest makespan in DESIGN.md's sense: the longest per-rank span from first start
 // to last end. A short local search then polishes the winner along its critical path (beyond the
-// paper, which hands this step to an ILP). The family and the search shrink as p * m grows so
-// that p = 32, m = 256 stays well under a second.
+// paper, which hands this step to an ILP). The greedy pass runs the whole family on small
+// problems and a short list of the usual winners as p * m grows, so that p = 32, m = 256 takes
+// about 20 ms. With a search budget (SearchOptions) the automatic scheduler then runs the rest of
+// the family, seeded random policies (including W lags: later ranks holding Ws back), longer
+// polishing and core/internal/order_search's local moves.
 //
 // The memory limit is always honoured. Under a limit below what the H1 / H2 shapes need, ZB-H1
 // and ZB-H2 still return the best plan that fits; only a limit below one microbatch at a time is

@@ -11,8 +11,8 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUnset = -1;
 
-// Simulated actions per second of one core on the CI machine (a list-scheduler run or an
-// evaluation of p = 16, m = 128 takes about 0.1 ms per thousand actions there).
+// Simulated actions per second of one core of the development machine (2 cores shared by a
+// few builds): the rate list-scheduler runs and evaluations of p = 4..16 plans ran at there.
 constexpr double kActionsPerSecond = 4e7;
 
 // Moves the action at `from` to position `to` of `order`, shifting the ones between.
@@ -242,8 +242,13 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
     for (const Action& a : order) microbatches = std::max(microbatches, a.microbatch + 1);
   }
   std::vector<Move> moves;
-  int stalled = 0;
-  while (work >= cost && stalled < kStallEvaluations && !AtBound(score.span, span_bound)) {
+  // Iterated local search: moves that do not make the current plan worse are kept; after
+  // kRestartAfter moves without a strict gain the search restarts from the best plan with a few
+  // random (feasible) moves, and gives up after kMaxRestarts restarts in a row gained nothing.
+  Orders best = orders;
+  OrderScore best_score = score;
+  int stalled = 0, restarts = 0;
+  auto propose = [&] {
     moves.clear();
     if (rng.Uniform(2) == 0) {
       // Chains of the later microbatches more often: the drain is where they pace the span.
@@ -252,24 +257,52 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
     } else if (const Move mv = Propose(orders, tl, rng); mv.from != mv.to) {
       moves.push_back(mv);
     }
+  };
+  // Applies `moves`; keeps them when the orders still complete within memory (and, with
+  // `improving`, do not score worse), else undoes them.
+  auto try_moves = [&](bool improving) {
+    work -= cost;
+    for (const Move& mv : moves) MoveAction(orders[mv.rank], mv.from, mv.to);
+    std::optional<OrderScore> s = problem.Evaluate(orders, &trial_tl);
+    if (s && (!improving || *s <= score)) {
+      score = *s;
+      std::swap(tl, trial_tl);
+      return true;
+    }
+    for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
+      MoveAction(orders[it->rank], it->to, it->from);
+    }
+    return false;
+  };
+  while (work >= cost && !AtBound(best_score.span, span_bound)) {
+    if (stalled >= kRestartAfter) {
+      if (++restarts > kMaxRestarts) break;
+      orders = best;
+      score = best_score;
+      problem.Evaluate(orders, &tl);
+      for (int k = 0, kicks = 2 + rng.Uniform(6); k < kicks && work >= cost; ++k) {
+        propose();
+        if (!moves.empty()) try_moves(/*improving=*/false);
+      }
+      stalled = 0;
+      continue;
+    }
+    propose();
     if (moves.empty()) {
       work -= cost / 16 + 1;  // looking for a move is not free either
       continue;
     }
-    work -= cost;
-    for (const Move& mv : moves) MoveAction(orders[mv.rank], mv.from, mv.to);
-    std::optional<OrderScore> s = problem.Evaluate(orders, &trial_tl);
+    const OrderScore before = score;
     ++stalled;
-    if (s && *s <= score) {
-      if (*s < score) stalled = 0;
-      score = *s;
-      std::swap(tl, trial_tl);
-    } else {
-      for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
-        MoveAction(orders[it->rank], it->to, it->from);
-      }
+    if (try_moves(/*improving=*/true) && score < before) stalled = 0;
+    if (score < best_score) {
+      best = orders;
+      best_score = score;
+      restarts = 0;
     }
   }
+  orders = std::move(best);
+  score = best_score;
 }
 
 }  // namespace zpipe::core::internal

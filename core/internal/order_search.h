@@ -11,8 +11,8 @@
 //
 // Work is counted in simulated actions, not seconds: the search stops after a deterministic
 // amount of work, so its result does not depend on the machine's speed or load.
-// SearchWork() converts the user's time budget at a fixed rate measured on this project's CI
-// machine.
+// SearchWork() converts the user's time budget at a fixed rate measured on this project's
+// development machine.
 #ifndef ZPIPE_CORE_INTERNAL_ORDER_SEARCH_H_
 #define ZPIPE_CORE_INTERNAL_ORDER_SEARCH_H_
 
@@ -78,11 +78,13 @@ class SearchRng {
 // Simulated actions a search may spend for `budget_seconds` (0 for a budget <= 0).
 int64_t SearchWork(double budget_seconds);
 
-// Improves `orders` (which must evaluate to `score`) by local moves until `work` simulated actions
-// are spent, the span reaches `span_bound` (nothing left to gain), or kStallEvaluations moves in
-// a row brought no strict improvement; `orders` and `score` only ever get better or stay.
+// Improves `orders` (which must evaluate to `score`) by iterated local search until `work`
+// simulated actions are spent, the span reaches `span_bound` (nothing left to gain), or
+// kMaxRestarts restarts (each after kRestartAfter moves without a strict gain) in a row found
+// nothing better; `orders` and `score` end at the best plan seen, never worse than the input.
 // Deterministic in its arguments.
-inline constexpr int kStallEvaluations = 20000;
+inline constexpr int kRestartAfter = 6000;
+inline constexpr int kMaxRestarts = 8;
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound = 0);
 
