@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -34,7 +35,7 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("status", job.status());
   if (ctx.json()) {
-    ctx.out() << ToJson(*job) << "\n";
+    PrintJson(ctx.out(), JobJson(*job));
     return kExitOk;
   }
   const v1::JobSpec& spec = job->spec();
