@@ -224,11 +224,13 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   ASSERT_GE(queries.size(), 10u);
   for (const PanelQuery& q : queries) {
     const std::string promql = Substitute(q.expr, selection);
-    // Only jobs with an eval section export it; this synthetic job has none. The query must
-    // still be valid PromQL.
-    if (absl::StrContains(q.expr, "zpipe_eval_loss")) {
+    // Only jobs with an eval section export zpipe_eval_loss, and only models with a loss
+    // zpipe_loss; this synthetic job has neither. The query must still be valid PromQL, and a
+    // synthetic job shows no made-up loss.
+    if (absl::StrContains(q.expr, "zpipe_eval_loss") || absl::StrContains(q.expr, "zpipe_loss")) {
       json r = prom.Query(promql).value_or(json());
       EXPECT_EQ(r.value("status", ""), "success") << promql << "\n" << r.dump();
+      EXPECT_TRUE(r["data"]["result"].empty()) << promql << "\n" << r.dump();
       continue;
     }
     json r = prom.QueryUntilNonEmpty(promql, 15);
