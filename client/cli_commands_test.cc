@@ -340,6 +340,23 @@ TEST_F(CliCommandsTest, JobJsonSpeaksTheDocumentedVocabulary) {
   EXPECT_EQ(cancelled["spec"], j["spec"]);
 }
 
+// A synthetic model computes no loss: status says so instead of printing a number.
+TEST_F(CliCommandsTest, StatusOfASyntheticJobSaysItHasNoLoss) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->mutable_synthetic()->set_forward_ms(1);
+  ASSERT_TRUE(fake_.Submit(spec, "s", false).ok());
+  v1::JobEvent it;
+  it.mutable_iteration()->set_iteration(0);
+  it.mutable_iteration()->set_duration_s(0.5);
+  it.mutable_iteration()->set_bubble_rate(0.25);
+  ASSERT_TRUE(fake_.AddEvent("s", it));
+  Result r = Run(RunStatusCommand, {"s"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("iteration 1: 500ms, bubble 25.0%, no loss (synthetic)\n"));
+  const json j = json::parse(Run(RunStatusCommand, {"s"}, OutputFormat::kJson).out);
+  EXPECT_TRUE(j["latest_summary"]["loss"].is_null());
+}
+
 TEST_F(CliCommandsTest, SpecDefaultsResolve) {
   v1::JobSpec spec = Spec();
   spec.mutable_schedule()->set_kind("interleaved");

@@ -68,6 +68,8 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     std::string line = absl::StrFormat("iteration %d: %s, bubble %.1f%%", s.iteration() + 1,
                                        FormatDuration(s.duration_s()), s.bubble_rate() * 100);
     if (s.has_loss()) absl::StrAppend(&line, absl::StrFormat(", loss %.4f", s.loss()));
+    if (!s.has_loss() && spec.model().has_synthetic())
+      absl::StrAppend(&line, ", no loss (synthetic)");
     t.Add({"measured", line});
   }
   t.Print(ctx.out());
