@@ -55,62 +55,34 @@ const google::protobuf::OneofDescriptor* RealOneof(const FieldDescriptor& field)
   return oneof;
 }
 
-Json ValueJson(const Message& m, const FieldDescriptor& f, int index);
-
-Json SingleJson(const Message& m, const FieldDescriptor& f) {
+// One value of `f`: its value (i < 0) or element i of a repeated field.
+Json FieldValue(const Message& m, const FieldDescriptor& f, int i) {
   const Reflection& r = *m.GetReflection();
+  const bool one = i < 0;
   switch (f.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      return r.GetInt32(m, &f);
+      return one ? r.GetInt32(m, &f) : r.GetRepeatedInt32(m, &f, i);
     case FieldDescriptor::CPPTYPE_INT64:
-      return r.GetInt64(m, &f);
+      return one ? r.GetInt64(m, &f) : r.GetRepeatedInt64(m, &f, i);
     case FieldDescriptor::CPPTYPE_UINT32:
-      return r.GetUInt32(m, &f);
+      return one ? r.GetUInt32(m, &f) : r.GetRepeatedUInt32(m, &f, i);
     case FieldDescriptor::CPPTYPE_UINT64:
-      return r.GetUInt64(m, &f);
+      return one ? r.GetUInt64(m, &f) : r.GetRepeatedUInt64(m, &f, i);
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      return Double(r.GetDouble(m, &f));
+      return Double(one ? r.GetDouble(m, &f) : r.GetRepeatedDouble(m, &f, i));
     case FieldDescriptor::CPPTYPE_FLOAT:
-      return Double(r.GetFloat(m, &f));
+      return Double(one ? r.GetFloat(m, &f) : r.GetRepeatedFloat(m, &f, i));
     case FieldDescriptor::CPPTYPE_BOOL:
-      return r.GetBool(m, &f);
+      return one ? r.GetBool(m, &f) : r.GetRepeatedBool(m, &f, i);
     case FieldDescriptor::CPPTYPE_ENUM:
-      return EnumJson(*f.enum_type(), r.GetEnumValue(m, &f));
-    case FieldDescriptor::CPPTYPE_STRING:
-      if (f.type() == FieldDescriptor::TYPE_BYTES) return absl::Base64Escape(r.GetString(m, &f));
-      return r.GetString(m, &f);
+      return EnumJson(*f.enum_type(),
+                      one ? r.GetEnumValue(m, &f) : r.GetRepeatedEnumValue(m, &f, i));
+    case FieldDescriptor::CPPTYPE_STRING: {
+      const std::string value = one ? r.GetString(m, &f) : r.GetRepeatedString(m, &f, i);
+      return f.type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(value) : value;
+    }
     case FieldDescriptor::CPPTYPE_MESSAGE:
-      return MessageJson(r.GetMessage(m, &f));
-  }
-  return nullptr;
-}
-
-Json ValueJson(const Message& m, const FieldDescriptor& f, int i) {
-  const Reflection& r = *m.GetReflection();
-  switch (f.cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      return r.GetRepeatedInt32(m, &f, i);
-    case FieldDescriptor::CPPTYPE_INT64:
-      return r.GetRepeatedInt64(m, &f, i);
-    case FieldDescriptor::CPPTYPE_UINT32:
-      return r.GetRepeatedUInt32(m, &f, i);
-    case FieldDescriptor::CPPTYPE_UINT64:
-      return r.GetRepeatedUInt64(m, &f, i);
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      return Double(r.GetRepeatedDouble(m, &f, i));
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      return Double(r.GetRepeatedFloat(m, &f, i));
-    case FieldDescriptor::CPPTYPE_BOOL:
-      return r.GetRepeatedBool(m, &f, i);
-    case FieldDescriptor::CPPTYPE_ENUM:
-      return EnumJson(*f.enum_type(), r.GetRepeatedEnumValue(m, &f, i));
-    case FieldDescriptor::CPPTYPE_STRING:
-      if (f.type() == FieldDescriptor::TYPE_BYTES) {
-        return absl::Base64Escape(r.GetRepeatedString(m, &f, i));
-      }
-      return r.GetRepeatedString(m, &f, i);
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return MessageJson(r.GetRepeatedMessage(m, &f, i));
+      return MessageJson(one ? r.GetMessage(m, &f) : r.GetRepeatedMessage(m, &f, i));
   }
   return nullptr;
 }
@@ -133,12 +105,12 @@ Json MessageJson(const Message& message) {
     }
     if (f.is_repeated()) {
       Json list = Json::array();
-      for (int k = 0; k < r.FieldSize(message, &f); ++k) list.push_back(ValueJson(message, f, k));
+      for (int k = 0; k < r.FieldSize(message, &f); ++k) list.push_back(FieldValue(message, f, k));
       out[f.name()] = std::move(list);
     } else if (f.has_presence() && !r.HasField(message, &f)) {
       out[f.name()] = nullptr;
     } else {
-      out[f.name()] = SingleJson(message, f);
+      out[f.name()] = FieldValue(message, f, -1);
     }
   }
   return out;
