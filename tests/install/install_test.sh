@@ -5,7 +5,8 @@
 #      find_package(ZeroPipe) (CMAKE_PREFIX_PATH=P, nothing of the source or build tree on any path);
 #   3. starts P/bin/zpipe-coordinator and two P/bin/zpipe-worker on loopback, runs the consumer (it
 #      submits a synthetic p = 2 job and waits for it) and P/bin/zpipe against them;
-#   4. runs P/bin/zpipe run --local, which must find the installed coordinator and workers beside it.
+#   4. runs P/bin/zpipe run --local, which must find the installed coordinator and workers beside it;
+#   5. packs the .deb (cpack -G DEB) and checks what it holds and depends on, where dpkg-deb exists.
 # Registered by tests/install.cmake (label slow: the consumer's compile is most of its ~1 min).
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -98,4 +99,22 @@ grep -qx "job installed-client succeeded" "$work/consumer.out" || fail "the cons
 echo "== zpipe run --local from the prefix"
 env -u ZPIPE_COORDINATOR_BIN -u ZPIPE_WORKER_BIN "$prefix/bin/zpipe" run "$work/job.yaml" --local \
   >"$work/run.log" 2>&1 || fail "the installed zpipe run --local failed"
+
+if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
+  echo "== cpack -G DEB"
+  (cd "$build" && cpack -G DEB -B "$work/deb") >"$work/cpack.log" 2>&1 || fail "cpack -G DEB failed"
+  deb=$(ls "$work"/deb/zeropipe_*_*.deb)
+  dpkg-deb -c "$deb" | awk '{print $6}' >"$work/deb.files"
+  for f in ./usr/bin/zpipe ./usr/bin/zpipe-coordinator ./usr/bin/zpipe-worker \
+           ./usr/share/doc/zeropipe/LICENSE ./usr/share/zeropipe/examples/gpt-zbv.yaml; do
+    grep -qx -- "$f" "$work/deb.files" || fail "the .deb has no $f"
+  done
+  ! grep -q '^./usr/include' "$work/deb.files" || fail "the .deb holds headers (runtime only)"
+  dpkg-deb -f "$deb" Depends | grep -q libtorch || fail "the .deb does not depend on LibTorch"
+  dpkg-deb -x "$deb" "$work/deb/root"
+  "$work/deb/root/usr/bin/zpipe" --help >/dev/null || fail "the .deb's zpipe does not run"
+  echo "$(basename "$deb"): $(wc -l <"$work/deb.files") entries, Depends: $(dpkg-deb -f "$deb" Depends)"
+else
+  echo "== no dpkg-deb/dpkg-shlibdeps here: the .deb is not checked"
+fi
 echo "install_test: ok"
