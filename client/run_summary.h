@@ -19,7 +19,7 @@ namespace zpipe::cli {
 struct RankSummary {
   int pipeline_rank = 0;
   int data_rank = 0;
-  double bubble_measured = 0;   // median of 1 - busy_r / iteration span (DESIGN.md per-rank bubble)
+  double bubble_measured = 0;   // median of 1 - busy_r / iteration span (docs/design.md)
   double bubble_predicted = 0;  // the plan's rank_bubble for this pipeline rank
   double busy_s = 0;            // median compute time per iteration
   double reduce_s = 0;          // reduce wall time, total over the steady iterations
