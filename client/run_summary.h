@@ -36,6 +36,7 @@ struct RunSummary {
   int microbatches = 0;
   int iterations = 0;         // summaries received
   int steady_iterations = 0;  // the ones the figures below use
+  bool synthetic = false;     // a synthetic model: it computes no loss, so none is reported
   std::optional<double> loss_first;
   std::optional<double> loss_last;
   std::vector<double> losses;  // every iteration's loss, in order (iterations that have one)
