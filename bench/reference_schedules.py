@@ -21,7 +21,7 @@ Memory limits: ZB-1p p * M_F, ZB-2p 2p * M_F, ZB-V 2p * M_F where a V stage is o
 reference's own defaults). For ZB-V the drawn times are per chunk.
 
 How the bubble rate is converted: every stage has the same costs, so every rank is busy
-m * (T_F + T_B + T_W) (ZB-1p/2p) or 2m * (T_F + T_B + T_W) (ZB-V), and DESIGN.md's bubble rate
+m * (T_F + T_B + T_W) (ZB-1p/2p) or 2m * (T_F + T_B + T_W) (ZB-V), and docs/design.md's bubble rate
 1 - sum_r busy_r / (p * span) is 1 - busy / span, span being the longest per-rank span. The
 reference reports exactly that span: auto_schedule's best_time is max over stages of (end of the
 stage's last W - start of its first F), and v_schedule's max_bubble is the largest idle time of a

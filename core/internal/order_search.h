@@ -28,7 +28,7 @@ namespace zpipe::core::internal {
 
 using Orders = std::vector<std::vector<Action>>;
 
-// Lexicographic: DESIGN.md's span, then the global makespan, then the sum of the ranks' own
+// Lexicographic: docs/design.md's span, then the global makespan, then the sum of the ranks' own
 // spans (so that a move shortening a rank that is not the longest still counts as progress).
 struct OrderScore {
   double span = 0;
