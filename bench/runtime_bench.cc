@@ -31,7 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
-#include "core/lowering.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 #include "worker/comm/gloo_communicator.h"
@@ -155,12 +155,14 @@ core::CostModel SynthCostModel(const RunSpec& r, double comm_ms) {
 }
 
 core::Plan MakePlan(const RunSpec& r, double comm_ms) {
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(r.kind));
   req.pipeline = r.p;
   req.microbatches = r.m;
-  req.cost = SynthCostModel(r, comm_ms);
-  core::Plan plan = Must(core::GenerateSchedule(r.kind, req), "generate");
-  return Must(core::LowerComm(plan), "lower");
+  req.inputs = [&](const core::Placement&) {
+    return core::PlanInputs{.cost = SynthCostModel(r, comm_ms)};
+  };
+  return Must(core::PlanSchedule(req), "plan").plan;
 }
 
 // summaries[it][g] for the measured iterations (g = data_rank * p + pipeline_rank), plus the
@@ -570,13 +572,14 @@ void Gpt() {
   r.gpt_threads = 1;
   r.gpt = gpt;
   r.microbatch_size = mbs;
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(r.kind));
   req.pipeline = r.p;
   req.microbatches = r.m;
-  req.cost =
-      core::CostModel::Uniform(core::PlacementFor(r.kind, r.p).num_stages(), core::StageCost{});
-  const core::Plan plan =
-      Must(core::LowerComm(Must(core::GenerateSchedule(r.kind, req), "generate")), "lower");
+  req.inputs = [](const core::Placement& placement) {
+    return core::UniformInputs(placement, core::StageCost{});
+  };
+  const core::Plan plan = Must(core::PlanSchedule(req), "plan").plan;
   const RunResult run = RunPipeline(r, plan);
   double bubble = 0;
   for (const auto& it : run.summaries) bubble += MeasureReplica(it, r.p, 0).bubble;
