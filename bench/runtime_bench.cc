@@ -11,8 +11,12 @@
 // worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
 // them; the GPT comparison pins each thread to one intra-op thread.
 //
-// Usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] [--warmup N] [--overlap-p N]
-//                            [--gpt-iters N] [--gpt layers,hidden,heads,seq_len,vocab]
+//   hop       per-hop cost between two processes: TCP floor, raw Gloo pair, communicator,
+//             executor (bench/runtime_hop.h).
+//
+// Usage: zpipe_runtime_bench [hop|fidelity|overlap|gpt|all] [--iters N] [--warmup N]
+//                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
+//                            [--gpt layers,hidden,heads,seq_len,vocab]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/runtime_hop.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
 #include "core/lowering.h"
@@ -603,9 +608,15 @@ void Gpt() {
 int main(int argc, char** argv) {
   using namespace zpipe::bench;
   std::string what = "all";
+  int hop_rounds = 400;
+  if (argc == 4 && std::string(argv[1]) == "hop-peer") {
+    return RunHopPeer(argv[2], std::atoi(argv[3]));
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--iters" && i + 1 < argc) {
+    if (a == "--hop-rounds" && i + 1 < argc) {
+      hop_rounds = std::max(20, std::atoi(argv[++i]));
+    } else if (a == "--iters" && i + 1 < argc) {
       g_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--warmup" && i + 1 < argc) {
       g_warmup = std::max(0, std::atoi(argv[++i]));
@@ -619,17 +630,20 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--gpt wants layers,hidden,heads,seq_len,vocab\n");
         return 2;
       }
-    } else if (a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
+    } else if (a == "hop" || a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
       what = a;
     } else {
       std::fprintf(stderr,
-                   "usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] "
-                   "[--warmup N] [--overlap-p N] [--gpt-iters N] "
+                   "usage: zpipe_runtime_bench [hop|fidelity|overlap|gpt|all] [--iters N] "
+                   "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
                    "[--gpt L,H,heads,T,V]\n");
       return 2;
     }
   }
   torch::set_num_threads(1);
+  if (what == "hop" || what == "all") {
+    if (int rc = RunHopBench(hop_rounds); rc != 0) return rc;
+  }
   if (what == "fidelity" || what == "all") Fidelity();
   if (what == "overlap" || what == "all") Overlap();
   if (what == "gpt" || what == "all") Gpt();
