@@ -11,10 +11,12 @@
 // worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
 // them; the GPT comparison pins each thread to one intra-op thread.
 //
+//   bubble    synthetic 5 and 20 ms actions, m = 16, p = 2 and 4, ZB-V, ZB-2p and 1F1B: measured
+//             bubble and iteration time beside the simulator's.
 //   hop       per-hop cost between two processes: TCP floor, raw Gloo pair, communicator,
 //             executor (bench/runtime_hop.h).
 //
-// Usage: zpipe_runtime_bench [hop|fidelity|overlap|gpt|all] [--iters N] [--warmup N]
+// Usage: zpipe_runtime_bench [hop|bubble|fidelity|overlap|gpt|all] [--iters N] [--warmup N]
 //                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
 //                            [--gpt layers,hidden,heads,seq_len,vocab]
 #include <torch/torch.h>
@@ -454,6 +456,53 @@ void Fidelity() {
   std::printf("\n");
 }
 
+// The issue-14 table: every compute action (F, B, W per chunk; BW = B + W) takes `ms`; m = 16.
+// Measured bubble and iteration time beside the simulator's, for the schedules the runtime is
+// judged by. One line per (schedule, p, action time).
+void Bubble() {
+  const double comm_ms = MeasureCommMs(64);
+  std::printf(
+      "== bubble fidelity: synthetic actions of 5 and 20 ms (F = B = W per chunk, BW = B + W), "
+      "m = 16, activation 64 KiB, ranks as threads over Gloo loopback\n");
+  std::printf(
+      "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
+      "the span; predicted: core::Simulate, T_comm = %.3f ms (ping-pong / 2)\n",
+      g_iters, g_warmup, comm_ms);
+  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("%-6s %6s %3s %9s %9s %8s %10s %10s %8s\n", "sched", "action", "p", "meas bub",
+              "pred bub", "gap", "meas ms", "pred ms", "err %");
+  for (double ms : {5.0, 20.0}) {
+    for (core::ScheduleKind kind :
+         {core::ScheduleKind::kZbV, core::ScheduleKind::kZb2p, core::ScheduleKind::k1F1B}) {
+      for (int p : {2, 4}) {
+        RunSpec r;
+        r.kind = kind;
+        r.p = p;
+        r.m = 16;
+        r.costs.f_ms = r.costs.b_ms = r.costs.w_ms = ms;
+        r.costs.activation_kb = 64;
+        const core::Plan plan = MakePlan(r, comm_ms);
+        const core::SimResult sim =
+            Must(core::Simulate(plan, SynthCostModel(r, comm_ms)), "simulate");
+        const RunResult run = RunPipeline(r, plan);
+        double span = 0, bubble = 0;
+        for (const auto& it : run.summaries) {
+          const Measured m = MeasureReplica(it, r.p, 0);
+          span += m.span_s;
+          bubble += m.bubble;
+        }
+        span = span / run.summaries.size() * 1e3;
+        bubble /= run.summaries.size();
+        std::printf("%-6s %4.0fms %3d %9.3f %9.3f %+8.3f %10.1f %10.1f %+8.2f\n",
+                    std::string(core::ScheduleName(kind)).c_str(), ms, p, bubble, sim.bubble_rate,
+                    bubble - sim.bubble_rate, span, sim.span, 100 * (span - sim.span) / sim.span);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("   machine load average at end: %s\n\n", LoadAverage().c_str());
+}
+
 void Overlap() {
   RunSpec r;
   r.kind = core::ScheduleKind::kZbV;
@@ -630,11 +679,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--gpt wants layers,hidden,heads,seq_len,vocab\n");
         return 2;
       }
-    } else if (a == "hop" || a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
+    } else if (a == "hop" || a == "bubble" || a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
       what = a;
     } else {
       std::fprintf(stderr,
-                   "usage: zpipe_runtime_bench [hop|fidelity|overlap|gpt|all] [--iters N] "
+                   "usage: zpipe_runtime_bench [hop|bubble|fidelity|overlap|gpt|all] [--iters N] "
                    "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
                    "[--gpt L,H,heads,T,V]\n");
       return 2;
@@ -644,6 +693,7 @@ int main(int argc, char** argv) {
   if (what == "hop" || what == "all") {
     if (int rc = RunHopBench(hop_rounds); rc != 0) return rc;
   }
+  if (what == "bubble" || what == "all") Bubble();
   if (what == "fidelity" || what == "all") Fidelity();
   if (what == "overlap" || what == "all") Overlap();
   if (what == "gpt" || what == "all") Gpt();
