@@ -10,4 +10,10 @@ if(TARGET zpipe_worker_executor)
   target_link_libraries(zpipe_runtime_bench PRIVATE zpipe::worker_executor zpipe::worker_model
                         zpipe::worker_comm zpipe::worker_grad_sync zpipe::core
                         gloo absl::status absl::statusor absl::strings)
+  # The reporting table measures the daemon's progress reporting and metrics where it is built.
+  if(TARGET zpipe_worker_daemon)
+    find_package(prometheus-cpp CONFIG REQUIRED)
+    target_link_libraries(zpipe_runtime_bench PRIVATE zpipe_worker_daemon prometheus-cpp::core)
+    target_compile_definitions(zpipe_runtime_bench PRIVATE ZPIPE_BENCH_WITH_DAEMON)
+  endif()
 endif()
