@@ -116,43 +116,8 @@ Json MessageJson(const Message& message) {
   return out;
 }
 
-v1::JobSpec ResolveSpecDefaults(v1::JobSpec spec) {
-  if (spec.parallel().data() == 0) spec.mutable_parallel()->set_data(1);
-  if (spec.schedule().kind() == "interleaved" && spec.schedule().chunks() == 0) {
-    spec.mutable_schedule()->set_chunks(2);
-  }
-  v1::TrainSpec& t = *spec.mutable_train();
-  if (t.optimizer().empty()) t.set_optimizer("adamw");
-  const bool adam = t.optimizer() == "adam" || t.optimizer() == "adamw";
-  if (!t.has_weight_decay()) t.set_weight_decay(t.optimizer() == "adamw" ? 0.01 : 0.0);
-  if (adam && t.betas().empty()) {
-    t.add_betas(0.9);
-    t.add_betas(0.999);
-  }
-  if (adam && !t.has_eps()) t.set_eps(1e-8);
-  if (!t.has_clip_grad_norm()) t.set_clip_grad_norm(1.0);
-  if (t.lr_schedule().decay().empty()) t.mutable_lr_schedule()->set_decay("constant");
-  if (t.precision().empty()) t.set_precision("fp32");
-  v1::GradSyncSpec& g = *spec.mutable_grad_sync();
-  if (g.bucket_mb() == 0) g.set_bucket_mb(25);
-  if (!g.has_overlap()) g.set_overlap(true);
-  if (spec.has_data()) {
-    if (spec.data().dtype().empty()) spec.mutable_data()->set_dtype("uint16");
-    if (spec.data().seq_len() == 0 && spec.model().has_gpt()) {
-      spec.mutable_data()->set_seq_len(spec.model().gpt().seq_len());
-    }
-  }
-  if (spec.has_eval() && spec.eval().batches() == 0) spec.mutable_eval()->set_batches(4);
-  if (spec.checkpoint().on_error() == v1::CHECKPOINT_ON_ERROR_UNSPECIFIED) {
-    spec.mutable_checkpoint()->set_on_error(v1::CHECKPOINT_ON_ERROR_FAIL);
-  }
-  if (spec.device() == v1::DEVICE_KIND_UNSPECIFIED) spec.set_device(v1::DEVICE_KIND_CPU);
-  if (spec.restart().backoff().empty()) spec.mutable_restart()->set_backoff("2s");
-  return spec;
-}
-
 Json SpecJson(const v1::JobSpec& spec) {
-  Json out = MessageJson(ResolveSpecDefaults(spec));
+  Json out = MessageJson(spec);
   if (out["model"].is_object()) out["model"].erase("kind");
   return out;
 }

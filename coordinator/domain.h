@@ -79,8 +79,9 @@ struct TrainSettings {
   friend bool operator==(const TrainSettings&, const TrainSettings&) = default;
 };
 
-// The job spec as submitted (zpipe.v1.JobSpec); defaults are NOT filled in, so that resubmits
-// compare equal field by field. Field meanings and ranges: proto/zpipe/v1/job.proto.
+// A job spec (zpipe.v1.JobSpec). As submitted, "0 / empty / unset" fields mean their defaults
+// (the comments below); JobManager stores and serves it resolved (spec_defaults.h), so a job's
+// record shows what runs. Field meanings and ranges: proto/zpipe/v1/job.proto.
 struct JobSpec {
   std::string name;
   std::variant<std::monostate, GptConfig, SyntheticConfig, TorchScriptConfig> model;

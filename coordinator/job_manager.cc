@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/log.h"
+#include "coordinator/spec_defaults.h"
 #include "coordinator/spec_validator.h"
 #include "coordinator/worker_match.h"
 #include "coordinator/worker_registry.h"
@@ -44,6 +45,8 @@ absl::Status JobManager::Load() {
   int running = 0;
   for (JobRecord& rec : *loaded) {
     const std::string id = rec.id;
+    // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
+    rec.spec = ResolveSpecDefaults(std::move(rec.spec));
     events_.Open(id, rec.last_sequence);
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);
     JobRecord& job = queue_.Add(std::move(rec));
@@ -64,13 +67,16 @@ absl::Status JobManager::Load() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpec& spec,
+absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpec& submitted,
                                                 bool validate_only, std::string submitted_by) {
   if (job_id.empty() && !validate_only) job_id = GenerateJobId(clock_.Now());
   if (!job_id.empty()) {
     if (absl::Status st = ValidateJobId(job_id); !st.ok()) return st;
   }
-  if (absl::Status st = ValidateSpecFields(spec); !st.ok()) return st;
+  if (absl::Status st = ValidateSpecFields(submitted); !st.ok()) return st;
+  // From here on the job is its resolved spec: what is stored, shown and compared on a resubmit,
+  // so a spec as a client printed it (defaults filled) is the same job as the file it came from.
+  const JobSpec spec = ResolveSpecDefaults(submitted);
 
   auto pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     const int pending = queue_.PendingCount();

@@ -124,10 +124,12 @@ class JobManager {
   absl::Status Load();
 
   // ---- client-facing ----
-  // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency; a resubmit
-  // by another submitter is ALREADY_EXISTS. `submitted_by` is recorded with the job.
-  // ResourceExhausted for a new job while max_pending_jobs are PENDING; Unavailable when the
-  // store cannot save the new job (the job is then forgotten: nothing unsaved is acknowledged).
+  // `job_id` empty = generate one. See SubmitJob in coordinator.proto for idempotency; specs are
+  // compared with their defaults resolved (spec_defaults.h), which is also how the job is stored
+  // and returned (validate_only too). A resubmit by another submitter is ALREADY_EXISTS.
+  // `submitted_by` is recorded with the job. ResourceExhausted for a new job while max_pending_jobs
+  // are PENDING; Unavailable when the store cannot save the new job (the job is then forgotten:
+  // nothing unsaved is acknowledged).
   absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only,
                                       std::string submitted_by = "");
   // Who submitted the job (JobRecord::submitted_by). NotFound for an unknown job.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/spec_defaults.h"
 #include "coordinator/sqlite_job_store.h"
 #include "coordinator/testing/fake_connection.h"
 #include "gtest/gtest.h"
@@ -474,6 +475,61 @@ TEST(JobManagerStoreTest, SubmitFailsAndForgetsTheJobWhenTheStoreCannotSaveIt) {
   manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
   ASSERT_TRUE(manager->Load().ok());
   EXPECT_EQ(manager->Get("lost")->record.state, JobState::kPending);
+}
+
+// The job is its resolved spec: what is stored and shown, and what a resubmit is compared with.
+TEST_F(JobManagerTest, RawAndResolvedSpecsAreTheSameJob) {
+  const JobSpec raw = Spec(2);
+  absl::StatusOr<SubmitResult> first = manager_->Submit("same", raw, false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(first->job.record.spec, ResolveSpecDefaults(raw));
+  EXPECT_EQ(manager_->Get("same")->record.spec.optimizer, "adamw");
+  EXPECT_EQ(manager_->List({}, 0, "")->jobs[0].record.spec, ResolveSpecDefaults(raw));
+  // validate_only answers with the resolved spec too (submit --dry-run).
+  EXPECT_EQ(manager_->Submit("", raw, true)->job.record.spec, ResolveSpecDefaults(raw));
+
+  absl::StatusOr<SubmitResult> resolved = manager_->Submit("same", ResolveSpecDefaults(raw), false);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_FALSE(resolved->created);
+  absl::StatusOr<SubmitResult> again = manager_->Submit("same", raw, false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+
+  JobSpec other = ResolveSpecDefaults(raw);
+  other.train.weight_decay = 0.02;  // a default changed is a different job
+  absl::StatusOr<SubmitResult> refused = manager_->Submit("same", other, false);
+  ASSERT_TRUE(absl::IsAlreadyExists(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "different spec"));
+}
+
+// A job stored by a coordinator from before defaults were resolved holds the raw spec; a new
+// coordinator serves it resolved and still knows a resubmit of either form as that job.
+TEST_F(JobManagerTest, ARawSpecFromAnOlderStoreIsResolvedOnLoad) {
+  JobRecord old;
+  old.id = "old";
+  old.spec = Spec(2);
+  old.state = JobState::kPending;
+  old.create_time = clock_.Now();
+  old.submit_order = 1;
+  ASSERT_TRUE(store_->Put(old).ok());
+  ASSERT_EQ(store_->LoadAll()->at(0).spec, Spec(2));  // raw in the store, as written then
+
+  manager_ = MakeManager();
+  absl::StatusOr<JobView> loaded = manager_->Get("old");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->record.spec, ResolveSpecDefaults(Spec(2)));
+  EXPECT_EQ(loaded->record.spec.restart_backoff, "2s");
+  EXPECT_EQ(loaded->record.state, JobState::kPending);
+
+  absl::StatusOr<SubmitResult> raw = manager_->Submit("old", Spec(2), false);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_FALSE(raw->created);
+  absl::StatusOr<SubmitResult> resolved =
+      manager_->Submit("old", ResolveSpecDefaults(Spec(2)), false);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_FALSE(resolved->created);
+  EXPECT_TRUE(absl::IsAlreadyExists(manager_->Submit("old", Spec(2, 5), false).status()));
 }
 
 TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {

@@ -186,6 +186,53 @@ TEST_F(CliTest, ResubmitIsIdempotent) {
   EXPECT_THAT(different.err, HasSubstr("already exists"));
 }
 
+// The coordinator resolves a spec's defaults once, at submit: status prints what runs, and that
+// printed spec submitted again under the id is the same job, not "a different spec".
+TEST_F(CliTest, ThePrintedResolvedSpecIsTheSameJobAsTheFile) {
+  const std::string file = JobFile();
+  ProcessResult dry = RunZpipe({"submit", file, "--dry-run", "-o", "json"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_EQ(Parse(dry)["spec"]["train"]["clip_grad_norm"], 1.0);  // resolved in the dry run too
+
+  ASSERT_EQ(RunZpipe({"submit", file, "--id", "raw"}).exit_code, 0);
+  ProcessResult status = RunZpipe({"status", "raw", "-o", "json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  const json spec = Parse(status)["spec"];
+  // Every default README's job spec table documents, as the coordinator filled it in.
+  EXPECT_EQ(spec["parallel"]["data"], 1);
+  EXPECT_EQ(spec["train"]["optimizer"], "sgd");      // the file's
+  EXPECT_EQ(spec["train"]["weight_decay"], 0.0);     // 0.01 only for adamw
+  EXPECT_EQ(spec["train"]["betas"], json::array());  // adam and adamw only
+  EXPECT_TRUE(spec["train"]["eps"].is_null());
+  EXPECT_EQ(spec["train"]["clip_grad_norm"], 1.0);
+  EXPECT_EQ(spec["train"]["lr_schedule"]["decay"], "constant");
+  EXPECT_EQ(spec["train"]["precision"], "fp32");
+  EXPECT_EQ(spec["grad_sync"], json::parse(R"({"bucket_mb": 25.0, "overlap": true})"));
+  EXPECT_EQ(spec["checkpoint"]["on_error"], "fail");
+  EXPECT_EQ(spec["device"], "cpu");
+  EXPECT_EQ(spec["restart"]["backoff"], "2s");
+  EXPECT_TRUE(spec["schedule"]["memory_limit"].is_null());  // auto stays auto
+  EXPECT_TRUE(spec["data"].is_null());                      // no data section
+
+  const std::string printed = WriteFile("printed.json", spec.dump());
+  ProcessResult same = RunZpipe({"submit", printed, "--id", "raw", "-o", "json"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(Parse(same)["created"], false);
+  EXPECT_EQ(Parse(same)["job"]["spec"], spec);
+  // ... and the other way round: the resolved spec first, then the raw file.
+  ASSERT_EQ(RunZpipe({"submit", printed, "--id", "resolved-first"}).exit_code, 0);
+  ProcessResult raw_again = RunZpipe({"submit", file, "--id", "resolved-first", "-o", "json"});
+  ASSERT_EQ(raw_again.exit_code, 0) << raw_again.err;
+  EXPECT_EQ(Parse(raw_again)["created"], false);
+
+  json changed = spec;
+  changed["grad_sync"]["bucket_mb"] = 8;
+  ProcessResult different =
+      RunZpipe({"submit", WriteFile("changed.json", changed.dump()), "--id", "raw"});
+  EXPECT_EQ(different.exit_code, 1) << different.err;
+  EXPECT_THAT(different.err, HasSubstr("different spec"));
+}
+
 TEST_F(CliTest, WorkersListsRegisteredWorkers) {
   AddWorkers(2, FakeWorkerOptions::Mode::kHold);
   ProcessResult r = RunZpipe({"workers", "-o", "json"});
@@ -275,6 +322,9 @@ TEST_F(CliTest, WatchJsonStreamsEventsAsJsonLines) {
   }
   ASSERT_FALSE(events.empty());
   EXPECT_TRUE(events.front().contains("snapshot"));
+  // The snapshot's spec is the stored one, defaults resolved by the coordinator.
+  EXPECT_EQ(events.front()["snapshot"]["spec"]["train"]["clip_grad_norm"], 1.0);
+  EXPECT_EQ(events.front()["snapshot"]["spec"]["restart"]["backoff"], "2s");
   ASSERT_TRUE(events.back().contains("state_change") || events.back().contains("snapshot"))
       << events.back();
   const json& last = events.back();

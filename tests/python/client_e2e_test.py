@@ -257,12 +257,15 @@ class ClientE2ETest(unittest.TestCase):
         text = json.dumps(synthetic_job("py-text", iterations=1))
         self.assertEqual(self.run_job(text)["spec"]["name"], "py-text")
 
-        # A job's spec dict is a spec again: resubmitting it under the same id is idempotent;
-        # another spec under that id is refused.
-        spec = self.client.status(job["id"])["spec"]
-        first = self.client.submit(spec, job_id="py-idem")
-        self.assertEqual(first, "py-idem")
+        # A job's spec dict is a spec again, defaults resolved by the coordinator: the raw file
+        # and the spec status returns are the same job under one id; another spec is refused.
+        self.assertEqual(self.client.submit(path, job_id="py-idem"), "py-idem")
+        before = self.client.status("py-idem")
+        spec = before["spec"]
+        self.assertEqual(spec["train"]["optimizer"], "adamw")  # resolved, not in the file
+        self.assertEqual(spec["restart"]["backoff"], "2s")
         self.assertEqual(self.client.submit(spec, job_id="py-idem"), "py-idem")
+        self.assertEqual(self.client.status("py-idem")["create_time"], before["create_time"])
         self.assertEqual(self.client.wait("py-idem", timeout=120)["state"], "succeeded")
         spec["train"]["iterations"] = 2
         with self.assertRaises(ZeroPipeError) as e:

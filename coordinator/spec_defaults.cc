@@ -1,0 +1,41 @@
+#include "coordinator/spec_defaults.h"
+
+#include <variant>
+
+#include "core/schedule.h"
+
+namespace zpipe::coordinator {
+
+JobSpec ResolveSpecDefaults(JobSpec spec) {
+  if (spec.data == 0) spec.data = 1;
+  // By kind, not name: "interleaved-1f1b" is the same schedule.
+  absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
+  if (kind.ok() && *kind == core::ScheduleKind::kInterleaved1F1B && spec.chunks == 0) {
+    spec.chunks = 2;
+  }
+  if (spec.optimizer.empty()) spec.optimizer = "adamw";
+  const bool adam = spec.optimizer == "adam" || spec.optimizer == "adamw";
+  TrainSettings& t = spec.train;
+  if (!t.weight_decay) t.weight_decay = spec.optimizer == "adamw" ? 0.01 : 0.0;
+  if (adam && t.betas.empty()) t.betas = {0.9, 0.999};
+  if (adam && !t.eps) t.eps = 1e-8;
+  if (!t.clip_grad_norm) t.clip_grad_norm = 1.0;
+  if (t.decay.empty()) t.decay = "constant";
+  if (t.precision.empty()) t.precision = "fp32";
+  if (spec.bucket_mb == 0) spec.bucket_mb = 25;
+  if (!spec.overlap) spec.overlap = true;
+  // A section is there when any of its fields is set (the validator's reading, ValidateData).
+  if (spec.data_file != DataConfig{}) {
+    if (spec.data_file.dtype.empty()) spec.data_file.dtype = "uint16";
+    const auto* gpt = std::get_if<GptConfig>(&spec.model);
+    if (spec.data_file.seq_len == 0 && gpt != nullptr) spec.data_file.seq_len = gpt->seq_len;
+  }
+  if (spec.eval != EvalConfig{} && spec.eval.batches == 0) spec.eval.batches = 4;
+  if (spec.checkpoint_on_error == CheckpointOnError::kUnset) {
+    spec.checkpoint_on_error = CheckpointOnError::kFail;
+  }
+  if (spec.restart_backoff.empty()) spec.restart_backoff = "2s";
+  return spec;
+}
+
+}  // namespace zpipe::coordinator
