@@ -237,8 +237,11 @@ void JobManager::MaybeSwitchLocked(JobRecord& job, const ReplanCheck& check,
                                    ReplanProposal proposal) {
   JobRuntime& rt = runtime_[job.id];
   if (rt.plan != check.plan || rt.pending || job.attempt != check.attempt) return;
+  // A floor under a zero threshold: float noise is no reason to move every rank.
+  constexpr double kMinGain = 1e-6;
   const double threshold = job.spec.replan_threshold_or_default();
-  if (!(proposal.new_bubble < proposal.old_bubble - threshold)) {
+  if (!(proposal.old_bubble - proposal.new_bubble > std::max(threshold, kMinGain)) ||
+      proposal.plan->text == rt.plan->text) {
     LogInfo("job ", job.id, ": re-plan check kept plan v", job.plan_version, " (", proposal.reason,
             "; threshold ", threshold, ")");
     return;
