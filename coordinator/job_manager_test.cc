@@ -524,9 +524,11 @@ RankStats ReportAt(const JobPlan& plan, const core::CostModel& cost, int r, int 
 
 class ReplanTest : public JobManagerTest {
  protected:
-  // Runs "j" (ZB-V, p = 2, replan_every 2) to the point where a re-plan for W 2x slower was sent.
+  void TearDown() override { manager_.reset(); }  // before c2_, c3_
+  // Runs "j" (ZB-V, p = 4, m = 8, replan_every 2) to the point where a re-plan for W 2x slower
+  // was sent (at 2x W its plan predicts a bubble of 0.045, one made for 2x W 0).
   void StartAndSlowDown() {
-    JobSpec spec = Spec(2, 20);
+    JobSpec spec = Spec(4, 20);
     spec.model = SyntheticConfig{10, 10, 10, 16, 8};
     spec.schedule = "zb-v";
     spec.microbatches = 8;
@@ -534,6 +536,8 @@ class ReplanTest : public JobManagerTest {
     ASSERT_TRUE(manager_->Submit("j", spec, false).ok());
     w_[0] = AddWorker("a", &c0_);
     w_[1] = AddWorker("b", &c1_);
+    w_[2] = AddWorker("c", &c2_);
+    w_[3] = AddWorker("d", &c3_);
     plan_ = *manager_->Plan("j");
     slow_ = plan_->cost;
     for (core::StageCost& c : slow_.stages) c.w *= 2;
@@ -541,11 +545,12 @@ class ReplanTest : public JobManagerTest {
     ASSERT_EQ(c0_.commands.size(), 2u);
     ASSERT_EQ(c0_.commands[1].kind, WorkerCommand::Kind::kPlanUpdate);
     update_ = c0_.commands[1];
-    ASSERT_EQ(c1_.commands.back().kind, WorkerCommand::Kind::kPlanUpdate);
+    ASSERT_EQ(c3_.commands.back().kind, WorkerCommand::Kind::kPlanUpdate);
   }
-  void Report(int it, int version0, int version1) {
-    const int versions[2] = {version0, version1};
-    for (int r = 0; r < 2; ++r) {
+  // Every rank's report of iteration `it`; rank 0 ran plan `version0`, the others `version`.
+  void Report(int it, int version0, int version) {
+    const int versions[4] = {version0, version, version, version};
+    for (int r = 0; r < 4; ++r) {
       ASSERT_TRUE(
           manager_->IterationReport(w_[r], "j", it, ReportAt(*plan_, slow_, r, versions[r]), 1.0)
               .ok());
@@ -561,7 +566,8 @@ class ReplanTest : public JobManagerTest {
     return out;
   }
 
-  std::string w_[2];
+  FakeConnection c2_, c3_;
+  std::string w_[4];
   std::shared_ptr<const JobPlan> plan_;
   core::CostModel slow_;
   WorkerCommand update_;
@@ -579,7 +585,7 @@ TEST_F(ReplanTest, ASwitchEveryRankRanIsAppliedAndPersisted) {
   Report(update_.switch_iteration, 1, 1);
   const JobView job = *manager_->Get("j");
   EXPECT_EQ(job.record.plan_version, 1);
-  ASSERT_EQ(job.record.plan_costs.size(), 4u);
+  ASSERT_EQ(job.record.plan_costs.size(), 8u);
   EXPECT_NEAR(job.record.plan_costs[0].weight_ms, 2 * plan_->cost.stages[0].w, 1e-9);
   ASSERT_EQ(Switches().size(), 2u);
   EXPECT_EQ(Switches()[1].phase, PlanSwitchEvent::Phase::kApplied);
