@@ -202,18 +202,19 @@ std::optional<JobManager::ReplanCheck> JobManager::ObserveForReplanLocked(
       monitor_.SwitchPlan(job.id, *rt.plan);
       LogInfo("job ", job.id, ": plan v", to, " runs on every rank from iteration ",
               pending.switch_iteration);
-      AppendPlanSwitchLocked(job, e,
-                             absl::StrCat("every rank runs plan v", to, " from iteration ",
-                                          pending.switch_iteration, "; ", pending.proposal.reason));
+      AppendPlanSwitchLocked(
+          job, e,
+          absl::StrCat("every rank runs plan v", to, " from iteration ",
+                       pending.switch_iteration + 1, "; ", pending.proposal.reason));
     } else {
       e.phase = PlanSwitchEvent::Phase::kAbandoned;
       const std::string why =
-          switched == 0
-              ? absl::StrCat("a rank had started iteration ", pending.switch_iteration,
-                             " before plan v", to, " reached it; every rank kept plan v",
-                             job.plan_version)
-              : absl::StrCat(switched, " of ", summary.ranks.size(), " ranks ran plan v", to,
-                             " at iteration ", summary.iteration, " (a bug: switches are atomic)");
+          switched == 0 ? absl::StrCat("a rank had started iteration ",
+                                       pending.switch_iteration + 1, " before plan v", to,
+                                       " reached it; every rank kept plan v", job.plan_version)
+                        : absl::StrCat(switched, " of ", summary.ranks.size(), " ranks ran plan v",
+                                       to, " at iteration ", summary.iteration + 1,
+                                       " (a bug: switches are atomic)");
       if (switched != 0) LogError("job ", job.id, ": ", why);
       AppendPlanSwitchLocked(job, e, why);
     }

@@ -124,8 +124,8 @@ absl::StatusOr<ReplanProposal> ProposeReplan(const JobSpec& spec, const JobPlan&
   out.reason = absl::StrFormat(
       "measured over iterations %d-%d: F %.2fx, B %.2fx, W %.2fx the costs plan v%d was made "
       "from; predicted bubble %.4f -> %.4f",
-      window.first_iteration, window.last_iteration, ratio(0), ratio(1), ratio(2), current.version,
-      out.old_bubble, out.new_bubble);
+      window.first_iteration + 1, window.last_iteration + 1, ratio(0), ratio(1), ratio(2),
+      current.version, out.old_bubble, out.new_bubble);
   return out;
 }
 

@@ -37,7 +37,8 @@ struct ReplanProposal {
   std::vector<PlanStageCost> costs;     // what it was generated from
   double old_bubble = 0;                // the running plan at the measured costs
   double new_bubble = 0;                // the proposed plan at the measured costs
-  std::string reason;                   // how the measured costs differ, for humans
+  // How the measured costs differ, for humans (iterations counted from 1, like `zpipe watch`).
+  std::string reason;
 };
 
 // The plan made from `window`'s mean measured costs. `layout`: a TorchScript model's stages
