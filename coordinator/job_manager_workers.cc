@@ -253,6 +253,14 @@ void JobManager::MaybeSwitchLocked(JobRecord& job, const ReplanCheck& check,
     LogInfo("job ", job.id, ": a better plan (", proposal.reason, ") comes too late to switch");
     return;
   }
+  // Every rank must get the plan: one that never answers makes the others fail at the switch.
+  for (const RankSlot& slot : job.ranks) {
+    const RegisteredWorker* w = workers_.ByName(slot.worker_name);
+    if (w == nullptr || w->connection == nullptr) {
+      LogInfo("job ", job.id, ": re-plan deferred, worker ", slot.worker_name, " is not connected");
+      return;
+    }
+  }
   PendingSwitch pending;
   pending.switch_iteration = at;
   pending.measured_iteration = measured;
@@ -260,7 +268,6 @@ void JobManager::MaybeSwitchLocked(JobRecord& job, const ReplanCheck& check,
   const std::shared_ptr<const JobPlan>& plan = pending.proposal.plan;
   for (const RankSlot& slot : job.ranks) {
     RegisteredWorker* w = workers_.ByName(slot.worker_name);
-    if (w == nullptr || w->connection == nullptr) continue;  // its rank then waits and fails
     WorkerCommand cmd;
     cmd.kind = WorkerCommand::Kind::kPlanUpdate;
     cmd.job_id = job.id;
