@@ -71,6 +71,7 @@ struct JobPlan {
   core::Plan plan;
   v1::PlanStats predicted;
   v1::ModelLayout layout;  // TorchScript models: cuts and measured per-stage costs
+  int plan_version = 0;    // Job.plan_version: re-plans from measured costs so far
 };
 
 // One iteration's executed timeline across all ranks, aligned to the coordinator's clock, beside

@@ -213,7 +213,8 @@ class GrpcClient : public Client {
       return absl::InternalError(absl::StrCat("the coordinator sent a plan that does not parse: ",
                                               plan.status().message()));
     }
-    return JobPlan{response.job_id(), *std::move(plan), response.predicted(), response.layout()};
+    return JobPlan{response.job_id(), *std::move(plan), response.predicted(), response.layout(),
+                   response.plan_version()};
   }
 
   absl::StatusOr<JobTrace> Trace(const std::string& job_id, std::optional<int> iteration) override {

@@ -78,12 +78,17 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
 
   const v1::PlanStats& s = plan->predicted;
-  ctx.out() << absl::StrFormat("job %s: %s, %d ranks, %d stages, %d microbatches, %d actions\n",
-                               plan->job_id, p.schedule, p.num_ranks(), p.num_stages(),
-                               p.num_microbatches, static_cast<int>(p.num_actions()));
   ctx.out() << absl::StrFormat(
-      "predicted: makespan %.2f ms, bubble %.1f%%, reduce overlap %.1f%% (exposed %.2f ms)\n",
-      s.makespan_ms(), s.bubble_rate() * 100, s.reduce_overlap() * 100, s.exposed_reduce_ms());
+      "job %s: %s, %d ranks, %d stages, %d microbatches, %d actions%s\n", plan->job_id, p.schedule,
+      p.num_ranks(), p.num_stages(), p.num_microbatches, static_cast<int>(p.num_actions()),
+      plan->plan_version > 0
+          ? absl::StrCat(", plan v", plan->plan_version, " (re-planned from measured costs)")
+          : "");
+  ctx.out() << absl::StrFormat(
+      "predicted: span %.2f ms, makespan %.2f ms, bubble %.1f%%, reduce overlap %.1f%% (exposed "
+      "%.2f ms)\n",
+      s.span_ms(), s.makespan_ms(), s.bubble_rate() * 100, s.reduce_overlap() * 100,
+      s.exposed_reduce_ms());
   Table t({"RANK", "ACTIONS", "BUBBLE", "PEAK MEM", "LIMIT"});
   for (int r = 0; r < p.num_ranks(); ++r) {
     t.Add({absl::StrCat(r), absl::StrCat(p.ranks[r].size()),

@@ -52,6 +52,17 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
   return line;
 }
 
+// "JOB plan v0 -> v1 applied at iteration 15: predicted bubble 21.3% -> 12.0% (...)".
+std::string PlanSwitchLine(const std::string& job_id, const v1::PlanSwitch& s) {
+  absl::string_view phase = "scheduled for";
+  if (s.phase() == v1::PlanSwitch::PHASE_APPLIED) phase = "applied at";
+  if (s.phase() == v1::PlanSwitch::PHASE_ABANDONED) phase = "abandoned at";
+  return absl::StrCat(job_id, " plan v", s.from_version(), " -> v", s.to_version(), " ", phase,
+                      " iteration ", s.switch_iteration() + 1, ": predicted bubble ",
+                      Percent(s.old_predicted_bubble()), " -> ", Percent(s.new_predicted_bubble()),
+                      s.reason().empty() ? "" : absl::StrCat(" (", s.reason(), ")"));
+}
+
 class JobView {
  public:
   JobView(CliContext& ctx, std::string job_id, bool live, bool quiet)
@@ -79,6 +90,9 @@ class JobView {
       case v1::JobEvent::kIteration:
         *job_.mutable_latest_summary() = event.iteration();
         Line(IterationLine(event.iteration(), job_.spec().train().iterations()));
+        break;
+      case v1::JobEvent::kPlanSwitch:
+        Line(PlanSwitchLine(job_id_, event.plan_switch()));
         break;
       case v1::JobEvent::kProgress:
         *job_.mutable_progress() = event.progress();

@@ -54,9 +54,16 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (job->has_start_time()) t.Add({"started", FormatTime(job->start_time().seconds())});
   if (job->has_end_time()) t.Add({"ended", FormatTime(job->end_time().seconds())});
   if (job->has_predicted()) {
-    t.Add({"predicted",
-           absl::StrFormat("makespan %.1f ms, bubble %.1f%%", job->predicted().makespan_ms(),
-                           job->predicted().bubble_rate() * 100)});
+    t.Add({"predicted", absl::StrFormat("span %.1f ms, makespan %.1f ms, bubble %.1f%%",
+                                        job->predicted().span_ms(), job->predicted().makespan_ms(),
+                                        job->predicted().bubble_rate() * 100)});
+  }
+  if (spec.schedule().replan_every() > 0 || job->plan_version() > 0) {
+    t.Add({"plan", absl::StrCat("v", job->plan_version(),
+                                spec.schedule().replan_every() > 0
+                                    ? absl::StrCat(" (re-planned from measured costs every ",
+                                                   spec.schedule().replan_every(), " iterations)")
+                                    : "")});
   }
   if (spec.restart().max_restarts() > 0 || job->restarts() > 0) {
     t.Add({"restarts",

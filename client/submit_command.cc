@@ -57,8 +57,8 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     if (dry_run) {
       const v1::PlanStats& p = job.predicted();
       ctx.out() << absl::StrFormat(
-          "spec is valid; predicted makespan %.2f ms, bubble %.1f%%, %d actions\n", p.makespan_ms(),
-          p.bubble_rate() * 100, p.num_actions());
+          "spec is valid; predicted span %.2f ms (makespan %.2f ms), bubble %.1f%%, %d actions\n",
+          p.span_ms(), p.makespan_ms(), p.bubble_rate() * 100, p.num_actions());
       return kExitOk;
     }
     ctx.out() << (result->created ? "submitted job " : "job already submitted: ") << job.id()

@@ -209,6 +209,7 @@ grpc::Status CoordinatorServiceImpl::GetPlan(grpc::ServerContext* ctx,
     rank->set_num_actions(static_cast<int>(p.plan.ranks[r].size()));
   }
   *resp->mutable_predicted() = PlanStatsToProto(p);
+  resp->set_plan_version(p.version);
   if (absl::StatusOr<JobView> view = manager_.Get(req->job_id(), /*with_microbatches=*/false);
       view.ok() && view->record.layout) {
     *resp->mutable_layout() = ModelLayoutToProto(*view->record.layout);

@@ -40,6 +40,10 @@ struct SyntheticConfig {
   double activation_kb = 0;
   double params_mb = 0;
   int param_tensors = 0;
+  // w_slowdown: from iteration w_slowdown_after on, W takes w_slowdown_factor x weight_ms
+  // (factor 0 = no slowdown).
+  int w_slowdown_after = 0;
+  double w_slowdown_factor = 0;
   friend bool operator==(const SyntheticConfig&, const SyntheticConfig&) = default;
 };
 
@@ -90,6 +94,8 @@ struct JobSpec {
   std::string schedule;
   std::optional<double> memory_limit;  // M_F units; nullopt = auto
   int chunks = 0;
+  int replan_every = 0;                    // 0 = no re-planning
+  std::optional<double> replan_threshold;  // nullopt = kDefaultReplanThreshold
   int microbatches = 0;
   int microbatch_size = 0;
   int iterations = 0;
@@ -114,6 +120,10 @@ struct JobSpec {
   int world_size() const { return pipeline * data_parallel(); }
   double bucket_mb_or_default() const { return bucket_mb == 0 ? 25.0 : bucket_mb; }
   bool overlap_or_default() const { return overlap.value_or(true); }
+  static constexpr double kDefaultReplanThreshold = 0.01;
+  double replan_threshold_or_default() const {
+    return replan_threshold.value_or(kDefaultReplanThreshold);
+  }
 
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
@@ -164,6 +174,7 @@ struct RankStats {
   double tokens = 0;
   double checkpoint_stall_s = 0;
   std::string checkpoint_error;  // a skipped checkpoint write (checkpoint.on_error: skip)
+  int plan_version = 0;          // the plan the rank ran the iteration with
   friend bool operator==(const RankStats&, const RankStats&) = default;
 };
 
@@ -205,6 +216,13 @@ struct ModelLayout {
   int blocks = 0;
 };
 
+// A stage's compute costs as a plan was generated from them, ms per microbatch (PlanStageCost).
+struct PlanStageCost {
+  int stage = 0;
+  double forward_ms = 0, backward_ms = 0, weight_ms = 0;
+  friend bool operator==(const PlanStageCost&, const PlanStageCost&) = default;
+};
+
 // One scheduled attempt of a job (JobAttempt in job.proto).
 struct JobAttemptRecord {
   int attempt = 0;
@@ -239,6 +257,11 @@ struct JobRecord {
   std::optional<ModelLayout> layout;
   int restarts = 0;                        // automatic restarts so far
   std::vector<JobAttemptRecord> attempts;  // oldest first
+  // Re-planning (schedule.replan_every): the plan running now (0 = the spec's) and the per-stage
+  // costs it was generated from (empty for version 0). Persisted: a restarted coordinator
+  // regenerates the same plan from them.
+  int plan_version = 0;
+  std::vector<PlanStageCost> plan_costs;
 };
 
 enum class WorkerState { kIdle, kBusy, kDead };

@@ -19,15 +19,28 @@
 
 namespace zpipe::coordinator {
 
+// A re-plan from measured costs (PlanSwitch in coordinator.proto).
+struct PlanSwitchEvent {
+  enum class Phase { kScheduled, kApplied, kAbandoned };
+  Phase phase = Phase::kScheduled;
+  int from_version = 0;
+  int to_version = 0;
+  int switch_iteration = 0;
+  int measured_iteration = 0;
+  double old_bubble = 0;  // both plans simulated at the measured costs
+  double new_bubble = 0;
+};
+
 struct JobEvent {
-  enum class Kind { kStateChange, kIteration };
+  enum class Kind { kStateChange, kIteration, kPlanSwitch };
   uint64_t sequence = 0;
   absl::Time time;
   Kind kind = Kind::kStateChange;
   JobState from = JobState::kPending;  // state change
   JobState to = JobState::kPending;
-  std::string reason;
+  std::string reason;        // state change, plan switch
   IterationSummary summary;  // iteration
+  PlanSwitchEvent plan_switch;
 };
 
 class JobEventLog {

@@ -276,6 +276,9 @@ void JobManager::LoseRankLocked(JobRecord& job, std::string reason) {
   }
   ReleaseWorkersLocked(job, /*cancel=*/true);
   runtime_[job.id].finished.clear();
+  // A switch sent to the previous attempt's ranks never happens; this attempt runs `plan`.
+  runtime_[job.id].pending.reset();
+  runtime_[job.id].replan_window = ReplanWindow{};
   metrics_.JobRestarted(job.id);
   SetStateLocked(job, JobState::kRestarting, std::move(decision.reason));
   // Its workers are not idle until their heartbeats say the attempt is torn down; the liveness
@@ -398,7 +401,9 @@ void JobManager::DispatchLocked(JobRecord& job, const std::vector<RegisteredWork
 std::shared_ptr<const JobPlan> JobManager::PlanForLocked(const JobRecord& job) {
   JobRuntime& rt = runtime_[job.id];
   if (rt.plan || rt.plan_failed) return rt.plan;
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(job.spec);
+  // After a re-plan: the plan the ranks switched to, regenerated from the costs it was made from.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan =
+      PlanJob(job.spec, nullptr, job.plan_costs, job.plan_version);
   if (!plan.ok()) {
     rt.plan_failed = true;
     LogError("job ", job.id, ": cannot make its plan: ", plan.status().ToString());

@@ -65,6 +65,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/recovery.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/replanner.h"
 #include "coordinator/run_monitor.h"
 #include "coordinator/worker_connection.h"
 #include "coordinator/worker_registry.h"
@@ -216,11 +217,29 @@ class JobManager {
   const ManagerOptions& options() const { return options_; }
 
  private:
+  // A re-plan sent to the ranks, waiting for the summary of its switch iteration.
+  struct PendingSwitch {
+    ReplanProposal proposal;
+    int switch_iteration = 0;
+    int measured_iteration = 0;
+  };
+  // What a due re-plan check works on, copied out of the lock.
+  struct ReplanCheck {
+    JobSpec spec;
+    std::shared_ptr<const JobPlan> plan;
+    std::optional<ModelLayout> layout;
+    ReplanWindow window;
+    int attempt = 0;
+    double iteration_seconds = 0;
+  };
+
   struct JobRuntime {
     std::shared_ptr<const JobPlan> plan;
-    bool plan_failed = false;      // PlanJob failed once; do not retry
-    std::set<int> finished;        // global ranks done with every iteration
-    std::string profiling_worker;  // SCHEDULING: the worker timing the model's blocks
+    ReplanWindow replan_window;            // iterations run with `plan` since the last check
+    std::optional<PendingSwitch> pending;  // a switch on its way to the ranks
+    bool plan_failed = false;              // PlanJob failed once; do not retry
+    std::set<int> finished;                // global ranks done with every iteration
+    std::string profiling_worker;          // SCHEDULING: the worker timing the model's blocks
   };
 
   JobView ViewLocked(const JobRecord& job, bool with_progress, bool with_microbatches) const
@@ -255,6 +274,16 @@ class JobManager {
   std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-planning (job_manager_workers.cc): settles a pending switch once `summary` reaches its
+  // iteration, adds `summary` to the window, and returns the inputs of a check when one is due.
+  std::optional<ReplanCheck> ObserveForReplanLocked(JobRecord& job, const IterationSummary& summary)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `proposal` to every rank when it beats the running plan by the spec's threshold and the
+  // job still runs `check.plan`.
+  void MaybeSwitchLocked(JobRecord& job, const ReplanCheck& check, ReplanProposal proposal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendPlanSwitchLocked(JobRecord& job, PlanSwitchEvent event, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The plan of RUNNING job `job_id` (null when it has none) when `worker_name` holds the rank
   // `stats` is about; nullopt when the report is not from the rank's holder.

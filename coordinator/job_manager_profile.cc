@@ -110,6 +110,9 @@ absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::
     return absl::OkStatus();
   }
   rt.plan = *plan;
+  // Made from this attempt's profile: re-planning starts over from it.
+  job->plan_version = 0;
+  job->plan_costs.clear();
   std::vector<RegisteredWorker*> workers;
   for (const RankSlot& slot : job->ranks) {
     RegisteredWorker* holder = workers_.ByName(slot.worker_name);

@@ -558,3 +558,110 @@ TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {
 
 }  // namespace
 }  // namespace zpipe::coordinator
+
+namespace zpipe::coordinator {
+namespace {
+
+// Rank r's report of one iteration of `plan` run at `cost` (ms), with `version`.
+RankStats ReportAt(const JobPlan& plan, const core::CostModel& cost, int r, int version) {
+  RankStats s;
+  s.pipeline_rank = r;
+  s.plan_version = version;
+  s.duration_s = 1;
+  for (const core::Action& a : plan.plan.ranks[r]) {
+    const double secs = cost.Duration(a) / 1e3;
+    if (a.kind == core::ActionKind::kForward) s.forward_s += secs;
+    if (a.kind == core::ActionKind::kBackwardInput) s.backward_s += secs;
+    if (a.kind == core::ActionKind::kBackwardWeight) s.weight_s += secs;
+  }
+  s.busy_s = s.forward_s + s.backward_s + s.weight_s;
+  return s;
+}
+
+class ReplanTest : public JobManagerTest {
+ protected:
+  void TearDown() override { manager_.reset(); }  // before c2_, c3_
+  // Runs "j" (ZB-V, p = 4, m = 8, replan_every 2) to the point where a re-plan for W 2x slower
+  // was sent (at 2x W its plan predicts a bubble of 0.045, one made for 2x W 0).
+  void StartAndSlowDown() {
+    JobSpec spec = Spec(4, 20);
+    spec.model = SyntheticConfig{10, 10, 10, 16, 8};
+    spec.schedule = "zb-v";
+    spec.microbatches = 8;
+    spec.replan_every = 2;
+    ASSERT_TRUE(manager_->Submit("j", spec, false).ok());
+    w_[0] = AddWorker("a", &c0_);
+    w_[1] = AddWorker("b", &c1_);
+    w_[2] = AddWorker("c", &c2_);
+    w_[3] = AddWorker("d", &c3_);
+    plan_ = *manager_->Plan("j");
+    slow_ = plan_->cost;
+    for (core::StageCost& c : slow_.stages) c.w *= 2;
+    for (int it = 0; it < 2; ++it) Report(it, 0, 0);
+    ASSERT_EQ(c0_.commands.size(), 2u);
+    ASSERT_EQ(c0_.commands[1].kind, WorkerCommand::Kind::kPlanUpdate);
+    update_ = c0_.commands[1];
+    ASSERT_EQ(c3_.commands.back().kind, WorkerCommand::Kind::kPlanUpdate);
+  }
+  // Every rank's report of iteration `it`; rank 0 ran plan `version0`, the others `version`.
+  void Report(int it, int version0, int version) {
+    const int versions[4] = {version0, version, version, version};
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_TRUE(
+          manager_->IterationReport(w_[r], "j", it, ReportAt(*plan_, slow_, r, versions[r]), 1.0)
+              .ok());
+    }
+  }
+  std::vector<PlanSwitchEvent> Switches() {
+    std::vector<JobEvent> events;
+    EXPECT_TRUE(manager_->events().EventsAfter("j", 0, &events));
+    std::vector<PlanSwitchEvent> out;
+    for (const JobEvent& e : events) {
+      if (e.kind == JobEvent::Kind::kPlanSwitch) out.push_back(e.plan_switch);
+    }
+    return out;
+  }
+
+  FakeConnection c2_, c3_;
+  std::string w_[4];
+  std::shared_ptr<const JobPlan> plan_;
+  core::CostModel slow_;
+  WorkerCommand update_;
+};
+
+TEST_F(ReplanTest, ASwitchEveryRankRanIsAppliedAndPersisted) {
+  StartAndSlowDown();
+  EXPECT_EQ(update_.plan->version, 1);
+  EXPECT_GE(update_.switch_iteration, 4);  // at least 3 iterations after the measured one
+  ASSERT_EQ(Switches().size(), 1u);
+  EXPECT_EQ(Switches()[0].phase, PlanSwitchEvent::Phase::kScheduled);
+  EXPECT_LT(Switches()[0].new_bubble, Switches()[0].old_bubble);
+  for (int it = 2; it < update_.switch_iteration; ++it) Report(it, 0, 0);
+  EXPECT_EQ(manager_->Get("j")->record.plan_version, 0);
+  Report(update_.switch_iteration, 1, 1);
+  const JobView job = *manager_->Get("j");
+  EXPECT_EQ(job.record.plan_version, 1);
+  ASSERT_EQ(job.record.plan_costs.size(), 8u);
+  EXPECT_NEAR(job.record.plan_costs[0].weight_ms, 2 * plan_->cost.stages[0].w, 1e-9);
+  ASSERT_EQ(Switches().size(), 2u);
+  EXPECT_EQ(Switches()[1].phase, PlanSwitchEvent::Phase::kApplied);
+  EXPECT_EQ(job.plan->text, update_.plan->text);
+  // A restarted coordinator makes the same plan from the stored costs.
+  manager_ = MakeManager();
+  auto reloaded = manager_->Plan("j");
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ((*reloaded)->version, 1);
+  EXPECT_EQ((*reloaded)->text, update_.plan->text);
+}
+
+TEST_F(ReplanTest, ASwitchNoRankRanIsAbandoned) {
+  StartAndSlowDown();
+  for (int it = 2; it <= update_.switch_iteration; ++it) Report(it, 0, 0);
+  EXPECT_EQ(manager_->Get("j")->record.plan_version, 0);
+  ASSERT_EQ(Switches().size(), 2u);
+  EXPECT_EQ(Switches()[1].phase, PlanSwitchEvent::Phase::kAbandoned);
+  EXPECT_EQ((*manager_->Plan("j"))->version, 0);
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator

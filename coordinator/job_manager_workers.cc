@@ -145,17 +145,162 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
     monitor_.ObserveIteration(job_id, iteration, stats, summary, *plan);
   }
   if (!summary) return absl::OkStatus();
+  std::optional<ReplanCheck> check;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* job = queue_.Find(job_id);
+    if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
+    events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
+    const IterationSummary& s = *job->latest_summary;
+    LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
+            s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
+            s.loss ? absl::StrCat(", loss ", *s.loss) : "",
+            s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
+    if (job->state == JobState::kRunning) check = ObserveForReplanLocked(*job, s);
+    PersistLocked(*job);
+  }
+  if (!check) return absl::OkStatus();
+  // Outside the lock: generating and simulating two plans.
+  absl::StatusOr<ReplanProposal> proposal = ProposeReplan(
+      check->spec, *check->plan, check->window, check->layout ? &*check->layout : nullptr);
+  if (!proposal.ok()) {
+    LogWarning("job ", job_id,
+               ": re-plan from measured costs failed: ", proposal.status().message());
+    return absl::OkStatus();
+  }
   absl::MutexLock lock(&mu_);
   JobRecord* job = queue_.Find(job_id);
-  if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
-  events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
-  PersistLocked(*job);
-  const IterationSummary& s = *job->latest_summary;
-  LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
-          s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
-          s.loss ? absl::StrCat(", loss ", *s.loss) : "",
-          s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
+  if (job == nullptr || job->state != JobState::kRunning) return absl::OkStatus();
+  MaybeSwitchLocked(*job, *check, *std::move(proposal));
   return absl::OkStatus();
+}
+
+std::optional<JobManager::ReplanCheck> JobManager::ObserveForReplanLocked(
+    JobRecord& job, const IterationSummary& summary) {
+  JobRuntime& rt = runtime_[job.id];
+  if (rt.plan == nullptr) return std::nullopt;
+  if (rt.pending && summary.iteration >= rt.pending->switch_iteration) {
+    // Every rank ran the switch iteration with one plan (PlanUpdate in worker.proto): the new
+    // one when all of them had it in time, else the old one.
+    PendingSwitch pending = *std::move(rt.pending);
+    rt.pending.reset();
+    const int to = pending.proposal.plan->version;
+    int switched = 0;
+    for (const RankStats& r : summary.ranks) switched += r.plan_version == to;
+    PlanSwitchEvent e;
+    e.from_version = job.plan_version;
+    e.to_version = to;
+    e.switch_iteration = pending.switch_iteration;
+    e.measured_iteration = pending.measured_iteration;
+    e.old_bubble = pending.proposal.old_bubble;
+    e.new_bubble = pending.proposal.new_bubble;
+    if (switched == static_cast<int>(summary.ranks.size())) {
+      e.phase = PlanSwitchEvent::Phase::kApplied;
+      job.plan_version = to;
+      job.plan_costs = pending.proposal.costs;
+      rt.plan = pending.proposal.plan;
+      monitor_.SwitchPlan(job.id, *rt.plan);
+      LogInfo("job ", job.id, ": plan v", to, " runs on every rank from iteration ",
+              pending.switch_iteration);
+      AppendPlanSwitchLocked(
+          job, e,
+          absl::StrCat("every rank runs plan v", to, " from iteration ",
+                       pending.switch_iteration + 1, "; ", pending.proposal.reason));
+    } else {
+      e.phase = PlanSwitchEvent::Phase::kAbandoned;
+      const std::string why =
+          switched == 0 ? absl::StrCat("a rank had started iteration ",
+                                       pending.switch_iteration + 1, " before plan v", to,
+                                       " reached it; every rank kept plan v", job.plan_version)
+                        : absl::StrCat(switched, " of ", summary.ranks.size(), " ranks ran plan v",
+                                       to, " at iteration ", summary.iteration + 1,
+                                       " (a bug: switches are atomic)");
+      if (switched != 0) LogError("job ", job.id, ": ", why);
+      AppendPlanSwitchLocked(job, e, why);
+    }
+    rt.replan_window = ReplanWindow{};
+  }
+  if (job.spec.replan_every <= 0 || rt.pending) return std::nullopt;
+  AddToWindow(rt.replan_window, summary, job.plan_version);
+  if (rt.replan_window.iterations < job.spec.replan_every) return std::nullopt;
+  ReplanCheck check;
+  check.spec = job.spec;
+  check.plan = rt.plan;
+  check.layout = job.layout;
+  check.window = std::move(rt.replan_window);
+  check.attempt = job.attempt;
+  check.iteration_seconds = summary.duration_s;
+  rt.replan_window = ReplanWindow{};
+  return check;
+}
+
+void JobManager::MaybeSwitchLocked(JobRecord& job, const ReplanCheck& check,
+                                   ReplanProposal proposal) {
+  JobRuntime& rt = runtime_[job.id];
+  if (rt.plan != check.plan || rt.pending || job.attempt != check.attempt) return;
+  // A floor under a zero threshold: float noise is no reason to move every rank.
+  constexpr double kMinGain = 1e-6;
+  const double threshold = job.spec.replan_threshold_or_default();
+  if (!(proposal.old_bubble - proposal.new_bubble > std::max(threshold, kMinGain)) ||
+      proposal.plan->text == rt.plan->text) {
+    LogInfo("job ", job.id, ": re-plan check kept plan v", job.plan_version, " (", proposal.reason,
+            "; threshold ", threshold, ")");
+    return;
+  }
+  const int measured = check.window.last_iteration;
+  const int at = SwitchIteration(measured, check.iteration_seconds);
+  if (at >= job.spec.iterations) {
+    LogInfo("job ", job.id, ": a better plan (", proposal.reason, ") comes too late to switch");
+    return;
+  }
+  // Every rank must get the plan: one that never answers makes the others fail at the switch.
+  for (const RankSlot& slot : job.ranks) {
+    const RegisteredWorker* w = workers_.ByName(slot.worker_name);
+    if (w == nullptr || w->connection == nullptr) {
+      LogInfo("job ", job.id, ": re-plan deferred, worker ", slot.worker_name, " is not connected");
+      return;
+    }
+  }
+  PendingSwitch pending;
+  pending.switch_iteration = at;
+  pending.measured_iteration = measured;
+  pending.proposal = std::move(proposal);
+  const std::shared_ptr<const JobPlan>& plan = pending.proposal.plan;
+  for (const RankSlot& slot : job.ranks) {
+    RegisteredWorker* w = workers_.ByName(slot.worker_name);
+    WorkerCommand cmd;
+    cmd.kind = WorkerCommand::Kind::kPlanUpdate;
+    cmd.job_id = job.id;
+    cmd.attempt = job.attempt;
+    cmd.plan = plan;
+    cmd.switch_iteration = at;
+    w->connection->Send(std::move(cmd));
+  }
+  PlanSwitchEvent e;
+  e.phase = PlanSwitchEvent::Phase::kScheduled;
+  e.from_version = job.plan_version;
+  e.to_version = plan->version;
+  e.switch_iteration = at;
+  e.measured_iteration = measured;
+  e.old_bubble = pending.proposal.old_bubble;
+  e.new_bubble = pending.proposal.new_bubble;
+  LogInfo("job ", job.id, ": plan v", plan->version, " sent to every rank for iteration ", at, " (",
+          pending.proposal.reason, ")");
+  AppendPlanSwitchLocked(job, e, pending.proposal.reason);
+  rt.pending = std::move(pending);
+  PersistLocked(job);
+}
+
+void JobManager::AppendPlanSwitchLocked(JobRecord& job, PlanSwitchEvent e, std::string reason) {
+  static constexpr absl::string_view kPhases[] = {"scheduled", "applied", "abandoned"};
+  metrics_.ObservePlanSwitch(job.id, kPhases[static_cast<int>(e.phase)], job.plan_version);
+  JobEvent event;
+  event.sequence = ++job.last_sequence;
+  event.time = clock_.Now();
+  event.kind = JobEvent::Kind::kPlanSwitch;
+  event.reason = std::move(reason);
+  event.plan_switch = e;
+  events_.Append(job.id, std::move(event));
 }
 
 std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::string& worker_name,
@@ -168,7 +313,13 @@ std::optional<std::shared_ptr<const JobPlan>> JobManager::HolderPlan(const std::
     return std::nullopt;  // not from the worker holding that rank
   }
   auto rt = runtime_.find(job_id);
-  return rt == runtime_.end() ? nullptr : rt->second.plan;
+  if (rt == runtime_.end()) return nullptr;
+  // A report of the first iteration with a pending plan comes before the switch is settled.
+  const std::optional<PendingSwitch>& pending = rt->second.pending;
+  if (pending && stats.plan_version == pending->proposal.plan->version) {
+    return pending->proposal.plan;
+  }
+  return rt->second.plan;
 }
 
 absl::Status JobManager::CheckAssignedLocked(const std::string& worker_name,

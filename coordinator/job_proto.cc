@@ -15,8 +15,13 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
     }
     case v1::ModelSpec::kSynthetic: {
       const auto& y = p.model().synthetic();
-      s.model = SyntheticConfig{y.forward_ms(),    y.backward_ms(), y.weight_ms(),
-                                y.activation_kb(), y.params_mb(),   y.param_tensors()};
+      SyntheticConfig c{y.forward_ms(),    y.backward_ms(), y.weight_ms(),
+                        y.activation_kb(), y.params_mb(),   y.param_tensors()};
+      if (y.has_w_slowdown()) {
+        c.w_slowdown_after = y.w_slowdown().after_iteration();
+        c.w_slowdown_factor = y.w_slowdown().factor();
+      }
+      s.model = c;
       break;
     }
     case v1::ModelSpec::kTorchscript: {
@@ -46,6 +51,8 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   s.schedule = p.schedule().kind();
   if (p.schedule().has_memory_limit()) s.memory_limit = p.schedule().memory_limit();
   s.chunks = p.schedule().chunks();
+  s.replan_every = p.schedule().replan_every();
+  if (p.schedule().has_replan_threshold()) s.replan_threshold = p.schedule().replan_threshold();
   s.microbatches = p.batch().microbatches();
   s.microbatch_size = p.batch().microbatch_size();
   s.iterations = p.train().iterations();
@@ -112,6 +119,10 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     m->set_activation_kb(y->activation_kb);
     m->set_params_mb(y->params_mb);
     m->set_param_tensors(y->param_tensors);
+    if (y->w_slowdown_factor != 0 || y->w_slowdown_after != 0) {
+      m->mutable_w_slowdown()->set_after_iteration(y->w_slowdown_after);
+      m->mutable_w_slowdown()->set_factor(y->w_slowdown_factor);
+    }
   } else if (const auto* t = std::get_if<TorchScriptConfig>(&s.model)) {
     auto* m = p.mutable_model()->mutable_torchscript();
     m->set_path(t->path);
@@ -135,6 +146,8 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   p.mutable_schedule()->set_kind(s.schedule);
   if (s.memory_limit) p.mutable_schedule()->set_memory_limit(*s.memory_limit);
   p.mutable_schedule()->set_chunks(s.chunks);
+  p.mutable_schedule()->set_replan_every(s.replan_every);
+  if (s.replan_threshold) p.mutable_schedule()->set_replan_threshold(*s.replan_threshold);
   p.mutable_batch()->set_microbatches(s.microbatches);
   p.mutable_batch()->set_microbatch_size(s.microbatch_size);
   p.mutable_train()->set_iterations(s.iterations);
@@ -219,6 +232,7 @@ v1::RankIterationStats RankStatsToProto(const RankStats& s) {
   p.set_tokens(s.tokens);
   p.set_checkpoint_stall_s(s.checkpoint_stall_s);
   p.set_checkpoint_error(s.checkpoint_error);
+  p.set_plan_version(s.plan_version);
   return p;
 }
 
@@ -239,6 +253,7 @@ RankStats RankStatsFromProto(const v1::RankIterationStats& p) {
   s.tokens = p.tokens();
   s.checkpoint_stall_s = p.checkpoint_stall_s();
   s.checkpoint_error = p.checkpoint_error().substr(0, 4096);
+  s.plan_version = p.plan_version();
   return s;
 }
 
@@ -286,7 +301,8 @@ RankSlot RankSlotFromProto(const v1::RankAssignment& p) {
 
 v1::PlanStats PlanStatsToProto(const JobPlan& plan) {
   v1::PlanStats p;
-  p.set_makespan_ms(plan.sim.span);
+  p.set_span_ms(plan.sim.span);
+  p.set_makespan_ms(plan.sim.global_makespan);
   p.set_bubble_rate(plan.sim.bubble_rate);
   for (double b : plan.sim.rank_bubble) p.add_rank_bubble(b);
   for (double m : plan.sim.peak_memory) p.add_peak_memory(m);
@@ -329,6 +345,8 @@ v1::Job JobRecordToProto(const JobRecord& r) {
   if (r.layout) *p.mutable_layout() = ModelLayoutToProto(*r.layout);
   p.set_restarts(r.restarts);
   for (const JobAttemptRecord& a : r.attempts) *p.add_attempts() = AttemptToProto(a);
+  p.set_plan_version(r.plan_version);
+  for (const PlanStageCost& c : r.plan_costs) *p.add_plan_costs() = PlanStageCostToProto(c);
   return p;
 }
 
@@ -354,6 +372,19 @@ JobAttemptRecord AttemptFromProto(const v1::JobAttempt& p) {
   a.iterations_done = p.iterations_done();
   a.start_iteration = p.start_iteration();
   return a;
+}
+
+v1::PlanStageCost PlanStageCostToProto(const PlanStageCost& c) {
+  v1::PlanStageCost p;
+  p.set_stage(c.stage);
+  p.set_forward_ms(c.forward_ms);
+  p.set_backward_ms(c.backward_ms);
+  p.set_weight_ms(c.weight_ms);
+  return p;
+}
+
+PlanStageCost PlanStageCostFromProto(const v1::PlanStageCost& p) {
+  return PlanStageCost{p.stage(), p.forward_ms(), p.backward_ms(), p.weight_ms()};
 }
 
 v1::ModelLayout ModelLayoutToProto(const ModelLayout& layout) {
@@ -419,6 +450,27 @@ void JobEventToProto(const JobEvent& event, v1::JobEvent* out) {
     sc->set_from(StateToProto(event.from));
     sc->set_to(StateToProto(event.to));
     sc->set_reason(event.reason);
+  } else if (event.kind == JobEvent::Kind::kPlanSwitch) {
+    const PlanSwitchEvent& e = event.plan_switch;
+    v1::PlanSwitch* ps = out->mutable_plan_switch();
+    switch (e.phase) {
+      case PlanSwitchEvent::Phase::kScheduled:
+        ps->set_phase(v1::PlanSwitch::PHASE_SCHEDULED);
+        break;
+      case PlanSwitchEvent::Phase::kApplied:
+        ps->set_phase(v1::PlanSwitch::PHASE_APPLIED);
+        break;
+      case PlanSwitchEvent::Phase::kAbandoned:
+        ps->set_phase(v1::PlanSwitch::PHASE_ABANDONED);
+        break;
+    }
+    ps->set_from_version(e.from_version);
+    ps->set_to_version(e.to_version);
+    ps->set_switch_iteration(e.switch_iteration);
+    ps->set_measured_iteration(e.measured_iteration);
+    ps->set_old_predicted_bubble(e.old_bubble);
+    ps->set_new_predicted_bubble(e.new_bubble);
+    ps->set_reason(event.reason);
   } else {
     *out->mutable_iteration() = SummaryToProto(event.summary);
   }

@@ -39,6 +39,8 @@ v1::Job JobRecordToProto(const JobRecord& record);
 v1::ModelLayout ModelLayoutToProto(const ModelLayout& layout);
 v1::JobAttempt AttemptToProto(const JobAttemptRecord& attempt);
 JobAttemptRecord AttemptFromProto(const v1::JobAttempt& attempt);
+v1::PlanStageCost PlanStageCostToProto(const PlanStageCost& cost);
+PlanStageCost PlanStageCostFromProto(const v1::PlanStageCost& cost);
 
 v1::JobProgress ProgressToProto(const JobProgressView& progress);
 // The full Job message: record, predicted stats, progress, queue position.

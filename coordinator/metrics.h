@@ -42,6 +42,10 @@ class Metrics {
   virtual void ObserveJobIteration(const std::string& /*job_id*/,
                                    const IterationSummary& /*summary*/,
                                    const std::optional<PredictedBubble>& /*predicted*/) {}
+  // A re-plan of the job (schedule.replan_every) reached `phase` ("scheduled", "applied",
+  // "abandoned"); `plan_version` is the version running after it.
+  virtual void ObservePlanSwitch(const std::string& /*job_id*/, absl::string_view /*phase*/,
+                                 int /*plan_version*/) {}
   // The job reached a terminal state at `now`: its series stay for a retention period (so the
   // last scrape sees the final values), then ExpireJobs drops them.
   virtual void JobFinished(const std::string& /*job_id*/, absl::Time /*now*/) {}

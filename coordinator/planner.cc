@@ -100,7 +100,9 @@ core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int v) {
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
-                                                       const ModelLayout* layout) {
+                                                       const ModelLayout* layout,
+                                                       absl::Span<const PlanStageCost> costs,
+                                                       int version) {
   auto out = std::make_shared<JobPlan>();
   core::PlanRequest req;
   req.schedule = spec.schedule;
@@ -112,7 +114,7 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
   req.overlap = spec.overlap_or_default();
   out->bucket_size_mb = spec.bucket_mb_or_default();
   // Costs, stage sizes and buckets depend on the placement's stages (S = p * v).
-  req.inputs = [&spec, layout, &out](const core::Placement& placement) {
+  req.inputs = [&spec, layout, costs, &out](const core::Placement& placement) {
     const int stages = placement.num_stages();
     const int v = placement.chunks_per_rank();
     core::PlanInputs in;
@@ -137,6 +139,16 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
       shape.activation_kb = max_activation_kb;
       shape.params_mb = max_params_mb;
     }
+    out->model_cost = in.cost;
+    if (static_cast<int>(costs.size()) == stages) {
+      for (const PlanStageCost& c : costs) {
+        if (c.stage < 0 || c.stage >= stages) continue;
+        core::StageCost& sc = in.cost.stages[c.stage];
+        sc.f = c.forward_ms;
+        sc.b = c.backward_ms;
+        sc.w = c.weight_ms;
+      }
+    }
     in.buckets_per_stage = BucketsPerStage(spec, shape, out->bucket_size_mb);
     const int d = spec.data_parallel();
     const double bucket_mb = std::max(shape.params_mb, 0.0) / in.buckets_per_stage;
@@ -153,6 +165,7 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
   out->memory_limit = planned->memory_limit;
   out->sim = std::move(planned->sim);
   out->text = core::PlanToText(out->plan);
+  out->version = version;
   return std::shared_ptr<const JobPlan>(std::move(out));
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "coordinator/domain.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
@@ -29,9 +30,13 @@ struct StageInfo {
 };
 
 struct JobPlan {
-  core::Plan plan;   // lowered, with REDUCE actions
-  std::string text;  // core::PlanToText(plan)
-  core::CostModel cost;
+  core::Plan plan;       // lowered, with REDUCE actions
+  std::string text;      // core::PlanToText(plan)
+  core::CostModel cost;  // what the plan was generated and simulated from
+  // The model's own costs (spec or profile): what synthetic stages run (Assignment.stage_costs).
+  // Equal to `cost` except for a plan re-made from measured costs.
+  core::CostModel model_cost;
+  int version = 0;  // JobRecord::plan_version
   std::vector<StageInfo> stages;
   std::vector<core::BucketPlan> buckets;  // all ranks
   double bucket_size_mb = 0;
@@ -49,8 +54,13 @@ struct JobPlan {
 // Internal (a bug, not a user error).
 // `layout`: a TorchScript model's measured stage costs (ModelLayout::stages with times); the
 // plan is then generated and simulated from them instead of unit costs.
+// `costs`: per-stage compute costs to generate the plan from instead (a re-plan from measured
+// costs; JobRecord::plan_costs); ignored unless there is one per stage. `version` is stored on
+// the plan.
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
-                                                       const ModelLayout* layout = nullptr);
+                                                       const ModelLayout* layout = nullptr,
+                                                       absl::Span<const PlanStageCost> costs = {},
+                                                       int version = 0);
 
 // The cost model alone (exposed for tests).
 core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int chunks_per_rank);

@@ -14,11 +14,11 @@ void ProgressTracker::StartJob(const std::string& job_id, const core::Placement&
   {
     absl::MutexLock lock(&job->reports_mu);
     job->iterations_done = iterations_done;
+    job->predicted_bubble = predicted_bubble;
   }
   job->placement = placement;
   job->m = microbatches;
   job->iterations = iterations;
-  job->predicted_bubble = predicted_bubble;
   const size_t per_rank = static_cast<size_t>(placement.chunks_per_rank()) * microbatches;
   for (const RankSlot& slot : ranks) {
     auto rank = std::make_unique<RankState>();
@@ -32,6 +32,13 @@ void ProgressTracker::StartJob(const std::string& job_id, const core::Placement&
   }
   absl::MutexLock lock(&mu_);
   jobs_[job_id] = std::move(job);
+}
+
+void ProgressTracker::SetPredictedBubble(const std::string& job_id, double predicted_bubble) {
+  std::shared_ptr<Job> job = Find(job_id);
+  if (job == nullptr) return;
+  absl::MutexLock lock(&job->reports_mu);
+  job->predicted_bubble = predicted_bubble;
 }
 
 std::shared_ptr<ProgressTracker::Job> ProgressTracker::Find(const std::string& job_id) const {

@@ -91,6 +91,9 @@ class ProgressTracker {
                                             const RankStats& stats, std::optional<double> loss,
                                             std::optional<double> eval_loss = std::nullopt);
 
+  // The plan's predicted bubble that later summaries carry (a re-plan switched plans).
+  void SetPredictedBubble(const std::string& job_id, double predicted_bubble);
+
   // nullopt for a job never started.
   std::optional<JobProgressView> Get(const std::string& job_id, bool with_microbatches) const;
   // Changes whenever the job's progress changes (cheap poll for WatchJob).
@@ -118,7 +121,7 @@ class ProgressTracker {
     core::Placement placement;
     int m = 0;
     int iterations = 0;
-    double predicted_bubble = 0;
+    double predicted_bubble ABSL_GUARDED_BY(reports_mu) = 0;
     std::vector<std::unique_ptr<RankState>> ranks;  // by global rank
     std::atomic<uint64_t> version{0};
     mutable absl::Mutex reports_mu;

@@ -100,7 +100,15 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
           "Training loss of a job's latest complete iteration, mean over data-parallel replicas")),
       eval_loss_(Build<prometheus::Gauge>(
           registry, "zpipe_eval_loss",
-          "Mean loss over a job's eval batches (spec.eval), at its latest evaluation")) {
+          "Mean loss over a job's eval batches (spec.eval), at its latest evaluation")),
+      plan_version_(Build<prometheus::Gauge>(
+          registry, "zpipe_job_plan_version",
+          "The plan version a job runs: 0 = its first plan, +1 per re-plan applied "
+          "(schedule.replan_every)")),
+      plan_switches_(Build<prometheus::Counter>(
+          registry, "zpipe_job_plan_switches_total",
+          "Re-plans from measured costs, by phase: scheduled (a better plan was found and sent), "
+          "applied (every rank switched), abandoned (a rank had already started the iteration)")) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
   for (WorkerState s : kAllWorkerStates) SetWorkerCount(s, 0);
@@ -267,6 +275,18 @@ void PrometheusMetrics::ExpireJobs(absl::Time now) {
   }
 }
 
+void PrometheusMetrics::ObservePlanSwitch(const std::string& job_id, absl::string_view phase,
+                                          int plan_version) {
+  absl::MutexLock lock(&mu_);
+  JobSeries* job = JobLocked(job_id);
+  if (job == nullptr) return;
+  if (job->plan_version == nullptr) job->plan_version = &plan_version_.Add({{"job_id", job_id}});
+  job->plan_version->Set(plan_version);
+  prometheus::Counter*& c = job->plan_switches[std::string(phase)];
+  if (c == nullptr) c = &plan_switches_.Add({{"job_id", job_id}, {"phase", std::string(phase)}});
+  c->Increment();
+}
+
 void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
   auto it = job_series_.find(job_id);
   if (it != job_series_.end()) {
@@ -290,6 +310,8 @@ void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
     iterations_.Remove(j.iterations);
     if (j.loss != nullptr) loss_.Remove(j.loss);
     if (j.eval_loss != nullptr) eval_loss_.Remove(j.eval_loss);
+    if (j.plan_version != nullptr) plan_version_.Remove(j.plan_version);
+    for (auto& [phase, c] : j.plan_switches) plan_switches_.Remove(c);
     job_series_.erase(it);
   }
   if (removed_.insert(job_id).second) removed_order_.push_back(job_id);

@@ -72,6 +72,8 @@ class PrometheusMetrics : public Metrics {
                             const RankStats& stats) override;
   void ObserveJobIteration(const std::string& job_id, const IterationSummary& summary,
                            const std::optional<PredictedBubble>& predicted) override;
+  void ObservePlanSwitch(const std::string& job_id, absl::string_view phase,
+                         int plan_version) override;
   void JobFinished(const std::string& job_id, absl::Time now) override;
   void ExpireJobs(absl::Time now) override;
 
@@ -103,6 +105,8 @@ class PrometheusMetrics : public Metrics {
     prometheus::Gauge* eval_loss = nullptr;
     prometheus::Histogram* duration = nullptr;
     prometheus::Counter* iterations = nullptr;
+    prometheus::Gauge* plan_version = nullptr;                  // from the first re-plan on
+    std::map<std::string, prometheus::Counter*> plan_switches;  // by phase
     int last_iteration = -1;
     std::optional<absl::Time> finished;
   };
@@ -136,6 +140,8 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Counter>& iterations_;
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Gauge>& eval_loss_;
+  prometheus::Family<prometheus::Gauge>& plan_version_;
+  prometheus::Family<prometheus::Counter>& plan_switches_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);

@@ -101,6 +101,22 @@ TEST_F(PrometheusMetricsTest, JobIterationsSetBubblesLossAndHistogram) {
       0.2);
 }
 
+TEST_F(PrometheusMetricsTest, PlanSwitchesCountByPhaseAndSetTheVersion) {
+  PrometheusMetrics m(registry_, {absl::Minutes(10), 100});
+  m.ObservePlanSwitch("j", "scheduled", 0);
+  m.ObservePlanSwitch("j", "applied", 1);
+  m.ObservePlanSwitch("j", "scheduled", 1);
+  m.ObservePlanSwitch("j", "abandoned", 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_version{job_id=\"j\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_switches_total{job_id=\"j\",phase=\"scheduled\"}"), 2);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_switches_total{job_id=\"j\",phase=\"applied\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_switches_total{job_id=\"j\",phase=\"abandoned\"}"), 1);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  m.JobFinished("j", t0);
+  m.ExpireJobs(t0 + absl::Minutes(11));
+  EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
+}
+
 TEST_F(PrometheusMetricsTest, FinishedJobsExpireAfterRetention) {
   PrometheusMetrics m(registry_, {absl::Minutes(10), 100});
   const absl::Time t0 = absl::FromUnixSeconds(1000);

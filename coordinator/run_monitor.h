@@ -79,6 +79,11 @@ class RunMonitor {
   // its "resumed at" reason), the latest summary. Returns the history event to append.
   static JobEvent RecordSummary(JobRecord& job, IterationSummary summary, absl::Time now);
 
+  // A re-plan switched the job to `plan`: later summaries carry its predicted bubble.
+  void SwitchPlan(const std::string& job_id, const JobPlan& plan) {
+    tracker_.SetPredictedBubble(job_id, plan.sim.bubble_rate);
+  }
+
   // nullopt for a job never started.
   std::optional<JobProgressView> Progress(const std::string& job_id, bool with_microbatches) const {
     return tracker_.Get(job_id, with_microbatches);

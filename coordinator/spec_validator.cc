@@ -65,6 +65,12 @@ absl::Status ValidateSynthetic(const SyntheticConfig& s) {
       DoubleIn("spec.model.synthetic.activation_kb", s.activation_kb, 0, 1 << 20, false));
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.params_mb", s.params_mb, 0, 1 << 20, false));
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.synthetic.param_tensors", s.param_tensors, 0, 65536));
+  if (s.w_slowdown_factor != 0 || s.w_slowdown_after != 0) {
+    ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.synthetic.w_slowdown.after_iteration",
+                                s.w_slowdown_after, 0, 1'000'000'000));
+    ZPIPE_RETURN_IF_ERROR(
+        DoubleIn("spec.model.synthetic.w_slowdown.factor", s.w_slowdown_factor, 0, 1000, true));
+  }
   return absl::OkStatus();
 }
 
@@ -216,6 +222,11 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
   }
   if (spec.memory_limit.has_value()) {
     ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.schedule.memory_limit", *spec.memory_limit, 0, 1e6, true));
+  }
+  ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.replan_every", spec.replan_every, 0, 1'000'000));
+  if (spec.replan_threshold.has_value()) {
+    ZPIPE_RETURN_IF_ERROR(
+        DoubleIn("spec.schedule.replan_threshold", *spec.replan_threshold, 0, 1, false));
   }
   const int v = core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
 

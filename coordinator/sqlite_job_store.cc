@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   last_sequence INTEGER NOT NULL,
   iterations_done INTEGER NOT NULL,
   spec BLOB NOT NULL,          -- zpipe.v1.JobSpec
-  ranks BLOB NOT NULL,         -- zpipe.v1.Job with only `ranks`, `restarts` and `attempts`
+  ranks BLOB NOT NULL,         -- zpipe.v1.Job: only ranks, restarts, attempts, plan_version, plan_costs
   summary BLOB,                -- zpipe.v1.IterationSummary, NULL before the first
   submitted_by TEXT NOT NULL DEFAULT ''  -- the submitter's token name (auth.h)
 );
@@ -123,6 +123,8 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   for (const auto& slot : job.ranks) *ranks.add_ranks() = RankSlotToProto(slot);
   ranks.set_restarts(job.restarts);
   for (const JobAttemptRecord& a : job.attempts) *ranks.add_attempts() = AttemptToProto(a);
+  ranks.set_plan_version(job.plan_version);
+  for (const PlanStageCost& c : job.plan_costs) *ranks.add_plan_costs() = PlanStageCostToProto(c);
   const std::string spec_bytes = SpecToProto(job.spec).SerializeAsString();
   const std::string ranks_bytes = ranks.SerializeAsString();
   std::string summary_bytes;
@@ -208,6 +210,8 @@ absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
     for (const auto& slot : ranks.ranks()) r.ranks.push_back(RankSlotFromProto(slot));
     r.restarts = ranks.restarts();
     for (const auto& a : ranks.attempts()) r.attempts.push_back(AttemptFromProto(a));
+    r.plan_version = ranks.plan_version();
+    for (const auto& c : ranks.plan_costs()) r.plan_costs.push_back(PlanStageCostFromProto(c));
     if (sqlite3_column_type(s, 12) != SQLITE_NULL) {
       v1::IterationSummary summary;
       if (!summary.ParseFromString(ColumnBlob(s, 12))) {

@@ -1,7 +1,7 @@
 // The coordinator's downstream channel to a worker: the commands a worker receives on its
-// Session stream (assign a rank, cancel, shut down, profile) and the connection they go out on.
-// Worker-facing pieces (WorkerRegistry) and the job manager share these types; the gRPC worker
-// service implements WorkerConnection.
+// Session stream (assign a rank, switch plans, cancel, shut down, profile) and the connection they
+// go out on. Worker-facing pieces (WorkerRegistry) and the job manager share these types; the gRPC
+// worker service implements WorkerConnection.
 #ifndef ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
 #define ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
 
@@ -30,11 +30,15 @@ struct AssignmentData {
 };
 
 struct WorkerCommand {
-  enum class Kind { kAssign, kCancel, kShutdown, kProfile };
+  enum class Kind { kAssign, kCancel, kShutdown, kProfile, kPlanUpdate };
   Kind kind = Kind::kAssign;
   // kAssign; kProfile: only job_id, spec and attempt are set.
   std::shared_ptr<const AssignmentData> assignment;
-  std::string job_id;  // kCancel
+  std::string job_id;  // kCancel, kPlanUpdate
+  // kPlanUpdate: run `plan` (its version) from `switch_iteration` on (PlanUpdate in worker.proto).
+  int attempt = 0;
+  std::shared_ptr<const JobPlan> plan;
+  int switch_iteration = 0;
   std::string reason;  // kCancel, kShutdown
 };
 

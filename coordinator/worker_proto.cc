@@ -109,12 +109,15 @@ v1::Assignment AssignmentToProto(const AssignmentData& a) {
   p.set_global_rank(a.self.data_rank * a.pipeline_size + a.self.pipeline_rank);
   const JobPlan& plan = *a.plan;
   p.set_plan_text(plan.text);
-  for (int s = 0; s < plan.cost.num_stages(); ++s) {
+  p.set_plan_version(plan.version);
+  // The model's costs, not a re-plan's measured ones: synthetic stages run exactly these.
+  const core::CostModel& cost = plan.model_cost;
+  for (int s = 0; s < cost.num_stages(); ++s) {
     v1::StageCostInfo* c = p.add_stage_costs();
     c->set_stage(s);
-    c->set_forward_ms(plan.cost.stages[s].f);
-    c->set_backward_ms(plan.cost.stages[s].b);
-    c->set_weight_ms(plan.cost.stages[s].w);
+    c->set_forward_ms(cost.stages[s].f);
+    c->set_backward_ms(cost.stages[s].b);
+    c->set_weight_ms(cost.stages[s].w);
     c->set_activation_kb(plan.stages[s].activation_kb);
     c->set_params_mb(plan.stages[s].params_mb);
   }
@@ -146,6 +149,15 @@ void CommandToProto(const WorkerCommand& command, v1::CoordinatorMessage* out) {
     case WorkerCommand::Kind::kAssign:
       *out->mutable_assignment() = AssignmentToProto(*command.assignment);
       break;
+    case WorkerCommand::Kind::kPlanUpdate: {
+      v1::PlanUpdate* u = out->mutable_plan_update();
+      u->set_job_id(command.job_id);
+      u->set_attempt(command.attempt);
+      u->set_plan_version(command.plan->version);
+      u->set_plan_text(command.plan->text);
+      u->set_switch_iteration(command.switch_iteration);
+      break;
+    }
     case WorkerCommand::Kind::kCancel:
       out->mutable_cancel()->set_job_id(command.job_id);
       out->mutable_cancel()->set_reason(command.reason);

@@ -83,7 +83,8 @@ class LoadSpecTest(unittest.TestCase):
         self.assertEqual(e.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertEqual(e.field, "spec.schedule.knd")
         self.assertEqual(e.message, "line 3: unknown field 'schedule.knd' "
-                         "(schedule has: kind, memory_limit, chunks)")
+                         "(schedule has: kind, memory_limit, chunks, replan_every, "
+                         "replan_threshold)")
         e = self.error({"parallel": {"pipeline": "4"}})
         self.assertEqual(e.field, "spec.parallel.pipeline")
         self.assertIn('expects an integer, got the string "4"', e.message)

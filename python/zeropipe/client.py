@@ -13,7 +13,8 @@ Results are plain dicts (and lists of them) with the proto's field names, which 
 "cpu"; None for an UNSPECIFIED value), 64-bit integers are ints, timestamps RFC 3339 strings
 ("2024-05-01T12:00:00.250Z"), durations float seconds; every field is present, a message or
 `optional` field that is not set is None, and of a oneof only the member that is set appears
-(for JobEvent also as "kind": "snapshot", "state_change", "iteration" or "progress"). A job's
+(for JobEvent also as "kind": "snapshot", "state_change", "iteration", "plan_switch"
+or "progress"). A job's
 "spec" dict is the coordinator's, defaults resolved ("data": 1, "optimizer": "adamw", ...;
 coordinator/spec_defaults.h), and a valid job spec again: submit(c.status(id)["spec"]) under the
 same id is the same job. These are the
@@ -195,7 +196,8 @@ class Client:
 
     def validate(self, spec):
         """Validates and plans a spec without creating a job (`zpipe submit --dry-run`); returns
-        the predicted plan statistics (makespan_ms, bubble_rate, ...)."""
+        the predicted plan statistics (span_ms: the longest per-rank span, makespan_ms: first
+        start to last end over all ranks, bubble_rate, ...)."""
         request = pb.SubmitJobRequest(spec=jobspec.load_spec(spec), validate_only=True)
         return to_dict(self._call(self._stub.SubmitJob, request).job.predicted)
 
@@ -234,8 +236,9 @@ class Client:
 
     def watch(self, job_id, progress_interval_ms=0, reconnect_timeout=30.0, timeout=None):
         """Yields the job's events until it ends (`zpipe watch ID`): first a "snapshot" (the job
-        record), then "state_change", "iteration" (a summary once every rank finished one) and
-        "progress" events; the last is the state_change into the terminal state. A stream lost
+        record), then "state_change", "iteration" (a summary once every rank finished one),
+        "plan_switch" (re-planning from measured costs, schedule.replan_every) and "progress"
+        events; the last is the state_change into the terminal state. A stream lost
         after the first event is resumed where it left off for up to `reconnect_timeout`
         seconds; `timeout` bounds the whole watch (DEADLINE_EXCEEDED). Closing the iterator
         ends the call."""
@@ -254,7 +257,8 @@ class Client:
                     # A resumed stream replays state changes and summaries after last_sequence
                     # (or restarts with a snapshot); progress repeats the last sequence by design.
                     replay = (delivered and event.sequence <= last_sequence
-                              and event.WhichOneof("kind") in ("state_change", "iteration"))
+                              and event.WhichOneof("kind") in ("state_change", "iteration",
+                                                               "plan_switch"))
                     if replay:
                         continue
                     last_sequence = max(last_sequence, event.sequence)

@@ -101,6 +101,22 @@ std::vector<BadSpec> BadSpecs() {
          spec(r)->mutable_schedule()->set_chunks(1);
        },
        "spec.schedule.chunks"},
+      {"replan_every negative", [=](R& r) { spec(r)->mutable_schedule()->set_replan_every(-1); },
+       "spec.schedule.replan_every"},
+      {"replan_threshold above 1",
+       [=](R& r) { spec(r)->mutable_schedule()->set_replan_threshold(1.5); },
+       "spec.schedule.replan_threshold"},
+      {"replan_threshold NaN",
+       [=](R& r) { spec(r)->mutable_schedule()->set_replan_threshold(std::nan("")); },
+       "spec.schedule.replan_threshold"},
+      {"w_slowdown factor 0", [=](R& r) { synth(r)->mutable_w_slowdown()->set_after_iteration(3); },
+       "spec.model.synthetic.w_slowdown.factor"},
+      {"w_slowdown negative iteration",
+       [=](R& r) {
+         synth(r)->mutable_w_slowdown()->set_after_iteration(-1);
+         synth(r)->mutable_w_slowdown()->set_factor(2);
+       },
+       "spec.model.synthetic.w_slowdown.after_iteration"},
       {"memory_limit 0", [=](R& r) { spec(r)->mutable_schedule()->set_memory_limit(0); },
        "spec.schedule.memory_limit"},
       {"memory_limit negative", [=](R& r) { spec(r)->mutable_schedule()->set_memory_limit(-2); },
@@ -281,6 +297,12 @@ TEST(SpecValidation, ValidSpecsAreAccepted) {
   v1::JobSpec limited = SyntheticSpec(2, 4);
   limited.mutable_schedule()->set_memory_limit(2);
   good.push_back(limited);
+  v1::JobSpec replanned = SyntheticSpec(2, 4);
+  replanned.mutable_schedule()->set_replan_every(5);
+  replanned.mutable_schedule()->set_replan_threshold(0);
+  replanned.mutable_model()->mutable_synthetic()->mutable_w_slowdown()->set_after_iteration(10);
+  replanned.mutable_model()->mutable_synthetic()->mutable_w_slowdown()->set_factor(2);
+  good.push_back(replanned);
   v1::JobSpec scripted = Scripted(2, "zb-v");
   scripted.mutable_model()->mutable_torchscript()->add_cuts(1);
   scripted.mutable_model()->mutable_torchscript()->add_cuts(3);

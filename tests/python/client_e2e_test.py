@@ -368,6 +368,9 @@ class ClientE2ETest(unittest.TestCase):
     def test_validate(self):
         predicted = self.client.validate(synthetic_job("py-validate"))
         self.assertGreater(predicted["makespan_ms"], 0)
+        # span_ms (the longest per-rank span) never exceeds the first-start-to-last-end makespan.
+        self.assertGreater(predicted["span_ms"], 0)
+        self.assertLessEqual(predicted["span_ms"], predicted["makespan_ms"] + 1e-9)
         self.assertIsInstance(predicted["num_actions"], int)
 
     # --- authentication ---

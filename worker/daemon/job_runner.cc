@@ -1,5 +1,6 @@
 #include "worker/daemon/job_runner.h"
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "worker/comm/factory/communicator_factory.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/job_checkpoint.h"
+#include "worker/daemon/plan_switch.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/executor/executor.h"
@@ -79,8 +81,10 @@ int64_t Vocab(const zpipe::v1::JobSpec& spec) {
   return 0;
 }
 
+// `iteration`: the iteration running, for synthetic cost drift (model.synthetic.w_slowdown).
 absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
-    const zpipe::v1::Assignment& a, const core::Plan& plan, torch::Device device) {
+    const zpipe::v1::Assignment& a, const core::Plan& plan, torch::Device device,
+    const std::atomic<int>* iteration) {
   if (a.spec().model().has_torchscript()) return MakeTorchScriptStages(a, plan, device);
   const zpipe::v1::JobSpec& spec = a.spec();
   std::vector<std::unique_ptr<model::Stage>> stages;
@@ -108,6 +112,11 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeStages(
       sc.activation_kb = cost.activation_kb();
       sc.params_mb = cost.params_mb();
       sc.param_tensors = spec.model().synthetic().param_tensors();
+      if (spec.model().synthetic().has_w_slowdown()) {
+        sc.iteration = iteration;
+        sc.w_slowdown_after = spec.model().synthetic().w_slowdown().after_iteration();
+        sc.w_slowdown_factor = spec.model().synthetic().w_slowdown().factor();
+      }
       stage = model::MakeSyntheticStage(sc, so);
     } else {
       return absl::InvalidArgumentError("assignment spec has no model");
@@ -259,7 +268,8 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   const torch::Device device =
       cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.device_index))
            : torch::Device(torch::kCPU);
-  auto stages = MakeStages(a, *plan, device);
+  std::atomic<int> running_iteration{a.start_iteration()};
+  auto stages = MakeStages(a, *plan, device, &running_iteration);
   if (!stages.ok()) return stages.status();
   auto checkpoint = JobCheckpointer::Make(a, *plan);  // null when checkpoint.every is 0
   if (!checkpoint.ok()) return checkpoint.status();
@@ -333,12 +343,12 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
   std::unique_ptr<GradSyncDriver> grad_sync;
+  GradSyncOptions gso;
+  const double bucket_mb = spec.grad_sync().bucket_mb() > 0 ? spec.grad_sync().bucket_mb() : 25;
+  gso.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+  gso.overlap = !spec.grad_sync().has_overlap() || spec.grad_sync().overlap();
+  gso.wait_timeout = options.comm_timeout;
   if (co.data_size > 1) {
-    GradSyncOptions gso;
-    const double bucket_mb = spec.grad_sync().bucket_mb() > 0 ? spec.grad_sync().bucket_mb() : 25;
-    gso.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
-    gso.overlap = !spec.grad_sync().has_overlap() || spec.grad_sync().overlap();
-    gso.wait_timeout = options.comm_timeout;
     auto driver = NewGradSyncDriver(*plan, a.pipeline_rank(), *stages, gso, **comm);
     if (!driver.ok()) return driver.status();
     grad_sync = *std::move(driver);
@@ -382,9 +392,42 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     if (!resumed.ok()) return resumed.status();
     start = std::max(start, *resumed);
   }
+  // Re-plans (plan_switch.h): answered as they arrive, applied at their iteration on every rank.
+  auto plan_store = NewPrefixStore(*store, a.rendezvous_prefix());
+  PlanSwitcher switcher(*plan_store, *plan, a.plan_version(), a.attempt(), a.global_rank(),
+                        a.pipeline_size() * co.data_size, options.comm_timeout);
+  struct Detach {
+    PlanUpdateChannel* channel;
+    ~Detach() {
+      if (channel != nullptr) channel->Attach(nullptr);
+    }
+  } detach{options.plan_updates};
+  if (options.plan_updates != nullptr) {
+    options.plan_updates->Attach(
+        [&switcher](const zpipe::v1::PlanUpdate& u) { switcher.Offer(u); });
+  }
+  std::optional<core::Plan> switched_plan;  // outlives the executor's and grad sync's use of it
   const int iterations = spec.train().iterations();
   for (int it = start; it < iterations; ++it) {
     if (cancelled.load()) return absl::CancelledError("job cancelled");
+    running_iteration.store(it, std::memory_order_relaxed);
+    absl::StatusOr<std::optional<PlanSwitch>> next = switcher.BeforeIteration(it);
+    if (!next.ok()) return next.status();
+    if (next->has_value()) {
+      switched_plan = std::move((*next)->plan);
+      std::unique_ptr<GradSyncDriver> driver;
+      if (grad_sync != nullptr) {
+        // The launch order comes from the plan: every replica rebuilds it at the same iteration.
+        auto d =
+            NewGradSyncDriver(*switched_plan, a.pipeline_rank(), (*exec)->stages(), gso, **comm);
+        if (!d.ok()) return d.status();
+        driver = *std::move(d);
+      }
+      if (absl::Status st = (*exec)->SetPlan(*switched_plan, driver.get()); !st.ok()) return st;
+      if (driver != nullptr) grad_sync = std::move(driver);
+      std::fprintf(stderr, "zpipe-worker: job %s rank %d.%d: plan v%d from iteration %d\n",
+                   a.job_id().c_str(), a.pipeline_rank(), a.data_rank(), (*next)->version, it);
+    }
     auto summary = (*exec)->RunIteration(it);
     if (!summary.ok()) return summary.status();
     // A synthetic model's last stage returns a made-up falling scalar only to close the forward;
@@ -415,6 +458,7 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     FillStats(*summary, a.pipeline_rank(), a.data_rank(), report->mutable_stats());
     report->mutable_stats()->set_checkpoint_stall_s(absl::ToDoubleSeconds(saved.stall));
     report->mutable_stats()->set_checkpoint_error(saved.skipped);
+    report->mutable_stats()->set_plan_version(switcher.version());
     if (summary->loss) report->set_loss(*summary->loss);
     const int eval_every = spec.eval().every();
     if (!spec.eval().path().empty() && eval_every > 0 &&

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "worker/daemon/data_roots.h"
+#include "worker/daemon/plan_switch.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace zpipe::worker {
@@ -35,6 +36,8 @@ struct JobRunnerOptions {
   // The folders the job's files must lie in (required, must outlive the call); a job naming a
   // path outside them fails before it touches anything.
   const DataRoots* data_roots = nullptr;
+  // Re-plans for this job from the coordinator (optional; must outlive the call).
+  PlanUpdateChannel* plan_updates = nullptr;
 };
 
 // Why this worker cannot run a `device: cuda` job, or OK when it can: started for a CUDA device,

@@ -121,6 +121,7 @@ void WorkerDaemon::JoinJobIfDone(bool wait) {
   if (job_done_ && job_done_->load()) {
     job_id_.clear();
     job_cancelled_.reset();
+    job_plan_updates_.reset();
     job_done_.reset();
   }
 }
@@ -160,13 +161,15 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   job_data_rank_ = assignment.data_rank();
   job_cancelled_ = std::make_shared<std::atomic<bool>>(false);
   job_done_ = std::make_shared<std::atomic<bool>>(false);
+  job_plan_updates_ = std::make_shared<PlanUpdateChannel>();
+  auto plan_updates = job_plan_updates_;
   auto cancelled = job_cancelled_;
   auto done = job_done_;
   Log(absl::StrCat("job ", job_id_, ": rank ", assignment.pipeline_rank(), "/",
                    assignment.data_rank(), " of p=", assignment.pipeline_size(),
                    " d=", assignment.data_size(), ", ", assignment.spec().train().iterations(),
                    " iterations"));
-  job_thread_ = std::thread([this, assignment, cancelled, done] {
+  job_thread_ = std::thread([this, assignment, cancelled, done, plan_updates] {
     JobRunnerOptions jo;
     jo.hostname = options_.host;
     jo.comm_timeout = options_.comm_timeout;
@@ -176,6 +179,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     jo.device_kind = options_.device_kind;
     jo.device_index = options_.device_index;
     jo.data_roots = &*data_roots_;
+    jo.plan_updates = plan_updates.get();
     if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
     absl::Status st = RunAssignment(
         assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
@@ -362,6 +366,14 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
         }
         Send(reply);
       }).detach();
+    } else if (msg.has_plan_update()) {
+      std::shared_ptr<PlanUpdateChannel> channel;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (job_id_ == msg.plan_update().job_id()) channel = job_plan_updates_;
+      }
+      // Answered at once (a rendezvous write), so a rank past the switch iteration says so.
+      if (channel != nullptr) channel->Deliver(msg.plan_update());
     } else if (msg.has_cancel()) {
       CancelJob(msg.cancel().job_id());
     } else if (msg.has_shutdown()) {

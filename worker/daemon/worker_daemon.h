@@ -114,6 +114,7 @@ class WorkerDaemon {
   int job_data_rank_ = 0;
   std::thread job_thread_;
   std::shared_ptr<std::atomic<bool>> job_cancelled_;
+  std::shared_ptr<PlanUpdateChannel> job_plan_updates_;  // re-plans for job_id_
   std::shared_ptr<std::atomic<bool>> job_done_;
   // The rank this worker last finished, until a registration has told the coordinator so
   // (its RankFinished may have been lost with the coordinator).

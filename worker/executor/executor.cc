@@ -715,6 +715,32 @@ absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
   }
 }
 
+absl::Status Executor::SetPlan(const core::Plan& plan, GradSyncDriver* grad_sync) {
+  Impl& m = *impl_;
+  const core::Plan& old = m.plan;
+  if (plan.num_ranks() != old.num_ranks() || plan.num_stages() != old.num_stages() ||
+      plan.num_microbatches != old.num_microbatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: new plan has ", plan.num_ranks(), " ranks, ", plan.num_stages(),
+                     " stages, ", plan.num_microbatches, " microbatches; the running one ",
+                     old.num_ranks(), ", ", old.num_stages(), ", ", old.num_microbatches));
+  }
+  for (int c = 0; c < static_cast<int>(m.stages.size()); ++c) {
+    if (plan.placement.chunks_per_rank() != old.placement.chunks_per_rank() ||
+        plan.placement.StageOf(m.rank, c) != old.placement.StageOf(m.rank, c)) {
+      return absl::InvalidArgumentError("executor: new plan places other stages on this rank");
+    }
+  }
+  m.plan = plan;
+  m.recv_positions.clear();
+  const auto& actions = m.plan.ranks[m.rank];
+  for (size_t k = 0; k < actions.size(); ++k) {
+    if (core::IsRecv(actions[k].kind)) m.recv_positions.push_back(k);
+  }
+  m.grad_sync = grad_sync;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<double>> Executor::Evaluate(
     int batches, const std::function<model::TokenBatch(int k)>& batch) {
   try {

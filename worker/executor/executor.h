@@ -150,6 +150,12 @@ class Executor {
 
   absl::StatusOr<IterationSummary> RunIteration(int iteration);
 
+  // Between iterations: runs `plan` from the next iteration on (a re-plan). It must have the
+  // running plan's placement, stages and microbatches (only the order of actions may differ);
+  // `grad_sync` (optional, like Make's) replaces the driver, whose launch order came from the old
+  // plan. InvalidArgument when the shape differs.
+  absl::Status SetPlan(const core::Plan& plan, GradSyncDriver* grad_sync);
+
   // Evaluation between iterations: batch(k) for k < batches goes forward through every stage of
   // the pipeline (activations over the communicator, no gradients kept), one batch at a time.
   // Every pipeline rank of a replica calls it with the same batches; the rank holding the last

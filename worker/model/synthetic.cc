@@ -115,10 +115,18 @@ class SyntheticStage final : public internal::StageBase {
 
  private:
   // Tensor k's part of W (k = -1: a stage without parameters, all of weight_ms).
+  // weight_ms, or its drifted value in a slowed iteration.
+  double WeightMs() const {
+    const bool slowed =
+        config_.iteration != nullptr &&
+        config_.iteration->load(std::memory_order_relaxed) >= config_.w_slowdown_after;
+    return slowed ? config_.weight_ms * config_.w_slowdown_factor : config_.weight_ms;
+  }
+
   void WeightWork(int k) {
     const Clock::time_point start = Clock::now();
     if (k < 0) {
-      WaitUntil(start, config_.weight_ms);
+      WaitUntil(start, WeightMs());
       return;
     }
     torch::NoGradGuard no_grad;
@@ -130,7 +138,7 @@ class SyntheticStage final : public internal::StageBase {
     } else {
       g = torch::full_like(p.tensor, inc);
     }
-    WaitUntil(start, config_.weight_ms * static_cast<double>(p.tensor.numel()) /
+    WaitUntil(start, WeightMs() * static_cast<double>(p.tensor.numel()) /
                          static_cast<double>(total_floats_));
   }
 
@@ -171,6 +179,10 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeSyntheticStage(const SyntheticStageCo
   if (!(config.activation_kb >= 0)) return negative("activation_kb", config.activation_kb);
   if (!(config.params_mb >= 0)) return negative("params_mb", config.params_mb);
   if (config.param_tensors < 0) return negative("param_tensors", config.param_tensors);
+  if (!(config.w_slowdown_factor > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic stage: w_slowdown factor must be > 0, got ", config.w_slowdown_factor));
+  }
   if (options.num_stages < 1 || options.stage < 0 || options.stage >= options.num_stages) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", options.stage, " not in 0..", options.num_stages - 1));

@@ -22,6 +22,7 @@
 #ifndef ZPIPE_WORKER_MODEL_SYNTHETIC_H_
 #define ZPIPE_WORKER_MODEL_SYNTHETIC_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,12 @@ struct SyntheticStageConfig {
   double params_mb = 0;      // MB of parameters (and gradients) on this stage
   int param_tensors = 0;     // parameter tensors ("layers"); 0 = one per 4 MB
   Timing timing = Timing::kSleep;
+  // Cost drift (SyntheticModel.w_slowdown): while *iteration >= w_slowdown_after, W takes
+  // w_slowdown_factor x weight_ms. `iteration` (the iteration running, set by the caller between
+  // iterations) must outlive the stage; null = no drift.
+  const std::atomic<int>* iteration = nullptr;
+  int w_slowdown_after = 0;
+  double w_slowdown_factor = 1;
 };
 
 // InvalidArgument on negative sizes or times, or a bad stage index.
