@@ -35,6 +35,7 @@ JobSpec ResolveSpecDefaults(JobSpec spec) {
     spec.checkpoint_on_error = CheckpointOnError::kFail;
   }
   if (spec.restart_backoff.empty()) spec.restart_backoff = "2s";
+  if (!spec.replan_threshold) spec.replan_threshold = JobSpec::kDefaultReplanThreshold;
   return spec;
 }
 
