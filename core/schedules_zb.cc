@@ -746,6 +746,13 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   auto run = [&](const Candidate& candidate) {
     consider(ListSchedule(*candidate.problem, candidate.policy));
   };
+  if (work > 0) {
+    // A search starts with the balanced-idle construction, each combination of its switches.
+    for (int k = 0; k < 8 && work >= run_cost; ++k) {
+      work -= run_cost;
+      consider(BalancedSchedule(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}));
+    }
+  }
   for (size_t k = 0; k < candidates.size(); ++k) {
     if (k >= greedy_runs) {
       if (work < run_cost) break;
@@ -773,13 +780,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     // local moves on the best plan.
     SearchRng rng(search.seed);
     int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
-    // The balanced-idle construction with each combination of its switches first, then random
-    // list-scheduler policies and random balanced-idle allowances in turn.
-    for (int k = 0; k < 8 && variants >= run_cost && !AtBound(best_score.span, bound); ++k) {
-      variants -= run_cost;
-      work -= run_cost;
-      consider(BalancedSchedule(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}));
-    }
+    // Random list-scheduler policies and random members of the balanced-idle family in turn.
     for (; variants >= run_cost && !AtBound(best_score.span, bound); variants -= run_cost) {
       work -= run_cost;
       if (rng.Uniform(2) == 0) {
