@@ -800,14 +800,10 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     Score score;
     if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
   };
-  if (work > 0) {
-    // A search starts with the balanced-idle construction.
-    RunBalancedV(pb, work, 2 * actions, [&](Orders built) {
-      orders = std::move(built);
-      Score score;
-      if (Evaluate(pb, orders, &score)) consider(score);
-    });
-  }
+  // A search ends with the balanced-idle construction; its work is set aside here, so that the
+  // rest of the search runs as it would without it.
+  const int64_t balanced_work = std::min(work, int64_t{64} * 2 * actions);
+  work -= balanced_work;
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
   // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
   // at which the greedy runs give up.
@@ -871,6 +867,14 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     if (std::optional<OrderScore> score = problem.Evaluate(best_orders)) {
       ImproveOrders(problem, best_orders, *score, work, rng.Next(), bound);
     }
+  }
+  if (balanced_work > 0 && Evaluate(pb, best_orders, &best)) {
+    int64_t left = balanced_work;
+    RunBalancedV(pb, left, 2 * actions, [&](Orders built) {
+      orders = std::move(built);
+      Score score;
+      if (Evaluate(pb, orders, &score)) consider(score);
+    });
   }
   return MakePlan(name, pb, std::move(best_orders));
 }

@@ -476,6 +476,17 @@ struct FillPolicy {
   // Extra idle time, in units of the rank's T_W, a rank may accumulate beyond the most idle
   // rank's before it must fill a gap with a W.
   double allowance = 0;
+  // Per rank (empty = none): idle time the rank may reach even when no rank has idled that long
+  // yet (RunBalanced sets it from a previous run, so that ranks that idled less there may wait
+  // for their inputs instead of running a W that delays them).
+  std::vector<double> rank_allowance;
+};
+
+// A balanced-idle construction's orders and, per rank, how long it waited after its first action.
+struct Balanced {
+  Orders orders;
+  std::vector<double> idle;
+  double most_idle = 0;
 };
 
 // A constructive pass after the ZB paper's heuristic (not a list scheduler): microbatch by
@@ -485,7 +496,7 @@ struct FillPolicy {
 // rank idle longer than the most idle rank so far. Idle time is what the span pays for, and the
 // most idle rank sets it, so Ws the other ranks do not need now are held back for the drain.
 // Returns nullopt when the memory limit leaves no move.
-std::optional<Orders> BalancedSchedule(const Problem& pr, const FillPolicy& fp) {
+std::optional<Balanced> BalancedSchedule(const Problem& pr, const FillPolicy& fp) {
   const int p = pr.p, m = pr.m;
   const CostModel& cost = *pr.cost;
   std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
@@ -494,6 +505,10 @@ std::optional<Orders> BalancedSchedule(const Problem& pr, const FillPolicy& fp) 
   double most_idle = 0;
   Orders orders(p);
   for (auto& o : orders) o.reserve(3 * m);
+  // How long rank r may idle in all.
+  auto afford = [&](int r) {
+    return fp.rank_allowance.empty() ? most_idle : std::max(most_idle, fp.rank_allowance[r]);
+  };
 
   // Appends the rank's next action of `kind`, timed as core::Simulate would.
   auto put = [&](int r, ActionKind kind) {
@@ -534,7 +549,7 @@ std::optional<Orders> BalancedSchedule(const Problem& pr, const FillPolicy& fp) 
     const double w = cost.stages[r].w;
     while (nw[r] < nb[r] && free_at[r] + w <= arrival) put(r, ActionKind::kBackwardWeight);
     if (nw[r] < nb[r] && free_at[r] < arrival) {
-      const bool affordable = arrival - free_at[r] <= most_idle - idle[r] + fp.allowance * w;
+      const bool affordable = arrival - free_at[r] <= afford(r) - idle[r] + fp.allowance * w;
       if (!affordable || fp.fill_affordable) put(r, ActionKind::kBackwardWeight);
     }
   };
@@ -603,7 +618,7 @@ std::optional<Orders> BalancedSchedule(const Problem& pr, const FillPolicy& fp) 
         room += c.mem_w;
       }
       if (free_at[r] + c.f + w_time <= next_needs) continue;
-      if (next_needs - free_at[r] <= most_idle - idle[r]) want[r] = 0;
+      if (next_needs - free_at[r] <= afford(r) - idle[r]) want[r] = 0;
     }
     for (int r = p - 2; r >= 0; --r) want[r] = std::min(want[r], want[r + 1]);
     for (int r = 0; r < p; ++r) {
@@ -623,7 +638,27 @@ std::optional<Orders> BalancedSchedule(const Problem& pr, const FillPolicy& fp) 
       if (!pr.Fits(running)) return std::nullopt;
     }
   }
-  return orders;
+  return Balanced{std::move(orders), std::move(idle), most_idle};
+}
+
+// Runs the balanced-idle construction with `fp`, then again with each rank allowed the idle time
+// it fell short of the most idle rank's, for as long as that lowers the most idle rank's idle
+// time; hands each plan to `consider` and charges `run_cost` of `work` per run.
+template <typename Consider>
+void RunBalanced(const Problem& pr, FillPolicy fp, int64_t& work, int64_t run_cost,
+                 Consider consider) {
+  double previous = kInf;
+  for (int rerun = 0; rerun < 16 && work >= run_cost; ++rerun) {
+    work -= run_cost;
+    std::optional<Balanced> built = BalancedSchedule(pr, fp);
+    if (!built) return;
+    const double most_idle = built->most_idle;
+    fp.rank_allowance.assign(pr.p, 0);
+    for (int r = 0; r < pr.p; ++r) fp.rank_allowance[r] = most_idle - built->idle[r];
+    consider(std::move(built->orders));
+    if (!(most_idle < previous)) return;
+    previous = most_idle;
+  }
 }
 
 // The least memory rank r can run in: one microbatch at a time, F, B, W back to back (plus what
@@ -749,8 +784,8 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   if (work > 0) {
     // A search starts with the balanced-idle construction, each combination of its switches.
     for (int k = 0; k < 8 && work >= run_cost; ++k) {
-      work -= run_cost;
-      consider(BalancedSchedule(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}));
+      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}, work, run_cost,
+                  consider);
     }
   }
   for (size_t k = 0; k < candidates.size(); ++k) {
@@ -781,13 +816,15 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     SearchRng rng(search.seed);
     int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
     // Random list-scheduler policies and random members of the balanced-idle family in turn.
-    for (; variants >= run_cost && !AtBound(best_score.span, bound); variants -= run_cost) {
-      work -= run_cost;
+    while (variants >= run_cost && !AtBound(best_score.span, bound)) {
+      const int64_t before = variants;
       if (rng.Uniform(2) == 0) {
-        consider(BalancedSchedule(pr, RandomFill(rng)));
+        RunBalanced(pr, RandomFill(rng), variants, run_cost, consider);
       } else {
+        variants -= run_cost;
         run(RandomCandidate(candidates, rng));
       }
+      work -= before - variants;
     }
     const int polish = static_cast<int>(std::min<int64_t>(work / 4 / actions, 1 << 20));
     work -= int64_t{polish} * actions;
