@@ -781,13 +781,10 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   auto run = [&](const Candidate& candidate) {
     consider(ListSchedule(*candidate.problem, candidate.policy));
   };
-  if (work > 0) {
-    // A search starts with the balanced-idle construction, each combination of its switches.
-    for (int k = 0; k < 8 && work >= run_cost; ++k) {
-      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}, work, run_cost,
-                  consider);
-    }
-  }
+  // A search ends with the balanced-idle construction, each combination of its switches; its
+  // work is set aside here.
+  int64_t balanced_work = std::min(work, 8 * 16 * run_cost);
+  work -= balanced_work;
   for (size_t k = 0; k < candidates.size(); ++k) {
     if (k >= greedy_runs) {
       if (work < run_cost) break;
@@ -832,6 +829,13 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit);
     if (std::optional<OrderScore> score = problem.Evaluate(*best)) {
       ImproveOrders(problem, *best, *score, work, rng.Next(), bound);
+    }
+  }
+  if (balanced_work > 0) {
+    best_score = Evaluate(pr, *best).value_or(best_score);
+    for (int k = 0; k < 8; ++k) {
+      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}, balanced_work,
+                  run_cost, consider);
     }
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
