@@ -1,12 +1,11 @@
 // The schedule search (SearchOptions) and the span lower bound (core/span_bound.h): the search is
 // deterministic for a seed, never worse than the greedy pass, and validates under the same
-// memory limit; the bound never exceeds the span of any plan; and on a few rows of
+// memory limit; the bound never exceeds the span of any plan; and on every row of
 // bench/reference_schedules.tsv (the ZB paper's own generator) ours is not worse.
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/planning.h"
@@ -133,16 +132,13 @@ TEST(ScheduleSearchTest, BudgetOutOfBoundsNamesTheField) {
   }
 }
 
-// Every ZB-1p and ZB-2p row of bench/reference_schedules.tsv and a few ZB-V rows: the reference
+// Every row of bench/reference_schedules.tsv (60 shapes, ZB-1p, ZB-2p and ZB-V): the reference
 // generator's span for the shape; ours with a small search must not be longer by more than 1e-4
-// in bubble.
+// in bubble. 0.02 s per plan is enough for the search to run the balanced-idle constructions
+// (and little else); scripts/bench prints the comparison at 1 s.
 TEST(ScheduleSearchTest, NotWorseThanTheReferenceGenerator) {
   std::ifstream in(std::string(ZPIPE_SOURCE_DIR) + "/bench/reference_schedules.tsv");
   ASSERT_TRUE(in.good());
-  // ZB-V (kind, p, m): small rows, some equal to the reference, some better (scripts/bench
-  // prints all).
-  const std::vector<std::tuple<std::string, int, int>> sample = {{"zb-v", 5, 26}, {"zb-v", 4, 20}};
-  int expected = static_cast<int>(sample.size());
   std::string line;
   int checked = 0;
   while (std::getline(in, line)) {
@@ -154,16 +150,10 @@ TEST(ScheduleSearchTest, NotWorseThanTheReferenceGenerator) {
     f >> kind >> shape.p >> shape.m >> shape.cost.f >> shape.cost.b >> shape.cost.w >> shape.comm >>
         mf >> mb >> mw >> limit >> ref_span >> ref_bubble;
     ASSERT_TRUE(f) << line;
-    const bool all_rows = kind == "zb-1p" || kind == "zb-2p";
-    bool wanted = all_rows;
-    for (const auto& [k, p, m] : sample) wanted |= k == kind && p == shape.p && m == shape.m;
-    if (!wanted) continue;
     shape.cost.mem_f = mf;
     shape.cost.mem_b = mb;
     shape.cost.mem_w = mw;
-    // 0.02 s is enough for ZB-1p/2p to try the balanced-idle construction (and a little more).
-    PlanRequest req = Request(kind, shape, all_rows ? 0.02 : 0.1, 1);
-    expected += all_rows ? 1 : 0;
+    PlanRequest req = Request(kind, shape, 0.02, 1);
     req.memory_limit = limit;
     absl::StatusOr<PlannedSchedule> planned = PlanSchedule(req);
     ASSERT_TRUE(planned.ok()) << planned.status();
@@ -173,8 +163,7 @@ TEST(ScheduleSearchTest, NotWorseThanTheReferenceGenerator) {
     EXPECT_LE(planned->sim.bubble_rate, ref + 1e-4) << line;
     ++checked;
   }
-  EXPECT_EQ(checked, expected);
-  EXPECT_GE(checked, 120 + static_cast<int>(sample.size()));
+  EXPECT_EQ(checked, 180);
 }
 
 }  // namespace
