@@ -1,12 +1,11 @@
 // The schedule search (SearchOptions) and the span lower bound (core/span_bound.h): the search is
 // deterministic for a seed, never worse than the greedy pass, and validates under the same
-// memory limit; the bound never exceeds the span of any plan; and on a few rows of
+// memory limit; the bound never exceeds the span of any plan; and on every row of
 // bench/reference_schedules.tsv (the ZB paper's own generator) ours is not worse.
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/planning.h"
@@ -133,14 +132,13 @@ TEST(ScheduleSearchTest, BudgetOutOfBoundsNamesTheField) {
   }
 }
 
-// A few rows of bench/reference_schedules.tsv: the reference generator's span for the shape, ours
-// with a small search must not be longer by more than 1e-4 in bubble.
-TEST(ScheduleSearchTest, NotWorseThanTheReferenceGeneratorOnSampleRows) {
+// Every row of bench/reference_schedules.tsv (60 shapes, ZB-1p, ZB-2p and ZB-V): the reference
+// generator's span for the shape; ours with a small search must not be longer by more than 1e-4
+// in bubble. 0.02 s per plan is enough for the search to run the balanced-idle constructions
+// (and little else); scripts/bench prints the comparison at 1 s.
+TEST(ScheduleSearchTest, NotWorseThanTheReferenceGenerator) {
   std::ifstream in(std::string(ZPIPE_SOURCE_DIR) + "/bench/reference_schedules.tsv");
   ASSERT_TRUE(in.good());
-  // kind, p, m: small rows, some equal to the reference, some better (scripts/bench prints all).
-  const std::vector<std::tuple<std::string, int, int>> sample = {
-      {"zb-1p", 5, 26}, {"zb-2p", 5, 26}, {"zb-v", 5, 26}, {"zb-2p", 4, 20}, {"zb-v", 4, 20}};
   std::string line;
   int checked = 0;
   while (std::getline(in, line)) {
@@ -152,13 +150,10 @@ TEST(ScheduleSearchTest, NotWorseThanTheReferenceGeneratorOnSampleRows) {
     f >> kind >> shape.p >> shape.m >> shape.cost.f >> shape.cost.b >> shape.cost.w >> shape.comm >>
         mf >> mb >> mw >> limit >> ref_span >> ref_bubble;
     ASSERT_TRUE(f) << line;
-    bool wanted = false;
-    for (const auto& [k, p, m] : sample) wanted |= k == kind && p == shape.p && m == shape.m;
-    if (!wanted) continue;
     shape.cost.mem_f = mf;
     shape.cost.mem_b = mb;
     shape.cost.mem_w = mw;
-    PlanRequest req = Request(kind, shape, 0.1, 1);
+    PlanRequest req = Request(kind, shape, 0.02, 1);
     req.memory_limit = limit;
     absl::StatusOr<PlannedSchedule> planned = PlanSchedule(req);
     ASSERT_TRUE(planned.ok()) << planned.status();
@@ -168,7 +163,7 @@ TEST(ScheduleSearchTest, NotWorseThanTheReferenceGeneratorOnSampleRows) {
     EXPECT_LE(planned->sim.bubble_rate, ref + 1e-4) << line;
     ++checked;
   }
-  EXPECT_EQ(checked, static_cast<int>(sample.size()));
+  EXPECT_EQ(checked, 180);
 }
 
 }  // namespace

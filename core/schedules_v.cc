@@ -33,12 +33,14 @@
 // would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
 // other; both orders of the pair are tried and the shorter plan within the memory limit kept.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <string>
 #include <vector>
@@ -541,6 +543,216 @@ constexpr int kShortPoliciesZbV[] = {1};
 constexpr int kShortPoliciesTight[] = {0, 7, 9, 11};
 constexpr double kShortRefillWaits[] = {0.25, 0.5};
 
+// The balanced-idle V construction (after the ZB paper's ZB-V heuristic), for the search. It
+// builds the orders step by step: a warm-up of chunk-0 and chunk-1 Fs, then 2m rounds in which
+// every rank gets its next B (the chunk-0 B once its input is known, else the chunk-1 B) and then
+// its next F. Before each F or B a rank runs deferred Ws where memory needs them, where a whole W
+// fits the wait for the input, or where waiting would leave the rank more idle than it may
+// afford: the most idle rank's idle time so far, or the rank's own allowance when that is larger.
+// The Ws held back fill the drain, where the ranks would idle anyway.
+struct VFill {
+  bool fill_before_f = true;      // an unaffordable wait before an F gets a W
+  bool fill_before_b = true;      // same before a chunk-1 B (before a chunk-0 B, always)
+  std::vector<double> allowance;  // per rank (empty = none)
+};
+
+struct VBuilt {
+  Orders orders;
+  std::vector<double> idle;  // per rank: how long it waited after its first action
+  double most_idle = 0;
+};
+
+std::optional<VBuilt> BalancedV(const VProblem& pb, const VFill& fill) {
+  const int p = pb.p, m = pb.m, S = pb.S;
+  std::vector<double> f_end(size_t(S) * m, kUnset), b_end(size_t(S) * m, kUnset);
+  std::vector<std::array<int, 2>> nf(p, {0, 0}), nb(p, {0, 0});
+  std::vector<std::deque<Action>> pending(p);
+  std::vector<double> now(p, 0), mem(p, 0);
+  VBuilt out;
+  out.orders.assign(p, {});
+  out.idle.assign(p, 0);
+  auto at = [m](int s, int i) { return size_t(s) * m + i; };
+  // When the input of rank r's next F (or B) of `chunk` arrives from another rank: kUnset while
+  // its producer is not placed, -kInf when there is none.
+  auto arrival = [&](int r, int chunk, bool backward) {
+    const int s = pb.StageOf(r, chunk);
+    const int i = backward ? nb[r][chunk] : nf[r][chunk];
+    if (i >= m) return kUnset;
+    if (!backward) {
+      if (s == 0 || pb.RankOf(s - 1) == r) return -kInf;
+      const double t = f_end[at(s - 1, i)];
+      return t == kUnset ? kUnset : t + pb.Edge(s - 1);
+    }
+    if (s == S - 1 || pb.RankOf(s + 1) == r) return -kInf;
+    const double t = b_end[at(s + 1, i)];
+    return t == kUnset ? kUnset : t + pb.Edge(s);
+  };
+  // Appends rank r's next action; false when its input is not placed or memory overflows.
+  auto put = [&](int r, ActionKind kind, int chunk) {
+    Action a;
+    double start = now[r];
+    if (kind == ActionKind::kBackwardWeight) {
+      a = pending[r].front();
+      pending[r].pop_front();
+    } else {
+      const bool backward = kind == ActionKind::kBackwardInput;
+      const int s = pb.StageOf(r, chunk);
+      const int i = backward ? nb[r][chunk] : nf[r][chunk];
+      if (i >= m) return false;
+      if (backward && f_end[at(s, i)] == kUnset) return false;
+      const double t = arrival(r, chunk, backward);
+      if (t == kUnset) return false;
+      start = std::max(start, t);
+      if (backward && s + 1 < S && pb.RankOf(s + 1) == r) {
+        if (b_end[at(s + 1, i)] == kUnset) return false;
+        start = std::max(start, b_end[at(s + 1, i)]);
+      }
+      if (!backward && s > 0 && pb.RankOf(s - 1) == r) {
+        if (f_end[at(s - 1, i)] == kUnset) return false;
+        start = std::max(start, f_end[at(s - 1, i)]);
+      }
+      a = backward ? Action::B(s, i) : Action::F(s, i);
+      (backward ? nb : nf)[r][chunk]++;
+      if (backward) pending[r].push_back(Action::W(s, i));
+    }
+    double len = pb.w[r], delta = pb.mw[r];
+    if (a.kind == ActionKind::kForward) len = pb.f[r], delta = pb.mf[r];
+    if (a.kind == ActionKind::kBackwardInput) len = pb.b[r], delta = pb.mb[r];
+    mem[r] += delta;
+    if (mem[r] > pb.limit + pb.eps) return false;
+    if (!out.orders[r].empty()) {
+      out.idle[r] += start - now[r];
+      out.most_idle = std::max(out.most_idle, out.idle[r]);
+    }
+    now[r] = start + len;
+    if (a.kind == ActionKind::kForward) f_end[at(a.stage, a.microbatch)] = now[r];
+    if (a.kind == ActionKind::kBackwardInput) b_end[at(a.stage, a.microbatch)] = now[r];
+    out.orders[r].push_back(a);
+    return true;
+  };
+  // Ws until `delta` more memory fits; false when none is left.
+  auto make_room = [&](int r, double delta) {
+    while (mem[r] + delta > pb.limit + pb.eps) {
+      if (pending[r].empty() || !put(r, ActionKind::kBackwardWeight, 0)) return false;
+    }
+    return true;
+  };
+  // Ws into rank r's wait for an input arriving at `t`, as described above.
+  auto fill_wait = [&](int r, double t, bool unaffordable_too) {
+    if (t == kUnset || t == -kInf) return true;
+    while (!pending[r].empty() && t >= now[r] + pb.w[r]) {
+      if (!put(r, ActionKind::kBackwardWeight, 0)) return false;
+    }
+    double afford = out.most_idle;
+    if (!fill.allowance.empty()) afford = std::max(afford, fill.allowance[r]);
+    if (!pending[r].empty() && unaffordable_too && t - now[r] > afford - out.idle[r]) {
+      return put(r, ActionKind::kBackwardWeight, 0);
+    }
+    return true;
+  };
+
+  // Warm-up. Microbatch 0's chunk-0 F everywhere; then, from the last rank down, each rank's
+  // chunk-1 F of microbatch 0, preceded by as many more chunk-0 Fs (on it and every earlier
+  // rank) as fit before that F's input arrives and leave room for the rank's later Fs.
+  for (int r = 0; r < p; ++r) {
+    if (!put(r, ActionKind::kForward, 0)) return std::nullopt;
+  }
+  for (int r = p - 1; r >= 0; --r) {
+    if (r < p - 1) {
+      const double t = f_end[at(pb.StageOf(r + 1, 1), 0)] + pb.Edge(pb.StageOf(r + 1, 1));
+      while (mem[r] + pb.mf[r] * (2 + 2 * r) <= pb.limit + pb.eps && now[r] + pb.f[r] <= t &&
+             nf[0][0] < m) {
+        for (int j = 0; j <= r; ++j) {
+          if (!put(j, ActionKind::kForward, 0)) return std::nullopt;
+        }
+      }
+    }
+    if (!put(r, ActionKind::kForward, 1)) return std::nullopt;
+  }
+  // Then each rank catches up with the one before it, the later ranks taking chunk-0 and
+  // chunk-1 Fs in turn.
+  int chunk = 0;
+  for (int r = 1; r < p; ++r) {
+    for (int idle_turns = 0; nf[r][0] + nf[r][1] < nf[r - 1][0] + nf[r - 1][1] ||
+                             (nf[r][1] <= nf[r - 1][1] && nf[r - 1][1] < m);
+         chunk = 1 - chunk) {
+      bool placed = false;
+      for (int j = p - 1; j >= r; --j) {
+        if (nf[j][chunk] >= m) continue;
+        if (!put(j, ActionKind::kForward, chunk)) return std::nullopt;
+        placed = true;
+      }
+      idle_turns = placed ? 0 : idle_turns + 1;
+      if (idle_turns > 1) return std::nullopt;
+    }
+  }
+
+  for (int round = 0; round < 2 * m; ++round) {
+    for (int r = 0; r < p; ++r) {
+      if (!make_room(r, pb.mb[r])) return std::nullopt;
+    }
+    // Chunk-0 Bs run back from the last rank, chunk-1 Bs forward from rank 0.
+    std::vector<int> chunk0, chunk1;
+    for (int r = 0; r < p; ++r) {
+      const bool take0 =
+          nb[r][0] < nb[r][1] && (r == p - 1 || nb[r][1] >= m || arrival(r, 0, true) != kUnset);
+      (take0 ? chunk0 : chunk1).push_back(r);
+    }
+    std::vector<std::pair<int, int>> turn;
+    for (auto it = chunk0.rbegin(); it != chunk0.rend(); ++it) turn.push_back({*it, 0});
+    for (int r : chunk1) turn.push_back({r, 1});
+    for (const auto& [r, c] : turn) {
+      if (!fill_wait(r, arrival(r, c, true), c == 0 || fill.fill_before_b)) return std::nullopt;
+      if (!put(r, ActionKind::kBackwardInput, c)) return std::nullopt;
+    }
+    for (int r = 0; r < p; ++r) {
+      if (nf[r][1] >= m) continue;
+      int c = -1;
+      if (nf[r][1] >= nf[r][0]) {
+        c = 0;
+      } else if (r == p - 1 || arrival(r, 1, false) != kUnset) {
+        c = 1;
+      } else if (nf[r][0] < m && (r == 0 || arrival(r, 0, false) != kUnset)) {
+        c = 0;
+      }
+      if (c < 0) continue;
+      if (!make_room(r, pb.mf[r])) return std::nullopt;
+      if (!fill_wait(r, arrival(r, c, false), fill.fill_before_f)) return std::nullopt;
+      if (!put(r, ActionKind::kForward, c)) return std::nullopt;
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    while (!pending[r].empty()) {
+      if (!put(r, ActionKind::kBackwardWeight, 0)) return std::nullopt;
+    }
+    if (nf[r][0] < m || nf[r][1] < m || nb[r][0] < m || nb[r][1] < m) return std::nullopt;
+  }
+  return out;
+}
+
+// Every member of the balanced-idle V family worth trying: each F/B fill switch, first with no
+// allowances, then again with each rank allowed what it idled less than the most idle rank in
+// the previous run, for as long as that lowers the most idle rank's idle time.
+template <typename Consider>
+void RunBalancedV(const VProblem& pb, int64_t& work, int64_t run_cost, Consider consider) {
+  for (bool fill_b : {true, false}) {
+    for (bool fill_f : {true, false}) {
+      VFill fill{fill_f, fill_b, {}};
+      double previous = kInf;
+      for (int rerun = 0; rerun < 16 && work >= run_cost; ++rerun) {
+        work -= run_cost;
+        std::optional<VBuilt> built = BalancedV(pb, fill);
+        if (!built) break;
+        consider(built->orders);
+        if (!(built->most_idle < previous)) break;
+        previous = built->most_idle;
+        fill.allowance.assign(pb.p, 0);
+        for (int r = 0; r < pb.p; ++r) fill.allowance[r] = built->most_idle - built->idle[r];
+      }
+    }
+  }
+}
+
 // A random policy of the same family, for the search.
 GreedyPolicy RandomPolicy(SearchRng& rng) {
   GreedyPolicy pol;
@@ -588,6 +800,10 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     Score score;
     if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
   };
+  // A search ends with the balanced-idle construction; its work is set aside here, so that the
+  // rest of the search runs as it would without it.
+  const int64_t balanced_work = std::min(work, int64_t{64} * 2 * actions);
+  work -= balanced_work;
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
   // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
   // at which the greedy runs give up.
@@ -651,6 +867,14 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     if (std::optional<OrderScore> score = problem.Evaluate(best_orders)) {
       ImproveOrders(problem, best_orders, *score, work, rng.Next(), bound);
     }
+  }
+  if (balanced_work > 0 && Evaluate(pb, best_orders, &best)) {
+    int64_t left = balanced_work;
+    RunBalancedV(pb, left, 2 * actions, [&](Orders built) {
+      orders = std::move(built);
+      Score score;
+      if (Evaluate(pb, orders, &score)) consider(score);
+    });
   }
   return MakePlan(name, pb, std::move(best_orders));
 }

@@ -462,6 +462,205 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
   return orders;
 }
 
+// Knobs of the balanced-idle construction (BalancedSchedule).
+struct FillPolicy {
+  // Warm-up: a rank stops adding Fs before its first B once the next F would end after that B's
+  // input arrives (else: once the rank is already past the arrival).
+  bool tight_warmup = false;
+  // A rank two or more Fs ahead of the next rank skips its F for a microbatch when the F would
+  // delay the next rank's F + B and the rank has idled less than the most idle rank.
+  bool hold_f = false;
+  // An idle gap shorter than T_W that the rank may afford (its idle time stays within the most
+  // idle rank's plus `allowance`): fill it with a W anyway (else leave the W for later).
+  bool fill_affordable = true;
+  // Extra idle time, in units of the rank's T_W, a rank may accumulate beyond the most idle
+  // rank's before it must fill a gap with a W.
+  double allowance = 0;
+  // Per rank (empty = none): idle time the rank may reach even when no rank has idled that long
+  // yet (RunBalanced sets it from a previous run, so that ranks that idled less there may wait
+  // for their inputs instead of running a W that delays them).
+  std::vector<double> rank_allowance;
+};
+
+// A balanced-idle construction's orders and, per rank, how long it waited after its first action.
+struct Balanced {
+  Orders orders;
+  std::vector<double> idle;
+  double most_idle = 0;
+};
+
+// A constructive pass after the ZB paper's heuristic (not a list scheduler): microbatch by
+// microbatch, each rank gets its next F (first rank first), then each rank gets that
+// microbatch's B (last rank first). Before each F or B a rank runs deferred Ws only where it
+// must (memory), where a whole W fits the wait for the input, or where waiting would make the
+// rank idle longer than the most idle rank so far. Idle time is what the span pays for, and the
+// most idle rank sets it, so Ws the other ranks do not need now are held back for the drain.
+// Returns nullopt when the memory limit leaves no move.
+std::optional<Balanced> BalancedSchedule(const Problem& pr, const FillPolicy& fp) {
+  const int p = pr.p, m = pr.m;
+  const CostModel& cost = *pr.cost;
+  std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
+  std::vector<double> free_at(p, 0), mem(p, 0), idle(p, 0);
+  std::vector<double> end_f(size_t(p) * m, 0), end_b(size_t(p) * m, 0);
+  double most_idle = 0;
+  Orders orders(p);
+  for (auto& o : orders) o.reserve(3 * m);
+  // How long rank r may idle in all.
+  auto afford = [&](int r) {
+    return fp.rank_allowance.empty() ? most_idle : std::max(most_idle, fp.rank_allowance[r]);
+  };
+
+  // Appends the rank's next action of `kind`, timed as core::Simulate would.
+  auto put = [&](int r, ActionKind kind) {
+    const StageCost& c = cost.stages[r];
+    Action action;
+    double start = free_at[r];
+    if (kind == ActionKind::kForward) {
+      const int i = nf[r]++;
+      action = Action::F(r, i);
+      if (r > 0) start = std::max(start, end_f[pr.Index(r - 1, i)] + cost.comm);
+      end_f[pr.Index(r, i)] = start + c.f;
+    } else if (kind == ActionKind::kBackwardInput) {
+      const int i = nb[r]++;
+      action = Action::B(r, i);
+      if (r + 1 < p) start = std::max(start, end_b[pr.Index(r + 1, i)] + cost.comm);
+      end_b[pr.Index(r, i)] = start + c.b;
+    } else {
+      action = Action::W(r, nw[r]++);
+    }
+    if (!orders[r].empty()) {
+      idle[r] += start - free_at[r];
+      most_idle = std::max(most_idle, idle[r]);
+    }
+    mem[r] += cost.MemoryDelta(action);
+    free_at[r] = start + cost.Duration(action);
+    orders[r].push_back(action);
+  };
+  // Runs Ws until `delta` more memory fits; false when none is left to run.
+  auto make_room = [&](int r, double delta) {
+    while (!pr.Fits(mem[r] + delta)) {
+      if (nw[r] >= nb[r]) return false;
+      put(r, ActionKind::kBackwardWeight);
+    }
+    return true;
+  };
+  // Fills the wait of rank r for an input arriving at `arrival` with Ws, as described above.
+  auto fill_wait = [&](int r, double arrival) {
+    const double w = cost.stages[r].w;
+    while (nw[r] < nb[r] && free_at[r] + w <= arrival) put(r, ActionKind::kBackwardWeight);
+    if (nw[r] < nb[r] && free_at[r] < arrival) {
+      const bool affordable = arrival - free_at[r] <= afford(r) - idle[r] + fp.allowance * w;
+      if (!affordable || fp.fill_affordable) put(r, ActionKind::kBackwardWeight);
+    }
+  };
+  auto forward = [&](int r) {
+    if (!make_room(r, cost.stages[r].mem_f)) return false;
+    if (r > 0) fill_wait(r, end_f[pr.Index(r - 1, nf[r])] + cost.comm);
+    put(r, ActionKind::kForward);
+    return true;
+  };
+  auto backward = [&](int r) {
+    if (!make_room(r, cost.stages[r].mem_b)) return false;
+    if (r + 1 < p) fill_wait(r, end_b[pr.Index(r + 1, nb[r])] + cost.comm);
+    if (r == 0 && nf[0] == m) {
+      while (nw[0] < nb[0]) put(0, ActionKind::kBackwardWeight);
+    }
+    put(r, ActionKind::kBackwardInput);
+    return true;
+  };
+
+  // Warm-up: microbatch 0's F everywhere, then as many Fs per rank as fit before microbatch 0's B
+  // comes back (estimated from the last rank down), fewer on each later rank.
+  std::vector<int> extra(p, 0);
+  for (int r = 0; r < p; ++r) {
+    if (!forward(r)) return std::nullopt;
+  }
+  double b_back = end_f[pr.Index(p - 1, 0)] + cost.stages[p - 1].b;
+  for (int r = p - 2; r >= 0; --r) {
+    const StageCost& c = cost.stages[r];
+    double at = free_at[r], room = mem[r];
+    while (nf[r] + extra[r] < m && pr.Fits(room + c.mem_f)) {
+      if (fp.tight_warmup ? at + c.f > b_back + cost.comm : at >= b_back + cost.comm) break;
+      room += c.mem_f;
+      at += c.f;
+      ++extra[r];
+    }
+    b_back = std::max(at, b_back + cost.comm) + c.b;
+  }
+  for (int r = 1; r < p; ++r) {
+    while (extra[r] > 0 && extra[r] >= extra[r - 1] && nf[r] + extra[r] < m) --extra[r];
+  }
+  for (int r = 0; r < p; ++r) {
+    for (int k = 0; k < extra[r]; ++k) {
+      if (!forward(r)) return std::nullopt;
+    }
+  }
+  for (int r = p - 1; r >= 0; --r) {
+    if (!backward(r)) return std::nullopt;
+  }
+
+  std::vector<int> want(p);
+  for (int i = 1; i < m; ++i) {
+    for (int r = 0; r < p; ++r) {
+      want[r] = nf[r] < m ? 1 : 0;
+      if (want[r] == 0 || !fp.hold_f || r + 1 == p || nf[r] < nf[r + 1] + 2) continue;
+      const StageCost& c = cost.stages[r];
+      const StageCost& next = cost.stages[r + 1];
+      const double next_needs = free_at[r + 1] + next.f + next.b + cost.comm;
+      if (free_at[r] >= next_needs) {
+        want[r] = 0;
+        continue;
+      }
+      // The Ws that memory would force before the F.
+      double w_time = 0, room = mem[r] + c.mem_f;
+      for (int k = nw[r]; !pr.Fits(room) && k < nb[r]; ++k) {
+        w_time += c.w;
+        room += c.mem_w;
+      }
+      if (free_at[r] + c.f + w_time <= next_needs) continue;
+      if (next_needs - free_at[r] <= afford(r) - idle[r]) want[r] = 0;
+    }
+    for (int r = p - 2; r >= 0; --r) want[r] = std::min(want[r], want[r + 1]);
+    for (int r = 0; r < p; ++r) {
+      if (want[r] > 0 && !forward(r)) return std::nullopt;
+    }
+    for (int r = p - 1; r >= 0; --r) {
+      if (nb[r] >= nf[r] || !backward(r)) return std::nullopt;
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    while (nw[r] < m) put(r, ActionKind::kBackwardWeight);
+  }
+  for (int r = 0; r < p; ++r) {
+    double running = 0;
+    for (const Action& a : orders[r]) {
+      running += cost.MemoryDelta(a);
+      if (!pr.Fits(running)) return std::nullopt;
+    }
+  }
+  return Balanced{std::move(orders), std::move(idle), most_idle};
+}
+
+// Runs the balanced-idle construction with `fp`, then again with each rank allowed the idle time
+// it fell short of the most idle rank's, for as long as that lowers the most idle rank's idle
+// time; hands each plan to `consider` and charges `run_cost` of `work` per run.
+template <typename Consider>
+void RunBalanced(const Problem& pr, FillPolicy fp, int64_t& work, int64_t run_cost,
+                 Consider consider) {
+  double previous = kInf;
+  for (int rerun = 0; rerun < 16 && work >= run_cost; ++rerun) {
+    work -= run_cost;
+    std::optional<Balanced> built = BalancedSchedule(pr, fp);
+    if (!built) return;
+    const double most_idle = built->most_idle;
+    fp.rank_allowance.assign(pr.p, 0);
+    for (int r = 0; r < pr.p; ++r) fp.rank_allowance[r] = most_idle - built->idle[r];
+    consider(std::move(built->orders));
+    if (!(most_idle < previous)) return;
+    previous = most_idle;
+  }
+}
+
 // The least memory rank r can run in: one microbatch at a time, F, B, W back to back (plus what
 // every finished microbatch leaves behind when M_F + M_B + M_W > 0).
 double MinimumMemory(const Problem& pr, int r) {
@@ -549,6 +748,16 @@ Candidate RandomCandidate(const std::vector<Candidate>& family, SearchRng& rng) 
   return {problem, std::move(policy)};
 }
 
+// A random member of the balanced-idle family: any switches, an allowance of up to 2 T_W.
+FillPolicy RandomFill(SearchRng& rng) {
+  FillPolicy fp;
+  fp.tight_warmup = rng.Uniform(2) == 0;
+  fp.hold_f = rng.Uniform(2) == 0;
+  fp.fill_affordable = rng.Uniform(2) == 0;
+  fp.allowance = rng.Uniform(3) == 0 ? 0 : 2 * rng.Real() - 0.5;
+  return fp;
+}
+
 // Runs the first `greedy_runs` candidates (the greedy pass), then, with a search budget, the rest
 // of them, random variants and local moves; keeps the best-scoring plan. `pr` is the request's
 // own problem.
@@ -560,8 +769,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   const int64_t actions = 3L * pr.p * pr.m;
   const int64_t run_cost = 2 * actions;  // a list-scheduler run and its evaluation
   int64_t work = SearchWork(search.budget_seconds);
-  auto run = [&](const Candidate& candidate) {
-    std::optional<Orders> orders = ListSchedule(*candidate.problem, candidate.policy);
+  auto consider = [&](std::optional<Orders> orders) {
     if (!orders) return;
     std::optional<Score> score = Evaluate(pr, *orders);
     if (!score) return;  // cannot happen: the scheduler's own timeline is a witness
@@ -570,6 +778,13 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
       best = std::move(orders);
     }
   };
+  auto run = [&](const Candidate& candidate) {
+    consider(ListSchedule(*candidate.problem, candidate.policy));
+  };
+  // A search ends with the balanced-idle construction, each combination of its switches; its
+  // work is set aside here.
+  int64_t balanced_work = std::min(work, 8 * 16 * run_cost);
+  work -= balanced_work;
   for (size_t k = 0; k < candidates.size(); ++k) {
     if (k >= greedy_runs) {
       if (work < run_cost) break;
@@ -597,9 +812,16 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     // local moves on the best plan.
     SearchRng rng(search.seed);
     int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
-    for (; variants >= run_cost && !AtBound(best_score.span, bound); variants -= run_cost) {
-      work -= run_cost;
-      run(RandomCandidate(candidates, rng));
+    // Random list-scheduler policies and random members of the balanced-idle family in turn.
+    while (variants >= run_cost && !AtBound(best_score.span, bound)) {
+      const int64_t before = variants;
+      if (rng.Uniform(2) == 0) {
+        RunBalanced(pr, RandomFill(rng), variants, run_cost, consider);
+      } else {
+        variants -= run_cost;
+        run(RandomCandidate(candidates, rng));
+      }
+      work -= before - variants;
     }
     const int polish = static_cast<int>(std::min<int64_t>(work / 4 / actions, 1 << 20));
     work -= int64_t{polish} * actions;
@@ -607,6 +829,13 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit);
     if (std::optional<OrderScore> score = problem.Evaluate(*best)) {
       ImproveOrders(problem, *best, *score, work, rng.Next(), bound);
+    }
+  }
+  if (balanced_work > 0) {
+    best_score = Evaluate(pr, *best).value_or(best_score);
+    for (int k = 0; k < 8; ++k) {
+      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}, balanced_work,
+                  run_cost, consider);
     }
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
