@@ -121,8 +121,8 @@ struct LogsOptions {
   std::optional<int> rank;
   // Keep streaming new lines until the job has ended (and its ranks' last lines are in).
   bool follow = false;
-  int tail = 0;                      // only the last N lines held; 0 = all
-  std::optional<absl::Time> since;   // only lines written at or after this (worker clock)
+  int tail = 0;                     // only the last N lines held; 0 = all
+  std::optional<absl::Time> since;  // only lines written at or after this (worker clock)
   // With `follow`: a stream that breaks (UNAVAILABLE) after delivering something is reopened
   // after the last line seen, retrying for this long.
   absl::Duration reconnect_timeout = absl::Seconds(30);

@@ -44,9 +44,8 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (args.Has("--rank")) {
     int rank = 0;
     if (!absl::SimpleAtoi(args.Get("--rank"), &rank) || rank < 0) {
-      return ctx.Usage("logs",
-                       absl::StrCat("--rank: want a rank >= 0, got '", args.Get("--rank"), "'"),
-                       kUsage);
+      return ctx.Usage(
+          "logs", absl::StrCat("--rank: want a rank >= 0, got '", args.Get("--rank"), "'"), kUsage);
     }
     options.rank = rank;
   }
@@ -67,10 +66,10 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     } else if (absl::ParseTime(absl::RFC3339_full, when, &at, &error)) {
       options.since = at;
     } else {
-      return ctx.Usage("logs",
-                       absl::StrCat("--since: want a duration (10m) or an RFC 3339 time, got '",
-                                    when, "'"),
-                       kUsage);
+      return ctx.Usage(
+          "logs",
+          absl::StrCat("--since: want a duration (10m) or an RFC 3339 time, got '", when, "'"),
+          kUsage);
     }
   }
   uint64_t dropped = 0;

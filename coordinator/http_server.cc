@@ -152,8 +152,8 @@ class HttpServer::Handler : public CivetHandler {
       if (mg_get_var(query.c_str(), query.size(), name, value, sizeof(value)) <= 0) continue;
       int n = 0;
       if (!absl::SimpleAtoi(value, &n)) {
-        return ReplyError(conn, absl::InvalidArgumentError(
-                                    absl::StrCat(name, ": not a number: '", value, "'")));
+        return ReplyError(
+            conn, absl::InvalidArgumentError(absl::StrCat(name, ": not a number: '", value, "'")));
       }
       if (std::string(name) == "rank") {
         request.rank = n;
@@ -175,8 +175,9 @@ class HttpServer::Handler : public CivetHandler {
         [] { return false; });
     if (!st.ok()) return ReplyError(conn, st);
     if (dropped > 0) {
-      body = absl::StrCat("(", dropped, " older lines were dropped: the coordinator keeps the newest ",
-                          manager_.logs().lines_per_rank(), " per rank)\n", body);
+      body =
+          absl::StrCat("(", dropped, " older lines were dropped: the coordinator keeps the newest ",
+                       manager_.logs().lines_per_rank(), " per rank)\n", body);
     }
     Reply(conn, 200, "text/plain; charset=utf-8", body);
   }

@@ -5,7 +5,8 @@
 namespace zpipe::coordinator {
 
 JobLogStore::JobLogStore(size_t lines_per_rank, size_t max_jobs)
-    : lines_per_rank_(std::max<size_t>(1, lines_per_rank)), max_jobs_(std::max<size_t>(1, max_jobs)) {}
+    : lines_per_rank_(std::max<size_t>(1, lines_per_rank)),
+      max_jobs_(std::max<size_t>(1, max_jobs)) {}
 
 void JobLogStore::Append(const std::string& job_id, int pipeline_rank, int data_rank,
                          std::vector<std::pair<absl::Time, std::string>> lines,

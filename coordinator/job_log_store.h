@@ -37,9 +37,9 @@ struct LogLineData {
 struct LogQuery {
   // Only this (pipeline_rank, data_rank); nullopt = every rank.
   std::optional<std::pair<int, int>> rank;
-  uint64_t after_sequence = 0;             // only lines with a higher sequence
+  uint64_t after_sequence = 0;              // only lines with a higher sequence
   absl::Time since = absl::InfinitePast();  // only lines written at or after this
-  int tail = 0;                            // only the last N matching lines; 0 = all
+  int tail = 0;                             // only the last N matching lines; 0 = all
 };
 
 struct LogRead {

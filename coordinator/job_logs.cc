@@ -17,9 +17,9 @@ absl::Status StreamJobLogs(JobManager& manager, const JobLogsRequest& request,
   LogQuery query;
   if (request.rank.has_value()) {
     if (*request.rank < 0 || *request.rank >= world) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank: must be in [0, ", world, ") for job '", request.job_id, "' (p=", p,
-                       ", d=", world / p, "), got ", *request.rank));
+      return absl::InvalidArgumentError(absl::StrCat("rank: must be in [0, ", world, ") for job '",
+                                                     request.job_id, "' (p=", p, ", d=", world / p,
+                                                     "), got ", *request.rank));
     }
     query.rank = std::make_pair(*request.rank % p, *request.rank / p);
   }

@@ -47,7 +47,7 @@ constexpr char kUsage[] =
     "  --rendezvous-job-bytes SIZE  rendezvous keys + values one job may hold (default 64MiB)\n"
     "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n"
     "  --log-lines N                newest worker log lines kept per rank of a job, in memory\n"
-    "                               (`zpipe logs`; default 1000; the last 200 jobs' logs are kept)\n";
+    "                               (`zpipe logs`; default 1000; for the last 200 jobs)\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;

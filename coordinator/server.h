@@ -54,9 +54,9 @@ struct ServerOptions {
   int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
   RendezvousLimits rendezvous;       // per-job key and byte quota
   size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
-  TokenFiles tokens;                 // none = no authentication (loopback only, unless `insecure`)
-  ServerTlsFiles tls;                // none = plaintext on both ports
-  bool insecure = false;             // allow a non-loopback listen address without tokens or mTLS
+  TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
+  ServerTlsFiles tls;     // none = plaintext on both ports
+  bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS
 };
 
 class CoordinatorServer {

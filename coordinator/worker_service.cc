@@ -131,9 +131,9 @@ std::vector<std::pair<absl::Time, std::string>> LinesFromProto(v1::JobLogBatch& 
   std::vector<std::pair<absl::Time, std::string>> lines;
   lines.reserve(batch.lines_size());
   for (v1::LogLine& line : *batch.mutable_lines()) {
-    lines.emplace_back(absl::FromUnixSeconds(line.time().seconds()) +
-                           absl::Nanoseconds(line.time().nanos()),
-                       std::move(*line.mutable_text()));
+    lines.emplace_back(
+        absl::FromUnixSeconds(line.time().seconds()) + absl::Nanoseconds(line.time().nanos()),
+        std::move(*line.mutable_text()));
   }
   return lines;
 }

@@ -183,8 +183,8 @@ TEST_F(LogsTest, FollowPrintsLinesAsTheyComeAndEndsWhenTheJobEnds) {
 }
 
 TEST_F(LogsTest, AFailedRankShowsItsFailureMessage) {
-  cluster_->Submit("logs-fail",
-                   JobYaml("logs-fail", 2, 5, "checkpoint: {every: 1, dir: /zpipe-no-such-root/ckpt}\n"));
+  cluster_->Submit("logs-fail", JobYaml("logs-fail", 2, 5,
+                                        "checkpoint: {every: 1, dir: /zpipe-no-such-root/ckpt}\n"));
   ASSERT_EQ(cluster_->Wait("logs-fail"), "failed");
   ProcessResult r = cluster_->Zpipe({"logs", "logs-fail"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -143,7 +143,8 @@ TEST(LivePageTest, RunningJobsTimelineAppearsAndUpdatesInChromium) {
   ASSERT_NE(first.find("executed-timeline"), std::string::npos) << first.substr(0, 2000);
   EXPECT_NE(first.find("data-job=\"live\""), std::string::npos);
   EXPECT_NE(first.find(">running<"), std::string::npos);
-  EXPECT_NE(first.find("href=\"/api/jobs/live/logs\""), std::string::npos) << "each job links its logs";
+  EXPECT_NE(first.find("href=\"/api/jobs/live/logs\""), std::string::npos)
+      << "each job links its logs";
   const int it1 = DataIteration(first);
   ASSERT_GE(it1, 0) << "no executed timeline drawn:\n" << first.substr(0, 4000);
   // Both timelines have their actions drawn: 2 ranks x 4 microbatches x F/B/W executed.

@@ -30,7 +30,6 @@ constexpr char kFormat[] = "zpipe-checkpoint-v1";
 constexpr char kManifest[] = "manifest.json";
 constexpr char kResumeKey[] = "checkpoint/resume";
 
-
 std::string IterDirName(int k) { return absl::StrCat("iter-", k); }
 std::string MarkerName(int rank) { return absl::StrCat("rank-", rank, ".done"); }
 

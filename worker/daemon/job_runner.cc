@@ -65,7 +65,8 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages
         model::MakeTorchScriptStage(*loaded, (*bounds)[so.stage], (*bounds)[so.stage + 1], so);
     if (!stage.ok()) return stage.status();
     if (model::FusedBackward(**stage)) {
-      Log(absl::StrFormat("job %s stage %d (blocks %d..%d): no B/W split found in its autograd "
+      Log(
+          absl::StrFormat("job %s stage %d (blocks %d..%d): no B/W split found in its autograd "
                           "graph; its backward runs whole in B",
                           a.job_id(), so.stage, (*bounds)[so.stage], (*bounds)[so.stage + 1] - 1));
     }

@@ -11,8 +11,8 @@
 // and then sends what waited. If the coordinator does not take the job back it is abandoned and
 // its waiting reports are dropped. What the daemon logs while it runs a rank goes to the
 // coordinator too (JobLog: about once per heartbeat interval, and before the rank's end is
-// reported), bounded per rank while the coordinator is away. Stop() (e.g. from SIGTERM) cancels the running job, closes the
-// stream and makes Run() return.
+// reported), bounded per rank while the coordinator is away. Stop() (e.g. from SIGTERM) cancels the
+// running job, closes the stream and makes Run() return.
 #ifndef ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 #define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 
