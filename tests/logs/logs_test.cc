@@ -162,8 +162,8 @@ TEST_F(LogsTest, ShowsEachRanksLinesWithTimeAndRankAndFiltersByRank) {
 }
 
 TEST_F(LogsTest, FollowPrintsLinesAsTheyComeAndEndsWhenTheJobEnds) {
-  // About 24 * 30 ms per iteration: a few seconds in all.
-  cluster_->Submit("logs-follow", JobYaml("logs-follow", 40, 30));
+  // About 15 * 30 ms per iteration: several seconds in all.
+  cluster_->Submit("logs-follow", JobYaml("logs-follow", 16, 30));
   Subprocess follow(cluster_->Argv({"logs", "logs-follow", "--follow"}), cluster_->Env());
   // Lines arrive while the job runs (the workers send them about once per heartbeat).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);

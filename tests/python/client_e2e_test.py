@@ -208,13 +208,13 @@ class ClientE2ETest(unittest.TestCase):
     # --- logs ---
 
     def test_logs_of_each_rank_filtered_and_followed(self):
-        job_id = self.client.submit(synthetic_job("py-logs", iterations=30, forward_ms=20))
+        job_id = self.client.submit(synthetic_job("py-logs", iterations=10, forward_ms=20))
         followed = list(self.client.logs(job_id, follow=True))  # ends when the job does
         self.assertEqual(self.client.status(job_id)["state"], "succeeded")
         self.assertEqual({line["rank"] for line in followed}, {0, 1})
         for rank in (0, 1):
             texts = [line["text"] for line in followed if line["rank"] == rank]
-            self.assertIn(f"job {job_id}: rank {rank}/0 of p=2 d=1, 30 iterations", texts)
+            self.assertIn(f"job {job_id}: rank {rank}/0 of p=2 d=1, 10 iterations", texts)
             self.assertEqual(texts[-1], f"job {job_id}: rank finished")
         for line in followed:
             self.assertEqual(set(line), {"time", "text", "pipeline_rank", "data_rank", "rank",

@@ -106,6 +106,7 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
 }
 
 void WorkerDaemon::SendJobLog() {
+  std::lock_guard<std::mutex> lock(log_send_mu_);
   if (std::optional<zpipe::v1::WorkerMessage> lines = job_log_.Take()) Send(*lines);
 }
 

@@ -118,6 +118,9 @@ class WorkerDaemon {
   std::mutex write_mu_;  // orders writes to the stream; guards the outbox
   ReportOutbox outbox_;
   JobLog job_log_;  // thread-safe
+  // Held from taking the job's lines to sending them, so batches leave in the order they were
+  // taken (the heartbeat thread and the job's thread both send them). Taken before write_mu_.
+  std::mutex log_send_mu_;
 
   // The running job.
   std::string job_id_;
