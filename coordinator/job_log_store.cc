@@ -2,11 +2,15 @@
 
 #include <algorithm>
 
+#include "absl/time/clock.h"
+
 namespace zpipe::coordinator {
 
 JobLogStore::JobLogStore(size_t lines_per_rank, size_t max_jobs)
     : lines_per_rank_(std::max<size_t>(1, lines_per_rank)),
-      max_jobs_(std::max<size_t>(1, max_jobs)) {}
+      max_jobs_(std::max<size_t>(1, max_jobs)),
+      first_sequence_(
+          static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMicros(absl::Now())))) {}
 
 void JobLogStore::Append(const std::string& job_id, int pipeline_rank, int data_rank,
                          std::vector<std::pair<absl::Time, std::string>> lines,
@@ -21,7 +25,9 @@ void JobLogStore::Append(const std::string& job_id, int pipeline_rank, int data_
     });
     jobs_.erase(oldest);
   }
-  JobLog& job = jobs_[job_id];
+  auto [it, added] = jobs_.try_emplace(job_id);
+  JobLog& job = it->second;
+  if (added) job.last_sequence = first_sequence_;
   job.touched = ++clock_;
   RankLog& rank = job.ranks[{pipeline_rank, data_rank}];
   rank.dropped += dropped_by_worker;

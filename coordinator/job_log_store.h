@@ -8,7 +8,10 @@
 // job's lines are rarely worth a database write per line, and the workers' own logs keep all.
 //
 // Every line gets a per-job sequence number, increasing in arrival order, so a reader can follow
-// (WaitForLinesAfter) and resume. Thread-safe; Append never blocks on readers.
+// (WaitForLinesAfter) and resume. A store numbers from the microseconds since the Unix epoch at
+// its creation, so the numbers also increase across a coordinator restart and a follower resuming
+// after its last line misses none of the new coordinator's. Thread-safe; Append never blocks on
+// readers.
 #ifndef ZPIPE_COORDINATOR_JOB_LOG_STORE_H_
 #define ZPIPE_COORDINATOR_JOB_LOG_STORE_H_
 
@@ -90,6 +93,7 @@ class JobLogStore {
 
   const size_t lines_per_rank_;
   const size_t max_jobs_;
+  const uint64_t first_sequence_;  // a job's first line gets first_sequence_ + 1
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobLog> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

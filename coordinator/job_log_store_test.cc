@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -31,7 +32,7 @@ TEST(JobLogStoreTest, KeepsLinesPerRankInArrivalOrderAndFilters) {
   store.Append("j", 0, 0, Lines("a", 2, 1), 0);
   LogRead all = store.Read("j", {});
   EXPECT_EQ(Texts(all), (std::vector<std::string>{"a0", "a1", "b0", "a2"}));
-  EXPECT_EQ(all.last_sequence, 4u);
+  EXPECT_EQ(all.last_sequence, all.lines.back().sequence);
   EXPECT_EQ(all.lines[2].pipeline_rank, 1);
 
   LogQuery rank1;
@@ -41,7 +42,7 @@ TEST(JobLogStoreTest, KeepsLinesPerRankInArrivalOrderAndFilters) {
   tail.tail = 2;
   EXPECT_EQ(Texts(store.Read("j", tail)), (std::vector<std::string>{"b0", "a2"}));
   LogQuery after;
-  after.after_sequence = 3;
+  after.after_sequence = all.lines[2].sequence;
   EXPECT_EQ(Texts(store.Read("j", after)), (std::vector<std::string>{"a2"}));
   LogQuery since;
   since.since = absl::FromUnixSeconds(1001);
@@ -70,6 +71,20 @@ TEST(JobLogStoreTest, KeepsOnlyTheMostRecentJobs) {
   EXPECT_EQ(store.Read("j1", {}).lines.size(), 2u);
   EXPECT_TRUE(store.Read("j2", {}).lines.empty());
   EXPECT_EQ(store.Read("j3", {}).lines.size(), 1u);
+}
+
+TEST(JobLogStoreTest, SequencesOfANewStoreFollowThoseOfAnEarlierOne) {
+  // A coordinator restart: the new store's lines come after every line the old one numbered.
+  auto old_store = std::make_unique<JobLogStore>(10);
+  old_store->Append("j", 0, 0, Lines("x", 0, 500), 0);
+  const uint64_t old_last = old_store->Read("j", {}).last_sequence;
+  old_store.reset();
+  absl::SleepFor(absl::Milliseconds(2));
+  JobLogStore new_store(10);
+  new_store.Append("j", 0, 0, Lines("y", 0, 1), 0);
+  LogQuery after;
+  after.after_sequence = old_last;
+  EXPECT_EQ(Texts(new_store.Read("j", after)), (std::vector<std::string>{"y0"}));
 }
 
 TEST(JobLogStoreTest, IgnoresRanksOutOfBounds) {
