@@ -1,5 +1,6 @@
 #include "worker/daemon/job_log.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_split.h"
@@ -76,12 +77,12 @@ void JobLog::Write(absl::Time time, std::string_view line) {
       static_cast<int32_t>(absl::ToInt64Nanoseconds(time - absl::FromUnixSeconds(seconds)));
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_) return;
-  for (std::string_view part : absl::StrSplit(line, '\n')) {
+  for (absl::string_view part : absl::StrSplit(absl::string_view(line.data(), line.size()), '\n')) {
     if (!part.empty() && part.back() == '\r') part.remove_suffix(1);
     zpipe::v1::LogLine& out = lines_.emplace_back();
     out.mutable_time()->set_seconds(seconds);
     out.mutable_time()->set_nanos(nanos);
-    out.set_text(CleanLogLine(part));
+    out.set_text(CleanLogLine(std::string_view(part.data(), part.size())));
     if (lines_.size() > max_lines_) {
       lines_.pop_front();
       ++dropped_;
