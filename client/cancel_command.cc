@@ -2,6 +2,7 @@
 #include <ostream>
 
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -18,7 +19,7 @@ int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<v1::Job> job = ctx.client().Cancel(args.positionals()[0], args.Get("--reason"));
   if (!job.ok()) return ctx.Fail("cancel", job.status());
   if (ctx.json()) {
-    ctx.out() << ToJson(*job) << "\n";
+    PrintJson(ctx.out(), JobJson(*job));
   } else {
     ctx.out() << JobLine(*job) << "\n";
   }

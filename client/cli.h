@@ -24,7 +24,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
-#include "google/protobuf/message.h"
 
 namespace zpipe::cli {
 
@@ -121,10 +120,6 @@ bool WantsHelp(const std::vector<std::string>& args);
 // returns kExitUsage; returns nullopt when the command should go on.
 std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
                                     const std::vector<std::string>& argv, const std::string& usage);
-
-// The message as JSON with proto field names and every field present (enums as names);
-// indented, or on one line when !pretty (JSON lines for event streams).
-std::string ToJson(const google::protobuf::Message& message, bool pretty = true);
 
 // Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell.
 class Table {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
 #include "client/fake_client.h"
+#include "client/json_output.h"
 #include "client/trace_command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -129,7 +130,7 @@ TEST_F(CliCommandsTest, SubmitThenStatusAndList) {
   ASSERT_EQ(list.code, kExitOk);
   json j = json::parse(list.out);
   ASSERT_EQ(j["jobs"].size(), 1u);
-  EXPECT_EQ(j["jobs"][0]["state"], "JOB_STATE_PENDING");
+  EXPECT_EQ(j["jobs"][0]["state"], "pending");
 }
 
 TEST_F(CliCommandsTest, ExitCodes) {
@@ -262,6 +263,14 @@ TEST_F(CliCommandsTest, WorkersTableShowsCapabilities) {
   const json j = json::parse(r.out);
   EXPECT_EQ(j["workers"][0]["capabilities"]["nccl_version"], "2.20.5");
   EXPECT_EQ(j["workers"][0]["capabilities"]["devices"][1]["name"], "NVIDIA H100 80GB HBM3");
+  // The README's vocabulary: numbers as numbers, lower-case states and kinds, null when unset.
+  EXPECT_EQ(j["workers"][0]["memory_bytes"], 512ull << 30);
+  EXPECT_EQ(j["workers"][0]["capabilities"]["devices"][1]["total_memory_bytes"], 80ull << 30);
+  EXPECT_EQ(j["workers"][0]["state"], "busy");
+  EXPECT_EQ(j["workers"][0]["device_kind"], "cuda");
+  EXPECT_EQ(j["workers"][1]["device_kind"], "cpu");
+  EXPECT_TRUE(j["workers"][2]["capabilities"].is_null());
+  EXPECT_TRUE(j["workers"][0]["last_heartbeat_time"].is_null());
 }
 
 TEST_F(CliCommandsTest, PlanForAJob) {
@@ -281,6 +290,144 @@ TEST_F(CliCommandsTest, PlanForAJob) {
   EXPECT_EQ(j["plan"][0]["actions"][1], "BW s1 mb0");
   EXPECT_EQ(j["predicted"]["bubble_rate"], 0.5);
   EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p", "--rank", "2"}).code, kExitUsage);
+}
+
+// -o json of a job (status, list, cancel, submit, watch): README "JSON output".
+TEST_F(CliCommandsTest, JobJsonSpeaksTheDocumentedVocabulary) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->mutable_synthetic()->set_forward_ms(1.5);
+  spec.mutable_train()->set_optimizer("adam");
+  spec.mutable_train()->set_seed(1ull << 40);
+  ASSERT_TRUE(fake_.Submit(spec, "v", false).ok());
+  fake_.SetState("v", v1::JOB_STATE_RUNNING, "assignments sent");
+
+  Result status = Run(RunStatusCommand, {"v"}, OutputFormat::kJson);
+  ASSERT_EQ(status.code, kExitOk) << status.err;
+  const json j = json::parse(status.out);
+  EXPECT_EQ(j["id"], "v");
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_TRUE(j["end_time"].is_null());  // unset message: null, never left out
+  EXPECT_TRUE(j["latest_summary"].is_null());
+  EXPECT_EQ(j["spec"]["train"]["seed"], 1ull << 40);  // a number, not "1099511627776"
+  // The model shows only its member, without the oneof's name.
+  EXPECT_EQ(j["spec"]["model"], json::parse(R"({"synthetic": {"forward_ms": 1.5,
+      "backward_ms": 0.0, "weight_ms": 0.0, "activation_kb": 0.0, "params_mb": 0.0,
+      "param_tensors": 0}})"));
+  // Defaults resolved: what the job runs with, not the zeros of an unset field.
+  EXPECT_EQ(j["spec"]["parallel"]["data"], 1);
+  EXPECT_EQ(j["spec"]["train"]["optimizer"], "adam");
+  EXPECT_EQ(j["spec"]["train"]["weight_decay"], 0.0);  // 0.01 only for adamw
+  EXPECT_EQ(j["spec"]["train"]["betas"], json::parse("[0.9, 0.999]"));
+  EXPECT_EQ(j["spec"]["train"]["eps"], 1e-8);
+  EXPECT_EQ(j["spec"]["train"]["clip_grad_norm"], 1.0);
+  EXPECT_EQ(j["spec"]["train"]["lr_schedule"]["decay"], "constant");
+  EXPECT_EQ(j["spec"]["train"]["precision"], "fp32");
+  EXPECT_EQ(j["spec"]["grad_sync"], json::parse(R"({"bucket_mb": 25.0, "overlap": true})"));
+  EXPECT_EQ(j["spec"]["checkpoint"]["on_error"], "fail");
+  EXPECT_EQ(j["spec"]["device"], "cpu");
+  EXPECT_EQ(j["spec"]["restart"]["backoff"], "2s");
+  EXPECT_TRUE(j["spec"]["schedule"]["memory_limit"].is_null());  // auto
+  EXPECT_TRUE(j["spec"]["data"].is_null());                      // no data section
+  EXPECT_EQ(j["spec"]["schedule"]["chunks"], 0);                 // fixed by 1f1b
+
+  // The same object from every command that prints a job.
+  json listed = json::parse(Run(RunListCommand, {}, OutputFormat::kJson).out)["jobs"][0];
+  EXPECT_EQ(listed, j);
+  Result cancel = Run(RunCancelCommand, {"v"}, OutputFormat::kJson);
+  ASSERT_EQ(cancel.code, kExitOk) << cancel.err;
+  const json cancelled = json::parse(cancel.out);
+  EXPECT_EQ(cancelled["state"], "cancelled");
+  EXPECT_EQ(cancelled["spec"], j["spec"]);
+}
+
+// A synthetic model computes no loss: status says so instead of printing a number.
+TEST_F(CliCommandsTest, StatusOfASyntheticJobSaysItHasNoLoss) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->mutable_synthetic()->set_forward_ms(1);
+  ASSERT_TRUE(fake_.Submit(spec, "s", false).ok());
+  v1::JobEvent it;
+  it.mutable_iteration()->set_iteration(0);
+  it.mutable_iteration()->set_duration_s(0.5);
+  it.mutable_iteration()->set_bubble_rate(0.25);
+  ASSERT_TRUE(fake_.AddEvent("s", it));
+  Result r = Run(RunStatusCommand, {"s"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("iteration 1: 500ms, bubble 25.0%, no loss (synthetic)\n"));
+  const json j = json::parse(Run(RunStatusCommand, {"s"}, OutputFormat::kJson).out);
+  EXPECT_TRUE(j["latest_summary"]["loss"].is_null());
+}
+
+TEST_F(CliCommandsTest, SpecDefaultsResolve) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_schedule()->set_kind("interleaved");
+  spec.mutable_model()->mutable_gpt()->set_seq_len(64);
+  spec.mutable_data()->set_path("/d/train.bin");
+  spec.mutable_eval()->set_path("/d/val.bin");
+  spec.mutable_train()->set_optimizer("sgd");
+  const v1::JobSpec r = ResolveSpecDefaults(spec);
+  EXPECT_EQ(r.schedule().chunks(), 2);
+  EXPECT_EQ(r.data().dtype(), "uint16");
+  EXPECT_EQ(r.data().seq_len(), 64);
+  EXPECT_EQ(r.eval().batches(), 4);
+  EXPECT_EQ(r.train().optimizer(), "sgd");
+  EXPECT_TRUE(r.train().betas().empty());  // adam only
+  EXPECT_FALSE(r.train().has_eps());
+  // What the user set stays.
+  spec.mutable_parallel()->set_data(3);
+  spec.mutable_grad_sync()->set_overlap(false);
+  spec.mutable_train()->set_clip_grad_norm(0);
+  const v1::JobSpec kept = ResolveSpecDefaults(spec);
+  EXPECT_EQ(kept.parallel().data(), 3);
+  EXPECT_FALSE(kept.grad_sync().overlap());
+  EXPECT_EQ(kept.train().clip_grad_norm(), 0);
+  // Resolving twice changes nothing.
+  EXPECT_EQ(ResolveSpecDefaults(kept).SerializeAsString(), kept.SerializeAsString());
+}
+
+TEST_F(CliCommandsTest, EventsAreJsonLinesNamingTheirKind) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "e", false).ok());
+  std::thread driver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    v1::JobEvent it;
+    it.mutable_iteration()->set_iteration(0);
+    it.mutable_iteration()->set_bubble_rate(0.25);
+    fake_.AddEvent("e", it);
+    fake_.SetState("e", v1::JOB_STATE_SUCCEEDED, "done");
+  });
+  Result r = Run(RunWatchCommand, {"e"}, OutputFormat::kJson);
+  driver.join();
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  std::vector<json> events;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    events.push_back(json::parse(line));
+  }
+  ASSERT_GE(events.size(), 3u) << r.out;
+  EXPECT_EQ(events.front()["kind"], "snapshot");
+  EXPECT_EQ(events.front()["snapshot"]["spec"]["parallel"]["data"], 1);
+  EXPECT_FALSE(events.front().contains("iteration"));  // only the member that is set
+  bool saw_iteration = false;
+  for (const json& e : events) {
+    if (e["kind"] != "iteration") continue;
+    saw_iteration = true;
+    EXPECT_EQ(e["iteration"]["bubble_rate"], 0.25);
+    EXPECT_TRUE(e["iteration"]["loss"].is_null());  // no loss reported: null, not 0
+  }
+  EXPECT_TRUE(saw_iteration) << r.out;
+  EXPECT_EQ(events.back()["kind"], "state_change");
+  EXPECT_EQ(events.back()["state_change"]["to"], "succeeded");
+}
+
+TEST_F(CliCommandsTest, DryRunJsonShowsTheResolvedSpecAndPrediction) {
+  const std::string file = JobFile(
+      "name: t\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\nparallel: {pipeline: 2}\n"
+      "schedule: {kind: 1f1b}\nbatch: {microbatches: 4}\ntrain: {iterations: 3}\n");
+  Result r = Run(RunSubmitCommand, {file, "--dry-run"}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["spec"]["name"], "t");
+  EXPECT_EQ(j["spec"]["train"]["optimizer"], "adamw");
+  EXPECT_TRUE(j.contains("predicted"));  // the fake plans nothing: null
+  EXPECT_FALSE(j.contains("job"));       // nothing was created
 }
 
 // Every subcommand, by name, for the conventions below.

@@ -1,5 +1,5 @@
 // Job files: a JobSpec written as YAML or JSON, with the field names of proto zpipe.v1.JobSpec
-// (DESIGN.md "Job spec").
+// (docs/design.md "Job spec").
 //
 // The mapping is strict, because a typo in a training job should fail at submit time, not run
 // with a default: an unknown field, a value of the wrong type (a string where a number belongs, a
@@ -8,7 +8,7 @@
 // take the short lower-case name (`device: cuda`) or the full proto name. A null value (`key:` or
 // `key: null`) leaves the field unset. Range checks are the coordinator's job (INVALID_ARGUMENT).
 //
-// A job file may come from anyone, so the reader bounds its own work (DESIGN.md "Security model")
+// A job file may come from anyone, so the reader bounds its own work (docs/design.md "Limits")
 // with the limits below; each error names its limit and the line where it was crossed.
 #ifndef ZPIPE_CLIENT_JOB_FILE_H_
 #define ZPIPE_CLIENT_JOB_FILE_H_

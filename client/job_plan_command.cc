@@ -1,13 +1,12 @@
 // `zpipe plan --job ID`: the plan the coordinator made for a job, with its predicted statistics.
 // (`zpipe plan` without --job generates a plan locally: plan_command.cc.)
-#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
-#include "google/protobuf/util/json_util.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -58,25 +57,23 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
 
   if (ctx.json()) {
-    nlohmann::json out;
+    Json out;
     out["job_id"] = plan->job_id;
     out["schedule"] = p.schedule;
     out["ranks"] = p.num_ranks();
     out["stages"] = p.num_stages();
     out["microbatches"] = p.num_microbatches;
-    out["predicted"] = nlohmann::json::parse(ToJson(plan->predicted, false));
-    if (!plan->layout.source().empty()) {
-      out["layout"] = nlohmann::json::parse(ToJson(plan->layout, false));
-    }
-    nlohmann::json actions = nlohmann::json::array();
+    out["predicted"] = MessageJson(plan->predicted);
+    out["layout"] = plan->layout.source().empty() ? Json() : MessageJson(plan->layout);
+    Json actions = Json::array();
     for (int r = 0; r < p.num_ranks(); ++r) {
       if (only_rank >= 0 && r != only_rank) continue;
-      nlohmann::json rank = {{"rank", r}, {"actions", nlohmann::json::array()}};
+      Json rank = {{"rank", r}, {"actions", Json::array()}};
       for (const core::Action& a : p.ranks[r]) rank["actions"].push_back(core::ActionToString(a));
       actions.push_back(std::move(rank));
     }
     out["plan"] = std::move(actions);
-    ctx.out() << out.dump(2) << "\n";
+    PrintJson(ctx.out(), out);
     return kExitOk;
   }
 

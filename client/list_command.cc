@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -30,9 +31,9 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<std::vector<v1::Job>> jobs = ctx.client().ListAll(states);
   if (!jobs.ok()) return ctx.Fail("list", jobs.status());
   if (ctx.json()) {
-    v1::ListJobsResponse response;
-    for (const v1::Job& job : *jobs) *response.add_jobs() = job;
-    ctx.out() << ToJson(response) << "\n";
+    Json list = Json::array();
+    for (const v1::Job& job : *jobs) list.push_back(JobJson(job));
+    PrintJson(ctx.out(), Json{{"jobs", std::move(list)}});
     return kExitOk;
   }
   Table t({"ID", "NAME", "STATE", "SCHEDULE", "P", "D", "M", "ITER", "CREATED"});

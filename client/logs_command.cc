@@ -1,12 +1,12 @@
 // `zpipe logs ID [--rank R] [--follow] [--tail N] [--since WHEN]`: the log lines the workers
 // forwarded for a job, each with its time and rank.
-#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -20,7 +20,8 @@ constexpr char kUsage[] =
     "  --tail N      only the last N lines the coordinator holds\n"
     "  --since WHEN  only lines written since WHEN: a duration back from now (10m, 1h30m) or an\n"
     "                RFC 3339 time (2026-01-02T15:04:05Z)\n"
-    "  -o json       one JSON object per line: time, rank, pipeline_rank, data_rank, text\n"
+    "  -o json       one JSON object per line: time, text, pipeline_rank, data_rank, rank,\n"
+    "                sequence\n"
     "The coordinator keeps the newest lines of each rank (zpipe-coordinator --log-lines) in\n"
     "memory: after it restarts it has the lines workers sent since.\n";
 
@@ -86,12 +87,7 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       [&](const v1::LogLine& line) {
         note_dropped();
         if (ctx.json()) {
-          nlohmann::json j = {{"time", FormatLineTime(line)},
-                              {"rank", line.rank()},
-                              {"pipeline_rank", line.pipeline_rank()},
-                              {"data_rank", line.data_rank()},
-                              {"text", line.text()}};
-          ctx.out() << j.dump() << "\n";
+          PrintJson(ctx.out(), MessageJson(line), /*pretty=*/false);
         } else {
           ctx.out() << FormatLineTime(line) << " rank " << line.rank() << ": " << line.text()
                     << "\n";

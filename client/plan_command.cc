@@ -65,7 +65,7 @@ absl::StatusOr<double> ParseNumber(absl::string_view flag, absl::string_view val
 }
 
 // An integer in [min, max]; past `max` the error names the limit (`limit_name`), so that a
-// huge value exits 2 at once instead of planning for minutes (DESIGN.md "Security model").
+// huge value exits 2 at once instead of planning for minutes (docs/design.md "Limits").
 absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view value, int min, int max,
                              absl::string_view limit_name) {
   int64_t v = 0;

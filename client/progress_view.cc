@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -58,7 +59,8 @@ class JobView {
 
   void OnEvent(const v1::JobEvent& event) {
     if (ctx_.json() && !quiet_) {
-      ctx_.out() << ToJson(event, /*pretty=*/false) << "\n" << std::flush;
+      PrintJson(ctx_.out(), EventJson(event), /*pretty=*/false);
+      ctx_.out() << std::flush;
       return;
     }
     switch (event.kind_case()) {
@@ -169,7 +171,7 @@ int FollowJob(CliContext& ctx, const std::string& command, const std::string& jo
   absl::StatusOr<v1::Job> job = ctx.client().Get(job_id);
   if (!job.ok()) return ctx.Fail(command, job.status());
   if (ctx.json()) {
-    if (quiet) ctx.out() << ToJson(*job) << "\n";
+    if (quiet) PrintJson(ctx.out(), JobJson(*job));
   } else {
     std::string line = JobLine(*job);
     if (job->has_start_time() && job->has_end_time()) {

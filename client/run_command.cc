@@ -130,6 +130,8 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   out << "\n";
   if (s.loss_first.has_value()) {
     out << absl::StrFormat("  loss          %.4f -> %.4f\n", *s.loss_first, *s.loss_last);
+  } else if (s.synthetic) {
+    out << "  loss          none (a synthetic model computes no loss)\n";
   }
   if (!s.layout.source().empty()) {
     std::string cuts;

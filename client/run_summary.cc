@@ -24,6 +24,7 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
   s.state = JobStateName(job.state());
   s.reason = job.reason();
   s.schedule = job.spec().schedule().kind();
+  s.synthetic = job.spec().model().has_synthetic();
   s.pipeline = job.spec().parallel().pipeline();
   s.data = std::max(1, job.spec().parallel().data());
   s.microbatches = job.spec().batch().microbatches();

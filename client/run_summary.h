@@ -19,7 +19,7 @@ namespace zpipe::cli {
 struct RankSummary {
   int pipeline_rank = 0;
   int data_rank = 0;
-  double bubble_measured = 0;   // median of 1 - busy_r / iteration span (DESIGN.md per-rank bubble)
+  double bubble_measured = 0;   // median of 1 - busy_r / iteration span (docs/design.md)
   double bubble_predicted = 0;  // the plan's rank_bubble for this pipeline rank
   double busy_s = 0;            // median compute time per iteration
   double reduce_s = 0;          // reduce wall time, total over the steady iterations
@@ -36,6 +36,7 @@ struct RunSummary {
   int microbatches = 0;
   int iterations = 0;         // summaries received
   int steady_iterations = 0;  // the ones the figures below use
+  bool synthetic = false;     // a synthetic model: it computes no loss, so none is reported
   std::optional<double> loss_first;
   std::optional<double> loss_last;
   std::vector<double> losses;  // every iteration's loss, in order (iterations that have one)

@@ -88,6 +88,17 @@ TEST(RunSummaryTest, OneIterationIsItsOwnSteadyState) {
   EXPECT_DOUBLE_EQ(s.bubble_predicted, 0.2);
 }
 
+TEST(RunSummaryTest, SyntheticModelsHaveNoLoss) {
+  v1::Job job = Job();
+  job.mutable_spec()->mutable_model()->mutable_synthetic()->set_forward_ms(1);
+  v1::IterationSummary it = Iteration(0, 2, 0.3, 0.2, 1.5, {1.4, 1.4});
+  it.clear_loss();
+  RunSummary s = Summarize(job, {it});
+  EXPECT_TRUE(s.synthetic);
+  EXPECT_FALSE(s.loss_first.has_value());
+  EXPECT_FALSE(Summarize(Job(), {}).synthetic);
+}
+
 TEST(RunSummaryTest, NoIterationsFallsBackToThePlansPrediction) {
   RunSummary s = Summarize(Job(), {});
   EXPECT_EQ(s.steady_iterations, 0);

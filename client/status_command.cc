@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -34,7 +35,7 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("status", job.status());
   if (ctx.json()) {
-    ctx.out() << ToJson(*job) << "\n";
+    PrintJson(ctx.out(), JobJson(*job));
     return kExitOk;
   }
   const v1::JobSpec& spec = job->spec();
@@ -67,6 +68,8 @@ int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     std::string line = absl::StrFormat("iteration %d: %s, bubble %.1f%%", s.iteration() + 1,
                                        FormatDuration(s.duration_s()), s.bubble_rate() * 100);
     if (s.has_loss()) absl::StrAppend(&line, absl::StrFormat(", loss %.4f", s.loss()));
+    if (!s.has_loss() && spec.model().has_synthetic())
+      absl::StrAppend(&line, ", no loss (synthetic)");
     t.Add({"measured", line});
   }
   t.Print(ctx.out());

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/job_file.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -41,12 +42,16 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (!result.ok()) return ctx.Fail("submit", result.status());
   const v1::Job& job = result->job;
 
+  if (ctx.json() && dry_run) {
+    // Nothing was created: what the spec resolves to and what the plan predicts.
+    PrintJson(ctx.out(),
+              Json{{"spec", SpecJson(job.spec())}, {"predicted", MessageJson(job.predicted())}});
+    return kExitOk;
+  }
   if (ctx.json() && !wait) {
-    v1::SubmitJobResponse response;
-    *response.mutable_job() = job;
-    response.set_created(result->created);
     // With --follow the events follow as JSON lines, so the response takes one line too.
-    ctx.out() << ToJson(response, /*pretty=*/!follow) << "\n";
+    PrintJson(ctx.out(), Json{{"job", JobJson(job)}, {"created", result->created}},
+              /*pretty=*/!follow);
     if (!follow) return kExitOk;
   } else if (!ctx.json()) {
     if (dry_run) {

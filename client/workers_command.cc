@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
@@ -81,9 +82,9 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
   if (!workers.ok()) return ctx.Fail("workers", workers.status());
   if (ctx.json()) {
-    v1::ListWorkersResponse response;
-    for (const v1::Worker& w : *workers) *response.add_workers() = w;
-    ctx.out() << ToJson(response) << "\n";
+    Json list = Json::array();
+    for (const v1::Worker& w : *workers) list.push_back(MessageJson(w));
+    PrintJson(ctx.out(), Json{{"workers", std::move(list)}});
     return kExitOk;
   }
   // The default fits 100 columns for usual names; --wide adds what makes it wider.

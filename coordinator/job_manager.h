@@ -9,7 +9,8 @@
 // themselves are not thread-safe. RunMonitor, Rendezvous and JobEventLog lock on their own and
 // are only ever taken after mu_ (or without it), never the other way round.
 //
-// Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; terminal states
+// Lifecycle: PENDING -> SCHEDULING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED (RUNNING ->
+// RESTARTING -> SCHEDULING when a rank is lost and restarts are left); terminal states
 // always carry a reason. Pending jobs are scheduled FIFO per device kind: the oldest pending job
 // of a kind takes the first p*d idle, connected workers that can run it (worker_match.h: a CUDA
 // job needs workers whose reported LibTorch has CUDA; ordered by name; global rank

@@ -4,6 +4,7 @@
 #include <exception>
 #include <type_traits>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace zpipe::coordinator {
@@ -106,7 +107,10 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
 }
 
 void PrometheusMetrics::SetJobCount(JobState state, int64_t count) {
-  jobs_.Add({{"state", std::string(JobStateName(state))}}).Set(static_cast<double>(count));
+  // Lower case like zpipe_workers{state="idle"} and the CLI ("running"); JobStateName is the
+  // store's upper-case spelling.
+  jobs_.Add({{"state", absl::AsciiStrToLower(JobStateName(state))}})
+      .Set(static_cast<double>(count));
 }
 
 void PrometheusMetrics::SetWorkerCount(WorkerState state, int64_t count) {

@@ -1,8 +1,8 @@
 // PrometheusMetrics: Metrics exported through a prometheus-cpp registry, and the HTTP exposer
 // that serves it on /metrics.
 //
-// Cluster: zpipe_jobs{state}, zpipe_workers{state}, zpipe_rpcs_total{method,code},
-// zpipe_job_restarts_total.
+// Cluster: zpipe_jobs{state}, zpipe_workers{state} (states lower case: "running", "idle"),
+// zpipe_rpcs_total{method,code}, zpipe_job_restarts_total.
 // Per job and rank (labels job_id, pipeline_rank, data_rank; base units; updated as each rank's
 // iteration report arrives):
 //   zpipe_busy_seconds_total{op="F"|"B"|"W"}  compute time by op (a fused BW counts as B)
@@ -21,6 +21,7 @@
 //   zpipe_iteration_duration_seconds          histogram of the iteration span (max over ranks)
 //   zpipe_iterations_total                    iterations every rank has reported
 //   zpipe_loss                                training loss, mean over data-parallel replicas
+//                                             (none for synthetic models: they compute no loss)
 // Never a microbatch or iteration label.
 //
 // Bounded: a finished job's series stay `finished_job_retention` after JobFinished (so scrapes see

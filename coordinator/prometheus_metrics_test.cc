@@ -114,7 +114,7 @@ TEST_F(PrometheusMetricsTest, FinishedJobsExpireAfterRetention) {
   EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
   m.ObserveRankIteration("j", 1, Stats(0));  // late: does not come back
   EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
-  EXPECT_TRUE(absl::StrContains(Text(), "zpipe_jobs{state=\"RUNNING\"}"));
+  EXPECT_TRUE(absl::StrContains(Text(), "zpipe_jobs{state=\"running\"}"));
 }
 
 TEST_F(PrometheusMetricsTest, AtMostMaxFinishedJobsAreKept) {

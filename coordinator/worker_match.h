@@ -4,8 +4,8 @@
 // - a CPU job runs on workers started for a CPU device (--device cpu or cpu:N);
 // - a CUDA job runs on workers started for a CUDA device (--device cuda:N) whose LibTorch was
 //   built with CUDA and sees device N, and which were built with the NCCL communicator (the CUDA
-//   data path, DESIGN.md "Runtime data paths"). A worker that reported no capabilities (older
-//   than them) cannot show any of that and takes CPU jobs only.
+//   data path, docs/design.md "Execution on a worker"). A worker that reported no capabilities
+//   (older than them) cannot show any of that and takes CPU jobs only.
 // CUDA workers do not take CPU jobs: a job's device names the kind of worker it runs on, as it
 // did before workers reported capabilities.
 #ifndef ZPIPE_COORDINATOR_WORKER_MATCH_H_

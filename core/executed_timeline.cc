@@ -70,7 +70,7 @@ TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline) {
   }
   out.plan.num_microbatches = max_mb + 1;
   // The global makespan spans every action drawn (posted receives included); the bubble uses
-  // DESIGN.md's span (longest single rank, compute and reductions).
+  // docs/design.md's span (longest single rank, compute and reductions).
   sim.span = span;
   sim.global_makespan = std::isfinite(first) ? last - first : 0;
   double busy = 0;

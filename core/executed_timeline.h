@@ -43,7 +43,7 @@ ExecutedTimeline PredictedTimeline(const Plan& plan, const SimResult& sim,
                                    double time_unit_per_second = 1.0);
 
 // A plan (one rank per row, actions sorted by start) and a SimResult holding the measured times,
-// with span, busy, idle and bubble computed by DESIGN.md's definitions: what RenderSvg and
+// with span, busy, idle and bubble computed by docs/design.md's definitions: what RenderSvg and
 // RenderAscii take.
 struct TimelineAsPlan {
   Plan plan;

@@ -46,8 +46,8 @@ double LimitFor(ScheduleKind kind, const PublishedSetting& row, const CostModel&
   }
 }
 
-// DESIGN.md's bubble rate: 1 - sum_r busy_r / (p * span), span = the longest per-rank span from
-// first start to last end (the ZB paper's "largest execution time of all stages").
+// docs/design.md's bubble rate: 1 - sum_r busy_r / (p * span), span = the longest per-rank span
+// from first start to last end (the ZB paper's "largest execution time of all stages").
 double DesignBubbleRate(const Plan& plan, const SimResult& sim) {
   double span = 0, busy = 0;
   for (int r = 0; r < plan.num_ranks(); ++r) {
@@ -64,7 +64,7 @@ double DesignBubbleRate(const Plan& plan, const SimResult& sim) {
 }
 
 struct Outcome {
-  double bubble = 0;      // DESIGN.md definition
+  double bubble = 0;      // docs/design.md definition
   double sim_bubble = 0;  // SimResult::bubble_rate as the simulator reports it
   double peak = 0, limit = 0;
   double millis = 0;

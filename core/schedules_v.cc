@@ -16,7 +16,7 @@
 // microbatch admitted on chunk 0 can finish. Policies that reserve more chunk-1 slots on ranks
 // far from rank 0 flow better but may get stuck under tight limits; they are simply skipped
 // then, and the one-slot policy always completes. Each policy is simulated and the plan with
-// the shortest makespan (DESIGN.md's span: the longest of the ranks' own spans) is kept;
+// the shortest makespan (docs/design.md's span: the longest of the ranks' own spans) is kept;
 // DualPipeV's fixed order competes as one more ZB-V candidate. Finally the best F/B order and
 // DualPipeV's are replayed with their Ws placed anew (VGreedy's fixed-order mode: a W goes
 // where its rank would otherwise idle, unless a backward is due, or where memory needs it),
@@ -91,8 +91,8 @@ struct VProblem {
 // follows the rules of core::Simulate (per-rank order, dependency edges, T_comm across ranks).
 
 struct Score {
-  // DESIGN.md's span (core::Simulate's makespan): the longest of the ranks' own spans, each
-  // from the start of the rank's first action to the end of its last.
+  // docs/design.md's span (core::Simulate's SimResult::span): the longest of the ranks' own spans,
+  // each from the start of the rank's first action to the end of its last.
   double rank_span = kInf;
   double span = kInf;  // first start of any rank to last end of any rank
   double peak = 0;     // max over ranks of peak memory

@@ -41,7 +41,7 @@ ScheduleRequest Request(int p, int m, CostModel cost) {
 double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
 // Both bubble measures, from the timings (so independent of which one core::Simulate reports):
-// DESIGN.md's (and the papers'), with each rank's span from its own first action to its last,
+// docs/design.md's (and the papers'), with each rank's span from its own first action to its last,
 // and the global one, from the first action of any rank to the last end of any.
 struct Bubbles {
   double per_rank = 0;
@@ -86,7 +86,7 @@ absl::StatusOr<SimResult> GenerateAndSimulate(ScheduleKind kind, const ScheduleR
 }
 
 // Issue 2's acceptance: within 0.002 of the ZB paper's Table 8 or lower, at 2p chunk
-// activations (1F1B's memory), in DESIGN.md's per-rank measure.
+// activations (1F1B's memory), in docs/design.md's per-rank measure.
 TEST(ZbVTest, PublishedBubbleRates) {
   for (const Published& row : kZbVTable8) {
     ScheduleRequest req = Request(row.p, row.m, VCost(row.p, row.f, row.b, row.w, row.comm));
@@ -127,7 +127,7 @@ TEST(ZbVTest, NotBelowTheMemoryBound) {
 }
 
 // Equal F, B, W and no comm: every rank computes without a gap from its first action to its
-// last (bubble 0 in DESIGN.md's per-rank measure); from the first action anywhere to the last,
+// last (bubble 0 in docs/design.md's per-rank measure); from the first action anywhere to the last,
 // the iteration takes the work of one rank plus the (p-1) T_F the forward needs to reach rank
 // p-1.
 TEST(ZbVTest, ClosedFormZeroBubble) {

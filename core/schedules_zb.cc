@@ -11,7 +11,7 @@
 // Each generator tries a family of policies (F/B priority, how far the warm-up may delay the first
 // B, which idle gaps a W may fill, in-flight caps), times every candidate as core::Simulate does
 // (each action as soon as its dependencies and its rank allow, in the chosen order), and keeps the
-// one with the shortest makespan in DESIGN.md's sense: the longest per-rank span from first start
+// one with the shortest span in docs/design.md's sense: the longest per-rank span from first start
 // to last end. A short local search then polishes the winner along its critical path (beyond the
 // paper, which hands this step to an ILP). The family and the search shrink as p * m grows so
 // that p = 32, m = 256 stays well under a second.
@@ -52,7 +52,7 @@ struct Problem {
   int Index(int stage, int mb) const { return stage * m + mb; }
 };
 
-// How a candidate performs. `span` is DESIGN.md's makespan (the longest per-rank span, as the ZB
+// How a candidate performs. `span` is docs/design.md's span (the longest per-rank span, as the ZB
 // paper measures it); `global_span` (last end anywhere - first start anywhere) breaks ties.
 struct Score {
   double span = kInf;

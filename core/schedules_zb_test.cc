@@ -36,7 +36,7 @@ ScheduleRequest Request(int p, int m, const CostModel& cost) {
   return req;
 }
 
-// DESIGN.md's makespan: the longest per-rank span from first start to last end of compute.
+// docs/design.md's span: the longest per-rank span from first start to last end of compute.
 double DesignSpan(const Plan& plan, const SimResult& sim) {
   double span = 0;
   for (int r = 0; r < plan.num_ranks(); ++r) {
@@ -54,7 +54,7 @@ double DesignSpan(const Plan& plan, const SimResult& sim) {
 struct Generated {
   Plan plan;
   SimResult sim;
-  double span = 0;  // DESIGN.md makespan
+  double span = 0;  // docs/design.md span
 };
 
 Generated GenerateAndSimulate(ScheduleKind kind, const ScheduleRequest& req) {

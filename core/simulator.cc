@@ -365,7 +365,7 @@ absl::StatusOr<SimResult> Simulation::Run() {
     return absl::FailedPreconditionError(absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
   }
 
-  // span (DESIGN.md): the longest of the ranks' own spans, each from the start of its first
+  // span (docs/design.md): the longest of the ranks' own spans, each from the start of its first
   // action to the end of its last (compute and reductions; comm occupies no rank time).
   double span_max = 0;
   double global_first = std::numeric_limits<double>::infinity();

@@ -1,6 +1,6 @@
 // Timed simulator: runs a plan against a cost model and reports when every action ran.
 //
-// Rules (DESIGN.md "Dependencies"): each rank runs its actions in order, one compute action at a
+// Rules (docs/design.md "Plan IR"): each rank runs its actions in order, one compute action at a
 // time. F(s,i) waits for F(s-1,i); B(s,i) / BW(s,i) for F(s,i) and B(s+1,i) (or BW(s+1,i));
 // W(s,i) for B(s,i). A cross-rank edge costs T_comm. In a lowered plan the cross-rank edges go
 // through SEND/RECV: a send takes no rank time and its message arrives T_comm later; a receive is
@@ -45,8 +45,8 @@ struct ActionTiming {
 
 struct SimResult {
   std::vector<std::vector<ActionTiming>> timings;  // same shape as plan.ranks
-  // DESIGN.md's span: the longest of the ranks' own spans, each from that rank's first start to
-  // its last end (compute and reductions). The bubble figures are relative to it.
+  // The span (docs/design.md): the longest of the ranks' own spans, each from that rank's first
+  // start to its last end (compute and reductions). The bubble figures are relative to it.
   double span = 0;
   // The global makespan: the first start of any rank to the last end of any rank. At least
   // `span`; longer when the ranks' busy windows are staggered (ZB-V ends its last W late).

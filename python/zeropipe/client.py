@@ -14,7 +14,9 @@ Results are plain dicts (and lists of them) with the proto's field names, which 
 ("2024-05-01T12:00:00.250Z"), durations float seconds; every field is present, a message or
 `optional` field that is not set is None, and of a oneof only the member that is set appears
 (for JobEvent also as "kind": "snapshot", "state_change", "iteration" or "progress"). A job's
-"spec" dict is a valid job spec again: submit(c.status(id)["spec"]) resubmits the same job.
+"spec" dict has its defaults resolved (resolve_spec_defaults: "data": 1, "optimizer": "adamw",
+...) and is a valid job spec again: submit(c.status(id)["spec"]) runs the same job. These are the
+objects `zpipe -o json` prints (client/json_output.h; README "JSON output").
 
 Every failure raises zeropipe.ZeroPipeError (zeropipe/errors.py) with the gRPC status code.
 
@@ -86,9 +88,56 @@ def to_dict(message):
     return out
 
 
+def resolve_spec_defaults(spec):
+    """A copy of the JobSpec message with every "0 / empty / unset = X" field set to X, the rule
+    `zpipe -o json` follows (client/json_output.h ResolveSpecDefaults, README "JSON output").
+    schedule.memory_limit stays unset ("auto"; the job's predicted.memory_limit is what it
+    resolved to). Submitting the result runs the same job."""
+    out = job_pb2.JobSpec()
+    out.CopyFrom(spec)
+    if out.parallel.data == 0:
+        out.parallel.data = 1
+    if out.schedule.kind == "interleaved" and out.schedule.chunks == 0:
+        out.schedule.chunks = 2
+    t = out.train
+    if not t.optimizer:
+        t.optimizer = "adamw"
+    adam = t.optimizer in ("adam", "adamw")
+    if not t.HasField("weight_decay"):
+        t.weight_decay = 0.01 if t.optimizer == "adamw" else 0.0
+    if adam and not t.betas:
+        t.betas.extend([0.9, 0.999])
+    if adam and not t.HasField("eps"):
+        t.eps = 1e-8
+    if not t.HasField("clip_grad_norm"):
+        t.clip_grad_norm = 1.0
+    if not t.lr_schedule.decay:
+        t.lr_schedule.decay = "constant"
+    if not t.precision:
+        t.precision = "fp32"
+    if out.grad_sync.bucket_mb == 0:
+        out.grad_sync.bucket_mb = 25
+    if not out.grad_sync.HasField("overlap"):
+        out.grad_sync.overlap = True
+    if out.HasField("data"):
+        if not out.data.dtype:
+            out.data.dtype = "uint16"
+        if out.data.seq_len == 0 and out.model.HasField("gpt"):
+            out.data.seq_len = out.model.gpt.seq_len
+    if out.HasField("eval") and out.eval.batches == 0:
+        out.eval.batches = 4
+    if out.checkpoint.on_error == job_pb2.CHECKPOINT_ON_ERROR_UNSPECIFIED:
+        out.checkpoint.on_error = job_pb2.CHECKPOINT_ON_ERROR_FAIL
+    if out.device == job_pb2.DEVICE_KIND_UNSPECIFIED:
+        out.device = job_pb2.DEVICE_KIND_CPU
+    if not out.restart.backoff:
+        out.restart.backoff = "2s"
+    return out
+
+
 def _spec_to_dict(spec):
     # The model oneof is named "kind"; in a spec dict only its member belongs (job-file shape).
-    out = to_dict(spec)
+    out = to_dict(resolve_spec_defaults(spec))
     if out.get("model") is not None:
         out["model"].pop("kind", None)
     return out

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
@@ -121,7 +122,7 @@ class CliTest : public ::testing::Test {
     return j;
   }
 
-  // Polls `status -o json` until the job reaches `state` (e.g. "JOB_STATE_RUNNING").
+  // Polls `status -o json` until the job reaches `state` (e.g. "running").
   void WaitForState(const std::string& id, const std::string& state) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -145,7 +146,7 @@ TEST_F(CliTest, SubmitStatusListWithJson) {
   json s = Parse(submit);
   EXPECT_EQ(s["job"]["id"], "job-a");
   EXPECT_EQ(s["created"], true);
-  EXPECT_EQ(s["job"]["state"], "JOB_STATE_PENDING");  // no workers yet
+  EXPECT_EQ(s["job"]["state"], "pending");  // no workers yet
   EXPECT_EQ(s["job"]["spec"]["schedule"]["kind"], "1f1b");
 
   ProcessResult status = RunZpipe({"status", "job-a", "-o", "json"});
@@ -193,10 +194,10 @@ TEST_F(CliTest, WorkersListsRegisteredWorkers) {
   ASSERT_EQ(w["workers"].size(), 2u);
   EXPECT_EQ(w["workers"][0]["name"], "fake-0");
   EXPECT_EQ(w["workers"][1]["name"], "fake-1");
-  EXPECT_EQ(w["workers"][0]["state"], "WORKER_STATE_IDLE");
-  EXPECT_EQ(w["workers"][0]["device_kind"], "DEVICE_KIND_CPU");
+  EXPECT_EQ(w["workers"][0]["state"], "idle");
+  EXPECT_EQ(w["workers"][0]["device_kind"], "cpu");
   // Fake workers report no capabilities (like workers older than them).
-  EXPECT_FALSE(w["workers"][0].contains("capabilities"));
+  EXPECT_TRUE(w["workers"][0]["capabilities"].is_null());
 
   ProcessResult table = RunZpipe({"workers"});
   ASSERT_EQ(table.exit_code, 0);
@@ -209,9 +210,22 @@ TEST_F(CliTest, SubmitWaitSucceedsWithWorkers) {
   ProcessResult r = RunZpipe({"submit", JobFile(3), "--id", "run-1", "--wait", "-o", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   json j = Parse(r);
-  EXPECT_EQ(j["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(j["state"], "succeeded");
   EXPECT_EQ(j["progress"]["iterations_done"], 3);
   ASSERT_EQ(j["ranks"].size(), 2u);
+  // README "JSON output": numbers as numbers, times as RFC 3339, defaults resolved, null unset.
+  EXPECT_TRUE(j["predicted"]["num_actions"].is_number_integer()) << j["predicted"];
+  EXPECT_TRUE(j["predicted"]["makespan_ms"].is_number()) << j["predicted"];
+  EXPECT_TRUE(j["create_time"].is_string());
+  EXPECT_THAT(j["end_time"].get<std::string>(), ::testing::MatchesRegex("20[0-9-]+T[0-9:.]+Z"));
+  EXPECT_EQ(j["spec"]["parallel"]["data"], 1);
+  EXPECT_EQ(j["spec"]["train"]["optimizer"], "sgd");   // as written
+  EXPECT_EQ(j["spec"]["grad_sync"]["bucket_mb"], 25);  // resolved
+  EXPECT_EQ(j["spec"]["restart"]["backoff"], "2s");
+  EXPECT_TRUE(j["spec"]["schedule"]["memory_limit"].is_null());  // auto
+  EXPECT_TRUE(j["spec"]["model"].contains("synthetic"));
+  EXPECT_FALSE(j["spec"]["model"].contains("kind"));
+  EXPECT_EQ(j["latest_summary"]["iteration"], 2);
 
   // The plan the coordinator made: one action list per pipeline rank.
   ProcessResult plan = RunZpipe({"plan", "--job", "run-1", "-o", "json"});
@@ -266,7 +280,7 @@ TEST_F(CliTest, WatchJsonStreamsEventsAsJsonLines) {
   const json& last = events.back();
   const std::string final_state =
       last.contains("state_change") ? last["state_change"]["to"] : last["snapshot"]["state"];
-  EXPECT_EQ(final_state, "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(final_state, "succeeded");
 }
 
 TEST_F(CliTest, CancelPendingJob) {
@@ -274,7 +288,7 @@ TEST_F(CliTest, CancelPendingJob) {
   ProcessResult r = RunZpipe({"cancel", "to-cancel", "--reason", "not needed", "-o", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json j = Parse(r);
-  EXPECT_EQ(j["state"], "JOB_STATE_CANCELLED");
+  EXPECT_EQ(j["state"], "cancelled");
   EXPECT_THAT(j["reason"].get<std::string>(), HasSubstr("not needed"));
   // Watching a cancelled job ends at once with exit 1.
   EXPECT_EQ(RunZpipe({"watch", "to-cancel"}).exit_code, 1);
@@ -283,7 +297,7 @@ TEST_F(CliTest, CancelPendingJob) {
 TEST_F(CliTest, WaitOnJobThatGetsCancelledExitsOne) {
   AddWorkers(2, FakeWorkerOptions::Mode::kHold);
   Subprocess waiter(Zpipe({"submit", JobFile(), "--id", "held", "--wait"}));
-  WaitForState("held", "JOB_STATE_RUNNING");
+  WaitForState("held", "running");
   ProcessResult cancel = RunZpipe({"cancel", "held"});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
   ProcessResult r = waiter.Wait(30);
@@ -484,13 +498,79 @@ TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
                                              {"cancel", "x"},
                                              {"watch", "x"},
                                              {"submit", JobFile()},
-                                             {"plan", "--job", "x"}}) {
+                                             {"submit", JobFile(), "--dry-run"},
+                                             {"plan", "--job", "x"},
+                                             {"trace", "x", "-o", dir_ + "/t.json"},
+                                             {"export", "x", "-o", dir_ + "/m.pt"}}) {
     std::vector<std::string> argv = {ZPIPE_CLI_BIN, "--coordinator", dead};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessResult r = RunProcess(argv);
     EXPECT_EQ(r.exit_code, 3) << args[0] << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr("cannot reach the coordinator")) << args[0];
   }
+}
+
+// README "Exit codes", 1: a job that fails ends `submit --wait`, `submit --follow` and `watch`
+// with 1 (as a cancelled one does: WaitOnJobThatGetsCancelledExitsOne), in table and JSON output;
+// cancelling the failed job is refused with 1.
+TEST_F(CliTest, FailedJobExitsOne) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kHold);
+  Subprocess wait(Zpipe({"submit", JobFile(), "--id", "doomed", "--wait"}));
+  WaitForState("doomed", "running");
+  Subprocess follow(Zpipe({"watch", "doomed"}));
+  Subprocess follow_json(Zpipe({"watch", "doomed", "-o", "json"}));
+  Subprocess submit_follow(Zpipe({"submit", JobFile(), "--id", "doomed", "--follow"}));
+  for (int i = 0; i < 400 && follow.ReadOut().find("doomed running") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  workers_[1].reset();  // rank 1's worker goes away: the job fails (no restarts allowed)
+  for (Subprocess* p : {&wait, &follow, &follow_json, &submit_follow}) {
+    ProcessResult r = p->Wait(60);
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  }
+  ProcessResult status = RunZpipe({"status", "doomed", "-o", "json"});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_EQ(Parse(status)["state"], "failed");
+  ProcessResult cancel = RunZpipe({"cancel", "doomed"});
+  EXPECT_EQ(cancel.exit_code, 1) << cancel.err;  // FAILED_PRECONDITION: refused
+  EXPECT_THAT(cancel.err, HasSubstr("zpipe cancel: "));
+}
+
+// README "Exit codes", 0 for every command that succeeds, -o json included.
+TEST_F(CliTest, SuccessExitsZeroForEveryCommand) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kRun);
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "ok", "--wait"}).exit_code, 0);
+  const std::string out = dir_ + "/out";
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"status", "ok"},
+                                             {"list"},
+                                             {"workers"},
+                                             {"workers", "--all", "--wide"},
+                                             {"watch", "ok"},
+                                             {"plan", "--job", "ok"},
+                                             {"submit", JobFile(2), "--dry-run"},
+                                             {"completion", "bash"}}) {
+    for (const char* format : {"table", "json"}) {
+      std::vector<std::string> argv = args;
+      argv.insert(argv.end(), {"-o", format});
+      if (args[0] == "completion") argv = args;  // prints a script, not a table
+      ProcessResult r = RunZpipe(argv);
+      EXPECT_EQ(r.exit_code, 0) << absl::StrJoin(argv, " ") << ": " << r.err;
+      if (std::string(format) == "json" && args[0] != "completion") {
+        std::string first_line =
+            r.out.substr(0, args[0] == "watch" ? r.out.find('\n') : r.out.size());
+        EXPECT_FALSE(json::parse(first_line, nullptr, false).is_discarded())
+            << absl::StrJoin(argv, " ") << ":\n"
+            << r.out;
+      }
+    }
+  }
+  EXPECT_EQ(RunZpipe({"cancel", "ok"}).exit_code, 1);  // finished: refused
+  // Fake workers trace nothing: refused (FAILED_PRECONDITION), 1. A trace that is written
+  // exits 0: tests/trace.
+  ProcessResult trace = RunZpipe({"trace", "ok", "-o", out + ".json"});
+  EXPECT_EQ(trace.exit_code, 1) << trace.err;
+  EXPECT_THAT(trace.err, HasSubstr("no complete iteration"));
 }
 
 TEST_F(CliTest, CoordinatorFromEnvironment) {

@@ -44,9 +44,9 @@ TEST(Metrics, ScrapeShowsJobsWorkersAndRpcs) {
 
   const std::string body = HttpGet(server->metrics_port(), "/metrics");
   ASSERT_FALSE(body.empty());
-  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"RUNNING\"}"), 1) << body;
-  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"PENDING\"}"), 1) << body;
-  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"FAILED\"}"), 0) << body;
+  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"running\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"pending\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, "zpipe_jobs{state=\"failed\"}"), 0) << body;
   EXPECT_EQ(Sample(body, "zpipe_workers{state=\"busy\"}"), 1) << body;
   EXPECT_EQ(Sample(body, "zpipe_workers{state=\"idle\"}"), 0) << body;
   EXPECT_EQ(Sample(body, "zpipe_rpcs_total{code=\"OK\",method=\"SubmitJob\"}"), 2) << body;

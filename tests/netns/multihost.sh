@@ -228,7 +228,7 @@ idle_count_is() {  # idle_count_is N [NAME...]: exactly these names (or any N wo
   local want=$1
   shift
   local names
-  names=$(workers_json | jq -r '[.workers[]? | select(.state == "WORKER_STATE_IDLE") | .name] | sort | join(" ")')
+  names=$(workers_json | jq -r '[.workers[]? | select(.state == "idle") | .name] | sort | join(" ")')
   if (($# > 0)); then
     [[ $names == "$(printf '%s\n' "$@" | sort | paste -sd' ')" ]]
   else
@@ -265,7 +265,7 @@ rc=0
 wait $! || rc=$?
 status=$(zpipe -o json status netns-gpt)
 state=$(jq -r .state <<<"$status")
-if ((rc != 0)) || [[ $state != JOB_STATE_SUCCEEDED ]]; then
+if ((rc != 0)) || [[ $state != succeeded ]]; then
   die "GPT job: submit exit $rc, state $state, reason: $(jq -r .reason <<<"$status")"
 fi
 mapfile -t losses < <(jq -r 'select(.iteration != null) | .iteration.loss // empty' "$WORK/gpt-events.jsonl")
@@ -304,7 +304,7 @@ iterations_done() { zpipe -o json status netns-long | jq -r '.progress.iteration
 running_with_progress() {
   local s
   s=$(zpipe -o json status netns-long) || return 1
-  [[ $(jq -r .state <<<"$s") == JOB_STATE_RUNNING ]] && (($(jq -r '.progress.iterations_done // 0' <<<"$s") >= 3))
+  [[ $(jq -r .state <<<"$s") == running ]] && (($(jq -r '.progress.iterations_done // 0' <<<"$s") >= 3))
 }
 wait_for 30 "the long job to run 3 iterations" running_with_progress
 before=$(iterations_done)
@@ -325,14 +325,14 @@ ip -n "$HUB" link set "v$vi" down
 t_down=$SECONDS
 is_terminal() {
   status=$(zpipe -o json status netns-long) || return 1
-  [[ $(jq -r .state <<<"$status") =~ ^JOB_STATE_(SUCCEEDED|FAILED|CANCELLED)$ ]]
+  [[ $(jq -r .state <<<"$status") =~ ^(succeeded|failed|cancelled)$ ]]
 }
 wait_for "$FAIL_BOUND_S" "the job to end after the link went down" is_terminal
 t_failed=$((SECONDS - t_down))
 state=$(jq -r .state <<<"$status")
 reason=$(jq -r .reason <<<"$status")
 log "job $state ${t_failed}s after the link went down; reason: $reason"
-[[ $state == JOB_STATE_FAILED ]] || die "job ended $state, want JOB_STATE_FAILED"
+[[ $state == failed ]] || die "job ended $state, want failed"
 [[ $reason == *"$victim"* || $reason == *"rank 1"* || $reason == *"${WORKER_IP[$vi]}"* ]] ||
   die "failure reason names neither $victim, rank 1 nor ${WORKER_IP[$vi]}: $reason"
 
@@ -342,7 +342,7 @@ log "survivors ${survivors[*]} IDLE $((SECONDS - t))s after the failure;" \
   "workers: $(workers_json | jq -c '[.workers[] | {name, state}]')"
 cut_off=$(zpipe -o json workers --all | jq -r --arg n "$victim" '.workers[] | select(.name == $n) | .state + ": " + .reason')
 log "$victim as the coordinator sees it: $cut_off"
-[[ $cut_off == WORKER_STATE_DEAD* ]] || die "$victim should be DEAD while its link is down: $cut_off"
+[[ $cut_off == dead* ]] || die "$victim should be DEAD while its link is down: $cut_off"
 
 # ---------------------------------------------------------------------------------------------
 # 3. Link back up: the cut-off worker re-registers and the whole cluster runs the next job.

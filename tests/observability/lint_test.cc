@@ -36,7 +36,6 @@ const std::set<std::string> kRequired = {"zpipe_busy_seconds_total",
                                          "zpipe_iterations_total",
                                          "zpipe_rank_iterations_total",
                                          "zpipe_tokens_total",
-                                         "zpipe_loss",
                                          "zpipe_jobs",
                                          "zpipe_workers",
                                          "zpipe_rpcs_total"};
@@ -46,9 +45,9 @@ TEST(DashboardLint, EveryQueryUsesOnlyWhatARunningCoordinatorExports) {
   ASSERT_TRUE(cluster.WaitIdle(2));
   const absl::Status submitted = cluster.SubmitSynthetic("obs-lint", 2, 4, 2000, "zb-v");
   ASSERT_TRUE(submitted.ok()) << submitted;
-  // Predicted bubbles and the loss come with the first iteration every rank has reported.
+  // Predicted bubbles come with the first iteration every rank has reported.
   ASSERT_TRUE(cluster.WaitForSeries("zpipe_bubble_ratio_predicted{"));
-  ASSERT_TRUE(cluster.WaitForSeries("zpipe_loss{"));
+  ASSERT_TRUE(cluster.WaitForSeries("zpipe_job_bubble_ratio_predicted{"));
   auto body = HttpGet(cluster.coordinator_metrics_port(), "/metrics");
   ASSERT_TRUE(body.ok()) << body.status();
   const std::set<std::string> exported = SampleNames(*body);
@@ -62,12 +61,18 @@ TEST(DashboardLint, EveryQueryUsesOnlyWhatARunningCoordinatorExports) {
   for (const char* bad : {"{job=", ",job=", "microbatch=", "iteration="}) {
     EXPECT_FALSE(absl::StrContains(*body, bad)) << bad << " in\n" << *body;
   }
+  // A synthetic model computes no loss, so none is exported (no made-up curve).
+  EXPECT_FALSE(absl::StrContains(*body, "zpipe_loss{")) << *body;
+  // Label values in one case: states are lower case, as zpipe prints them.
+  EXPECT_TRUE(absl::StrContains(*body, "zpipe_jobs{state=\"running\"}")) << *body;
+  EXPECT_TRUE(absl::StrContains(*body, "zpipe_workers{state=\"busy\"}")) << *body;
   cluster.CancelAndWait("obs-lint");
 
-  // Exported only for jobs with spec.eval (this synthetic job has none); the exporter itself is
-  // covered by coordinator/prometheus_metrics_test.
+  // Exported only for jobs with spec.eval, and for models with a loss (this synthetic job has
+  // neither); the exporter itself is covered by coordinator/prometheus_metrics_test.
   std::set<std::string> usable = exported;
   usable.insert("zpipe_eval_loss");
+  usable.insert("zpipe_loss");
   const std::vector<std::string> problems = LintDashboard(Dashboard(), Rules(), usable);
   EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
 }
@@ -134,6 +139,22 @@ TEST(DashboardLintMutations, HardCodedDatasource) {
     if (vars[i]["name"] == "datasource") vars.erase(i);
   }
   EXPECT_TRUE(absl::StrContains(Lint(f), "no datasource variable"));
+}
+
+TEST(DashboardLintMutations, QueryOrRuleThatMixesCoordinators) {
+  json d = Dashboard();
+  d["panels"][0]["targets"][0]["expr"] = "zpipe_job_bubble_ratio{job_id=\"$job_id\"}";
+  EXPECT_TRUE(absl::StrContains(Lint(d), "not filtered by $namespace and $coordinator")) << Lint(d);
+  json e = Dashboard();
+  for (auto& v : e["templating"]["list"]) {
+    if (v["name"] == "job_id") v["query"]["query"] = "label_values(zpipe_iterations_total, job_id)";
+  }
+  EXPECT_TRUE(absl::StrContains(Lint(e), "variable job_id: zpipe_iterations_total is not filtered"))
+      << Lint(e);
+  std::vector<RecordingRule> rules = Rules();
+  rules[0].expr = "sum by (job_id) (rate(zpipe_tokens_total[1m]))";
+  EXPECT_TRUE(absl::StrContains(Lint(Dashboard(), rules), "drops namespace or job"))
+      << Lint(Dashboard(), rules);
 }
 
 TEST(DashboardLintMutations, RateWithoutRateInterval) {

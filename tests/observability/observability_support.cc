@@ -220,7 +220,11 @@ std::vector<PanelQuery> PanelQueries(const nlohmann::json& dashboard) {
 }
 
 std::string Substitute(const std::string& expr, const Selection& s) {
-  return absl::StrReplaceAll(expr, {{"${job_id}", s.job_id},
+  return absl::StrReplaceAll(expr, {{"${namespace}", s.namespace_},
+                                    {"$namespace", s.namespace_},
+                                    {"${coordinator}", s.coordinator},
+                                    {"$coordinator", s.coordinator},
+                                    {"${job_id}", s.job_id},
                                     {"$job_id", s.job_id},
                                     {"${rank}", s.rank},
                                     {"$rank", s.rank},
@@ -324,6 +328,32 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
     }
   };
   for (const auto& r : rules) check_metrics(absl::StrCat("rules.yml ", r.record), r.expr);
+  // Several coordinators may share one Prometheus: every selector of a zpipe series names the
+  // coordinator ($namespace, $coordinator), and recording rules keep the labels that do.
+  auto check_scoped = [&](const std::string& where, const std::string& expr) {
+    static const std::regex kSelector(R"((zpipe[_:][A-Za-z0-9_:]*)\s*(\{[^}]*\})?)");
+    for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kSelector);
+         it != std::sregex_iterator(); ++it) {
+      const std::string matchers = (*it)[2].str();
+      if (!absl::StrContains(matchers, "namespace=~\"$namespace\"") ||
+          !absl::StrContains(matchers, "job=~\"$coordinator\"")) {
+        problems.push_back(absl::StrCat(where, ": ", (*it)[1].str(),
+                                        " is not filtered by $namespace and $coordinator"));
+      }
+    }
+  };
+  for (const auto& r : rules) {
+    static const std::regex kBy(R"(\bby\s*\(([^)]*)\))");
+    for (auto it = std::sregex_iterator(r.expr.begin(), r.expr.end(), kBy);
+         it != std::sregex_iterator(); ++it) {
+      const std::string labels = (*it)[1].str();
+      if (!std::regex_search(labels, std::regex(R"(\bnamespace\b)")) ||
+          !std::regex_search(labels, std::regex(R"(\bjob\b)"))) {
+        problems.push_back(
+            absl::StrCat("rules.yml ", r.record, ": by (", labels, ") drops namespace or job"));
+      }
+    }
+  }
 
   // Variables.
   std::map<std::string, nlohmann::json> vars;
@@ -334,7 +364,7 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
       vars["datasource"].value("query", "") != "prometheus") {
     problems.push_back("variables: no datasource variable of type prometheus");
   }
-  for (const char* name : {"job_id", "rank"}) {
+  for (const char* name : {"namespace", "coordinator", "job_id", "rank"}) {
     if (!vars.contains(name)) {
       problems.push_back(absl::StrCat("variables: no ", name, " variable"));
       continue;
@@ -351,6 +381,9 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
       continue;
     }
     check_metrics(absl::StrCat("variable ", name), m[1].str());
+    if (std::string(name) == "job_id" || std::string(name) == "rank") {
+      check_scoped(absl::StrCat("variable ", name), m[1].str());
+    }
   }
 
   // Panels.
@@ -386,6 +419,7 @@ std::vector<std::string> LintDashboard(const nlohmann::json& dash,
         problems.push_back(absl::StrCat(twhere, ": empty expr"));
         continue;
       }
+      check_scoped(twhere, expr);
       // Every range in a rate-like call, and every range at all, is $__rate_interval.
       static const std::regex kRange(R"(\[([^\]]*)\])");
       for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kRange);

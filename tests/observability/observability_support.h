@@ -73,6 +73,9 @@ struct Selection {
   std::string job_id;
   std::string rank = ".*";            // $rank (a regex: "All" or "0|1")
   std::string rate_interval = "10s";  // $__rate_interval
+  // $namespace: none outside Kubernetes, so Grafana's empty value (matches an absent label).
+  std::string namespace_ = "";
+  std::string coordinator = "zpipe-coordinator";  // $coordinator: the scrape job's name
 };
 std::string Substitute(const std::string& expr, const Selection& s);
 

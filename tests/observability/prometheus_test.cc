@@ -207,6 +207,8 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
     for (const auto& x : (*values)["data"]) got.insert(x.get<std::string>());
     if (label == "job_id") {
       EXPECT_TRUE(got.contains(job)) << q << " -> " << values->dump();
+    } else if (label == "job") {  // $coordinator: the coordinator's scrape job, no worker's
+      EXPECT_EQ(got, (std::set<std::string>{"zpipe-coordinator"})) << q << " -> " << values->dump();
     } else if (label == "pipeline_rank") {
       EXPECT_EQ(got, (std::set<std::string>{"0", "1"})) << q << " -> " << values->dump();
     }
@@ -222,11 +224,13 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   ASSERT_GE(queries.size(), 10u);
   for (const PanelQuery& q : queries) {
     const std::string promql = Substitute(q.expr, selection);
-    // Only jobs with an eval section export it; this synthetic job has none. The query must
-    // still be valid PromQL.
-    if (absl::StrContains(q.expr, "zpipe_eval_loss")) {
+    // Only jobs with an eval section export zpipe_eval_loss, and only models with a loss
+    // zpipe_loss; this synthetic job has neither. The query must still be valid PromQL, and a
+    // synthetic job shows no made-up loss.
+    if (absl::StrContains(q.expr, "zpipe_eval_loss") || absl::StrContains(q.expr, "zpipe_loss")) {
       json r = prom.Query(promql).value_or(json());
       EXPECT_EQ(r.value("status", ""), "success") << promql << "\n" << r.dump();
+      EXPECT_TRUE(r["data"]["result"].empty()) << promql << "\n" << r.dump();
       continue;
     }
     json r = prom.QueryUntilNonEmpty(promql, 15);
@@ -262,7 +266,7 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
   }
   EXPECT_GT(iterations_before, 0);
   EXPECT_GT(iterations_after, iterations_before) << "zpipe_iterations_total did not move";
-  EXPECT_EQ(Scalar(prom.Query("zpipe_jobs{state=\"RUNNING\"}").value_or(json())), 1);
+  EXPECT_EQ(Scalar(prom.Query("zpipe_jobs{state=\"running\"}").value_or(json())), 1);
   EXPECT_GE(predicted, 0);
   EXPECT_LT(predicted, 1);
   EXPECT_GE(measured, 0);

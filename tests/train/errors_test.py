@@ -258,7 +258,7 @@ class TrainErrorsTest(unittest.TestCase):
         while True:
             workers = cls._workers()
             if workers is not None and len(workers) == WORKERS and all(
-                    w["state"] == "WORKER_STATE_IDLE" for w in workers):
+                    w["state"] == "idle" for w in workers):
                 return workers
             cls._check_alive()
             if time.monotonic() > deadline:
@@ -371,9 +371,9 @@ class TrainErrorsTest(unittest.TestCase):
                 self.assertEqual(code, 1, f"{name}: exit {code}, want 1 (job failed)\n{err}\n"
                                           f"{json.dumps(job)[:2000]}")
                 self.assertIsNotNone(job, err)
-                self.assertEqual(job["state"], "JOB_STATE_FAILED", job.get("reason"))
+                self.assertEqual(job["state"], "failed", job.get("reason"))
                 got = self.status(job["id"])
-                self.assertEqual(got["state"], "JOB_STATE_FAILED")
+                self.assertEqual(got["state"], "failed")
                 reason = got["reason"]
                 self.assertEqual(reason, job["reason"])
                 if os.environ.get("ZPIPE_ERRORS_VERBOSE"):
@@ -471,7 +471,7 @@ class TrainErrorsTest(unittest.TestCase):
         code, job, err = self.submit(spec)
         self.assertEqual(code, 0, f"{err}\n{json.dumps(job)[:3000]}\n{self._logs()}")
         got = self.status(job["id"])
-        self.assertEqual(got["state"], "JOB_STATE_SUCCEEDED", got.get("reason"))
+        self.assertEqual(got["state"], "succeeded", got.get("reason"))
         self.assertEqual(got["progress"]["iterations_done"], 3)
         self.assertIn("loss", got["latest_summary"])
         self.assertIn("eval_loss", got["latest_summary"])
@@ -499,7 +499,7 @@ class TrainErrorsTest(unittest.TestCase):
                                                schedule="zb-v", microbatches=4, iterations=3))
         self.assertEqual(code, 0, f"{err}\n{json.dumps(job)[:3000]}\n{self._logs()}")
         got = self.status(job["id"])
-        self.assertEqual(got["state"], "JOB_STATE_SUCCEEDED", got.get("reason"))
+        self.assertEqual(got["state"], "succeeded", got.get("reason"))
         layout = got["layout"]
         self.assertEqual(layout["source"], "measured", layout)
         self.assertEqual(layout["blocks"], BLOCKS, layout)

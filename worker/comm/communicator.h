@@ -5,8 +5,8 @@
 // pipeline group (the p ranks sharing its data_rank); all-reduces run inside its DP group (the d
 // ranks sharing its pipeline_rank). Every operation is asynchronous and returns a `CommHandle`.
 //
-// Ordering contract (DESIGN.md "Communication ordering rule"): for every ordered pair (a, b), the
-// k-th Send from a to b matches the k-th Recv on b from a. Tags are carried where the transport
+// Ordering contract (docs/design.md "Plan IR", the ordering rule): for every ordered pair (a, b),
+// the k-th Send from a to b matches the k-th Recv on b from a. Tags are carried where the transport
 // can, but no implementation relies on them (NCCL cannot), so callers must post in matched order.
 // All-reduces must be issued in the same order on every member of a DP group.
 //

@@ -389,6 +389,9 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
     if (cancelled.load()) return absl::CancelledError("job cancelled");
     auto summary = (*exec)->RunIteration(it);
     if (!summary.ok()) return summary.status();
+    // A synthetic model's last stage returns a made-up falling scalar only to close the forward;
+    // it is no loss, so none is reported (no zpipe_loss, no loss in status or watch).
+    if (spec.model().has_synthetic()) summary->loss.reset();
     JobCheckpointer::Step saved;
     if (*checkpoint != nullptr) {
       auto step = (*checkpoint)->AfterIteration(**exec, it + 1, summary->loss);

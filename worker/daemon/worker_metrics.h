@@ -1,9 +1,9 @@
 // The worker's own Prometheus metrics (served on --metrics-listen for a Kubernetes PodMonitor).
 //
-// Names follow DESIGN.md: prefix zpipe_worker_, base units, label job_id plus the rank labels;
-// never a microbatch or iteration label. Updated as each iteration completes. A job's series stay
-// `finished_job_retention` after it ends (so the last scrapes see the final values), then are
-// removed, so a long-lived worker exports only its recent jobs.
+// Names follow docs/design.md "Metrics": prefix zpipe_worker_, base units, label job_id plus the
+// rank labels; never a microbatch or iteration label. Updated as each iteration completes. A job's
+// series stay `finished_job_retention` after it ends (so the last scrapes see the final values),
+// then are removed, so a long-lived worker exports only its recent jobs.
 #ifndef ZPIPE_WORKER_DAEMON_WORKER_METRICS_H_
 #define ZPIPE_WORKER_DAEMON_WORKER_METRICS_H_
 

@@ -1,7 +1,7 @@
 // Gradient sync under zero bubble: plan-driven, exactly-once, overlapped bucket all-reduces.
 //
-// Autograd hooks cannot tell when a gradient is final once W is deferred (DESIGN.md "Gradient
-// sync under zero bubble"), so readiness comes from the plan. Each local chunk's parameters are
+// Autograd hooks cannot tell when a gradient is final once W is deferred (docs/design.md
+// "Gradient sync"), so readiness comes from the plan. Each local chunk's parameters are
 // packed into contiguous, reverse-layer-ordered flat float32 buckets; each bucket knows how many
 // gradient contributions this rank's plan gives it per iteration; the executor reports every
 // contribution as it is issued; at zero the bucket's all-reduce (average over the DP group) is

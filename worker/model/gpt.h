@@ -26,7 +26,7 @@
 
 namespace zpipe::worker::model {
 
-// DESIGN.md job spec `model.gpt`.
+// docs/design.md "Job spec", `model.gpt`.
 struct GptConfig {
   int layers = 0;  // transformer blocks L
   int hidden = 0;  // width H, a multiple of heads

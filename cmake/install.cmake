@@ -1,0 +1,60 @@
+# `cmake --install build [--prefix DIR]`: the binaries, the C++ client library with its headers,
+# and a CMake package (find_package(ZeroPipe) -> ZeroPipe::client); `cpack -G DEB` in build/ packs
+# the binaries into a .deb. Included last by the top-level CMakeLists.txt, once the targets exist;
+# parts whose targets a ZPIPE_COMPONENTS build left out are skipped.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
+# Headers live under include/zeropipe/ and are included by their path in the tree
+# ("client/client.h", "core/plan.h", "zpipe/v1/job.pb.h"), so installed and in-tree code read alike
+# without claiming generic names like include/core/ for the whole system.
+set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
+
+# The binaries users run (README "The services", deploy/docker/collect-runtime).
+foreach(binary zpipe zpipe-coordinator zpipe-worker)
+  if(TARGET ${binary})
+    install(TARGETS ${binary} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  endif()
+endforeach()
+
+if(TARGET zpipe_client)
+  set_target_properties(zpipe_core PROPERTIES EXPORT_NAME core)
+  set_target_properties(zpipe_proto PROPERTIES EXPORT_NAME proto)
+  set_target_properties(zpipe_client PROPERTIES EXPORT_NAME client)
+  install(TARGETS zpipe_core zpipe_proto zpipe_client EXPORT ZeroPipeTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
+          INCLUDES DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR})
+
+  # The public headers: client.h and job_file.h (not client/internal/, not the CLI's), every core
+  # header client.h can reach (core/internal/ stays private), and the generated API headers
+  # beside the .proto files they come from.
+  install(FILES ${PROJECT_SOURCE_DIR}/client/client.h ${PROJECT_SOURCE_DIR}/client/job_file.h
+          DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/client COMPONENT development)
+  file(GLOB ZPIPE_CORE_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.h)
+  install(FILES ${ZPIPE_CORE_HEADERS} DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/core
+          COMPONENT development)
+  install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/zpipe/v1/ ${PROJECT_SOURCE_DIR}/proto/zpipe/v1/
+          DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/zpipe/v1 COMPONENT development
+          FILES_MATCHING PATTERN "*.pb.h" PATTERN "*.proto")
+
+  install(EXPORT ZeroPipeTargets NAMESPACE ZeroPipe:: DESTINATION ${ZPIPE_INSTALL_CMAKEDIR}
+          COMPONENT development)
+  configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ZeroPipeConfig.cmake.in
+                                ${PROJECT_BINARY_DIR}/ZeroPipeConfig.cmake
+                                INSTALL_DESTINATION ${ZPIPE_INSTALL_CMAKEDIR})
+  # 0.x: a minor version may break the API, so only the same minor version is compatible.
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/ZeroPipeConfigVersion.cmake
+                                   COMPATIBILITY SameMinorVersion)
+  install(FILES ${PROJECT_BINARY_DIR}/ZeroPipeConfig.cmake
+                ${PROJECT_BINARY_DIR}/ZeroPipeConfigVersion.cmake
+          DESTINATION ${ZPIPE_INSTALL_CMAKEDIR} COMPONENT development)
+endif()
+
+# What the binaries' users read and run: the licence and README, the example job files, and the
+# Grafana dashboard with the Prometheus rules.
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/README.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples ${PROJECT_SOURCE_DIR}/dashboards
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zeropipe COMPONENT runtime
+        PATTERN alerts_test.yml EXCLUDE)
