@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/cost_model.h"
-#include "core/lowering.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/key_value_store.h"
@@ -94,18 +94,20 @@ int g_run = 0;
 
 Result Run(const Example& ex, Mode mode) {
   const core::ScheduleKind kind = core::ScheduleKind::kZbV;
-  core::ScheduleRequest req;
-  req.pipeline = ex.p;
-  req.microbatches = ex.m;
   const core::Placement placement = core::PlacementFor(kind, ex.p);
   const int v = placement.chunks_per_rank();
-  req.cost = core::CostModel::Uniform(placement.num_stages(),
-                                      core::StageCost{.f = std::max(ex.f_ms / v, 1.0),
-                                                      .b = std::max(ex.b_ms / v, 1.0),
-                                                      .w = std::max(ex.w_ms / v, 1.0)},
-                                      0.05);
-  const core::Plan plan =
-      Must(core::LowerComm(Must(core::GenerateSchedule(kind, req), "plan")), "lower");
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(kind));
+  req.pipeline = ex.p;
+  req.microbatches = ex.m;
+  req.inputs = [&ex, v](const core::Placement& placement) {
+    return core::UniformInputs(placement,
+                               core::StageCost{.f = std::max(ex.f_ms / v, 1.0),
+                                               .b = std::max(ex.b_ms / v, 1.0),
+                                               .w = std::max(ex.w_ms / v, 1.0)},
+                               0.05);
+  };
+  const core::Plan plan = Must(core::PlanSchedule(req), "plan").plan;
   const fs::path dir = fs::temp_directory_path() / absl::StrCat("zpipe-ckpt-bench-", ::getpid());
   fs::remove_all(dir);
   auto store = worker::NewInMemoryStore();

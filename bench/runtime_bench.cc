@@ -11,8 +11,16 @@
 // worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
 // them; the GPT comparison pins each thread to one intra-op thread.
 //
-// Usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] [--warmup N] [--overlap-p N]
-//                            [--gpt-iters N] [--gpt layers,hidden,heads,seq_len,vocab]
+//   bubble    synthetic 5 and 20 ms actions, m = 16, p = 2 and 4, ZB-V, ZB-2p and 1F1B: measured
+//             bubble and iteration time beside the simulator's.
+//   reporting ZB-V with the daemon's progress reporting and metrics on and off.
+//   hop       per-hop cost between two processes: TCP floor, raw Gloo pair, communicator,
+//             executor (bench/runtime_hop.h).
+//
+// Usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] [--warmup
+// N]
+//                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
+//                            [--gpt layers,hidden,heads,seq_len,vocab]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -29,12 +37,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/runtime_hop.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
-#include "core/lowering.h"
+#include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 #include "worker/comm/gloo_communicator.h"
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+#include <prometheus/registry.h>
+
+#include "worker/daemon/progress_reporter.h"
+#include "worker/daemon/worker_metrics.h"
+#endif
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
@@ -143,7 +158,47 @@ struct RunSpec {
   int gpt_threads = 0;  // > 0: GPT stages with this many intra-op threads per rank
   worker::model::GptConfig gpt;
   int microbatch_size = 1;
+  // Progress reporting, metrics and timeline capture as the worker daemon runs them (only where
+  // the bench is built with the daemon library).
+  bool reporting = false;
 };
+
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+// The daemon's per-rank reporting: a ProgressReporter (the executor's ActionSink, the events the
+// coordinator builds the live view and the executed timeline from) whose messages are serialized
+// as the gRPC stream would, and the worker's Prometheus metrics updated every iteration. The sink
+// calls are timed, so the table can give their cost beside the on/off difference.
+class TimedReporting final : public worker::ActionSink {
+ public:
+  explicit TimedReporting(int rank)
+      : reporter_("bench", rank, 0,
+                  [this](const zpipe::v1::WorkerMessage& m) {
+                    bytes_ += m.SerializeAsString().size();
+                    return true;
+                  }),
+        metrics_(worker::NewPrometheusWorkerMetrics(std::make_shared<prometheus::Registry>(),
+                                                    "bench", absl::Minutes(1))),
+        rank_(rank) {}
+  void OnAction(const worker::ActionRecord& r) override {
+    const auto t0 = Clock::now();
+    reporter_.OnAction(r);
+    sink_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  void OnIteration(const IterationSummary& s) {
+    const auto t0 = Clock::now();
+    metrics_->OnIteration("bench", rank_, 0, s);
+    sink_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  double sink_s() const { return sink_s_; }
+
+ private:
+  worker::ProgressReporter reporter_;
+  std::unique_ptr<worker::WorkerMetrics> metrics_;
+  int rank_;
+  size_t bytes_ = 0;
+  double sink_s_ = 0;
+};
+#endif
 
 core::CostModel SynthCostModel(const RunSpec& r, double comm_ms) {
   const core::Placement placement = core::PlacementFor(r.kind, r.p);
@@ -155,12 +210,14 @@ core::CostModel SynthCostModel(const RunSpec& r, double comm_ms) {
 }
 
 core::Plan MakePlan(const RunSpec& r, double comm_ms) {
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(r.kind));
   req.pipeline = r.p;
   req.microbatches = r.m;
-  req.cost = SynthCostModel(r, comm_ms);
-  core::Plan plan = Must(core::GenerateSchedule(r.kind, req), "generate");
-  return Must(core::LowerComm(plan), "lower");
+  req.inputs = [&](const core::Placement&) {
+    return core::PlanInputs{.cost = SynthCostModel(r, comm_ms)};
+  };
+  return Must(core::PlanSchedule(req), "plan").plan;
 }
 
 // summaries[it][g] for the measured iterations (g = data_rank * p + pipeline_rank), plus the
@@ -168,6 +225,7 @@ core::Plan MakePlan(const RunSpec& r, double comm_ms) {
 struct RunResult {
   std::vector<std::vector<IterationSummary>> summaries;
   double wall_s = 0;
+  std::vector<double> sink_s;  // per rank: time in the reporting calls, measured iterations
 };
 
 int g_run_id = 0;
@@ -180,6 +238,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   std::vector<absl::Status> errors(n);
   RunResult result;
   result.summaries.assign(g_iters, std::vector<IterationSummary>(n));
+  result.sink_s.assign(n, 0);
   std::vector<Clock::time_point> t0(n), t1(n);
   std::unique_ptr<worker::model::SyntheticTokenData> data;
   if (r.gpt_threads > 0) {
@@ -247,16 +306,35 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
       config.timeout = absl::Seconds(60);
       config.optimizer = r.gpt_threads > 0 ? "adamw" : "sgd";
       config.max_grad_norm = r.gpt_threads > 0 ? 1.0 : 0;
+      worker::ActionSink* sink = nullptr;
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+      std::unique_ptr<TimedReporting> reporting;
+      if (r.reporting) {
+        reporting = std::make_unique<TimedReporting>(rank);
+        sink = reporting.get();
+      }
+#endif
       auto exec = Executor::Make(plan, rank, dr, config, std::move(stages), **comm, data.get(),
-                                 driver.get(), nullptr);
+                                 driver.get(), sink);
       if (!exec.ok()) return fail(exec.status());
+      double warm_sink_s = 0;  // reporting cost of the warm-up iterations, left out
       for (int it = 0; it < g_warmup + g_iters; ++it) {
         if (it == g_warmup) t0[g] = Clock::now();
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+        if (it == g_warmup && reporting != nullptr) warm_sink_s = reporting->sink_s();
+#endif
         auto s = (*exec)->RunIteration(it);
         if (!s.ok()) return fail(s.status());
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+        if (reporting != nullptr) reporting->OnIteration(*s);
+#endif
         if (it >= g_warmup) result.summaries[it - g_warmup][g] = *s;
       }
       t1[g] = Clock::now();
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+      if (reporting != nullptr) result.sink_s[g] = reporting->sink_s() - warm_sink_s;
+#endif
+      (void)warm_sink_s;
     });
   }
   for (auto& t : threads) t.join();
@@ -449,6 +527,95 @@ void Fidelity() {
   std::printf("\n");
 }
 
+// The issue-14 table: every compute action (F, B, W per chunk; BW = B + W) takes `ms`; m = 16.
+// Measured bubble and iteration time beside the simulator's, for the schedules the runtime is
+// judged by. One line per (schedule, p, action time).
+void Bubble() {
+  const double comm_ms = MeasureCommMs(64);
+  std::printf(
+      "== bubble fidelity: synthetic actions of 5 and 20 ms (F = B = W per chunk, BW = B + W), "
+      "m = 16, activation 64 KiB, ranks as threads over Gloo loopback\n");
+  std::printf(
+      "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
+      "the span; predicted: core::Simulate, T_comm = %.3f ms (ping-pong / 2)\n",
+      g_iters, g_warmup, comm_ms);
+  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("%-6s %6s %3s %9s %9s %8s %10s %10s %8s\n", "sched", "action", "p", "meas bub",
+              "pred bub", "gap", "meas ms", "pred ms", "err %");
+  for (double ms : {5.0, 20.0}) {
+    for (core::ScheduleKind kind :
+         {core::ScheduleKind::kZbV, core::ScheduleKind::kZb2p, core::ScheduleKind::k1F1B}) {
+      for (int p : {2, 4}) {
+        RunSpec r;
+        r.kind = kind;
+        r.p = p;
+        r.m = 16;
+        r.costs.f_ms = r.costs.b_ms = r.costs.w_ms = ms;
+        r.costs.activation_kb = 64;
+        const core::Plan plan = MakePlan(r, comm_ms);
+        const core::SimResult sim =
+            Must(core::Simulate(plan, SynthCostModel(r, comm_ms)), "simulate");
+        const RunResult run = RunPipeline(r, plan);
+        double span = 0, bubble = 0;
+        for (const auto& it : run.summaries) {
+          const Measured m = MeasureReplica(it, r.p, 0);
+          span += m.span_s;
+          bubble += m.bubble;
+        }
+        span = span / run.summaries.size() * 1e3;
+        bubble /= run.summaries.size();
+        std::printf("%-6s %4.0fms %3d %9.3f %9.3f %+8.3f %10.1f %10.1f %+8.2f\n",
+                    std::string(core::ScheduleName(kind)).c_str(), ms, p, bubble, sim.bubble_rate,
+                    bubble - sim.bubble_rate, span, sim.span, 100 * (span - sim.span) / sim.span);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("   machine load average at end: %s\n\n", LoadAverage().c_str());
+}
+
+// Progress reporting, metrics and timeline capture on and off: iteration time both ways, and
+// the time the executor's thread spent in the reporting calls, per iteration.
+void Reporting() {
+#ifdef ZPIPE_BENCH_WITH_DAEMON
+  std::printf(
+      "== reporting overhead: ZB-V m = 16, 5 ms actions; on = the daemon's ProgressReporter "
+      "(messages serialized) + worker Prometheus metrics; mean of %d iterations after %d\n",
+      g_iters, g_warmup);
+  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("%3s %11s %11s %8s %15s %10s\n", "p", "off ms", "on ms", "diff %", "calls us/iter",
+              "calls %");
+  for (int p : {2, 4}) {
+    RunSpec r;
+    r.kind = core::ScheduleKind::kZbV;
+    r.p = p;
+    r.m = 16;
+    r.costs.f_ms = r.costs.b_ms = r.costs.w_ms = 5;
+    const core::Plan plan = MakePlan(r, 0.05);
+    double ms[2] = {0, 0}, calls_s = 0;
+    // Alternating off/on runs, so drift in the machine's load hits both alike.
+    for (int rep = 0; rep < 2; ++rep) {
+      for (int on = 0; on < 2; ++on) {
+        r.reporting = on == 1;
+        const RunResult run = RunPipeline(r, plan);
+        for (const auto& it : run.summaries) ms[on] += MeasureReplica(it, r.p, 0).span_s * 1e3;
+        if (on == 1) {
+          for (double v : run.sink_s) calls_s += v / r.p;  // per rank
+        }
+      }
+    }
+    const double iters = 2.0 * g_iters;
+    const double off = ms[0] / iters, on = ms[1] / iters, calls_us = calls_s / iters * 1e6;
+    std::printf("%3d %11.1f %11.1f %+8.2f %15.1f %9.3f%%\n", p, off, on, 100 * (on - off) / off,
+                calls_us, 100 * calls_us / (on * 1e3));
+    std::fflush(stdout);
+  }
+  std::printf("   machine load average at end: %s\n\n", LoadAverage().c_str());
+#else
+  std::printf("== reporting overhead: needs the worker daemon library (a build with proto/)\n\n");
+#endif
+}
+
 void Overlap() {
   RunSpec r;
   r.kind = core::ScheduleKind::kZbV;
@@ -570,13 +737,14 @@ void Gpt() {
   r.gpt_threads = 1;
   r.gpt = gpt;
   r.microbatch_size = mbs;
-  core::ScheduleRequest req;
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(r.kind));
   req.pipeline = r.p;
   req.microbatches = r.m;
-  req.cost =
-      core::CostModel::Uniform(core::PlacementFor(r.kind, r.p).num_stages(), core::StageCost{});
-  const core::Plan plan =
-      Must(core::LowerComm(Must(core::GenerateSchedule(r.kind, req), "generate")), "lower");
+  req.inputs = [](const core::Placement& placement) {
+    return core::UniformInputs(placement, core::StageCost{});
+  };
+  const core::Plan plan = Must(core::PlanSchedule(req), "plan").plan;
   const RunResult run = RunPipeline(r, plan);
   double bubble = 0;
   for (const auto& it : run.summaries) bubble += MeasureReplica(it, r.p, 0).bubble;
@@ -603,9 +771,15 @@ void Gpt() {
 int main(int argc, char** argv) {
   using namespace zpipe::bench;
   std::string what = "all";
+  int hop_rounds = 400;
+  if (argc == 4 && std::string(argv[1]) == "hop-peer") {
+    return RunHopPeer(argv[2], std::atoi(argv[3]));
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--iters" && i + 1 < argc) {
+    if (a == "--hop-rounds" && i + 1 < argc) {
+      hop_rounds = std::max(20, std::atoi(argv[++i]));
+    } else if (a == "--iters" && i + 1 < argc) {
       g_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--warmup" && i + 1 < argc) {
       g_warmup = std::max(0, std::atoi(argv[++i]));
@@ -619,17 +793,24 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--gpt wants layers,hidden,heads,seq_len,vocab\n");
         return 2;
       }
-    } else if (a == "fidelity" || a == "overlap" || a == "gpt" || a == "all") {
+    } else if (a == "hop" || a == "bubble" || a == "reporting" || a == "fidelity" ||
+               a == "overlap" || a == "gpt" || a == "all") {
       what = a;
     } else {
-      std::fprintf(stderr,
-                   "usage: zpipe_runtime_bench [fidelity|overlap|gpt|all] [--iters N] "
-                   "[--warmup N] [--overlap-p N] [--gpt-iters N] "
-                   "[--gpt L,H,heads,T,V]\n");
+      std::fprintf(
+          stderr,
+          "usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
+          "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
+          "[--gpt L,H,heads,T,V]\n");
       return 2;
     }
   }
   torch::set_num_threads(1);
+  if (what == "hop" || what == "all") {
+    if (int rc = RunHopBench(hop_rounds); rc != 0) return rc;
+  }
+  if (what == "bubble" || what == "all") Bubble();
+  if (what == "reporting" || what == "all") Reporting();
   if (what == "fidelity" || what == "all") Fidelity();
   if (what == "overlap" || what == "all") Overlap();
   if (what == "gpt" || what == "all") Gpt();

@@ -46,7 +46,9 @@ struct PlanArgs {
   bool lower = false;
   int buckets = 0;
   double reduce_cost = 0;
-  int width = 0;  // --width; 0 = wide enough for every label
+  int width = 0;      // --width; 0 = wide enough for every label
+  double budget = 1;  // --budget: search seconds per schedule (0 = the greedy pass alone)
+  uint64_t seed = 1;  // --seed
 };
 
 // A finite number of at most core::kMaxCostValue in absolute value (every number `zpipe plan`
@@ -103,7 +105,8 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
   static const std::set<std::string> kValueFlags = {
       "--schedule", "--pipeline", "-p",        "--microbatches", "--chunks",
       "-m",         "--cost",     "--memory",  "--memory-limit", "--format",
-      "-o",         "--output",   "--buckets", "--reduce-cost",  "--width"};
+      "-o",         "--output",   "--buckets", "--reduce-cost",  "--width",
+      "--budget",   "--seed"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::string value;
@@ -197,6 +200,20 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       if (!v.ok()) return v.status();
       if (*v < 0) return absl::InvalidArgumentError("--reduce-cost: must be >= 0");
       pa.reduce_cost = *v;
+    } else if (flag == "--budget") {
+      auto v = ParseNumber(flag, value);
+      if (!v.ok()) return v.status();
+      if (*v < 0 || *v > core::kMaxSearchSeconds) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--budget: must be in [0, ", core::kMaxSearchSeconds,
+                         "] seconds (the search budget limit), got ", value));
+      }
+      pa.budget = *v;
+    } else if (flag == "--seed") {
+      if (!absl::SimpleAtoi(value, &pa.seed)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--seed: '", value, "' is not a non-negative integer"));
+      }
     } else if (flag == "--width") {
       auto v = ParseInt(flag, value, core::kMinAsciiWidth, core::kMaxAsciiWidth, "the width limit");
       if (!v.ok()) return v.status();
@@ -237,6 +254,7 @@ core::PlanRequest Request(absl::string_view schedule, const PlanArgs& pa) {
     return core::UniformInputs(placement, stage, comm, buckets, reduce);
   };
   req.lower = pa.lower;
+  req.search = {.budget_seconds = pa.budget, .seed = pa.seed};
   return req;
 }
 
@@ -251,6 +269,7 @@ std::string FlagOf(absl::string_view field, const PlanArgs& pa) {
   if (root == "memory_limit") return pa.memory_limit.has_value() ? "--memory-limit" : "";
   if (root == "buckets_per_stage") return "--buckets";
   if (root == "reduce_cost") return "--reduce-cost";
+  if (root == "search") return "--budget";
   if (field == "cost.comm") return "--cost comm";
   if (const size_t dot = field.rfind("]."); dot != absl::string_view::npos) {
     const absl::string_view key = field.substr(dot + 2);  // f, b, w, mem_f, mem_b, mem_w
@@ -292,6 +311,11 @@ std::string Summary(const Planned& p) {
   absl::StrAppendFormat(&out, "makespan      %s (first start to last end over all ranks)\n",
                         Plain(p.sim.global_makespan));
   absl::StrAppendFormat(&out, "bubble rate   %.4f\n", p.sim.bubble_rate);
+  absl::StrAppendFormat(&out,
+                        "lower bound   span >= %s, bubble >= %.4f (a search could gain at most "
+                        "%.4f of bubble)\n",
+                        Plain(p.span_lower_bound), p.bubble_lower_bound,
+                        std::max(0.0, p.sim.bubble_rate - p.bubble_lower_bound));
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
                         Plain(MaxOf(p.sim.peak_memory)));
   if (p.sim.total_reduce > 0) {
@@ -324,8 +348,8 @@ std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) 
   std::string out = absl::StrFormat("p=%d m=%d cost f=%s b=%s w=%s comm=%s\n\n", pa.pipeline,
                                     pa.microbatches, Plain(pa.stage_cost.f), Plain(pa.stage_cost.b),
                                     Plain(pa.stage_cost.w), Plain(pa.comm));
-  absl::StrAppendFormat(&out, "%-12s %12s %12s %8s %12s %12s %10s\n", "schedule", "span",
-                        "makespan", "bubble", "peak_memory", "mem_limit", "gen_ms");
+  absl::StrAppendFormat(&out, "%-12s %12s %12s %8s %8s %12s %12s %10s\n", "schedule", "span",
+                        "makespan", "bubble", "bound", "peak_memory", "mem_limit", "gen_ms");
   for (const Compared& row : rows) {
     if (!row.planned.ok()) {
       absl::StrAppendFormat(&out, "%-12s  unavailable: %s\n", core::ScheduleName(row.kind),
@@ -334,8 +358,8 @@ std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) 
     }
     const Planned& p = *row.planned;
     absl::StrAppendFormat(
-        &out, "%-12s %12s %12s %8.4f %12s %12s %10.2f\n", core::ScheduleName(row.kind),
-        Plain(p.sim.span), Plain(p.sim.global_makespan), p.sim.bubble_rate,
+        &out, "%-12s %12s %12s %8.4f %8.4f %12s %12s %10.2f\n", core::ScheduleName(row.kind),
+        Plain(p.sim.span), Plain(p.sim.global_makespan), p.sim.bubble_rate, p.bubble_lower_bound,
         Plain(MaxOf(p.sim.peak_memory)), Plain(p.memory_limit), 1000 * p.generate_seconds);
   }
   return out;
@@ -355,7 +379,8 @@ std::string JsonString(absl::string_view s) {
 std::string JsonNumber(double v) { return absl::StrFormat("%.17g", v); }
 
 // {"pipeline":P,"microbatches":M,"cost":{...},"schedules":[{"schedule":..,"span":..,
-//  "makespan":..,"bubble_rate":..,"peak_memory":..,"memory_limit":..,"generate_ms":..} or
+//  "makespan":..,"bubble_rate":..,"span_lower_bound":..,"bubble_lower_bound":..,
+//  "peak_memory":..,"memory_limit":..,"generate_ms":..} or
 //  {"schedule":..,"error":"..."}, ...]}
 std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
   std::string out =
@@ -374,6 +399,8 @@ std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
     absl::StrAppend(&out, ",\"span\":", JsonNumber(p.sim.span),
                     ",\"makespan\":", JsonNumber(p.sim.global_makespan),
                     ",\"bubble_rate\":", JsonNumber(p.sim.bubble_rate),
+                    ",\"span_lower_bound\":", JsonNumber(p.span_lower_bound),
+                    ",\"bubble_lower_bound\":", JsonNumber(p.bubble_lower_bound),
                     ",\"peak_memory\":", JsonNumber(MaxOf(p.sim.peak_memory)),
                     ",\"memory_limit\":", JsonNumber(p.memory_limit),
                     ",\"generate_ms\":", JsonNumber(1000 * p.generate_seconds), "}");
@@ -388,12 +415,15 @@ std::string PlanUsage() {
          "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
          "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
          "                  [--lower] [--buckets N --reduce-cost T]\n"
+         "                  [--budget SECONDS] [--seed N]\n"
          "                  [--format summary|text|json|csv|ascii|svg] [--width N]\n"
          "                  [-o table|json] [--output FILE]\n"
          "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
          "dualpipe-v\n"
          "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules); defaults\n"
          "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n"
+         "--budget: search time per schedule for zb-1p/2p/auto, zb-v, v-half, v-min (default 1,\n"
+         "0 = the greedy pass alone); the same --seed gives the same plan on every machine.\n"
          "-o json prints JSON (the plan, or the comparison for --schedule all); --output FILE\n"
          "writes FILE instead of stdout. --width defaults to what fits every label.\n";
 }

@@ -121,8 +121,9 @@ TEST(PlanCommandTest, DashOJsonPrintsJsonAndOutputWritesAFile) {
 
 // Issue 15: the comparison table printed 1.63026e+06; numbers are in plain notation.
 TEST(PlanCommandTest, ComparisonTableUsesPlainNotation) {
-  CliRun r = Plan(
-      {"--schedule", "all", "-p", "8", "-m", "32", "--cost", "f=18522,b=18086,w=9337,comm=601"});
+  // --budget 0: the greedy pass's span, which a search may shorten.
+  CliRun r = Plan({"--schedule", "all", "-p", "8", "-m", "32", "--cost",
+                   "f=18522,b=18086,w=9337,comm=601", "--budget", "0"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("p=8 m=32 cost f=18522 b=18086 w=9337 comm=601"), std::string::npos)
@@ -240,6 +241,35 @@ TEST(PlanCommandTest, TheLargestAllowedShapesStillPlan) {
   EXPECT_EQ(r.code, 0) << r.err;
   r = Plan({"--schedule", "zb-v", "-p", "32", "-m", "8", "--buckets", "1024"});
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST(PlanCommandTest, SearchBudgetAndLowerBound) {
+  const std::vector<std::string> shape = {
+      "--schedule", "zb-2p", "-p", "4", "-m", "8", "--cost", "f=900,b=1300,w=700,comm=200"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Plan(args);
+  };
+  CliRun greedy = with({"--budget", "0"});
+  ASSERT_EQ(greedy.code, 0) << greedy.err;
+  EXPECT_NE(greedy.out.find("lower bound   span >= "), std::string::npos) << greedy.out;
+  CliRun a = with({"--budget", "0.05", "--seed", "3"});
+  CliRun b = with({"--budget", "0.05", "--seed", "3"});
+  ASSERT_EQ(a.code, 0) << a.err;
+  auto without_time = [](const std::string& s) { return s.substr(0, s.find("actions")); };
+  EXPECT_EQ(without_time(a.out), without_time(b.out));
+  for (const char* bad : {"-1", "nan", "601"}) {
+    CliRun r = with({"--budget", bad});
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find("--budget"), std::string::npos) << r.err;
+  }
+  CliRun seed = with({"--seed", "x"});
+  EXPECT_EQ(seed.code, 2);
+  EXPECT_NE(seed.err.find("--seed"), std::string::npos) << seed.err;
+  CliRun all = Plan({"--schedule", "all", "-p", "4", "-m", "8", "--budget", "0", "-o", "json"});
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find("\"bubble_lower_bound\":"), std::string::npos) << all.out;
 }
 
 }  // namespace

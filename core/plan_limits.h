@@ -25,6 +25,8 @@ inline constexpr int kMaxStageBuckets = 65536;
 // Cost-model values (times, memory deltas, memory limits, reduce time): finite and at most this
 // in absolute value, so that sums over a plan stay finite and exact to well below one unit.
 inline constexpr double kMaxCostValue = 1e12;
+// Schedule search budget (SearchOptions::budget_seconds), in seconds of one core.
+inline constexpr double kMaxSearchSeconds = 600;
 
 }  // namespace zpipe::core
 

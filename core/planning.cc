@@ -9,6 +9,7 @@
 #include "core/lowering.h"
 #include "core/number_format.h"
 #include "core/plan_limits.h"
+#include "core/span_bound.h"
 #include "core/status_field.h"
 #include "core/validator.h"
 
@@ -61,6 +62,12 @@ absl::Status CheckShape(const PlanRequest& req, ScheduleKind kind) {
   if (req.memory_limit.has_value()) {
     if (absl::Status st = CheckValue("memory_limit", *req.memory_limit, true); !st.ok()) return st;
     if (*req.memory_limit <= 0) return Bad("memory_limit", "must be > 0");
+  }
+  const double budget = req.search.budget_seconds;
+  if (!std::isfinite(budget) || budget < 0 || budget > kMaxSearchSeconds) {
+    return Bad("search.budget",
+               absl::StrCat("must be a number of seconds in [0, ", PlainNumber(kMaxSearchSeconds),
+                            "] (the search budget limit), got ", PlainNumber(budget)));
   }
   return absl::OkStatus();
 }
@@ -136,6 +143,7 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   sreq.chunks = req.chunks;
   sreq.cost = out.cost;
   sreq.memory_limit = req.memory_limit;
+  sreq.search = req.search;
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
   out.generate_seconds =
@@ -176,6 +184,10 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   absl::StatusOr<SimResult> sim = Simulate(out.plan, out.cost, sopts);
   if (!sim.ok()) return Internal("simulation", sim.status());
   out.sim = *std::move(sim);
+  out.span_lower_bound =
+      SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind));
+  out.bubble_lower_bound =
+      BubbleLowerBound(placement, req.microbatches, out.cost, out.span_lower_bound);
   return out;
 }
 

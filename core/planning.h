@@ -52,6 +52,8 @@ struct PlanRequest {
   bool lower = true;     // insert SEND/RECV (LowerComm)
   bool overlap = true;   // grad sync: launch each bucket as its last gradient lands (else at end)
   bool validate = true;  // validate the compute plan and the final plan (benches may skip it)
+  // Search beyond the greedy pass (core/schedule.h); the default is the greedy pass alone.
+  SearchOptions search;
 };
 
 struct PlannedSchedule {
@@ -62,6 +64,10 @@ struct PlannedSchedule {
   std::vector<BucketPlan> buckets;  // all ranks; empty without buckets
   SimResult sim;                    // of `plan`, with the request's reduce cost and overlap
   double generate_seconds = 0;      // GenerateSchedule alone
+  // SpanLowerBound (core/span_bound.h) for the shape and memory limit, and the bubble rate at
+  // that span: sim.bubble_rate - bubble_lower_bound is what any search could still gain.
+  double span_lower_bound = 0;
+  double bubble_lower_bound = 0;
 };
 
 // Runs the chain above. Deterministic in the request (generate_seconds aside). Thread-safe.

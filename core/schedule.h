@@ -7,6 +7,7 @@
 #ifndef ZPIPE_CORE_SCHEDULE_H_
 #define ZPIPE_CORE_SCHEDULE_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,20 @@ const std::vector<ScheduleKind>& AllScheduleKinds();
 // Whether the schedule splits backward into B and W (otherwise it uses BW).
 bool SplitsBackward(ScheduleKind kind);
 
+// A search beyond the single greedy pass, for the schedules that have one (ZB-1p, ZB-2p, zb-auto,
+// ZB-V, V-Half, V-Min; the others ignore it). The search starts from the greedy pass's plan, tries
+// the rest of the generator's policy family and seeded random variants of it, then improves the
+// best by local moves on the per-rank orders (fill an idle gap with a later W, move a held-up F or
+// B earlier, shift an action a few places), each kept only when the plan still completes within
+// the same memory limit and its span does not grow. The result is never worse than the greedy
+// pass's and is the same for the same request and seed on every machine: the budget is converted
+// to a fixed amount of simulation work (about `budget_seconds` of one core of the development
+// machine), not read from a clock.
+struct SearchOptions {
+  double budget_seconds = 0;  // 0 = the greedy pass alone
+  uint64_t seed = 1;
+};
+
 struct ScheduleRequest {
   int pipeline = 1;      // p
   int microbatches = 1;  // m
@@ -49,6 +64,7 @@ struct ScheduleRequest {
   CostModel cost;        // must have p * v stages
   // Per-rank memory limit in the cost model's memory unit; nullopt = the schedule's default.
   std::optional<double> memory_limit;
+  SearchOptions search;
 };
 
 // Placement (and so v) the schedule uses for pipeline p; `chunks` only matters for interleaved.

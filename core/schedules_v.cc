@@ -25,13 +25,19 @@
 // half and a third of that (DefaultMemoryLimit). With equal F/B/W and no comm, ZB-V is
 // bubble-free.
 //
+// The greedy pass runs every candidate below on small problems and a short list of the usual
+// winners as p * m grows (p = 32, m = 256 in about 35 ms); a search budget (SearchOptions) runs
+// the rest, seeded random policies and core/internal/order_search's local moves.
+//
 // DualPipeV follows DeepSeek's step structure (warm-up forwards, then F/B pairs that DualPipe
 // would overlap, zero-bubble Ws in the cool-down). Without overlap each pair runs one after the
 // other; both orders of the pair are tried and the shorter plan within the memory limit kept.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <queue>
 #include <string>
@@ -39,7 +45,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "core/internal/generators.h"
+#include "core/internal/order_search.h"
+#include "core/span_bound.h"
 #include "core/status_field.h"
 
 namespace zpipe::core::internal {
@@ -47,8 +56,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUnset = -1;  // "not started yet" in the time tables (times are >= 0)
-
-using Orders = std::vector<std::vector<Action>>;
 
 // The shape and the per-stage costs, flattened for the inner loops.
 struct VProblem {
@@ -523,6 +530,29 @@ std::vector<GreedyPolicy> Policies() {
 constexpr int kDualPipeVariants = 4;
 Orders DualPipeVOrders(const VProblem& pb, int b_first);
 
+// The greedy pass's work, in simulated actions (a list-scheduler run counts twice its actions,
+// an evaluation once): every candidate below when the problem is small, else the short list
+// (kShortPolicies, then the best order's Ws placed anew), so that p = 32, m = 256 takes a few
+// tens of milliseconds.
+constexpr int64_t kGreedyWork = 2'000'000;
+// The short list: indices into Policies() of the ones that win most often at large p * m, at
+// ZB-V's limit (where DualPipeV's order, refilled, usually wins) and under the tighter ones.
+constexpr int kShortPoliciesZbV[] = {1};
+constexpr int kShortPoliciesTight[] = {0, 7, 9, 11};
+constexpr double kShortRefillWaits[] = {0.25, 0.5};
+
+// A random policy of the same family, for the search.
+GreedyPolicy RandomPolicy(SearchRng& rng) {
+  GreedyPolicy pol;
+  pol.forward_first = rng.Uniform(2) == 0;
+  pol.b_order = rng.Uniform(2);
+  pol.f_order = rng.Uniform(4) == 0 ? 1 : 0;
+  pol.w_wait = rng.Uniform(3) == 0 ? 0 : 1.2 * rng.Real();
+  pol.f0_wait = rng.Uniform(3) == 0 ? 0 : rng.Real();
+  pol.reserve_per_rank = 0.25 * rng.Uniform(6);
+  return pol;
+}
+
 absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
                                      absl::string_view name) {
   const VProblem pb(req, memory_limit);
@@ -534,38 +564,62 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
     best = score;
     best_orders = orders;
   };
+  const bool dualpipe = pb.m >= 2 * pb.p;
+  const std::vector<GreedyPolicy> policies = Policies();
+  constexpr double kRefillWaits[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+  const int64_t actions = int64_t{6} * pb.p * pb.m;
+  const int64_t all_runs =
+      (dualpipe ? kDualPipeVariants : 0) +
+      2 * (int64_t(policies.size()) + std::size(kRefillWaits) * (1 + (dualpipe ? 4 : 0)));
+  const bool short_pass = all_runs * actions > kGreedyWork;
+  const absl::Span<const int> short_policies =
+      name == "zb-v" ? absl::Span<const int>(kShortPoliciesZbV) : kShortPoliciesTight;
+  int64_t work = SearchWork(req.search.budget_seconds);
+  // Whether a candidate runs: always in the full pass, in the short one when listed, else while
+  // the search budget lasts.
+  auto admit = [&](bool listed, int64_t cost) {
+    if (!short_pass || listed) return true;
+    if (work < cost) return false;
+    work -= cost;
+    return true;
+  };
+  auto run_greedy = [&](const GreedyPolicy& pol, const Orders* fb_order) {
+    VGreedy greedy = fb_order ? VGreedy(pb, pol, *fb_order) : VGreedy(pb, pol);
+    Score score;
+    if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
+  };
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
   // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
   // at which the greedy runs give up.
-  if (pb.m >= 2 * pb.p) {
+  std::vector<Orders> dualpipe_orders;
+  if (dualpipe) {
     for (int variant = 0; variant < kDualPipeVariants; ++variant) {
-      orders = DualPipeVOrders(pb, variant);
+      dualpipe_orders.push_back(DualPipeVOrders(pb, variant));
+      orders = dualpipe_orders.back();
       Score score;
       if (Evaluate(pb, orders, &score)) consider(score);
     }
   }
-  for (const GreedyPolicy& pol : Policies()) {
-    VGreedy greedy(pb, pol);
-    Score score;
-    if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
+  for (size_t k = 0; k < policies.size(); ++k) {
+    const bool listed =
+        std::find(short_policies.begin(), short_policies.end(), int(k)) != short_policies.end();
+    if (admit(listed, 2 * actions)) run_greedy(policies[k], nullptr);
   }
   // The best F/B order found so far and DualPipeV's, with their Ws placed anew: a W in an order
   // can hold up a backward that arrives while it runs, or be missing where a gap needs filling.
   // This step is what brings ZB-V to (p=16) and below (p=32) the ZB paper's Table 8.
   if (!best_orders.empty()) {
     std::vector<Orders> bases = {best_orders};
-    if (pb.m >= 2 * pb.p) {
-      for (int variant = 0; variant < kDualPipeVariants; ++variant) {
-        bases.push_back(DualPipeVOrders(pb, variant));
-      }
-    }
-    for (const Orders& base : bases) {
-      for (double w_wait : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    for (Orders& base : dualpipe_orders) bases.push_back(std::move(base));
+    for (size_t b = 0; b < bases.size(); ++b) {
+      for (double w_wait : kRefillWaits) {
+        const bool listed =
+            b == 0 && std::find(std::begin(kShortRefillWaits), std::end(kShortRefillWaits),
+                                w_wait) != std::end(kShortRefillWaits);
+        if (!admit(listed, 2 * actions)) continue;
         GreedyPolicy pol;
         pol.w_wait = w_wait;
-        VGreedy greedy(pb, pol, base);
-        Score score;
-        if (greedy.Run(&orders, &score, best.rank_span)) consider(score);
+        run_greedy(pol, &bases[b]);
       }
     }
   }
@@ -574,6 +628,29 @@ absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_l
                          name, ": found no schedule within the memory limit ", memory_limit,
                          " (the memory deltas need B and W to free what F allocates)")),
                      "memory_limit");
+  }
+  const double bound = SpanLowerBound(Placement::VShape(pb.p), pb.m, req.cost, memory_limit,
+                                      /*split_backward=*/true);
+  if (work > 0 && !AtBound(best.rank_span, bound)) {
+    // The search: a third of what is left on random policies and on the best order's Ws placed
+    // anew with random waits, the rest on local moves.
+    SearchRng rng(req.search.seed);
+    int64_t variants = std::min(work / 3, kMaxRandomPolicies * 2 * actions);
+    for (; variants >= 2 * actions && !AtBound(best.rank_span, bound); variants -= 2 * actions) {
+      work -= 2 * actions;
+      if (rng.Uniform(3) == 0) {
+        GreedyPolicy pol;
+        pol.w_wait = 1.2 * rng.Real();
+        const Orders base = best_orders;
+        run_greedy(pol, &base);
+      } else {
+        run_greedy(RandomPolicy(rng), nullptr);
+      }
+    }
+    const OrderProblem problem(Placement::VShape(pb.p), pb.m, req.cost, memory_limit);
+    if (std::optional<OrderScore> score = problem.Evaluate(best_orders)) {
+      ImproveOrders(problem, best_orders, *score, work, rng.Next(), bound);
+    }
   }
   return MakePlan(name, pb, std::move(best_orders));
 }

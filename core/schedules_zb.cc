@@ -13,8 +13,11 @@
 // (each action as soon as its dependencies and its rank allow, in the chosen order), and keeps the
 // one with the shortest span in docs/design.md's sense: the longest per-rank span from first start
 // to last end. A short local search then polishes the winner along its critical path (beyond the
-// paper, which hands this step to an ILP). The family and the search shrink as p * m grows so
-// that p = 32, m = 256 stays well under a second.
+// paper, which hands this step to an ILP). The greedy pass runs the whole family on small
+// problems and a short list of the usual winners as p * m grows, so that p = 32, m = 256 takes
+// about 20 ms. With a search budget (SearchOptions) the automatic scheduler then runs the rest of
+// the family, seeded random policies (including W lags: later ranks holding Ws back), longer
+// polishing and core/internal/order_search's local moves.
 //
 // The memory limit is always honoured. Under a limit below what the H1 / H2 shapes need, ZB-H1
 // and ZB-H2 still return the best plan that fits; only a limit below one microbatch at a time is
@@ -31,6 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/generators.h"
+#include "core/internal/order_search.h"
+#include "core/span_bound.h"
 #include "core/status_field.h"
 
 namespace zpipe::core::internal {
@@ -38,8 +43,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kNoCap = std::numeric_limits<int>::max();
-
-using Orders = std::vector<std::vector<Action>>;
 
 struct Problem {
   int p = 1;
@@ -249,39 +252,36 @@ bool UnblockChain(const Problem& pr, const Timeline& tl, int j, Orders& orders) 
 // actions on the critical path with the same-rank action that held them up -- and keeps the
 // first that stays within memory and is strictly better. Bounded by `evaluations`.
 void Polish(const Problem& pr, Orders& orders, Score& score, int evaluations) {
-  Timeline tl;
+  Timeline tl, trial_tl;
   if (!Evaluate(pr, orders, /*check_memory=*/false, &tl)) return;
+  Orders trial;
   while (evaluations > 0) {
-    std::vector<Orders> trials;
-    for (int j = pr.m - 1; j >= std::max(0, pr.m - 3); --j) {
-      Orders trial = orders;
-      if (UnblockChain(pr, tl, j, trial)) trials.push_back(std::move(trial));
-    }
-    // Held-up pairs on the critical path: all at once (a path is often held up a little at every
-    // rank, and no single swap shortens it), then each alone.
+    // The rewrites of this round, built one at a time (each is a copy of the whole plan):
+    // the last three microbatches' chains, then the held-up pairs on the critical path all at
+    // once (a path is often held up a little at every rank, and no single swap shortens it),
+    // then each pair alone.
     const std::vector<std::pair<int, int>> pairs = HeldUpPairs(pr, orders, tl, /*limit=*/2 * pr.p);
-    for (size_t n = 0; n < pairs.size() && n < 9; ++n) {
-      Orders trial = orders;
-      if (n == 0) {
+    const int chains = std::min(pr.m, 3);
+    const int rewrites = chains + static_cast<int>(std::min<size_t>(pairs.size(), 9));
+    bool improved = false;
+    for (int n = 0; n < rewrites && !improved; ++n) {
+      trial = orders;
+      if (n < chains) {
+        if (!UnblockChain(pr, tl, pr.m - 1 - n, trial)) continue;
+      } else if (n == chains) {
         if (pairs.size() < 2) continue;
         for (const auto& [r, k] : pairs) std::swap(trial[r][k - 1], trial[r][k]);
       } else {
-        const auto& [r, k] = pairs[n - 1];
+        const auto& [r, k] = pairs[n - chains - 1];
         std::swap(trial[r][k - 1], trial[r][k]);
       }
-      trials.push_back(std::move(trial));
-    }
-    bool improved = false;
-    for (Orders& trial : trials) {
       if (evaluations-- <= 0) break;
-      Timeline trial_tl;
       std::optional<Score> s = Evaluate(pr, trial, /*check_memory=*/true, &trial_tl);
       if (s && *s < score) {
         score = *s;
-        orders = std::move(trial);
-        tl = std::move(trial_tl);
+        std::swap(orders, trial);
+        std::swap(tl, trial_tl);
         improved = true;
-        break;
       }
     }
     if (!improved) return;
@@ -323,6 +323,11 @@ struct Policy {
   double warmup_slack = kInf;
   bool b_first = true;  // after the first B: a ready B goes before a ready F (else they alternate)
   double w_gap = 1;     // a deferred W fills an idle gap of at least w_gap * T_W
+  // Per rank (empty = 0): how many Ws the rank keeps deferred instead of filling a gap with them.
+  // Ranks near the end that hold a few Ws back pass the last microbatches' Bs on at once and
+  // fill their own drain with the held Ws (the paper's heuristic lets them idle for the same
+  // reason).
+  std::vector<int> w_lag;
 };
 
 // The memory-bounded list scheduler. Returns the per-rank orders, or nullopt if the policy got
@@ -402,7 +407,11 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
         if (b_allowed) {
           next = std::min(next, rb < kInf ? rb : t + cost.stages[r + 1].b + cost.comm);
         }
-        if (next - t >= policy.w_gap * c.w) pick = Pick::kW;
+        const bool drain = !f_left && !b_left;
+        const size_t lag = policy.w_lag.empty() ? 0 : policy.w_lag[r];
+        if (next - t >= policy.w_gap * c.w && (drain || st.pending_w.size() > lag)) {
+          pick = Pick::kW;
+        }
       }
     }
 
@@ -483,6 +492,14 @@ std::vector<int> Caps(const Problem& pr, int a, int b) {
   return cap;
 }
 
+// Per rank, round(a * r) Ws held back (Policy::w_lag): the later ranks, with fewer activations
+// in flight, have the memory to hold them.
+std::vector<int> Lags(const Problem& pr, double a) {
+  std::vector<int> lag(pr.p);
+  for (int r = 0; r < pr.p; ++r) lag[r] = static_cast<int>(std::lround(a * r));
+  return lag;
+}
+
 // The policy knobs tried for every cap shape, most useful first (on the paper's cost profiles
 // the gap rule matters most, then the warm-up slack, and the F/B priority only now and then).
 std::vector<Policy> Knobs(const std::vector<int>& cap) {
@@ -502,26 +519,63 @@ int Budget(const Problem& pr) {
   return static_cast<int>(std::clamp(1'500'000L / std::max(actions, 1L), 8L, 160L));
 }
 
+// How many list-scheduler runs the greedy pass of the automatic scheduler spends: about 150
+// thousand action steps, so that p = 32, m = 256 takes about 20 ms, and small problems try
+// every candidate.
+int GreedyRuns(const Problem& pr) {
+  const long actions = 3L * pr.p * pr.m;
+  return static_cast<int>(std::clamp(150'000L / std::max(actions, 1L), 6L, 160L));
+}
+
 // A list-scheduler run: the policy and the problem (memory limit) it runs under.
 struct Candidate {
   const Problem* problem;
   Policy policy;
 };
 
-// Runs every candidate, keeps the best-scoring plan. `pr` is the request's own problem.
+// A random member of the policy family, for the search: any cap shape a * (p - r) + b or none,
+// any warm-up slack, F/B priority and gap rule.
+Candidate RandomCandidate(const std::vector<Candidate>& family, SearchRng& rng) {
+  const Problem* problem = family[rng.Uniform(static_cast<int>(family.size()))].problem;
+  Policy policy;
+  const int shape = rng.Uniform(4);
+  policy.cap =
+      shape == 0 ? std::vector<int>(problem->p, kNoCap) : Caps(*problem, shape, rng.Uniform(4) - 1);
+  constexpr double kSlacks[] = {0.0, 0.25, 0.5, 1.0, 2.0, kInf};
+  policy.warmup_slack = kSlacks[rng.Uniform(6)];
+  policy.b_first = rng.Uniform(3) != 0;
+  policy.w_gap = 1.5 * rng.Real();
+  if (rng.Uniform(2) == 0) policy.w_lag = Lags(*problem, 1.5 * rng.Real());
+  return {problem, std::move(policy)};
+}
+
+// Runs the first `greedy_runs` candidates (the greedy pass), then, with a search budget, the rest
+// of them, random variants and local moves; keeps the best-scoring plan. `pr` is the request's
+// own problem.
 absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& candidates,
-                            absl::string_view name) {
+                            size_t greedy_runs, int polish_evaluations, absl::string_view name,
+                            const SearchOptions& search = {}) {
   std::optional<Orders> best;
   Score best_score;
-  for (const Candidate& candidate : candidates) {
+  const int64_t actions = 3L * pr.p * pr.m;
+  const int64_t run_cost = 2 * actions;  // a list-scheduler run and its evaluation
+  int64_t work = SearchWork(search.budget_seconds);
+  auto run = [&](const Candidate& candidate) {
     std::optional<Orders> orders = ListSchedule(*candidate.problem, candidate.policy);
-    if (!orders) continue;
+    if (!orders) return;
     std::optional<Score> score = Evaluate(pr, *orders);
-    if (!score) continue;  // cannot happen: the scheduler's own timeline is a witness
+    if (!score) return;  // cannot happen: the scheduler's own timeline is a witness
     if (!best || *score < best_score) {
       best_score = *score;
       best = std::move(orders);
     }
+  };
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    if (k >= greedy_runs) {
+      if (work < run_cost) break;
+      work -= run_cost;
+    }
+    run(candidates[k]);
   }
   if (!best) {
     // Every policy got stuck (memory deltas where a B or W needs room, all of it taken by Fs).
@@ -529,12 +583,31 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
     best = ListSchedule(pr, Policy{std::vector<int>(pr.p, 1), kInf, true, 0});
     if (best) best_score = Evaluate(pr, *best).value_or(Score{});
   }
-  if (best) Polish(pr, *best, best_score, std::max(16, Budget(pr) / 2));
   if (!best) {
     return WithField(absl::FailedPreconditionError(absl::StrCat(
                          name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
                          ", m = ", pr.m, "; raise the memory limit")),
                      "memory_limit");
+  }
+  Polish(pr, *best, best_score, polish_evaluations);
+  const double bound =
+      SpanLowerBound(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit, /*split_backward=*/true);
+  if (work > 0 && !candidates.empty() && !AtBound(best_score.span, bound)) {
+    // The search: a third of what is left on random policies, then critical-path polishing and
+    // local moves on the best plan.
+    SearchRng rng(search.seed);
+    int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
+    for (; variants >= run_cost && !AtBound(best_score.span, bound); variants -= run_cost) {
+      work -= run_cost;
+      run(RandomCandidate(candidates, rng));
+    }
+    const int polish = static_cast<int>(std::min<int64_t>(work / 4 / actions, 1 << 20));
+    work -= int64_t{polish} * actions;
+    Polish(pr, *best, best_score, polish);
+    const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit);
+    if (std::optional<OrderScore> score = problem.Evaluate(*best)) {
+      ImproveOrders(problem, *best, *score, work, rng.Next(), bound);
+    }
   }
   Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
   plan.ranks = std::move(*best);
@@ -572,7 +645,7 @@ absl::StatusOr<Plan> Handcrafted(const ScheduleRequest& req, double memory_limit
   std::vector<Candidate> candidates;
   for (Policy& policy : Knobs(Caps(*pr, a, b))) candidates.push_back({&*pr, std::move(policy)});
   candidates.resize(std::min<size_t>(candidates.size(), std::max(6, Budget(*pr) / 2)));
-  return BestOf(*pr, candidates, name);
+  return BestOf(*pr, candidates, candidates.size(), std::max(16, Budget(*pr) / 2), name);
 }
 
 }  // namespace
@@ -608,15 +681,27 @@ absl::StatusOr<Plan> GenerateZbAuto(const ScheduleRequest& req, double memory_li
       run_problem.push_back(&tier);
     }
   }
-  // Round-robin over the runs, so that a small budget still tries the best knobs everywhere.
+  // Round-robin over the runs, so that the greedy pass's few runs still try the best knobs
+  // everywhere; a search runs the rest.
   std::vector<Candidate> candidates;
-  const size_t budget = Budget(*pr);
-  for (size_t k = 0; k < runs[0].size() && candidates.size() < budget; ++k) {
-    for (size_t j = 0; j < runs.size() && candidates.size() < budget; ++j) {
-      candidates.push_back({run_problem[j], runs[j][k]});
-    }
+  for (size_t k = 0; k < runs[0].size(); ++k) {
+    for (size_t j = 0; j < runs.size(); ++j) candidates.push_back({run_problem[j], runs[j][k]});
   }
-  return BestOf(*pr, candidates, name);
+  const int greedy_runs = GreedyRuns(*pr);
+  if (greedy_runs < static_cast<int>(candidates.size())) {
+    // A short greedy pass starts with the (knob, shape) pairs that win most often at large
+    // p * m: no cap and the 1F1B-like cap with the first knobs, then the rest in order.
+    constexpr size_t kHead[] = {0, 2, 8, 1, 3, 10};
+    std::vector<Candidate> ordered;
+    for (size_t k : kHead) ordered.push_back(candidates[k]);
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      if (std::find(std::begin(kHead), std::end(kHead), k) == std::end(kHead)) {
+        ordered.push_back(candidates[k]);
+      }
+    }
+    candidates = std::move(ordered);
+  }
+  return BestOf(*pr, candidates, greedy_runs, std::max(4, greedy_runs / 2), name, req.search);
 }
 
 }  // namespace zpipe::core::internal

@@ -64,10 +64,13 @@ class CommHandle {
   // DEADLINE_EXCEEDED with the operation still running when `timeout` passed first (wait again).
   virtual absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) = 0;
 
-  // True once the operation finished, successfully or not. Never blocks.
+  // True once the operation finished, successfully or not. Never blocks. A transport may learn
+  // of a completion only by waiting for it (GlooCommunicator's receives, which are waited for
+  // on the caller's thread): then Test() turns true once a Wait saw it finish.
   virtual bool Test() = 0;
 
-  // When the transport started and finished the operation; meaningful once Test() is true.
+  // When the transport started and finished the operation (or, where completions are seen by
+  // waiting, when a Wait first saw it finish); meaningful once Test() is true.
   virtual CommTimes times() const = 0;
 };
 

@@ -2,8 +2,12 @@
 //
 // One Gloo context for the pipeline group and one for the DP group, both bootstrapped through the
 // job's KeyValueStore (keys "<key_prefix>pp/<data_rank>/..." and "<key_prefix>dp/<pipeline_rank>/
-// ..."). P2P runs on unbound buffers (tag = Gloo slot), completed by one waiter thread per peer
-// and direction, so a slow peer never delays another peer's traffic and Send never blocks.
+// ..."). P2P runs on unbound buffers (tag = Gloo slot). No thread of ours sits between Gloo and
+// the caller: the thread that waits for (or tests) a handle checks its buffer, and Gloo's device
+// loop wakes it directly when the bytes are in, so a receive costs one thread hand-off. Handles
+// are independent (a slow peer never delays another's traffic) and Send never blocks. A handle's
+// end time is when a Wait or Test first saw it complete, so callers that want it exact poll
+// their pending handles (the executor does, between actions).
 // All-reduces run in issue order on one dedicated thread, so they overlap the caller's compute.
 // Tensors must be CPU tensors.
 #ifndef ZPIPE_WORKER_COMM_GLOO_COMMUNICATOR_H_

@@ -295,6 +295,105 @@ TEST(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
   });
 }
 
+// A receive is waited for on the caller's thread: a Wait shorter than the communicator's
+// timeout gives up on time with the receive still pending (without failing the connection, as a
+// timed-out Gloo wait would), and the same handle then completes with the data. The executor
+// waits in such slices (to notice a cancel), so this is its normal path.
+TEST(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());
+    if (rank == 0) {
+      torch::Tensor got = torch::zeros({1 << 16});
+      auto recv = comm->Recv(got, 1, 5);
+      EXPECT_TRUE(absl::IsDeadlineExceeded(recv->Wait(absl::ZeroDuration())));
+      for (int k = 0; k < 3; ++k) {
+        const auto start = Clock::now();
+        absl::Status s = recv->Wait(absl::Milliseconds(40));
+        const auto waited = Clock::now() - start;
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_GE(waited, std::chrono::milliseconds(39));
+        EXPECT_LT(waited, std::chrono::milliseconds(1000));
+        EXPECT_FALSE(recv->Test());
+      }
+      ASSERT_TRUE(comm->Barrier().ok());  // now rank 1 sends
+      ASSERT_TRUE(recv->Wait(absl::Seconds(20)).ok());
+      EXPECT_TRUE(recv->Test());
+      EXPECT_TRUE(torch::equal(got, Pattern(1, 0, 5, 1 << 16)));
+      EXPECT_GE(recv->times().end, recv->times().start);
+      // The connection still works both ways after the slices.
+      torch::Tensor back = torch::zeros({8});
+      ASSERT_TRUE(comm->Recv(back, 1, 6)->Wait(absl::Seconds(20)).ok());
+      EXPECT_TRUE(torch::equal(back, Pattern(1, 0, 6, 8)));
+    } else {
+      ASSERT_TRUE(comm->Barrier().ok());
+      ASSERT_TRUE(comm->Send(Pattern(1, 0, 5, 1 << 16), 0, 5)->Wait(absl::Seconds(20)).ok());
+      ASSERT_TRUE(comm->Send(Pattern(1, 0, 6, 8), 0, 6)->Wait(absl::Seconds(20)).ok());
+    }
+  });
+}
+
+// Two threads waiting on one receive handle: both see it complete (one waits on Gloo, the
+// other for the first's result).
+TEST(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    if (rank == 0) {
+      torch::Tensor got = torch::zeros({1024});
+      auto recv = comm->Recv(got, 1, 0);
+      std::atomic<int> ok{0};
+      std::vector<std::thread> waiters;
+      for (int t = 0; t < 2; ++t) {
+        waiters.emplace_back([&] {
+          while (true) {
+            absl::Status s = recv->Wait(absl::Milliseconds(30));
+            if (s.ok()) break;
+            if (!absl::IsDeadlineExceeded(s)) return;
+          }
+          ++ok;
+        });
+      }
+      ASSERT_TRUE(comm->Barrier().ok());
+      for (auto& w : waiters) w.join();
+      EXPECT_EQ(ok.load(), 2);
+      EXPECT_TRUE(torch::equal(got, Pattern(1, 0, 0, 1024)));
+    } else {
+      absl::SleepFor(absl::Milliseconds(100));  // both waiters are in by now
+      ASSERT_TRUE(comm->Barrier().ok());
+      ASSERT_TRUE(comm->Send(Pattern(1, 0, 0, 1024), 0, 0)->Wait(absl::Seconds(20)).ok());
+    }
+  });
+}
+
+// Destroying the communicator while a thread waits on a receive wakes it with CANCELLED.
+TEST(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
+  auto store = NewInMemoryStore();
+  std::atomic<bool> done{false};  // rank 1 stays connected until rank 0 is through
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());
+    if (rank != 0) {
+      while (!done.load()) absl::SleepFor(absl::Milliseconds(5));
+      return;
+    }
+    auto recv = comm->Recv(torch::empty({16}), 1, 3);
+    absl::Status got;
+    std::thread waiter([&] { got = recv->Wait(absl::Seconds(15)); });
+    absl::SleepFor(absl::Milliseconds(100));
+    const auto start = Clock::now();
+    comm.reset();
+    waiter.join();
+    done = true;
+    EXPECT_TRUE(absl::IsCancelled(got)) << got;
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  });
+}
+
 TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {

@@ -43,6 +43,8 @@ constexpr int kNormGatherTag = kMaxTag - 1;
 constexpr int kNormBroadcastTag = kMaxTag - 2;
 constexpr int kEvalTag = kMaxTag - 3;     // activations of Evaluate, in stage order per pair
 constexpr int kEvalMicrobatch = 1 << 29;  // microbatch ids of Evaluate's forwards
+// Beyond this many pooled receive buffers (a stage that keeps its inputs), receives allocate.
+constexpr size_t kMaxPooledRecvBuffers = 64;
 
 // Sum of pairwise intersections of two sorted lists of disjoint intervals.
 double Overlap(const std::vector<std::pair<SteadyTime, SteadyTime>>& a,
@@ -108,9 +110,10 @@ struct Executor::Impl {
   std::map<std::pair<int, int>, torch::Tensor> grads;    // B input grads by (stage, mb)
   std::map<Key, PendingRecv> recvs;
   std::vector<PendingSend> sends;
-  int current_iteration = 0;           // the one running, for the sink's records
-  size_t next_recv = 0;                // index into recv_positions of the next receive to post
-  std::vector<size_t> recv_positions;  // indices of RECV actions in the rank's plan
+  int current_iteration = 0;             // the one running, for the sink's records
+  size_t next_recv = 0;                  // index into recv_positions of the next receive to post
+  std::vector<size_t> recv_positions;    // indices of RECV actions in the rank's plan
+  std::vector<torch::Tensor> recv_pool;  // receive buffers, kept across iterations (RecvBuffer)
   double p2p_wait_s = 0;
 
   int Tag(ActionKind send_kind, int stage, int mb) const {
@@ -141,8 +144,7 @@ struct Executor::Impl {
     // The local consumer's boundary spec: stage s+1 receives s's output; s-1 receives s's grad.
     const int local_stage = act ? a.stage + 1 : a.stage - 1;
     const model::TensorSpec spec = StageOf(local_stage).ActivationSpec(config.microbatch_size);
-    torch::Tensor buffer =
-        torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
+    torch::Tensor buffer = RecvBuffer(spec);
     const ActionKind send_kind = act ? ActionKind::kSendAct : ActionKind::kSendGrad;
     PendingRecv pending;
     pending.action = a;
@@ -151,6 +153,33 @@ struct Executor::Impl {
     pending.tensor = buffer;
     recvs[{send_kind, a.stage, a.microbatch}] = std::move(pending);
     return absl::OkStatus();
+  }
+
+  // A receive buffer for `spec`. On the CPU from a pool: a pooled buffer is reused once nothing
+  // but the pool holds its storage (the stage copied the input or let it go), so steady-state
+  // receives allocate nothing (a fresh 4 MB buffer costs page faults on every receive). Each
+  // receive gets its own tensor over the storage, so no autograd state carries over. Device
+  // buffers come from the caching allocator, which also knows when the device is done with them.
+  torch::Tensor RecvBuffer(const model::TensorSpec& spec) {
+    const auto options = torch::TensorOptions().dtype(spec.dtype).device(comm->device());
+    if (!comm->device().is_cpu()) return torch::empty(spec.shape, options);
+    const torch::Tensor* free = nullptr;
+    for (const torch::Tensor& t : recv_pool) {
+      if (t.storage().use_count() == 1 && t.scalar_type() == spec.dtype &&
+          t.sizes() == c10::IntArrayRef(spec.shape)) {
+        free = &t;
+        break;
+      }
+    }
+    if (free == nullptr) {
+      torch::Tensor t = torch::empty(spec.shape, options);
+      if (recv_pool.size() >= kMaxPooledRecvBuffers) return t;
+      recv_pool.push_back(std::move(t));
+      free = &recv_pool.back();
+    }
+    torch::Tensor out = torch::empty({0}, options);
+    out.set_(*free);
+    return out;
   }
 
   // Posts receives in plan order up to `upto` (inclusive) and keeps `lookahead` more posted.

@@ -324,3 +324,85 @@ TEST(ExecutorTest, RejectsStagesThatDoNotMatchThePlacement) {
 
 }  // namespace
 }  // namespace zpipe::worker
+
+namespace zpipe::worker {
+namespace {
+
+// Stage 0 of two: F sends microbatch mb of iteration it as a tensor filled with 100 it + mb.
+// Stage 1 keeps every input it receives until that microbatch's W, then checks it still holds
+// what was sent: receive buffers are pooled, and one must never be reused while a stage holds it.
+class KeepingStage final : public model::Stage {
+ public:
+  KeepingStage(int stage, int64_t floats) : stage_(stage), floats_(floats) {}
+  int stage() const override { return stage_; }
+  int num_stages() const override { return 2; }
+  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
+                                        const torch::Tensor*) override {
+    ++pending_;
+    if (stage_ == 0) return torch::full({floats_}, 100.0f * iteration_ + mb);
+    kept_[mb] = input;  // the received tensor itself, as autograd would save it
+    return torch::full({}, 1.0f);
+  }
+  absl::StatusOr<torch::Tensor> BackwardInput(int, const torch::Tensor&) override {
+    return torch::zeros({floats_});
+  }
+  absl::Status BackwardWeight(int mb) override {
+    --pending_;
+    if (stage_ == 1) {
+      const float want = 100.0f * iteration_ + mb;
+      if (!torch::equal(kept_[mb], torch::full({floats_}, want))) {
+        return absl::InternalError(absl::StrCat("input of microbatch ", mb, " of iteration ",
+                                                iteration_, " was overwritten while held"));
+      }
+      kept_.erase(mb);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
+  void ClearLosses() override { ++iteration_; }  // called once at the start of every iteration
+  void FreeMicrobatch(int) override {}
+  int pending_microbatches() const override { return pending_; }
+  const std::vector<model::ParamInfo>& params() const override { return params_; }
+  model::TensorSpec ActivationSpec(int) const override { return {{floats_}, torch::kFloat32}; }
+
+ private:
+  int stage_;
+  int64_t floats_;
+  int iteration_ = -1;
+  int pending_ = 0;
+  std::map<int, torch::Tensor> kept_;
+  std::vector<model::ParamInfo> params_;
+};
+
+TEST(ExecutorTest, PooledReceiveBuffersAreNeverReusedWhileAStageHoldsThem) {
+  // GPipe: rank 1 holds every received input of the iteration before its first backward.
+  auto plan = testing::LoweredPlan(core::ScheduleKind::kGpipe, 2, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto store = NewInMemoryStore();
+  absl::Status st = testing::RunOnThreads(2, [&](int rank) -> absl::Status {
+    CommunicatorOptions o;
+    o.pipeline_rank = rank;
+    o.pipeline_size = 2;
+    o.key_prefix = "pool/";
+    auto comm = NewGlooCommunicator(o, *store);
+    if (!comm.ok()) return comm.status();
+    std::vector<std::unique_ptr<model::Stage>> stages;
+    stages.push_back(std::make_unique<KeepingStage>(rank, 4096));
+    ExecutorConfig config;
+    config.optimizer = "sgd";
+    config.max_grad_norm = 0;
+    config.timeout = absl::Seconds(30);
+    auto exec = Executor::Make(*plan, rank, 0, config, std::move(stages), **comm, nullptr, nullptr,
+                               nullptr);
+    if (!exec.ok()) return exec.status();
+    for (int it = 0; it < 3; ++it) {
+      auto s = (*exec)->RunIteration(it);
+      if (!s.ok()) return s.status();
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+}  // namespace
+}  // namespace zpipe::worker

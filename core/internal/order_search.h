@@ -1,0 +1,99 @@
+// Internal: timing and local search of per-rank compute orders, shared by the ZB and V generators.
+//
+// A candidate plan is its per-rank order of F, B and W actions; everything else (when each
+// action runs) follows from core::Simulate's rules. OrderProblem times an order and checks its
+// memory the way the validator does, and ImproveOrders rewrites an order by small moves (fill
+// an idle gap with a later W, move an action that its own rank held up earlier, shift an action
+// a few places) and keeps a move only when the order still completes within the memory limit
+// and its score does not get worse. Moves are drawn from a seeded generator that does not
+// depend on the standard library's distributions, so a (seed, work) pair gives the same plan on
+// every platform.
+//
+// Work is counted in simulated actions, not seconds: the search stops after a deterministic
+// amount of work, so its result does not depend on the machine's speed or load.
+// SearchWork() converts the user's time budget at a fixed rate measured on this project's
+// development machine.
+#ifndef ZPIPE_CORE_INTERNAL_ORDER_SEARCH_H_
+#define ZPIPE_CORE_INTERNAL_ORDER_SEARCH_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/cost_model.h"
+#include "core/placement.h"
+#include "core/plan.h"
+
+namespace zpipe::core::internal {
+
+using Orders = std::vector<std::vector<Action>>;
+
+// Lexicographic: docs/design.md's span, then the global makespan, then the sum of the ranks' own
+// spans (so that a move shortening a rank that is not the longest still counts as progress).
+struct OrderScore {
+  double span = 0;
+  double makespan = 0;
+  double total = 0;
+  bool operator<(const OrderScore& o) const;
+  bool operator<=(const OrderScore& o) const { return !(o < *this); }
+};
+
+struct OrderTimeline {
+  std::vector<std::vector<double>> start, end;  // indexed like the orders
+};
+
+class OrderProblem {
+ public:
+  // `cost` must outlive the problem and have placement.num_stages() stages.
+  OrderProblem(const Placement& placement, int microbatches, const CostModel& cost,
+               double memory_limit);
+
+  // Times `orders` (compute actions only) with core::Simulate's rules. nullopt when the orders
+  // deadlock or a rank's running memory passes the limit (with the validator's tolerance).
+  std::optional<OrderScore> Evaluate(const Orders& orders, OrderTimeline* timeline = nullptr) const;
+
+  int64_t actions() const { return actions_; }
+
+ private:
+  int p_, m_, S_;
+  std::vector<int> rank_of_;
+  std::vector<double> edge_;  // latency of stage s -> s + 1
+  const CostModel* cost_;
+  double limit_, tol_;
+  int64_t actions_;
+};
+
+// Deterministic pseudo-random numbers (splitmix64), the same on every platform.
+class SearchRng {
+ public:
+  explicit SearchRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next();
+  int Uniform(int n);  // in [0, n), n >= 1
+  double Real();       // in [0, 1)
+
+ private:
+  uint64_t state_;
+};
+
+// Simulated actions a search may spend for `budget_seconds` (0 for a budget <= 0).
+int64_t SearchWork(double budget_seconds);
+
+// Improves `orders` (which must evaluate to `score`) by iterated local search until `work`
+// simulated actions are spent, the span reaches `span_bound` (nothing left to gain), or
+// kMaxRestarts restarts (each after kRestartAfter moves without a strict gain) in a row found
+// nothing better; `orders` and `score` end at the best plan seen, never worse than the input.
+// Deterministic in its arguments.
+inline constexpr int kRestartAfter = 6000;
+inline constexpr int kMaxRestarts = 8;
+void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
+                   uint64_t seed, double span_bound = 0);
+
+// Random policy runs a search tries at most, however large its budget.
+inline constexpr int64_t kMaxRandomPolicies = 2000;
+
+// Whether `span` is at `bound` (within rounding): no search can shorten it.
+inline bool AtBound(double span, double bound) { return span <= bound * (1 + 1e-12); }
+
+}  // namespace zpipe::core::internal
+
+#endif  // ZPIPE_CORE_INTERNAL_ORDER_SEARCH_H_
