@@ -146,6 +146,7 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& args);     // logs ID [--follow]
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  // plan --job ID
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      // run FILE --local
 // A TorchScript job's cuts and measured per-stage costs (nothing for other models).

@@ -54,6 +54,11 @@ absl::StatusOr<JobTrace> Client::Trace(const std::string&, std::optional<int>) {
   return absl::UnimplementedError("this client does not implement Trace");
 }
 
+absl::Status Client::Logs(const std::string&, const LogsOptions&,
+                          const std::function<bool(const v1::LogLine&)>&, uint64_t*) {
+  return absl::UnimplementedError("this client does not implement Logs");
+}
+
 absl::StatusOr<JobTrace> JobTraceFromProto(v1::GetTraceResponse response) {
   JobTrace out;
   auto convert = [](const v1::RankTrace& r, core::RankTimeline& row) -> absl::Status {

@@ -117,6 +117,18 @@ class JobWatch {
   virtual uint64_t last_sequence() const = 0;
 };
 
+struct LogsOptions {
+  // Only this global rank (data_rank * p + pipeline_rank); nullopt = every rank.
+  std::optional<int> rank;
+  // Keep streaming new lines until the job has ended (and its ranks' last lines are in).
+  bool follow = false;
+  int tail = 0;                     // only the last N lines held; 0 = all
+  std::optional<absl::Time> since;  // only lines written at or after this (worker clock)
+  // With `follow`: a stream that breaks (UNAVAILABLE) after delivering something is reopened
+  // after the last line seen, retrying for this long.
+  absl::Duration reconnect_timeout = absl::Seconds(30);
+};
+
 class Client {
  public:
   // A client for the coordinator at `address` ("host:port"). Does not connect yet.
@@ -154,6 +166,15 @@ class Client {
   // implementation returns UNIMPLEMENTED (for fakes).
   virtual absl::StatusOr<JobTrace> Trace(const std::string& job_id,
                                          std::optional<int> iteration = std::nullopt);
+
+  // The job's worker log lines (GetJobLogs), oldest first: calls `on_line` for each until they
+  // are all delivered (with `follow`, until the job has ended) or `on_line` returns false (OK).
+  // `dropped`, when set, gets how many older lines of the selected ranks the bounds dropped.
+  // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank outside the job's. The default
+  // implementation returns UNIMPLEMENTED (for fakes).
+  virtual absl::Status Logs(const std::string& job_id, const LogsOptions& options,
+                            const std::function<bool(const v1::LogLine&)>& on_line,
+                            uint64_t* dropped = nullptr);
 
   // Convenience: follows the job until it is terminal and returns its final record.
   absl::StatusOr<v1::Job> WaitForTerminal(const std::string& job_id);

@@ -228,6 +228,61 @@ class GrpcClient : public Client {
     return JobTraceFromProto(std::move(response));
   }
 
+  absl::Status Logs(const std::string& job_id, const LogsOptions& options,
+                    const std::function<bool(const v1::LogLine&)>& on_line,
+                    uint64_t* dropped) override {
+    v1::GetJobLogsRequest request;
+    request.set_job_id(job_id);
+    if (options.rank.has_value()) request.set_rank(*options.rank);
+    request.set_follow(options.follow);
+    request.set_tail(options.tail);
+    if (options.since.has_value()) {
+      const int64_t seconds = absl::ToUnixSeconds(*options.since);
+      request.mutable_since()->set_seconds(seconds);
+      request.mutable_since()->set_nanos(static_cast<int32_t>(
+          absl::ToInt64Nanoseconds(*options.since - absl::FromUnixSeconds(seconds))));
+    }
+    if (dropped != nullptr) *dropped = 0;
+    bool first_response = true;
+    absl::Time retry_until = absl::InfinitePast();
+    while (true) {
+      grpc::ClientContext ctx;
+      AddToken(ctx, options_.token);
+      // Without follow the whole answer comes at once; with it, the stream lasts as the job does.
+      if (!options.follow) SetDeadline(ctx, options_.rpc_timeout);
+      std::unique_ptr<grpc::ClientReader<v1::GetJobLogsResponse>> reader =
+          stub_->GetJobLogs(&ctx, request);
+      v1::GetJobLogsResponse response;
+      bool delivered = false;
+      while (reader->Read(&response)) {
+        if (first_response && dropped != nullptr) *dropped = response.dropped_lines();
+        first_response = false;
+        for (const v1::LogLine& line : response.lines()) {
+          delivered = true;
+          request.set_after_sequence(std::max(request.after_sequence(), line.sequence()));
+          if (!on_line(line)) {
+            ctx.TryCancel();
+            reader->Finish();
+            return absl::OkStatus();
+          }
+        }
+      }
+      absl::Status status = FromGrpc(reader->Finish());
+      if (status.ok() || !options.follow || status.code() != absl::StatusCode::kUnavailable ||
+          first_response) {
+        return status;
+      }
+      // A followed stream broke (a coordinator restart): resume after the last line seen. The
+      // tail was applied by the first stream.
+      request.set_tail(0);
+      if (delivered || retry_until == absl::InfinitePast()) {
+        retry_until = absl::Now() + options.reconnect_timeout;
+      }
+      if (absl::Now() > retry_until) return status;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead) override {
     v1::ListWorkersRequest request;
     request.set_include_dead(include_dead);

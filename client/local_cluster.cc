@@ -129,10 +129,20 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
 
   // Port 0: the coordinator binds a free port and logs it ("serving on port N").
-  absl::Status s = c->Spawn("coordinator",
-                            {options.coordinator_bin, "--listen", "127.0.0.1:0", "--metrics-listen",
-                             options.metrics_listen, "--db", c->dir_ + "/coordinator.db",
-                             "--client-tokens", client_tokens, "--worker-tokens", worker_tokens});
+  std::vector<std::string> coordinator_argv = {options.coordinator_bin,
+                                               "--listen",
+                                               "127.0.0.1:0",
+                                               "--metrics-listen",
+                                               options.metrics_listen,
+                                               "--db",
+                                               c->dir_ + "/coordinator.db",
+                                               "--client-tokens",
+                                               client_tokens,
+                                               "--worker-tokens",
+                                               worker_tokens};
+  coordinator_argv.insert(coordinator_argv.end(), options.coordinator_flags.begin(),
+                          options.coordinator_flags.end());
+  absl::Status s = c->Spawn("coordinator", coordinator_argv);
   if (!s.ok()) return s;
   const std::regex serving("serving on port ([0-9]+)");
   const absl::Time deadline = absl::Now() + timeout;
@@ -173,6 +183,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       argv.push_back("--data-root");
       argv.push_back(root);
     }
+    argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
     s = c->Spawn(absl::StrCat("worker-", i), argv);
     if (!s.ok()) return s;
   }

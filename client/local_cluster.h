@@ -46,6 +46,9 @@ struct LocalClusterOptions {
   // Each worker's --data-root, besides the working directory and the temporary directory (which
   // every worker gets); existing directories.
   std::vector<std::string> data_roots;
+  // More flags for the coordinator and for each worker (e.g. {"--log-lines", "50"}).
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> worker_flags;
 };
 
 class LocalCluster {

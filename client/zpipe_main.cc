@@ -24,6 +24,7 @@ constexpr char kUsage[] =
     "  list [--state S,...]                      list jobs, oldest first\n"
     "  cancel ID                                 cancel a job\n"
     "  watch ID                                  follow a job until it ends\n"
+    "  logs ID [--rank R] [--follow] [--tail N]  print the log lines of a job's workers\n"
     "  workers [--all] [--wide]                  list registered workers\n"
     "  plan --job ID                             show the plan the coordinator made for a job\n"
     "  plan ...                                  generate a schedule locally and print the plan\n"
@@ -222,6 +223,7 @@ int main(int argc, char** argv) {
   if (command == "cancel") return RunCancelCommand(ctx, args);
   if (command == "watch") return RunWatchCommand(ctx, args);
   if (command == "workers") return RunWorkersCommand(ctx, args);
+  if (command == "logs") return RunLogsCommand(ctx, args);
   if (command == "plan") return RunJobPlanCommand(ctx, args);
   if (command == "trace") return RunTraceCommand(ctx, args);
   if (command == "run") return RunRunCommand(ctx, args);

@@ -2,8 +2,8 @@
 //
 // Callers present a bearer token (gRPC metadata or HTTP header `authorization: Bearer TOKEN`).
 // Tokens come from one file per role, given to zpipe-coordinator:
-//   --client-tokens FILE   client: submit, list, status, watch, plan, trace, workers, and cancel
-//                          the jobs it submitted
+//   --client-tokens FILE   client: submit, list, status, watch, plan, trace, logs, workers, and
+//                          cancel the jobs it submitted
 //   --admin-tokens FILE    admin: everything a client may, and cancel any job
 //   --worker-tokens FILE   worker: register, session (heartbeats, reports), rendezvous
 // One token per line, optionally `NAME:TOKEN` (split at the first ':'); blank lines and lines

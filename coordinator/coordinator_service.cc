@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/grpc_auth.h"
 #include "coordinator/grpc_status.h"
+#include "coordinator/job_logs.h"
 #include "coordinator/job_proto.h"
 #include "coordinator/trace_proto.h"
 #include "coordinator/worker_proto.h"
@@ -239,6 +240,49 @@ grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext* ctx,
   if (!view.ok()) return Done("GetTrace", view.status());
   TraceToProto(req->job_id(), *view, resp);
   return Done("GetTrace", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::GetJobLogs(
+    grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
+    grpc::ServerWriter<v1::GetJobLogsResponse>* writer) {
+  // Reading a job's logs needs what reading its status does.
+  absl::StatusOr<Principal> caller = Caller(ctx, "read job logs");
+  if (!caller.ok()) return Done("GetJobLogs", caller.status());
+  JobLogsRequest request;
+  request.job_id = req->job_id();
+  if (req->has_rank()) request.rank = req->rank();
+  request.tail = req->tail();
+  if (req->has_since()) {
+    request.since =
+        absl::FromUnixSeconds(req->since().seconds()) + absl::Nanoseconds(req->since().nanos());
+  }
+  request.after_sequence = req->after_sequence();
+  request.follow = req->follow();
+  // At most this many lines per message, so a large tail stays well under the message limit.
+  constexpr size_t kLinesPerMessage = 500;
+  auto write = [&](const LogRead& batch, int p) {
+    size_t i = 0;
+    bool first = true;
+    do {
+      v1::GetJobLogsResponse resp;
+      if (first) resp.set_dropped_lines(batch.dropped);
+      first = false;
+      for (const size_t end = std::min(batch.lines.size(), i + kLinesPerMessage); i < end; ++i) {
+        const LogLineData& line = batch.lines[i];
+        v1::LogLine* out = resp.add_lines();
+        TimeToProto(line.time, out->mutable_time());
+        out->set_text(line.text);
+        out->set_pipeline_rank(line.pipeline_rank);
+        out->set_data_rank(line.data_rank);
+        out->set_rank(line.data_rank * p + line.pipeline_rank);
+        out->set_sequence(line.sequence);
+      }
+      if (!writer->Write(resp)) return false;
+    } while (i < batch.lines.size());
+    return true;
+  };
+  return Done("GetJobLogs",
+              StreamJobLogs(manager_, request, write, [ctx] { return ctx->IsCancelled(); }));
 }
 
 }  // namespace zpipe::coordinator

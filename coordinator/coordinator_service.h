@@ -34,6 +34,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
                            v1::ListWorkersResponse* resp) override;
   grpc::Status GetTrace(grpc::ServerContext* ctx, const v1::GetTraceRequest* req,
                         v1::GetTraceResponse* resp) override;
+  grpc::Status GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
+                          grpc::ServerWriter<v1::GetJobLogsResponse>* writer) override;
 
  private:
   grpc::Status Done(absl::string_view method, const absl::Status& status);

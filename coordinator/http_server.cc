@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/job_logs.h"
 #include "coordinator/job_proto.h"
 #include "coordinator/trace_proto.h"
 #include "google/protobuf/util/json_util.h"
@@ -114,6 +115,8 @@ class HttpServer::Handler : public CivetHandler {
         absl::StatusOr<JobView> job = manager_.Get(parts[0], /*with_microbatches=*/false);
         if (!job.ok()) return ReplyError(conn, job.status()), true;
         ReplyProto(conn, JobViewToProto(*job));
+      } else if (parts.size() == 2 && parts[1] == "logs") {
+        ServeLogs(conn, parts[0], query);
       } else if (parts.size() == 2 && parts[1] == "trace") {
         std::optional<int> iteration;
         char value[32];
@@ -139,6 +142,46 @@ class HttpServer::Handler : public CivetHandler {
   }
 
  private:
+  // /api/jobs/ID/logs[?rank=R&tail=N]: the job's log lines as text, one per line (no follow:
+  // `zpipe logs --follow` streams).
+  void ServeLogs(mg_connection* conn, const std::string& job_id, const std::string& query) {
+    JobLogsRequest request;
+    request.job_id = job_id;
+    for (const char* name : {"rank", "tail"}) {
+      char value[32];
+      if (mg_get_var(query.c_str(), query.size(), name, value, sizeof(value)) <= 0) continue;
+      int n = 0;
+      if (!absl::SimpleAtoi(value, &n)) {
+        return ReplyError(
+            conn, absl::InvalidArgumentError(absl::StrCat(name, ": not a number: '", value, "'")));
+      }
+      if (std::string(name) == "rank") {
+        request.rank = n;
+      } else {
+        request.tail = n;
+      }
+    }
+    std::string body;
+    uint64_t dropped = 0;
+    absl::Status st = StreamJobLogs(
+        manager_, request,
+        [&](const LogRead& batch, int p) {
+          dropped = batch.dropped;
+          for (const LogLineData& line : batch.lines) {
+            absl::StrAppend(&body, FormatLogLine(line, p), "\n");
+          }
+          return true;
+        },
+        [] { return false; });
+    if (!st.ok()) return ReplyError(conn, st);
+    if (dropped > 0) {
+      body =
+          absl::StrCat("(", dropped, " older lines were dropped: the coordinator keeps the newest ",
+                       manager_.logs().lines_per_rank(), " per rank)\n", body);
+    }
+    Reply(conn, 200, "text/plain; charset=utf-8", body);
+  }
+
   // The page and /api are for clients: a token from the Authorization header, else ?token=.
   absl::Status Authorized(mg_connection* conn, const std::string& query) const {
     if (!auth_.enabled()) return absl::OkStatus();

@@ -33,6 +33,7 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
       options_(options),
       monitor_(metrics),
       rendezvous_(options.rendezvous),
+      logs_(options.log_lines_per_rank),
       recovery_(options.failure_grace, options.recovery_grace) {}
 
 JobManager::~JobManager() = default;

@@ -59,6 +59,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/domain.h"
 #include "coordinator/job_events.h"
+#include "coordinator/job_log_store.h"
 #include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
 #include "coordinator/metrics.h"
@@ -85,6 +86,8 @@ struct ManagerOptions {
   // job) before a missing one counts as a lost rank. Longer than the workers' reconnect backoff.
   absl::Duration recovery_grace = absl::Seconds(30);
   RendezvousLimits rendezvous;
+  // The newest log lines kept per rank of a job (JobLogStore; --log-lines).
+  size_t log_lines_per_rank = JobLogStore::kDefaultLinesPerRank;
 };
 
 // A job as clients see it.
@@ -209,6 +212,8 @@ class JobManager {
   void Shutdown();
 
   const JobEventLog& events() const { return events_; }
+  // The workers' log lines per job and rank (thread-safe; closed by Shutdown()).
+  JobLogStore& logs() { return logs_; }
   // Changes whenever the job's progress does (WatchJob polls it).
   uint64_t ProgressVersion(const std::string& job_id) const {
     return monitor_.ProgressVersion(job_id);
@@ -299,6 +304,7 @@ class JobManager {
   RunMonitor monitor_;  // thread-safe; its locks come after mu_
   Rendezvous rendezvous_;
   JobEventLog events_;
+  JobLogStore logs_;
 
   mutable absl::Mutex mu_;
   JobQueue queue_ ABSL_GUARDED_BY(mu_);

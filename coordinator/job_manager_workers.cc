@@ -456,6 +456,7 @@ void JobManager::Shutdown() {
     shut_down_ = true;
   }
   events_.Close();
+  logs_.Close();
 }
 
 // ---- rendezvous ----

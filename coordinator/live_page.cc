@@ -1,4 +1,5 @@
-// The live page served at `/` (HttpServer): plain HTML + JS, no external resources. It polls
+// The live page served at `/` (HttpServer): plain HTML + JS, no external resources. Each job row
+// links to its workers' log lines (/api/jobs/ID/logs, text). It polls
 // /api/jobs and /api/jobs/ID/trace every second and draws the executed timeline (one row per
 // rank, coordinator clock) above the plan's predicted one, on the same time scale. Each rank has
 // its compute row (F, B, W, BW) and below it a send, a receive and a reduce track.
@@ -23,7 +24,7 @@ h2{font-size:16px;margin:12px 0 4px} #status{color:#888;font-size:12px}
 <h1>ZeroPipe</h1>
 <div id="status">loading…</div>
 <table id="jobs"><thead><tr><th>job</th><th>name</th><th>state</th><th>schedule</th>
-<th>progress</th><th>bubble measured / predicted</th></tr></thead><tbody></tbody></table>
+<th>progress</th><th>bubble measured / predicted</th><th>logs</th></tr></thead><tbody></tbody></table>
 <div class="legend" id="legend"></div>
 <h2 id="executed-title">executed timeline</h2>
 <div id="executed-timeline" data-iteration="" data-updates="0"></div>
@@ -80,6 +81,7 @@ function drawTimeline(rows,span){
 function extent(rows){let e=0;for(const r of rows)for(const a of r.actions)e=Math.max(e,a.end);return e;}
 const token=new URLSearchParams(location.search).get("token");
 async function getJson(url){const r=await fetch(url,{cache:"no-store",headers:token?{Authorization:"Bearer "+token}:{}});const j=await r.json();if(!r.ok)throw new Error(j.message||r.status);return j;}
+function logsUrl(id){return "/api/jobs/"+encodeURIComponent(id)+"/logs"+(token?"?token="+encodeURIComponent(token):"");}
 function renderJobs(jobs){
   const body=document.querySelector("#jobs tbody");
   body.innerHTML=jobs.map(j=>{
@@ -89,7 +91,8 @@ function renderJobs(jobs){
     return '<tr data-job="'+esc(j.id)+'" class="'+(j.id===selected?"sel":"")+'"><td>'+esc(j.id)+"</td><td>"+
       esc(j.spec&&j.spec.name||"")+'</td><td class="state">'+st+"</td><td>"+esc(j.spec&&j.spec.schedule&&j.spec.schedule.kind||"")+
       '</td><td><span class="bar"><span style="width:'+(total?100*done/total:0)+'%"></span></span> '+done+"/"+total+
-      "</td><td>"+(ls.iteration!==undefined&&done>0?pct(ls.bubble_rate)+" / "+pct(ls.predicted_bubble_rate):"–")+"</td></tr>";
+      "</td><td>"+(ls.iteration!==undefined&&done>0?pct(ls.bubble_rate)+" / "+pct(ls.predicted_bubble_rate):"–")+
+      '</td><td><a class="logs" target="_blank" href="'+esc(logsUrl(j.id))+'">logs</a></td></tr>';
   }).join("");
   for(const tr of body.querySelectorAll("tr"))tr.onclick=()=>{selected=tr.dataset.job;pinned=true;tick(true);};
 }

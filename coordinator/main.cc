@@ -45,7 +45,9 @@ constexpr char kUsage[] =
     "  --max-message-bytes SIZE     largest gRPC request accepted (default 16MiB)\n"
     "  --max-pending-jobs N         new jobs refused while N are PENDING (default 1000)\n"
     "  --rendezvous-job-bytes SIZE  rendezvous keys + values one job may hold (default 64MiB)\n"
-    "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n";
+    "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n"
+    "  --log-lines N                newest worker log lines kept per rank of a job, in memory\n"
+    "                               (`zpipe logs`; default 1000; for the last 200 jobs)\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;
@@ -127,7 +129,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (arg == "--max-message-bytes" || arg == "--max-pending-jobs" ||
-               arg == "--rendezvous-job-bytes" || arg == "--rendezvous-job-keys") {
+               arg == "--rendezvous-job-bytes" || arg == "--rendezvous-job-keys" ||
+               arg == "--log-lines") {
       // Sizes take a unit suffix, counts do not; both fit gRPC's int.
       const bool is_size = absl::EndsWith(arg, "-bytes");
       int64_t n = 0;
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
       if (arg == "--max-pending-jobs") options.max_pending_jobs = static_cast<int>(n);
       if (arg == "--rendezvous-job-bytes") options.rendezvous.job_bytes = static_cast<size_t>(n);
       if (arg == "--rendezvous-job-keys") options.rendezvous.job_keys = static_cast<size_t>(n);
+      if (arg == "--log-lines") options.log_lines = static_cast<size_t>(n);
     } else {
       std::fprintf(stderr, "zpipe-coordinator: unknown flag %s\n%s", arg.c_str(), kUsage);
       return 2;

@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   mopts.failure_grace = std::min(mopts.failure_grace, options.heartbeat_timeout);
   mopts.max_pending_jobs = options.max_pending_jobs;
   mopts.rendezvous = options.rendezvous;
+  mopts.log_lines_per_rank = options.log_lines;
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
                                  ? options.heartbeat_interval
                                  : options.heartbeat_timeout / 5;

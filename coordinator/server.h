@@ -53,9 +53,10 @@ struct ServerOptions {
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
   int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
   RendezvousLimits rendezvous;       // per-job key and byte quota
-  TokenFiles tokens;                 // none = no authentication (loopback only, unless `insecure`)
-  ServerTlsFiles tls;                // none = plaintext on both ports
-  bool insecure = false;             // allow a non-loopback listen address without tokens or mTLS
+  size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
+  TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
+  ServerTlsFiles tls;     // none = plaintext on both ports
+  bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS
 };
 
 class CoordinatorServer {

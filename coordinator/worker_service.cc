@@ -120,9 +120,22 @@ const std::string* ReportedJob(const v1::WorkerMessage& msg) {
       return &msg.finished().job_id();
     case v1::WorkerMessage::kFailure:
       return &msg.failure().job_id();
+    case v1::WorkerMessage::kLog:
+      return &msg.log().job_id();
     default:
       return nullptr;
   }
+}
+
+std::vector<std::pair<absl::Time, std::string>> LinesFromProto(v1::JobLogBatch& batch) {
+  std::vector<std::pair<absl::Time, std::string>> lines;
+  lines.reserve(batch.lines_size());
+  for (v1::LogLine& line : *batch.mutable_lines()) {
+    lines.emplace_back(
+        absl::FromUnixSeconds(line.time().seconds()) + absl::Nanoseconds(line.time().nanos()),
+        std::move(*line.mutable_text()));
+  }
+  return lines;
 }
 
 }  // namespace
@@ -185,7 +198,11 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
   absl::Status result;
   while (result.ok() && stream->Read(&msg)) {
     if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
-      result = assigned_to(*job_id);
+      absl::Status assigned = assigned_to(*job_id);
+      // The last lines of a rank can trail its job's end (a cancelled rank's teardown): drop them
+      // rather than end the session.
+      if (!assigned.ok() && msg.has_log()) continue;
+      result = assigned;
       if (!result.ok()) break;
     }
     switch (msg.kind_case()) {
@@ -245,6 +262,12 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
                                               f.data_rank(), f.message());
         if (!st.ok()) LogWarning("worker ", *name, ": failure report ignored: ", st.message());
         if (EndsSession(st)) result = st;
+        break;
+      }
+      case v1::WorkerMessage::kLog: {
+        v1::JobLogBatch& b = *msg.mutable_log();
+        manager_.logs().Append(b.job_id(), b.pipeline_rank(), b.data_rank(), LinesFromProto(b),
+                               b.dropped_lines());
         break;
       }
       case v1::WorkerMessage::kLeaving:

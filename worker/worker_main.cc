@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/daemon/log.h"
 #include "worker/daemon/model_export.h"
 #include "worker/daemon/worker_daemon.h"
 
@@ -38,6 +39,8 @@ constexpr char kUsage[] =
     "  --data-root DIR             jobs may name model, data and checkpoint paths only under\n"
     "                              DIR (after resolving symlinks and ..); repeatable (default:\n"
     "                              the working directory only)\n"
+    "  --log-lines N               a running rank's newest log lines kept for the coordinator\n"
+    "                              while it cannot be reached (`zpipe logs`; default 1000)\n"
     "  --reconnect-max-backoff D   longest wait between attempts to reach the coordinator,\n"
     "                              e.g. 2s, 500ms (default 2s); running jobs go on meanwhile\n"
     "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
@@ -161,6 +164,11 @@ int main(int argc, char** argv) {
       f = {flag, value};
     } else if (flag == "--data-root") {
       options.data_roots.push_back(value);
+    } else if (flag == "--log-lines") {
+      int lines = 0;
+      if (!absl::SimpleAtoi(value, &lines) || lines < 1 || lines > 1000000)
+        return Usage("--log-lines: must be in [1, 1000000]");
+      options.log_lines = static_cast<size_t>(lines);
     } else if (flag == "--health-listen") {
       health_listen = value;
     } else if (flag == "--reconnect-max-backoff") {
@@ -255,6 +263,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   zpipe::worker::WorkerDaemon daemon(options);
+  // What the daemon logs while it runs a job also goes to the coordinator (`zpipe logs`).
+  zpipe::worker::SetLogSink(&daemon.log_sink());
   std::thread watcher([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -263,6 +273,7 @@ int main(int argc, char** argv) {
   });
   watcher.detach();
   absl::Status st = daemon.Run();
+  zpipe::worker::SetLogSink(nullptr);
   if (health != nullptr) health->Shutdown();
   if (!st.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());

@@ -21,7 +21,6 @@ same id is the same job. These are the
 objects `zpipe -o json` prints (client/json_output.h; README "JSON output").
 
 Every failure raises zeropipe.ZeroPipeError (zeropipe/errors.py) with the gRPC status code.
-There is no logs() yet: the coordinator has no RPC that serves worker logs.
 
 Thread-safety: one Client may be used from several threads (gRPC channels are thread-safe); each
 watch() iterator belongs to the thread that iterates it.
@@ -305,6 +304,52 @@ class Client:
         if iteration is not None:
             request.iteration = iteration
         return to_dict(self._call(self._stub.GetTrace, request))
+
+    def logs(self, job_id, rank=None, follow=False, tail=0, since=None, reconnect_timeout=30.0):
+        """The log lines the job's workers wrote while they ran it (`zpipe logs ID`), oldest
+        first, each a dict {time (RFC 3339, worker clock), rank (data_rank * p + pipeline_rank),
+        pipeline_rank, data_rank, text, sequence}. rank: only that global rank (INVALID_ARGUMENT
+        with field "rank" for one the job does not have); tail: only the last N lines held;
+        since: only lines written at or after this datetime (or POSIX seconds).
+
+        follow=False returns a list; follow=True returns an iterator that yields lines as they
+        arrive and ends once the job has ended (a stream lost meanwhile is resumed after the last
+        line for up to `reconnect_timeout` seconds; closing the iterator ends the call)."""
+        request = pb.GetJobLogsRequest(job_id=job_id, follow=follow, tail=tail)
+        if rank is not None:
+            request.rank = rank
+        if since is not None:
+            if hasattr(since, "timestamp"):
+                since = since.timestamp()
+            request.since.FromNanoseconds(int(since * 1e9))
+        lines = self._log_lines(request, reconnect_timeout)
+        return lines if follow else list(lines)
+
+    def _log_lines(self, request, reconnect_timeout):
+        delivered, retry_until = False, None
+        while True:
+            timeout = None if request.follow else self._timeout
+            call = self._stub.GetJobLogs(request, timeout=timeout, metadata=self._metadata)
+            try:
+                for response in call:
+                    for line in response.lines:
+                        request.after_sequence = max(request.after_sequence, line.sequence)
+                        delivered, retry_until = True, None
+                        yield to_dict(line)
+                return
+            except grpc.RpcError as e:
+                if not request.follow or e.code() not in _RESUMABLE or not delivered:
+                    raise ZeroPipeError.from_rpc(e, self.address) from None
+                now = time.monotonic()
+                retry_until = retry_until or now + reconnect_timeout
+                if now >= retry_until:
+                    raise ZeroPipeError(grpc.StatusCode.UNAVAILABLE,
+                                        f"logs of job {request.job_id} lost the coordinator at "
+                                        f"{self.address}: {e.details()}") from None
+                request.tail = 0  # the first stream applied it
+                time.sleep(0.2)
+            finally:
+                call.cancel()
 
     def plan(self, job_id):
         """The plan the coordinator made for the job (`zpipe plan --job ID`): schedule,

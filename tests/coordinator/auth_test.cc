@@ -259,6 +259,19 @@ std::vector<std::pair<std::string, Call>> ClientCalls(v1::CoordinatorService::St
        [=](const std::string& t) {
          return Unary<v1::GetTraceRequest, v1::GetTraceResponse>(bind(&S::GetTrace), t, trace);
        }},
+      {"GetJobLogs",
+       [&s](const std::string& t) {
+         grpc::ClientContext ctx;
+         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+         AddToken(ctx, t);
+         v1::GetJobLogsRequest req;
+         req.set_job_id("nope");
+         auto reader = s.GetJobLogs(&ctx, req);
+         v1::GetJobLogsResponse resp;
+         while (reader->Read(&resp)) {
+         }
+         return reader->Finish().error_code();
+       }},
       {"WatchJob",
        [&s](const std::string& t) {
          grpc::ClientContext ctx;
@@ -469,6 +482,30 @@ TEST_F(AuthTest, WorkerTouchesOnlyTheJobsItHoldsARankOf) {
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(Get("held").state(), v1::JOB_STATE_RUNNING);
 
+  // Log lines for a job the worker holds no rank of are dropped (its session goes on); the
+  // holder's are kept, and a client token reads them.
+  std::unique_ptr<TestWorker> third = Worker("aw2", worker_);
+  ASSERT_TRUE(third->Start()) << third->last_error().error_message();
+  third->SendLog("held", 0, 0, {"forged line"});
+  holder->SendLog("held", 0, 0, {"the holder's line"});
+  std::vector<std::string> texts;
+  ASSERT_TRUE(holder->WaitFor([&] {
+    texts.clear();
+    grpc::ClientContext ctx;
+    AddToken(ctx, alice_);
+    v1::GetJobLogsRequest req;
+    req.set_job_id("held");
+    auto reader = client_->GetJobLogs(&ctx, req);
+    v1::GetJobLogsResponse resp;
+    while (reader->Read(&resp)) {
+      for (const v1::LogLine& line : resp.lines()) texts.push_back(line.text());
+    }
+    return reader->Finish().ok() && !texts.empty();
+  }));
+  EXPECT_EQ(texts, std::vector<std::string>{"the holder's line"});
+  EXPECT_EQ(third->last_error().error_code(), grpc::StatusCode::OK)
+      << third->last_error().error_message();
+
   // The holder's own report counts.
   holder->SendFinished("held", 0, 0);
   EXPECT_EQ(
@@ -547,7 +584,7 @@ TEST_F(AuthTest, HttpPageAndApiNeedAClientTokenMetricsStayOpen) {
   EXPECT_THAT(metrics, HasSubstr("zpipe_"));
   EXPECT_EQ(Http(port, "/healthz").first, 200);
 
-  for (const char* path : {"/", "/api/jobs", "/api/jobs/http-job"}) {
+  for (const char* path : {"/", "/api/jobs", "/api/jobs/http-job", "/api/jobs/http-job/logs"}) {
     SCOPED_TRACE(path);
     auto [code, body] = Http(port, path);
     EXPECT_EQ(code, 401);

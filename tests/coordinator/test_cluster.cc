@@ -211,6 +211,22 @@ void TestWorker::SendFinished(const std::string& job_id, int pipeline_rank, int 
   Write(done);
 }
 
+void TestWorker::SendLog(const std::string& job_id, int pipeline_rank, int data_rank,
+                         const std::vector<std::string>& lines) {
+  v1::WorkerMessage log;
+  v1::JobLogBatch* batch = log.mutable_log();
+  batch->set_job_id(job_id);
+  batch->set_pipeline_rank(pipeline_rank);
+  batch->set_data_rank(data_rank);
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  for (const std::string& text : lines) {
+    v1::LogLine* line = batch->add_lines();
+    line->mutable_time()->set_seconds(now);
+    line->set_text(text);
+  }
+  Write(log);
+}
+
 void TestWorker::SendFailure(const std::string& job_id, int pipeline_rank, int data_rank,
                              const std::string& message) {
   v1::WorkerMessage failure;

@@ -84,6 +84,9 @@ class TestWorker {
   void SendFinished(const std::string& job_id, int pipeline_rank, int data_rank);
   void SendFailure(const std::string& job_id, int pipeline_rank, int data_rank,
                    const std::string& message);
+  // Sends one JobLogBatch with `lines`, stamped now.
+  void SendLog(const std::string& job_id, int pipeline_rank, int data_rank,
+               const std::vector<std::string>& lines);
 
  private:
   void ReadLoop();

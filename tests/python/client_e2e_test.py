@@ -206,6 +206,41 @@ class ClientE2ETest(unittest.TestCase):
             self.assertEqual(len([k for k in ("snapshot", "state_change", "iteration", "progress")
                                   if k in e]), 1, e)
 
+    # --- logs ---
+
+    def test_logs_of_each_rank_filtered_and_followed(self):
+        job_id = self.client.submit(synthetic_job("py-logs", iterations=10, forward_ms=20))
+        followed = list(self.client.logs(job_id, follow=True))  # ends when the job does
+        self.assertEqual(self.client.status(job_id)["state"], "succeeded")
+        self.assertEqual({line["rank"] for line in followed}, {0, 1})
+        for rank in (0, 1):
+            texts = [line["text"] for line in followed if line["rank"] == rank]
+            self.assertIn(f"job {job_id}: rank {rank}/0 of p=2 d=1, 10 iterations", texts)
+            self.assertEqual(texts[-1], f"job {job_id}: rank finished")
+        for line in followed:
+            self.assertEqual(set(line), {"time", "text", "pipeline_rank", "data_rank", "rank",
+                                         "sequence"})
+            self.assertRegex(line["time"], r"^\d{4}-\d\d-\d\dT.*Z$")
+            self.assertIsInstance(line["sequence"], int)
+        sequences = [line["sequence"] for line in followed]
+        self.assertEqual(sequences, sorted(sequences))
+
+        held = self.client.logs(job_id)
+        self.assertIsInstance(held, list)
+        self.assertEqual([line["text"] for line in held], [line["text"] for line in followed])
+        only = self.client.logs(job_id, rank=1)
+        self.assertTrue(only)
+        self.assertTrue(all(line["rank"] == 1 for line in only))
+        self.assertEqual(len(self.client.logs(job_id, tail=2)), 2)
+
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.logs(job_id, rank=2)
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(e.exception.field, "rank")
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.logs("no-such-job")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+
     def test_workers(self):
         workers = self.client.workers()
         self.assertEqual([w["name"] for w in workers], ["w0", "w1"])

@@ -126,12 +126,25 @@ TEST(LivePageTest, RunningJobsTimelineAppearsAndUpdatesInChromium) {
   const std::string trace = HttpGet(http_port, "/api/jobs/live/trace");
   EXPECT_NE(trace.find("\"predicted\""), std::string::npos) << trace.substr(0, 300);
   EXPECT_NE(HttpGet(http_port, "/api/jobs/nope/trace").find("404"), std::string::npos);
+  // The workers' log lines as text, both ranks (sent about once per heartbeat interval).
+  std::string logs;
+  for (int i = 0; i < 100; ++i) {
+    logs = HttpGet(http_port, "/api/jobs/live/logs");
+    if (logs.find("rank 0: ") != std::string::npos && logs.find("rank 1: ") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(logs.find("text/plain"), std::string::npos) << logs.substr(0, 300);
+  EXPECT_NE(logs.find("rank 1: job live: rank 1/0 of p=2"), std::string::npos) << logs;
+  EXPECT_NE(HttpGet(http_port, "/api/jobs/live/logs?rank=5").find("400"), std::string::npos);
 
   const std::string url = absl::StrCat(base, "/?job=live");
   const std::string first = DumpDom(url);
   ASSERT_NE(first.find("executed-timeline"), std::string::npos) << first.substr(0, 2000);
   EXPECT_NE(first.find("data-job=\"live\""), std::string::npos);
   EXPECT_NE(first.find(">running<"), std::string::npos);
+  EXPECT_NE(first.find("href=\"/api/jobs/live/logs\""), std::string::npos)
+      << "each job links its logs";
   const int it1 = DataIteration(first);
   ASSERT_GE(it1, 0) << "no executed timeline drawn:\n" << first.substr(0, 4000);
   // Both timelines have their actions drawn: 2 ranks x 4 microbatches x F/B/W executed.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "worker/daemon/log.h"
 #include "worker/executor/checkpoint.h"
 
 namespace zpipe::worker {
@@ -28,8 +29,6 @@ using nlohmann::json;
 constexpr char kFormat[] = "zpipe-checkpoint-v1";
 constexpr char kManifest[] = "manifest.json";
 constexpr char kResumeKey[] = "checkpoint/resume";
-
-void Log(const std::string& line) { std::fprintf(stderr, "zpipe-worker: %s\n", line.c_str()); }
 
 std::string IterDirName(int k) { return absl::StrCat("iter-", k); }
 std::string MarkerName(int rank) { return absl::StrCat("rank-", rank, ".done"); }

@@ -7,10 +7,12 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/plan.h"
 #include "worker/comm/factory/communicator_factory.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/job_checkpoint.h"
+#include "worker/daemon/log.h"
 #include "worker/daemon/plan_switch.h"
 #include "worker/daemon/progress_reporter.h"
 #include "worker/daemon/worker_metrics.h"
@@ -65,10 +67,10 @@ absl::StatusOr<std::vector<std::unique_ptr<model::Stage>>> MakeTorchScriptStages
         model::MakeTorchScriptStage(*loaded, (*bounds)[so.stage], (*bounds)[so.stage + 1], so);
     if (!stage.ok()) return stage.status();
     if (model::FusedBackward(**stage)) {
-      std::fprintf(stderr,
-                   "zpipe-worker: job %s stage %d (blocks %d..%d): no B/W split found in its "
-                   "autograd graph; its backward runs whole in B\n",
-                   a.job_id().c_str(), so.stage, (*bounds)[so.stage], (*bounds)[so.stage + 1] - 1);
+      Log(
+          absl::StrFormat("job %s stage %d (blocks %d..%d): no B/W split found in its autograd "
+                          "graph; its backward runs whole in B",
+                          a.job_id(), so.stage, (*bounds)[so.stage], (*bounds)[so.stage + 1] - 1));
     }
     stages.push_back(*std::move(stage));
   }
@@ -337,9 +339,9 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   co.device_index = options.device_index;
   auto comm = NewCommunicator(device, co, *store);
   if (!comm.ok()) return comm.status();
-  std::fprintf(stderr, "zpipe-worker: job %s rank %d.%d: stages on %s, %s data path\n",
-               a.job_id().c_str(), a.pipeline_rank(), a.data_rank(), device.str().c_str(),
-               (*comm)->device().is_cuda() ? "NCCL" : "Gloo");
+  Log(absl::StrFormat("job %s rank %d.%d: stages on %s, %s data path", a.job_id(),
+                      a.pipeline_rank(), a.data_rank(), device.str(),
+                      (*comm)->device().is_cuda() ? "NCCL" : "Gloo"));
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
   std::unique_ptr<GradSyncDriver> grad_sync;

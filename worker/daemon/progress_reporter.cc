@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/str_format.h"
+#include "worker/daemon/log.h"
+
 namespace zpipe::worker {
 namespace {
 
@@ -121,10 +124,8 @@ void ProgressReporter::Loop() {
     batch.clear();
   }
   if (dropped_.load() > 0) {
-    std::fprintf(stderr,
-                 "zpipe-worker: job %s rank %d/%d: %llu progress events dropped (queue full)\n",
-                 job_id_.c_str(), pipeline_rank_, data_rank_,
-                 static_cast<unsigned long long>(dropped_.load()));
+    Log(absl::StrFormat("job %s rank %d/%d: %d progress events dropped (queue full)", job_id_,
+                        pipeline_rank_, data_rank_, dropped_.load()));
   }
 }
 

@@ -1,10 +1,12 @@
-// ReportOutbox: a worker's reports (iteration, progress, finished, failure, profile result) that
-// wait for the coordinator while it is unreachable, in the order they were made.
+// ReportOutbox: a worker's reports (iteration, progress, log lines, finished, failure, profile
+// result) that wait for the coordinator while it is unreachable, in the order they were made.
 //
-// Bounded by serialized bytes: past the bound the oldest progress batch is dropped first (the
-// live view and the timeline can lose detail; the iteration reports and the rank's end cannot),
-// then the oldest report, and every drop is counted. Not thread-safe: the daemon guards it with
-// its write lock.
+// Bounded by serialized bytes: past the bound the oldest progress or log batch is dropped first
+// (the live view, the timeline and the log can lose detail; the iteration reports and the rank's
+// end cannot), then the oldest report, and every drop is counted. Log lines are also bounded by
+// count: past max_log_lines the oldest lines go, so what waits is the newest lines of the rank;
+// lines dropped either way are added to the dropped_lines of the next log batch that waits (or is
+// pushed). Not thread-safe: the daemon guards it with its write lock.
 #ifndef ZPIPE_WORKER_DAEMON_REPORT_OUTBOX_H_
 #define ZPIPE_WORKER_DAEMON_REPORT_OUTBOX_H_
 
@@ -23,13 +25,15 @@ const std::string* ReportedJob(const zpipe::v1::WorkerMessage& message);
 
 class ReportOutbox {
  public:
-  explicit ReportOutbox(size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+  explicit ReportOutbox(size_t capacity_bytes, size_t max_log_lines = 1000)
+      : capacity_bytes_(capacity_bytes), max_log_lines_(max_log_lines) {}
 
   // Queues a report (ReportedJob non-null; others are ignored), dropping as described above.
   void Push(zpipe::v1::WorkerMessage message);
   bool empty() const { return messages_.empty(); }
   size_t size() const { return messages_.size(); }
   size_t bytes() const { return bytes_; }
+  size_t log_lines() const { return log_lines_; }
   const zpipe::v1::WorkerMessage& front() const { return messages_.front(); }
   void PopFront();
   // Keeps only the reports about `job_id` ("" keeps none); returns how many were removed.
@@ -39,9 +43,17 @@ class ReportOutbox {
   uint64_t TakeDropped();
 
  private:
-  void Erase(std::deque<zpipe::v1::WorkerMessage>::iterator it);
+  // `dropped`: removed for room rather than sent (its log lines count as dropped).
+  void Erase(std::deque<zpipe::v1::WorkerMessage>::iterator it, bool dropped);
+  // Drops the oldest log lines until at most max_log_lines_ wait.
+  void TrimLogLines();
+  // Adds the lines dropped so far to the first waiting log batch, if any.
+  void CarryDroppedLines();
 
   const size_t capacity_bytes_;
+  const size_t max_log_lines_;
+  size_t log_lines_ = 0;
+  uint64_t dropped_log_lines_ = 0;  // not yet added to a waiting batch
   std::deque<zpipe::v1::WorkerMessage> messages_;
   size_t bytes_ = 0;
   uint64_t dropped_ = 0;

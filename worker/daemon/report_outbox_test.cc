@@ -19,6 +19,54 @@ zpipe::v1::WorkerMessage Progress(const std::string& job, int events) {
   return m;
 }
 
+zpipe::v1::WorkerMessage LogBatch(const std::string& job, int first, int count) {
+  zpipe::v1::WorkerMessage m;
+  m.mutable_log()->set_job_id(job);
+  for (int i = first; i < first + count; ++i) {
+    m.mutable_log()->add_lines()->set_text("line " + std::to_string(i));
+  }
+  return m;
+}
+
+TEST(ReportOutboxTest, KeepsTheNewestLogLinesAndCountsTheOthers) {
+  ReportOutbox box(1 << 20, /*max_log_lines=*/5);
+  box.Push(LogBatch("j", 0, 3));
+  box.Push(Iteration("j", 0));
+  box.Push(LogBatch("j", 3, 4));  // 7 lines: the oldest 2 go
+  EXPECT_EQ(box.log_lines(), 5u);
+  ASSERT_EQ(box.size(), 3u);
+  ASSERT_TRUE(box.front().has_log());
+  ASSERT_EQ(box.front().log().lines_size(), 1);
+  EXPECT_EQ(box.front().log().lines(0).text(), "line 2");
+  EXPECT_EQ(box.front().log().dropped_lines(), 2u);
+  box.Push(LogBatch("j", 7, 2));  // the first batch goes whole; its count moves on
+  EXPECT_EQ(box.log_lines(), 5u);
+  ASSERT_EQ(box.size(), 3u);
+  EXPECT_TRUE(box.front().has_iteration());
+  box.PopFront();
+  ASSERT_TRUE(box.front().has_log());
+  EXPECT_EQ(box.front().log().lines(0).text(), "line 4");
+  EXPECT_EQ(box.front().log().dropped_lines(), 4u);  // lines 0..3
+  while (!box.empty()) box.PopFront();
+  EXPECT_EQ(box.bytes(), 0u) << "byte count kept exact through the trims";
+  EXPECT_EQ(box.log_lines(), 0u);
+}
+
+TEST(ReportOutboxTest, DropsLogBatchesBeforeReportsForRoom) {
+  // Room for the iteration and one batch, not two.
+  const size_t batch = LogBatch("j", 20, 20).ByteSizeLong();
+  ReportOutbox box(batch + Iteration("j", 0).ByteSizeLong() + 8);
+  box.Push(LogBatch("j", 0, 20));
+  box.Push(Iteration("j", 0));
+  box.Push(LogBatch("j", 20, 20));
+  ASSERT_EQ(box.size(), 2u);
+  EXPECT_TRUE(box.front().has_iteration());
+  box.PopFront();
+  EXPECT_EQ(box.front().log().lines(0).text(), "line 20");
+  EXPECT_EQ(box.front().log().dropped_lines(), 20u);
+  EXPECT_EQ(box.TakeDropped(), 1u);
+}
+
 TEST(ReportOutboxTest, KeepsReportsInOrderAndIgnoresMessagesOfTheMoment) {
   ReportOutbox box(1 << 20);
   zpipe::v1::WorkerMessage heartbeat;

@@ -11,14 +11,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "worker/daemon/capabilities.h"
+#include "worker/daemon/log.h"
 
 namespace zpipe::worker {
 namespace {
-
-void Log(const std::string& line) {
-  std::fprintf(stderr, "zpipe-worker: %s\n", line.c_str());
-  std::fflush(stderr);
-}
 
 absl::Duration FromProto(const google::protobuf::Duration& d, absl::Duration fallback) {
   const absl::Duration out = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
@@ -42,7 +38,8 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options)
       capabilities_(options_.capabilities ? *options_.capabilities
                                           : BuildCapabilities(ProbeRuntime())),
       instance_id_(NewInstanceId()),
-      outbox_(options_.outbox_capacity_bytes) {
+      outbox_(options_.outbox_capacity_bytes, options_.log_lines),
+      job_log_(options_.log_lines) {
   Log(absl::StrCat("capabilities: ", DescribeCapabilities(capabilities_)));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -108,6 +105,11 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   return true;
 }
 
+void WorkerDaemon::SendJobLog() {
+  std::lock_guard<std::mutex> lock(log_send_mu_);
+  if (std::optional<zpipe::v1::WorkerMessage> lines = job_log_.Take()) Send(*lines);
+}
+
 void WorkerDaemon::JoinJobIfDone(bool wait) {
   std::thread t;
   {
@@ -165,6 +167,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   auto plan_updates = job_plan_updates_;
   auto cancelled = job_cancelled_;
   auto done = job_done_;
+  job_log_.Begin(job_id_, job_pipeline_rank_, job_data_rank_);
   Log(absl::StrCat("job ", job_id_, ": rank ", assignment.pipeline_rank(), "/",
                    assignment.data_rank(), " of p=", assignment.pipeline_size(),
                    " d=", assignment.data_size(), ", ", assignment.spec().train().iterations(),
@@ -196,6 +199,11 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
       Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
     } else {
       Log(absl::StrCat("job ", assignment.job_id(), ": failed: ", st.ToString()));
+    }
+    // The rank's last lines (its failure included) go before the failure report.
+    job_log_.End();
+    SendJobLog();
+    if (!st.ok() && !cancelled->load()) {
       zpipe::v1::WorkerMessage msg;
       auto* f = msg.mutable_failure();
       f->set_job_id(assignment.job_id());
@@ -343,6 +351,7 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       }
       hb.mutable_heartbeat()->set_job_id(job_id_);
       lock.unlock();
+      SendJobLog();
       Send(hb);
       lock.lock();
     }

@@ -9,8 +9,10 @@
 // batches are dropped first, and counted), and the daemon reconnects with backoff (capped at
 // reconnect_max_backoff), re-registering with the job it is still running, or has just finished,
 // and then sends what waited. If the coordinator does not take the job back it is abandoned and
-// its waiting reports are dropped. Stop() (e.g. from SIGTERM) cancels the running job, closes the
-// stream and makes Run() return.
+// its waiting reports are dropped. What the daemon logs while it runs a rank goes to the
+// coordinator too (JobLog: about once per heartbeat interval, and before the rank's end is
+// reported), bounded per rank while the coordinator is away. Stop() (e.g. from SIGTERM) cancels the
+// running job, closes the stream and makes Run() return.
 #ifndef ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 #define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 
@@ -27,6 +29,7 @@
 #include "absl/time/time.h"
 #include "core/tls_files.h"
 #include "worker/daemon/data_roots.h"
+#include "worker/daemon/job_log.h"
 #include "worker/daemon/job_runner.h"
 #include "worker/daemon/report_outbox.h"
 #include "worker/daemon/worker_metrics.h"
@@ -48,6 +51,9 @@ struct DaemonOptions {
   absl::Duration reconnect_max_backoff = absl::Seconds(2);
   // Reports kept for the coordinator while it is unreachable, in serialized bytes.
   size_t outbox_capacity_bytes = 32 << 20;
+  // --log-lines: a running rank's log lines kept for the coordinator (the newest; older ones are
+  // dropped and counted), both before they are sent and in the outbox while it is unreachable.
+  size_t log_lines = 1000;
   WorkerMetrics* metrics = nullptr;  // optional, must outlive the daemon
   // Give up when the coordinator cannot be reached for this long (0 = retry forever).
   absl::Duration give_up_after = absl::ZeroDuration();
@@ -77,6 +83,8 @@ class WorkerDaemon {
   // Stop, first telling the coordinator this worker is leaving and why (a signal's name), so a
   // job it runs is failed at once instead of after the heartbeat timeout.
   void Leave(const std::string& reason);
+  // The sink that keeps the running job's log lines (log.h); main installs it.
+  LogSink& log_sink() { return job_log_; }
 
  private:
   absl::Status RunSession(bool* registered);
@@ -86,6 +94,8 @@ class WorkerDaemon {
   void StartJob(const zpipe::v1::Assignment& assignment);
   void CancelJob(const std::string& job_id);
   void JoinJobIfDone(bool wait);
+  // Sends the running job's log lines that wait (to the outbox when the coordinator is away).
+  void SendJobLog();
 
   // Adds the token to a call's metadata.
   void Authorize(grpc::ClientContext& ctx) const;
@@ -107,6 +117,10 @@ class WorkerDaemon {
       nullptr;
   std::mutex write_mu_;  // orders writes to the stream; guards the outbox
   ReportOutbox outbox_;
+  JobLog job_log_;  // thread-safe
+  // Held from taking the job's lines to sending them, so batches leave in the order they were
+  // taken (the heartbeat thread and the job's thread both send them). Taken before write_mu_.
+  std::mutex log_send_mu_;
 
   // The running job.
   std::string job_id_;

@@ -55,6 +55,11 @@ class CoordinatorServiceStub(object):
                 request_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetTraceRequest.SerializeToString,
                 response_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetTraceResponse.FromString,
                 )
+        self.GetJobLogs = channel.unary_stream(
+                '/zpipe.v1.CoordinatorService/GetJobLogs',
+                request_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.FromString,
+                )
 
 
 class CoordinatorServiceServicer(object):
@@ -123,6 +128,20 @@ class CoordinatorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """A job's worker log lines: what the worker of each rank logged while it ran the job (its
+        failure message included), in the order the coordinator received them. The coordinator keeps
+        the newest lines of each rank (--log-lines) of its most recent jobs, in memory only: after a
+        restart it holds what workers sent since (lines they logged while it was away included).
+        Without `follow` the stream sends what is held and ends; with it, it stays open, sends new
+        lines as they arrive and ends once the job is terminal and its ranks' last lines are in.
+        NOT_FOUND for an unknown job; INVALID_ARGUMENT for a rank outside [0, p*d) or a negative
+        tail, naming the field. Needs the same token as GetJob.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +184,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.GetTrace,
                     request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetTraceRequest.FromString,
                     response_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetTraceResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -309,5 +333,22 @@ class CoordinatorService(object):
         return grpc.experimental.unary_unary(request, target, '/zpipe.v1.CoordinatorService/GetTrace',
             zpipe_dot_v1_dot_coordinator__pb2.GetTraceRequest.SerializeToString,
             zpipe_dot_v1_dot_coordinator__pb2.GetTraceResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/zpipe.v1.CoordinatorService/GetJobLogs',
+            zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.SerializeToString,
+            zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
