@@ -70,87 +70,18 @@ struct Score {
 };
 
 // Start and end of every action of a candidate, indexed like the orders.
-struct Timeline {
-  std::vector<std::vector<double>> start, end;
-};
+using Timeline = OrderTimeline;
 
-// Times `orders` with the simulator's rules; nullopt when the orders deadlock or, with
-// `check_memory`, when a rank's running memory exceeds the limit. Fills `timeline` if given.
+// Times `orders` with the simulator's rules (OrderProblem, on the linear placement); nullopt when
+// the orders deadlock or, with `check_memory`, when a rank's running memory exceeds the limit.
+// Fills `timeline` if given.
 std::optional<Score> Evaluate(const Problem& pr, const Orders& orders, bool check_memory = false,
                               Timeline* timeline = nullptr) {
-  const int p = pr.p;
-  const CostModel& cost = *pr.cost;
-  std::vector<double> end_f(p * pr.m, -1), end_b(p * pr.m, -1);
-  std::vector<size_t> cursor(p, 0);
-  std::vector<double> free_at(p, 0), first(p, kInf), mem(p, 0);
-  size_t left = 0;
-  for (const auto& o : orders) left += o.size();
-  if (timeline != nullptr) {
-    timeline->start.resize(p);
-    timeline->end.resize(p);
-    for (int r = 0; r < p; ++r) {
-      timeline->start[r].assign(orders[r].size(), 0);
-      timeline->end[r].assign(orders[r].size(), 0);
-    }
-  }
-  // Alternate sweep direction: forward sweeps carry F chains, backward sweeps carry B chains.
-  for (bool forward = true; left > 0; forward = !forward) {
-    size_t done = 0;
-    for (int k = 0; k < p; ++k) {
-      const int r = forward ? k : p - 1 - k;
-      const auto& order = orders[r];
-      while (cursor[r] < order.size()) {
-        const Action& a = order[cursor[r]];
-        const int s = a.stage, i = a.microbatch;
-        double ready = free_at[r];
-        if (a.kind == ActionKind::kForward) {
-          if (s > 0) {
-            const double dep = end_f[pr.Index(s - 1, i)];
-            if (dep < 0) break;
-            ready = std::max(ready, dep + cost.comm);
-          }
-        } else if (a.kind == ActionKind::kBackwardInput) {
-          const double dep = end_f[pr.Index(s, i)];
-          if (dep < 0) break;
-          ready = std::max(ready, dep);
-          if (s + 1 < p) {
-            const double up = end_b[pr.Index(s + 1, i)];
-            if (up < 0) break;
-            ready = std::max(ready, up + cost.comm);
-          }
-        } else {  // W
-          const double dep = end_b[pr.Index(s, i)];
-          if (dep < 0) break;
-          ready = std::max(ready, dep);
-        }
-        mem[r] += cost.MemoryDelta(a);
-        if (check_memory && !pr.Fits(mem[r])) return std::nullopt;
-        const double end = ready + cost.Duration(a);
-        if (a.kind == ActionKind::kForward) end_f[pr.Index(s, i)] = end;
-        if (a.kind == ActionKind::kBackwardInput) end_b[pr.Index(s, i)] = end;
-        if (timeline != nullptr) {
-          timeline->start[r][cursor[r]] = ready;
-          timeline->end[r][cursor[r]] = end;
-        }
-        first[r] = std::min(first[r], ready);
-        free_at[r] = end;
-        ++cursor[r];
-        ++done;
-      }
-    }
-    if (done == 0) return std::nullopt;
-    left -= done;
-  }
-  Score score{0, 0};
-  double first_all = kInf, last_all = 0;
-  for (int r = 0; r < p; ++r) {
-    if (orders[r].empty()) continue;
-    score.span = std::max(score.span, free_at[r] - first[r]);
-    first_all = std::min(first_all, first[r]);
-    last_all = std::max(last_all, free_at[r]);
-  }
-  score.global_span = first_all <= last_all ? last_all - first_all : 0;
-  return score;
+  const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost,
+                             check_memory ? pr.limit : kInf);
+  const std::optional<OrderScore> score = problem.Evaluate(orders, timeline);
+  if (!score) return std::nullopt;
+  return Score{score->span, score->makespan};
 }
 
 // The rank whose span is the makespan.
