@@ -312,7 +312,7 @@ TEST_F(CliCommandsTest, JobJsonSpeaksTheDocumentedVocabulary) {
   // The model shows only its member, without the oneof's name.
   EXPECT_EQ(j["spec"]["model"], json::parse(R"({"synthetic": {"forward_ms": 1.5,
       "backward_ms": 0.0, "weight_ms": 0.0, "activation_kb": 0.0, "params_mb": 0.0,
-      "param_tensors": 0}})"));
+      "param_tensors": 0, "w_slowdown": null}})"));
   // The spec as the coordinator returned it: resolving defaults is the coordinator's job
   // (coordinator/spec_defaults.h; tests/cli/cli_test.cc checks them through a real one), so a
   // field this fake leaves unset prints as its zero / null, never a client-side guess.
