@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -87,7 +88,28 @@ void WorkerDaemon::Leave(const std::string& reason) {
   }
   zpipe::v1::WorkerMessage bye;
   bye.mutable_leaving()->set_reason(reason);
-  if (Send(bye)) Log(absl::StrCat("told the coordinator this worker is leaving (", reason, ")"));
+  bool told = false;
+  {
+    std::lock_guard<std::mutex> wlock(write_mu_);
+    grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stream = stream_;
+    }
+    // Half-close after the goodbye instead of cancelling right away: a cancel may discard a
+    // written message that has not left yet, and the coordinator would then see only "its
+    // session closed". It answers the half-close by ending the session.
+    if (stream != nullptr && !writes_done_ && outbox_.empty() && stream->Write(bye)) {
+      told = true;
+      writes_done_ = true;
+      stream->WritesDone();
+    }
+  }
+  if (told) {
+    Log(absl::StrCat("told the coordinator this worker is leaving (", reason, ")"));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(2), [this] { return stream_ == nullptr; });
+  }
   Stop();
 }
 
@@ -99,7 +121,7 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
     stream = stream_;
   }
   // In order: nothing overtakes what already waits in the outbox.
-  if (stream != nullptr && outbox_.empty() && stream->Write(msg)) return true;
+  if (stream != nullptr && !writes_done_ && outbox_.empty() && stream->Write(msg)) return true;
   if (ReportedJob(msg) == nullptr) return false;
   outbox_.Push(msg);
   return true;
@@ -399,7 +421,9 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
     std::lock_guard<std::mutex> lock(mu_);
     stream_ = nullptr;
     session_ctx_ = nullptr;
+    writes_done_ = false;
   }
+  cv_.notify_all();  // Leave() waits for the session to end
   if (!shutdown) ctx.TryCancel();
   grpc::Status st = stream->Finish();
   if (shutdown) {

@@ -116,6 +116,9 @@ class WorkerDaemon {
   grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream_ =
       nullptr;
   std::mutex write_mu_;  // orders writes to the stream; guards the outbox
+  // Set by Leave() once it half-closed the stream: nothing may be written to it after that
+  // (guarded by write_mu_; cleared when the session ends).
+  bool writes_done_ = false;
   ReportOutbox outbox_;
   JobLog job_log_;  // thread-safe
   // Held from taking the job's lines to sending them, so batches leave in the order they were
