@@ -162,11 +162,13 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
     shut_down_ = true;
   }
   LogInfo("coordinator shutting down");
+  // Liveness stops first: while sessions drain, heartbeats go unread, and a job must not fail
+  // for "no heartbeat" because its coordinator is stopping (a restart resumes it).
+  stop_.Notify();
+  if (liveness_.joinable()) liveness_.join();
   if (manager_) manager_->Shutdown();
   if (server_)
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-  stop_.Notify();
-  if (liveness_.joinable()) liveness_.join();
   http_.reset();
   LogInfo("coordinator stopped");
 }
