@@ -84,18 +84,6 @@ std::optional<Score> Evaluate(const Problem& pr, const Orders& orders, bool chec
   return Score{score->span, score->makespan};
 }
 
-// The rank whose span is the makespan.
-int CriticalRank(const Timeline& tl) {
-  int best = 0;
-  double span = -1;
-  for (size_t r = 0; r < tl.start.size(); ++r) {
-    if (tl.start[r].empty()) continue;
-    const double s = tl.end[r].back() - tl.start[r].front();
-    if (s > span) span = s, best = static_cast<int>(r);
-  }
-  return best;
-}
-
 // Walks the critical path back from the end of the critical rank and returns the positions (r, k)
 // where action k of rank r was held up by action k - 1 of its own rank rather than by its inputs:
 // swapping those two may shorten the path.

@@ -24,17 +24,6 @@ void MoveAction(std::vector<Action>& order, int from, int to) {
   }
 }
 
-int CriticalRank(const OrderTimeline& tl) {
-  int best = 0;
-  double span = -1;
-  for (size_t r = 0; r < tl.start.size(); ++r) {
-    if (tl.start[r].empty()) continue;
-    const double s = tl.end[r].back() - tl.start[r].front();
-    if (s > span) span = s, best = static_cast<int>(r);
-  }
-  return best;
-}
-
 // Proposes one move on `orders` given their timeline; returns (rank, from, to) or from == to
 // when nothing applies.
 struct Move {
@@ -111,6 +100,17 @@ Move Propose(const Orders& orders, const OrderTimeline& tl, SearchRng& rng) {
 }
 
 }  // namespace
+
+int CriticalRank(const OrderTimeline& tl) {
+  int best = 0;
+  double span = -1;
+  for (size_t r = 0; r < tl.start.size(); ++r) {
+    if (tl.start[r].empty()) continue;
+    const double s = tl.end[r].back() - tl.start[r].front();
+    if (s > span) span = s, best = static_cast<int>(r);
+  }
+  return best;
+}
 
 bool OrderScore::operator<(const OrderScore& o) const {
   if (span != o.span) return span < o.span;

@@ -42,6 +42,9 @@ struct OrderTimeline {
   std::vector<std::vector<double>> start, end;  // indexed like the orders
 };
 
+// The rank with the longest span (first start to last end) in `tl`.
+int CriticalRank(const OrderTimeline& tl);
+
 class OrderProblem {
  public:
   // `cost` must outlive the problem and have placement.num_stages() stages.
