@@ -347,12 +347,13 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   return result;
 }
 
-// One-way latency of an activation-sized Gloo send between two threads (half a ping-pong).
+// One-way latency of an activation-sized Gloo send between two threads: the median round trip
+// of a ping-pong, halved (a median, so one preempted round does not move the prediction).
 double MeasureCommMs(double activation_kb) {
   auto store = worker::NewInMemoryStore();
   const int64_t floats = static_cast<int64_t>(activation_kb * 256);
-  const int rounds = 50;
-  double one_way_ms = 0;
+  constexpr int kRounds = 100, kWarmup = 10;
+  std::vector<double> round_trip_ms;
   std::vector<std::thread> threads;
   std::vector<absl::Status> errors(2);
   for (int rank = 0; rank < 2; ++rank) {
@@ -370,25 +371,24 @@ double MeasureCommMs(double activation_kb) {
                     out = torch::zeros({floats});
       std::unique_ptr<worker::CommHandle> recv, next;
       if (rank == 1) recv = (*comm)->Recv(in, 0, 0);
-      Clock::time_point start;
-      for (int k = 0; k < rounds + 5; ++k) {
-        if (k == 5) start = Clock::now();
+      for (int k = 0; k < kWarmup + kRounds; ++k) {
         // Receives are posted before the matching send, as the executor posts them ahead.
         if (rank == 0) {
+          const auto t0 = Clock::now();
           auto recv = (*comm)->Recv(in, 1, k);
           (*comm)->Send(out, 1, k)->Wait().IgnoreError();
           recv->Wait().IgnoreError();
+          if (k >= kWarmup) {
+            round_trip_ms.push_back(
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          }
         } else {
           recv->Wait().IgnoreError();
-          if (k + 1 < rounds + 5) next = (*comm)->Recv(in2, 0, k + 1);
+          if (k + 1 < kWarmup + kRounds) next = (*comm)->Recv(in2, 0, k + 1);
           (*comm)->Send(out, 0, k)->Wait().IgnoreError();
           recv = std::move(next);
           std::swap(in, in2);
         }
-      }
-      if (rank == 0) {
-        one_way_ms =
-            std::chrono::duration<double, std::milli>(Clock::now() - start).count() / (2 * rounds);
       }
     });
   }
@@ -396,7 +396,9 @@ double MeasureCommMs(double activation_kb) {
   for (const auto& st : errors) {
     if (!st.ok()) Die(st, "ping-pong");
   }
-  return one_way_ms;
+  std::nth_element(round_trip_ms.begin(), round_trip_ms.begin() + round_trip_ms.size() / 2,
+                   round_trip_ms.end());
+  return round_trip_ms[round_trip_ms.size() / 2] / 2;
 }
 
 std::string LoadAverage() {
@@ -537,7 +539,7 @@ void Bubble() {
       "m = 16, activation 64 KiB, ranks as threads over Gloo loopback\n");
   std::printf(
       "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
-      "the span; predicted: core::Simulate, T_comm = %.3f ms (ping-pong / 2)\n",
+      "the span; predicted: core::Simulate, T_comm = %.3f ms (median ping-pong / 2)\n",
       g_iters, g_warmup, comm_ms);
   std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
   std::printf("%-6s %6s %3s %9s %9s %8s %10s %10s %8s\n", "sched", "action", "p", "meas bub",

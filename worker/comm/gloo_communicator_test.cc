@@ -369,6 +369,41 @@ TEST(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
   });
 }
 
+// Sends are posted by the communicator's own thread: sends nobody waits for still go out (their
+// handles turn done without a Wait), and so does a receive's ready notice, whose sender here
+// waits for nothing either.
+TEST(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
+  auto store = NewInMemoryStore();
+  constexpr int kMessages = 8;
+  RunRanks(2, [&](int rank) {
+    auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());
+    if (rank == 1) {
+      std::vector<std::unique_ptr<CommHandle>> sends;
+      for (int k = 0; k < kMessages; ++k) {
+        sends.push_back(comm->Send(Pattern(1, 0, k, 1024 << k), 0, k));
+      }
+      const auto deadline = Clock::now() + std::chrono::seconds(15);
+      int done = 0;
+      while (done < kMessages && Clock::now() < deadline) {
+        done = 0;
+        for (auto& s : sends) done += s->Test() ? 1 : 0;
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      EXPECT_EQ(done, kMessages) << "sends still pending with nobody waiting on them";
+      for (auto& s : sends) EXPECT_TRUE(s->Wait(absl::ZeroDuration()).ok());
+    } else {
+      for (int k = kMessages - 1; k >= 0; --k) {  // posted in the reverse order
+        torch::Tensor got = torch::zeros({1024 << k});
+        ASSERT_TRUE(comm->Recv(got, 1, k)->Wait(absl::Seconds(15)).ok()) << k;
+        EXPECT_TRUE(torch::equal(got, Pattern(1, 0, k, 1024 << k))) << k;
+      }
+    }
+    ASSERT_TRUE(comm->Barrier().ok());
+  });
+}
+
 // Destroying the communicator while a thread waits on a receive wakes it with CANCELLED.
 TEST(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
   auto store = NewInMemoryStore();
