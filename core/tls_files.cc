@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace zpipe::core {
 
@@ -57,11 +58,13 @@ absl::StatusOr<std::optional<TlsClientPem>> LoadTlsClientPem(const NamedFile& ca
 }
 
 bool LooksLikeTlsFailure(absl::string_view message) {
+  // gRPC's TCP connect step is its "tcp handshaker": "tcp handshaker shutdown" is a connection
+  // attempt given up (a coordinator restarting), not a TLS handshake.
+  const std::string text = absl::StrReplaceAll(message, {{"tcp handshaker", ""}});
   for (absl::string_view word : {"andshake", "SSL", "ertificate", "TLS", "WRONG_VERSION"}) {
-    if (absl::StrContains(message, word)) return true;
+    if (absl::StrContains(text, word)) return true;
   }
-  return absl::StrContains(message, "failed to connect") &&
-         absl::StrContains(message, "Socket closed");
+  return absl::StrContains(text, "failed to connect") && absl::StrContains(text, "Socket closed");
 }
 
 }  // namespace zpipe::core
