@@ -1,5 +1,6 @@
 #include "coordinator/spec_defaults.h"
 
+#include <string>
 #include <variant>
 
 #include "core/schedule.h"
@@ -8,10 +9,11 @@ namespace zpipe::coordinator {
 
 JobSpec ResolveSpecDefaults(JobSpec spec) {
   if (spec.data == 0) spec.data = 1;
-  // By kind, not name: "interleaved-1f1b" is the same schedule.
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
-  if (kind.ok() && *kind == core::ScheduleKind::kInterleaved1F1B && spec.chunks == 0) {
-    spec.chunks = 2;
+  if (kind.ok()) {
+    // Aliases ("zbv", "interleaved-1f1b") by their one name, so the same job compares equal.
+    spec.schedule = std::string(core::ScheduleName(*kind));
+    if (*kind == core::ScheduleKind::kInterleaved1F1B && spec.chunks == 0) spec.chunks = 2;
   }
   if (spec.optimizer.empty()) spec.optimizer = "adamw";
   const bool adam = spec.optimizer == "adam" || spec.optimizer == "adamw";

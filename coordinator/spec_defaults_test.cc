@@ -66,6 +66,21 @@ TEST(SpecDefaultsTest, ChunksFollowTheScheduleKindNotItsSpelling) {
   EXPECT_EQ(ResolveSpecDefaults(s).chunks, 0);
 }
 
+// An alias resolves to the schedule's one name, so a resubmission spelled either way is the same
+// job; an unknown name is left for the validator to name.
+TEST(SpecDefaultsTest, ScheduleAliasesResolveToOneName) {
+  JobSpec s = Minimal();
+  s.schedule = "zbv";
+  JobSpec canonical = Minimal();
+  canonical.schedule = "zb-v";
+  EXPECT_EQ(ResolveSpecDefaults(s).schedule, "zb-v");
+  EXPECT_EQ(ResolveSpecDefaults(s), ResolveSpecDefaults(canonical));
+  s.schedule = "1f1b-interleaved";
+  EXPECT_EQ(ResolveSpecDefaults(s).schedule, "interleaved");
+  s.schedule = "zb-9";
+  EXPECT_EQ(ResolveSpecDefaults(s).schedule, "zb-9");
+}
+
 TEST(SpecDefaultsTest, IsIdempotent) {
   const JobSpec once = ResolveSpecDefaults(Minimal());
   EXPECT_EQ(ResolveSpecDefaults(once), once);
