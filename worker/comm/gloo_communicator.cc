@@ -210,14 +210,21 @@ class Poster {
 
   // Posts what is queued on the caller's thread.
   void Drain() {
-    std::deque<std::shared_ptr<P2pOp>> ops;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_ || queue_.empty()) return;
-      ops.swap(queue_);
       ++draining_;
     }
+    // Taking ops from the queue and posting them under post_mu_ keeps the queue's order on the
+    // wire: ops with the same tag to one peer match in posting order.
+    std::unique_lock<std::mutex> posting(post_mu_);
+    std::deque<std::shared_ptr<P2pOp>> ops;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stop_) ops.swap(queue_);
+    }
     for (auto& op : ops) post_(std::move(op));
+    posting.unlock();
     std::lock_guard<std::mutex> lock(mu_);
     if (--draining_ == 0) cv_.notify_all();
   }
@@ -248,23 +255,33 @@ class Poster {
         woken_ = false;
       }
       if (stop_) return;
-      std::shared_ptr<P2pOp> op = std::move(queue_.front());
-      queue_.pop_front();
       ++draining_;
       lock.unlock();
-      post_(std::move(op));
+      {
+        std::lock_guard<std::mutex> posting(post_mu_);
+        std::shared_ptr<P2pOp> op;
+        {
+          std::lock_guard<std::mutex> relock(mu_);
+          if (!stop_ && !queue_.empty()) {  // a Drain may have taken it meanwhile
+            op = std::move(queue_.front());
+            queue_.pop_front();
+          }
+        }
+        if (op != nullptr) post_(std::move(op));
+      }
       lock.lock();
       if (--draining_ == 0 && stop_) cv_.notify_all();
     }
   }
 
   const Fn post_, cancel_;
+  std::mutex post_mu_;  // held while taking ops from the queue and posting them; before mu_
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
   bool idle_ = false;   // the thread waits on cv_
   bool woken_ = false;  // notified and not yet running
-  int draining_ = 0;    // threads posting an op taken from the queue
+  int draining_ = 0;    // threads taking ops from the queue to post them
   std::deque<std::shared_ptr<P2pOp>> queue_;
   std::thread thread_;  // last: starts after the members it uses
 };
