@@ -14,7 +14,11 @@
 // completion times: a node is pruned by a lower bound (relaxed earliest times of the remaining
 // forwards and backwards, each rank's remaining work), and by dominance (same counts, every
 // time that matters no later than a node already expanded).
-//   zpipe_exact_schedule KIND P M [--budget S] [--nodes N] [--data PATH] [--row K]
+// The bound at the root holds for any order (it only counts the k-th F, B or W of a stage), so
+// `all` prints it for every row beside core's SpanLowerBound and our span at --budget.
+//   zpipe_exact_schedule KIND P M [--budget S] [--seconds S] [--nodes N] [--slack X]
+//                        [--data PATH] [--row K]
+//   zpipe_exact_schedule all 0 0 [--budget S]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -489,7 +493,7 @@ int Main(int argc, char** argv) {
     const double our_span = ours->sim.span;
     std::printf("%s p=%d m=%d: reference %.0f, ours(budget %g) %.0f, bound %.0f\n", kind.c_str(), p,
                 m, row.span, budget, our_span, ours->span_lower_bound);
-    std::printf("  our orders (FIFO per stage: %s)\n", "?");
+    std::printf("  our orders (' = chunk 1):\n");
     {
       std::vector<std::vector<Op>> orders(p);
       for (int r = 0; r < p; ++r) {
