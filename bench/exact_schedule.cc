@@ -12,10 +12,13 @@
 // input is not scheduled yet blocks its rank until it is (all ranks blocked = deadlock). Every
 // rank's first start is fixed (its first forward of microbatch 0), so the span only grows with
 // completion times: a node is pruned by a lower bound (relaxed earliest times of the remaining
-// forwards and backwards, each rank's remaining work), and by dominance (same counts, every
-// time that matters no later than a node already expanded).
-// The bound at the root holds for any order (it only counts the k-th F, B or W of a stage), so
-// `all` prints it for every row beside core's SpanLowerBound and our span at --budget.
+// forwards and backwards, then per rank the preemptive one-machine schedule of what is left with
+// those release times and the chains each action still starts as tails), and by dominance
+// (same counts, every time that matters no later than a node already expanded).
+// The bound at the root only counts the k-th F, B or W of a stage, so it holds for any order in
+// which every rank starts with the first microbatch to reach it (per-rank spans reward a rank
+// that starts late, so an order that holds its first forward back is not covered); `all`
+// prints it for every row beside core's SpanLowerBound and our span at --budget.
 //   zpipe_exact_schedule KIND P M [--budget S] [--seconds S] [--nodes N] [--slack X]
 //                        [--data PATH] [--row K]
 //   zpipe_exact_schedule all 0 0 [--budget S]
