@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,6 +88,7 @@ int Main(int argc, char** argv) {
   std::printf("%-6s %3s %4s %9s %9s %9s %10s %9s %9s %9s\n", "kind", "p", "m", "reference",
               "greedy", "search", "vs_ref", "bound", "gap", "search_s");
   int worse = 0, better = 0, failed = 0;
+  std::map<std::string, std::pair<int, int>> per_kind;  // kind -> (strictly better, shapes)
   double total_s = 0;
   for (const Row& row : rows) {
     const int v = row.kind == "zb-v" ? 2 : 1;
@@ -106,7 +108,8 @@ int Main(int argc, char** argv) {
     const double ours = search->sim.bubble_rate;
     const double delta = ours - ref;
     if (delta > 1e-4) ++worse;
-    if (search->sim.span < row.span * (1 - 1e-9)) ++better;
+    ++per_kind[row.kind].second;
+    if (search->sim.span < row.span * (1 - 1e-9)) ++better, ++per_kind[row.kind].first;
     std::printf("%-6s %3d %4d %9.4f %9.4f %9.4f %+10.5f %9.4f %9.4f %9.2f\n", row.kind.c_str(),
                 row.p, row.m, ref, greedy->sim.bubble_rate, ours, delta, search->bubble_lower_bound,
                 ours - search->bubble_lower_bound, secs);
@@ -115,6 +118,11 @@ int Main(int argc, char** argv) {
       "\n%zu shapes: %d worse than the reference by more than 1e-4, %d strictly better "
       "(shorter span), %d failed; search took %.1f s in all\n",
       rows.size(), worse, better, failed, total_s);
+  std::printf("strictly better per kind:");
+  for (const auto& [kind, counts] : per_kind) {
+    std::printf(" %s %d of %d;", kind.c_str(), counts.first, counts.second);
+  }
+  std::printf("\n");
   return 0;
 }
 

@@ -231,11 +231,16 @@ int64_t SearchWork(double budget_seconds) {
   return static_cast<int64_t>(std::min(budget_seconds, 1e6) * kActionsPerSecond);
 }
 
-void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
-                   uint64_t seed, double span_bound) {
-  SearchRng rng(seed);
+namespace {
+
+// One phase of ImproveOrders on `work`; returns the work it left unspent. With `history` = 1
+// a move is kept when the score does not get worse; with more, also when it is no worse than
+// the score `history` steps ago (late acceptance). `swap_one_in` > 0: one proposal in that many
+// swaps two actions a few places apart on one rank.
+int64_t Improve(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
+                SearchRng& rng, double span_bound, size_t history, int swap_one_in) {
   OrderTimeline tl, trial_tl;
-  if (!problem.Evaluate(orders, &tl)) return;
+  if (!problem.Evaluate(orders, &tl)) return work;
   const int64_t cost = std::max<int64_t>(problem.actions(), 1);
   int microbatches = 0;
   for (const auto& order : orders) {
@@ -248,8 +253,22 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
   Orders best = orders;
   OrderScore best_score = score;
   int stalled = 0, restarts = 0;
+  std::vector<OrderScore> late(history, score);
+  int64_t step = 0;
   auto propose = [&] {
     moves.clear();
+    if (swap_one_in > 0 && rng.Uniform(swap_one_in) == 0) {
+      // Swap two actions a few places apart on one rank: two moves.
+      const int r =
+          rng.Uniform(2) == 0 ? CriticalRank(tl) : rng.Uniform(static_cast<int>(orders.size()));
+      const int n = static_cast<int>(orders[r].size());
+      if (n < 3) return;
+      const int i = rng.Uniform(n - 1);
+      const int j = std::min(n - 1, i + 2 + rng.Uniform(6));
+      moves.push_back({r, i, j});
+      moves.push_back({r, j - 1, i});
+      return;
+    }
     if (rng.Uniform(2) == 0) {
       // Chains of the later microbatches more often: the drain is where they pace the span.
       const int back = std::min(microbatches, 1 + rng.Uniform(std::max(1, microbatches / 2)));
@@ -260,11 +279,11 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
   };
   // Applies `moves`; keeps them when the orders still complete within memory (and, with
   // `improving`, do not score worse), else undoes them.
-  auto try_moves = [&](bool improving) {
+  auto try_moves = [&](bool improving, const OrderScore* threshold = nullptr) {
     work -= cost;
     for (const Move& mv : moves) MoveAction(orders[mv.rank], mv.from, mv.to);
     std::optional<OrderScore> s = problem.Evaluate(orders, &trial_tl);
-    if (s && (!improving || *s <= score)) {
+    if (s && (!improving || *s <= score || (threshold != nullptr && *s <= *threshold))) {
       score = *s;
       std::swap(tl, trial_tl);
       return true;
@@ -285,6 +304,7 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
         if (!moves.empty()) try_moves(/*improving=*/false);
       }
       stalled = 0;
+      std::fill(late.begin(), late.end(), score);
       continue;
     }
     propose();
@@ -292,9 +312,11 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
       work -= cost / 16 + 1;  // looking for a move is not free either
       continue;
     }
-    const OrderScore before = score;
     ++stalled;
-    if (try_moves(/*improving=*/true) && score < before) stalled = 0;
+    const OrderScore before = score;
+    const size_t slot = static_cast<size_t>(step++ % late.size());
+    if (try_moves(/*improving=*/true, &late[slot]) && score < before) stalled = 0;
+    late[slot] = score;
     if (score < best_score) {
       best = orders;
       best_score = score;
@@ -303,6 +325,21 @@ void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& scor
   }
   orders = std::move(best);
   score = best_score;
+  return std::max<int64_t>(work, 0);
+}
+
+}  // namespace
+
+void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
+                   uint64_t seed, double span_bound) {
+  SearchRng rng(seed);
+  // Half the work on plain iterated local search; the rest (with what the first half left)
+  // from its best plan with late acceptance and swaps, which can walk out of the optimum the
+  // first half stopped in. Both keep their best plan, so the second half never loses ground.
+  const int64_t first = work / 2;
+  const int64_t left = Improve(problem, orders, score, first, rng, span_bound, 1, 0);
+  Improve(problem, orders, score, work - first + left, rng, span_bound, kLateAcceptance,
+          kSwapOneIn);
 }
 
 }  // namespace zpipe::core::internal

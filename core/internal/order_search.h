@@ -4,8 +4,9 @@
 // action runs) follows from core::Simulate's rules. OrderProblem times an order and checks its
 // memory the way the validator does, and ImproveOrders rewrites an order by small moves (fill
 // an idle gap with a later W, move an action that its own rank held up earlier, shift an action
-// a few places) and keeps a move only when the order still completes within the memory limit
-// and its score does not get worse. Moves are drawn from a seeded generator that does not
+// a few places, swap two) and keeps a move only when the order still completes within the
+// memory limit and its score does not get worse (in a second phase: no worse than a few dozen
+// moves ago, see ImproveOrders). Moves are drawn from a seeded generator that does not
 // depend on the standard library's distributions, so a (seed, work) pair gives the same plan on
 // every platform.
 //
@@ -81,13 +82,19 @@ class SearchRng {
 // Simulated actions a search may spend for `budget_seconds` (0 for a budget <= 0).
 int64_t SearchWork(double budget_seconds);
 
-// Improves `orders` (which must evaluate to `score`) by iterated local search until `work`
-// simulated actions are spent, the span reaches `span_bound` (nothing left to gain), or
-// kMaxRestarts restarts (each after kRestartAfter moves without a strict gain) in a row found
-// nothing better; `orders` and `score` end at the best plan seen, never worse than the input.
-// Deterministic in its arguments.
+// Improves `orders` (which must evaluate to `score`) in two phases of iterated local search, each
+// until its share of `work` simulated actions is spent, the span reaches `span_bound` (nothing
+// left to gain), or kMaxRestarts restarts (each after kRestartAfter moves without a strict gain)
+// in a row found nothing better. The first half of the work keeps a move only when the score
+// does not get worse; the second (with what the first left) goes on from the best plan with
+// late acceptance: a move is also kept when its score is no worse than the score
+// kLateAcceptance moves earlier, so the search can cross a ridge, and one proposal in
+// kSwapOneIn swaps two actions on a rank. `orders` and `score` end at the best plan seen, never
+// worse than the input. Deterministic in its arguments.
 inline constexpr int kRestartAfter = 6000;
 inline constexpr int kMaxRestarts = 8;
+inline constexpr int kLateAcceptance = 50;
+inline constexpr int kSwapOneIn = 8;
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound = 0);
 
