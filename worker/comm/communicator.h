@@ -85,7 +85,8 @@ class Communicator {
   virtual int data_rank() const = 0;
   virtual int data_size() const = 0;
 
-  // Sends `tensor` to pipeline rank `peer`. Returns at once; never blocks the caller's compute.
+  // Sends `tensor` to pipeline rank `peer`. Returns at once; never blocks the caller's compute
+  // (see Flush for when a queued send goes out).
   // The tensor's contents must not change until the handle completes (a non-contiguous tensor is
   // copied first, so then they may). `tag` must be in [0, 2^24).
   virtual std::unique_ptr<CommHandle> Send(const torch::Tensor& tensor, int peer, int tag) = 0;
@@ -99,6 +100,13 @@ class Communicator {
   // Recv(*out, peer, tag).
   std::unique_ptr<CommHandle> Recv(at::IntArrayRef shape, at::ScalarType dtype, int peer, int tag,
                                    torch::Tensor* out);
+
+  // A transport may queue sends and receives to post them off the caller's thread
+  // (GlooCommunicator: posting is a socket write). Queued ones are posted once the caller calls
+  // Flush() (handed to the transport's own thread: call it before computing) or waits on any
+  // handle of this communicator (posted on the waiting thread, which has nothing better to do).
+  // A transport that posts at once (NCCL) has nothing to flush.
+  virtual void Flush() {}
 
   // In place: `buffer` (contiguous float32 on this communicator's device) becomes the average
   // over the DP group. Runs on the communicator's own thread/stream so it overlaps the caller's

@@ -184,9 +184,10 @@ class PeerWaiter {
 // loopback the kernel delivers it to the peer inside the write, and waking the peer's threads
 // makes it 0.1 to 0.2 ms on our 2-core CI machines; the executor posts one or two per action,
 // and done between its actions that was 0.03 of bubble with 5 ms actions (scripts/bench runtime
-// bubble). So the caller queues, and the poster's thread posts, in queue order. A caller about to
-// block on a receive posts what is queued itself (Drain): it has nothing better to do, and a
-// send on the critical path then goes out without waiting for the poster's thread to wake.
+// bubble). So the caller queues; Flush (called before computing) hands the queue to the poster's
+// thread, one wake-up for all of it, and a caller about to block on a handle posts what is
+// queued itself (Drain): it has nothing better to do, and a send on the critical path then goes
+// out without waiting for another thread to wake. Either way in queue order.
 class Poster {
  public:
   using Fn = std::function<void(std::shared_ptr<P2pOp>)>;
@@ -196,16 +197,20 @@ class Poster {
       : post_(std::move(post)), cancel_(std::move(cancel)), thread_([this] { Run(); }) {}
   ~Poster() { Stop(); }
 
-  // False once stopped (the op was not queued).
+  // Queues `op` for the next Flush or Drain. False once stopped (the op was not queued).
   bool Push(std::shared_ptr<P2pOp> op) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return false;
     queue_.push_back(std::move(op));
-    if (idle_ && !woken_) {  // one wake-up however many ops arrive before the thread runs
-      woken_ = true;
-      cv_.notify_one();
-    }
     return true;
+  }
+
+  // Hands what is queued to the poster's thread: one wake-up for every op queued since the last.
+  void Flush() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty() || !idle_ || woken_) return;
+    woken_ = true;
+    cv_.notify_one();
   }
 
   // Posts what is queued on the caller's thread.
@@ -551,6 +556,8 @@ class GlooCommunicator final : public Communicator {
   int data_rank() const override { return options_.data_rank; }
   int data_size() const override { return options_.data_size; }
   torch::Device device() const override { return torch::kCPU; }
+
+  void Flush() override { recv_->poster->Flush(); }
 
   std::unique_ptr<CommHandle> Send(const torch::Tensor& tensor, int peer, int tag) override {
     if (absl::Status s = CheckP2p(tensor, peer, tag, "send"); !s.ok()) {

@@ -492,6 +492,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
       if (!g.ok()) return g.status();
       input = *std::move(g);
     }
+    comm->Flush();  // the sends and receives queued since the last action go out meanwhile
     const SteadyTime host_start = Clock::now();
     const int start_mark = timer->Mark();
     absl::Status status;
