@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/reference_rows.h"
 #include "core/internal/order_search.h"
 #include "core/planning.h"
 
@@ -44,27 +45,7 @@
 namespace zpipe {
 namespace {
 
-struct Row {
-  std::string kind;
-  int p = 0, m = 0;
-  double f = 0, b = 0, w = 0, comm = 0, mem_f = 0, mem_b = 0, mem_w = 0, limit = 0, span = 0;
-};
-
-std::vector<Row> ReadRows(const std::string& path) {
-  std::vector<Row> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.rfind("kind", 0) == 0) continue;
-    std::istringstream fields(line);
-    Row r;
-    double bubble = 0;
-    fields >> r.kind >> r.p >> r.m >> r.f >> r.b >> r.w >> r.comm >> r.mem_f >> r.mem_b >>
-        r.mem_w >> r.limit >> r.span >> bubble;
-    if (fields) rows.push_back(r);
-  }
-  return rows;
-}
+using Row = bench::ReferenceRow;
 
 constexpr double kUnknown = -1;
 enum Kind { kF = 0, kB = 1, kW = 2 };
@@ -417,23 +398,7 @@ class Solver {
 };
 
 absl::StatusOr<core::PlannedSchedule> Plan(const Row& row, double budget) {
-  core::PlanRequest req;
-  req.schedule = row.kind;
-  req.pipeline = row.p;
-  req.microbatches = row.m;
-  req.memory_limit = row.limit;
-  req.inputs = [&row](const core::Placement& placement) {
-    const core::StageCost c{.f = row.f,
-                            .b = row.b,
-                            .w = row.w,
-                            .mem_f = row.mem_f,
-                            .mem_b = row.mem_b,
-                            .mem_w = row.mem_w};
-    return core::UniformInputs(placement, c, row.comm);
-  };
-  req.lower = false;
-  req.search = {.budget_seconds = budget, .seed = 1};
-  return core::PlanSchedule(req);
+  return bench::PlanReferenceRow(row, budget, /*seed=*/1);
 }
 
 // Compact per-rank order: F/B/W letters with a chunk mark (' for chunk 1) and microbatch.
@@ -471,7 +436,7 @@ int Main(int argc, char** argv) {
   }
   if (kind == "all") {
     // Root bounds only, every row: the one-machine bound beside core's and our span.
-    for (const Row& row : ReadRows(data)) {
+    for (const Row& row : bench::ReadReferenceRows(data)) {
       absl::StatusOr<core::PlannedSchedule> ours = Plan(row, budget);
       if (!ours.ok()) continue;
       Solver solver(row, 0, 0, 0);
@@ -494,7 +459,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   int seen = 0;
-  for (const Row& row : ReadRows(data)) {
+  for (const Row& row : bench::ReadReferenceRows(data)) {
     if (row.kind != kind || row.p != p || row.m != m || seen++ != which) continue;
     absl::StatusOr<core::PlannedSchedule> ours = Plan(row, budget);
     if (!ours.ok()) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/reference_rows.h"
 #include "core/planning.h"
 
 #ifndef ZPIPE_SOURCE_DIR
@@ -21,46 +22,10 @@
 namespace zpipe {
 namespace {
 
-struct Row {
-  std::string kind;
-  int p = 0, m = 0;
-  double f = 0, b = 0, w = 0, comm = 0, mem_f = 0, mem_b = 0, mem_w = 0, limit = 0, span = 0;
-};
-
-std::vector<Row> ReadRows(const std::string& path) {
-  std::vector<Row> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.rfind("kind", 0) == 0) continue;
-    std::istringstream fields(line);
-    Row r;
-    double bubble = 0;
-    fields >> r.kind >> r.p >> r.m >> r.f >> r.b >> r.w >> r.comm >> r.mem_f >> r.mem_b >>
-        r.mem_w >> r.limit >> r.span >> bubble;
-    if (fields) rows.push_back(r);
-  }
-  return rows;
-}
+using Row = bench::ReferenceRow;
 
 absl::StatusOr<core::PlannedSchedule> Plan(const Row& row, double budget, uint64_t seed) {
-  core::PlanRequest req;
-  req.schedule = row.kind;
-  req.pipeline = row.p;
-  req.microbatches = row.m;
-  req.memory_limit = row.limit;
-  req.inputs = [&row](const core::Placement& placement) {
-    const core::StageCost c{.f = row.f,
-                            .b = row.b,
-                            .w = row.w,
-                            .mem_f = row.mem_f,
-                            .mem_b = row.mem_b,
-                            .mem_w = row.mem_w};
-    return core::UniformInputs(placement, c, row.comm);
-  };
-  req.lower = false;
-  req.search = {.budget_seconds = budget, .seed = seed};
-  return core::PlanSchedule(req);
+  return bench::PlanReferenceRow(row, budget, seed);
 }
 
 int Main(int argc, char** argv) {
@@ -75,7 +40,7 @@ int Main(int argc, char** argv) {
     if (flag == "--data") data = argv[i + 1];
     if (flag == "--limit") limit = std::strtoul(argv[i + 1], nullptr, 10);
   }
-  std::vector<Row> rows = ReadRows(data);
+  std::vector<Row> rows = bench::ReadReferenceRows(data);
   if (rows.empty()) {
     std::fprintf(stderr, "no rows in %s\n", data.c_str());
     return 1;
