@@ -183,9 +183,9 @@ class PeerWaiter {
 // payload when the peer's receive is already posted, a receive's ready notice to its peer. On
 // loopback the kernel delivers it to the peer inside the write, and waking the peer's threads
 // makes it 0.1 to 0.2 ms on our 2-core CI machines; the executor posts one or two per action,
-// and done between its actions that was 0.03 of bubble with 5 ms actions (scripts/bench runtime
-// bubble). So the caller queues; Flush (called before computing) hands the queue to the poster's
-// thread, one wake-up for all of it, and a caller about to block on a handle posts what is
+// and done on its thread that was 143 µs between two actions (74 µs now; README "Runtime
+// performance"). So the caller queues; Flush (called before computing) hands the queue to the
+// poster's thread, one wake-up for all of it, and a caller about to block on a handle posts what is
 // queued itself (Drain): it has nothing better to do, and a send on the critical path then goes
 // out without waiting for another thread to wake. Either way in queue order.
 class Poster {
@@ -664,7 +664,7 @@ class GlooCommunicator final : public Communicator {
     return handle;
   }
 
-  // On the poster's thread.
+  // On the poster's thread, or on a caller's that drains the queue before blocking.
   void Post(std::shared_ptr<P2pOp> op) {
     try {
       const uint64_t slot = kP2pSlotBase | static_cast<uint64_t>(op->tag);
