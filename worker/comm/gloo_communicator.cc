@@ -183,7 +183,7 @@ class PeerWaiter {
 // payload when the peer's receive is already posted, a receive's ready notice to its peer. On
 // loopback the kernel delivers it to the peer inside the write, and waking the peer's threads
 // makes it 0.1 to 0.2 ms on our 2-core CI machines; the executor posts one or two per action,
-// and done on its thread that was 143 µs between two actions (74 µs now; README "Runtime
+// and done on its thread that was 143 us between two actions (74 us now; README "Runtime
 // performance"). So the caller queues; Flush (called before computing) hands the queue to the
 // poster's thread, one wake-up for all of it, and a caller about to block on a handle posts what is
 // queued itself (Drain): it has nothing better to do, and a send on the critical path then goes
