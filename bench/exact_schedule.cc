@@ -38,10 +38,6 @@
 #include "core/internal/order_search.h"
 #include "core/planning.h"
 
-#ifndef ZPIPE_SOURCE_DIR
-#define ZPIPE_SOURCE_DIR "."
-#endif
-
 namespace zpipe {
 namespace {
 
@@ -424,7 +420,7 @@ int Main(int argc, char** argv) {
   long nodes = 1L << 40;
   int which = 0;
   double slack = 0;  // > 0: start above ours, to check that the solver finds ours itself
-  std::string data = std::string(ZPIPE_SOURCE_DIR) + "/bench/reference_schedules.tsv";
+  std::string data = bench::DefaultReferenceData();
   for (int i = 4; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--budget") budget = std::atof(argv[i + 1]);

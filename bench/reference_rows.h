@@ -11,7 +11,16 @@
 
 #include "core/planning.h"
 
+#ifndef ZPIPE_SOURCE_DIR
+#define ZPIPE_SOURCE_DIR "."
+#endif
+
 namespace zpipe::bench {
+
+// The rows' file in the source tree the bench was built from.
+inline std::string DefaultReferenceData() {
+  return std::string(ZPIPE_SOURCE_DIR) + "/bench/reference_schedules.tsv";
+}
 
 // One shape and schedule: costs, memory model and limit as the reference generator took them,
 // and its span.

@@ -15,10 +15,6 @@
 #include "bench/reference_rows.h"
 #include "core/planning.h"
 
-#ifndef ZPIPE_SOURCE_DIR
-#define ZPIPE_SOURCE_DIR "."
-#endif
-
 namespace zpipe {
 namespace {
 
@@ -32,7 +28,7 @@ int Main(int argc, char** argv) {
   double budget = 1;
   uint64_t seed = 1;
   size_t limit = 0;
-  std::string data = std::string(ZPIPE_SOURCE_DIR) + "/bench/reference_schedules.tsv";
+  std::string data = bench::DefaultReferenceData();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--budget") budget = std::atof(argv[i + 1]);

@@ -674,20 +674,21 @@ class GlooCommunicator final : public Communicator {
         op->buffer->recv(op->peer, slot);
       }
     } catch (const std::exception& e) {
-      op->done->Finish(FromGloo(e, op->Describe()));
-      if (!op->is_send) {
-        recv_->live.Remove(op.get());
-        op->buffer->abortWaitRecv();  // wakes a thread already waiting on it
-      }
-      recv_->graveyard.Bury(std::move(op));
+      FailUnposted(std::move(op), FromGloo(e, op->Describe()));
       return;
     }
     if (op->is_send) Waiter(op->peer, /*is_send=*/true).Push(std::move(op));
   }
 
   void CancelUnposted(std::shared_ptr<P2pOp> op) {
-    op->done->Finish(absl::CancelledError(
-        absl::StrCat(op->Describe(), ": communicator destroyed before it was posted")));
+    absl::Status status = absl::CancelledError(
+        absl::StrCat(op->Describe(), ": communicator destroyed before it was posted"));
+    FailUnposted(std::move(op), std::move(status));
+  }
+
+  // Ends an op Gloo never took: its handle fails, a thread already waiting on a receive wakes.
+  void FailUnposted(std::shared_ptr<P2pOp> op, absl::Status status) {
+    op->done->Finish(std::move(status));
     if (!op->is_send) {
       recv_->live.Remove(op.get());
       op->buffer->abortWaitRecv();

@@ -91,15 +91,10 @@ void WorkerDaemon::Leave(const std::string& reason) {
   bool told = false;
   {
     std::lock_guard<std::mutex> wlock(write_mu_);
-    grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stream = stream_;
-    }
     // Half-close after the goodbye instead of cancelling right away: a cancel may discard a
     // written message that has not left yet, and the coordinator would then see only "its
     // session closed". It answers the half-close by ending the session.
-    if (stream != nullptr && !writes_done_ && outbox_.empty() && stream->Write(bye)) {
+    if (auto* stream = WriteNow(bye)) {
       told = true;
       writes_done_ = true;
       stream->WritesDone();
@@ -113,15 +108,20 @@ void WorkerDaemon::Leave(const std::string& reason) {
   Stop();
 }
 
-bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
-  std::lock_guard<std::mutex> wlock(write_mu_);
-  grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream;
+WorkerDaemon::Stream* WorkerDaemon::WriteNow(const zpipe::v1::WorkerMessage& msg) {
+  Stream* stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stream = stream_;
   }
   // In order: nothing overtakes what already waits in the outbox.
-  if (stream != nullptr && !writes_done_ && outbox_.empty() && stream->Write(msg)) return true;
+  if (stream != nullptr && !writes_done_ && outbox_.empty() && stream->Write(msg)) return stream;
+  return nullptr;
+}
+
+bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  if (WriteNow(msg) != nullptr) return true;
   if (ReportedJob(msg) == nullptr) return false;
   outbox_.Push(msg);
   return true;

@@ -87,7 +87,12 @@ class WorkerDaemon {
   LogSink& log_sink() { return job_log_; }
 
  private:
+  using Stream = grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>;
+
   absl::Status RunSession(bool* registered);
+  // Writes `msg` to the open session when nothing waits in the outbox and the stream is not
+  // half-closed; the stream it wrote to, or null. The caller holds write_mu_.
+  Stream* WriteNow(const zpipe::v1::WorkerMessage& msg);
   // Writes `msg` to the session; a job report (iteration, progress, finished, failure, profile
   // result) that cannot be written now goes to the outbox and counts as sent.
   bool Send(const zpipe::v1::WorkerMessage& msg);
@@ -113,8 +118,7 @@ class WorkerDaemon {
   std::condition_variable cv_;
   bool stopping_ = false;
   grpc::ClientContext* session_ctx_ = nullptr;
-  grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>* stream_ =
-      nullptr;
+  Stream* stream_ = nullptr;
   std::mutex write_mu_;  // orders writes to the stream; guards the outbox
   // Set by Leave() once it half-closed the stream: nothing may be written to it after that
   // (guarded by write_mu_; cleared when the session ends).
