@@ -93,6 +93,27 @@ absl::Status Simulation::CheckRanges() const {
         absl::StrCat("plan has ", plan_.ranks.size(), " rank lists, placement says ", p_));
   }
   if (absl::Status st = cost_.Check(s_); !st.ok()) return st;
+  if (const auto* durations = options_.action_durations; durations != nullptr) {
+    if (static_cast<int>(durations->size()) != p_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("action durations have ", durations->size(), " rank lists, the plan ", p_));
+    }
+    for (int r = 0; r < p_; ++r) {
+      if ((*durations)[r].size() != plan_.ranks[r].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("action durations of rank ", r, ": ",
+                                                       (*durations)[r].size(), " entries for ",
+                                                       plan_.ranks[r].size(), " actions"));
+      }
+      for (size_t k = 0; k < plan_.ranks[r].size(); ++k) {
+        const double d = (*durations)[r][k];
+        if (IsCompute(plan_.ranks[r][k].kind) && !(d >= 0 && std::isfinite(d))) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("action durations of rank ", r, ": '", ActionToString(plan_.ranks[r][k]),
+                           "' has duration ", d, " (needs a finite value >= 0)"));
+        }
+      }
+    }
+  }
   for (int r = 0; r < p_; ++r) {
     for (const Action& a : plan_.ranks[r]) {
       if (a.kind == ActionKind::kReduce) continue;
@@ -212,7 +233,10 @@ bool Simulation::Step(int r) {
       if (!Known(d.ready)) return false;
       start = std::max(start, d.ready);
     }
-    const double end = start + cost_.Duration(a);
+    const double duration = options_.action_durations != nullptr
+                                ? (*options_.action_durations)[r][cursor_[r]]
+                                : cost_.Duration(a);
+    const double end = start + duration;
     timing = {start, end};
     now = end;
     last_compute_[r] = {a, timing, true};

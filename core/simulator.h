@@ -36,6 +36,11 @@ struct SimOptions {
   // Buckets are released during the last W (the workers' per-parameter countdown with
   // grad_sync.overlap on); false = at the end of the action before the REDUCE.
   bool release_during_w = false;
+  // Replay: compute action k of rank r takes (*action_durations)[r][k] instead of the cost
+  // model's duration (same shape as plan.ranks; entries of non-compute actions are ignored).
+  // The runtime bench feeds it the durations a run measured, so the simulated span says what
+  // the run would have taken with instant hand-overs beyond T_comm.
+  const std::vector<std::vector<double>>* action_durations = nullptr;
 };
 
 struct ActionTiming {

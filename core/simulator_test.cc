@@ -46,6 +46,47 @@ TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
   EXPECT_DOUBLE_EQ(sim->timings[1][0].start, 1.5);
 }
 
+TEST(SimulatorTest, ReplayedDurationsReplaceTheCostModel) {
+  // GPipe p=2, m=1 as above; the replay makes F0 take 4 instead of 1 and rank 1's BW take 0.25.
+  ScheduleRequest req;
+  req.pipeline = 2;
+  req.microbatches = 1;
+  req.cost = CostModel::Uniform(2, StageCost{.f = 1, .b = 1, .w = 1}, /*comm=*/0.5);
+  auto plan = GenerateSchedule(ScheduleKind::kGpipe, req);
+  ASSERT_TRUE(plan.ok());
+  std::vector<std::vector<double>> durations(2);
+  for (int r = 0; r < 2; ++r) {
+    for (const Action& a : plan->ranks[r]) durations[r].push_back(req.cost.Duration(a));
+  }
+  SimOptions options;
+  options.action_durations = &durations;
+  auto same = Simulate(*plan, req.cost, options);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_DOUBLE_EQ(same->span, 1 + 0.5 + 1 + 2 + 0.5 + 2);  // the cost model's own durations
+
+  durations[0][0] = 4;  // F0
+  for (size_t k = 0; k < plan->ranks[1].size(); ++k) {
+    if (plan->ranks[1][k].kind == ActionKind::kBackwardFull) durations[1][k] = 0.25;
+  }
+  auto replay = Simulate(*plan, req.cost, options);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_DOUBLE_EQ(replay->timings[1][0].start, 4.5);  // F1 after the longer F0 and T_comm
+  EXPECT_DOUBLE_EQ(replay->span, 4 + 0.5 + 1 + 0.25 + 0.5 + 2);
+  EXPECT_DOUBLE_EQ(replay->busy[1], 1.25);
+
+  durations[1].pop_back();
+  auto short_list = Simulate(*plan, req.cost, options);
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_NE(short_list.status().message().find("action durations of rank 1"), std::string::npos)
+      << short_list.status();
+  durations[1].push_back(0);
+  durations[0][0] = -1;
+  auto negative = Simulate(*plan, req.cost, options);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("has duration -1"), std::string::npos)
+      << negative.status();
+}
+
 TEST(SimulatorTest, PeakMemoryFollowsOrder) {
   const int p = 4, m = 8;
   CostModel cost = CostModel::Uniform(p, StageCost{.mem_f = 2, .mem_b = -0.5, .mem_w = -1.5});
