@@ -29,10 +29,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -226,6 +228,45 @@ struct RunResult {
   std::vector<std::vector<IterationSummary>> summaries;
   double wall_s = 0;
   std::vector<double> sink_s;  // per rank: time in the reporting calls, measured iterations
+  // timings[it][g][k]: when action k of rank g's plan ran in measured iteration `it` (ms on the
+  // executors' common clock): compute actions, and sends and receives from posting to completion
+  // as the executor saw it; zero for reductions.
+  std::vector<std::vector<std::vector<core::ActionTiming>>> timings;
+};
+
+// Keeps when each compute action ran (and when each send and receive was posted and seen over),
+// by its index in the rank's plan, and passes the record on
+// to `next` (the reporting, when on).
+class TimingRecorder final : public worker::ActionSink {
+ public:
+  TimingRecorder(const std::vector<core::Action>& actions, worker::ActionSink* next,
+                 std::vector<std::vector<std::vector<core::ActionTiming>>>* timings, int g)
+      : next_(next), timings_(timings), g_(g), size_(actions.size()) {
+    for (size_t k = 0; k < actions.size(); ++k) {
+      const core::Action& a = actions[k];
+      if (core::IsCompute(a.kind) || core::IsComm(a.kind)) {
+        index_[{static_cast<int>(a.kind), a.stage, a.microbatch}] = k;
+      }
+    }
+  }
+  void OnAction(const worker::ActionRecord& r) override {
+    if (next_ != nullptr) next_->OnAction(r);
+    const int it = r.iteration - g_warmup;
+    if (it < 0 || it >= static_cast<int>(timings_->size())) return;
+    const auto found =
+        index_.find({static_cast<int>(r.action.kind), r.action.stage, r.action.microbatch});
+    if (found == index_.end()) return;
+    std::vector<core::ActionTiming>& row = (*timings_)[it][g_];
+    row.resize(size_);
+    row[found->second] = {r.start_s * 1e3, r.end_s * 1e3};  // ms, the cost model's unit here
+  }
+
+ private:
+  worker::ActionSink* next_;
+  std::vector<std::vector<std::vector<core::ActionTiming>>>* timings_;
+  int g_;
+  size_t size_;
+  std::map<std::tuple<int, int, int>, size_t> index_;
 };
 
 int g_run_id = 0;
@@ -239,6 +280,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   RunResult result;
   result.summaries.assign(g_iters, std::vector<IterationSummary>(n));
   result.sink_s.assign(n, 0);
+  result.timings.assign(g_iters, std::vector<std::vector<core::ActionTiming>>(n));
   std::vector<Clock::time_point> t0(n), t1(n);
   std::unique_ptr<worker::model::SyntheticTokenData> data;
   if (r.gpt_threads > 0) {
@@ -314,6 +356,8 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
         sink = reporting.get();
       }
 #endif
+      TimingRecorder recorder(plan.ranks[rank], sink, &result.timings, g);
+      sink = &recorder;
       auto exec = Executor::Make(plan, rank, dr, config, std::move(stages), **comm, data.get(),
                                  driver.get(), sink);
       if (!exec.ok()) return fail(exec.status());
@@ -529,6 +573,88 @@ void Fidelity() {
   std::printf("\n");
 }
 
+// The bubble the simulator gives the plan when every compute action takes what it measured in
+// the run (replica 0, mean over the measured iterations): the run's own compute, with hand-overs
+// at exactly T_comm.
+double ReplayBubble(const RunSpec& r, const core::Plan& plan, double comm_ms,
+                    const RunResult& run) {
+  double bubble = 0;
+  for (const auto& iteration : run.timings) {
+    std::vector<std::vector<double>> durations(r.p);
+    for (int rank = 0; rank < r.p; ++rank) {
+      for (const core::ActionTiming& t : iteration[rank])
+        durations[rank].push_back(t.end - t.start);
+    }
+    core::SimOptions options;
+    options.action_durations = &durations;
+    bubble += Must(core::Simulate(plan, SynthCostModel(r, comm_ms), options), "replay").bubble_rate;
+  }
+  return bubble / run.timings.size();
+}
+
+// Hand-over latency inside the pipeline: for every cross-rank dependency (F to the next stage's
+// F, B to the previous stage's B) whose consumer sat idle waiting for it, the time from the
+// producer's end to the consumer's start (us), over replica 0 and the measured iterations, and
+// its two parts: producer's end to the send's completion (the sender's side: queueing, posting,
+// the write) and from there to the consumer's start (the receiver's: waking up, bookkeeping).
+struct HandOver {
+  double p50 = 0, p90 = 0;  // whole hand-over
+  double send_p50 = 0, wake_p50 = 0;
+};
+
+HandOver MeasureHandOvers(const RunSpec& r, const core::Plan& plan, const RunResult& run) {
+  using core::ActionKind;
+  const core::Placement& placement = plan.placement;
+  std::vector<double> whole, send, wake;
+  for (const auto& iteration : run.timings) {
+    // (kind, stage, mb) -> timing, over every rank of replica 0.
+    std::map<std::tuple<int, int, int>, core::ActionTiming> at;
+    for (int rank = 0; rank < r.p; ++rank) {
+      for (size_t k = 0; k < plan.ranks[rank].size(); ++k) {
+        const core::Action& a = plan.ranks[rank][k];
+        const ActionKind kind =
+            a.kind == ActionKind::kBackwardFull ? ActionKind::kBackwardInput : a.kind;
+        at[{static_cast<int>(kind), a.stage, a.microbatch}] = iteration[rank][k];
+      }
+    }
+    for (int rank = 0; rank < r.p; ++rank) {
+      double previous_end = -1;
+      for (size_t k = 0; k < plan.ranks[rank].size(); ++k) {
+        const core::Action& a = plan.ranks[rank][k];
+        if (!core::IsCompute(a.kind)) continue;
+        const core::ActionTiming& t = iteration[rank][k];
+        const double idle_since = previous_end;
+        previous_end = t.end;
+        int from = -1;  // producing stage
+        ActionKind produced = ActionKind::kForward, sent = ActionKind::kSendAct;
+        if (a.kind == ActionKind::kForward && a.stage > 0) {
+          from = a.stage - 1;
+        } else if ((a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) &&
+                   a.stage + 1 < plan.num_stages()) {
+          from = a.stage + 1;
+          produced = ActionKind::kBackwardInput;
+          sent = ActionKind::kSendGrad;
+        }
+        if (from < 0 || placement.RankOf(from) == rank || idle_since < 0) continue;
+        const auto producer = at.find({static_cast<int>(produced), from, a.microbatch});
+        const auto message = at.find({static_cast<int>(sent), from, a.microbatch});
+        if (producer == at.end() || producer->second.end <= idle_since) continue;
+        whole.push_back((t.start - producer->second.end) * 1e3);
+        if (message != at.end() && message->second.end > 0) {
+          send.push_back((message->second.end - producer->second.end) * 1e3);
+          wake.push_back((t.start - message->second.end) * 1e3);
+        }
+      }
+    }
+  }
+  auto quantile = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+  };
+  return {quantile(whole, 0.5), quantile(whole, 0.9), quantile(send, 0.5), quantile(wake, 0.5)};
+}
+
 // The issue-14 table: every compute action (F, B, W per chunk; BW = B + W) takes `ms`; m = 16.
 // Measured bubble and iteration time beside the simulator's, for the schedules the runtime is
 // judged by. One line per (schedule, p, action time).
@@ -541,9 +667,14 @@ void Bubble() {
       "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
       "the span; predicted: core::Simulate, T_comm = %.3f ms (median ping-pong / 2)\n",
       g_iters, g_warmup, comm_ms);
+  std::printf(
+      "   replay: core::Simulate fed every action's measured duration (same T_comm); the gap "
+      "splits into\n   jitter = replay - pred (actions that ran longer than configured: the "
+      "machine) and runtime = meas - replay (hand-overs beyond T_comm, the executor's own time)\n");
   std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
-  std::printf("%-6s %6s %3s %9s %9s %8s %10s %10s %8s\n", "sched", "action", "p", "meas bub",
-              "pred bub", "gap", "meas ms", "pred ms", "err %");
+  std::printf("%-6s %6s %3s %9s %9s %8s %9s %8s %8s %10s %10s %8s %8s %8s %7s %7s\n", "sched",
+              "action", "p", "meas bub", "pred bub", "gap", "replay", "jitter", "runtime",
+              "meas ms", "pred ms", "err %", "hop p50", "hop p90", "send", "wake");
   for (double ms : {5.0, 20.0}) {
     for (core::ScheduleKind kind :
          {core::ScheduleKind::kZbV, core::ScheduleKind::kZb2p, core::ScheduleKind::k1F1B}) {
@@ -566,9 +697,15 @@ void Bubble() {
         }
         span = span / run.summaries.size() * 1e3;
         bubble /= run.summaries.size();
-        std::printf("%-6s %4.0fms %3d %9.3f %9.3f %+8.3f %10.1f %10.1f %+8.2f\n",
-                    std::string(core::ScheduleName(kind)).c_str(), ms, p, bubble, sim.bubble_rate,
-                    bubble - sim.bubble_rate, span, sim.span, 100 * (span - sim.span) / sim.span);
+        const double replay = ReplayBubble(r, plan, comm_ms, run);
+        const HandOver hop = MeasureHandOvers(r, plan, run);
+        std::printf(
+            "%-6s %4.0fms %3d %9.3f %9.3f %+8.3f %9.3f %+8.3f %+8.3f %10.1f %10.1f %+8.2f %8.1f "
+            "%8.1f %7.1f %7.1f\n",
+            std::string(core::ScheduleName(kind)).c_str(), ms, p, bubble, sim.bubble_rate,
+            bubble - sim.bubble_rate, replay, replay - sim.bubble_rate, bubble - replay, span,
+            sim.span, 100 * (span - sim.span) / sim.span, hop.p50, hop.p90, hop.send_p50,
+            hop.wake_p50);
         std::fflush(stdout);
       }
     }
