@@ -32,12 +32,17 @@ TEST(SimulatorTest, OneF1BUniformClosedForm) {
   }
 }
 
-TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
-  // GPipe p=2, m=1: F0 | comm | F1 BW1 | comm | BW0.
+// GPipe p=2, m=1 with F = B = W = 1 and T_comm = 0.5: F0 | comm | F1 BW1 | comm | BW0.
+ScheduleRequest GpipeTwoRanksOneMicrobatch() {
   ScheduleRequest req;
   req.pipeline = 2;
   req.microbatches = 1;
   req.cost = CostModel::Uniform(2, StageCost{.f = 1, .b = 1, .w = 1}, /*comm=*/0.5);
+  return req;
+}
+
+TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
+  const ScheduleRequest req = GpipeTwoRanksOneMicrobatch();
   auto plan = GenerateSchedule(ScheduleKind::kGpipe, req);
   ASSERT_TRUE(plan.ok());
   auto sim = Simulate(*plan, req.cost);
@@ -47,11 +52,8 @@ TEST(SimulatorTest, CommChargedOnCrossRankEdges) {
 }
 
 TEST(SimulatorTest, ReplayedDurationsReplaceTheCostModel) {
-  // GPipe p=2, m=1 as above; the replay makes F0 take 4 instead of 1 and rank 1's BW take 0.25.
-  ScheduleRequest req;
-  req.pipeline = 2;
-  req.microbatches = 1;
-  req.cost = CostModel::Uniform(2, StageCost{.f = 1, .b = 1, .w = 1}, /*comm=*/0.5);
+  // The replay makes F0 take 4 instead of 1 and rank 1's BW take 0.25.
+  const ScheduleRequest req = GpipeTwoRanksOneMicrobatch();
   auto plan = GenerateSchedule(ScheduleKind::kGpipe, req);
   ASSERT_TRUE(plan.ok());
   std::vector<std::vector<double>> durations(2);
