@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/machine_state.h"
 #include "bench/runtime_hop.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
@@ -445,19 +446,6 @@ double MeasureCommMs(double activation_kb) {
   return round_trip_ms[round_trip_ms.size() / 2] / 2;
 }
 
-std::string LoadAverage() {
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return "?";
-  char buf[128] = {0};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  std::string s(buf, n);
-  // The first three fields: 1, 5 and 15 minute averages.
-  size_t pos = 0;
-  for (int k = 0; k < 3 && pos != std::string::npos; ++k) pos = s.find(' ', pos + 1);
-  return absl::StrCat(s.substr(0, pos), " (", std::thread::hardware_concurrency(), " cores)");
-}
-
 // Span (max over ranks of duration) and bubble (1 - sum busy / (p * span)) of one pipeline
 // replica in one iteration.
 struct Measured {
@@ -499,7 +487,7 @@ void Fidelity() {
       "   op overrun: mean measured op time minus configured; err@meas-ops: measured time "
       "vs the simulator fed the measured mean op times (what is left: late hand-overs);\n"
       "   fit comm: the T_comm (us) that makes that simulation match the measured time\n");
-  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("   machine at start: %s\n\n", MachineState().c_str());
   std::printf("%-6s %3s %3s %-11s %10s %10s %7s %9s %9s %7s %11s %11s %9s\n", "sched", "p", "m",
               "timing", "meas ms", "pred ms", "err %", "meas bub", "pred bub", "dbub", "overrun us",
               "err@meas-ops", "fit comm");
@@ -671,7 +659,7 @@ void Bubble() {
       "   replay: core::Simulate fed every action's measured duration (same T_comm); the gap "
       "splits into\n   jitter = replay - pred (actions that ran longer than configured: the "
       "machine) and runtime = meas - replay (hand-overs beyond T_comm, the executor's own time)\n");
-  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("   machine at start: %s\n\n", MachineState().c_str());
   std::printf("%-6s %6s %3s %9s %9s %8s %9s %8s %8s %10s %10s %8s %8s %8s %7s %7s\n", "sched",
               "action", "p", "meas bub", "pred bub", "gap", "replay", "jitter", "runtime",
               "meas ms", "pred ms", "err %", "hop p50", "hop p90", "send", "wake");
@@ -721,7 +709,7 @@ void Reporting() {
       "== reporting overhead: ZB-V m = 16, 5 ms actions; on = the daemon's ProgressReporter "
       "(messages serialized) + worker Prometheus metrics; mean of %d iterations after %d\n",
       g_iters, g_warmup);
-  std::printf("   machine load average at start: %s\n\n", LoadAverage().c_str());
+  std::printf("   machine at start: %s\n\n", MachineState().c_str());
   std::printf("%3s %11s %11s %8s %15s %10s\n", "p", "off ms", "on ms", "diff %", "calls us/iter",
               "calls %");
   for (int p : {2, 4}) {

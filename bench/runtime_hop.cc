@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/machine_state.h"
 #include "core/plan.h"
 #include "worker/comm/file_store.h"
 #include "worker/comm/gloo_communicator.h"
@@ -307,18 +308,6 @@ Stats OneWay(std::vector<double> rtt) {
   return s;
 }
 
-std::string LoadAvg() {
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return "?";
-  double a = 0, b = 0, c = 0;
-  const int n = std::fscanf(f, "%lf %lf %lf", &a, &b, &c);
-  std::fclose(f);
-  if (n != 3) return "?";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.2f %.2f %.2f", a, b, c);
-  return buf;
-}
-
 int RunRank(int rank, const std::string& dir, int rounds) {
   torch::set_num_threads(1);
   auto store = Must(worker::NewFileStore(dir), "file store");
@@ -336,8 +325,7 @@ int RunRank(int rank, const std::string& dir, int rounds) {
         "== per-hop cost: one activation hand-over between two processes on loopback, one-way "
         "= round trip / 2 (us), %d rounds (4 MiB: %d) after %d warm-up\n",
         rounds, RoundsFor(4096, rounds), kWarmupRounds);
-    std::printf("   load average at start: %s (%u cores)\n\n", LoadAvg().c_str(),
-                std::thread::hardware_concurrency());
+    std::printf("   machine at start: %s\n\n", MachineState().c_str());
     std::printf("%-8s %-10s %9s %9s %9s %12s %9s\n", "size", "path", "p50 us", "p99 us", "mean us",
                 "p50-gloo us", "p99/p50");
   }
@@ -358,7 +346,7 @@ int RunRank(int rank, const std::string& dir, int rounds) {
     }
     std::fflush(stdout);
   }
-  if (rank == 0) std::printf("   load average at end: %s\n\n", LoadAvg().c_str());
+  if (rank == 0) std::printf("   load average at end: %s\n\n", LoadAverage().c_str());
   ::close(fd);
   return 0;
 }
