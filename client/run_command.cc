@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -116,6 +117,10 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
 }
 
 std::string Pct(double r) { return absl::StrFormat("%.1f%%", r * 100); }
+// "+ 0.6%", "- 0.2%": a share added to or taken from the planned bubble.
+std::string SignedPct(double r) {
+  return absl::StrFormat("%s %.1f%%", r < 0 ? "-" : "+", std::abs(r) * 100);
+}
 
 std::string Seconds(double s) {
   if (s < 1) return absl::StrFormat("%.1f ms", s * 1000);
@@ -165,6 +170,14 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         "  reduce        %s per iteration (all ranks), overlap %s (predicted %s), exposed %s\n",
         Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
         Seconds(s.reduce_exposed_s));
+  }
+  if (timeline.bubble.has_value()) {
+    const BubbleAttribution& b = *timeline.bubble;
+    out << absl::StrFormat(
+        "  bubble split  iteration %d: %s = %s planned %s actions running long %s hand-overs "
+        "and runtime\n",
+        timeline.iteration + 1, Pct(b.measured), Pct(b.predicted), SignedPct(b.actions()),
+        SignedPct(b.runtime()));
   }
   if (timeline.exposure.has_value() && timeline.exposure->exposed_s > 0) {
     out << absl::StrFormat(
@@ -238,6 +251,16 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
                  {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap)
                                                           : nlohmann::json()},
                  {"overlap_predicted", s.reduce_overlap_predicted}};
+  if (timeline.bubble.has_value()) {
+    const BubbleAttribution& b = *timeline.bubble;
+    j["bubble"]["traced"] = {{"iteration", timeline.iteration},
+                             {"measured", b.measured},
+                             {"predicted", b.predicted},
+                             {"replayed", b.replayed},
+                             {"actions", b.actions()},
+                             {"runtime", b.runtime()},
+                             {"comm_s", b.comm_s}};
+  }
   if (timeline.exposure.has_value()) {
     j["reduce"]["traced"] = {{"iteration", timeline.iteration},
                              {"total_s", timeline.exposure->reduce_s},

@@ -34,7 +34,8 @@ TimelineFiles WriteTimelineFiles(Client& client, const std::string& job_id, cons
     return files;
   }
   const std::string base = (fs::path(dir) / stem).string();
-  if (absl::StatusOr<JobPlan> plan = client.Plan(job_id); plan.ok()) {
+  absl::StatusOr<JobPlan> plan = client.Plan(job_id);
+  if (plan.ok()) {
     if (WriteFile(base + ".plan.txt", core::PlanToText(plan->plan), &files.error))
       files.plan = base + ".plan.txt";
   }
@@ -57,6 +58,14 @@ TimelineFiles WriteTimelineFiles(Client& client, const std::string& job_id, cons
   files.iteration = trace->response.iteration();
   if (ReduceExposure e = AnalyzeReduceExposure(trace->response); e.reductions > 0) {
     files.exposure = e;
+  }
+  if (!plan.ok()) {
+    files.bubble_error = absl::StrCat("no plan: ", plan.status().message());
+  } else if (absl::StatusOr<BubbleAttribution> b = AttributeBubble(plan->plan, trace->response);
+             b.ok()) {
+    files.bubble = *b;
+  } else {
+    files.bubble_error = std::string(b.status().message());
   }
   files.chrome = chrome;
   files.svg = svg;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "client/bubble_attribution.h"
 #include "client/client.h"
 #include "client/reduce_exposure.h"
 
@@ -22,6 +23,10 @@ struct TimelineFiles {
   // The traced iteration's exposed reduce time and how much of it waited for a slower replica;
   // unset when the trace holds no reductions (d = 1).
   std::optional<ReduceExposure> exposure;
+  // The traced iteration's bubble split into the plan's, the actions' and the runtime's share;
+  // unset when the trace or the plan could not be had or do not match (why: bubble_error).
+  std::optional<BubbleAttribution> bubble;
+  std::string bubble_error;
 };
 
 // Fetches the trace of job `job_id` from the coordinator and writes both files (creating `dir`).

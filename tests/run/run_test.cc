@@ -185,6 +185,17 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   EXPECT_NEAR(Bubble(zbv.summary, "measured"), Bubble(zbv.summary, "predicted"), 0.03);
   EXPECT_EQ(zbv.summary["ranks"].size(), 4u);
 
+  // The traced iteration's bubble split: the plan's share read from the predicted timeline agrees
+  // with the coordinator's prediction, and the replay used the iteration's own action times (no
+  // real run reproduces the cost model to the microsecond).
+  const nlohmann::json& split = zbv.summary["bubble"]["traced"];
+  ASSERT_TRUE(split.is_object()) << zbv.summary["bubble"].dump();
+  EXPECT_NEAR(split["predicted"].get<double>(), Bubble(zbv.summary, "predicted"), 0.002);
+  EXPECT_NE(split["replayed"].get<double>(), split["predicted"].get<double>());
+  EXPECT_NEAR(split["actions"].get<double>() + split["runtime"].get<double>(),
+              split["measured"].get<double>() - split["predicted"].get<double>(), 1e-9);
+  EXPECT_NEAR(split["measured"].get<double>(), split["predicted"].get<double>(), 0.03);
+
   // The plan that ran, and the executed timeline of the traced iteration.
   const std::string plan_path = zbv.out_dir + "/syn-p4-zbv.plan.txt";
   ASSERT_TRUE(fs::exists(plan_path));
