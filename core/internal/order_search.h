@@ -46,6 +46,18 @@ struct OrderTimeline {
 // The rank with the longest span (first start to last end) in `tl`.
 int CriticalRank(const OrderTimeline& tl);
 
+// Deterministic pseudo-random numbers (splitmix64), the same on every platform.
+class SearchRng {
+ public:
+  explicit SearchRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next();
+  int Uniform(int n);  // in [0, n), n >= 1
+  double Real();       // in [0, 1)
+
+ private:
+  uint64_t state_;
+};
+
 class OrderProblem {
  public:
   // `cost` must outlive the problem and have placement.num_stages() stages.
@@ -58,6 +70,19 @@ class OrderProblem {
 
   int64_t actions() const { return actions_; }
 
+  // Ruin and recreate: keeps, on every rank, the actions that start before `cut` in `timeline`
+  // (the timeline of `base`; their times depend on nothing later) and schedules the rest anew
+  // into `out`, one action at a time: among the next action of each stage and kind on each rank
+  // (their order in `base` kept within a stage and kind), whose inputs are timed and whose memory
+  // fits, the one with the earliest start plus its duration times its kind's weight plus
+  // `jitter` times its duration times a random number in [0, 1). False when none fits (the
+  // rest would deadlock). Adds the candidates it looked at to `*checks` (the work it did).
+  struct RecreateWeights {
+    double f = 0, b = 0, w = 0, jitter = 0;
+  };
+  bool Recreate(const Orders& base, const OrderTimeline& timeline, double cut,
+                const RecreateWeights& weights, SearchRng& rng, Orders* out, int64_t* checks) const;
+
  private:
   int p_, m_, S_;
   std::vector<int> rank_of_;
@@ -65,18 +90,6 @@ class OrderProblem {
   const CostModel* cost_;
   double limit_, tol_;
   int64_t actions_;
-};
-
-// Deterministic pseudo-random numbers (splitmix64), the same on every platform.
-class SearchRng {
- public:
-  explicit SearchRng(uint64_t seed) : state_(seed) {}
-  uint64_t Next();
-  int Uniform(int n);  // in [0, n), n >= 1
-  double Real();       // in [0, 1)
-
- private:
-  uint64_t state_;
 };
 
 // Simulated actions a search may spend for `budget_seconds` (0 for a budget <= 0).
@@ -95,6 +108,10 @@ inline constexpr int kRestartAfter = 6000;
 inline constexpr int kMaxRestarts = 8;
 inline constexpr int kLateAcceptance = 50;
 inline constexpr int kSwapOneIn = 8;
+// Share of the second half's work spent first on ruin and recreate (OrderProblem::Recreate) from
+// the best plan, with random cuts and weights; a rebuilt plan is kept when it scores no worse.
+inline constexpr double kRecreateShare = 0.5;
+inline constexpr double kRecreateFrom = 0.3;  // cuts fall in [kRecreateFrom, 1) of the makespan
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound = 0);
 
