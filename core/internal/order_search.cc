@@ -261,41 +261,59 @@ bool OrderProblem::Recreate(const Orders& base, const OrderTimeline& timeline, d
            : kind == ActionKind::kBackwardWeight ? weights.w
                                                  : weights.b;
   };
+  // Each rank's best candidate, kept until something it depends on changes: its own last action
+  // (free time, memory) or an input from the neighbouring stage's rank.
+  struct Best {
+    Queue* queue = nullptr;
+    double key = kInf, start = 0;
+  };
+  std::vector<Best> best(p);
+  std::vector<char> dirty(p, 1);
+  auto refresh = [&](int r) {
+    Best b;
+    for (Queue& q : queues[r]) {
+      if (q.microbatches.empty()) continue;
+      ++*checks;
+      const int s = q.stage;
+      const size_t idx = size_t(s) * m_ + q.microbatches.back();
+      double ready = free_at[r];
+      if (q.kind == ActionKind::kForward) {
+        if (s > 0) {
+          if (end_f[idx - m_] == kUnset) continue;
+          ready = std::max(ready, end_f[idx - m_] + edge_[s - 1]);
+        }
+      } else if (q.kind == ActionKind::kBackwardWeight) {
+        if (end_b[idx] == kUnset) continue;
+        ready = std::max(ready, end_b[idx]);
+      } else {
+        if (end_f[idx] == kUnset) continue;
+        ready = std::max(ready, end_f[idx]);
+        if (s + 1 < S_) {
+          if (end_b[idx + m_] == kUnset) continue;
+          ready = std::max(ready, end_b[idx + m_] + edge_[s]);
+        }
+      }
+      const Action a{q.kind, s, q.microbatches.back()};
+      if (mem[r] + cost.MemoryDelta(a) > limit_ + tol_) continue;
+      const double d = cost.Duration(a);
+      const double key = ready + d * (weight(q.kind) + weights.jitter * rng.Real());
+      if (key < b.key) b = {&q, key, ready};
+    }
+    best[r] = b;
+    dirty[r] = 0;
+  };
   for (; left > 0; --left) {
     int best_rank = -1;
-    Queue* best_queue = nullptr;
-    double best_key = kInf, best_start = 0;
+    *checks += p / 4 + 1;  // the scan below
     for (int r = 0; r < p; ++r) {
-      for (Queue& q : queues[r]) {
-        if (q.microbatches.empty()) continue;
-        ++*checks;
-        const int s = q.stage;
-        const size_t idx = size_t(s) * m_ + q.microbatches.back();
-        double ready = free_at[r];
-        if (q.kind == ActionKind::kForward) {
-          if (s > 0) {
-            if (end_f[idx - m_] == kUnset) continue;
-            ready = std::max(ready, end_f[idx - m_] + edge_[s - 1]);
-          }
-        } else if (q.kind == ActionKind::kBackwardWeight) {
-          if (end_b[idx] == kUnset) continue;
-          ready = std::max(ready, end_b[idx]);
-        } else {
-          if (end_f[idx] == kUnset) continue;
-          ready = std::max(ready, end_f[idx]);
-          if (s + 1 < S_) {
-            if (end_b[idx + m_] == kUnset) continue;
-            ready = std::max(ready, end_b[idx + m_] + edge_[s]);
-          }
-        }
-        const Action a{q.kind, s, q.microbatches.back()};
-        if (mem[r] + cost.MemoryDelta(a) > limit_ + tol_) continue;
-        const double d = cost.Duration(a);
-        const double key = ready + d * (weight(q.kind) + weights.jitter * rng.Real());
-        if (key < best_key) best_key = key, best_rank = r, best_queue = &q, best_start = ready;
+      if (dirty[r]) refresh(r);
+      if (best[r].queue != nullptr && (best_rank < 0 || best[r].key < best[best_rank].key)) {
+        best_rank = r;
       }
     }
     if (best_rank < 0) return false;
+    Queue* best_queue = best[best_rank].queue;
+    const double best_start = best[best_rank].start;
     const Action a{best_queue->kind, best_queue->stage, best_queue->microbatches.back()};
     best_queue->microbatches.pop_back();
     const size_t idx = size_t(a.stage) * m_ + a.microbatch;
@@ -303,9 +321,14 @@ bool OrderProblem::Recreate(const Orders& base, const OrderTimeline& timeline, d
     (*out)[best_rank].push_back(a);
     mem[best_rank] += cost.MemoryDelta(a);
     free_at[best_rank] = end;
-    if (a.kind == ActionKind::kForward) end_f[idx] = end;
+    dirty[best_rank] = 1;
+    if (a.kind == ActionKind::kForward) {
+      end_f[idx] = end;
+      if (a.stage + 1 < S_) dirty[rank_of_[a.stage + 1]] = 1;
+    }
     if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
       end_b[idx] = end;
+      if (a.stage > 0) dirty[rank_of_[a.stage - 1]] = 1;
     }
   }
   return true;
