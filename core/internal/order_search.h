@@ -6,7 +6,8 @@
 // an idle gap with a later W, move an action that its own rank held up earlier, shift an action
 // a few places, swap two) and keeps a move only when the order still completes within the
 // memory limit and its score does not get worse (in a second phase: no worse than a few dozen
-// moves ago, see ImproveOrders). Moves are drawn from a seeded generator that does not
+// moves ago, see ImproveOrders); between the two phases, OrderProblem::Recreate rebuilds
+// everything after a random cut at once. Moves are drawn from a seeded generator that does not
 // depend on the standard library's distributions, so a (seed, work) pair gives the same plan on
 // every platform.
 //
@@ -99,7 +100,8 @@ int64_t SearchWork(double budget_seconds);
 // until its share of `work` simulated actions is spent, the span reaches `span_bound` (nothing
 // left to gain), or kMaxRestarts restarts (each after kRestartAfter moves without a strict gain)
 // in a row found nothing better. The first half of the work keeps a move only when the score
-// does not get worse; the second (with what the first left) goes on from the best plan with
+// does not get worse; the second (with what the first left) spends kRecreateShare of its work
+// on ruin and recreate from the best plan and goes on from the best plan with
 // late acceptance: a move is also kept when its score is no worse than the score
 // kLateAcceptance moves earlier, so the search can cross a ridge, and one proposal in
 // kSwapOneIn swaps two actions on a rank. `orders` and `score` end at the best plan seen, never
