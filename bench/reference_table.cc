@@ -2,7 +2,7 @@
 // the reference generator's of the ZB paper on the random shapes of
 // bench/reference_schedules.tsv (see bench/reference_schedules.py for how they were made and how
 // its numbers are converted), with the gap to core's lower bound, and a summary line.
-//   zpipe_reference_table [--budget SECONDS] [--seed N] [--data PATH] [--limit ROWS]
+//   zpipe_reference_table [--budget SECONDS] [--seed N] [--data PATH] [--limit ROWS] [--kind KIND]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +28,7 @@ int Main(int argc, char** argv) {
   double budget = 1;
   uint64_t seed = 1;
   size_t limit = 0;
+  std::string only_kind;  // empty: every kind
   std::string data = bench::DefaultReferenceData();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -35,11 +36,20 @@ int Main(int argc, char** argv) {
     if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--data") data = argv[i + 1];
     if (flag == "--limit") limit = std::strtoul(argv[i + 1], nullptr, 10);
+    if (flag == "--kind") only_kind = argv[i + 1];
   }
   std::vector<Row> rows = bench::ReadReferenceRows(data);
   if (rows.empty()) {
     std::fprintf(stderr, "no rows in %s\n", data.c_str());
     return 1;
+  }
+  if (!only_kind.empty()) {
+    std::erase_if(rows, [&](const Row& row) { return row.kind != only_kind; });
+    if (rows.empty()) {
+      std::fprintf(stderr, "no rows of kind %s in %s (kinds: zb-1p, zb-2p, zb-v)\n",
+                   only_kind.c_str(), data.c_str());
+      return 1;
+    }
   }
   if (limit > 0 && rows.size() > limit) rows.resize(limit);
   std::printf(

@@ -215,6 +215,125 @@ std::optional<OrderScore> OrderProblem::Evaluate(const Orders& orders,
   return score;
 }
 
+bool OrderProblem::Recreate(const Orders& base, const OrderTimeline& timeline, double cut,
+                            const RecreateWeights& weights, SearchRng& rng, Orders* out,
+                            int64_t* checks) const {
+  const int p = p_;
+  const CostModel& cost = *cost_;
+  std::vector<double> end_f(size_t(S_) * m_, kUnset), end_b(size_t(S_) * m_, kUnset);
+  std::vector<double> free_at(p, 0), mem(p, 0);
+  out->assign(p, {});
+  // Per rank, the actions to place: one queue per (stage, kind), in their order in `base`.
+  struct Queue {
+    int stage;
+    ActionKind kind;
+    std::vector<int> microbatches;  // next at the back
+  };
+  std::vector<std::vector<Queue>> queues(p);
+  size_t left = 0;
+  for (int r = 0; r < p; ++r) {
+    std::vector<Action>& order = (*out)[r];
+    order.reserve(base[r].size());
+    for (size_t k = 0; k < base[r].size(); ++k) {
+      const Action& a = base[r][k];
+      const size_t idx = size_t(a.stage) * m_ + a.microbatch;
+      if (timeline.start[r][k] < cut) {
+        order.push_back(a);
+        mem[r] += cost.MemoryDelta(a);
+        free_at[r] = timeline.end[r][k];
+        if (a.kind == ActionKind::kForward) end_f[idx] = timeline.end[r][k];
+        if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+          end_b[idx] = timeline.end[r][k];
+        }
+        continue;
+      }
+      auto it = std::find_if(queues[r].begin(), queues[r].end(), [&](const Queue& q) {
+        return q.stage == a.stage && q.kind == a.kind;
+      });
+      if (it == queues[r].end()) it = queues[r].insert(queues[r].end(), {a.stage, a.kind, {}});
+      it->microbatches.push_back(a.microbatch);
+      ++left;
+    }
+    for (Queue& q : queues[r]) std::reverse(q.microbatches.begin(), q.microbatches.end());
+  }
+  auto weight = [&](ActionKind kind) {
+    return kind == ActionKind::kForward          ? weights.f
+           : kind == ActionKind::kBackwardWeight ? weights.w
+                                                 : weights.b;
+  };
+  // Each rank's best candidate, kept until something it depends on changes: its own last action
+  // (free time, memory) or an input from the neighbouring stage's rank.
+  struct Best {
+    Queue* queue = nullptr;
+    double key = kInf, start = 0;
+  };
+  std::vector<Best> best(p);
+  std::vector<char> dirty(p, 1);
+  auto refresh = [&](int r) {
+    Best b;
+    for (Queue& q : queues[r]) {
+      if (q.microbatches.empty()) continue;
+      ++*checks;
+      const int s = q.stage;
+      const size_t idx = size_t(s) * m_ + q.microbatches.back();
+      double ready = free_at[r];
+      if (q.kind == ActionKind::kForward) {
+        if (s > 0) {
+          if (end_f[idx - m_] == kUnset) continue;
+          ready = std::max(ready, end_f[idx - m_] + edge_[s - 1]);
+        }
+      } else if (q.kind == ActionKind::kBackwardWeight) {
+        if (end_b[idx] == kUnset) continue;
+        ready = std::max(ready, end_b[idx]);
+      } else {
+        if (end_f[idx] == kUnset) continue;
+        ready = std::max(ready, end_f[idx]);
+        if (s + 1 < S_) {
+          if (end_b[idx + m_] == kUnset) continue;
+          ready = std::max(ready, end_b[idx + m_] + edge_[s]);
+        }
+      }
+      const Action a{q.kind, s, q.microbatches.back()};
+      if (mem[r] + cost.MemoryDelta(a) > limit_ + tol_) continue;
+      const double d = cost.Duration(a);
+      const double key = ready + d * (weight(q.kind) + weights.jitter * rng.Real());
+      if (key < b.key) b = {&q, key, ready};
+    }
+    best[r] = b;
+    dirty[r] = 0;
+  };
+  for (; left > 0; --left) {
+    int best_rank = -1;
+    *checks += p / 4 + 1;  // the scan below
+    for (int r = 0; r < p; ++r) {
+      if (dirty[r]) refresh(r);
+      if (best[r].queue != nullptr && (best_rank < 0 || best[r].key < best[best_rank].key)) {
+        best_rank = r;
+      }
+    }
+    if (best_rank < 0) return false;
+    Queue* best_queue = best[best_rank].queue;
+    const double best_start = best[best_rank].start;
+    const Action a{best_queue->kind, best_queue->stage, best_queue->microbatches.back()};
+    best_queue->microbatches.pop_back();
+    const size_t idx = size_t(a.stage) * m_ + a.microbatch;
+    const double end = best_start + cost.Duration(a);
+    (*out)[best_rank].push_back(a);
+    mem[best_rank] += cost.MemoryDelta(a);
+    free_at[best_rank] = end;
+    dirty[best_rank] = 1;
+    if (a.kind == ActionKind::kForward) {
+      end_f[idx] = end;
+      if (a.stage + 1 < S_) dirty[rank_of_[a.stage + 1]] = 1;
+    }
+    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+      end_b[idx] = end;
+      if (a.stage > 0) dirty[rank_of_[a.stage - 1]] = 1;
+    }
+  }
+  return true;
+}
+
 uint64_t SearchRng::Next() {
   uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -328,17 +447,56 @@ int64_t Improve(const OrderProblem& problem, Orders& orders, OrderScore& score, 
   return std::max<int64_t>(work, 0);
 }
 
+// Ruin and recreate from the best plan on `work`: each round rebuilds everything after a random
+// cut (in the later half of the plan, where the ranks' cool-downs interlock) with random
+// weights, and keeps the result when it scores no worse. Returns the work it left unspent.
+int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore& score,
+                        int64_t work, SearchRng& rng, double span_bound) {
+  OrderTimeline tl;
+  if (!problem.Evaluate(orders, &tl)) return work;
+  const int64_t cost = std::max<int64_t>(problem.actions(), 1);
+  Orders trial;
+  while (work >= 2 * cost && !AtBound(score.span, span_bound)) {
+    double last = 0;
+    for (const auto& end : tl.end) {
+      if (!end.empty()) last = std::max(last, end.back());
+    }
+    const double cut = last * (kRecreateFrom + (1 - kRecreateFrom) * rng.Real());
+    const OrderProblem::RecreateWeights weights{.f = 0.5 * rng.Real(),
+                                                .b = 0.5 * rng.Real(),
+                                                .w = 1.5 * rng.Real(),
+                                                .jitter = 0.5 * rng.Real()};
+    int64_t checks = 0;
+    const bool built = problem.Recreate(orders, tl, cut, weights, rng, &trial, &checks);
+    work -= checks + cost;
+    if (!built) continue;
+    OrderTimeline trial_tl;
+    std::optional<OrderScore> s = problem.Evaluate(trial, &trial_tl);
+    if (s && *s <= score) {
+      std::swap(orders, trial);
+      std::swap(tl, trial_tl);
+      score = *s;
+    }
+  }
+  return std::max<int64_t>(work, 0);
+}
+
 }  // namespace
 
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound) {
   SearchRng rng(seed);
   // Half the work on plain iterated local search; the rest (with what the first half left)
-  // from its best plan with late acceptance and swaps, which can walk out of the optimum the
-  // first half stopped in. Both keep their best plan, so the second half never loses ground.
+  // first on ruin and recreate, which rebuilds the whole cool-down at once (what no sequence of
+  // small moves that each keep the score reaches), then from the best plan with late acceptance
+  // and swaps, which can walk out of the optimum the first half stopped in. Every phase keeps
+  // its best plan, so none loses ground.
   const int64_t first = work / 2;
   const int64_t left = Improve(problem, orders, score, first, rng, span_bound, 1, 0);
-  Improve(problem, orders, score, work - first + left, rng, span_bound, kLateAcceptance,
+  const int64_t second = work - first + left;
+  const int64_t rebuild = static_cast<int64_t>(second * kRecreateShare);
+  const int64_t unspent = RuinAndRecreate(problem, orders, score, rebuild, rng, span_bound);
+  Improve(problem, orders, score, second - rebuild + unspent, rng, span_bound, kLateAcceptance,
           kSwapOneIn);
 }
 

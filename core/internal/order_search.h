@@ -6,7 +6,8 @@
 // an idle gap with a later W, move an action that its own rank held up earlier, shift an action
 // a few places, swap two) and keeps a move only when the order still completes within the
 // memory limit and its score does not get worse (in a second phase: no worse than a few dozen
-// moves ago, see ImproveOrders). Moves are drawn from a seeded generator that does not
+// moves ago, see ImproveOrders); between the two phases, OrderProblem::Recreate rebuilds
+// everything after a random cut at once. Moves are drawn from a seeded generator that does not
 // depend on the standard library's distributions, so a (seed, work) pair gives the same plan on
 // every platform.
 //
@@ -46,27 +47,6 @@ struct OrderTimeline {
 // The rank with the longest span (first start to last end) in `tl`.
 int CriticalRank(const OrderTimeline& tl);
 
-class OrderProblem {
- public:
-  // `cost` must outlive the problem and have placement.num_stages() stages.
-  OrderProblem(const Placement& placement, int microbatches, const CostModel& cost,
-               double memory_limit);
-
-  // Times `orders` (compute actions only) with core::Simulate's rules. nullopt when the orders
-  // deadlock or a rank's running memory passes the limit (with the validator's tolerance).
-  std::optional<OrderScore> Evaluate(const Orders& orders, OrderTimeline* timeline = nullptr) const;
-
-  int64_t actions() const { return actions_; }
-
- private:
-  int p_, m_, S_;
-  std::vector<int> rank_of_;
-  std::vector<double> edge_;  // latency of stage s -> s + 1
-  const CostModel* cost_;
-  double limit_, tol_;
-  int64_t actions_;
-};
-
 // Deterministic pseudo-random numbers (splitmix64), the same on every platform.
 class SearchRng {
  public:
@@ -79,6 +59,40 @@ class SearchRng {
   uint64_t state_;
 };
 
+class OrderProblem {
+ public:
+  // `cost` must outlive the problem and have placement.num_stages() stages.
+  OrderProblem(const Placement& placement, int microbatches, const CostModel& cost,
+               double memory_limit);
+
+  // Times `orders` (compute actions only) with core::Simulate's rules. nullopt when the orders
+  // deadlock or a rank's running memory passes the limit (with the validator's tolerance).
+  std::optional<OrderScore> Evaluate(const Orders& orders, OrderTimeline* timeline = nullptr) const;
+
+  int64_t actions() const { return actions_; }
+
+  // Ruin and recreate: keeps, on every rank, the actions that start before `cut` in `timeline`
+  // (the timeline of `base`; their times depend on nothing later) and schedules the rest anew
+  // into `out`, one action at a time: among the next action of each stage and kind on each rank
+  // (their order in `base` kept within a stage and kind), whose inputs are timed and whose memory
+  // fits, the one with the earliest start plus its duration times its kind's weight plus
+  // `jitter` times its duration times a random number in [0, 1). False when none fits (the
+  // rest would deadlock). Adds the candidates it looked at to `*checks` (the work it did).
+  struct RecreateWeights {
+    double f = 0, b = 0, w = 0, jitter = 0;
+  };
+  bool Recreate(const Orders& base, const OrderTimeline& timeline, double cut,
+                const RecreateWeights& weights, SearchRng& rng, Orders* out, int64_t* checks) const;
+
+ private:
+  int p_, m_, S_;
+  std::vector<int> rank_of_;
+  std::vector<double> edge_;  // latency of stage s -> s + 1
+  const CostModel* cost_;
+  double limit_, tol_;
+  int64_t actions_;
+};
+
 // Simulated actions a search may spend for `budget_seconds` (0 for a budget <= 0).
 int64_t SearchWork(double budget_seconds);
 
@@ -86,7 +100,8 @@ int64_t SearchWork(double budget_seconds);
 // until its share of `work` simulated actions is spent, the span reaches `span_bound` (nothing
 // left to gain), or kMaxRestarts restarts (each after kRestartAfter moves without a strict gain)
 // in a row found nothing better. The first half of the work keeps a move only when the score
-// does not get worse; the second (with what the first left) goes on from the best plan with
+// does not get worse; the second (with what the first left) spends kRecreateShare of its work
+// on ruin and recreate from the best plan and goes on from the best plan with
 // late acceptance: a move is also kept when its score is no worse than the score
 // kLateAcceptance moves earlier, so the search can cross a ridge, and one proposal in
 // kSwapOneIn swaps two actions on a rank. `orders` and `score` end at the best plan seen, never
@@ -95,6 +110,10 @@ inline constexpr int kRestartAfter = 6000;
 inline constexpr int kMaxRestarts = 8;
 inline constexpr int kLateAcceptance = 50;
 inline constexpr int kSwapOneIn = 8;
+// Share of the second half's work spent first on ruin and recreate (OrderProblem::Recreate) from
+// the best plan, with random cuts and weights; a rebuilt plan is kept when it scores no worse.
+inline constexpr double kRecreateShare = 0.5;
+inline constexpr double kRecreateFrom = 0.3;  // cuts fall in [kRecreateFrom, 1) of the makespan
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound = 0);
 
