@@ -171,7 +171,9 @@ TEST(ScheduleSearchTest, RecreateKeepsThePrefixAndRebuildsTheRest) {
       for (int r = 0; r < shape.p; ++r) {
         ASSERT_EQ(out[r].size(), base[r].size()) << kind << " rank " << r;
         for (size_t k = 0; k < base[r].size(); ++k) {
-          if (tl.start[r][k] < cut) EXPECT_EQ(out[r][k], base[r][k]) << kind << " rank " << r;
+          if (tl.start[r][k] < cut) {
+            EXPECT_EQ(out[r][k], base[r][k]) << kind << " rank " << r;
+          }
         }
         EXPECT_TRUE(std::is_permutation(out[r].begin(), out[r].end(), base[r].begin()));
       }
