@@ -448,7 +448,7 @@ int64_t Improve(const OrderProblem& problem, Orders& orders, OrderScore& score, 
 }
 
 // Ruin and recreate from the best plan on `work`: each round rebuilds everything after a random
-// cut (in the later half of the plan, where the ranks' cool-downs interlock) with random
+// cut (in the plan's last 1 - kRecreateFrom, where the ranks' cool-downs interlock) with random
 // weights, and keeps the result when it scores no worse. Returns the work it left unspent.
 int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore& score,
                         int64_t work, SearchRng& rng, double span_bound) {
