@@ -236,8 +236,7 @@ struct RunResult {
 };
 
 // Keeps when each compute action ran (and when each send and receive was posted and seen over),
-// by its index in the rank's plan, and passes the record on
-// to `next` (the reporting, when on).
+// by its index in the rank's plan, and passes the record on to `next` (the reporting, when on).
 class TimingRecorder final : public worker::ActionSink {
  public:
   TimingRecorder(const std::vector<core::Action>& actions, worker::ActionSink* next,

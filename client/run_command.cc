@@ -178,6 +178,8 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         "and runtime\n",
         timeline.iteration + 1, Pct(b.measured), Pct(b.predicted), SignedPct(b.actions()),
         SignedPct(b.runtime()));
+  } else if (!timeline.bubble_error.empty()) {
+    out << "  bubble split  not computed: " << timeline.bubble_error << "\n";
   }
   if (timeline.exposure.has_value() && timeline.exposure->exposed_s > 0) {
     out << absl::StrFormat(
