@@ -33,6 +33,20 @@ absl::StatusOr<RankTimes> ComputeTimes(const v1::RankTrace& rank) {
   return times;
 }
 
+// Reads `rank`'s compute times into (*times)[its pipeline rank]; `what` names the timeline.
+absl::Status StoreRank(const v1::RankTrace& rank, absl::string_view what,
+                       std::vector<RankTimes>* times) {
+  const int p = static_cast<int>(times->size());
+  if (rank.pipeline_rank() < 0 || rank.pipeline_rank() >= p) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " rank ", rank.pipeline_rank(), " is outside p = ", p));
+  }
+  absl::StatusOr<RankTimes> t = ComputeTimes(rank);
+  if (!t.ok()) return t.status();
+  (*times)[rank.pipeline_rank()] = *std::move(t);
+  return absl::OkStatus();
+}
+
 // 1 - sum busy / (p * longest rank span), spans from first compute start to last compute end.
 double Bubble(const std::vector<std::vector<ActionTiming>>& ranks) {
   double busy = 0, span = 0;
@@ -116,13 +130,7 @@ absl::StatusOr<BubbleAttribution> AttributeBubble(const core::Plan& plan,
   }
   std::vector<RankTimes> predicted_times(p);
   for (const v1::RankTrace& rank : trace.predicted()) {
-    if (rank.pipeline_rank() < 0 || rank.pipeline_rank() >= p) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("predicted rank ", rank.pipeline_rank(), " is outside p = ", p));
-    }
-    absl::StatusOr<RankTimes> t = ComputeTimes(rank);
-    if (!t.ok()) return t.status();
-    predicted_times[rank.pipeline_rank()] = *std::move(t);
+    if (absl::Status st = StoreRank(rank, "predicted", &predicted_times); !st.ok()) return st;
   }
   absl::StatusOr<std::vector<std::vector<ActionTiming>>> predicted =
       InPlanOrder(plan, predicted_times, "predicted");
@@ -137,13 +145,7 @@ absl::StatusOr<BubbleAttribution> AttributeBubble(const core::Plan& plan,
     std::vector<RankTimes> times(p);
     for (const v1::RankTrace& rank : trace.ranks()) {
       if (rank.data_rank() != dr) continue;
-      if (rank.pipeline_rank() < 0 || rank.pipeline_rank() >= p) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("executed rank ", rank.pipeline_rank(), " is outside p = ", p));
-      }
-      absl::StatusOr<RankTimes> t = ComputeTimes(rank);
-      if (!t.ok()) return t.status();
-      times[rank.pipeline_rank()] = *std::move(t);
+      if (absl::Status st = StoreRank(rank, "executed", &times); !st.ok()) return st;
     }
     absl::StatusOr<std::vector<std::vector<ActionTiming>>> executed =
         InPlanOrder(plan, times, absl::StrCat("executed (replica ", dr, ")"));

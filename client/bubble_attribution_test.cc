@@ -58,12 +58,18 @@ core::SimResult Simulated(const core::Plan& plan, double comm,
   return *sim;
 }
 
-TEST(BubbleAttributionTest, AnIterationThatRanAsPlannedHasNothingToAttribute) {
-  const core::Plan plan = ZbvPlan();
+// The trace of an iteration that ran exactly as planned (one replica).
+v1::GetTraceResponse AsPlanned(const core::Plan& plan) {
   const core::SimResult sim = Simulated(plan, kComm);
   v1::GetTraceResponse trace;
   AddRanks(plan, sim, 0, trace.mutable_predicted());
   AddRanks(plan, sim, 0, trace.mutable_ranks());
+  return trace;
+}
+
+TEST(BubbleAttributionTest, AnIterationThatRanAsPlannedHasNothingToAttribute) {
+  const core::Plan plan = ZbvPlan();
+  const v1::GetTraceResponse trace = AsPlanned(plan);
   auto a = AttributeBubble(plan, trace);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_NEAR(a->comm_s, kComm, 1e-12);
@@ -108,10 +114,7 @@ TEST(BubbleAttributionTest, SlowActionsAndSlowHandOversGoToTheirOwnShare) {
 
 TEST(BubbleAttributionTest, AnIncompleteTraceIsAnError) {
   const core::Plan plan = ZbvPlan();
-  const core::SimResult sim = Simulated(plan, kComm);
-  v1::GetTraceResponse trace;
-  AddRanks(plan, sim, 0, trace.mutable_predicted());
-  AddRanks(plan, sim, 0, trace.mutable_ranks());
+  v1::GetTraceResponse trace = AsPlanned(plan);
   auto* actions = trace.mutable_ranks(1)->mutable_actions();
   for (int k = 0; k < actions->size(); ++k) {
     if ((*actions)[k].kind() == "W") {
