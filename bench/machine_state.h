@@ -2,10 +2,10 @@
 // average, and how long a blocked thread takes to run once another wakes it.
 //
 // The load average misses what decides the runtime tables on small VMs: how fast a sleeping thread
-// gets a CPU back. Every hand-over in a pipeline is a chain of such wake-ups, and on a 2-vCPU VM
-// they cost tens of microseconds when the vCPUs were idle, and milliseconds while some other
-// process keeps a CPU busy (even at SCHED_IDLE on kernel 6.18). The probe times one thread waking
-// another through a condition variable, back to back and after the waiter sat idle for 1 ms.
+// gets a CPU back. Every hand-over in a pipeline is a chain of such wake-ups; on the 2-vCPU CI
+// machines one costs a few microseconds at p50 when nothing else runs, and milliseconds while some
+// other process keeps a CPU busy (even at SCHED_IDLE on kernel 6.18). The probe times one thread
+// waking another through a condition variable, back to back and after the waiter sat idle for 1 ms.
 #ifndef ZPIPE_BENCH_MACHINE_STATE_H_
 #define ZPIPE_BENCH_MACHINE_STATE_H_
 

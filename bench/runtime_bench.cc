@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -612,19 +613,13 @@ HandOver MeasureHandOvers(const RunSpec& r, const core::Plan& plan, const RunRes
         const core::ActionTiming& t = iteration[rank][k];
         const double idle_since = previous_end;
         previous_end = t.end;
-        int from = -1;  // producing stage
-        ActionKind produced = ActionKind::kForward, sent = ActionKind::kSendAct;
-        if (a.kind == ActionKind::kForward && a.stage > 0) {
-          from = a.stage - 1;
-        } else if ((a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) &&
-                   a.stage + 1 < plan.num_stages()) {
-          from = a.stage + 1;
-          produced = ActionKind::kBackwardInput;
-          sent = ActionKind::kSendGrad;
-        }
-        if (from < 0 || placement.RankOf(from) == rank || idle_since < 0) continue;
-        const auto producer = at.find({static_cast<int>(produced), from, a.microbatch});
-        const auto message = at.find({static_cast<int>(sent), from, a.microbatch});
+        const std::optional<core::Action> input = core::NeighbourInput(a, plan.num_stages());
+        if (!input || placement.RankOf(input->stage) == rank || idle_since < 0) continue;
+        const ActionKind sent =
+            input->kind == ActionKind::kForward ? ActionKind::kSendAct : ActionKind::kSendGrad;
+        const auto producer =
+            at.find({static_cast<int>(input->kind), input->stage, input->microbatch});
+        const auto message = at.find({static_cast<int>(sent), input->stage, input->microbatch});
         if (producer == at.end() || producer->second.end <= idle_since) continue;
         whole.push_back((t.start - producer->second.end) * 1e3);
         if (message != at.end() && message->second.end > 0) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -98,17 +99,12 @@ double HandOverTime(const core::Plan& plan, const std::vector<RankTimes>& times)
   for (const RankTimes& rank : times) {
     for (const auto& [key, t] : rank) {
       const auto [kind, stage, mb] = key;
-      Key producer;
-      if (kind == ActionKind::kForward && stage > 0) {
-        producer = {ActionKind::kForward, stage - 1, mb};
-      } else if ((kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardFull) &&
-                 stage + 1 < plan.num_stages()) {
-        producer = {ActionKind::kBackwardInput, stage + 1, mb};
-      } else {
+      const std::optional<Action> producer =
+          core::NeighbourInput({kind, stage, mb}, plan.num_stages());
+      if (!producer || plan.placement.RankOf(producer->stage) == plan.placement.RankOf(stage)) {
         continue;
       }
-      if (plan.placement.RankOf(std::get<1>(producer)) == plan.placement.RankOf(stage)) continue;
-      const auto found = end.find(producer);
+      const auto found = end.find({producer->kind, producer->stage, producer->microbatch});
       if (found != end.end()) comm = std::min(comm, std::max(0.0, t.start - found->second));
     }
   }

@@ -64,6 +64,15 @@ bool IsRecv(ActionKind kind) {
   return kind == ActionKind::kRecvAct || kind == ActionKind::kRecvGrad;
 }
 
+std::optional<Action> NeighbourInput(const Action& a, int num_stages) {
+  if (a.kind == ActionKind::kForward && a.stage > 0) return Action::F(a.stage - 1, a.microbatch);
+  if ((a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) &&
+      a.stage + 1 < num_stages) {
+    return Action::B(a.stage + 1, a.microbatch);
+  }
+  return std::nullopt;
+}
+
 std::string ActionToString(const Action& a) {
   if (a.kind == ActionKind::kReduce) {
     return absl::StrCat("REDUCE chunk", a.chunk, " bucket", a.bucket);

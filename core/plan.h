@@ -12,6 +12,7 @@
 #define ZPIPE_CORE_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,11 @@ struct Action {
 };
 
 std::string ActionToString(const Action& action);  // e.g. "F s3 mb7", "SEND_ACT s3 mb7 -> r2"
+
+// What compute action `a` takes from a neighbouring stage: F(s-1, i) for F(s, i) with s > 0,
+// B(s+1, i) for B or BW(s, i) with s + 1 < num_stages (the gradient; B stands for the
+// producer's B or BW); nullopt for W, for the first F and the last B, and for non-compute actions.
+std::optional<Action> NeighbourInput(const Action& a, int num_stages);
 absl::StatusOr<Action> ParseAction(absl::string_view line);
 
 struct Plan {

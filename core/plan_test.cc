@@ -92,3 +92,19 @@ TEST(PlanTest, ParsePlanTextRefusesPlacementsBeyondThePlanBounds) {
 
 }  // namespace
 }  // namespace zpipe::core
+
+namespace zpipe::core {
+namespace {
+
+TEST(PlanTest, NeighbourInputIsWhatAComputeActionTakesFromTheNextStageOver) {
+  EXPECT_EQ(NeighbourInput(Action::F(2, 5), 4), Action::F(1, 5));
+  EXPECT_EQ(NeighbourInput(Action::B(2, 5), 4), Action::B(3, 5));
+  EXPECT_EQ(NeighbourInput(Action::BW(1, 0), 4), Action::B(2, 0));
+  EXPECT_EQ(NeighbourInput(Action::F(0, 5), 4), std::nullopt);  // reads the data
+  EXPECT_EQ(NeighbourInput(Action::B(3, 5), 4), std::nullopt);  // the last stage's own loss
+  EXPECT_EQ(NeighbourInput(Action::W(2, 5), 4), std::nullopt);  // its own B
+  EXPECT_EQ(NeighbourInput(Action::Comm(ActionKind::kSendAct, 2, 5, 3), 4), std::nullopt);
+}
+
+}  // namespace
+}  // namespace zpipe::core
