@@ -315,11 +315,16 @@ int RunRank(int rank, const std::string& dir, int rounds) {
   auto device = gloo::transport::tcp::CreateDevice(gloo::transport::tcp::attr("127.0.0.1"));
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, 2);
   ctx->connectFullMesh(*worker::NewGlooStore(*store, "raw/", absl::Seconds(60)), device);
+  // The communicator over each point-to-point path: ZeroPipe's own streams and Gloo's buffers.
   worker::CommunicatorOptions opts;
   opts.pipeline_rank = rank;
   opts.pipeline_size = 2;
   opts.key_prefix = "comm/";
-  auto comm = Must(worker::NewGlooCommunicator(opts, *store), "communicator");
+  opts.p2p = worker::CommunicatorOptions::P2p::kTcp;
+  auto comm = Must(worker::NewGlooCommunicator(opts, *store), "communicator (tcp)");
+  opts.key_prefix = "comm-gloo/";
+  opts.p2p = worker::CommunicatorOptions::P2p::kGloo;
+  auto comm_gloo = Must(worker::NewGlooCommunicator(opts, *store), "communicator (gloo)");
   if (rank == 0) {
     std::printf(
         "== per-hop cost: one activation hand-over between two processes on loopback, one-way "
@@ -334,13 +339,17 @@ int RunRank(int rank, const std::string& dir, int rounds) {
     const int n = RoundsFor(kb, rounds);
     const Stats tcp = OneWay(TcpRounds(rank, fd, bytes, n));
     const Stats gloo = OneWay(GlooRounds(rank, *ctx, bytes, n));
+    const Stats com_gloo = OneWay(CommRounds(rank, *comm_gloo, bytes, n));
     const Stats com = OneWay(CommRounds(rank, *comm, bytes, n));
+    const Stats exe_gloo = OneWay(ExecutorRounds(rank, *comm_gloo, bytes, n));
     const Stats exe = OneWay(ExecutorRounds(rank, *comm, bytes, n));
     if (rank != 0) continue;
     const std::string size =
         kb >= 1024 ? absl::StrCat(kb / 1024, " MiB") : absl::StrCat(kb, " KiB");
-    for (const auto& [name, s] : {std::pair{"tcp", tcp}, std::pair{"gloo pair", gloo},
-                                  std::pair{"comm", com}, std::pair{"executor", exe}}) {
+    for (const auto& [name, s] :
+         {std::pair{"tcp", tcp}, std::pair{"gloo pair", gloo}, std::pair{"comm gloo", com_gloo},
+          std::pair{"comm tcp", com}, std::pair{"exec gloo", exe_gloo},
+          std::pair{"exec tcp", exe}}) {
       std::printf("%-8s %-10s %9.1f %9.1f %9.1f %+12.1f %9.2f\n", size.c_str(), name, s.p50, s.p99,
                   s.mean, s.p50 - gloo.p50, s.p50 > 0 ? s.p99 / s.p50 : 0.0);
     }

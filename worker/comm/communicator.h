@@ -42,6 +42,13 @@ struct CommunicatorOptions {
   // when set. Loopback by default, which is what tests use.
   std::string hostname = "127.0.0.1";
   std::string iface;
+  // Gloo communicator: how activations and gradients travel between pipeline ranks. kTcp, the
+  // default, is ZeroPipe's own stream per pair of ranks (worker/comm/tcp_p2p.h: one write per
+  // message, read by the thread that waits for it); kGloo is Gloo's unbound buffers, kept to
+  // compare against (`scripts/bench runtime --p2p gloo`). All-reduces and barriers use Gloo either
+  // way.
+  enum class P2p { kTcp, kGloo };
+  P2p p2p = P2p::kTcp;
   // NCCL: the CUDA device ordinal.
   int device_index = 0;
 };

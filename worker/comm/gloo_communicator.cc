@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/comm/completion.h"
 #include "worker/comm/gloo_store.h"
+#include "worker/comm/tcp_p2p.h"
 
 namespace zpipe::worker {
 namespace {
@@ -525,12 +526,14 @@ class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const CommunicatorOptions& options,
                    std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::Context> pipeline, std::shared_ptr<gloo::Context> data)
+                   std::shared_ptr<gloo::Context> pipeline, std::shared_ptr<gloo::Context> data,
+                   std::unique_ptr<internal::TcpP2p> tcp)
       : options_(options),
         timeout_(ToMillis(options.timeout)),
         device_(std::move(device)),
         pipeline_(std::move(pipeline)),
-        data_(std::move(data)) {
+        data_(std::move(data)),
+        tcp_(std::move(tcp)) {
     recv_->timeout = timeout_;
     recv_->poster = std::make_unique<Poster>(
         [this](std::shared_ptr<P2pOp> op) { Post(std::move(op)); },
@@ -545,6 +548,7 @@ class GlooCommunicator final : public Communicator {
       reduce_cv_.notify_one();
     }
     if (reduce_thread_.joinable()) reduce_thread_.join();
+    tcp_.reset();
     recv_->poster->Stop();  // first: it posts through this communicator
     {
       std::lock_guard<std::mutex> lock(waiters_mu_);
@@ -572,6 +576,7 @@ class GlooCommunicator final : public Communicator {
       return internal::FinishedHandle(s);
     }
     // contiguous() returns `tensor` itself when it already is, so no copy in the common case.
+    if (tcp_ != nullptr) return tcp_->Send(tensor.contiguous(), peer, tag);
     return PostP2p(/*is_send=*/true, tensor.contiguous(), peer, tag);
   }
 
@@ -583,6 +588,7 @@ class GlooCommunicator final : public Communicator {
       return internal::FinishedHandle(
           absl::InvalidArgumentError("recv: the destination tensor must be contiguous"));
     }
+    if (tcp_ != nullptr) return tcp_->Recv(std::move(into), peer, tag);
     return PostP2p(/*is_send=*/false, std::move(into), peer, tag);
   }
 
@@ -755,6 +761,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> pipeline_;  // null when p = 1
   std::shared_ptr<gloo::Context> data_;      // null when d = 1
+  // Point-to-point on ZeroPipe's own streams (options.p2p == kTcp, p > 1); else Gloo's buffers.
+  std::unique_ptr<internal::TcpP2p> tcp_;
   // Receives: their handles wait on Gloo themselves (RecvHandle); cancellation and the graveyard.
   const std::shared_ptr<RecvShared> recv_ = std::make_shared<RecvShared>();
 
@@ -825,6 +833,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     if (!c.ok()) return c.status();
     pipeline = *std::move(c);
   }
+  std::unique_ptr<internal::TcpP2p> tcp;
+  if (o.pipeline_size > 1 && o.p2p == CommunicatorOptions::P2p::kTcp) {
+    internal::TcpP2pOptions to;
+    to.rank = o.pipeline_rank;
+    to.size = o.pipeline_size;
+    to.key_prefix = absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/");
+    to.hostname = o.hostname;
+    to.iface = o.iface;
+    to.timeout = o.timeout;
+    auto t = internal::TcpP2p::Connect(to, store);
+    if (!t.ok()) return t.status();
+    tcp = *std::move(t);
+  }
   if (o.data_size > 1) {
     auto c = Connect(store, absl::StrCat(o.key_prefix, "dp/", o.pipeline_rank, "/"),
                      "data-parallel", o.data_rank, o.data_size, o.timeout, device);
@@ -832,7 +853,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     data = *std::move(c);
   }
   return std::unique_ptr<Communicator>(
-      new GlooCommunicator(options, std::move(device), std::move(pipeline), std::move(data)));
+      new GlooCommunicator(options, std::move(device), std::move(pipeline), std::move(data),
+                           std::move(tcp)));
 }
 
 }  // namespace zpipe::worker

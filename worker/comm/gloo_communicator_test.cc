@@ -1,5 +1,6 @@
-// Every rank is a thread over one InMemoryStore, talking Gloo over loopback (as gloo's own tests
-// do), parameterised over world size.
+// Every rank is a thread over one InMemoryStore, talking over loopback (as gloo's own tests do),
+// parameterised over world size and over the point-to-point path (ZeroPipe's own TCP streams and
+// Gloo's unbound buffers; all-reduces and barriers are Gloo's either way).
 #include "worker/comm/gloo_communicator.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,12 @@ namespace zpipe::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using P2p = CommunicatorOptions::P2p;
+
+// The point-to-point path of the running test: set by its fixture before any rank starts.
+P2p g_p2p = P2p::kTcp;
+
+std::string P2pName(P2p p) { return p == P2p::kTcp ? "Tcp" : "Gloo"; }
 
 // Runs fn(rank) for every rank on its own thread and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn) {
@@ -33,6 +41,7 @@ CommunicatorOptions Options(int pr, int p, int dr, int d, absl::Duration timeout
   o.data_size = d;
   o.key_prefix = "job/a1/";
   o.timeout = timeout;
+  o.p2p = g_p2p;
   return o;
 }
 
@@ -46,12 +55,25 @@ torch::Tensor Pattern(int from, int to, int k, int64_t n) {
   return torch::arange(n, torch::kFloat32) + 1000.0 * from + 100.0 * to + k;
 }
 
-class GlooWorldTest : public ::testing::TestWithParam<int> {};
+class GlooWorldTest : public ::testing::TestWithParam<std::tuple<int, P2p>> {
+ protected:
+  void SetUp() override { g_p2p = std::get<1>(GetParam()); }
+  int Size() const { return std::get<0>(GetParam()); }
+};
+
+// Tests of one world shape, run over both point-to-point paths.
+class P2pTest : public ::testing::TestWithParam<P2p> {
+ protected:
+  void SetUp() override { g_p2p = GetParam(); }
+};
+using GlooFailureTest = P2pTest;
+using GlooReceiveTest = P2pTest;
+using GlooPostingTest = P2pTest;
 
 // Ring: rank r sends kMessages tensors to r+1 and receives as many from r-1, all posted before
 // any is waited for (many in flight per pair, matched order).
 TEST_P(GlooWorldTest, RingSendRecvManyInFlight) {
-  const int n = GetParam();
+  const int n = Size();
   constexpr int kMessages = 24;
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
@@ -79,7 +101,7 @@ TEST_P(GlooWorldTest, RingSendRecvManyInFlight) {
 // Every ordered pair exchanges in matched order, with the same tag reused for every message
 // (tags are allowed but order alone must match them, as NCCL requires).
 TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
-  const int n = GetParam();
+  const int n = Size();
   constexpr int kMessages = 8;
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
@@ -107,7 +129,7 @@ TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
 // Megabyte-sized tensors crossing in both directions with every send posted before any receive:
 // the executor's worst case (a send/send crossing must not deadlock or block the caller).
 TEST_P(GlooWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
-  const int n = GetParam();
+  const int n = Size();
   constexpr int kMessages = 4;
   constexpr int64_t kFloats = 1 << 19;  // 2 MiB
   auto store = NewInMemoryStore();
@@ -145,7 +167,7 @@ TEST_P(GlooWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
 }
 
 TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
-  const int n = GetParam();
+  const int n = Size();
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
     auto comm = MustConnect(Options(0, 1, rank, n, absl::Seconds(20)), *store);
@@ -168,7 +190,7 @@ TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
 }
 
 TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
-  const int d = GetParam();
+  const int d = Size();
   const int p = 2;
   auto store = NewInMemoryStore();
   RunRanks(p * d, [&](int global) {
@@ -194,7 +216,7 @@ TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
 // The all-reduce runs on the communicator's thread: the call returns before the reduce ends and
 // the caller computes meanwhile.
 TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
-  const int n = GetParam();
+  const int n = Size();
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
     auto comm = MustConnect(Options(0, 1, rank, n, absl::Seconds(30)), *store);
@@ -218,10 +240,15 @@ TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSize, GlooWorldTest, ::testing::Values(2, 3, 4),
-                         [](const auto& info) { return absl::StrCat("n", info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSize, GlooWorldTest,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(P2p::kTcp, P2p::kGloo)),
+                         [](const auto& info) {
+                           return absl::StrCat("n", std::get<0>(info.param),
+                                               P2pName(std::get<1>(info.param)));
+                         });
 
-TEST(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
+TEST_P(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
   auto store = NewInMemoryStore();
   const auto start = Clock::now();
   auto comm = NewGlooCommunicator(Options(0, 2, 0, 1, absl::Milliseconds(300)), *store);
@@ -230,7 +257,7 @@ TEST(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST(GlooFailureTest, PeerThatNeverSendsTimesOut) {
+TEST_P(GlooFailureTest, PeerThatNeverSendsTimesOut) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Milliseconds(500)), *store);
@@ -247,7 +274,7 @@ TEST(GlooFailureTest, PeerThatNeverSendsTimesOut) {
   });
 }
 
-TEST(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
+TEST_P(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
   auto store = NewInMemoryStore();
   // p = 2, d = 2: global 0 = (0,0), 1 = (1,0), 2 = (0,1), 3 = (1,1). (1,0) dies after connecting;
   // (0,0) waits on a recv from it and (1,1) on an all-reduce with it.
@@ -279,7 +306,7 @@ TEST(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
   });
 }
 
-TEST(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
+TEST_P(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -299,7 +326,7 @@ TEST(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
 // timeout gives up on time with the receive still pending (without failing the connection, as a
 // timed-out Gloo wait would), and the same handle then completes with the data. The executor
 // waits in such slices (to notice a cancel), so this is its normal path.
-TEST(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
+TEST_P(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -337,7 +364,7 @@ TEST(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
 
 // Two threads waiting on one receive handle: both see it complete (one waits on Gloo, the
 // other for the first's result).
-TEST(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
+TEST_P(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -371,7 +398,7 @@ TEST(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
 
 // Flush hands queued sends to the communicator's own thread: sends nobody waits for go out (their
 // handles turn done without a Wait).
-TEST(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
+TEST_P(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
   auto store = NewInMemoryStore();
   constexpr int kMessages = 8;
   RunRanks(2, [&](int rank) {
@@ -394,10 +421,15 @@ TEST(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
       EXPECT_EQ(done, kMessages) << "sends still pending with nobody waiting on them";
       for (auto& s : sends) EXPECT_TRUE(s->Wait(absl::ZeroDuration()).ok());
     } else {
-      for (int k = kMessages - 1; k >= 0; --k) {  // posted in the reverse order
-        torch::Tensor got = torch::zeros({1024 << k});
-        ASSERT_TRUE(comm->Recv(got, 1, k)->Wait(absl::Seconds(15)).ok()) << k;
-        EXPECT_TRUE(torch::equal(got, Pattern(1, 0, k, 1024 << k))) << k;
+      std::vector<torch::Tensor> got;
+      std::vector<std::unique_ptr<CommHandle>> recvs;
+      for (int k = 0; k < kMessages; ++k) {
+        got.push_back(torch::zeros({1024 << k}));
+        recvs.push_back(comm->Recv(got.back(), 1, k));
+      }
+      for (int k = kMessages - 1; k >= 0; --k) {  // waited for in the reverse order
+        ASSERT_TRUE(recvs[k]->Wait(absl::Seconds(15)).ok()) << k;
+        EXPECT_TRUE(torch::equal(got[k], Pattern(1, 0, k, 1024 << k))) << k;
       }
     }
     ASSERT_TRUE(comm->Barrier().ok());
@@ -405,7 +437,7 @@ TEST(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
 }
 
 // Destroying the communicator while a thread waits on a receive wakes it with CANCELLED.
-TEST(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
+TEST_P(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
   auto store = NewInMemoryStore();
   std::atomic<bool> done{false};  // rank 1 stays connected until rank 0 is through
   RunRanks(2, [&](int rank) {
@@ -426,6 +458,26 @@ TEST(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
     done = true;
     EXPECT_TRUE(absl::IsCancelled(got)) << got;
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  });
+}
+
+// A ring where every rank waits for its send before its receive, with messages larger than the
+// sockets hold: each send completes only if the peer reads while its own thread waits on a send
+// (a receive posted and not yet waited for must still drain).
+TEST_P(GlooPostingTest, WaitingOnASendKeepsPostedReceivesDraining) {
+  constexpr int kRanks = 3;
+  constexpr int64_t kFloats = 4 << 20;  // 16 MiB
+  auto store = NewInMemoryStore();
+  RunRanks(kRanks, [&](int rank) {
+    auto comm = MustConnect(Options(rank, kRanks, 0, 1, absl::Seconds(30)), *store);
+    ASSERT_NE(comm, nullptr);
+    const int next = (rank + 1) % kRanks, prev = (rank + kRanks - 1) % kRanks;
+    torch::Tensor got = torch::zeros({kFloats});
+    auto recv = comm->Recv(got, prev, 1);
+    auto send = comm->Send(Pattern(rank, next, 1, kFloats), next, 1);
+    ASSERT_TRUE(send->Wait(absl::Seconds(30)).ok());
+    ASSERT_TRUE(recv->Wait(absl::Seconds(30)).ok());
+    EXPECT_TRUE(torch::equal(got, Pattern(prev, rank, 1, kFloats)));
   });
 }
 
@@ -454,6 +506,13 @@ TEST(GlooArgumentTest, InconsistentRanksAreRejected) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       NewGlooCommunicator(Options(0, 1, 0, 0, absl::Seconds(1)), *store).status()));
 }
+
+INSTANTIATE_TEST_SUITE_P(P2p, GlooFailureTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
+                         [](const auto& info) { return P2pName(info.param); });
+INSTANTIATE_TEST_SUITE_P(P2p, GlooReceiveTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
+                         [](const auto& info) { return P2pName(info.param); });
+INSTANTIATE_TEST_SUITE_P(P2p, GlooPostingTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
+                         [](const auto& info) { return P2pName(info.param); });
 
 }  // namespace
 }  // namespace zpipe::worker

@@ -1,0 +1,748 @@
+#include "worker/comm/tcp_p2p.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "worker/comm/completion.h"
+
+namespace zpipe::worker::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kHelloMagic = 0x5a504831;    // "ZPH1": the first bytes on a new stream
+constexpr uint32_t kMessageMagic = 0x5a504d31;  // "ZPM1": every message's header
+// Sends of up to this many bytes are written on the caller's thread at once (a loopback write of
+// this size is a few tens of microseconds); larger ones go to the pump, so a multi-megabyte
+// activation never holds up the caller's next action while the kernel copies it.
+constexpr size_t kInlineSendBytes = size_t{1} << 20;
+// A thread waiting beside another on the same receive re-checks at least this often (the other
+// may read its bytes and leave it polling a quiet socket).
+constexpr auto kSharedWaitSlice = std::chrono::milliseconds(1);
+// A thread waiting for a send keeps reading incoming bytes at least this often.
+constexpr auto kSendWaitSlice = std::chrono::milliseconds(1);
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  uint32_t group;  // FNV-1a of the key prefix: both ends belong to the same job attempt and group
+};
+
+struct Header {
+  uint32_t magic;
+  uint32_t tag;
+  uint64_t nbytes;
+};
+static_assert(sizeof(Header) == 16);
+
+uint32_t Fnv1a(absl::string_view s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+
+struct Op {
+  bool is_send = false;
+  int peer = 0;
+  int tag = 0;
+  torch::Tensor tensor;  // keeps `data` alive until the op completes
+  char* data = nullptr;
+  size_t nbytes = 0;
+  std::shared_ptr<Completion> done = std::make_shared<Completion>();
+  // Receives: when a thread first waited for it (the no-progress limit runs from there), and how
+  // many threads wait for it now. Guarded by the pair's recv_mu.
+  std::optional<Clock::time_point> first_wait;
+  std::atomic<int> waiters{0};
+
+  std::string Describe() const {
+    return absl::StrCat(is_send ? "send to" : "recv from", " pipeline rank ", peer, " (tag ", tag,
+                        ", ", nbytes, " bytes)");
+  }
+};
+
+// One stream to one peer. Each direction has its own lock and queue; the two are never held
+// together.
+struct Conn {
+  int peer = -1;
+  int fd = -1;
+
+  std::mutex send_mu;
+  std::deque<std::shared_ptr<Op>> sends;  // in posting order; the head may be partly written
+  size_t sent = 0;                        // bytes of the head's header and payload written
+  Header send_header{};
+  absl::Status send_failed;             // once set, every send on this pair fails with it
+  Clock::time_point send_progress;      // last byte written
+  std::atomic<bool> pump_wanted{false};  // sends are left that the socket did not take
+
+  std::mutex recv_mu;
+  std::deque<std::shared_ptr<Op>> recvs;  // posted, in order; the head may be partly read
+  size_t received = 0;                    // bytes of the head's header and payload read
+  Header recv_header{};
+  absl::Status recv_failed;
+  Clock::time_point recv_progress;  // last byte read
+  std::atomic<int> posted{0};       // recvs.size(), readable without the lock
+
+  // Writes what the socket takes now. Holding send_mu. An error means the stream is broken.
+  absl::Status WriteLocked() {
+    while (!sends.empty()) {
+      Op& op = *sends.front();
+      if (sent == 0) send_header = {kMessageMagic, static_cast<uint32_t>(op.tag), op.nbytes};
+      iovec iov[2];
+      int n = 0;
+      if (sent < sizeof(Header)) {
+        iov[n++] = {reinterpret_cast<char*>(&send_header) + sent, sizeof(Header) - sent};
+        iov[n++] = {op.data, op.nbytes};
+      } else {
+        const size_t off = sent - sizeof(Header);
+        iov[n++] = {op.data + off, op.nbytes - off};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+        return absl::UnavailableError(
+            Errno(absl::StrCat(op.Describe(), ": the connection to pipeline rank ", peer,
+                               " failed (process gone?)")));
+      }
+      sent += static_cast<size_t>(k);
+      send_progress = Clock::now();
+      if (sent == sizeof(Header) + op.nbytes) {
+        op.done->Finish(absl::OkStatus());
+        sends.pop_front();
+        sent = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads what the socket has for the posted receives, straight into their tensors. Holding
+  // recv_mu. An error means the stream is broken.
+  absl::Status ReadLocked() {
+    while (!recvs.empty()) {
+      Op& op = *recvs.front();
+      iovec iov[2];
+      int n = 0;
+      const bool had_header = received >= sizeof(Header);
+      if (!had_header) {
+        iov[n++] = {reinterpret_cast<char*>(&recv_header) + received, sizeof(Header) - received};
+        iov[n++] = {op.data, op.nbytes};
+      } else {
+        const size_t off = received - sizeof(Header);
+        iov[n++] = {op.data + off, op.nbytes - off};
+      }
+      const ssize_t k = ::readv(fd, iov, n);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+        return absl::UnavailableError(
+            Errno(absl::StrCat(op.Describe(), ": the connection to pipeline rank ", peer,
+                               " failed (process gone?)")));
+      }
+      if (k == 0) {
+        return absl::UnavailableError(absl::StrCat(
+            op.Describe(), ": pipeline rank ", peer, " closed its connection (process gone?)"));
+      }
+      received += static_cast<size_t>(k);
+      recv_progress = Clock::now();
+      if (!had_header && received >= sizeof(Header)) {
+        const Header& h = recv_header;
+        if (h.magic != kMessageMagic) {
+          return absl::DataLossError(absl::StrCat(
+              op.Describe(), ": the stream from pipeline rank ", peer, " is corrupt"));
+        }
+        if (h.tag != static_cast<uint32_t>(op.tag) || h.nbytes != op.nbytes) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              op.Describe(), ": pipeline rank ", peer, " sent tag ", h.tag, " with ", h.nbytes,
+              " bytes; sends and receives between two ranks must be posted in the same order "
+              "with the same sizes"));
+        }
+      }
+      if (received == sizeof(Header) + op.nbytes) {
+        op.done->Finish(absl::OkStatus());
+        recvs.pop_front();
+        posted.store(static_cast<int>(recvs.size()));
+        received = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Writes the sends the socket did not take at once, as their peers read.
+class Pump {
+ public:
+  using FailFn = std::function<void(Conn&, absl::Status)>;
+  // `fail` ends a broken pair (called without any of the pair's locks held).
+  Pump(std::vector<Conn*> conns, FailFn fail) : conns_(std::move(conns)), fail_(std::move(fail)) {
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Pump() { Stop(); }
+
+  void Wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t k = ::write(wake_fd_, &one, sizeof(one));
+  }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    Wake();
+    thread_.join();
+    ::close(wake_fd_);
+  }
+
+ private:
+  void Run() {
+    pthread_setname_np(pthread_self(), "zp-p2p-pump");
+    std::vector<pollfd> fds;
+    std::vector<Conn*> polled;
+    while (!stop_.load()) {
+      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+      polled.clear();
+      for (Conn* c : conns_) {
+        if (!c->pump_wanted.load()) continue;
+        fds.push_back({c->fd, POLLOUT, 0});
+        polled.push_back(c);
+      }
+      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+      if (fds[0].revents != 0) {
+        uint64_t n;
+        [[maybe_unused]] ssize_t k = ::read(wake_fd_, &n, sizeof(n));
+      }
+      for (size_t i = 0; i < polled.size(); ++i) {
+        if (fds[i + 1].revents == 0) continue;
+        Conn& c = *polled[i];
+        absl::Status st;
+        {
+          std::lock_guard<std::mutex> lock(c.send_mu);
+          st = c.WriteLocked();
+          if (c.sends.empty()) c.pump_wanted = false;
+        }
+        if (!st.ok()) fail_(c, std::move(st));
+      }
+    }
+  }
+
+  const std::vector<Conn*> conns_;
+  const FailFn fail_;
+  int wake_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+struct TcpP2p::State {
+  int rank = 0;
+  Clock::duration timeout{};
+  std::vector<std::unique_ptr<Conn>> conns;  // by peer rank; null for this rank
+  std::unique_ptr<Pump> pump;
+
+  ~State() {
+    for (auto& c : conns) {
+      if (c != nullptr && c->fd >= 0) ::close(c->fd);
+    }
+  }
+
+  // Fails every queued op of the pair and every later one with `status`, and shuts the stream so
+  // the peer learns of it and every thread polling it wakes.
+  void Fail(Conn& c, absl::Status status) {
+    std::deque<std::shared_ptr<Op>> ops;
+    {
+      std::lock_guard<std::mutex> lock(c.send_mu);
+      if (c.send_failed.ok()) c.send_failed = status;
+      ops.swap(c.sends);
+      c.sent = 0;
+      c.pump_wanted = false;
+    }
+    for (auto& op : ops) op->done->Finish(status);
+    ops.clear();
+    {
+      std::lock_guard<std::mutex> lock(c.recv_mu);
+      if (c.recv_failed.ok()) c.recv_failed = status;
+      ops.swap(c.recvs);
+      c.posted = 0;
+      c.received = 0;
+    }
+    for (auto& op : ops) op->done->Finish(status);
+    ::shutdown(c.fd, SHUT_RDWR);
+  }
+
+  // Reads what has arrived on every pair with a receive posted. Never blocks for bytes.
+  void ReadAll() {
+    for (auto& c : conns) {
+      if (c == nullptr || c->posted.load() == 0) continue;
+      absl::Status st;
+      {
+        std::lock_guard<std::mutex> lock(c->recv_mu);
+        st = c->ReadLocked();
+      }
+      if (!st.ok()) Fail(*c, std::move(st));
+    }
+  }
+
+  // Blocks until a pair with a receive posted (always `mine`) has bytes or breaks, or `until`.
+  void PollReads(const Conn& mine, Clock::time_point until) {
+    std::vector<pollfd> fds;
+    fds.push_back({mine.fd, POLLIN, 0});
+    for (auto& c : conns) {
+      if (c == nullptr || c.get() == &mine || c->posted.load() == 0) continue;
+      fds.push_back({c->fd, POLLIN, 0});
+    }
+    const auto left = until - Clock::now();
+    if (left <= Clock::duration::zero()) return;
+    // Rounded up, so a wait never returns before its deadline only to spin.
+    const int ms = static_cast<int>(std::min<int64_t>(
+        std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
+    ::poll(fds.data(), fds.size(), ms);
+  }
+};
+
+namespace {
+
+class P2pHandle final : public CommHandle {
+ public:
+  P2pHandle(std::shared_ptr<Op> op, std::shared_ptr<TcpP2p::State> state)
+      : op_(std::move(op)), state_(std::move(state)) {}
+
+  absl::Status Wait(absl::Duration timeout) override {
+    const auto deadline = timeout == absl::InfiniteDuration()
+                              ? Clock::time_point::max()
+                              : Clock::now() + absl::ToChronoNanoseconds(timeout);
+    return op_->is_send ? WaitSend(deadline) : WaitRecv(deadline);
+  }
+
+  bool Test() override {
+    if (op_->done->Test()) return true;
+    if (!op_->is_send) state_->ReadAll();
+    return op_->done->Test();
+  }
+
+  CommTimes times() const override { return op_->done->times(); }
+
+ private:
+  static absl::Status Pending() {
+    return absl::DeadlineExceededError("communication: operation still pending after the wait");
+  }
+
+  Conn& conn() const { return *state_->conns[op_->peer]; }
+
+  absl::Status WaitRecv(Clock::time_point deadline) {
+    ++op_->waiters;
+    struct Leave {
+      Op& op;
+      ~Leave() { --op.waiters; }
+    } leave{*op_};
+    for (;;) {
+      state_->ReadAll();
+      if (op_->done->Test()) return op_->done->Wait(absl::ZeroDuration());
+      const auto now = Clock::now();
+      if (now >= deadline) return Pending();
+      // The no-progress limit: from the first wait, or the pair's last byte if later.
+      Clock::time_point limit;
+      {
+        std::lock_guard<std::mutex> lock(conn().recv_mu);
+        if (!op_->first_wait) op_->first_wait = now;
+        limit = std::max(*op_->first_wait, conn().recv_progress) + state_->timeout;
+      }
+      if (now >= limit) {
+        state_->Fail(conn(), absl::DeadlineExceededError(absl::StrCat(
+                                 op_->Describe(), ": no bytes within the communicator timeout (",
+                                 absl::FormatDuration(absl::FromChrono(state_->timeout)),
+                                 "); is the peer alive?")));
+        continue;
+      }
+      auto until = std::min(deadline, limit);
+      if (op_->waiters.load() > 1) until = std::min(until, now + kSharedWaitSlice);
+      state_->PollReads(conn(), until);
+    }
+  }
+
+  absl::Status WaitSend(Clock::time_point deadline) {
+    for (;;) {
+      if (op_->done->Test()) return op_->done->Wait(absl::ZeroDuration());
+      const auto now = Clock::now();
+      if (now >= deadline) return Pending();
+      Clock::time_point limit;
+      {
+        std::lock_guard<std::mutex> lock(conn().send_mu);
+        limit = conn().send_progress + state_->timeout;
+      }
+      if (now >= limit) {
+        state_->Fail(conn(), absl::DeadlineExceededError(absl::StrCat(
+                                 op_->Describe(), ": the peer read nothing within the "
+                                 "communicator timeout (",
+                                 absl::FormatDuration(absl::FromChrono(state_->timeout)),
+                                 "); is it alive?")));
+        continue;
+      }
+      // Keep reading what arrives meanwhile: the peer may be blocked writing to us before it
+      // reads what we send.
+      state_->ReadAll();
+      const auto slice = std::min({deadline, limit, now + kSendWaitSlice});
+      op_->done->Wait(absl::FromChrono(slice - now)).IgnoreError();
+    }
+  }
+
+  std::shared_ptr<Op> op_;
+  std::shared_ptr<TcpP2p::State> state_;
+};
+
+// The address to listen on: the interface's first IPv4 (else IPv6) address, or `hostname`
+// resolved.
+absl::StatusOr<sockaddr_storage> ListenAddress(const TcpP2pOptions& o, socklen_t* len) {
+  sockaddr_storage out{};
+  if (!o.iface.empty()) {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return absl::UnavailableError(Errno("getifaddrs"));
+    const ifaddrs* found = nullptr;
+    for (int family : {AF_INET, AF_INET6}) {
+      for (const ifaddrs* a = list; a != nullptr && found == nullptr; a = a->ifa_next) {
+        if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == family && o.iface == a->ifa_name) {
+          found = a;
+        }
+      }
+    }
+    if (found == nullptr) {
+      ::freeifaddrs(list);
+      return absl::UnavailableError(
+          absl::StrCat("p2p: network interface '", o.iface, "' has no IP address"));
+    }
+    *len = found->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&out, found->ifa_addr, *len);
+    ::freeifaddrs(list);
+    return out;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(o.hostname.c_str(), nullptr, &hints, &res); rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("p2p: cannot resolve '", o.hostname, "': ", ::gai_strerror(rc)));
+  }
+  *len = res->ai_addrlen;
+  std::memcpy(&out, res->ai_addr, res->ai_addrlen);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+// Numeric host and port of a bound socket.
+std::string Describe(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    ::inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
+    port = ntohs(in.sin_port);
+  } else {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    ::inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
+    port = ntohs(in6.sin6_port);
+  }
+  return absl::StrCat(host, " ", port);
+}
+
+// Waits until `fd` is ready for `events` or `deadline`; false on the deadline.
+bool PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 60'000)));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+}
+
+// Blocking exchange of a fixed-size record on a fresh stream, bounded by `deadline`.
+bool WriteExactly(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<size_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!PollUntil(fd, POLLOUT, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ReadExactly(int fd, void* data, size_t n, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<size_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!PollUntil(fd, POLLIN, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Tune(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// Closes the fds it holds unless released.
+struct FdSet {
+  std::vector<int> fds;
+  ~FdSet() {
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
+                                                         KeyValueStore& store) {
+  if (o.size < 2 || o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("p2p: rank ", o.rank, " does not fit a group of ", o.size));
+  }
+  const auto deadline = Clock::now() + absl::ToChronoNanoseconds(o.timeout);
+  const uint32_t group = Fnv1a(o.key_prefix);
+  socklen_t len = 0;
+  auto addr = ListenAddress(o, &len);
+  if (!addr.ok()) return addr.status();
+
+  FdSet listener{{::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)}};
+  const int lfd = listener.fds[0];
+  if (lfd < 0) return absl::UnavailableError(Errno("p2p: socket"));
+  if (addr->ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in&>(*addr).sin_port = 0;
+  } else {
+    reinterpret_cast<sockaddr_in6&>(*addr).sin6_port = 0;
+  }
+  if (::bind(lfd, reinterpret_cast<const sockaddr*>(&*addr), len) != 0 ||
+      ::listen(lfd, o.size) != 0) {
+    return absl::UnavailableError(Errno(absl::StrCat("p2p: listening on ", Describe(*addr))));
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof(bound);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &bound_len);
+  if (absl::Status s = store.Set(absl::StrCat(o.key_prefix, o.rank), Describe(bound)); !s.ok()) {
+    return s;
+  }
+
+  FdSet peers{std::vector<int>(o.size, -1)};
+  // Lower ranks are connected to, higher ones accepted: one stream per pair.
+  std::vector<std::string> keys;
+  for (int j = 0; j < o.rank; ++j) keys.push_back(absl::StrCat(o.key_prefix, j));
+  // Names the ranks that did not `how` (ranks not yet connected, or `missing` when given).
+  auto timed_out = [&](absl::string_view how, std::vector<int> missing = {}) {
+    if (missing.empty()) {
+      for (int j = 0; j < o.size; ++j) {
+        if (j != o.rank && peers.fds[j] < 0) missing.push_back(j);
+      }
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "p2p: pipeline rank ", o.rank, " of ", o.size, ": ", missing.size() == 1 ? "rank " : "ranks ",
+        absl::StrJoin(missing, ", "), " did not ", how, " within ",
+        absl::FormatDuration(o.timeout), "; is every rank of the job running?"));
+  };
+  if (!keys.empty()) {
+    auto values = store.Wait(keys, absl::Now() + absl::FromChrono(deadline - Clock::now()));
+    if (absl::IsDeadlineExceeded(values.status())) {
+      std::vector<int> missing;
+      for (int j = 0; j < o.rank; ++j) {
+        if (!store.Get(keys[j]).ok()) missing.push_back(j);
+      }
+      return timed_out("publish an address", std::move(missing));
+    }
+    if (!values.ok()) return values.status();
+    for (int j = 0; j < o.rank; ++j) {
+      std::vector<std::string> parts = absl::StrSplit((*values)[j], ' ');
+      int port = 0;
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
+        return absl::InvalidArgumentError(absl::StrCat("p2p: rank ", j, " published '",
+                                                       (*values)[j], "', not 'host port'"));
+      }
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+      addrinfo* res = nullptr;
+      if (::getaddrinfo(parts[0].c_str(), parts[1].c_str(), &hints, &res) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("p2p: rank ", j, " published a bad address '", (*values)[j], "'"));
+      }
+      int fd = -1;
+      for (;;) {
+        fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+        if (Clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ::freeaddrinfo(res);
+      if (fd < 0) return timed_out("accept a connection");
+      peers.fds[j] = fd;
+      const Hello hello{kHelloMagic, o.rank, o.size, group};
+      if (!WriteExactly(fd, &hello, sizeof(hello), deadline)) {
+        return absl::UnavailableError(
+            absl::StrCat("p2p: introducing rank ", o.rank, " to rank ", j, " failed"));
+      }
+    }
+  }
+  for (int left = o.size - 1 - o.rank; left > 0;) {
+    if (!PollUntil(lfd, POLLIN, deadline)) return timed_out("connect");
+    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    // A rank writes its hello as it connects; a client that sends nothing holds us up briefly.
+    const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(2));
+    Hello hello{};
+    if (!ReadExactly(fd, &hello, sizeof(hello), hello_deadline) || hello.magic != kHelloMagic ||
+        hello.group != group || hello.size != o.size || hello.rank <= o.rank ||
+        hello.rank >= o.size || peers.fds[hello.rank] >= 0) {
+      ::close(fd);  // not one of ours (a stray client, another job's rank): ignore it
+      continue;
+    }
+    peers.fds[hello.rank] = fd;
+    --left;
+  }
+
+  auto state = std::make_shared<State>();
+  state->rank = o.rank;
+  state->timeout = absl::ToChronoNanoseconds(o.timeout);
+  state->conns.resize(o.size);
+  std::vector<Conn*> conns;
+  const auto now = Clock::now();
+  for (int j = 0; j < o.size; ++j) {
+    if (j == o.rank) continue;
+    auto c = std::make_unique<Conn>();
+    c->peer = j;
+    c->fd = std::exchange(peers.fds[j], -1);
+    c->send_progress = c->recv_progress = now;
+    Tune(c->fd);
+    conns.push_back(c.get());
+    state->conns[j] = std::move(c);
+  }
+  state->pump = std::make_unique<Pump>(
+      std::move(conns), [s = state.get()](Conn& c, absl::Status st) { s->Fail(c, std::move(st)); });
+  return std::unique_ptr<TcpP2p>(new TcpP2p(std::move(state)));
+}
+
+TcpP2p::TcpP2p(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+TcpP2p::~TcpP2p() {
+  state_->pump->Stop();
+  for (auto& c : state_->conns) {
+    if (c == nullptr) continue;
+    state_->Fail(*c, absl::CancelledError("communicator destroyed before the operation completed"));
+  }
+}
+
+std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag) {
+  auto op = std::make_shared<Op>();
+  op->is_send = true;
+  op->peer = peer;
+  op->tag = tag;
+  op->nbytes = tensor.nbytes();
+  op->data = static_cast<char*>(tensor.data_ptr());
+  op->tensor = std::move(tensor);
+  op->done->MarkStarted();
+  auto handle = std::make_unique<P2pHandle>(op, state_);
+  if (op->nbytes == 0) {  // nothing on the wire; both sides agree since sizes must match
+    op->done->Finish(absl::OkStatus());
+    return handle;
+  }
+  Conn& c = *state_->conns[peer];
+  absl::Status st;
+  bool wake_pump = false;
+  {
+    std::lock_guard<std::mutex> lock(c.send_mu);
+    if (!c.send_failed.ok()) {
+      op->done->Finish(absl::Status(
+          c.send_failed.code(),
+          absl::StrCat(op->Describe(), ": the connection failed earlier: ",
+                       c.send_failed.message())));
+      return handle;
+    }
+    const bool first = c.sends.empty();
+    if (first) c.send_progress = Clock::now();  // the no-progress limit starts with the queue
+    c.sends.push_back(op);
+    if (first && op->nbytes <= kInlineSendBytes) st = c.WriteLocked();
+    if (st.ok() && !c.sends.empty() && !c.pump_wanted.load()) {
+      c.pump_wanted = true;
+      wake_pump = true;
+    }
+  }
+  if (!st.ok()) state_->Fail(c, std::move(st));
+  if (wake_pump) state_->pump->Wake();
+  return handle;
+}
+
+std::unique_ptr<CommHandle> TcpP2p::Recv(torch::Tensor into, int peer, int tag) {
+  auto op = std::make_shared<Op>();
+  op->peer = peer;
+  op->tag = tag;
+  op->nbytes = into.nbytes();
+  op->data = static_cast<char*>(into.data_ptr());
+  op->tensor = std::move(into);
+  op->done->MarkStarted();
+  auto handle = std::make_unique<P2pHandle>(op, state_);
+  if (op->nbytes == 0) {
+    op->done->Finish(absl::OkStatus());
+    return handle;
+  }
+  Conn& c = *state_->conns[peer];
+  std::lock_guard<std::mutex> lock(c.recv_mu);
+  if (!c.recv_failed.ok()) {
+    op->done->Finish(absl::Status(c.recv_failed.code(),
+                                  absl::StrCat(op->Describe(), ": the connection failed earlier: ",
+                                               c.recv_failed.message())));
+    return handle;
+  }
+  c.recvs.push_back(std::move(op));
+  c.posted.store(static_cast<int>(c.recvs.size()));
+  return handle;
+}
+
+}  // namespace zpipe::worker::internal
