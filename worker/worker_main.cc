@@ -22,13 +22,15 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
-    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS]\n"
+    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS] [--p2p tcp|gloo]\n"
     "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)\n"
     "  --name         stable worker name (default HOST/DEVICE)\n"
     "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
     "  --threads      intra-op threads for LibTorch (default 1)\n"
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
+    "  --p2p          CPU activations and gradients between pipeline ranks: tcp, ZeroPipe's own\n"
+    "                 streams (default), or gloo, Gloo's buffers; the same on every worker\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
     "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
@@ -146,6 +148,10 @@ int main(int argc, char** argv) {
         return Usage("--threads: must be >= 1");
     } else if (flag == "--host") {
       options.host = value;
+    } else if (flag == "--p2p") {
+      if (value != "tcp" && value != "gloo") return Usage("--p2p: tcp or gloo");
+      options.p2p = value == "tcp" ? zpipe::worker::CommunicatorOptions::P2p::kTcp
+                                   : zpipe::worker::CommunicatorOptions::P2p::kGloo;
     } else if (flag == "--metrics-listen") {
       metrics_listen = value;
     } else if (flag == "--token-file") {

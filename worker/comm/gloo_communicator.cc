@@ -834,11 +834,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     pipeline = *std::move(c);
   }
   std::unique_ptr<internal::TcpP2p> tcp;
+  const std::string p2p_prefix = absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/");
+  if (o.pipeline_size > 1 && o.p2p == CommunicatorOptions::P2p::kGloo) {
+    // Where a rank with the tcp path looks for this rank's address: say why there is none.
+    if (absl::Status s =
+            store.Set(absl::StrCat(p2p_prefix, o.pipeline_rank), internal::kGlooP2pMarker);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (o.pipeline_size > 1 && o.p2p == CommunicatorOptions::P2p::kTcp) {
     internal::TcpP2pOptions to;
     to.rank = o.pipeline_rank;
     to.size = o.pipeline_size;
-    to.key_prefix = absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/");
+    to.key_prefix = p2p_prefix;
     to.hostname = o.hostname;
     to.iface = o.iface;
     to.timeout = o.timeout;

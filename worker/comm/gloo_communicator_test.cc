@@ -499,6 +499,21 @@ TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
   });
 }
 
+// Workers started with different --p2p: the rank that finds out says so (the other one's first
+// receive would time out).
+TEST(GlooArgumentTest, MixedPointToPointPathsFailNamingTheFlag) {
+  auto store = NewInMemoryStore();
+  RunRanks(2, [&](int rank) {
+    CommunicatorOptions o = Options(rank, 2, 0, 1, absl::Seconds(2));
+    o.p2p = rank == 0 ? P2p::kGloo : P2p::kTcp;
+    auto comm = NewGlooCommunicator(o, *store);
+    if (rank == 1) {
+      EXPECT_TRUE(absl::IsFailedPrecondition(comm.status())) << comm.status();
+      EXPECT_NE(comm.status().message().find("--p2p"), std::string::npos) << comm.status();
+    }
+  });
+}
+
 TEST(GlooArgumentTest, InconsistentRanksAreRejected) {
   auto store = NewInMemoryStore();
   EXPECT_TRUE(absl::IsInvalidArgument(

@@ -598,6 +598,12 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     }
     if (!values.ok()) return values.status();
     for (int j = 0; j < o.rank; ++j) {
+      if ((*values)[j] == kGlooP2pMarker) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "p2p: pipeline rank ", j, " moves activations over Gloo (zpipe-worker --p2p gloo) "
+            "and rank ", o.rank, " over ZeroPipe's streams (--p2p tcp); start every worker of a "
+            "job with the same --p2p"));
+      }
       std::vector<std::string> parts = absl::StrSplit((*values)[j], ' ');
       int port = 0;
       if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
@@ -632,7 +638,18 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     }
   }
   for (int left = o.size - 1 - o.rank; left > 0;) {
-    if (!PollUntil(lfd, POLLIN, deadline)) return timed_out("connect");
+    if (!PollUntil(lfd, POLLIN, deadline)) {
+      for (int j = o.rank + 1; j < o.size; ++j) {
+        auto v = store.Get(absl::StrCat(o.key_prefix, j));
+        if (peers.fds[j] < 0 && v.ok() && *v == kGlooP2pMarker) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "p2p: pipeline rank ", j, " moves activations over Gloo (zpipe-worker --p2p gloo) "
+              "and rank ", o.rank, " over ZeroPipe's streams (--p2p tcp); start every worker of "
+              "a job with the same --p2p"));
+        }
+      }
+      return timed_out("connect");
+    }
     const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     // A rank writes its hello as it connects; a client that sends nothing holds us up briefly.

@@ -34,6 +34,10 @@
 
 namespace zpipe::worker::internal {
 
+// What a rank on Gloo's point-to-point path publishes where this path's ranks publish their
+// addresses, so that a job whose workers disagree (`zpipe-worker --p2p`) fails with the reason.
+inline constexpr char kGlooP2pMarker[] = "gloo";
+
 struct TcpP2pOptions {
   int rank = 0;
   int size = 1;

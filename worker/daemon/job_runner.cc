@@ -336,6 +336,7 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   co.key_prefix = a.rendezvous_prefix();
   co.timeout = options.comm_timeout;
   co.hostname = options.hostname;
+  co.p2p = options.p2p;
   co.device_index = options.device_index;
   auto comm = NewCommunicator(device, co, *store);
   if (!comm.ok()) return comm.status();

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/tls_files.h"
+#include "worker/comm/communicator.h"
 #include "worker/daemon/data_roots.h"
 #include "worker/daemon/job_log.h"
 #include "worker/daemon/job_runner.h"
@@ -43,6 +44,9 @@ struct DaemonOptions {
   zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
   int device_index = 0;
   std::string host = "127.0.0.1";  // address peers reach this worker on (Gloo)
+  // --p2p: the CPU point-to-point path (CommunicatorOptions::p2p); every worker of a job must
+  // use the same one.
+  CommunicatorOptions::P2p p2p = CommunicatorOptions::P2p::kTcp;
   uint64_t memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);
   absl::Duration reconnect_backoff = absl::Milliseconds(200);
