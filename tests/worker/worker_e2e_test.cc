@@ -1,5 +1,5 @@
-// zpipe-worker end to end: a real coordinator and real worker processes train over Gloo on
-// loopback; a worker killed mid-job fails the job with a reason naming it, and the survivors go
+// zpipe-worker end to end: a real coordinator and real worker processes train over loopback (both
+// point-to-point paths); a worker killed mid-job fails the job with a reason naming it, and the survivors go
 // back to idle and run the next job.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,12 +20,17 @@ namespace {
 
 using testing::Subprocess;
 
+testing::LocalClusterOptions ClusterOptions() {
+  testing::LocalClusterOptions o;
+  o.coordinator_bin = ZPIPE_COORDINATOR_BIN;
+  o.worker_bin = ZPIPE_WORKER_BIN;
+  o.comm_timeout_s = "4";
+  return o;
+}
+
 class Cluster : public testing::LocalCluster {
  public:
-  explicit Cluster(int workers)
-      : LocalCluster(workers, {.coordinator_bin = ZPIPE_COORDINATOR_BIN,
-                               .worker_bin = ZPIPE_WORKER_BIN,
-                               .comm_timeout_s = "4"}) {}
+  explicit Cluster(int workers) : LocalCluster(workers, ClusterOptions()) {}
 };
 
 v1::JobSpec GptSpec(const std::string& schedule, int p, int m, int iterations) {
@@ -82,6 +87,41 @@ void TrainsWithFallingLoss(const std::string& schedule, int p, int m) {
 TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4); }
 
 TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
+
+// The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--p2p gloo) train
+// the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
+TEST(WorkerE2eTest, BothPointToPointPathsTrainTheSameLosses) {
+  std::vector<std::vector<double>> losses;
+  for (const char* p2p : {"tcp", "gloo"}) {
+    testing::LocalClusterOptions options = ClusterOptions();
+    options.worker_args = {"--p2p", p2p};
+    testing::LocalCluster cluster(3, options);
+    ASSERT_TRUE(cluster.WaitIdle(3));
+    const std::string id = absl::StrCat("gpt-p2p-", p2p);
+    auto submitted = cluster.client().Submit(GptSpec("zb-v", 3, 6, 5), id);
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    losses.push_back(WatchLosses(cluster.client(), id));
+    auto job = cluster.WaitTerminal(id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << p2p << ": " << job->reason();
+    ASSERT_EQ(losses.back().size(), 5u) << p2p;
+    // Every rank says which path it ran on.
+    const std::string said = std::string(p2p) == "tcp" ? "cpu, TCP streams + Gloo data path"
+                                                        : "cpu, Gloo data path";
+    int ranks_saying = 0;
+    LogsOptions follow;
+    follow.follow = true;
+    ASSERT_TRUE(cluster.client()
+                    .Logs(id, follow,
+                          [&](const v1::LogLine& line) {
+                            ranks_saying += line.text().find(said) != std::string::npos;
+                            return true;
+                          })
+                    .ok());
+    EXPECT_EQ(ranks_saying, 3) << p2p;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+}
 
 TEST(WorkerE2eTest, DataParallelGptTrainsWithOverlappedReduction) {
   Cluster cluster(4);
@@ -186,10 +226,9 @@ TEST(WorkerE2eTest, AJobNamingAPathOutsideTheDataRootsFailsAndTheWorkersRunTheNe
   fs::remove_all(base);
   fs::create_directories(base / "allowed");
   fs::create_directories(base / "outside");
-  testing::LocalCluster cluster(2, {.coordinator_bin = ZPIPE_COORDINATOR_BIN,
-                                    .worker_bin = ZPIPE_WORKER_BIN,
-                                    .comm_timeout_s = "4",
-                                    .data_roots = {(base / "allowed").string()}});
+  testing::LocalClusterOptions options = ClusterOptions();
+  options.data_roots = {(base / "allowed").string()};
+  testing::LocalCluster cluster(2, options);
   ASSERT_TRUE(cluster.WaitIdle(2));
   v1::JobSpec spec = GptSpec("1f1b", 2, 2, 2);
   spec.mutable_checkpoint()->set_every(1);

@@ -342,7 +342,9 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   if (!comm.ok()) return comm.status();
   Log(absl::StrFormat("job %s rank %d.%d: stages on %s, %s data path", a.job_id(),
                       a.pipeline_rank(), a.data_rank(), device.str(),
-                      (*comm)->device().is_cuda() ? "NCCL" : "Gloo"));
+                      (*comm)->device().is_cuda()                  ? "NCCL"
+                      : co.p2p == CommunicatorOptions::P2p::kTcp ? "TCP streams + Gloo"
+                                                                   : "Gloo"));
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
   std::unique_ptr<GradSyncDriver> grad_sync;
