@@ -30,7 +30,8 @@ constexpr char kUsage[] =
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
     "  --p2p          CPU activations and gradients between pipeline ranks: tcp, ZeroPipe's own\n"
-    "                 streams (default), or gloo, Gloo's buffers; the same on every worker\n"
+    "                 streams (default $ZPIPE_P2P or tcp), or gloo, Gloo's buffers; the same\n"
+    "                 on every worker of a job\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
     "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
@@ -110,6 +111,8 @@ int main(int argc, char** argv) {
     options.token = std::string(absl::StripAsciiWhitespace(env));
   }
   std::string device = "cpu";
+  std::string p2p = "tcp";
+  if (const char* env = std::getenv("ZPIPE_P2P"); env != nullptr && *env != '\0') p2p = env;
   std::string metrics_listen, health_listen;
   // TLS files: a flag wins over its environment variable.
   zpipe::core::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
@@ -149,9 +152,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--host") {
       options.host = value;
     } else if (flag == "--p2p") {
-      if (value != "tcp" && value != "gloo") return Usage("--p2p: tcp or gloo");
-      options.p2p = value == "tcp" ? zpipe::worker::CommunicatorOptions::P2p::kTcp
-                                   : zpipe::worker::CommunicatorOptions::P2p::kGloo;
+      p2p = value;
     } else if (flag == "--metrics-listen") {
       metrics_listen = value;
     } else if (flag == "--token-file") {
@@ -197,6 +198,12 @@ int main(int argc, char** argv) {
       return Usage("unknown flag " + flag);
     }
   }
+  if (p2p != "tcp" && p2p != "gloo") {
+    return Usage("--p2p (or $ZPIPE_P2P): tcp or gloo, not '" + p2p + "'");
+  }
+  options.p2p = p2p == "tcp" ? zpipe::worker::CommunicatorOptions::P2p::kTcp
+                             : zpipe::worker::CommunicatorOptions::P2p::kGloo;
+
   auto tls = zpipe::core::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
   if (!tls.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(tls.status().message()).c_str());
