@@ -194,6 +194,29 @@ TEST(SyntheticStageTest, WLandsEachTensorLastLayerFirstAtItsShareOfTheTime) {
   EXPECT_EQ(landed.size(), 4u);
 }
 
+// What runs between W's parts (the gradient sync's bucket launches, here a 3 ms observer) does not
+// lengthen W: the parts are paced from W's start, as a GPU's W kernels run on while the host
+// launches the buckets. Paced from each part's own start, W took 4 x (10 + 3) = 52 ms.
+TEST(SyntheticStageTest, WorkBetweenWsPartsDoesNotAddUp) {
+  SyntheticStageConfig c;
+  c.forward_ms = 1;
+  c.backward_ms = 1;
+  c.weight_ms = 40;
+  c.params_mb = 0.4;
+  c.param_tensors = 4;
+  auto stage = Make(c, 0, 2, 2);
+  stage->SetGradObserver([](int) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
+  for (int mb = 0; mb < 2; ++mb) {
+    ASSERT_TRUE(stage->Forward(mb, torch::Tensor()).ok());
+    ASSERT_TRUE(stage->BackwardInput(mb, torch::zeros({0})).ok());
+    const Clock::time_point start = Clock::now();
+    ASSERT_TRUE(stage->BackwardWeight(mb).ok());
+    const double w_ms = MsSince(start);
+    EXPECT_GE(w_ms, 40) << "microbatch " << mb;
+    EXPECT_LT(w_ms, 49) << "microbatch " << mb;  // 40 + the last part's 3 ms + scheduler noise
+  }
+}
+
 TEST(SyntheticStageTest, ParamTensorsSplitsEvenlyAndRejectsNegatives) {
   SyntheticStageConfig c;
   c.forward_ms = 1;
