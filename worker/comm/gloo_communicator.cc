@@ -527,13 +527,14 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(const CommunicatorOptions& options,
                    std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::Context> pipeline, std::shared_ptr<gloo::Context> data,
-                   std::unique_ptr<internal::TcpP2p> tcp)
+                   std::unique_ptr<internal::TcpP2p> tcp, std::unique_ptr<internal::TcpP2p> dp_tcp)
       : options_(options),
         timeout_(ToMillis(options.timeout)),
         device_(std::move(device)),
         pipeline_(std::move(pipeline)),
         data_(std::move(data)),
-        tcp_(std::move(tcp)) {
+        tcp_(std::move(tcp)),
+        dp_tcp_(std::move(dp_tcp)) {
     recv_->timeout = timeout_;
     recv_->poster = std::make_unique<Poster>(
         [this](std::shared_ptr<P2pOp> op) { Post(std::move(op)); },
@@ -542,6 +543,9 @@ class GlooCommunicator final : public Communicator {
   }
 
   ~GlooCommunicator() override {
+    // An all-reduce on our streams is cancelled rather than waited for (its peers see the streams
+    // close); one on Gloo's runs to its end or its timeout.
+    if (dp_tcp_ != nullptr) dp_tcp_->Shutdown();
     {
       std::lock_guard<std::mutex> lock(reduce_mu_);
       reduce_stop_ = true;
@@ -738,6 +742,18 @@ class GlooCommunicator final : public Communicator {
       }
       op.done->MarkStarted();
       absl::Status status;
+      if (dp_tcp_ != nullptr) {
+        status = internal::AllReduceAverage(*dp_tcp_, op.buffer, tag++, reduce_scratch_,
+                                            options_.timeout);
+        if (!status.ok()) {
+          status = absl::Status(
+              status.code(), absl::StrCat("all-reduce of ", op.buffer.numel(),
+                                          " floats in the data-parallel group of pipeline rank ",
+                                          options_.pipeline_rank, ": ", status.message()));
+        }
+        op.done->Finish(std::move(status));
+        continue;
+      }
       try {
         gloo::AllreduceOptions opts(data_);
         opts.setOutput<float>(op.buffer.data_ptr<float>(), op.buffer.numel());
@@ -763,6 +779,9 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> data_;      // null when d = 1
   // Point-to-point on ZeroPipe's own streams (options.p2p == kTcp, p > 1); else Gloo's buffers.
   std::unique_ptr<internal::TcpP2p> tcp_;
+  // All-reduces on ZeroPipe's own streams (options.p2p == kTcp, d > 1); else Gloo's allreduce.
+  std::unique_ptr<internal::TcpP2p> dp_tcp_;
+  torch::Tensor reduce_scratch_;  // the reduce thread's
   // Receives: their handles wait on Gloo themselves (RecvHandle); cancellation and the graveyard.
   const std::shared_ptr<RecvShared> recv_ = std::make_shared<RecvShared>();
 
@@ -861,9 +880,29 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     if (!c.ok()) return c.status();
     data = *std::move(c);
   }
+  std::unique_ptr<internal::TcpP2p> dp_tcp;
+  const std::string dp_prefix = absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/");
+  if (o.data_size > 1 && o.p2p == CommunicatorOptions::P2p::kGloo) {
+    if (absl::Status s = store.Set(absl::StrCat(dp_prefix, o.data_rank), internal::kGlooP2pMarker);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (o.data_size > 1 && o.p2p == CommunicatorOptions::P2p::kTcp) {
+    internal::TcpP2pOptions to;
+    to.rank = o.data_rank;
+    to.size = o.data_size;
+    to.key_prefix = dp_prefix;
+    to.hostname = o.hostname;
+    to.iface = o.iface;
+    to.timeout = o.timeout;
+    auto t = internal::TcpP2p::Connect(to, store);
+    if (!t.ok()) return t.status();
+    dp_tcp = *std::move(t);
+  }
   return std::unique_ptr<Communicator>(
       new GlooCommunicator(options, std::move(device), std::move(pipeline), std::move(data),
-                           std::move(tcp)));
+                           std::move(tcp), std::move(dp_tcp)));
 }
 
 }  // namespace zpipe::worker

@@ -189,6 +189,30 @@ TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
   });
 }
 
+// Replicas must step with the same weights: every rank gets the same bits, whatever order the
+// sums ran in (random values, where the order of float additions shows).
+TEST_P(GlooWorldTest, AllReduceGivesEveryRankTheSameBits) {
+  const int n = Size();
+  auto store = NewInMemoryStore();
+  std::vector<torch::Tensor> results(n);
+  RunRanks(n, [&](int rank) {
+    auto comm = MustConnect(Options(0, 1, rank, n, absl::Seconds(20)), *store);
+    ASSERT_NE(comm, nullptr);
+    // Irregular values without the global generator (the ranks are threads).
+    const auto values = [](int r) {
+      return torch::sin(torch::arange(100'003, torch::kFloat32) * (0.37f * (r + 1))) * 1e3f;
+    };
+    torch::Tensor mine = values(rank);
+    torch::Tensor want = torch::zeros_like(mine);
+    for (int r = 0; r < n; ++r) want += values(r);
+    want /= n;
+    ASSERT_TRUE(comm->AllReduceAverage(mine)->Wait(absl::Seconds(20)).ok());
+    EXPECT_TRUE(torch::allclose(mine, want, 1e-5, 1e-3)) << "rank " << rank;
+    results[rank] = mine;
+  });
+  for (int r = 1; r < n; ++r) EXPECT_TRUE(torch::equal(results[r], results[0])) << "rank " << r;
+}
+
 TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
   const int d = Size();
   const int p = 2;

@@ -688,13 +688,18 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
 
 TcpP2p::TcpP2p(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
-TcpP2p::~TcpP2p() {
+TcpP2p::~TcpP2p() { Shutdown(); }
+
+void TcpP2p::Shutdown() {
   state_->pump->Stop();
   for (auto& c : state_->conns) {
     if (c == nullptr) continue;
     state_->Fail(*c, absl::CancelledError("communicator destroyed before the operation completed"));
   }
 }
+
+int TcpP2p::rank() const { return state_->rank; }
+int TcpP2p::size() const { return static_cast<int>(state_->conns.size()); }
 
 std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag) {
   auto op = std::make_shared<Op>();
@@ -760,6 +765,61 @@ std::unique_ptr<CommHandle> TcpP2p::Recv(torch::Tensor into, int peer, int tag) 
   c.recvs.push_back(std::move(op));
   c.posted.store(static_cast<int>(c.recvs.size()));
   return handle;
+}
+
+absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
+                              torch::Tensor& scratch, absl::Duration timeout) {
+  const int d = group.size(), r = group.rank();
+  const int64_t n = buffer.numel();
+  // Tags: 2 (d - 1) messages per all-reduce and direction, numbered by `seq`.
+  const auto tag = [&](int step) {
+    return static_cast<int>((static_cast<uint64_t>(seq) * 2 * d + step) % (1u << 24));
+  };
+  const auto both = [&](std::unique_ptr<CommHandle> a,
+                        std::unique_ptr<CommHandle> b) -> absl::Status {
+    absl::Status sa = a->Wait(timeout), sb = b->Wait(timeout);
+    return sa.ok() ? sb : sa;
+  };
+  if (n == 0) return absl::OkStatus();
+  if (d == 2) {
+    if (scratch.numel() < n) scratch = torch::empty({n}, torch::kFloat32);
+    torch::Tensor theirs = scratch.narrow(0, 0, n);
+    auto recv = group.Recv(theirs, 1 - r, tag(0));
+    if (absl::Status s = both(group.Send(buffer, 1 - r, tag(0)), std::move(recv)); !s.ok()) {
+      return s;
+    }
+    buffer.add_(theirs).div_(2);
+    return absl::OkStatus();
+  }
+  const int next = (r + 1) % d, prev = (r + d - 1) % d;
+  const auto chunk = [&](int c) {
+    c = ((c % d) + d) % d;
+    const int64_t base = n / d, extra = n % d;
+    const int64_t off = c * base + std::min<int64_t>(c, extra);
+    return buffer.narrow(0, off, base + (c < extra ? 1 : 0));
+  };
+  if (scratch.numel() < n / d + 1) scratch = torch::empty({n / d + 1}, torch::kFloat32);
+  // Reduce-scatter: after step s, chunk r - s - 1 holds the sum of s + 2 ranks' parts.
+  for (int s = 0; s < d - 1; ++s) {
+    torch::Tensor into = chunk(r - s - 1);
+    torch::Tensor theirs = scratch.narrow(0, 0, into.numel());
+    auto recv = group.Recv(theirs, prev, tag(s));
+    if (absl::Status st = both(group.Send(chunk(r - s), next, tag(s)), std::move(recv));
+        !st.ok()) {
+      return st;
+    }
+    into.add_(theirs);
+  }
+  chunk(r + 1).div_(d);  // this rank's chunk is whole: its average goes round as it is
+  // All-gather: after step s, chunk r - s is the owner's average.
+  for (int s = 0; s < d - 1; ++s) {
+    auto recv = group.Recv(chunk(r - s), prev, tag(d - 1 + s));
+    if (absl::Status st = both(group.Send(chunk(r + 1 - s), next, tag(d - 1 + s)), std::move(recv));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace zpipe::worker::internal

@@ -68,12 +68,28 @@ class TcpP2p {
   std::unique_ptr<CommHandle> Send(torch::Tensor tensor, int peer, int tag);
   std::unique_ptr<CommHandle> Recv(torch::Tensor into, int peer, int tag);
 
+  // What the destructor does, early: every pending and later operation fails with CANCELLED and
+  // the streams close. For a thread still using this object while its owner shuts down.
+  void Shutdown();
+
+  int rank() const;
+  int size() const;
+
   struct State;
 
  private:
   explicit TcpP2p(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
+
+// In place: `buffer` (contiguous float32 CPU) becomes the average over the group, identical to
+// the last bit on every rank. Two ranks swap their buffers and each adds the other's (a + b is
+// b + a); more run a ring: reduce-scatter (each chunk summed along the ring and divided by its
+// owner), then all-gather of the owners' chunks. `seq` numbers the all-reduce (the same on every
+// rank: all-reduces are issued in the same order) and tags its messages. `scratch` is reused
+// between calls. Every wait is bounded by `timeout`.
+absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
+                              torch::Tensor& scratch, absl::Duration timeout);
 
 }  // namespace zpipe::worker::internal
 
