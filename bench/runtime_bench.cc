@@ -20,9 +20,10 @@
 // Usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] [--warmup
 // N]
 //                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
-//                            [--gpt layers,hidden,heads,seq_len,vocab] [--p2p tcp|gloo]
-// --p2p: the point-to-point path of the in-process pipelines (bubble, fidelity, overlap, gpt):
-// ZeroPipe's own streams (tcp, the default) or Gloo's unbound buffers; the hop table shows both.
+//                            [--gpt layers,hidden,heads,seq_len,vocab] [--transport tcp|gloo]
+// --transport: what carries the in-process pipelines' activations and all-reduces (bubble,
+// fidelity, overlap, gpt): ZeroPipe's own streams (tcp, the default) or Gloo's unbound buffers; the
+// hop table shows both.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -78,8 +79,8 @@ int g_overlap_p = 2;
 // GPT runs are CPU-bound and slow on 2 cores: fewer iterations (--gpt-iters N).
 int g_gpt_iters = 3;
 int g_gpt_warmup = 1;
-// Point-to-point path of the in-process pipelines (--p2p tcp|gloo).
-worker::CommunicatorOptions::P2p g_p2p = worker::CommunicatorOptions::P2p::kTcp;
+// What carries the in-process pipelines' activations and all-reduces (--transport tcp|gloo).
+worker::CommunicatorOptions::Transport g_transport = worker::CommunicatorOptions::Transport::kTcp;
 // GPT shape for the tokens/s comparison (--gpt layers,hidden,heads,seq_len,vocab).
 worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32, .vocab = 256};
 
@@ -306,7 +307,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
       opts.data_size = r.d;
       opts.key_prefix = prefix;
       opts.timeout = absl::Seconds(60);
-      opts.p2p = g_p2p;
+      opts.transport = g_transport;
       auto comm = worker::NewGlooCommunicator(opts, *store);
       if (!comm.ok()) return fail(comm.status());
       std::vector<std::unique_ptr<worker::model::Stage>> stages;
@@ -412,7 +413,7 @@ double MeasureCommMs(double activation_kb) {
       opts.pipeline_rank = rank;
       opts.pipeline_size = 2;
       opts.key_prefix = "rtbench/pingpong/";
-      opts.p2p = g_p2p;
+      opts.transport = g_transport;
       auto comm = worker::NewGlooCommunicator(opts, *store);
       if (!comm.ok()) {
         errors[rank] = comm.status();
@@ -912,14 +913,14 @@ int main(int argc, char** argv) {
       g_warmup = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--overlap-p" && i + 1 < argc) {
       g_overlap_p = std::max(2, std::atoi(argv[++i]));
-    } else if (a == "--p2p" && i + 1 < argc) {
+    } else if (a == "--transport" && i + 1 < argc) {
       const std::string v = argv[++i];
       if (v != "tcp" && v != "gloo") {
-        std::fprintf(stderr, "--p2p wants tcp or gloo, not '%s'\n", v.c_str());
+        std::fprintf(stderr, "--transport wants tcp or gloo, not '%s'\n", v.c_str());
         return 2;
       }
-      g_p2p = v == "tcp" ? zpipe::worker::CommunicatorOptions::P2p::kTcp
-                         : zpipe::worker::CommunicatorOptions::P2p::kGloo;
+      g_transport = v == "tcp" ? zpipe::worker::CommunicatorOptions::Transport::kTcp
+                               : zpipe::worker::CommunicatorOptions::Transport::kGloo;
     } else if (a == "--gpt-iters" && i + 1 < argc) {
       g_gpt_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--gpt" && i + 1 < argc) {
@@ -936,7 +937,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
           "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
-          "[--gpt L,H,heads,T,V] [--p2p tcp|gloo]\n");
+          "[--gpt L,H,heads,T,V] [--transport tcp|gloo]\n");
       return 2;
     }
   }

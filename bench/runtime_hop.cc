@@ -320,10 +320,10 @@ int RunRank(int rank, const std::string& dir, int rounds) {
   opts.pipeline_rank = rank;
   opts.pipeline_size = 2;
   opts.key_prefix = "comm/";
-  opts.p2p = worker::CommunicatorOptions::P2p::kTcp;
+  opts.transport = worker::CommunicatorOptions::Transport::kTcp;
   auto comm = Must(worker::NewGlooCommunicator(opts, *store), "communicator (tcp)");
   opts.key_prefix = "comm-gloo/";
-  opts.p2p = worker::CommunicatorOptions::P2p::kGloo;
+  opts.transport = worker::CommunicatorOptions::Transport::kGloo;
   auto comm_gloo = Must(worker::NewGlooCommunicator(opts, *store), "communicator (gloo)");
   if (rank == 0) {
     std::printf(
@@ -346,10 +346,9 @@ int RunRank(int rank, const std::string& dir, int rounds) {
     if (rank != 0) continue;
     const std::string size =
         kb >= 1024 ? absl::StrCat(kb / 1024, " MiB") : absl::StrCat(kb, " KiB");
-    for (const auto& [name, s] :
-         {std::pair{"tcp", tcp}, std::pair{"gloo pair", gloo}, std::pair{"comm gloo", com_gloo},
-          std::pair{"comm tcp", com}, std::pair{"exec gloo", exe_gloo},
-          std::pair{"exec tcp", exe}}) {
+    for (const auto& [name, s] : {std::pair{"tcp", tcp}, std::pair{"gloo pair", gloo},
+                                  std::pair{"comm gloo", com_gloo}, std::pair{"comm tcp", com},
+                                  std::pair{"exec gloo", exe_gloo}, std::pair{"exec tcp", exe}}) {
       std::printf("%-8s %-10s %9.1f %9.1f %9.1f %+12.1f %9.2f\n", size.c_str(), name, s.p50, s.p99,
                   s.mean, s.p50 - gloo.p50, s.p50 > 0 ? s.p99 / s.p50 : 0.0);
     }

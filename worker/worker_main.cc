@@ -22,16 +22,17 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
-    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS] [--p2p tcp|gloo]\n"
+    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS] [--transport "
+    "tcp|gloo]\n"
     "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)\n"
     "  --name         stable worker name (default HOST/DEVICE)\n"
     "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
     "  --threads      intra-op threads for LibTorch (default 1)\n"
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
-    "  --p2p          CPU activations and gradients between pipeline ranks: tcp, ZeroPipe's own\n"
-    "                 streams (default $ZPIPE_P2P or tcp), or gloo, Gloo's buffers; the same\n"
-    "                 on every worker of a job\n"
+    "  --transport    what carries a CPU job's activations, gradients and all-reduces: tcp,\n"
+    "                 ZeroPipe's own streams, or gloo (default $ZPIPE_TRANSPORT or tcp); the\n"
+    "                 same on every worker of a job\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
     "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
@@ -111,8 +112,9 @@ int main(int argc, char** argv) {
     options.token = std::string(absl::StripAsciiWhitespace(env));
   }
   std::string device = "cpu";
-  std::string p2p = "tcp";
-  if (const char* env = std::getenv("ZPIPE_P2P"); env != nullptr && *env != '\0') p2p = env;
+  std::string transport = "tcp";
+  if (const char* env = std::getenv("ZPIPE_TRANSPORT"); env != nullptr && *env != '\0')
+    transport = env;
   std::string metrics_listen, health_listen;
   // TLS files: a flag wins over its environment variable.
   zpipe::core::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
@@ -151,8 +153,8 @@ int main(int argc, char** argv) {
         return Usage("--threads: must be >= 1");
     } else if (flag == "--host") {
       options.host = value;
-    } else if (flag == "--p2p") {
-      p2p = value;
+    } else if (flag == "--transport") {
+      transport = value;
     } else if (flag == "--metrics-listen") {
       metrics_listen = value;
     } else if (flag == "--token-file") {
@@ -198,11 +200,11 @@ int main(int argc, char** argv) {
       return Usage("unknown flag " + flag);
     }
   }
-  if (p2p != "tcp" && p2p != "gloo") {
-    return Usage("--p2p (or $ZPIPE_P2P): tcp or gloo, not '" + p2p + "'");
+  if (transport != "tcp" && transport != "gloo") {
+    return Usage("--transport (or $ZPIPE_TRANSPORT): tcp or gloo, not '" + transport + "'");
   }
-  options.p2p = p2p == "tcp" ? zpipe::worker::CommunicatorOptions::P2p::kTcp
-                             : zpipe::worker::CommunicatorOptions::P2p::kGloo;
+  options.transport = transport == "tcp" ? zpipe::worker::CommunicatorOptions::Transport::kTcp
+                                         : zpipe::worker::CommunicatorOptions::Transport::kGloo;
 
   auto tls = zpipe::core::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
   if (!tls.ok()) {

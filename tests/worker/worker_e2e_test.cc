@@ -1,6 +1,6 @@
 // zpipe-worker end to end: a real coordinator and real worker processes train over loopback (both
-// point-to-point paths); a worker killed mid-job fails the job with a reason naming it, and the survivors go
-// back to idle and run the next job.
+// point-to-point paths); a worker killed mid-job fails the job with a reason naming it, and the
+// survivors go back to idle and run the next job.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -88,26 +88,26 @@ TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4)
 
 TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
 
-// The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--p2p gloo) train
-// the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
+// The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--transport gloo)
+// train the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
 TEST(WorkerE2eTest, BothPointToPointPathsTrainTheSameLosses) {
   std::vector<std::vector<double>> losses;
-  for (const char* p2p : {"tcp", "gloo"}) {
+  for (const char* transport : {"tcp", "gloo"}) {
     testing::LocalClusterOptions options = ClusterOptions();
-    options.worker_args = {"--p2p", p2p};
+    options.worker_args = {"--transport", transport};
     testing::LocalCluster cluster(3, options);
     ASSERT_TRUE(cluster.WaitIdle(3));
-    const std::string id = absl::StrCat("gpt-p2p-", p2p);
+    const std::string id = absl::StrCat("gpt-transport-", transport);
     auto submitted = cluster.client().Submit(GptSpec("zb-v", 3, 6, 5), id);
     ASSERT_TRUE(submitted.ok()) << submitted.status();
     losses.push_back(WatchLosses(cluster.client(), id));
     auto job = cluster.WaitTerminal(id);
     ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << p2p << ": " << job->reason();
-    ASSERT_EQ(losses.back().size(), 5u) << p2p;
+    ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << transport << ": " << job->reason();
+    ASSERT_EQ(losses.back().size(), 5u) << transport;
     // Every rank says which path it ran on.
-    const std::string said = std::string(p2p) == "tcp" ? "cpu, TCP streams + Gloo data path"
-                                                        : "cpu, Gloo data path";
+    const std::string said = std::string(transport) == "tcp" ? "cpu, TCP streams + Gloo data path"
+                                                             : "cpu, Gloo data path";
     int ranks_saying = 0;
     LogsOptions follow;
     follow.follow = true;
@@ -118,7 +118,7 @@ TEST(WorkerE2eTest, BothPointToPointPathsTrainTheSameLosses) {
                             return true;
                           })
                     .ok());
-    EXPECT_EQ(ranks_saying, 3) << p2p;
+    EXPECT_EQ(ranks_saying, 3) << transport;
   }
   EXPECT_EQ(losses[0], losses[1]);
 }

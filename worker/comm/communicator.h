@@ -42,13 +42,15 @@ struct CommunicatorOptions {
   // when set. Loopback by default, which is what tests use.
   std::string hostname = "127.0.0.1";
   std::string iface;
-  // Gloo communicator: how activations and gradients travel between pipeline ranks. kTcp, the
-  // default, is ZeroPipe's own stream per pair of ranks (worker/comm/tcp_p2p.h: one write per
-  // message, read by the thread that waits for it); kGloo is Gloo's unbound buffers, kept to
-  // compare against (`scripts/bench runtime --p2p gloo`). All-reduces and barriers use Gloo either
-  // way.
-  enum class P2p { kTcp, kGloo };
-  P2p p2p = P2p::kTcp;
+  // CPU communicator: what carries activations, gradients and the DP all-reduces. kTcp, the
+  // default, is ZeroPipe's own streams, one TCP connection per pair of ranks
+  // (worker/comm/tcp_p2p.h: one write per message, read by the thread that waits for it;
+  // all-reduces as a swap or a ring over them); kGloo is Gloo's unbound buffers and allreduce, kept
+  // to compare against
+  // (`zpipe-worker --transport gloo`, `scripts/bench runtime --transport gloo`). Barriers are
+  // Gloo's either way.
+  enum class Transport { kTcp, kGloo };
+  Transport transport = Transport::kTcp;
   // NCCL: the CUDA device ordinal.
   int device_index = 0;
 };

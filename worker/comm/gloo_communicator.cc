@@ -746,10 +746,10 @@ class GlooCommunicator final : public Communicator {
         status = internal::AllReduceAverage(*dp_tcp_, op.buffer, tag++, reduce_scratch_,
                                             options_.timeout);
         if (!status.ok()) {
-          status = absl::Status(
-              status.code(), absl::StrCat("all-reduce of ", op.buffer.numel(),
-                                          " floats in the data-parallel group of pipeline rank ",
-                                          options_.pipeline_rank, ": ", status.message()));
+          status = absl::Status(status.code(),
+                                absl::StrCat("all-reduce of ", op.buffer.numel(),
+                                             " floats in the data-parallel group of pipeline rank ",
+                                             options_.pipeline_rank, ": ", status.message()));
         }
         op.done->Finish(std::move(status));
         continue;
@@ -777,9 +777,11 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> pipeline_;  // null when p = 1
   std::shared_ptr<gloo::Context> data_;      // null when d = 1
-  // Point-to-point on ZeroPipe's own streams (options.p2p == kTcp, p > 1); else Gloo's buffers.
+  // Point-to-point on ZeroPipe's own streams (options.transport == kTcp, p > 1); else Gloo's
+  // buffers.
   std::unique_ptr<internal::TcpP2p> tcp_;
-  // All-reduces on ZeroPipe's own streams (options.p2p == kTcp, d > 1); else Gloo's allreduce.
+  // All-reduces on ZeroPipe's own streams (options.transport == kTcp, d > 1); else Gloo's
+  // allreduce.
   std::unique_ptr<internal::TcpP2p> dp_tcp_;
   torch::Tensor reduce_scratch_;  // the reduce thread's
   // Receives: their handles wait on Gloo themselves (RecvHandle); cancellation and the graveyard.
@@ -854,7 +856,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   }
   std::unique_ptr<internal::TcpP2p> tcp;
   const std::string p2p_prefix = absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/");
-  if (o.pipeline_size > 1 && o.p2p == CommunicatorOptions::P2p::kGloo) {
+  if (o.pipeline_size > 1 && o.transport == CommunicatorOptions::Transport::kGloo) {
     // Where a rank with the tcp path looks for this rank's address: say why there is none.
     if (absl::Status s =
             store.Set(absl::StrCat(p2p_prefix, o.pipeline_rank), internal::kGlooP2pMarker);
@@ -862,7 +864,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
       return s;
     }
   }
-  if (o.pipeline_size > 1 && o.p2p == CommunicatorOptions::P2p::kTcp) {
+  if (o.pipeline_size > 1 && o.transport == CommunicatorOptions::Transport::kTcp) {
     internal::TcpP2pOptions to;
     to.rank = o.pipeline_rank;
     to.size = o.pipeline_size;
@@ -882,14 +884,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   }
   std::unique_ptr<internal::TcpP2p> dp_tcp;
   const std::string dp_prefix = absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/");
-  if (o.data_size > 1 && o.p2p == CommunicatorOptions::P2p::kGloo) {
+  if (o.data_size > 1 && o.transport == CommunicatorOptions::Transport::kGloo) {
     if (absl::Status s = store.Set(absl::StrCat(dp_prefix, o.data_rank), internal::kGlooP2pMarker);
         !s.ok()) {
       return s;
     }
   }
-  if (o.data_size > 1 && o.p2p == CommunicatorOptions::P2p::kTcp) {
+  if (o.data_size > 1 && o.transport == CommunicatorOptions::Transport::kTcp) {
     internal::TcpP2pOptions to;
+    to.group = "data-parallel";
     to.rank = o.data_rank;
     to.size = o.data_size;
     to.key_prefix = dp_prefix;
@@ -900,9 +903,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     if (!t.ok()) return t.status();
     dp_tcp = *std::move(t);
   }
-  return std::unique_ptr<Communicator>(
-      new GlooCommunicator(options, std::move(device), std::move(pipeline), std::move(data),
-                           std::move(tcp), std::move(dp_tcp)));
+  return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(device),
+                                                            std::move(pipeline), std::move(data),
+                                                            std::move(tcp), std::move(dp_tcp)));
 }
 
 }  // namespace zpipe::worker

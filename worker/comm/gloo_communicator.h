@@ -1,15 +1,20 @@
-// GlooCommunicator: the CPU data path (Gloo over TCP), the default and what every test uses.
+// The CPU communicator, what every test uses. Two transports (CommunicatorOptions::transport):
 //
-// One Gloo context for the pipeline group and one for the DP group, both bootstrapped through the
-// job's KeyValueStore (keys "<key_prefix>pp/<data_rank>/..." and "<key_prefix>dp/<pipeline_rank>/
-// ..."). P2P runs on unbound buffers (tag = Gloo slot). No thread of ours sits between Gloo and
-// the caller: the thread that waits for (or tests) a handle checks its buffer, and Gloo's device
-// loop wakes it directly when the bytes are in, so a receive costs one thread hand-off. Handles
+// - kTcp (default): activations and gradients between pipeline ranks, and the DP group's
+//   all-reduces, travel on ZeroPipe's own streams (tcp_p2p.h): one TCP connection per pair of
+//   ranks, a message is one write, and the thread that waits for a receive reads its bytes itself.
+//   Bootstrapped through the job's KeyValueStore (keys "<key_prefix>p2p/<data_rank>/<rank>" and
+//   "<key_prefix>dp-tcp/<pipeline_rank>/<rank>").
+// - kGloo: Gloo's unbound buffers (tag = Gloo slot) and Gloo's allreduce. The thread that waits
+//   for (or tests) a receive waits on its buffer, woken by Gloo's device loop.
+//
+// Barriers are Gloo's either way (one Gloo context for the pipeline group and one for the DP
+// group, keys "<key_prefix>pp/<data_rank>/..." and "<key_prefix>dp/<pipeline_rank>/..."). Handles
 // are independent (a slow peer never delays another's traffic) and Send never blocks. A handle's
-// end time is when a Wait or Test first saw it complete, so callers that want it exact poll
-// their pending handles (the executor does, between actions).
-// All-reduces run in issue order on one dedicated thread, so they overlap the caller's compute.
-// Tensors must be CPU tensors.
+// end time is when the transport finished it, or (Gloo receives) when a Wait or Test first saw it
+// complete, so callers that want it exact poll their pending handles (the executor does, between
+// actions). All-reduces run in issue order on one dedicated thread, so they overlap the caller's
+// compute. Tensors must be CPU tensors.
 #ifndef ZPIPE_WORKER_COMM_GLOO_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_GLOO_COMMUNICATOR_H_
 

@@ -19,12 +19,12 @@ namespace zpipe::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using P2p = CommunicatorOptions::P2p;
+using Transport = CommunicatorOptions::Transport;
 
 // The point-to-point path of the running test: set by its fixture before any rank starts.
-P2p g_p2p = P2p::kTcp;
+Transport g_transport = Transport::kTcp;
 
-std::string P2pName(P2p p) { return p == P2p::kTcp ? "Tcp" : "Gloo"; }
+std::string TransportName(Transport p) { return p == Transport::kTcp ? "Tcp" : "Gloo"; }
 
 // Runs fn(rank) for every rank on its own thread and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn) {
@@ -41,7 +41,7 @@ CommunicatorOptions Options(int pr, int p, int dr, int d, absl::Duration timeout
   o.data_size = d;
   o.key_prefix = "job/a1/";
   o.timeout = timeout;
-  o.p2p = g_p2p;
+  o.transport = g_transport;
   return o;
 }
 
@@ -55,20 +55,20 @@ torch::Tensor Pattern(int from, int to, int k, int64_t n) {
   return torch::arange(n, torch::kFloat32) + 1000.0 * from + 100.0 * to + k;
 }
 
-class GlooWorldTest : public ::testing::TestWithParam<std::tuple<int, P2p>> {
+class GlooWorldTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {
  protected:
-  void SetUp() override { g_p2p = std::get<1>(GetParam()); }
+  void SetUp() override { g_transport = std::get<1>(GetParam()); }
   int Size() const { return std::get<0>(GetParam()); }
 };
 
 // Tests of one world shape, run over both point-to-point paths.
-class P2pTest : public ::testing::TestWithParam<P2p> {
+class TransportTest : public ::testing::TestWithParam<Transport> {
  protected:
-  void SetUp() override { g_p2p = GetParam(); }
+  void SetUp() override { g_transport = GetParam(); }
 };
-using GlooFailureTest = P2pTest;
-using GlooReceiveTest = P2pTest;
-using GlooPostingTest = P2pTest;
+using GlooFailureTest = TransportTest;
+using GlooReceiveTest = TransportTest;
+using GlooPostingTest = TransportTest;
 
 // Ring: rank r sends kMessages tensors to r+1 and receives as many from r-1, all posted before
 // any is waited for (many in flight per pair, matched order).
@@ -266,10 +266,10 @@ TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSize, GlooWorldTest,
                          ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values(P2p::kTcp, P2p::kGloo)),
+                                            ::testing::Values(Transport::kTcp, Transport::kGloo)),
                          [](const auto& info) {
                            return absl::StrCat("n", std::get<0>(info.param),
-                                               P2pName(std::get<1>(info.param)));
+                                               TransportName(std::get<1>(info.param)));
                          });
 
 TEST_P(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
@@ -523,17 +523,17 @@ TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
   });
 }
 
-// Workers started with different --p2p: the rank that finds out says so (the other one's first
-// receive would time out).
+// Workers started with different --transport: the rank that finds out says so (the other one's
+// first receive would time out).
 TEST(GlooArgumentTest, MixedPointToPointPathsFailNamingTheFlag) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     CommunicatorOptions o = Options(rank, 2, 0, 1, absl::Seconds(2));
-    o.p2p = rank == 0 ? P2p::kGloo : P2p::kTcp;
+    o.transport = rank == 0 ? Transport::kGloo : Transport::kTcp;
     auto comm = NewGlooCommunicator(o, *store);
     if (rank == 1) {
       EXPECT_TRUE(absl::IsFailedPrecondition(comm.status())) << comm.status();
-      EXPECT_NE(comm.status().message().find("--p2p"), std::string::npos) << comm.status();
+      EXPECT_NE(comm.status().message().find("--transport"), std::string::npos) << comm.status();
     }
   });
 }
@@ -546,12 +546,15 @@ TEST(GlooArgumentTest, InconsistentRanksAreRejected) {
       NewGlooCommunicator(Options(0, 1, 0, 0, absl::Seconds(1)), *store).status()));
 }
 
-INSTANTIATE_TEST_SUITE_P(P2p, GlooFailureTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
-                         [](const auto& info) { return P2pName(info.param); });
-INSTANTIATE_TEST_SUITE_P(P2p, GlooReceiveTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
-                         [](const auto& info) { return P2pName(info.param); });
-INSTANTIATE_TEST_SUITE_P(P2p, GlooPostingTest, ::testing::Values(P2p::kTcp, P2p::kGloo),
-                         [](const auto& info) { return P2pName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Transport, GlooFailureTest,
+                         ::testing::Values(Transport::kTcp, Transport::kGloo),
+                         [](const auto& info) { return TransportName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Transport, GlooReceiveTest,
+                         ::testing::Values(Transport::kTcp, Transport::kGloo),
+                         [](const auto& info) { return TransportName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Transport, GlooPostingTest,
+                         ::testing::Values(Transport::kTcp, Transport::kGloo),
+                         [](const auto& info) { return TransportName(info.param); });
 
 }  // namespace
 }  // namespace zpipe::worker

@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "worker/comm/completion.h"
 
 namespace zpipe::worker::internal {
@@ -76,7 +77,8 @@ struct Op {
   bool is_send = false;
   int peer = 0;
   int tag = 0;
-  torch::Tensor tensor;  // keeps `data` alive until the op completes
+  absl::string_view group;  // "pipeline" or "data-parallel", for messages (the State's string)
+  torch::Tensor tensor;     // keeps `data` alive until the op completes
   char* data = nullptr;
   size_t nbytes = 0;
   std::shared_ptr<Completion> done = std::make_shared<Completion>();
@@ -86,7 +88,7 @@ struct Op {
   std::atomic<int> waiters{0};
 
   std::string Describe() const {
-    return absl::StrCat(is_send ? "send to" : "recv from", " pipeline rank ", peer, " (tag ", tag,
+    return absl::StrCat(is_send ? "send to " : "recv from ", group, " rank ", peer, " (tag ", tag,
                         ", ", nbytes, " bytes)");
   }
 };
@@ -101,8 +103,8 @@ struct Conn {
   std::deque<std::shared_ptr<Op>> sends;  // in posting order; the head may be partly written
   size_t sent = 0;                        // bytes of the head's header and payload written
   Header send_header{};
-  absl::Status send_failed;             // once set, every send on this pair fails with it
-  Clock::time_point send_progress;      // last byte written
+  absl::Status send_failed;              // once set, every send on this pair fails with it
+  Clock::time_point send_progress;       // last byte written
   std::atomic<bool> pump_wanted{false};  // sends are left that the socket did not take
 
   std::mutex recv_mu;
@@ -135,7 +137,7 @@ struct Conn {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
         return absl::UnavailableError(
-            Errno(absl::StrCat(op.Describe(), ": the connection to pipeline rank ", peer,
+            Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
                                " failed (process gone?)")));
       }
       sent += static_cast<size_t>(k);
@@ -169,24 +171,25 @@ struct Conn {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
         return absl::UnavailableError(
-            Errno(absl::StrCat(op.Describe(), ": the connection to pipeline rank ", peer,
+            Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
                                " failed (process gone?)")));
       }
       if (k == 0) {
-        return absl::UnavailableError(absl::StrCat(
-            op.Describe(), ": pipeline rank ", peer, " closed its connection (process gone?)"));
+        return absl::UnavailableError(absl::StrCat(op.Describe(), ": ", op.group, " rank ", peer,
+                                                   " closed its connection (process gone?)"));
       }
       received += static_cast<size_t>(k);
       recv_progress = Clock::now();
       if (!had_header && received >= sizeof(Header)) {
         const Header& h = recv_header;
         if (h.magic != kMessageMagic) {
-          return absl::DataLossError(absl::StrCat(
-              op.Describe(), ": the stream from pipeline rank ", peer, " is corrupt"));
+          return absl::DataLossError(absl::StrCat(op.Describe(), ": the stream from ", op.group,
+                                                  " rank ", peer, " is corrupt"));
         }
         if (h.tag != static_cast<uint32_t>(op.tag) || h.nbytes != op.nbytes) {
           return absl::FailedPreconditionError(absl::StrCat(
-              op.Describe(), ": pipeline rank ", peer, " sent tag ", h.tag, " with ", h.nbytes,
+              op.Describe(), ": ", op.group, " rank ", peer, " sent tag ", h.tag, " with ",
+              h.nbytes,
               " bytes; sends and receives between two ranks must be posted in the same order "
               "with the same sizes"));
         }
@@ -268,6 +271,7 @@ class Pump {
 }  // namespace
 
 struct TcpP2p::State {
+  std::string group;
   int rank = 0;
   Clock::duration timeout{};
   std::vector<std::unique_ptr<Conn>> conns;  // by peer rank; null for this rank
@@ -327,8 +331,8 @@ struct TcpP2p::State {
     const auto left = until - Clock::now();
     if (left <= Clock::duration::zero()) return;
     // Rounded up, so a wait never returns before its deadline only to spin.
-    const int ms = static_cast<int>(std::min<int64_t>(
-        std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
+    const int ms = static_cast<int>(
+        std::min<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
     ::poll(fds.data(), fds.size(), ms);
   }
 };
@@ -405,7 +409,8 @@ class P2pHandle final : public CommHandle {
       }
       if (now >= limit) {
         state_->Fail(conn(), absl::DeadlineExceededError(absl::StrCat(
-                                 op_->Describe(), ": the peer read nothing within the "
+                                 op_->Describe(),
+                                 ": the peer read nothing within the "
                                  "communicator timeout (",
                                  absl::FormatDuration(absl::FromChrono(state_->timeout)),
                                  "); is it alive?")));
@@ -441,7 +446,7 @@ absl::StatusOr<sockaddr_storage> ListenAddress(const TcpP2pOptions& o, socklen_t
     if (found == nullptr) {
       ::freeifaddrs(list);
       return absl::UnavailableError(
-          absl::StrCat("p2p: network interface '", o.iface, "' has no IP address"));
+          absl::StrCat(o.group, " streams: network interface '", o.iface, "' has no IP address"));
     }
     *len = found->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     std::memcpy(&out, found->ifa_addr, *len);
@@ -453,7 +458,7 @@ absl::StatusOr<sockaddr_storage> ListenAddress(const TcpP2pOptions& o, socklen_t
   addrinfo* res = nullptr;
   if (int rc = ::getaddrinfo(o.hostname.c_str(), nullptr, &hints, &res); rc != 0) {
     return absl::UnavailableError(
-        absl::StrCat("p2p: cannot resolve '", o.hostname, "': ", ::gai_strerror(rc)));
+        absl::StrCat(o.group, " streams: cannot resolve '", o.hostname, "': ", ::gai_strerror(rc)));
   }
   *len = res->ai_addrlen;
   std::memcpy(&out, res->ai_addr, res->ai_addrlen);
@@ -528,6 +533,15 @@ void Tune(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// Rank `j` of the group published the Gloo marker: the job's workers run different transports.
+absl::Status MixedTransports(const TcpP2pOptions& o, int j) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      o.group, " streams: rank ", j, " runs on Gloo (zpipe-worker --transport gloo) and rank ",
+      o.rank,
+      " on ZeroPipe's streams (--transport tcp); start every worker of a job with the same "
+      "--transport"));
+}
+
 // Closes the fds it holds unless released.
 struct FdSet {
   std::vector<int> fds;
@@ -541,10 +555,10 @@ struct FdSet {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
-                                                         KeyValueStore& store) {
+                                                        KeyValueStore& store) {
   if (o.size < 2 || o.rank < 0 || o.rank >= o.size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("p2p: rank ", o.rank, " does not fit a group of ", o.size));
+        absl::StrCat(o.group, " streams: rank ", o.rank, " does not fit a group of ", o.size));
   }
   const auto deadline = Clock::now() + absl::ToChronoNanoseconds(o.timeout);
   const uint32_t group = Fnv1a(o.key_prefix);
@@ -554,7 +568,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
 
   FdSet listener{{::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)}};
   const int lfd = listener.fds[0];
-  if (lfd < 0) return absl::UnavailableError(Errno("p2p: socket"));
+  if (lfd < 0) return absl::UnavailableError(Errno(absl::StrCat(o.group, " streams: socket")));
   if (addr->ss_family == AF_INET) {
     reinterpret_cast<sockaddr_in&>(*addr).sin_port = 0;
   } else {
@@ -562,7 +576,8 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   }
   if (::bind(lfd, reinterpret_cast<const sockaddr*>(&*addr), len) != 0 ||
       ::listen(lfd, o.size) != 0) {
-    return absl::UnavailableError(Errno(absl::StrCat("p2p: listening on ", Describe(*addr))));
+    return absl::UnavailableError(
+        Errno(absl::StrCat(o.group, " streams: listening on ", Describe(*addr))));
   }
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);
@@ -583,9 +598,9 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
       }
     }
     return absl::DeadlineExceededError(absl::StrCat(
-        "p2p: pipeline rank ", o.rank, " of ", o.size, ": ", missing.size() == 1 ? "rank " : "ranks ",
-        absl::StrJoin(missing, ", "), " did not ", how, " within ",
-        absl::FormatDuration(o.timeout), "; is every rank of the job running?"));
+        o.group, " streams: rank ", o.rank, " of ", o.size, ": ",
+        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " did not ", how,
+        " within ", absl::FormatDuration(o.timeout), "; is every rank of the job running?"));
   };
   if (!keys.empty()) {
     auto values = store.Wait(keys, absl::Now() + absl::FromChrono(deadline - Clock::now()));
@@ -599,24 +614,21 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     if (!values.ok()) return values.status();
     for (int j = 0; j < o.rank; ++j) {
       if ((*values)[j] == kGlooP2pMarker) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "p2p: pipeline rank ", j, " moves activations over Gloo (zpipe-worker --p2p gloo) "
-            "and rank ", o.rank, " over ZeroPipe's streams (--p2p tcp); start every worker of a "
-            "job with the same --p2p"));
+        return MixedTransports(o, j);
       }
       std::vector<std::string> parts = absl::StrSplit((*values)[j], ' ');
       int port = 0;
       if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
-        return absl::InvalidArgumentError(absl::StrCat("p2p: rank ", j, " published '",
-                                                       (*values)[j], "', not 'host port'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            o.group, " streams: rank ", j, " published '", (*values)[j], "', not 'host port'"));
       }
       addrinfo hints{};
       hints.ai_socktype = SOCK_STREAM;
       hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
       addrinfo* res = nullptr;
       if (::getaddrinfo(parts[0].c_str(), parts[1].c_str(), &hints, &res) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("p2p: rank ", j, " published a bad address '", (*values)[j], "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            o.group, " streams: rank ", j, " published a bad address '", (*values)[j], "'"));
       }
       int fd = -1;
       for (;;) {
@@ -632,8 +644,8 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
       peers.fds[j] = fd;
       const Hello hello{kHelloMagic, o.rank, o.size, group};
       if (!WriteExactly(fd, &hello, sizeof(hello), deadline)) {
-        return absl::UnavailableError(
-            absl::StrCat("p2p: introducing rank ", o.rank, " to rank ", j, " failed"));
+        return absl::UnavailableError(absl::StrCat(o.group, " streams: introducing rank ", o.rank,
+                                                   " to rank ", j, " failed"));
       }
     }
   }
@@ -642,10 +654,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
       for (int j = o.rank + 1; j < o.size; ++j) {
         auto v = store.Get(absl::StrCat(o.key_prefix, j));
         if (peers.fds[j] < 0 && v.ok() && *v == kGlooP2pMarker) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "p2p: pipeline rank ", j, " moves activations over Gloo (zpipe-worker --p2p gloo) "
-              "and rank ", o.rank, " over ZeroPipe's streams (--p2p tcp); start every worker of "
-              "a job with the same --p2p"));
+          return MixedTransports(o, j);
         }
       }
       return timed_out("connect");
@@ -666,6 +675,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   }
 
   auto state = std::make_shared<State>();
+  state->group = o.group;
   state->rank = o.rank;
   state->timeout = absl::ToChronoNanoseconds(o.timeout);
   state->conns.resize(o.size);
@@ -703,6 +713,7 @@ int TcpP2p::size() const { return static_cast<int>(state_->conns.size()); }
 
 std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag) {
   auto op = std::make_shared<Op>();
+  op->group = state_->group;
   op->is_send = true;
   op->peer = peer;
   op->tag = tag;
@@ -722,9 +733,8 @@ std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag
     std::lock_guard<std::mutex> lock(c.send_mu);
     if (!c.send_failed.ok()) {
       op->done->Finish(absl::Status(
-          c.send_failed.code(),
-          absl::StrCat(op->Describe(), ": the connection failed earlier: ",
-                       c.send_failed.message())));
+          c.send_failed.code(), absl::StrCat(op->Describe(), ": the connection failed earlier: ",
+                                             c.send_failed.message())));
       return handle;
     }
     const bool first = c.sends.empty();
@@ -743,6 +753,7 @@ std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag
 
 std::unique_ptr<CommHandle> TcpP2p::Recv(torch::Tensor into, int peer, int tag) {
   auto op = std::make_shared<Op>();
+  op->group = state_->group;
   op->peer = peer;
   op->tag = tag;
   op->nbytes = into.nbytes();
@@ -804,8 +815,7 @@ absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
     torch::Tensor into = chunk(r - s - 1);
     torch::Tensor theirs = scratch.narrow(0, 0, into.numel());
     auto recv = group.Recv(theirs, prev, tag(s));
-    if (absl::Status st = both(group.Send(chunk(r - s), next, tag(s)), std::move(recv));
-        !st.ok()) {
+    if (absl::Status st = both(group.Send(chunk(r - s), next, tag(s)), std::move(recv)); !st.ok()) {
       return st;
     }
     into.add_(theirs);

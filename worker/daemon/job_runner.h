@@ -25,7 +25,7 @@ class WorkerMetrics;
 
 struct JobRunnerOptions {
   std::string hostname = "127.0.0.1";  // address Gloo binds and advertises
-  CommunicatorOptions::P2p p2p = CommunicatorOptions::P2p::kTcp;  // CPU point-to-point path
+  CommunicatorOptions::Transport transport = CommunicatorOptions::Transport::kTcp;  // CPU data path
   absl::Duration comm_timeout = absl::Seconds(60);
   WorkerMetrics* metrics = nullptr;  // optional; updated after every iteration
   // Sent with rendezvous calls: this process's instance_id and token (see grpc_store.h).
