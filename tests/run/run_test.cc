@@ -180,9 +180,9 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   ASSERT_FALSE(zbv.summary.is_discarded()) << zbv.process.out;
   EXPECT_EQ(zbv.summary["state"], "succeeded");
   EXPECT_EQ(zbv.summary["iterations"], 6);
-  // 25 ms actions: a clean-clone CI run on 2 cores measures a gap of about 0.01 (issue 14's
-  // bench goal for 20 ms actions); the bound leaves room for a busier machine.
-  EXPECT_NEAR(Bubble(zbv.summary, "measured"), Bubble(zbv.summary, "predicted"), 0.03);
+  // 25 ms actions: on 2 cores the gap is 0.002-0.006 over ZeroPipe's TCP streams (about 0.01
+  // over Gloo's); the bound leaves room for a busier machine.
+  EXPECT_NEAR(Bubble(zbv.summary, "measured"), Bubble(zbv.summary, "predicted"), 0.02);
   EXPECT_EQ(zbv.summary["ranks"].size(), 4u);
 
   // The traced iteration's bubble split: the plan's share read from the predicted timeline agrees
@@ -194,7 +194,7 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   EXPECT_NE(split["replayed"].get<double>(), split["predicted"].get<double>());
   EXPECT_NEAR(split["actions"].get<double>() + split["runtime"].get<double>(),
               split["measured"].get<double>() - split["predicted"].get<double>(), 1e-9);
-  EXPECT_NEAR(split["measured"].get<double>(), split["predicted"].get<double>(), 0.03);
+  EXPECT_NEAR(split["measured"].get<double>(), split["predicted"].get<double>(), 0.02);
 
   // The plan that ran, and the executed timeline of the traced iteration.
   const std::string plan_path = zbv.out_dir + "/syn-p4-zbv.plan.txt";
@@ -213,7 +213,7 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   RunResult f1b = ZpipeRun(kJobs + "/syn-p4-1f1b.yaml", "1f1b");
   ASSERT_EQ(f1b.process.exit_code, 0) << f1b.process.err;
   ASSERT_FALSE(f1b.summary.is_discarded()) << f1b.process.out;
-  EXPECT_NEAR(Bubble(f1b.summary, "measured"), Bubble(f1b.summary, "predicted"), 0.03);
+  EXPECT_NEAR(Bubble(f1b.summary, "measured"), Bubble(f1b.summary, "predicted"), 0.02);
   EXPECT_LT(Bubble(zbv.summary, "measured") + 0.1, Bubble(f1b.summary, "measured"));
   std::printf("bubble measured (predicted): zb-v %.3f (%.3f), 1f1b %.3f (%.3f)\n",
               Bubble(zbv.summary, "measured"), Bubble(zbv.summary, "predicted"),
@@ -243,9 +243,9 @@ TEST(RunTest, DataParallelReductionOverlapsComputeOnlyWithOverlapOn) {
   // Measured: every reduce waits for the end of the iteration without overlap. With it, most of
   // the reduction runs under compute; what is exposed is mostly replica drift (an all-reduce
   // cannot finish before the slower replica launches it, so the faster one's last buckets wait).
-  // A 2-core machine running the four workers measures 0.85-0.89; the bound leaves room for a
+  // A 2-core machine running the four workers measures 0.92-0.95; the bound leaves room for a
   // busier one.
-  EXPECT_GT(overlap_on, 0.75);
+  EXPECT_GT(overlap_on, 0.8);
   EXPECT_LT(overlap_off, 0.1);
   EXPECT_GT(overlap_on - overlap_off, 0.55);
   // The traced iteration separates the two: what the faster replica waited for the slower one
@@ -261,7 +261,7 @@ TEST(RunTest, DataParallelReductionOverlapsComputeOnlyWithOverlapOn) {
   const double own_overlap = 1 - (traced_exposed - replica_wait) / traced_total;
   std::printf("traced iteration: overlap %.3f, %.3f with replica drift left out\n",
               1 - traced_exposed / traced_total, own_overlap);
-  EXPECT_GT(own_overlap, 0.88);  // 0.93-0.97 measured on 2 cores
+  EXPECT_GT(own_overlap, 0.9);  // 0.98-1.0 measured on 2 cores
   const nlohmann::json& traced_off = off.summary["reduce"]["traced"];
   EXPECT_NEAR(traced_off["exposed_s"].get<double>(), traced_off["total_s"].get<double>(),
               0.1 * traced_off["total_s"].get<double>());
