@@ -71,7 +71,10 @@ uint32_t Fnv1a(absl::string_view s) {
   return h;
 }
 
-std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+// `what` and the system's words for `err` (errno, read right after the failing call).
+std::string Errno(absl::string_view what, int err) {
+  return absl::StrCat(what, ": ", std::strerror(err));
+}
 
 struct Op {
   bool is_send = false;
@@ -134,11 +137,13 @@ struct Conn {
       msg.msg_iovlen = n;
       const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+        const int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return absl::OkStatus();
         return absl::UnavailableError(
             Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
-                               " failed (process gone?)")));
+                               " failed (process gone?)"),
+                  err));
       }
       sent += static_cast<size_t>(k);
       send_progress = Clock::now();
@@ -168,11 +173,13 @@ struct Conn {
       }
       const ssize_t k = ::readv(fd, iov, n);
       if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+        const int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return absl::OkStatus();
         return absl::UnavailableError(
             Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
-                               " failed (process gone?)")));
+                               " failed (process gone?)"),
+                  err));
       }
       if (k == 0) {
         return absl::UnavailableError(absl::StrCat(op.Describe(), ": ", op.group, " rank ", peer,
@@ -214,7 +221,10 @@ class Pump {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     thread_ = std::thread([this] { Run(); });
   }
-  ~Pump() { Stop(); }
+  ~Pump() {
+    Stop();
+    ::close(wake_fd_);
+  }
 
   void Wake() {
     const uint64_t one = 1;
@@ -226,7 +236,6 @@ class Pump {
     stop_ = true;
     Wake();
     thread_.join();
-    ::close(wake_fd_);
   }
 
  private:
@@ -434,7 +443,7 @@ absl::StatusOr<sockaddr_storage> ListenAddress(const TcpP2pOptions& o, socklen_t
   sockaddr_storage out{};
   if (!o.iface.empty()) {
     ifaddrs* list = nullptr;
-    if (::getifaddrs(&list) != 0) return absl::UnavailableError(Errno("getifaddrs"));
+    if (::getifaddrs(&list) != 0) return absl::UnavailableError(Errno("getifaddrs", errno));
     const ifaddrs* found = nullptr;
     for (int family : {AF_INET, AF_INET6}) {
       for (const ifaddrs* a = list; a != nullptr && found == nullptr; a = a->ifa_next) {
@@ -568,7 +577,10 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
 
   FdSet listener{{::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)}};
   const int lfd = listener.fds[0];
-  if (lfd < 0) return absl::UnavailableError(Errno(absl::StrCat(o.group, " streams: socket")));
+  if (lfd < 0) {
+    const int err = errno;
+    return absl::UnavailableError(Errno(absl::StrCat(o.group, " streams: socket"), err));
+  }
   if (addr->ss_family == AF_INET) {
     reinterpret_cast<sockaddr_in&>(*addr).sin_port = 0;
   } else {
@@ -576,9 +588,11 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   }
   if (::bind(lfd, reinterpret_cast<const sockaddr*>(&*addr), len) != 0 ||
       ::listen(lfd, o.size) != 0) {
+    const int err = errno;
     return absl::UnavailableError(
-        Errno(absl::StrCat(o.group, " streams: listening on ", Describe(*addr))));
+        Errno(absl::StrCat(o.group, " streams: listening on ", Describe(*addr)), err));
   }
+
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &bound_len);
@@ -701,11 +715,12 @@ TcpP2p::TcpP2p(std::shared_ptr<State> state) : state_(std::move(state)) {}
 TcpP2p::~TcpP2p() { Shutdown(); }
 
 void TcpP2p::Shutdown() {
-  state_->pump->Stop();
+  // Failed first: a Send racing with this sees the pair failed instead of waking a stopped pump.
   for (auto& c : state_->conns) {
     if (c == nullptr) continue;
     state_->Fail(*c, absl::CancelledError("communicator destroyed before the operation completed"));
   }
+  state_->pump->Stop();
 }
 
 int TcpP2p::rank() const { return state_->rank; }
