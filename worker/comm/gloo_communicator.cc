@@ -816,6 +816,30 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> Connect(
   return std::shared_ptr<gloo::Context>(std::move(context));
 }
 
+// A group's TCP streams (`rank` of `size`, rendezvous keys under `prefix`) when the transport is
+// kTcp; null for a single rank or the Gloo transport, which then marks its key so a rank on the
+// streams learns why this one never connects.
+absl::StatusOr<std::unique_ptr<internal::TcpP2p>> ConnectStreams(const CommunicatorOptions& o,
+                                                                 KeyValueStore& store,
+                                                                 absl::string_view group, int rank,
+                                                                 int size, std::string prefix) {
+  if (size <= 1) return nullptr;
+  if (o.transport == CommunicatorOptions::Transport::kGloo) {
+    absl::Status s = store.Set(absl::StrCat(prefix, rank), internal::kGlooP2pMarker);
+    if (!s.ok()) return s;
+    return nullptr;
+  }
+  internal::TcpP2pOptions to;
+  to.group = std::string(group);
+  to.rank = rank;
+  to.size = size;
+  to.key_prefix = std::move(prefix);
+  to.hostname = o.hostname;
+  to.iface = o.iface;
+  to.timeout = o.timeout;
+  return internal::TcpP2p::Connect(to, store);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
@@ -854,58 +878,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
     if (!c.ok()) return c.status();
     pipeline = *std::move(c);
   }
-  std::unique_ptr<internal::TcpP2p> tcp;
-  const std::string p2p_prefix = absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/");
-  if (o.pipeline_size > 1 && o.transport == CommunicatorOptions::Transport::kGloo) {
-    // Where a rank with the tcp path looks for this rank's address: say why there is none.
-    if (absl::Status s =
-            store.Set(absl::StrCat(p2p_prefix, o.pipeline_rank), internal::kGlooP2pMarker);
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (o.pipeline_size > 1 && o.transport == CommunicatorOptions::Transport::kTcp) {
-    internal::TcpP2pOptions to;
-    to.rank = o.pipeline_rank;
-    to.size = o.pipeline_size;
-    to.key_prefix = p2p_prefix;
-    to.hostname = o.hostname;
-    to.iface = o.iface;
-    to.timeout = o.timeout;
-    auto t = internal::TcpP2p::Connect(to, store);
-    if (!t.ok()) return t.status();
-    tcp = *std::move(t);
-  }
+  auto tcp = ConnectStreams(o, store, "pipeline", o.pipeline_rank, o.pipeline_size,
+                            absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/"));
+  if (!tcp.ok()) return tcp.status();
   if (o.data_size > 1) {
     auto c = Connect(store, absl::StrCat(o.key_prefix, "dp/", o.pipeline_rank, "/"),
                      "data-parallel", o.data_rank, o.data_size, o.timeout, device);
     if (!c.ok()) return c.status();
     data = *std::move(c);
   }
-  std::unique_ptr<internal::TcpP2p> dp_tcp;
-  const std::string dp_prefix = absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/");
-  if (o.data_size > 1 && o.transport == CommunicatorOptions::Transport::kGloo) {
-    if (absl::Status s = store.Set(absl::StrCat(dp_prefix, o.data_rank), internal::kGlooP2pMarker);
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (o.data_size > 1 && o.transport == CommunicatorOptions::Transport::kTcp) {
-    internal::TcpP2pOptions to;
-    to.group = "data-parallel";
-    to.rank = o.data_rank;
-    to.size = o.data_size;
-    to.key_prefix = dp_prefix;
-    to.hostname = o.hostname;
-    to.iface = o.iface;
-    to.timeout = o.timeout;
-    auto t = internal::TcpP2p::Connect(to, store);
-    if (!t.ok()) return t.status();
-    dp_tcp = *std::move(t);
-  }
+  auto dp_tcp = ConnectStreams(o, store, "data-parallel", o.data_rank, o.data_size,
+                               absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/"));
+  if (!dp_tcp.ok()) return dp_tcp.status();
   return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(device),
                                                             std::move(pipeline), std::move(data),
-                                                            std::move(tcp), std::move(dp_tcp)));
+                                                            *std::move(tcp), *std::move(dp_tcp)));
 }
 
 }  // namespace zpipe::worker

@@ -503,32 +503,16 @@ bool PollUntil(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-// Blocking exchange of a fixed-size record on a fresh stream, bounded by `deadline`.
-bool WriteExactly(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  const char* p = static_cast<const char*>(data);
+// Writes (`out`) or reads `n` bytes on a fresh stream, a fixed-size record, bounded by `deadline`.
+bool ExchangeExactly(int fd, bool out, char* p, size_t n, Clock::time_point deadline) {
   while (n > 0) {
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t k =
+        out ? ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, n, MSG_DONTWAIT);
     if (k > 0) {
       p += k;
       n -= static_cast<size_t>(k);
     } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!PollUntil(fd, POLLOUT, deadline)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool ReadExactly(int fd, void* data, size_t n, Clock::time_point deadline) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!PollUntil(fd, POLLIN, deadline)) return false;
+      if (!PollUntil(fd, out ? POLLOUT : POLLIN, deadline)) return false;
     } else {
       return false;
     }
@@ -656,8 +640,9 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
       ::freeaddrinfo(res);
       if (fd < 0) return timed_out("accept a connection");
       peers.fds[j] = fd;
-      const Hello hello{kHelloMagic, o.rank, o.size, group};
-      if (!WriteExactly(fd, &hello, sizeof(hello), deadline)) {
+      Hello hello{kHelloMagic, o.rank, o.size, group};
+      if (!ExchangeExactly(fd, /*out=*/true, reinterpret_cast<char*>(&hello), sizeof(hello),
+                           deadline)) {
         return absl::UnavailableError(absl::StrCat(o.group, " streams: introducing rank ", o.rank,
                                                    " to rank ", j, " failed"));
       }
@@ -678,9 +663,10 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     // A rank writes its hello as it connects; a client that sends nothing holds us up briefly.
     const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(2));
     Hello hello{};
-    if (!ReadExactly(fd, &hello, sizeof(hello), hello_deadline) || hello.magic != kHelloMagic ||
-        hello.group != group || hello.size != o.size || hello.rank <= o.rank ||
-        hello.rank >= o.size || peers.fds[hello.rank] >= 0) {
+    if (!ExchangeExactly(fd, /*out=*/false, reinterpret_cast<char*>(&hello), sizeof(hello),
+                         hello_deadline) ||
+        hello.magic != kHelloMagic || hello.group != group || hello.size != o.size ||
+        hello.rank <= o.rank || hello.rank >= o.size || peers.fds[hello.rank] >= 0) {
       ::close(fd);  // not one of ours (a stray client, another job's rank): ignore it
       continue;
     }
