@@ -86,7 +86,9 @@ class CommHandle {
 class Communicator {
  public:
   // Fails every operation still pending with CANCELLED and closes connections. A collective
-  // already running on the wire is waited for (bounded by the timeout).
+  // already running is cancelled where the transport can (the CPU communicator's TCP streams:
+  // its peers see the streams close) and otherwise waited for, bounded by the timeout (Gloo,
+  // NCCL).
   virtual ~Communicator() = default;
 
   virtual int pipeline_rank() const = 0;
