@@ -535,10 +535,14 @@ class GlooCommunicator final : public Communicator {
         data_(std::move(data)),
         tcp_(std::move(tcp)),
         dp_tcp_(std::move(dp_tcp)) {
-    recv_->timeout = timeout_;
-    recv_->poster = std::make_unique<Poster>(
-        [this](std::shared_ptr<P2pOp> op) { Post(std::move(op)); },
-        [this](std::shared_ptr<P2pOp> op) { CancelUnposted(std::move(op)); });
+    // Gloo's point-to-point path: its poster and watchdog threads.
+    if (options.transport == CommunicatorOptions::Transport::kGloo) {
+      recv_ = std::make_shared<RecvShared>();
+      recv_->timeout = timeout_;
+      recv_->poster = std::make_unique<Poster>(
+          [this](std::shared_ptr<P2pOp> op) { Post(std::move(op)); },
+          [this](std::shared_ptr<P2pOp> op) { CancelUnposted(std::move(op)); });
+    }
     if (data_ != nullptr) reduce_thread_ = std::thread([this] { RunReduces(); });
   }
 
@@ -553,17 +557,19 @@ class GlooCommunicator final : public Communicator {
     }
     if (reduce_thread_.joinable()) reduce_thread_.join();
     tcp_.reset();
-    recv_->poster->Stop();  // first: it posts through this communicator
-    {
-      std::lock_guard<std::mutex> lock(waiters_mu_);
-      for (auto& [key, waiter] : waiters_) waiter->Stop();
-      waiters_.clear();
+    if (recv_ != nullptr) {
+      recv_->poster->Stop();  // first: it posts through this communicator
+      {
+        std::lock_guard<std::mutex> lock(waiters_mu_);
+        for (auto& [key, waiter] : waiters_) waiter->Stop();
+        waiters_.clear();
+      }
+      recv_->live.CancelAll(recv_->graveyard);
+      recv_->watchdog.Stop();
     }
-    recv_->live.CancelAll(recv_->graveyard);
-    recv_->watchdog.Stop();
     pipeline_.reset();
     data_.reset();
-    recv_->graveyard.Clear();
+    if (recv_ != nullptr) recv_->graveyard.Clear();
     device_.reset();
   }
 
@@ -573,7 +579,9 @@ class GlooCommunicator final : public Communicator {
   int data_size() const override { return options_.data_size; }
   torch::Device device() const override { return torch::kCPU; }
 
-  void Flush() override { recv_->poster->Flush(); }
+  void Flush() override {
+    if (recv_ != nullptr) recv_->poster->Flush();
+  }
 
   std::unique_ptr<CommHandle> Send(const torch::Tensor& tensor, int peer, int tag) override {
     if (absl::Status s = CheckP2p(tensor, peer, tag, "send"); !s.ok()) {
@@ -784,8 +792,9 @@ class GlooCommunicator final : public Communicator {
   // allreduce.
   std::unique_ptr<internal::TcpP2p> dp_tcp_;
   torch::Tensor reduce_scratch_;  // the reduce thread's
-  // Receives: their handles wait on Gloo themselves (RecvHandle); cancellation and the graveyard.
-  const std::shared_ptr<RecvShared> recv_ = std::make_shared<RecvShared>();
+  // Gloo's point-to-point path only (null on the TCP streams): receives' handles wait on Gloo
+  // themselves (RecvHandle); the poster, cancellation and the graveyard.
+  std::shared_ptr<RecvShared> recv_;
 
   std::mutex waiters_mu_;  // sends: completed by one waiter thread per peer
   std::map<std::pair<int, bool>, std::unique_ptr<PeerWaiter>> waiters_;
