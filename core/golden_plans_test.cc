@@ -31,7 +31,7 @@ TEST_P(GoldenPlanTest, MatchesGoldenFile) {
       StageCost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
   auto plan = GenerateSchedule(kind, req);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(ValidatePlan(*plan, {.cost = &req.cost}).ok());
+  ASSERT_TRUE(ValidatePlan(*plan, {.cost = &req.cost, .memory_limit = std::nullopt}).ok());
   auto sim = Simulate(*plan, req.cost);
   ASSERT_TRUE(sim.ok());
   std::ostringstream text;

@@ -28,8 +28,8 @@ TEST_P(LoweringTest, LoweredPlanValidatesAndKeepsMakespan) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto lowered = LowerComm(*plan);
   ASSERT_TRUE(lowered.ok()) << lowered.status();
-  ASSERT_TRUE(ValidatePlan(*lowered, {.cost = &req.cost}).ok())
-      << ValidatePlan(*lowered, {.cost = &req.cost});
+  ASSERT_TRUE(ValidatePlan(*lowered, {.cost = &req.cost, .memory_limit = std::nullopt}).ok())
+      << ValidatePlan(*lowered, {.cost = &req.cost, .memory_limit = std::nullopt});
   EXPECT_EQ(StripComm(*lowered), *plan);
   auto a = Simulate(*plan, req.cost);
   auto b = Simulate(*lowered, req.cost);
@@ -41,7 +41,9 @@ TEST_P(LoweringTest, LoweredPlanValidatesAndKeepsMakespan) {
   // No comm inside a rank; every send names another rank.
   for (int r = 0; r < c.p; ++r) {
     for (const Action& act : lowered->ranks[r]) {
-      if (IsComm(act.kind)) EXPECT_NE(act.peer, r);
+      if (IsComm(act.kind)) {
+        EXPECT_NE(act.peer, r);
+      }
     }
   }
 }

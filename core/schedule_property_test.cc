@@ -64,8 +64,9 @@ TEST_P(SchedulePropertyTest, PlansAreValidOrRefusedClearly) {
       EXPECT_EQ(plan->num_microbatches, m) << where;
       auto lowered = LowerComm(*plan);
       ASSERT_TRUE(lowered.ok()) << where << ": " << lowered.status();
-      ASSERT_TRUE(ValidatePlan(*lowered, {.cost = &req.cost}).ok())
-          << where << ": " << ValidatePlan(*lowered, {.cost = &req.cost});
+      ASSERT_TRUE(ValidatePlan(*lowered, {.cost = &req.cost, .memory_limit = std::nullopt}).ok())
+          << where << ": "
+          << ValidatePlan(*lowered, {.cost = &req.cost, .memory_limit = std::nullopt});
       auto a = Simulate(*plan, req.cost);
       auto b = Simulate(*lowered, req.cost);
       ASSERT_TRUE(a.ok() && b.ok()) << where;
