@@ -7,9 +7,10 @@
 //   gpt       real GPT stages: tokens/s of p = 2 ZB-V (two threads, one intra-op thread each)
 //             against the single-process reference model with two intra-op threads.
 //
-// Every pipeline/data rank is a thread of this process talking Gloo over loopback (as in
-// worker/executor/executor_test.cc). Synthetic stages only sleep, so threads are faithful for
-// them; the GPT comparison pins each thread to one intra-op thread.
+// Every pipeline/data rank is a thread of this process talking over loopback (as in
+// worker/executor/executor_test.cc), on the transport --transport names. Synthetic stages only
+// sleep, so threads are faithful for them; the GPT comparison pins each thread to one intra-op
+// thread.
 //
 //   bubble    synthetic 5 and 20 ms actions, m = 16, p = 2 and 4, ZB-V, ZB-2p and 1F1B: measured
 //             bubble and iteration time beside the simulator's.
@@ -651,7 +652,9 @@ void Bubble() {
   const double comm_ms = MeasureCommMs(64);
   std::printf(
       "== bubble fidelity: synthetic actions of 5 and 20 ms (F = B = W per chunk, BW = B + W), "
-      "m = 16, activation 64 KiB, ranks as threads over Gloo loopback\n");
+      "m = 16, activation 64 KiB, ranks as threads over loopback on %s\n",
+      g_transport == worker::CommunicatorOptions::Transport::kTcp ? "ZeroPipe's TCP streams"
+                                                                  : "Gloo");
   std::printf(
       "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
       "the span; predicted: core::Simulate, T_comm = %.3f ms (median ping-pong / 2)\n",
