@@ -96,6 +96,13 @@ struct Op {
   }
 };
 
+// `op`'s stream to `peer` failed with `err` (errno of the failing call).
+absl::Status Broken(const Op& op, int peer, int err) {
+  return absl::UnavailableError(Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group,
+                                                   " rank ", peer, " failed (process gone?)"),
+                                      err));
+}
+
 // One stream to one peer. Each direction has its own lock and queue; the two are never held
 // together.
 struct Conn {
@@ -140,10 +147,7 @@ struct Conn {
         const int err = errno;
         if (err == EINTR) continue;
         if (err == EAGAIN || err == EWOULDBLOCK) return absl::OkStatus();
-        return absl::UnavailableError(
-            Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
-                               " failed (process gone?)"),
-                  err));
+        return Broken(op, peer, err);
       }
       sent += static_cast<size_t>(k);
       send_progress = Clock::now();
@@ -176,10 +180,7 @@ struct Conn {
         const int err = errno;
         if (err == EINTR) continue;
         if (err == EAGAIN || err == EWOULDBLOCK) return absl::OkStatus();
-        return absl::UnavailableError(
-            Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
-                               " failed (process gone?)"),
-                  err));
+        return Broken(op, peer, err);
       }
       if (k == 0) {
         return absl::UnavailableError(absl::StrCat(op.Describe(), ": ", op.group, " rank ", peer,
