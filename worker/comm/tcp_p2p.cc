@@ -713,30 +713,45 @@ void TcpP2p::Shutdown() {
 int TcpP2p::rank() const { return state_->rank; }
 int TcpP2p::size() const { return static_cast<int>(state_->conns.size()); }
 
-std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag) {
+namespace {
+
+// A send or receive of `tensor`, started now.
+std::shared_ptr<Op> NewOp(bool is_send, torch::Tensor tensor, int peer, int tag,
+                          absl::string_view group) {
   auto op = std::make_shared<Op>();
-  op->group = state_->group;
-  op->is_send = true;
+  op->group = group;
+  op->is_send = is_send;
   op->peer = peer;
   op->tag = tag;
   op->nbytes = tensor.nbytes();
   op->data = static_cast<char*>(tensor.data_ptr());
   op->tensor = std::move(tensor);
   op->done->MarkStarted();
+  // Nothing on the wire for an empty tensor; both sides agree since sizes must match.
+  if (op->nbytes == 0) op->done->Finish(absl::OkStatus());
+  return op;
+}
+
+// Ends `op`, posted on a pair that failed earlier with `failed`.
+void FailLate(Op& op, const absl::Status& failed) {
+  op.done->Finish(absl::Status(
+      failed.code(),
+      absl::StrCat(op.Describe(), ": the connection failed earlier: ", failed.message())));
+}
+
+}  // namespace
+
+std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag) {
+  auto op = NewOp(/*is_send=*/true, std::move(tensor), peer, tag, state_->group);
   auto handle = std::make_unique<P2pHandle>(op, state_);
-  if (op->nbytes == 0) {  // nothing on the wire; both sides agree since sizes must match
-    op->done->Finish(absl::OkStatus());
-    return handle;
-  }
+  if (op->nbytes == 0) return handle;
   Conn& c = *state_->conns[peer];
   absl::Status st;
   bool wake_pump = false;
   {
     std::lock_guard<std::mutex> lock(c.send_mu);
     if (!c.send_failed.ok()) {
-      op->done->Finish(absl::Status(
-          c.send_failed.code(), absl::StrCat(op->Describe(), ": the connection failed earlier: ",
-                                             c.send_failed.message())));
+      FailLate(*op, c.send_failed);
       return handle;
     }
     const bool first = c.sends.empty();
@@ -754,25 +769,13 @@ std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag
 }
 
 std::unique_ptr<CommHandle> TcpP2p::Recv(torch::Tensor into, int peer, int tag) {
-  auto op = std::make_shared<Op>();
-  op->group = state_->group;
-  op->peer = peer;
-  op->tag = tag;
-  op->nbytes = into.nbytes();
-  op->data = static_cast<char*>(into.data_ptr());
-  op->tensor = std::move(into);
-  op->done->MarkStarted();
+  auto op = NewOp(/*is_send=*/false, std::move(into), peer, tag, state_->group);
   auto handle = std::make_unique<P2pHandle>(op, state_);
-  if (op->nbytes == 0) {
-    op->done->Finish(absl::OkStatus());
-    return handle;
-  }
+  if (op->nbytes == 0) return handle;
   Conn& c = *state_->conns[peer];
   std::lock_guard<std::mutex> lock(c.recv_mu);
   if (!c.recv_failed.ok()) {
-    op->done->Finish(absl::Status(c.recv_failed.code(),
-                                  absl::StrCat(op->Describe(), ": the connection failed earlier: ",
-                                               c.recv_failed.message())));
+    FailLate(*op, c.recv_failed);
     return handle;
   }
   c.recvs.push_back(std::move(op));
