@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/executor/bucket_step.h"
 #include "worker/executor/device_timer.h"
 #include "worker/model/torch_compat.h"
 
@@ -81,6 +82,33 @@ struct Executor::Impl {
   double wall_offset_s = 0;            // system_clock - steady_clock, in seconds
   std::unique_ptr<DeviceTimer> timer;  // times compute actions where they run
   bool bf16 = false;                   // forward passes under bf16 autocast
+  // Steps buckets during the iteration (config.overlap_step); made by the first iteration that
+  // can use it.
+  std::unique_ptr<BucketStepper> stepper;
+  std::vector<size_t> chunk_last;  // per local chunk: position of its last compute action
+  std::vector<GradSyncDriver::Launched> unreleased;  // launched; their chunk still computes
+
+  // Whether this iteration steps buckets as they reduce (ExecutorConfig::overlap_step).
+  bool OverlapStep() const {
+    return config.overlap_step && grad_sync != nullptr && optimizer != nullptr &&
+           config.max_grad_norm <= 0 && config.device.is_cpu() && comm->device().is_cpu();
+  }
+
+  // Hands the stepper every launched bucket whose chunk has run its last compute action of the
+  // iteration (at or before plan position `k`), in launch order.
+  void ReleaseSteps(size_t k) {
+    for (GradSyncDriver::Launched& b : grad_sync->TakeLaunched())
+      unreleased.push_back(std::move(b));
+    auto keep = unreleased.begin();
+    for (auto it = unreleased.begin(); it != unreleased.end(); ++it) {
+      if (chunk_last[plan.placement.ChunkOf(it->stage)] <= k) {
+        stepper->Submit(std::move(it->params), it->reduced);
+      } else {
+        *keep++ = std::move(*it);
+      }
+    }
+    unreleased.erase(keep, unreleased.end());
+  }
 
   model::AutocastScope Autocast() const {
     return model::AutocastScope(config.device, torch::kBFloat16, bf16);
@@ -447,6 +475,22 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   }
   if (absl::Status st = timer->Begin(); !st.ok()) return st;
   const auto& actions = plan.ranks[rank];
+  // The iteration's learning rate, before any parameter is stepped.
+  if (optimizer != nullptr && config.lr_schedule) {
+    const double lr = config.lr_schedule->At(iteration);
+    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+  }
+  const bool overlap_step = OverlapStep();
+  if (overlap_step) {
+    if (stepper == nullptr) stepper = std::make_unique<BucketStepper>(*optimizer, config.timeout);
+    chunk_last.assign(stages.size(), 0);
+    for (size_t k = 0; k < actions.size(); ++k) {
+      if (core::IsCompute(actions[k].kind)) {
+        chunk_last[plan.placement.ChunkOf(actions[k].stage)] = k;
+      }
+    }
+    unreleased.clear();
+  }
   std::vector<std::pair<SteadyTime, SteadyTime>> compute;
   struct Timed {
     Action action;
@@ -531,6 +575,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     if (!status.ok()) return status;
     if (grad_sync != nullptr) {
       if (absl::Status st = grad_sync->OnCompute(a); !st.ok()) return st;
+      if (overlap_step) ReleaseSteps(k);
     }
     const int end_mark = timer->Mark();
     timed.push_back({a, start_mark, end_mark, host_start, Clock::now()});
@@ -591,7 +636,16 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     }
     summary.loss = sum / loss_microbatches.size();
   }
-  // Optimizer step with global-norm clipping.
+  // What the stepper did during the iteration; every bucket it stepped had reduced.
+  BucketStepper::Drained overlapped;
+  if (overlap_step) {
+    unreleased.clear();
+    overlapped = stepper->Drain();
+    if (!overlapped.status.ok()) return overlapped.status;
+    summary.overlapped_step_s = overlapped.seconds;
+    summary.overlapped_buckets = overlapped.buckets;
+  }
+  // Optimizer step with global-norm clipping (of the parameters not stepped yet).
   const SteadyTime step0 = Clock::now();
   if (config.max_grad_norm > 0) {
     auto norm = GlobalGradNorm();
@@ -606,12 +660,14 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
         if (p.grad().defined()) p.mutable_grad().mul_(scale);
       }
     }
-    if (optimizer != nullptr) {
-      if (config.lr_schedule) {
-        const double lr = config.lr_schedule->At(iteration);
-        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-      }
+    if (optimizer != nullptr && overlapped.stepped.empty()) {
       optimizer->step();
+    } else if (optimizer != nullptr) {
+      std::vector<torch::Tensor> rest;
+      for (const torch::Tensor& p : params) {
+        if (overlapped.stepped.count(p.unsafeGetTensorImpl()) == 0) rest.push_back(p);
+      }
+      if (!rest.empty()) StepParams(*optimizer, std::move(rest));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("optimizer step: ", e.what()));
@@ -709,11 +765,15 @@ Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() = default;
 
 absl::StatusOr<IterationSummary> Executor::RunIteration(int iteration) {
+  absl::StatusOr<IterationSummary> out;
   try {
-    return impl_->Run(iteration);
+    out = impl_->Run(iteration);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("rank ", impl_->rank, ": ", e.what()));
+    out = absl::InternalError(absl::StrCat("rank ", impl_->rank, ": ", e.what()));
   }
+  // A failed iteration leaves buckets queued on handles that are about to go.
+  if (!out.ok() && impl_->stepper != nullptr) impl_->stepper->Abandon();
+  return out;
 }
 
 absl::Status Executor::SetPlan(const core::Plan& plan, GradSyncDriver* grad_sync) {

@@ -14,7 +14,9 @@
 //               driven by the gradient-sync countdown (GradSyncDriver), which must have fired.
 // After the last action it waits for every send and reduction, clips the gradients by their
 // global norm (across pipeline ranks; DP replicas hold identical averaged gradients), steps the
-// optimizer, and returns the iteration's measurements. The ActionSink gets every compute action's
+// optimizer, and returns the iteration's measurements. (Without clipping, a data-parallel rank
+// steps each bucket's parameters during the iteration instead, once the bucket has reduced and
+// its chunk is done: ExecutorConfig::overlap_step.) The ActionSink gets every compute action's
 // start and end as it completes, each send (handed to the communicator -> complete) and receive
 // (posted -> data arrived) of the plan once it is over and its consumer has it, and each
 // reduction of the iteration (the all-reduce on the transport) once all of them are done.
@@ -62,6 +64,11 @@ struct ExecutorConfig {
   // Clip the global gradient norm (every stage of every pipeline rank) to this, with
   // torch.nn.utils.clip_grad_norm_ semantics; <= 0 = no clipping (and no norm exchange).
   double max_grad_norm = 1.0;
+  // With data parallelism, no clipping and a CPU device: step each gradient bucket's parameters
+  // as soon as its all-reduce completes and its chunk's last compute action of the iteration has
+  // ended, on a thread of its own, rather than all of them after the last reduction
+  // (bucket_step.h). Bit-identical either way; false is the baseline.
+  bool overlap_step = true;
   // When set and true, waits give up with CANCELLED (checked every 50 ms); for job cancels.
   const std::atomic<bool>* cancelled = nullptr;
   // Where the stages compute (their parameters, optimizer state and gradients live there). On a
@@ -114,6 +121,19 @@ class GradSyncDriver {
   virtual absl::Status OnReduceAction(int chunk, int bucket) = 0;
   // Waits for every reduction of the iteration; errors for a bucket that over- or under-counted.
   virtual absl::StatusOr<std::vector<ReduceInterval>> FinishIteration() = 0;
+
+  // A bucket whose all-reduce has been launched: the stage it belongs to, its parameters, and
+  // the all-reduce's handle (valid until the next BeginIteration). Once the handle completes OK
+  // the parameters' gradients are final for the iteration.
+  struct Launched {
+    int stage = 0;
+    std::vector<torch::Tensor> params;
+    CommHandle* reduced = nullptr;
+  };
+  // The buckets launched since the last call, in launch order (the executor steps them as they
+  // reduce: bucket_step.h). A driver that does not say returns none, and every parameter is
+  // stepped after the iteration's last reduction.
+  virtual std::vector<Launched> TakeLaunched() { return {}; }
 };
 
 struct IterationSummary {
@@ -128,10 +148,12 @@ struct IterationSummary {
   double reduce_s = 0;
   double exposed_reduce_s = 0;
   double p2p_wait_s = 0;
-  double tokens = 0;           // tokens entering stage 0 on this rank
-  std::optional<double> loss;  // mean over microbatches, on the rank of the last stage
-  double grad_norm = 0;        // global norm before clipping
-  double step_s = 0;           // optimizer step (after the last action)
+  double tokens = 0;             // tokens entering stage 0 on this rank
+  std::optional<double> loss;    // mean over microbatches, on the rank of the last stage
+  double grad_norm = 0;          // global norm before clipping
+  double step_s = 0;             // optimizer step after the last reduction (what is left of it)
+  double overlapped_step_s = 0;  // optimizer steps of buckets during the iteration (bucket_step.h)
+  int overlapped_buckets = 0;    // buckets stepped during the iteration
   std::vector<ReduceInterval> reductions;
 };
 

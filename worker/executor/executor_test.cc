@@ -31,8 +31,9 @@ model::GptConfig SmallGpt(int stages) {
 }
 
 struct PipelineResult {
-  std::vector<double> losses;                  // per iteration, from the last stage's rank
-  std::map<std::string, torch::Tensor> grads;  // after the last iteration, before the next
+  std::vector<double> losses;                   // per iteration, from the last stage's rank
+  std::map<std::string, torch::Tensor> grads;   // after the last iteration, before the next
+  std::map<std::string, torch::Tensor> params;  // after the last iteration's step
   std::vector<IterationSummary> rank0;
 };
 
@@ -97,6 +98,7 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
       for (const model::ParamInfo& pi : stage->params()) {
         result.grads[pi.name] =
             pi.tensor.grad().defined() ? pi.tensor.grad().clone() : torch::zeros_like(pi.tensor);
+        result.params[pi.name] = pi.tensor.detach().clone();
       }
     }
     return absl::OkStatus();
@@ -214,6 +216,54 @@ TEST(ExecutorTest, DataParallelLossCurveMatchesReferenceWithOverlapOnAndOff) {
     EXPECT_GT(s.reduce_s, 0);
     EXPECT_LE(s.exposed_reduce_s, s.reduce_s + 1e-9);
   }
+}
+
+// Without clipping, a data-parallel rank steps each bucket as soon as it has reduced and its chunk
+// is done; the model trains to the same bits as with one step after the last reduction. ZB-2p
+// defers W, so buckets of B-phase parameters (LayerNorm, biases) reduce while their chunk still
+// has Ws to run; they wait for the chunk.
+TEST(ExecutorTest, SteppingBucketsAsTheyReduceTrainsTheSameBits) {
+  for (core::ScheduleKind kind : {core::ScheduleKind::kZbV, core::ScheduleKind::kZb2p}) {
+    std::map<bool, PipelineResult> runs;
+    for (bool overlap_step : {true, false}) {
+      ExecutorConfig config;
+      config.microbatch_size = kMicrobatchSize;
+      config.lr = 3e-3;
+      config.max_grad_norm = 0;
+      config.overlap_step = overlap_step;
+      auto result = RunPipeline(kind, 2, 4, 3, config, nullptr, DataParallel{.d = 2});
+      ASSERT_TRUE(result.ok()) << result.status();
+      for (const IterationSummary& s : result->rank0) {
+        if (overlap_step) {
+          // Most buckets were stepped during the iteration: all but those of the rank's last
+          // chunk to finish, at most.
+          EXPECT_GT(s.overlapped_buckets, 0) << core::ScheduleName(kind);
+          EXPECT_LE(s.overlapped_buckets, static_cast<int>(s.reductions.size()));
+          EXPECT_GT(s.overlapped_step_s, 0);
+        } else {
+          EXPECT_EQ(s.overlapped_buckets, 0);
+        }
+      }
+      runs[overlap_step] = *std::move(result);
+    }
+    EXPECT_EQ(runs[true].losses, runs[false].losses) << core::ScheduleName(kind);
+    ASSERT_EQ(runs[true].params.size(), runs[false].params.size());
+    for (const auto& [name, want] : runs[false].params) {
+      EXPECT_TRUE(torch::equal(runs[true].params.at(name), want))
+          << core::ScheduleName(kind) << " " << name;
+    }
+  }
+}
+
+TEST(ExecutorTest, ClippingStepsEveryBucketAfterTheLastReduction) {
+  ExecutorConfig config;
+  config.microbatch_size = kMicrobatchSize;
+  config.max_grad_norm = 1.0;  // needs every gradient before any step
+  auto result =
+      RunPipeline(core::ScheduleKind::kZbV, 2, 4, 1, config, nullptr, DataParallel{.d = 2});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->rank0.back().overlapped_buckets, 0);
+  EXPECT_GT(result->rank0.back().reductions.size(), 1u);
 }
 
 TEST(ExecutorTest, LossCurveMatchesReferenceOverTwentyIterations) {

@@ -18,6 +18,14 @@ class Driver : public GradSyncDriver {
   Driver(std::unique_ptr<GradSync> sync, const std::vector<std::unique_ptr<model::Stage>>& stages)
       : sync_(std::move(sync)), state_(std::make_shared<State>()) {
     state_->sync = sync_.get();
+    for (const BucketLayout& b : sync_->buckets()) {
+      const model::Stage* stage = nullptr;
+      for (const auto& st : stages) {
+        if (st->stage() == b.stage) stage = st.get();
+      }
+      std::vector<torch::Tensor>& params = bucket_params_.emplace_back();
+      for (int i : b.params) params.push_back(stage->params().at(i).tensor);
+    }
     for (const auto& st : stages) {
       if (!st->reports_grad_landings()) {
         per_action_.insert(st->stage());
@@ -43,6 +51,7 @@ class Driver : public GradSyncDriver {
 
   absl::Status BeginIteration(int) override {
     state_->error = absl::OkStatus();
+    taken_ = 0;
     return sync_->BeginIteration();
   }
 
@@ -65,6 +74,15 @@ class Driver : public GradSyncDriver {
     return st;
   }
 
+  std::vector<Launched> TakeLaunched() override {
+    std::vector<Launched> out;
+    for (; taken_ < sync_->launched(); ++taken_) {
+      const BucketLayout& b = sync_->buckets()[taken_];
+      out.push_back({b.stage, bucket_params_[taken_], sync_->handle(taken_)});
+    }
+    return out;
+  }
+
   absl::StatusOr<std::vector<ReduceInterval>> FinishIteration() override {
     if (absl::Status st = sync_->FinishIteration(); !st.ok()) return st;
     std::vector<ReduceInterval> out;
@@ -82,6 +100,8 @@ class Driver : public GradSyncDriver {
   std::unique_ptr<GradSync> sync_;
   std::shared_ptr<State> state_;
   std::set<int> per_action_;  // stages counted per action (no landing reports)
+  std::vector<std::vector<torch::Tensor>> bucket_params_;  // by slot (launch order)
+  int taken_ = 0;                                          // slots TakeLaunched has returned
 };
 
 }  // namespace

@@ -152,6 +152,11 @@ class GradSync {
   // listing them (all of them are in errors()).
   absl::Status FinishIteration();
 
+  // How many buckets (a prefix of buckets(), in launch order) have been launched this iteration,
+  // and the handle of launched bucket `slot`'s all-reduce (valid until the next BeginIteration).
+  int launched() const { return next_launch_; }
+  CommHandle* handle(int slot) const { return handles_.at(slot).get(); }
+
   // Per bucket, in launch order, for the current or last finished iteration.
   const std::vector<BucketRecord>& records() const { return records_; }
   // Counting and reduce errors of the current or last finished iteration.
