@@ -147,17 +147,27 @@ class SyntheticStage final : public internal::StageBase {
     }
     pace->second.done_ms +=
         WeightMs() * static_cast<double>(p.tensor.numel()) / static_cast<double>(total_floats_);
-    WaitUntil(pace->second.start, pace->second.done_ms);
-    if (--pace->second.parts_left == 0) w_pace_.erase(pace);
+    // Only the W's end is waited for to the microsecond; a part's end within it may be a sleep's
+    // overshoot late (spinning there for every part cost a fifth of a worker's CPU, which the
+    // other ranks sharing the machine's cores then lacked).
+    const bool last = --pace->second.parts_left == 0;
+    WaitUntil(pace->second.start, pace->second.done_ms, /*precise=*/last);
+    if (last) w_pace_.erase(pace);
   }
 
-  void WaitUntil(Clock::time_point start, double ms) const {
+  // Returns at `start` + `ms`. With the sleep timing, a precise wait sleeps to just short of the
+  // end and yield-spins the rest; an imprecise one only sleeps.
+  void WaitUntil(Clock::time_point start, double ms, bool precise = true) const {
     const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double, std::milli>(ms));
     if (config_.timing == SyntheticStageConfig::Timing::kSleep) {
       // Sleep to just short of the end, then yield-spin the rest: a plain sleep_until overshoots
       // by 100-250 us on a busy machine (scripts/bench runtime), which adds up over a pipeline.
       constexpr auto kSpinTail = std::chrono::microseconds(200);
+      if (!precise) {
+        std::this_thread::sleep_until(end);
+        return;
+      }
       if (end - Clock::now() > kSpinTail) std::this_thread::sleep_until(end - kSpinTail);
       while (Clock::now() < end) std::this_thread::yield();
     } else {
