@@ -126,7 +126,7 @@ TEST_F(LogsTest, ShowsEachRanksLinesWithTimeAndRankAndFiltersByRank) {
     EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr(absl::StrCat(
                                 "job logs-basic: rank ", r, "/0 of p=2 d=1, 2 iterations"))))
         << all.out;
-    EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr("TCP streams + Gloo data path")))
+    EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr("TCP streams data path")))
         << all.out;
     EXPECT_THAT(by_rank[r].back(), HasSubstr("job logs-basic: rank finished")) << all.out;
   }
@@ -170,7 +170,7 @@ TEST_F(LogsTest, FollowPrintsLinesAsTheyComeAndEndsWhenTheJobEnds) {
   Subprocess follow(cluster_->Argv({"logs", "logs-follow", "--follow"}), cluster_->Env());
   // Lines arrive while the job runs (the workers send them about once per heartbeat).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (follow.ReadOut().find("TCP streams + Gloo data path") == std::string::npos &&
+  while (follow.ReadOut().find("TCP streams data path") == std::string::npos &&
          absl::Now() < deadline) {
     ASSERT_TRUE(follow.Running()) << follow.ReadErr();
     absl::SleepFor(absl::Milliseconds(50));

@@ -26,6 +26,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/comm/completion.h"
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/tcp_p2p.h"
@@ -524,11 +525,12 @@ struct ReduceOp {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const CommunicatorOptions& options,
+  GlooCommunicator(const CommunicatorOptions& options, KeyValueStore& store,
                    std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::Context> pipeline, std::shared_ptr<gloo::Context> data,
                    std::unique_ptr<internal::TcpP2p> tcp, std::unique_ptr<internal::TcpP2p> dp_tcp)
       : options_(options),
+        store_(store),
         timeout_(ToMillis(options.timeout)),
         device_(std::move(device)),
         pipeline_(std::move(pipeline)),
@@ -543,7 +545,7 @@ class GlooCommunicator final : public Communicator {
           [this](std::shared_ptr<P2pOp> op) { Post(std::move(op)); },
           [this](std::shared_ptr<P2pOp> op) { CancelUnposted(std::move(op)); });
     }
-    if (data_ != nullptr) reduce_thread_ = std::thread([this] { RunReduces(); });
+    if (options.data_size > 1) reduce_thread_ = std::thread([this] { RunReduces(); });
   }
 
   ~GlooCommunicator() override {
@@ -611,7 +613,7 @@ class GlooCommunicator final : public Communicator {
           "all-reduce: the buffer must be a defined, contiguous float32 CPU tensor"));
     }
     auto done = std::make_shared<Completion>();
-    if (data_ == nullptr || buffer.numel() == 0) {  // d = 1: the average of one is itself
+    if (options_.data_size == 1 || buffer.numel() == 0) {  // the average of one is itself
       done->Finish(absl::OkStatus());
       return internal::MakeHandle(done);
     }
@@ -628,6 +630,9 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status Barrier() override {
+    if (options_.transport == CommunicatorOptions::Transport::kTcp) return StoreBarrier();
+    // Gloo's: the pipeline group, then the DP group. A rank leaves the second once its DP peers
+    // have left their pipeline groups, so every rank of the job has entered.
     for (const auto& [context, name] :
          {std::pair{pipeline_, "pipeline"}, std::pair{data_, "data-parallel"}}) {
       if (context == nullptr) continue;
@@ -643,8 +648,34 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // The streams' barrier goes through the rendezvous store rather than the streams, whose
+  // messages must match the posted receives in order: a barrier may be called with sends and
+  // receives pending. Each rank sets "barrier/<n>/<rank in the job>" and waits for all p * d.
+  absl::Status StoreBarrier() {
+    const int size = options_.pipeline_size * options_.data_size;
+    const int me = options_.data_rank * options_.pipeline_size + options_.pipeline_rank;
+    const std::string prefix = absl::StrCat(options_.key_prefix, "barrier/", barriers_++, "/");
+    if (absl::Status s = store_.Set(absl::StrCat(prefix, me), ""); !s.ok()) return s;
+    std::vector<std::string> keys;
+    for (int g = 0; g < size; ++g) keys.push_back(absl::StrCat(prefix, g));
+    auto entered = store_.Wait(keys, absl::Now() + options_.timeout);
+    if (entered.ok()) return absl::OkStatus();
+    if (!absl::IsDeadlineExceeded(entered.status())) return entered.status();
+    std::vector<std::string> missing;
+    for (int g = 0; g < size; ++g) {
+      if (!store_.Get(keys[g]).ok()) {
+        missing.push_back(
+            absl::StrCat("(", g % options_.pipeline_size, ", ", g / options_.pipeline_size, ")"));
+      }
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "barrier: rank (", options_.pipeline_rank, ", ", options_.data_rank, ") waited ",
+        absl::FormatDuration(options_.timeout), " for (pipeline, data) rank",
+        missing.size() == 1 ? " " : "s ", absl::StrJoin(missing, " "), " to enter"));
+  }
+
   absl::Status CheckP2p(const torch::Tensor& t, int peer, int tag, absl::string_view what) const {
-    if (pipeline_ == nullptr) {
+    if (options_.pipeline_size == 1) {
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": the pipeline group has a single rank"));
     }
@@ -781,7 +812,10 @@ class GlooCommunicator final : public Communicator {
   }
 
   const CommunicatorOptions options_;
+  KeyValueStore& store_;  // barriers on the streams
+  int barriers_ = 0;      // barriers so far (every rank calls them in the same order)
   const std::chrono::milliseconds timeout_;
+  // Gloo's transport (options.transport == kGloo only; null on the streams).
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> pipeline_;  // null when p = 1
   std::shared_ptr<gloo::Context> data_;      // null when d = 1
@@ -826,18 +860,13 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> Connect(
 }
 
 // A group's TCP streams (`rank` of `size`, rendezvous keys under `prefix`) when the transport is
-// kTcp; null for a single rank or the Gloo transport, which then marks its key so a rank on the
-// streams learns why this one never connects.
+// kTcp; null for a single rank or the Gloo transport, which then marks its key and checks that
+// every other rank did the same (internal::PublishGlooMarker).
 absl::StatusOr<std::unique_ptr<internal::TcpP2p>> ConnectStreams(const CommunicatorOptions& o,
                                                                  KeyValueStore& store,
                                                                  absl::string_view group, int rank,
                                                                  int size, std::string prefix) {
   if (size <= 1) return nullptr;
-  if (o.transport == CommunicatorOptions::Transport::kGloo) {
-    absl::Status s = store.Set(absl::StrCat(prefix, rank), internal::kGlooP2pMarker);
-    if (!s.ok()) return s;
-    return nullptr;
-  }
   internal::TcpP2pOptions to;
   to.group = std::string(group);
   to.rank = rank;
@@ -846,6 +875,10 @@ absl::StatusOr<std::unique_ptr<internal::TcpP2p>> ConnectStreams(const Communica
   to.hostname = o.hostname;
   to.iface = o.iface;
   to.timeout = o.timeout;
+  if (o.transport == CommunicatorOptions::Transport::kGloo) {
+    if (absl::Status s = internal::PublishGlooMarker(to, store); !s.ok()) return s;
+    return nullptr;
+  }
   return internal::TcpP2p::Connect(to, store);
 }
 
@@ -863,43 +896,49 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gloo: the timeout must be positive");
   }
-  std::shared_ptr<gloo::transport::Device> device;
-  try {
-    gloo::transport::tcp::attr attr;
-    if (!o.iface.empty()) {
-      attr.iface = o.iface;
-    } else {
-      attr.hostname = o.hostname;
-    }
-    device = gloo::transport::tcp::CreateDevice(attr);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("gloo: cannot open a TCP device on '",
-                                               o.iface.empty() ? o.hostname : o.iface,
-                                               "': ", e.what()));
-  }
-  // Every rank connects its pipeline group first, then its DP group. A rank waiting in its DP
-  // group only waits for ranks that are done with (or can finish) their own pipeline group, so
-  // the two phases cannot deadlock.
-  std::shared_ptr<gloo::Context> pipeline, data;
-  if (o.pipeline_size > 1) {
-    auto c = Connect(store, absl::StrCat(o.key_prefix, "pp/", o.data_rank, "/"), "pipeline",
-                     o.pipeline_rank, o.pipeline_size, o.timeout, device);
-    if (!c.ok()) return c.status();
-    pipeline = *std::move(c);
-  }
+  // Both groups' streams (or, on Gloo's path, the marker check that stands for them) come first:
+  // a rank of a job whose workers run different transports learns it there, not by timing out
+  // in Gloo's rendezvous. Every rank does its pipeline group before its DP group, so a rank
+  // waiting in its DP group only waits for ranks that are done with (or can finish) their own
+  // pipeline group, and the phases cannot deadlock.
   auto tcp = ConnectStreams(o, store, "pipeline", o.pipeline_rank, o.pipeline_size,
                             absl::StrCat(o.key_prefix, "p2p/", o.data_rank, "/"));
   if (!tcp.ok()) return tcp.status();
-  if (o.data_size > 1) {
-    auto c = Connect(store, absl::StrCat(o.key_prefix, "dp/", o.pipeline_rank, "/"),
-                     "data-parallel", o.data_rank, o.data_size, o.timeout, device);
-    if (!c.ok()) return c.status();
-    data = *std::move(c);
-  }
   auto dp_tcp = ConnectStreams(o, store, "data-parallel", o.data_rank, o.data_size,
                                absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/"));
   if (!dp_tcp.ok()) return dp_tcp.status();
-  return std::unique_ptr<Communicator>(new GlooCommunicator(options, std::move(device),
+  // On the streams that is all: sends, receives and all-reduces go over them, barriers through
+  // the store.
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::Context> pipeline, data;
+  if (o.transport == CommunicatorOptions::Transport::kGloo) {
+    try {
+      gloo::transport::tcp::attr attr;
+      if (!o.iface.empty()) {
+        attr.iface = o.iface;
+      } else {
+        attr.hostname = o.hostname;
+      }
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("gloo: cannot open a TCP device on '",
+                                                 o.iface.empty() ? o.hostname : o.iface,
+                                                 "': ", e.what()));
+    }
+    if (o.pipeline_size > 1) {
+      auto c = Connect(store, absl::StrCat(o.key_prefix, "pp/", o.data_rank, "/"), "pipeline",
+                       o.pipeline_rank, o.pipeline_size, o.timeout, device);
+      if (!c.ok()) return c.status();
+      pipeline = *std::move(c);
+    }
+    if (o.data_size > 1) {
+      auto c = Connect(store, absl::StrCat(o.key_prefix, "dp/", o.pipeline_rank, "/"),
+                       "data-parallel", o.data_rank, o.data_size, o.timeout, device);
+      if (!c.ok()) return c.status();
+      data = *std::move(c);
+    }
+  }
+  return std::unique_ptr<Communicator>(new GlooCommunicator(options, store, std::move(device),
                                                             std::move(pipeline), std::move(data),
                                                             *std::move(tcp), *std::move(dp_tcp)));
 }

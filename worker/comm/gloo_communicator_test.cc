@@ -281,6 +281,30 @@ TEST_P(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
+// p = 2, d = 2: three ranks enter a barrier, the fourth never does. The three give up after the
+// timeout; on the streams (whose barrier goes through the store) they name the missing rank.
+TEST_P(GlooFailureTest, ARankThatNeverEntersTheBarrierIsNamed) {
+  auto store = NewInMemoryStore();
+  RunRanks(4, [&](int g) {
+    const int pr = g % 2, dr = g / 2;
+    auto comm = MustConnect(Options(pr, 2, dr, 2, absl::Milliseconds(600)), *store);
+    ASSERT_NE(comm, nullptr);
+    ASSERT_TRUE(comm->Barrier().ok());  // all four: it works
+    if (g == 3) {
+      absl::SleepFor(absl::Seconds(1.5));  // alive, but skips the second barrier
+      return;
+    }
+    const auto start = Clock::now();
+    absl::Status s = comm->Barrier();
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+    if (GetParam() == Transport::kTcp) {
+      EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+      EXPECT_NE(s.message().find("rank (1, 1) to enter"), std::string::npos) << s;
+    }
+  });
+}
+
 TEST_P(GlooFailureTest, PeerThatNeverSendsTimesOut) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
@@ -526,16 +550,19 @@ TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
 // Workers started with different --transport: the rank that finds out says so (the other one's
 // first receive would time out).
 TEST(GlooArgumentTest, MixedPointToPointPathsFailNamingTheFlag) {
-  auto store = NewInMemoryStore();
-  RunRanks(2, [&](int rank) {
-    CommunicatorOptions o = Options(rank, 2, 0, 1, absl::Seconds(2));
-    o.transport = rank == 0 ? Transport::kGloo : Transport::kTcp;
-    auto comm = NewGlooCommunicator(o, *store);
-    if (rank == 1) {
+  for (int gloo_rank : {0, 1}) {
+    auto store = NewInMemoryStore();
+    RunRanks(2, [&](int rank) {
+      CommunicatorOptions o = Options(rank, 2, 0, 1, absl::Seconds(5));
+      o.transport = rank == gloo_rank ? Transport::kGloo : Transport::kTcp;
+      // Both sides fail, well before the timeout, saying why.
+      const auto t0 = std::chrono::steady_clock::now();
+      auto comm = NewGlooCommunicator(o, *store);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "rank " << rank;
       EXPECT_TRUE(absl::IsFailedPrecondition(comm.status())) << comm.status();
       EXPECT_NE(comm.status().message().find("--transport"), std::string::npos) << comm.status();
-    }
-  });
+    });
+  }
 }
 
 TEST(GlooArgumentTest, InconsistentRanksAreRejected) {

@@ -527,11 +527,12 @@ void Tune(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-// Rank `j` of the group published the Gloo marker: the job's workers run different transports.
-absl::Status MixedTransports(const TcpP2pOptions& o, int j) {
+// The job's workers run different transports: rank `gloo` of the group on Gloo, rank `tcp` on
+// the streams (seen by rank o.rank).
+absl::Status MixedTransports(const TcpP2pOptions& o, int tcp, int gloo) {
   return absl::FailedPreconditionError(absl::StrCat(
-      o.group, " streams: rank ", j, " runs on Gloo (zpipe-worker --transport gloo) and rank ",
-      o.rank,
+      o.group, " group: rank ", gloo, " runs on Gloo (zpipe-worker --transport gloo) and rank ",
+      tcp,
       " on ZeroPipe's streams (--transport tcp); start every worker of a job with the same "
       "--transport"));
 }
@@ -613,7 +614,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     if (!values.ok()) return values.status();
     for (int j = 0; j < o.rank; ++j) {
       if ((*values)[j] == kGlooP2pMarker) {
-        return MixedTransports(o, j);
+        return MixedTransports(o, /*tcp=*/o.rank, /*gloo=*/j);
       }
       std::vector<std::string> parts = absl::StrSplit((*values)[j], ' ');
       int port = 0;
@@ -650,14 +651,16 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     }
   }
   for (int left = o.size - 1 - o.rank; left > 0;) {
-    if (!PollUntil(lfd, POLLIN, deadline)) {
+    // Waits in slices: a higher rank that is on Gloo never connects, but says so in the store.
+    const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
+    if (!PollUntil(lfd, POLLIN, slice)) {
       for (int j = o.rank + 1; j < o.size; ++j) {
+        if (peers.fds[j] >= 0) continue;
         auto v = store.Get(absl::StrCat(o.key_prefix, j));
-        if (peers.fds[j] < 0 && v.ok() && *v == kGlooP2pMarker) {
-          return MixedTransports(o, j);
-        }
+        if (v.ok() && *v == kGlooP2pMarker) return MixedTransports(o, /*tcp=*/o.rank, /*gloo=*/j);
       }
-      return timed_out("connect");
+      if (Clock::now() >= deadline) return timed_out("connect");
+      continue;
     }
     const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -833,6 +836,38 @@ absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
         !st.ok()) {
       return st;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PublishGlooMarker(const TcpP2pOptions& o, KeyValueStore& store) {
+  if (absl::Status s = store.Set(absl::StrCat(o.key_prefix, o.rank), kGlooP2pMarker); !s.ok()) {
+    return s;
+  }
+  std::vector<std::string> keys;
+  std::vector<int> ranks;
+  for (int j = 0; j < o.size; ++j) {
+    if (j == o.rank) continue;
+    keys.push_back(absl::StrCat(o.key_prefix, j));
+    ranks.push_back(j);
+  }
+  if (keys.empty()) return absl::OkStatus();
+  auto values = store.Wait(keys, absl::Now() + o.timeout);
+  if (absl::IsDeadlineExceeded(values.status())) {
+    std::vector<int> missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store.Get(keys[i]).ok()) missing.push_back(ranks[i]);
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat(o.group, " group: rank ", o.rank, " of ", o.size, ": ",
+                     missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                     " did not show up within ", absl::FormatDuration(o.timeout),
+                     "; is every rank of the job running?"));
+  }
+  if (!values.ok()) return values.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((*values)[i] != kGlooP2pMarker)
+      return MixedTransports(o, /*tcp=*/ranks[i], /*gloo=*/o.rank);
   }
   return absl::OkStatus();
 }

@@ -97,6 +97,12 @@ class TcpP2p {
 absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
                               torch::Tensor& scratch, absl::Duration timeout);
 
+// For a rank on Gloo's path: publishes kGlooP2pMarker where the streams' ranks publish their
+// addresses (options.key_prefix) and waits for every other rank's entry, so that a job whose
+// workers disagree fails on both sides with FAILED_PRECONDITION naming `--transport`, rather than
+// timing out. DEADLINE_EXCEEDED naming the ranks that never showed up.
+absl::Status PublishGlooMarker(const TcpP2pOptions& options, KeyValueStore& store);
+
 }  // namespace zpipe::worker::internal
 
 #endif  // ZPIPE_WORKER_COMM_TCP_P2P_H_

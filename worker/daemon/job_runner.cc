@@ -343,7 +343,7 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   Log(absl::StrFormat("job %s rank %d.%d: stages on %s, %s data path", a.job_id(),
                       a.pipeline_rank(), a.data_rank(), device.str(),
                       (*comm)->device().is_cuda()                            ? "NCCL"
-                      : co.transport == CommunicatorOptions::Transport::kTcp ? "TCP streams + Gloo"
+                      : co.transport == CommunicatorOptions::Transport::kTcp ? "TCP streams"
                                                                              : "Gloo"));
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
