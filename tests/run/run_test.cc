@@ -194,7 +194,10 @@ TEST(RunTest, SyntheticPipelineMatchesPredictionAndTraceHoldsThePlan) {
   EXPECT_NE(split["replayed"].get<double>(), split["predicted"].get<double>());
   EXPECT_NEAR(split["actions"].get<double>() + split["runtime"].get<double>(),
               split["measured"].get<double>() - split["predicted"].get<double>(), 1e-9);
-  EXPECT_NEAR(split["measured"].get<double>(), split["predicted"].get<double>(), 0.02);
+  // One iteration carries the machine's stalls in full (its actions overran by 0.02 under a
+  // parallel ctest once); the runtime's own share of the gap is what this path controls.
+  EXPECT_NEAR(split["measured"].get<double>(), split["predicted"].get<double>(), 0.04);
+  EXPECT_LT(split["runtime"].get<double>(), 0.02);
 
   // The plan that ran, and the executed timeline of the traced iteration.
   const std::string plan_path = zbv.out_dir + "/syn-p4-zbv.plan.txt";
