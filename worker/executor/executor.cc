@@ -636,7 +636,9 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     }
     summary.loss = sum / loss_microbatches.size();
   }
-  // What the stepper did during the iteration; every bucket it stepped had reduced.
+  // What the stepper did during the iteration; every bucket it stepped had reduced. Waiting for
+  // its last buckets is part of the step after the last reduction.
+  const SteadyTime step0 = Clock::now();
   BucketStepper::Drained overlapped;
   if (overlap_step) {
     unreleased.clear();
@@ -646,7 +648,6 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     summary.overlapped_buckets = overlapped.buckets;
   }
   // Optimizer step with global-norm clipping (of the parameters not stepped yet).
-  const SteadyTime step0 = Clock::now();
   if (config.max_grad_norm > 0) {
     auto norm = GlobalGradNorm();
     if (!norm.ok()) return norm.status();

@@ -148,12 +148,14 @@ struct IterationSummary {
   double reduce_s = 0;
   double exposed_reduce_s = 0;
   double p2p_wait_s = 0;
-  double tokens = 0;             // tokens entering stage 0 on this rank
-  std::optional<double> loss;    // mean over microbatches, on the rank of the last stage
-  double grad_norm = 0;          // global norm before clipping
-  double step_s = 0;             // optimizer step after the last reduction (what is left of it)
-  double overlapped_step_s = 0;  // optimizer steps of buckets during the iteration (bucket_step.h)
-  int overlapped_buckets = 0;    // buckets stepped during the iteration
+  double tokens = 0;           // tokens entering stage 0 on this rank
+  std::optional<double> loss;  // mean over microbatches, on the rank of the last stage
+  double grad_norm = 0;        // global norm before clipping
+  // The optimizer step after the last reduction (with overlap_step: what was left of it, the
+  // wait for the last buckets' steps included).
+  double step_s = 0;
+  double overlapped_step_s = 0;  // time spent stepping buckets on the stepper's thread
+  int overlapped_buckets = 0;    // buckets stepped during the iteration (bucket_step.h)
   std::vector<ReduceInterval> reductions;
 };
 
