@@ -175,6 +175,8 @@ struct RankStats {
   double checkpoint_stall_s = 0;
   std::string checkpoint_error;  // a skipped checkpoint write (checkpoint.on_error: skip)
   int plan_version = 0;          // the plan the rank ran the iteration with
+  double step_s = 0;             // optimizer step after the last reduction
+  double overlapped_step_s = 0;  // optimizer stepping of buckets during the iteration
   friend bool operator==(const RankStats&, const RankStats&) = default;
 };
 

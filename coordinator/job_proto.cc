@@ -233,6 +233,8 @@ v1::RankIterationStats RankStatsToProto(const RankStats& s) {
   p.set_checkpoint_stall_s(s.checkpoint_stall_s);
   p.set_checkpoint_error(s.checkpoint_error);
   p.set_plan_version(s.plan_version);
+  p.set_step_s(s.step_s);
+  p.set_overlapped_step_s(s.overlapped_step_s);
   return p;
 }
 
@@ -254,6 +256,8 @@ RankStats RankStatsFromProto(const v1::RankIterationStats& p) {
   s.checkpoint_stall_s = p.checkpoint_stall_s();
   s.checkpoint_error = p.checkpoint_error().substr(0, 4096);
   s.plan_version = p.plan_version();
+  s.step_s = p.step_s();
+  s.overlapped_step_s = p.overlapped_step_s();
   return s;
 }
 

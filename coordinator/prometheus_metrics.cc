@@ -75,6 +75,10 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
                                              "exposed / total (1 without reductions)")),
       p2p_wait_(Build<prometheus::Counter>(registry, "zpipe_p2p_wait_seconds_total",
                                            "Seconds a rank spent blocked in P2P receives")),
+      step_(Build<prometheus::Counter>(
+          registry, "zpipe_step_seconds_total",
+          "Seconds of a rank's optimizer step, by phase: after_reduce (after the iteration's last "
+          "reduction) or overlapped (bucket by bucket during the iteration)")),
       rank_iterations_(Build<prometheus::Counter>(registry, "zpipe_rank_iterations_total",
                                                   "Iterations a rank has reported")),
       tokens_(Build<prometheus::Counter>(
@@ -179,6 +183,13 @@ PrometheusMetrics::RankSeries& PrometheusMetrics::RankLocked(const std::string& 
     r.exposed_reduce = &exposed_reduce_.Add(labels);
     r.overlap = &rank_overlap_.Add(labels);
     r.p2p_wait = &p2p_wait_.Add(labels);
+    auto with_phase = [&](const char* phase) {
+      auto l = labels;
+      l.emplace("phase", phase);
+      return &step_.Add(l);
+    };
+    r.step_after = with_phase("after_reduce");
+    r.step_overlapped = with_phase("overlapped");
     r.iterations = &rank_iterations_.Add(labels);
     r.tokens = &tokens_.Add(labels);
   }
@@ -202,6 +213,8 @@ void PrometheusMetrics::ObserveRankIteration(const std::string& job_id, int iter
   Add(r.exposed_reduce, s.exposed_reduce_s);
   r.overlap->Set(OverlapRatio(s.reduce_s, s.exposed_reduce_s));
   Add(r.p2p_wait, s.p2p_wait_s);
+  Add(r.step_after, s.step_s);
+  Add(r.step_overlapped, s.overlapped_step_s);
   r.iterations->Increment();
   Add(r.tokens, s.tokens);
 }
@@ -300,6 +313,8 @@ void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
       exposed_reduce_.Remove(r.exposed_reduce);
       rank_overlap_.Remove(r.overlap);
       p2p_wait_.Remove(r.p2p_wait);
+      step_.Remove(r.step_after);
+      step_.Remove(r.step_overlapped);
       rank_iterations_.Remove(r.iterations);
       tokens_.Remove(r.tokens);
     }

@@ -13,6 +13,9 @@
 //   zpipe_exposed_reduce_seconds_total        the part of it that overlapped no compute
 //   zpipe_reduce_overlap_ratio                latest iteration: 1 - exposed / total (1: none)
 //   zpipe_p2p_wait_seconds_total              time blocked in receives
+//   zpipe_step_seconds_total{phase}           optimizer step: "after_reduce" (after the last
+//                                             reduction, on the critical path) or "overlapped"
+//                                             (bucket by bucket during the iteration)
 //   zpipe_rank_iterations_total               iterations the rank reported
 //   zpipe_tokens_total                        tokens the rank processed (stage 0; GPT only)
 // Per job (label job_id; updated when every rank has reported an iteration):
@@ -92,6 +95,8 @@ class PrometheusMetrics : public Metrics {
     prometheus::Counter* exposed_reduce = nullptr;
     prometheus::Gauge* overlap = nullptr;
     prometheus::Counter* p2p_wait = nullptr;
+    prometheus::Counter* step_after = nullptr;
+    prometheus::Counter* step_overlapped = nullptr;
     prometheus::Counter* iterations = nullptr;
     prometheus::Counter* tokens = nullptr;
     int last_iteration = -1;
@@ -130,6 +135,7 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Counter>& exposed_reduce_;
   prometheus::Family<prometheus::Gauge>& rank_overlap_;
   prometheus::Family<prometheus::Counter>& p2p_wait_;
+  prometheus::Family<prometheus::Counter>& step_;
   prometheus::Family<prometheus::Counter>& rank_iterations_;
   prometheus::Family<prometheus::Counter>& tokens_;
   // Per job.

@@ -44,6 +44,8 @@ class PrometheusMetricsTest : public ::testing::Test {
     s.exposed_reduce_s = 0.02 * scale;
     s.p2p_wait_s = 0.05 * scale;
     s.tokens = 512;
+    s.step_s = 0.03 * scale;
+    s.overlapped_step_s = 0.01 * scale;
     return s;
   }
 
@@ -71,6 +73,13 @@ TEST_F(PrometheusMetricsTest, RankReportsAccumulateOncePerIteration) {
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_p2p_wait_seconds_total") + kRank0), 0.1);
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_rank_iterations_total") + kRank0), 2);
   EXPECT_DOUBLE_EQ(Sample(std::string("zpipe_tokens_total") + kRank0), 1024);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_step_seconds_total{data_rank=\"0\",job_id=\"j\",phase=\"after_"
+                          "reduce\",pipeline_rank=\"0\"}"),
+                   0.06);
+  EXPECT_DOUBLE_EQ(
+      Sample("zpipe_step_seconds_total{data_rank=\"0\",job_id=\"j\",phase=\"overlapped\","
+             "pipeline_rank=\"0\"}"),
+      0.02);
   EXPECT_FALSE(absl::StrContains(Text(), "iteration=")) << Text();
 }
 

@@ -144,6 +144,8 @@ void FillStats(const IterationSummary& s, int pipeline_rank, int data_rank,
   out->set_exposed_reduce_s(s.exposed_reduce_s);
   out->set_p2p_wait_s(s.p2p_wait_s);
   out->set_tokens(s.tokens);
+  out->set_step_s(s.step_s);
+  out->set_overlapped_step_s(s.overlapped_step_s);
 }
 
 // The cuts of the checkpoint a job with `spec` would resume from; empty when none.
