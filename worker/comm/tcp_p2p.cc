@@ -866,8 +866,9 @@ absl::Status PublishGlooMarker(const TcpP2pOptions& o, KeyValueStore& store) {
   }
   if (!values.ok()) return values.status();
   for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*values)[i] != kGlooP2pMarker)
+    if ((*values)[i] != kGlooP2pMarker) {
       return MixedTransports(o, /*tcp=*/ranks[i], /*gloo=*/o.rank);
+    }
   }
   return absl::OkStatus();
 }

@@ -97,8 +97,9 @@ struct Executor::Impl {
   // Hands the stepper every launched bucket whose chunk has run its last compute action of the
   // iteration (at or before plan position `k`), in launch order.
   void ReleaseSteps(size_t k) {
-    for (GradSyncDriver::Launched& b : grad_sync->TakeLaunched())
+    for (GradSyncDriver::Launched& b : grad_sync->TakeLaunched()) {
       unreleased.push_back(std::move(b));
+    }
     auto keep = unreleased.begin();
     for (auto it = unreleased.begin(); it != unreleased.end(); ++it) {
       if (chunk_last[plan.placement.ChunkOf(it->stage)] <= k) {
