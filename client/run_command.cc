@@ -245,7 +245,9 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
                      {"bubble_measured", r.bubble_measured},
                      {"bubble_predicted", r.bubble_predicted},
                      {"reduce_s", r.reduce_s},
-                     {"exposed_reduce_s", r.exposed_reduce_s}});
+                     {"exposed_reduce_s", r.exposed_reduce_s},
+                     {"step_s", r.step_s},
+                     {"overlapped_step_s", r.overlapped_step_s}});
   }
   j["ranks"] = std::move(ranks);
   j["reduce"] = {{"total_s", s.reduce_total_s},

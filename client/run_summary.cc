@@ -49,7 +49,7 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
   std::vector<double> bubble, predicted, duration;
   double tokens = 0, seconds = 0, reduce = 0, exposed = 0;
   std::map<std::pair<int, int>, std::vector<double>> rank_bubble, rank_busy;
-  std::map<std::pair<int, int>, std::pair<double, double>> rank_reduce;
+  std::map<std::pair<int, int>, std::pair<double, double>> rank_reduce, rank_step;
   for (size_t i = first; i < iterations.size(); ++i) {
     const v1::IterationSummary& it = iterations[i];
     bubble.push_back(it.bubble_rate());
@@ -65,6 +65,8 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
       rank_busy[key].push_back(r.busy_s());
       rank_reduce[key].first += r.reduce_s();
       rank_reduce[key].second += r.exposed_reduce_s();
+      rank_step[key].first += r.step_s();
+      rank_step[key].second += r.overlapped_step_s();
     }
   }
   s.bubble_measured = Median(bubble);
@@ -87,6 +89,10 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
     r.busy_s = Median(rank_busy[key]);
     r.reduce_s = rank_reduce[key].first;
     r.exposed_reduce_s = rank_reduce[key].second;
+    if (s.steady_iterations > 0) {
+      r.step_s = rank_step[key].first / s.steady_iterations;
+      r.overlapped_step_s = rank_step[key].second / s.steady_iterations;
+    }
     s.ranks.push_back(r);
   }
   // By global rank: data_rank * p + pipeline_rank (the map's order).

@@ -24,6 +24,10 @@ struct RankSummary {
   double busy_s = 0;            // median compute time per iteration
   double reduce_s = 0;          // reduce wall time, total over the steady iterations
   double exposed_reduce_s = 0;  // the part of it that overlapped no compute
+  // The optimizer step per iteration, mean over the steady iterations: after the last reduction
+  // (on the critical path, outside the span), and bucket by bucket during the iteration.
+  double step_s = 0;
+  double overlapped_step_s = 0;
 };
 
 struct RunSummary {

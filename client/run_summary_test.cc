@@ -21,6 +21,8 @@ v1::IterationSummary Iteration(int i, double duration, double bubble, double pre
     s->set_tokens(100);
     s->set_reduce_s(reduce / busy.size());
     s->set_exposed_reduce_s(exposed / busy.size());
+    s->set_step_s(0.01 * (r + 1));
+    s->set_overlapped_step_s(0.002 * i);
   }
   it.set_reduce_total_s(reduce);
   it.set_reduce_exposed_s(exposed);
@@ -65,6 +67,10 @@ TEST(RunSummaryTest, SteadyStateSkipsTheFirstIterationAndTakesMedians) {
   EXPECT_DOUBLE_EQ(s.ranks[0].bubble_predicted, 0.04);
   EXPECT_DOUBLE_EQ(s.ranks[1].bubble_predicted, 0.06);
   EXPECT_FALSE(s.reduce_overlap.has_value());  // nothing reduced
+  // The optimizer step per iteration, mean over iterations 1..3 (overlapped: 0.002 i).
+  EXPECT_NEAR(s.ranks[0].step_s, 0.01, 1e-12);
+  EXPECT_NEAR(s.ranks[1].step_s, 0.02, 1e-12);
+  EXPECT_NEAR(s.ranks[1].overlapped_step_s, 0.004, 1e-12);
 }
 
 TEST(RunSummaryTest, ReduceOverlapIsOneMinusExposedOverTotal) {
