@@ -126,8 +126,7 @@ TEST_F(LogsTest, ShowsEachRanksLinesWithTimeAndRankAndFiltersByRank) {
     EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr(absl::StrCat(
                                 "job logs-basic: rank ", r, "/0 of p=2 d=1, 2 iterations"))))
         << all.out;
-    EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr("TCP streams data path")))
-        << all.out;
+    EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr("TCP streams data path"))) << all.out;
     EXPECT_THAT(by_rank[r].back(), HasSubstr("job logs-basic: rank finished")) << all.out;
   }
 

@@ -106,8 +106,8 @@ TEST(WorkerE2eTest, BothPointToPointPathsTrainTheSameLosses) {
     ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << transport << ": " << job->reason();
     ASSERT_EQ(losses.back().size(), 5u) << transport;
     // Every rank says which path it ran on.
-    const std::string said = std::string(transport) == "tcp" ? "cpu, TCP streams data path"
-                                                             : "cpu, Gloo data path";
+    const std::string said =
+        std::string(transport) == "tcp" ? "cpu, TCP streams data path" : "cpu, Gloo data path";
     int ranks_saying = 0;
     LogsOptions follow;
     follow.follow = true;
