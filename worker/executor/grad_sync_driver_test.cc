@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +28,7 @@ double Ms(SteadyTime a, SteadyTime b) {
 
 // A stage that hides its inner stage's landing reports (a wrapper that does not forward them):
 // gradient sync must then count it per action.
-class Opaque final : public model::Stage {
+class Opaque : public model::Stage {
  public:
   explicit Opaque(std::unique_ptr<model::Stage> inner) : inner_(std::move(inner)) {}
   int stage() const override { return inner_->stage(); }
@@ -50,18 +52,55 @@ class Opaque final : public model::Stage {
   std::unique_ptr<model::Stage> inner_;
 };
 
-// Runs `iterations` of a p = 1, d = 2 job (1F1B, m = 2) and returns replica 0's summaries.
-std::vector<IterationSummary> RunReplicas(bool overlap, int iterations, bool opaque = false) {
+// An opaque stage whose first parameter accumulates in B (as LayerNorm's do) and whose W reads
+// it, as a W that recomputes activations would. On a plan whose last W follows the last B, that
+// parameter's bucket reduces while the W is still to run; the executor must not step it before
+// the chunk is done. Each W that sees the parameter change under it adds one to `*changed`.
+class ReadsItsBParamInW final : public Opaque {
+ public:
+  ReadsItsBParamInW(std::unique_ptr<model::Stage> inner, int* changed)
+      : Opaque(std::move(inner)), params_(Opaque::params()), changed_(changed) {
+    params_[0].phase = model::GradPhase::kB;
+  }
+  absl::Status BackwardWeight(int mb) override {
+    const torch::Tensor before = params_[0].tensor.detach().clone();
+    absl::Status s = Opaque::BackwardWeight(mb);  // 40 ms: time enough for a reduce and a step
+    if (!torch::equal(before, params_[0].tensor)) ++*changed_;
+    return s;
+  }
+  const std::vector<model::ParamInfo>& params() const override { return params_; }
+
+ private:
+  std::vector<model::ParamInfo> params_;
+  int* changed_;
+};
+
+// The lowered plan of a p = 1 job with m = 2.
+core::Plan SingleRankPlan(core::ScheduleKind kind) {
   core::ScheduleRequest req;
   req.pipeline = 1;
   req.microbatches = 2;
   req.cost = core::CostModel::Uniform(1, core::StageCost{});
-  auto plan = core::GenerateSchedule(core::ScheduleKind::k1F1B, req);
+  auto plan = core::GenerateSchedule(kind, req);
   EXPECT_TRUE(plan.ok()) << plan.status();
   auto lowered = core::LowerComm(*plan);
   EXPECT_TRUE(lowered.ok()) << lowered.status();
+  return *lowered;
+}
+
+struct Replicas {
+  core::ScheduleKind kind = core::ScheduleKind::k1F1B;
+  bool overlap = true;
+  // Wraps replica `dr`'s synthetic stage; unset: the stage as it is.
+  std::function<std::unique_ptr<model::Stage>(int dr, std::unique_ptr<model::Stage>)> wrap;
+};
+
+// Runs `iterations` of a p = 1, d = 2 job (m = 2) and returns each replica's summaries.
+std::vector<std::vector<IterationSummary>> RunReplicas(const Replicas& r, const std::string& name,
+                                                       int iterations) {
+  const core::Plan lowered = SingleRankPlan(r.kind);
   auto store = NewInMemoryStore();
-  std::vector<IterationSummary> out;
+  std::vector<std::vector<IterationSummary>> out(2);
   std::vector<absl::Status> errors(2);
   std::vector<std::thread> threads;
   for (int dr = 0; dr < 2; ++dr) {
@@ -70,7 +109,7 @@ std::vector<IterationSummary> RunReplicas(bool overlap, int iterations, bool opa
       CommunicatorOptions co;
       co.data_rank = dr;
       co.data_size = 2;
-      co.key_prefix = absl::StrCat("driver-test/", overlap, "/", opaque, "/");
+      co.key_prefix = absl::StrCat("driver-test/", name, "/");
       co.timeout = absl::Seconds(30);
       auto comm = NewGlooCommunicator(co, *store);
       if (!comm.ok()) return fail(comm.status());
@@ -85,26 +124,22 @@ std::vector<IterationSummary> RunReplicas(bool overlap, int iterations, bool opa
       auto stage = model::MakeSyntheticStage(sc, so);
       if (!stage.ok()) return fail(stage.status());
       std::vector<std::unique_ptr<model::Stage>> stages;
-      if (opaque) {
-        stages.push_back(std::make_unique<Opaque>(*std::move(stage)));
-      } else {
-        stages.push_back(*std::move(stage));
-      }
+      stages.push_back(r.wrap ? r.wrap(dr, *std::move(stage)) : *std::move(stage));
       GradSyncOptions gso;
-      gso.overlap = overlap;
+      gso.overlap = r.overlap;
       gso.bucket_bytes = 100'000;
-      auto driver = NewGradSyncDriver(*lowered, 0, stages, gso, **comm);
+      auto driver = NewGradSyncDriver(lowered, 0, stages, gso, **comm);
       if (!driver.ok()) return fail(driver.status());
       ExecutorConfig config;
       config.optimizer = "sgd";
-      config.max_grad_norm = 0;
-      auto exec = Executor::Make(*lowered, 0, dr, config, std::move(stages), **comm, nullptr,
+      config.max_grad_norm = 0;  // the step overlaps
+      auto exec = Executor::Make(lowered, 0, dr, config, std::move(stages), **comm, nullptr,
                                  driver->get(), nullptr);
       if (!exec.ok()) return fail(exec.status());
       for (int it = 0; it < iterations; ++it) {
         auto summary = (*exec)->RunIteration(it);
         if (!summary.ok()) return fail(summary.status());
-        if (dr == 0) out.push_back(*summary);
+        out[dr].push_back(*summary);
       }
     });
   }
@@ -113,107 +148,33 @@ std::vector<IterationSummary> RunReplicas(bool overlap, int iterations, bool opa
   return out;
 }
 
-// A stage whose first parameter accumulates in B (as LayerNorm's do) and whose W reads it, as a W
-// that recomputes activations would: its bucket reduces after the last B, while that microbatch's
-// W is still to run. The executor must not step it before the chunk is done; the W records
-// whether the parameter changed under it.
-class ReadsItsBParamInW final : public model::Stage {
- public:
-  explicit ReadsItsBParamInW(std::unique_ptr<model::Stage> inner)
-      : inner_(std::move(inner)), params_(inner_->params()) {
-    params_[0].phase = model::GradPhase::kB;
+// Replica 0's summaries of a 1F1B job.
+std::vector<IterationSummary> RunReplicas(bool overlap, int iterations, bool opaque = false) {
+  Replicas r;
+  r.overlap = overlap;
+  if (opaque) {
+    r.wrap = [](int, std::unique_ptr<model::Stage> s) -> std::unique_ptr<model::Stage> {
+      return std::make_unique<Opaque>(std::move(s));
+    };
   }
-  int stage() const override { return inner_->stage(); }
-  int num_stages() const override { return inner_->num_stages(); }
-  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
-                                        const torch::Tensor* targets) override {
-    return inner_->Forward(mb, input, targets);
-  }
-  absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor& grad) override {
-    return inner_->BackwardInput(mb, grad);
-  }
-  absl::Status BackwardWeight(int mb) override {
-    const torch::Tensor before = params_[0].tensor.detach().clone();
-    absl::Status s = inner_->BackwardWeight(mb);  // 40 ms: time enough for a reduce and a step
-    if (!torch::equal(before, params_[0].tensor)) ++changed_under_w;
-    return s;
-  }
-  absl::StatusOr<float> Loss(int mb) const override { return inner_->Loss(mb); }
-  void ClearLosses() override { inner_->ClearLosses(); }
-  void FreeMicrobatch(int mb) override { inner_->FreeMicrobatch(mb); }
-  int pending_microbatches() const override { return inner_->pending_microbatches(); }
-  const std::vector<model::ParamInfo>& params() const override { return params_; }
-  model::TensorSpec ActivationSpec(int b) const override { return inner_->ActivationSpec(b); }
-
-  int changed_under_w = 0;
-
- private:
-  std::unique_ptr<model::Stage> inner_;
-  std::vector<model::ParamInfo> params_;
-};
+  return RunReplicas(r, absl::StrCat(overlap, "/", opaque), iterations)[0];
+}
 
 TEST(GradSyncDriverTest, ABucketIsSteppedOnlyOnceItsChunkIsDone) {
-  core::ScheduleRequest req;
-  req.pipeline = 1;
-  req.microbatches = 2;
-  req.cost = core::CostModel::Uniform(1, core::StageCost{});
-  auto plan = core::GenerateSchedule(core::ScheduleKind::kZbH1, req);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto lowered = core::LowerComm(*plan);
-  ASSERT_TRUE(lowered.ok()) << lowered.status();
   // The plan runs the last B before the last W: the B-phase bucket reduces first.
-  const auto& actions = lowered->ranks[0];
-  ASSERT_EQ(actions.back().kind, core::ActionKind::kBackwardWeight);
-  auto store = NewInMemoryStore();
-  std::vector<absl::Status> errors(2);
-  std::vector<int> changed(2, -1), stepped(2, -1);
-  std::vector<std::thread> threads;
+  ASSERT_EQ(SingleRankPlan(core::ScheduleKind::kZbH1).ranks[0].back().kind,
+            core::ActionKind::kBackwardWeight);
+  std::vector<int> changed(2, 0);
+  Replicas r;
+  r.kind = core::ScheduleKind::kZbH1;
+  r.wrap = [&](int dr, std::unique_ptr<model::Stage> s) -> std::unique_ptr<model::Stage> {
+    return std::make_unique<ReadsItsBParamInW>(std::move(s), &changed[dr]);
+  };
+  const std::vector<std::vector<IterationSummary>> runs = RunReplicas(r, "chunk-done", 2);
   for (int dr = 0; dr < 2; ++dr) {
-    threads.emplace_back([&, dr] {
-      auto fail = [&](absl::Status st) { errors[dr] = st; };
-      CommunicatorOptions co;
-      co.data_rank = dr;
-      co.data_size = 2;
-      co.key_prefix = "driver-test/chunk-done/";
-      co.timeout = absl::Seconds(30);
-      auto comm = NewGlooCommunicator(co, *store);
-      if (!comm.ok()) return fail(comm.status());
-      model::SyntheticStageConfig sc;
-      sc.forward_ms = 2;
-      sc.backward_ms = 2;
-      sc.weight_ms = 40;
-      sc.params_mb = 0.4;
-      sc.param_tensors = kBuckets;
-      model::StageOptions so;
-      so.num_microbatches = 2;
-      auto inner = model::MakeSyntheticStage(sc, so);
-      if (!inner.ok()) return fail(inner.status());
-      auto stage = std::make_unique<ReadsItsBParamInW>(*std::move(inner));
-      ReadsItsBParamInW* watched = stage.get();
-      std::vector<std::unique_ptr<model::Stage>> stages;
-      stages.push_back(std::move(stage));
-      GradSyncOptions gso;
-      gso.bucket_bytes = 100'000;  // one tensor per bucket
-      auto driver = NewGradSyncDriver(*lowered, 0, stages, gso, **comm);
-      if (!driver.ok()) return fail(driver.status());
-      ExecutorConfig config;
-      config.optimizer = "sgd";
-      config.max_grad_norm = 0;  // the step overlaps
-      auto exec = Executor::Make(*lowered, 0, dr, config, std::move(stages), **comm, nullptr,
-                                 driver->get(), nullptr);
-      if (!exec.ok()) return fail(exec.status());
-      for (int it = 0; it < 2; ++it) {
-        auto summary = (*exec)->RunIteration(it);
-        if (!summary.ok()) return fail(summary.status());
-        stepped[dr] = summary->overlapped_buckets;
-      }
-      changed[dr] = watched->changed_under_w;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int dr = 0; dr < 2; ++dr) {
-    EXPECT_TRUE(errors[dr].ok()) << errors[dr];
-    EXPECT_GT(stepped[dr], 0) << "replica " << dr << ": buckets were stepped during the iteration";
+    ASSERT_EQ(runs[dr].size(), 2u);
+    EXPECT_GT(runs[dr].back().overlapped_buckets, 0)
+        << "replica " << dr << ": buckets were stepped during the iteration";
     EXPECT_EQ(changed[dr], 0) << "replica " << dr << ": a W saw its chunk's parameter change";
   }
 }
