@@ -185,6 +185,8 @@ absl::StatusOr<Plan> ParsePlanText(absl::string_view text) {
       continue;
     }
     if (tok[0] == "placement") {
+      // One placement per plan: a second one would resize the ranks under an open 'rank R'.
+      if (seen_placement) return fail("a second 'placement' line (a plan has one)");
       int p = 0, v = 0, m = 0;
       if (tok.size() != 8 || tok[2] != "ranks" || tok[4] != "chunks" || tok[6] != "microbatches" ||
           !absl::SimpleAtoi(tok[3], &p) || !absl::SimpleAtoi(tok[5], &v) ||

@@ -70,6 +70,18 @@ TEST(PlanTest, ParsePlanTextErrorsNameTheLine) {
   EXPECT_EQ(ok->num_microbatches, 3);
 }
 
+// A second placement line with fewer ranks shrank the ranks under an open 'rank 3', and the next
+// action was appended to a destroyed vector (heap-use-after-free; found by fuzz_smoke in CI).
+TEST(PlanTest, ParsePlanTextRefusesASecondPlacement) {
+  auto plan = ParsePlanText(
+      "zpipe-plan v1\nplacement linear ranks 4 chunks 1 microbatches 1\nrank 3\nF s3 mb0\n"
+      "placement linear ranks 2 chunks 1 microbatches 1\nF s1 mb0\n");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("line 5: a second 'placement' line"), std::string::npos)
+      << plan.status();
+}
+
 // Plan text is what workers are sent. These placements allocated 48 GB (ranks), overflowed
 // ranks x chunks (chunks), or made the validator allocate GBs (microbatches) before the parser
 // checked the plan bounds. fuzz/plan_text_fuzzer.cc found the first (a 10 s timeout).
