@@ -276,7 +276,9 @@ TEST_F(CliCommandsTest, WorkersTableShowsCapabilities) {
 TEST_F(CliCommandsTest, PlanForAJob) {
   ASSERT_TRUE(fake_.Submit(Spec(), "p", false).ok());
   EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p"}).code, kExitJobFailed);  // no plan yet
-  JobPlan plan{std::string("p"), core::EmptyPlan("1f1b", core::Placement::Linear(2), 1), {}};
+  JobPlan plan;
+  plan.job_id = "p";
+  plan.plan = core::EmptyPlan("1f1b", core::Placement::Linear(2), 1);
   plan.plan.ranks[0] = {core::Action::F(0, 0), core::Action::BW(0, 0)};
   plan.plan.ranks[1] = {core::Action::F(1, 0), core::Action::BW(1, 0)};
   plan.predicted.set_bubble_rate(0.5);

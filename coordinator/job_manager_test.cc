@@ -160,7 +160,9 @@ TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
   const std::string w0 = AddWorker("a", &c0_);
   const std::vector<int32_t> its = {0, 0, 0}, ops = {1, 4, 99}, stages = {0, 0, 0}, mbs = {0, 0, 7};
-  ProgressBatchData batch{"j", 0, 0, {its, ops, stages, mbs}};
+  ProgressBatchData batch;
+  batch.job_id = "j";
+  batch.events = {its, ops, stages, mbs};
   manager_->Progress("a", batch);
   EXPECT_EQ(manager_->dropped_progress_events(), 1u);  // the bad op / microbatch
   JobView job = *manager_->Get("j");
@@ -210,7 +212,14 @@ TEST_F(JobManagerTest, CommAndReduceEventsReachTheTraceNotProgress) {
   const std::vector<int32_t> its2 = {0, 0}, ops2 = {6, 1}, stages2 = {0, 1}, mbs2 = {1, 1},
                              short_peers = {0};
   const std::vector<double> starts2 = {t - 0.002, t - 0.001}, ends2 = {t - 0.001, t - 0.0005};
-  manager_->Progress("b", {"j", 1, 0, {its2, ops2, stages2, mbs2}, starts2, ends2, short_peers});
+  manager_->Progress("b", {.job_id = "j",
+                           .pipeline_rank = 1,
+                           .events = {its2, ops2, stages2, mbs2},
+                           .start_times = starts2,
+                           .end_times = ends2,
+                           .peers = short_peers,
+                           .chunks = {},
+                           .buckets = {}});
   EXPECT_EQ(manager_->dropped_progress_events(), 0u);
   JobView job = *manager_->Get("j");
   ASSERT_TRUE(job.progress.has_value());

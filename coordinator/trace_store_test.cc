@@ -5,6 +5,15 @@
 namespace zpipe::coordinator {
 namespace {
 
+// Pipeline ranks 0 and 1 on workers "a" and "b".
+std::vector<RankSlot> TwoRanks() {
+  std::vector<RankSlot> slots(2);
+  slots[0].worker_name = "a";
+  slots[1].pipeline_rank = 1;
+  slots[1].worker_name = "b";
+  return slots;
+}
+
 TEST(ClockOffsetEstimatorTest, TakesTheLeastDelayedSampleInTheWindow) {
   ClockOffsetEstimator e;
   EXPECT_EQ(e.Estimate().samples, 0);
@@ -31,7 +40,7 @@ TEST(TraceStoreTest, KeepsRecentIterationsAlignedAndFindsTheLatestComplete) {
       "rank 0\nF s0 mb0\nBW s0 mb0\nrank 1\nF s1 mb0\nBW s1 mb0\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   TraceStore store;
-  store.StartJob("j", *plan, {RankSlot{0, 0, "a"}, RankSlot{1, 0, "b"}});
+  store.StartJob("j", *plan, TwoRanks());
   EXPECT_EQ(store.Get("j", std::nullopt).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.Get("other", std::nullopt).status().code(), absl::StatusCode::kNotFound);
   const absl::Time now = absl::FromUnixSeconds(1000);
@@ -78,7 +87,7 @@ TEST(TraceStoreTest, KeepsCommAndReduceEventsAlignedLikeCompute) {
       "REDUCE chunk0 bucket0\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   TraceStore store;
-  store.StartJob("j", *plan, {RankSlot{0, 0, "a"}, RankSlot{1, 0, "b"}});
+  store.StartJob("j", *plan, TwoRanks());
   const absl::Time now = absl::FromUnixSeconds(1000);
   store.ObserveClock("a", now, 1000.0);
   store.ObserveClock("b", now, 997.0);  // b's clock is 3 s behind
@@ -132,7 +141,7 @@ TEST(TraceStoreTest, ComputeOnlyRanksCompleteOnCompute) {
       "rank 1\nRECV_ACT s0 mb0 <- r0\nF s1 mb0\nBW s1 mb0\nSEND_GRAD s1 mb0 -> r0\n");
   ASSERT_TRUE(plan.ok()) << plan.status();
   TraceStore store;
-  store.StartJob("j", *plan, {RankSlot{0, 0, "a"}, RankSlot{1, 0, "b"}});
+  store.StartJob("j", *plan, TwoRanks());
   for (int r = 0; r < 2; ++r) {
     const int32_t its[] = {0, 0};
     const core::Action actions[] = {core::Action::F(r, 0), core::Action::BW(r, 0)};

@@ -624,7 +624,7 @@ std::vector<Policy> Knobs(const std::vector<int>& cap) {
   std::vector<Policy> out;
   for (bool b_first : {true, false}) {
     for (double slack : {0.0, kInf, 0.5}) {
-      for (double w_gap : {0.0, 1.0, 0.5}) out.push_back(Policy{cap, slack, b_first, w_gap});
+      for (double w_gap : {0.0, 1.0, 0.5}) out.push_back(Policy{cap, slack, b_first, w_gap, {}});
     }
   }
   return out;
@@ -714,7 +714,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   if (!best) {
     // Every policy got stuck (memory deltas where a B or W needs room, all of it taken by Fs).
     // One microbatch in flight per rank always fits a limit that passed CheckMinimumMemory.
-    best = ListSchedule(pr, Policy{std::vector<int>(pr.p, 1), kInf, true, 0});
+    best = ListSchedule(pr, Policy{std::vector<int>(pr.p, 1), kInf, true, 0, {}});
     if (best) best_score = Evaluate(pr, *best).value_or(Score{});
   }
   if (!best) {
@@ -753,7 +753,7 @@ absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& can
   if (balanced_work > 0) {
     best_score = Evaluate(pr, *best).value_or(best_score);
     for (int k = 0; k < 8; ++k) {
-      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0}, balanced_work,
+      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0, {}}, balanced_work,
                   run_cost, consider);
     }
   }

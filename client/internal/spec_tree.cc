@@ -318,11 +318,9 @@ class CountingIterator {
     ++p_;
     return old;
   }
+  // C++20 rewrites != in terms of this.
   friend bool operator==(const CountingIterator& a, const CountingIterator& b) {
     return a.p_ == b.p_;
-  }
-  friend bool operator!=(const CountingIterator& a, const CountingIterator& b) {
-    return a.p_ != b.p_;
   }
 
  private:

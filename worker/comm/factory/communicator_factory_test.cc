@@ -33,8 +33,12 @@ TEST(CommunicatorFactoryTest, CudaStagesGetNcclOrAReason) {
 
 TEST(CommunicatorFactoryTest, BuildFlagsAgreeWithLibTorch) {
   // A LibTorch without CUDA never sees a device; one built with CUDA is reported as such.
-  if (!TorchHasCuda()) EXPECT_FALSE(torch::cuda::is_available());
-  if (torch::cuda::is_available()) EXPECT_TRUE(TorchHasCuda());
+  if (!TorchHasCuda()) {
+    EXPECT_FALSE(torch::cuda::is_available());
+  }
+  if (torch::cuda::is_available()) {
+    EXPECT_TRUE(TorchHasCuda());
+  }
 }
 
 }  // namespace
