@@ -30,6 +30,7 @@ const std::set<std::string> kRequired = {"zpipe_busy_seconds_total",
                                          "zpipe_reduce_overlap_ratio",
                                          "zpipe_job_reduce_overlap_ratio",
                                          "zpipe_p2p_wait_seconds_total",
+                                         "zpipe_step_seconds_total",
                                          "zpipe_iteration_duration_seconds_bucket",
                                          "zpipe_iteration_duration_seconds_sum",
                                          "zpipe_iteration_duration_seconds_count",
@@ -85,7 +86,7 @@ TEST(DashboardLint, CoversThePanelsTheIssueAsksFor) {
   for (const auto& p : AllPanels(d)) absl::StrAppend(&all, p.value("title", ""), "\n");
   for (const char* want : {"measured vs predicted", "Bubble ratio per rank", "Reduce overlap",
                            "Exposed reduce", "Iteration time", "Tokens per second", "Loss",
-                           "P2P wait", "Jobs by state", "Workers by state"}) {
+                           "P2P wait", "Jobs by state", "Workers by state", "Optimizer step"}) {
     EXPECT_TRUE(absl::StrContains(all, want)) << "no panel titled like '" << want << "':\n" << all;
   }
 }
