@@ -662,11 +662,9 @@ class GlooCommunicator final : public Communicator {
     if (entered.ok()) return absl::OkStatus();
     if (!absl::IsDeadlineExceeded(entered.status())) return entered.status();
     std::vector<std::string> missing;
-    for (int g = 0; g < size; ++g) {
-      if (!store_.Get(keys[g]).ok()) {
-        missing.push_back(
-            absl::StrCat("(", g % options_.pipeline_size, ", ", g / options_.pipeline_size, ")"));
-      }
+    for (int g : UnsetKeys(store_, keys)) {
+      missing.push_back(
+          absl::StrCat("(", g % options_.pipeline_size, ", ", g / options_.pipeline_size, ")"));
     }
     return absl::DeadlineExceededError(absl::StrCat(
         "barrier: rank (", options_.pipeline_rank, ", ", options_.data_rank, ") waited ",

@@ -102,6 +102,14 @@ class PrefixStore final : public KeyValueStore {
 
 }  // namespace
 
+std::vector<int> UnsetKeys(KeyValueStore& store, const std::vector<std::string>& keys) {
+  std::vector<int> unset;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!store.Get(keys[i]).ok()) unset.push_back(static_cast<int>(i));
+  }
+  return unset;
+}
+
 std::unique_ptr<KeyValueStore> NewInMemoryStore() { return std::make_unique<InMemoryStore>(); }
 
 std::unique_ptr<KeyValueStore> NewPrefixStore(KeyValueStore& base, std::string prefix) {

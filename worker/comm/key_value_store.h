@@ -39,6 +39,9 @@ class KeyValueStore {
                                                         absl::Time deadline) = 0;
 };
 
+// The indices of `keys` not set in `store`: what a Wait that timed out is still waiting for.
+std::vector<int> UnsetKeys(KeyValueStore& store, const std::vector<std::string>& keys);
+
 // A process-local store for tests and single-process runs; share it by reference between threads.
 std::unique_ptr<KeyValueStore> NewInMemoryStore();
 

@@ -605,11 +605,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   if (!keys.empty()) {
     auto values = store.Wait(keys, absl::Now() + absl::FromChrono(deadline - Clock::now()));
     if (absl::IsDeadlineExceeded(values.status())) {
-      std::vector<int> missing;
-      for (int j = 0; j < o.rank; ++j) {
-        if (!store.Get(keys[j]).ok()) missing.push_back(j);
-      }
-      return timed_out("publish an address", std::move(missing));
+      return timed_out("publish an address", UnsetKeys(store, keys));  // keys[j]: rank j
     }
     if (!values.ok()) return values.status();
     for (int j = 0; j < o.rank; ++j) {
@@ -855,9 +851,7 @@ absl::Status PublishGlooMarker(const TcpP2pOptions& o, KeyValueStore& store) {
   auto values = store.Wait(keys, absl::Now() + o.timeout);
   if (absl::IsDeadlineExceeded(values.status())) {
     std::vector<int> missing;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store.Get(keys[i]).ok()) missing.push_back(ranks[i]);
-    }
+    for (int i : UnsetKeys(store, keys)) missing.push_back(ranks[i]);
     return absl::DeadlineExceededError(
         absl::StrCat(o.group, " group: rank ", o.rank, " of ", o.size, ": ",
                      missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
