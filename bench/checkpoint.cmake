@@ -1,8 +1,7 @@
 # Checkpoint stall benchmark (scripts/bench checkpoint): how long a checkpoint holds up the
 # training loop, sync vs background writes, for the example jobs. Built only on request.
 if(TARGET zpipe_worker_daemon)
-  find_package(Torch REQUIRED)
-  find_package(Gloo REQUIRED)
+  zpipe_find_torch()
   add_executable(zpipe_checkpoint_bench EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/checkpoint_bench.cc)
   target_link_libraries(zpipe_checkpoint_bench PRIVATE zpipe::worker_daemon zpipe::worker_executor
                         zpipe::worker_model zpipe::worker_comm zpipe::core absl::status

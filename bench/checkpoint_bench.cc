@@ -1,7 +1,7 @@
 // Checkpoint stall benchmark (scripts/bench checkpoint): how long a checkpoint holds up the
 // training loop at the iteration boundary, against the iteration time, for the example jobs.
 //
-// Every pipeline rank is a thread of this process talking Gloo over loopback (as in
+// Every pipeline rank is a thread of this process talking over loopback (TCP streams) (as in
 // bench/runtime_bench.cc) and checkpoints through the worker's own JobCheckpointer into a
 // temporary directory, every `--every` iterations. Three runs per example:
 //   none   no checkpoints: the iteration time to compare with;
@@ -31,7 +31,7 @@
 #include "core/cost_model.h"
 #include "core/planning.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/daemon/job_checkpoint.h"
 #include "worker/executor/executor.h"
@@ -133,7 +133,7 @@ Result Run(const Example& ex, Mode mode) {
       opts.pipeline_size = ex.p;
       opts.key_prefix = prefix;
       opts.timeout = absl::Seconds(120);
-      auto comm = worker::NewGlooCommunicator(opts, *store);
+      auto comm = worker::NewTcpCommunicator(opts, *store);
       if (!comm.ok()) return fail(comm.status());
       std::vector<std::unique_ptr<worker::model::Stage>> stages;
       for (int c = 0; c < v; ++c) {
@@ -283,7 +283,7 @@ void Main() {
   std::printf(
       "== checkpoint stall: time the training loop is held at the iteration boundary by a\n"
       "   checkpoint, every %d iterations, %d measured iterations after 1 warm-up; ranks are\n"
-      "   threads of one process (Gloo loopback), files in %s\n",
+      "   threads of one process (TCP streams on loopback), files in %s\n",
       g_every, g_iters, fs::temp_directory_path().c_str());
   std::printf(
       "   sync: the whole save in the loop (before issue 12); async: copy to host memory in "

@@ -8,23 +8,20 @@
 //             against the single-process reference model with two intra-op threads.
 //
 // Every pipeline/data rank is a thread of this process talking over loopback (as in
-// worker/executor/executor_test.cc), on the transport --transport names. Synthetic stages only
+// worker/executor/executor_test.cc), on ZeroPipe's TCP streams. Synthetic stages only
 // sleep, so threads are faithful for them; the GPT comparison pins each thread to one intra-op
 // thread.
 //
 //   bubble    synthetic 5 and 20 ms actions, m = 16, p = 2 and 4, ZB-V, ZB-2p and 1F1B: measured
 //             bubble and iteration time beside the simulator's.
 //   reporting ZB-V with the daemon's progress reporting and metrics on and off.
-//   hop       per-hop cost between two processes: TCP floor, raw Gloo pair, communicator,
-//             executor (bench/runtime_hop.h).
+//   hop       per-hop cost between two processes: TCP floor, communicator, executor
+//             (bench/runtime_hop.h).
 //
 // Usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] [--warmup
 // N]
 //                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
-//                            [--gpt layers,hidden,heads,seq_len,vocab] [--transport tcp|gloo]
-// --transport: what carries the in-process pipelines' activations and all-reduces (bubble,
-// fidelity, overlap, gpt): ZeroPipe's own streams (tcp, the default) or Gloo's unbound buffers; the
-// hop table shows both.
+//                            [--gpt layers,hidden,heads,seq_len,vocab]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -51,7 +48,7 @@
 #include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #ifdef ZPIPE_BENCH_WITH_DAEMON
 #include <prometheus/registry.h>
 
@@ -80,8 +77,6 @@ int g_overlap_p = 2;
 // GPT runs are CPU-bound and slow on 2 cores: fewer iterations (--gpt-iters N).
 int g_gpt_iters = 3;
 int g_gpt_warmup = 1;
-// What carries the in-process pipelines' activations and all-reduces (--transport tcp|gloo).
-worker::CommunicatorOptions::Transport g_transport = worker::CommunicatorOptions::Transport::kTcp;
 // GPT shape for the tokens/s comparison (--gpt layers,hidden,heads,seq_len,vocab).
 worker::model::GptConfig g_gpt{.layers = 4, .hidden = 128, .heads = 4, .seq_len = 32, .vocab = 256};
 
@@ -308,8 +303,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
       opts.data_size = r.d;
       opts.key_prefix = prefix;
       opts.timeout = absl::Seconds(60);
-      opts.transport = g_transport;
-      auto comm = worker::NewGlooCommunicator(opts, *store);
+      auto comm = worker::NewTcpCommunicator(opts, *store);
       if (!comm.ok()) return fail(comm.status());
       std::vector<std::unique_ptr<worker::model::Stage>> stages;
       for (int c = 0; c < placement.chunks_per_rank(); ++c) {
@@ -399,7 +393,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
   return result;
 }
 
-// One-way latency of an activation-sized Gloo send between two threads: the median round trip
+// One-way latency of an activation-sized send between two threads: the median round trip
 // of a ping-pong, halved (a median, so one preempted round does not move the prediction).
 double MeasureCommMs(double activation_kb) {
   auto store = worker::NewInMemoryStore();
@@ -414,8 +408,7 @@ double MeasureCommMs(double activation_kb) {
       opts.pipeline_rank = rank;
       opts.pipeline_size = 2;
       opts.key_prefix = "rtbench/pingpong/";
-      opts.transport = g_transport;
-      auto comm = worker::NewGlooCommunicator(opts, *store);
+      auto comm = worker::NewTcpCommunicator(opts, *store);
       if (!comm.ok()) {
         errors[rank] = comm.status();
         return;
@@ -486,7 +479,7 @@ void Fidelity() {
       g_iters, g_warmup);
   std::printf(
       "   predicted: core::Simulate of the same lowered plan, same costs, T_comm = %.3f ms "
-      "(measured Gloo ping-pong / 2)\n",
+      "(measured ping-pong / 2)\n",
       comm_ms);
   std::printf(
       "   timing: sleep = sleep_until (synthetic stage as shipped); sleep+spin = sleep until "
@@ -652,9 +645,7 @@ void Bubble() {
   const double comm_ms = MeasureCommMs(64);
   std::printf(
       "== bubble fidelity: synthetic actions of 5 and 20 ms (F = B = W per chunk, BW = B + W), "
-      "m = 16, activation 64 KiB, ranks as threads over loopback on %s\n",
-      g_transport == worker::CommunicatorOptions::Transport::kTcp ? "ZeroPipe's TCP streams"
-                                                                  : "Gloo");
+      "m = 16, activation 64 KiB, ranks as threads over loopback on ZeroPipe's TCP streams\n");
   std::printf(
       "   measured: mean over %d iterations after %d warm-up of 1 - sum busy / (p span) and of "
       "the span; predicted: core::Simulate, T_comm = %.3f ms (median ping-pong / 2)\n",
@@ -768,7 +759,7 @@ void Overlap() {
   const core::Plan plan = MakePlan(r, comm_ms);
   std::printf(
       "== 2. gradient-reduce overlap: ZB-V p=%d m=%d d=%d, chunk ops F=%.0f B=%.0f W=%.0f "
-      "ms, %.0f MB of parameters per stage in %d buckets of 1 MB (Gloo all-reduce)\n",
+      "ms, %.0f MB of parameters per stage in %d buckets of 1 MB (all-reduce on the TCP streams)\n",
       r.p, r.m, r.d, r.costs.f_ms, r.costs.b_ms, r.costs.w_ms, r.costs.params_mb, buckets);
   std::printf(
       "   measured: per rank per iteration, summed over the p·d ranks, mean of %d "
@@ -888,7 +879,7 @@ void Gpt() {
               ref_full_s, tokens_per_iter / ref_full_s, ref_s / ref_full_s);
   std::printf("%-44s %8.3f %11.0f %9.2f\n", "reference, 1 process, 1 thread, microbatched",
               ref_one_s, tokens_per_iter / ref_one_s, ref_s / ref_one_s);
-  std::printf("%-44s %8.3f %11.0f %9.2f\n", "ZB-V p=2 m=8, 2 ranks x 1 thread (Gloo)", pipe_s,
+  std::printf("%-44s %8.3f %11.0f %9.2f\n", "ZB-V p=2 m=8, 2 ranks x 1 thread (TCP)", pipe_s,
               tokens_per_iter / pipe_s, ref_s / pipe_s);
   std::printf(
       "   ZB-V measured bubble %.3f (1 - sum busy / (p span)); vs ref = reference "
@@ -916,14 +907,6 @@ int main(int argc, char** argv) {
       g_warmup = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--overlap-p" && i + 1 < argc) {
       g_overlap_p = std::max(2, std::atoi(argv[++i]));
-    } else if (a == "--transport" && i + 1 < argc) {
-      const std::string v = argv[++i];
-      if (v != "tcp" && v != "gloo") {
-        std::fprintf(stderr, "--transport wants tcp or gloo, not '%s'\n", v.c_str());
-        return 2;
-      }
-      g_transport = v == "tcp" ? zpipe::worker::CommunicatorOptions::Transport::kTcp
-                               : zpipe::worker::CommunicatorOptions::Transport::kGloo;
     } else if (a == "--gpt-iters" && i + 1 < argc) {
       g_gpt_iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--gpt" && i + 1 < argc) {
@@ -940,7 +923,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
           "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
-          "[--gpt L,H,heads,T,V] [--transport tcp|gloo]\n");
+          "[--gpt L,H,heads,T,V]\n");
       return 2;
     }
   }

@@ -1,9 +1,6 @@
 #include "bench/runtime_hop.h"
 
 #include <arpa/inet.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spawn.h>
@@ -26,8 +23,7 @@
 #include "bench/machine_state.h"
 #include "core/plan.h"
 #include "worker/comm/file_store.h"
-#include "worker/comm/gloo_communicator.h"
-#include "worker/comm/gloo_store.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/executor/executor.h"
 
 extern char** environ;
@@ -132,39 +128,7 @@ std::vector<double> TcpRounds(int rank, int fd, size_t bytes, int rounds) {
   return rtt;
 }
 
-// ---- raw Gloo pair --------------------------------------------------------------------------
-
-std::vector<double> GlooRounds(int rank, gloo::Context& ctx, size_t bytes, int rounds) {
-  const int peer = 1 - rank;
-  std::vector<char> out(bytes, 1), in0(bytes), in1(bytes);
-  auto send = ctx.createUnboundBuffer(out.data(), bytes);
-  std::unique_ptr<gloo::transport::UnboundBuffer> recv[2] = {
-      ctx.createUnboundBuffer(in0.data(), bytes), ctx.createUnboundBuffer(in1.data(), bytes)};
-  const uint64_t base = uint64_t{0x41} << 56;
-  std::vector<double> rtt;
-  rtt.reserve(rounds);
-  const int total = kWarmupRounds + rounds;
-  // The receive of round k is posted before round k starts, as the executor posts ahead.
-  recv[0]->recv(peer, base);
-  for (int k = 0; k < total; ++k) {
-    const auto t0 = Clock::now();
-    if (rank == 0) {
-      send->send(peer, base);
-      recv[k % 2]->waitRecv();  // the reply: the send has arrived, its completion is a formality
-      if (k >= kWarmupRounds) rtt.push_back(Micros(Clock::now() - t0));
-      send->waitSend();
-      if (k + 1 < total) recv[(k + 1) % 2]->recv(peer, base);
-    } else {
-      recv[k % 2]->waitRecv();
-      if (k + 1 < total) recv[(k + 1) % 2]->recv(peer, base);
-      send->send(peer, base);
-      send->waitSend();
-    }
-  }
-  return rtt;
-}
-
-// ---- GlooCommunicator -----------------------------------------------------------------------
+// ---- the communicator (TCP streams) ---------------------------------------------------------
 
 std::vector<double> CommRounds(int rank, worker::Communicator& comm, size_t bytes, int rounds) {
   const int peer = 1 - rank;
@@ -312,19 +276,11 @@ int RunRank(int rank, const std::string& dir, int rounds) {
   torch::set_num_threads(1);
   auto store = Must(worker::NewFileStore(dir), "file store");
   const int fd = ConnectTcp(rank, *store);
-  auto device = gloo::transport::tcp::CreateDevice(gloo::transport::tcp::attr("127.0.0.1"));
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, 2);
-  ctx->connectFullMesh(*worker::NewGlooStore(*store, "raw/", absl::Seconds(60)), device);
-  // The communicator over each point-to-point path: ZeroPipe's own streams and Gloo's buffers.
   worker::CommunicatorOptions opts;
   opts.pipeline_rank = rank;
   opts.pipeline_size = 2;
   opts.key_prefix = "comm/";
-  opts.transport = worker::CommunicatorOptions::Transport::kTcp;
-  auto comm = Must(worker::NewGlooCommunicator(opts, *store), "communicator (tcp)");
-  opts.key_prefix = "comm-gloo/";
-  opts.transport = worker::CommunicatorOptions::Transport::kGloo;
-  auto comm_gloo = Must(worker::NewGlooCommunicator(opts, *store), "communicator (gloo)");
+  auto comm = Must(worker::NewTcpCommunicator(opts, *store), "communicator");
   if (rank == 0) {
     std::printf(
         "== per-hop cost: one activation hand-over between two processes on loopback, one-way "
@@ -332,25 +288,21 @@ int RunRank(int rank, const std::string& dir, int rounds) {
         rounds, RoundsFor(4096, rounds), kWarmupRounds);
     std::printf("   machine at start: %s\n\n", MachineState().c_str());
     std::printf("%-8s %-10s %9s %9s %9s %12s %9s\n", "size", "path", "p50 us", "p99 us", "mean us",
-                "p50-gloo us", "p99/p50");
+                "p50-tcp us", "p99/p50");
   }
   for (int kb : kSizesKb) {
     const size_t bytes = size_t(kb) * 1024;
     const int n = RoundsFor(kb, rounds);
     const Stats tcp = OneWay(TcpRounds(rank, fd, bytes, n));
-    const Stats gloo = OneWay(GlooRounds(rank, *ctx, bytes, n));
-    const Stats com_gloo = OneWay(CommRounds(rank, *comm_gloo, bytes, n));
     const Stats com = OneWay(CommRounds(rank, *comm, bytes, n));
-    const Stats exe_gloo = OneWay(ExecutorRounds(rank, *comm_gloo, bytes, n));
     const Stats exe = OneWay(ExecutorRounds(rank, *comm, bytes, n));
     if (rank != 0) continue;
     const std::string size =
         kb >= 1024 ? absl::StrCat(kb / 1024, " MiB") : absl::StrCat(kb, " KiB");
-    for (const auto& [name, s] : {std::pair{"tcp", tcp}, std::pair{"gloo pair", gloo},
-                                  std::pair{"comm gloo", com_gloo}, std::pair{"comm tcp", com},
-                                  std::pair{"exec gloo", exe_gloo}, std::pair{"exec tcp", exe}}) {
+    for (const auto& [name, s] :
+         {std::pair{"tcp", tcp}, std::pair{"comm", com}, std::pair{"executor", exe}}) {
       std::printf("%-8s %-10s %9.1f %9.1f %9.1f %+12.1f %9.2f\n", size.c_str(), name, s.p50, s.p99,
-                  s.mean, s.p50 - gloo.p50, s.p50 > 0 ? s.p99 / s.p50 : 0.0);
+                  s.mean, s.p50 - tcp.p50, s.p50 > 0 ? s.p99 / s.p50 : 0.0);
     }
     std::fflush(stdout);
   }

@@ -2,8 +2,8 @@
 // loopback, through each layer of the runtime's data path, beside the layers below it:
 //
 //   tcp        a plain TCP socket (blocking write/read, TCP_NODELAY): the floor
-//   gloo pair  a Gloo TCP context, unbound buffers, receive posted ahead, waited on the caller
-//   comm       GlooCommunicator Send/Recv with the receive posted ahead, the handle waited
+//   comm       the communicator (ZeroPipe's TCP streams) Send/Recv with the receive posted
+//              ahead, the handle waited
 //   executor   two Executors running a ping-pong plan (F s0 -> SEND_ACT -> F s1, B s1 ->
 //              SEND_GRAD -> B s0) with stages that compute nothing; the hop is half the time
 //              from F s0's end to B s0's start on rank 0, as the executor's own records say

@@ -3,7 +3,7 @@
 # (EXCLUDE_FROM_ALL).
 if(TARGET zpipe_worker_model AND benchmark_FOUND)
   # The worker's imported Torch targets are directory-scoped; find them here too.
-  find_package(Torch REQUIRED)
+  zpipe_find_torch()
   add_executable(zpipe_split_bench EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/split_bench.cc)
   target_link_libraries(zpipe_split_bench PRIVATE zpipe::worker_model benchmark::benchmark)
 endif()

@@ -1,5 +1,5 @@
 # python/ (the zeropipe package): its unittest suites, run with the interpreter scripts/find-python
-# finds at test time (Debian's /usr/bin/python3 with the packages scripts/setup installs). Each
+# finds at test time (the venv scripts/setup makes, .venv/bin/python). Each
 # test fails, saying what to install, when there is none. Label: python.
 #
 # python_zeropipe: the model-export and token-file helpers (needs torch and numpy).

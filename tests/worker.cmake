@@ -14,7 +14,7 @@ endif()
 # Capability reporting end to end: real coordinator, real worker, the built `zpipe`. The LibTorch
 # version CMake finds is the one the worker reports.
 if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe)
-  find_package(Torch REQUIRED)
+  zpipe_find_torch()
   find_package(nlohmann_json REQUIRED)
   set(nccl_build 0)
   get_property(daemon_nccl GLOBAL PROPERTY ZPIPE_DAEMON_HAS_NCCL)

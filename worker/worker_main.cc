@@ -23,7 +23,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
     "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS] [--transport "
-    "tcp|gloo]\n"
+    "tcp]\n"
     "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)\n"
     "  --name         stable worker name (default HOST/DEVICE)\n"
     "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
@@ -31,8 +31,8 @@ constexpr char kUsage[] =
     "  --host         address peers reach this worker on (default 127.0.0.1)\n"
     "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
     "  --transport    what carries a CPU job's activations, gradients and all-reduces: tcp,\n"
-    "                 ZeroPipe's own streams, or gloo (default $ZPIPE_TRANSPORT or tcp); the\n"
-    "                 same on every worker of a job\n"
+    "                 ZeroPipe's own streams (the only one; gloo was removed when LibTorch\n"
+    "                 moved to the PyTorch wheel)\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
     "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
@@ -200,11 +200,16 @@ int main(int argc, char** argv) {
       return Usage("unknown flag " + flag);
     }
   }
-  if (transport != "tcp" && transport != "gloo") {
-    return Usage("--transport (or $ZPIPE_TRANSPORT): tcp or gloo, not '" + transport + "'");
+  if (transport == "gloo") {
+    return Usage(
+        "--transport gloo (or $ZPIPE_TRANSPORT=gloo) is gone: LibTorch now comes from the PyTorch "
+        "wheel, which ships no Gloo headers, and a second Gloo in the process is unsafe. Drop the "
+        "flag: CPU jobs run on ZeroPipe's TCP streams (tcp); `scripts/bench peer` compares them "
+        "with PyTorch over Gloo");
   }
-  options.transport = transport == "tcp" ? zpipe::worker::CommunicatorOptions::Transport::kTcp
-                                         : zpipe::worker::CommunicatorOptions::Transport::kGloo;
+  if (transport != "tcp") {
+    return Usage("--transport (or $ZPIPE_TRANSPORT): tcp, not '" + transport + "'");
+  }
 
   auto tls = zpipe::core::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
   if (!tls.ok()) {

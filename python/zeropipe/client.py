@@ -81,7 +81,7 @@ def to_dict(message):
                 continue
             out.setdefault(oneof.name, field.name)
         value = getattr(message, field.name)
-        if field.label == FieldDescriptor.LABEL_REPEATED:
+        if jobspec.is_repeated(field):
             out[field.name] = [_value(field, v) for v in value]
         elif field.has_presence and not message.HasField(field.name):
             out[field.name] = None

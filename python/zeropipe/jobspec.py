@@ -24,6 +24,15 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from zeropipe._proto import job_pb2
 from zeropipe.errors import ZeroPipeError
 
+
+def is_repeated(field) -> bool:
+    """Whether a field descriptor is a repeated field. protobuf 5.29+ has `is_repeated`; protobuf
+    7 dropped `label`, which older releases (Debian 12's 3.20) only have."""
+    flag = getattr(field, "is_repeated", None)
+    if flag is not None:
+        return bool(flag)
+    return field.label == F.LABEL_REPEATED
+
 # The limits of client/job_file.h: a real job spec is a few KiB, a few hundred values and four
 # levels deep; these bound the reader's work whatever the input.
 MAX_JOB_FILE_BYTES = 1 << 20
@@ -232,7 +241,7 @@ def _real_oneof(field):
 
 
 def _set_scalar(node, path, field, msg):
-    repeated = field.label == F.LABEL_REPEATED
+    repeated = is_repeated(field)
     cpp = field.cpp_type
 
     def wrong(expected):
@@ -304,7 +313,7 @@ def _is_auto(node, field):
 def _set_field(node, path, field, msg):
     if node.kind == "null" or _is_auto(node, field):
         return
-    if field.label == F.LABEL_REPEATED:
+    if is_repeated(field):
         if node.kind != "list":
             raise _SpecError(node.line, f"field '{path}' expects a list, got {_describe(node)}",
                              path)

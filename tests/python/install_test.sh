@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# `pip install ./python` works offline with Debian's packages: a venv that sees the system's
-# site-packages (python3-grpcio, python3-protobuf, python3-yaml), pip with --no-index (no network
-# at all), then the client imported from outside the source tree. A copy of python/ is installed
-# so the build leaves nothing in the checkout. ctest: python_client_install.
+# `pip install ./python` works offline: a fresh venv that sees the project venv's packages (grpcio,
+# protobuf, PyYAML, through a .pth file, as a user's environment would have them), pip with
+# --no-index (no network at all), then the client imported from outside the source tree. A copy of
+# python/ is installed so the build leaves nothing in the checkout. ctest: python_client_install.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 py=$("$root/scripts/find-python" grpc google.protobuf yaml)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$root/python" "$tmp/src"
-"$py" -m venv --system-site-packages "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install --quiet --no-index "$tmp/src"
+"$py" -m venv "$tmp/venv"
+deps=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
+  { read -r site; echo "$deps" >"$site/zpipe-project-venv.pth"; }
+"$tmp/venv/bin/python" -m pip install --quiet --no-index --no-build-isolation "$tmp/src"
 cd "$tmp"
 "$tmp/venv/bin/python" - <<'PY'
 import zeropipe

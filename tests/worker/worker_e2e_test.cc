@@ -1,5 +1,5 @@
-// zpipe-worker end to end: a real coordinator and real worker processes train over loopback (both
-// point-to-point paths); a worker killed mid-job fails the job with a reason naming it, and the
+// zpipe-worker end to end: a real coordinator and real worker processes train over loopback on
+// the TCP streams; a worker killed mid-job fails the job with a reason naming it, and the
 // survivors go back to idle and run the next job.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,8 +7,12 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -90,37 +94,44 @@ TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4,
 
 // The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--transport gloo)
 // train the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
-TEST(WorkerE2eTest, BothPointToPointPathsTrainTheSameLosses) {
-  std::vector<std::vector<double>> losses;
-  for (const char* transport : {"tcp", "gloo"}) {
-    testing::LocalClusterOptions options = ClusterOptions();
-    options.worker_args = {"--transport", transport};
-    testing::LocalCluster cluster(3, options);
-    ASSERT_TRUE(cluster.WaitIdle(3));
-    const std::string id = absl::StrCat("gpt-transport-", transport);
-    auto submitted = cluster.client().Submit(GptSpec("zb-v", 3, 6, 5), id);
-    ASSERT_TRUE(submitted.ok()) << submitted.status();
-    losses.push_back(WatchLosses(cluster.client(), id));
-    auto job = cluster.WaitTerminal(id);
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << transport << ": " << job->reason();
-    ASSERT_EQ(losses.back().size(), 5u) << transport;
-    // Every rank says which path it ran on.
-    const std::string said =
-        std::string(transport) == "tcp" ? "cpu, TCP streams data path" : "cpu, Gloo data path";
-    int ranks_saying = 0;
-    LogsOptions follow;
-    follow.follow = true;
-    ASSERT_TRUE(cluster.client()
-                    .Logs(id, follow,
-                          [&](const v1::LogLine& line) {
-                            ranks_saying += line.text().find(said) != std::string::npos;
-                            return true;
-                          })
-                    .ok());
-    EXPECT_EQ(ranks_saying, 3) << transport;
+// A CPU job runs on ZeroPipe's TCP streams, and every rank says so in its log.
+TEST(WorkerE2eTest, CpuJobsRunOnTheTcpStreamsAndSaySo) {
+  testing::LocalCluster cluster(3, ClusterOptions());
+  ASSERT_TRUE(cluster.WaitIdle(3));
+  const std::string id = "gpt-transport-tcp";
+  auto submitted = cluster.client().Submit(GptSpec("zb-v", 3, 6, 5), id);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::vector<double> losses = WatchLosses(cluster.client(), id);
+  auto job = cluster.WaitTerminal(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  ASSERT_EQ(losses.size(), 5u);
+  int ranks_saying = 0;
+  LogsOptions follow;
+  follow.follow = true;
+  ASSERT_TRUE(cluster.client()
+                  .Logs(id, follow,
+                        [&](const v1::LogLine& line) {
+                          ranks_saying +=
+                              line.text().find("cpu, TCP streams data path") != std::string::npos;
+                          return true;
+                        })
+                  .ok());
+  EXPECT_EQ(ranks_saying, 3);
+}
+
+// The Gloo path went with Debian's LibTorch: a worker asked for it refuses to start, saying why
+// and what to do, whether by flag or by environment.
+TEST(WorkerE2eTest, TheGlooTransportIsRefusedSayingWhy) {
+  for (const auto& [argv, env] :
+       {std::pair<std::vector<std::string>, std::map<std::string, std::string>>{
+            {ZPIPE_WORKER_BIN, "--transport", "gloo"}, {}},
+        {{ZPIPE_WORKER_BIN}, {{"ZPIPE_TRANSPORT", "gloo"}}}}) {
+    testing::ProcessResult r = testing::RunProcess(argv, env);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("--transport gloo"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("PyTorch wheel"), std::string::npos) << r.err;
   }
-  EXPECT_EQ(losses[0], losses[1]);
 }
 
 TEST(WorkerE2eTest, DataParallelGptTrainsWithOverlappedReduction) {

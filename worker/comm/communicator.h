@@ -10,7 +10,8 @@
 // can, but no implementation relies on them (NCCL cannot), so callers must post in matched order.
 // All-reduces must be issued in the same order on every member of a DP group.
 //
-// Implementations: NewGlooCommunicator (CPU, TCP; gloo_communicator.h) and NewNcclCommunicator
+// Implementations: NewTcpCommunicator (CPU, ZeroPipe's TCP streams; tcp_communicator.h) and
+// NewNcclCommunicator
 // (CUDA; nccl/nccl_communicator.h, built with ZPIPE_WITH_NCCL).
 #ifndef ZPIPE_WORKER_COMM_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_COMMUNICATOR_H_
@@ -38,19 +39,10 @@ struct CommunicatorOptions {
   // Bootstrap limit and per-operation progress limit: a peer that does not show up, or an
   // operation that makes no progress for this long, fails with an error instead of hanging.
   absl::Duration timeout = absl::Seconds(60);
-  // Gloo TCP: the address (host name or IP) to bind and advertise; `iface` (e.g. "eth0") wins
+  // TCP streams: the address (host name or IP) to bind and advertise; `iface` (e.g. "eth0") wins
   // when set. Loopback by default, which is what tests use.
   std::string hostname = "127.0.0.1";
   std::string iface;
-  // CPU communicator: what carries activations, gradients and the DP all-reduces. kTcp, the
-  // default, is ZeroPipe's own streams, one TCP connection per pair of ranks
-  // (worker/comm/tcp_p2p.h: one write per message, read by the thread that waits for it;
-  // all-reduces as a swap or a ring over them); kGloo is Gloo's unbound buffers and allreduce, kept
-  // to compare against
-  // (`zpipe-worker --transport gloo`, `scripts/bench runtime --transport gloo`). Barriers are
-  // Gloo's either way.
-  enum class Transport { kTcp, kGloo };
-  Transport transport = Transport::kTcp;
   // NCCL: the CUDA device ordinal.
   int device_index = 0;
 };
@@ -74,8 +66,8 @@ class CommHandle {
   virtual absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) = 0;
 
   // True once the operation finished, successfully or not. Never blocks. A transport may learn
-  // of a completion only by waiting for it (GlooCommunicator's receives, which are waited for
-  // on the caller's thread): then Test() turns true once a Wait saw it finish.
+  // of a completion only by waiting for or testing it (the TCP streams' receives, whose bytes are
+  // read on the caller's thread): then Test() turns true once a Wait or Test saw it finish.
   virtual bool Test() = 0;
 
   // When the transport started and finished the operation (or, where completions are seen by
@@ -87,8 +79,7 @@ class Communicator {
  public:
   // Fails every operation still pending with CANCELLED and closes connections. A collective
   // already running is cancelled where the transport can (the CPU communicator's TCP streams:
-  // its peers see the streams close) and otherwise waited for, bounded by the timeout (Gloo,
-  // NCCL).
+  // its peers see the streams close) and otherwise waited for, bounded by the timeout (NCCL).
   virtual ~Communicator() = default;
 
   virtual int pipeline_rank() const = 0;
@@ -112,8 +103,7 @@ class Communicator {
   std::unique_ptr<CommHandle> Recv(at::IntArrayRef shape, at::ScalarType dtype, int peer, int tag,
                                    torch::Tensor* out);
 
-  // A transport may queue sends and receives to post them off the caller's thread
-  // (GlooCommunicator: posting is a socket write). Queued ones are posted once the caller calls
+  // A transport may queue sends and receives to post them off the caller's thread. Queued ones are posted once the caller calls
   // Flush() (handed to the transport's own thread: call it before computing) or waits on any
   // handle of this communicator (posted on the waiting thread, which has nothing better to do).
   // A transport that posts at once (NCCL) has nothing to flush.
@@ -129,7 +119,7 @@ class Communicator {
   // after the timeout. Call it with no collective in flight (e.g. between iterations).
   virtual absl::Status Barrier() = 0;
 
-  // The device tensors live on: kCPU for Gloo, the CUDA device for NCCL.
+  // The device tensors live on: kCPU for the TCP streams, the CUDA device for NCCL.
   virtual torch::Device device() const = 0;
 };
 

@@ -1,6 +1,6 @@
 // Rendezvous key/value store: how the ranks of a job find each other.
 //
-// Gloo exchanges its TCP addresses and NCCL its unique ids through a `KeyValueStore`. In a job the
+// The TCP streams exchange their addresses and NCCL its unique ids through a `KeyValueStore`. In a job the
 // coordinator serves one per job attempt over gRPC (zpipe.v1 WorkerService.Rendezvous*); tests use
 // `NewInMemoryStore()` shared by threads. The limits below are the coordinator's, so a key that
 // works in tests also works against the real service.

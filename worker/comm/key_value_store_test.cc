@@ -1,13 +1,10 @@
 #include "worker/comm/key_value_store.h"
 
-#include <gloo/rendezvous/store.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "worker/comm/gloo_store.h"
 
 namespace zpipe::worker {
 namespace {
@@ -62,28 +59,6 @@ TEST(PrefixStoreTest, PrependsThePrefix) {
   EXPECT_EQ(*base->Get("job1/a1/k"), "v");
   EXPECT_EQ((*job->Wait({"k"}, absl::Now()))[0], "v");
   EXPECT_TRUE(absl::IsNotFound(base->Get("k").status()));
-}
-
-TEST(GlooStoreTest, ForwardsWithPrefixAndBlocksOnGet) {
-  auto base = NewInMemoryStore();
-  auto gloo_store = NewGlooStore(*base, "job/pp/0/", absl::Seconds(10));
-  gloo_store->set("0", {'a', 'b'});
-  EXPECT_EQ(*base->Get("job/pp/0/0"), "ab");
-  std::thread setter([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(base->Set("job/pp/0/1", "cd").ok());
-  });
-  EXPECT_EQ(gloo_store->get("1"), (std::vector<char>{'c', 'd'}));
-  setter.join();
-  gloo_store->wait({"0", "1"}, std::chrono::milliseconds(10));
-}
-
-TEST(GlooStoreTest, TimeoutThrowsGlooStoreTimeout) {
-  auto base = NewInMemoryStore();
-  auto gloo_store = NewGlooStore(*base, "p/", absl::Milliseconds(50));
-  EXPECT_THROW(gloo_store->wait({"never"}, std::chrono::milliseconds(50)), GlooStoreTimeout);
-  EXPECT_THROW(gloo_store->get("never"), GlooStoreTimeout);
-  EXPECT_THROW(gloo_store->set(std::string(600, 'k'), {}), gloo::IoException);
 }
 
 }  // namespace

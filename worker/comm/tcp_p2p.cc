@@ -531,10 +531,11 @@ void Tune(int fd) {
 // the streams (seen by rank o.rank).
 absl::Status MixedTransports(const TcpP2pOptions& o, int tcp, int gloo) {
   return absl::FailedPreconditionError(absl::StrCat(
-      o.group, " group: rank ", gloo, " runs on Gloo (zpipe-worker --transport gloo) and rank ",
-      tcp,
-      " on ZeroPipe's streams (--transport tcp); start every worker of a job with the same "
-      "--transport"));
+      o.group, " group: rank ", gloo,
+      " runs on Gloo (zpipe-worker --transport gloo, a release before LibTorch came from the "
+      "PyTorch wheel) and rank ",
+      tcp, " on ZeroPipe's streams (--transport tcp); run every worker of a job from the same "
+      "release, with --transport tcp"));
 }
 
 // Closes the fds it holds unless released.
@@ -831,37 +832,6 @@ absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
     if (absl::Status st = both(group.Send(chunk(r + 1 - s), next, tag(d - 1 + s)), std::move(recv));
         !st.ok()) {
       return st;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status PublishGlooMarker(const TcpP2pOptions& o, KeyValueStore& store) {
-  if (absl::Status s = store.Set(absl::StrCat(o.key_prefix, o.rank), kGlooP2pMarker); !s.ok()) {
-    return s;
-  }
-  std::vector<std::string> keys;
-  std::vector<int> ranks;
-  for (int j = 0; j < o.size; ++j) {
-    if (j == o.rank) continue;
-    keys.push_back(absl::StrCat(o.key_prefix, j));
-    ranks.push_back(j);
-  }
-  if (keys.empty()) return absl::OkStatus();
-  auto values = store.Wait(keys, absl::Now() + o.timeout);
-  if (absl::IsDeadlineExceeded(values.status())) {
-    std::vector<int> missing;
-    for (int i : UnsetKeys(store, keys)) missing.push_back(ranks[i]);
-    return absl::DeadlineExceededError(
-        absl::StrCat(o.group, " group: rank ", o.rank, " of ", o.size, ": ",
-                     missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-                     " did not show up within ", absl::FormatDuration(o.timeout),
-                     "; is every rank of the job running?"));
-  }
-  if (!values.ok()) return values.status();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*values)[i] != kGlooP2pMarker) {
-      return MixedTransports(o, /*tcp=*/ranks[i], /*gloo=*/o.rank);
     }
   }
   return absl::OkStatus();

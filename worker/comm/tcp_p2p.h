@@ -37,9 +37,9 @@
 
 namespace zpipe::worker::internal {
 
-// What a rank on Gloo's point-to-point path publishes where this path's ranks publish their
-// addresses, so that a job whose workers disagree (`zpipe-worker --transport`) fails with the
-// reason.
+// What a worker of an earlier release started with `--transport gloo` publishes where the
+// streams' ranks publish their addresses: a job that mixes such a worker with this release's fails
+// with the reason instead of timing out.
 inline constexpr char kGlooP2pMarker[] = "gloo";
 
 struct TcpP2pOptions {
@@ -96,12 +96,6 @@ class TcpP2p {
 // between calls. Every wait is bounded by `timeout`.
 absl::Status AllReduceAverage(TcpP2p& group, torch::Tensor buffer, uint32_t seq,
                               torch::Tensor& scratch, absl::Duration timeout);
-
-// For a rank on Gloo's path: publishes kGlooP2pMarker where the streams' ranks publish their
-// addresses (options.key_prefix) and waits for every other rank's entry, so that a job whose
-// workers disagree fails on both sides with FAILED_PRECONDITION naming `--transport`, rather than
-// timing out. DEADLINE_EXCEEDED naming the ranks that never showed up.
-absl::Status PublishGlooMarker(const TcpP2pOptions& options, KeyValueStore& store);
 
 }  // namespace zpipe::worker::internal
 

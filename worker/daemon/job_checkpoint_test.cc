@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/executor/checkpoint.h"
 #include "worker/executor/testing/temp_dir.h"
 #include "worker/model/gpt.h"
@@ -79,7 +79,7 @@ std::unique_ptr<OneRank> MakeOneRank(const zpipe::v1::Assignment& a, uint64_t se
   auto out = std::make_unique<OneRank>();
   CommunicatorOptions opts;
   opts.pipeline_size = 1;
-  auto comm = NewGlooCommunicator(opts, *out->store);
+  auto comm = NewTcpCommunicator(opts, *out->store);
   EXPECT_TRUE(comm.ok()) << comm.status();
   out->comm = *std::move(comm);
   const auto& g = a.spec().model().gpt();

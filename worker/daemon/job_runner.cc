@@ -338,15 +338,12 @@ absl::Status RunAssignment(const zpipe::v1::Assignment& a,
   co.key_prefix = a.rendezvous_prefix();
   co.timeout = options.comm_timeout;
   co.hostname = options.hostname;
-  co.transport = options.transport;
   co.device_index = options.device_index;
   auto comm = NewCommunicator(device, co, *store);
   if (!comm.ok()) return comm.status();
   Log(absl::StrFormat("job %s rank %d.%d: stages on %s, %s data path", a.job_id(),
                       a.pipeline_rank(), a.data_rank(), device.str(),
-                      (*comm)->device().is_cuda()                            ? "NCCL"
-                      : co.transport == CommunicatorOptions::Transport::kTcp ? "TCP streams"
-                                                                             : "Gloo"));
+                      (*comm)->device().is_cuda() ? "NCCL" : "TCP streams"));
   // Gradient sync across the DP group: each bucket's all-reduce fires once, right after its
   // last contribution (or, with overlap off, after the last action).
   std::unique_ptr<GradSyncDriver> grad_sync;

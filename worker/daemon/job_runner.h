@@ -24,8 +24,7 @@ namespace zpipe::worker {
 class WorkerMetrics;
 
 struct JobRunnerOptions {
-  std::string hostname = "127.0.0.1";  // address Gloo binds and advertises
-  CommunicatorOptions::Transport transport = CommunicatorOptions::Transport::kTcp;  // CPU data path
+  std::string hostname = "127.0.0.1";  // address the TCP streams bind and advertise
   absl::Duration comm_timeout = absl::Seconds(60);
   WorkerMetrics* metrics = nullptr;  // optional; updated after every iteration
   // Sent with rendezvous calls: this process's instance_id and token (see grpc_store.h).

@@ -197,7 +197,6 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   job_thread_ = std::thread([this, assignment, cancelled, done, plan_updates] {
     JobRunnerOptions jo;
     jo.hostname = options_.host;
-    jo.transport = options_.transport;
     jo.comm_timeout = options_.comm_timeout;
     jo.metrics = options_.metrics;
     jo.instance_id = instance_id_;

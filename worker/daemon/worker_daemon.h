@@ -43,10 +43,7 @@ struct DaemonOptions {
   std::string name;  // stable identity; required
   zpipe::v1::DeviceKind device_kind = zpipe::v1::DEVICE_KIND_CPU;
   int device_index = 0;
-  std::string host = "127.0.0.1";  // address peers reach this worker on (Gloo)
-  // --transport: what carries CPU activations and all-reduces (CommunicatorOptions::transport);
-  // every worker of a job must use the same one.
-  CommunicatorOptions::Transport transport = CommunicatorOptions::Transport::kTcp;
+  std::string host = "127.0.0.1";  // address peers reach this worker's TCP streams on
   uint64_t memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);
   absl::Duration reconnect_backoff = absl::Milliseconds(200);

@@ -1,4 +1,4 @@
-// Stage checkpoints: p pipeline ranks (x d data ranks) run as threads over Gloo on loopback.
+// Stage checkpoints: p pipeline ranks (x d data ranks) run as threads over the TCP streams on loopback.
 // A run saves after some iteration and goes on; a second run builds fresh stages (from another
 // seed) and a fresh optimizer, loads the checkpoint and runs the same iterations: parameters and
 // optimizer state right after loading equal what was saved, and the following iterations give
@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
 #include "worker/executor/testing/temp_dir.h"
@@ -266,7 +266,7 @@ SingleRank MakeSingleRank(int hidden, const std::string& optimizer) {
   EXPECT_TRUE(plan.ok()) << plan.status();
   CommunicatorOptions opts;
   opts.pipeline_size = 1;
-  auto comm = NewGlooCommunicator(opts, *out.store);
+  auto comm = NewTcpCommunicator(opts, *out.store);
   EXPECT_TRUE(comm.ok()) << comm.status();
   out.comm = *std::move(comm);
   model::StageOptions so;

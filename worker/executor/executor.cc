@@ -116,7 +116,7 @@ struct Executor::Impl {
   }
 
   // `t` on the communicator's device: a copy when the stages compute elsewhere (CUDA stages over
-  // Gloo), else `t` itself.
+  // the TCP streams), else `t` itself.
   torch::Tensor ToComm(const torch::Tensor& t) const {
     if (!t.defined() || t.device() == comm->device()) return t;
     return t.to(comm->device());

@@ -73,7 +73,7 @@ struct ExecutorConfig {
   const std::atomic<bool>* cancelled = nullptr;
   // Where the stages compute (their parameters, optimizer state and gradients live there). On a
   // CUDA device compute actions are timed with CUDA events (device_timer.h); tensors crossing to
-  // a communicator on another device (Gloo with CUDA stages) are staged through its device.
+  // a communicator on another device (the TCP streams with CUDA stages) are staged through its device.
   torch::Device device = torch::kCPU;
   // "fp32", or "bf16": forward passes under bf16 autocast, with fp32 parameters (master
   // weights), fp32 optimizer state and fp32 gradients (so gradient buckets reduce in fp32).

@@ -1,5 +1,5 @@
 // The executor off the CPU-only path: device timers, bf16 autocast, and whole pipelines run as
-// separate processes (zpipe-pipeline-rank) that meet through a file store and talk Gloo. The CUDA
+// separate processes (zpipe-pipeline-rank) that meet through a file store and talk over the TCP streams. The CUDA
 // tests skip where LibTorch sees no CUDA device; the rest run everywhere.
 #include <gtest/gtest.h>
 #include <spawn.h>

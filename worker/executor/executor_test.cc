@@ -1,5 +1,5 @@
 // The executor against the single-process reference: p pipeline ranks run as threads talking
-// Gloo over loopback, every schedule that admits the shape; after one iteration every
+// the TCP streams over loopback, every schedule that admits the shape; after one iteration every
 // parameter's gradient matches the reference's autograd gradient, and over several iterations
 // the loss curves match.
 #include "worker/executor/executor.h"
@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
 #include "worker/model/gpt.h"
@@ -365,7 +365,7 @@ TEST(ExecutorTest, RejectsStagesThatDoNotMatchThePlacement) {
   auto store = NewInMemoryStore();
   CommunicatorOptions opts;
   opts.pipeline_size = 1;
-  auto comm = NewGlooCommunicator(opts, *store);
+  auto comm = NewTcpCommunicator(opts, *store);
   ASSERT_TRUE(comm.ok()) << comm.status();
   auto exec = Executor::Make(plan, 0, 0, {}, {}, **comm, nullptr, nullptr, nullptr);
   ASSERT_FALSE(exec.ok());
@@ -434,7 +434,7 @@ TEST(ExecutorTest, PooledReceiveBuffersAreNeverReusedWhileAStageHoldsThem) {
     o.pipeline_rank = rank;
     o.pipeline_size = 2;
     o.key_prefix = "pool/";
-    auto comm = NewGlooCommunicator(o, *store);
+    auto comm = NewTcpCommunicator(o, *store);
     if (!comm.ok()) return comm.status();
     std::vector<std::unique_ptr<model::Stage>> stages;
     stages.push_back(std::make_unique<KeepingStage>(rank, 4096));

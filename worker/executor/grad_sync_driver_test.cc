@@ -1,6 +1,6 @@
 // The grad-sync driver launches each bucket's all-reduce the moment its last gradient lands,
 // partway through the W that completes it, rather than after the whole action: two data-parallel
-// replicas (threads over Gloo) run synthetic stages whose W lands four tensors 10 ms apart.
+// replicas (threads over the TCP streams) run synthetic stages whose W lands four tensors 10 ms apart.
 #include "worker/executor/grad_sync_driver.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/model/synthetic.h"
 
@@ -111,7 +111,7 @@ std::vector<std::vector<IterationSummary>> RunReplicas(const Replicas& r, const 
       co.data_size = 2;
       co.key_prefix = absl::StrCat("driver-test/", name, "/");
       co.timeout = absl::Seconds(30);
-      auto comm = NewGlooCommunicator(co, *store);
+      auto comm = NewTcpCommunicator(co, *store);
       if (!comm.ok()) return fail(comm.status());
       model::SyntheticStageConfig sc;
       sc.forward_ms = 2;

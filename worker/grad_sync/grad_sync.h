@@ -17,7 +17,7 @@
 // Launch order: buckets launch in the order of the REDUCE actions core::PlanGradSync derives from
 // the plan and this layout (after each bucket's last contributing action, ties in layout order).
 // A bucket that reaches zero before an earlier one in that order waits for it, so the order is
-// the same on every DP replica whatever the executor's timing (Gloo and NCCL match collectives
+// the same on every DP replica whatever the executor's timing (the TCP streams and NCCL match collectives
 // by order). REDUCE actions already in the plan are ignored; launches follow the countdown.
 //
 // Gradient storage: each parameter's gradient is a view into its bucket (GradView, AttachGrads);

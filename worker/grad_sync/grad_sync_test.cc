@@ -1,4 +1,4 @@
-// Grad sync over real GlooCommunicators: every (pipeline rank, DP replica) is a thread over one
+// Grad sync over real TCP communicators: every (pipeline rank, DP replica) is a thread over one
 // InMemoryStore, running a ZB-V plan (p = 2, d = 2) with an executor stand-in that accumulates
 // known values and reports each contribution as it is issued.
 #include "worker/grad_sync/grad_sync.h"
@@ -18,7 +18,7 @@
 #include "core/grad_sync.h"
 #include "core/lowering.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/grad_sync/model_params.h"
 
 namespace zpipe::worker {
@@ -72,7 +72,7 @@ std::unique_ptr<Communicator> Connect(int pr, int dr, KeyValueStore& store,
   o.data_size = kD;
   o.key_prefix = "gs/";
   o.timeout = timeout;
-  auto comm = NewGlooCommunicator(o, store);
+  auto comm = NewTcpCommunicator(o, store);
   EXPECT_TRUE(comm.ok()) << comm.status();
   return comm.ok() ? *std::move(comm) : nullptr;
 }
@@ -223,7 +223,7 @@ TEST(GradSyncTest, ExpectedContributionsCountBAndWAndUses) {
   for (core::ScheduleKind kind : {core::ScheduleKind::kZbV, core::ScheduleKind::k1F1B}) {
     auto store = NewInMemoryStore();
     CommunicatorOptions o;  // p = d = 1: nothing to connect
-    auto comm = NewGlooCommunicator(o, *store);
+    auto comm = NewTcpCommunicator(o, *store);
     ASSERT_TRUE(comm.ok()) << comm.status();
     const core::Plan plan = MakePlan(kind);
     const int chunks = plan.placement.chunks_per_rank();
@@ -240,7 +240,7 @@ TEST(GradSyncTest, ExpectedContributionsCountBAndWAndUses) {
 
 TEST(GradSyncTest, BucketWithoutAnyGradientIsRefused) {
   auto store = NewInMemoryStore();
-  auto comm = NewGlooCommunicator(CommunicatorOptions{}, *store);
+  auto comm = NewTcpCommunicator(CommunicatorOptions{}, *store);
   ASSERT_TRUE(comm.ok());
   const core::Plan plan = MakePlan(core::ScheduleKind::k1F1B);
   auto gs = GradSync::Create(plan, 0, {{{"frozen", 10, 0, false, false, 1}}}, {}, **comm);
@@ -412,7 +412,7 @@ TEST(GradSyncTest, OverlapOffReducesEverythingAfterTheLastAction) {
 // tracking; it reaches the same counts.
 TEST(GradSyncTest, OnActionDoneMatchesPerParameterCounting) {
   auto store = NewInMemoryStore();
-  auto comm = NewGlooCommunicator(CommunicatorOptions{}, *store);
+  auto comm = NewTcpCommunicator(CommunicatorOptions{}, *store);
   ASSERT_TRUE(comm.ok());
   for (core::ScheduleKind kind : {core::ScheduleKind::kZbV, core::ScheduleKind::k1F1B}) {
     const core::Plan plan = MakePlan(kind);
@@ -443,7 +443,7 @@ TEST(GradSyncTest, OnActionDoneMatchesPerParameterCounting) {
 // bucket has fired. Earlier it has not, and a foreign bucket is refused.
 TEST(GradSyncTest, ExpectLaunchedAgreesWithThePlansReduceActions) {
   auto store = NewInMemoryStore();
-  auto comm = NewGlooCommunicator(CommunicatorOptions{}, *store);
+  auto comm = NewTcpCommunicator(CommunicatorOptions{}, *store);
   ASSERT_TRUE(comm.ok());
   const core::Plan plan = MakePlan(core::ScheduleKind::kZbV);
   const core::Placement& pl = plan.placement;

@@ -92,7 +92,7 @@ TEST(GptCudaTest, FirstAndLastStageMatchTheCpuThroughFBAndW) {
 
 TEST(GptCudaTest, ActivationsCanArriveFromTheHost) {
   ZPIPE_REQUIRE_CUDA();
-  // Over Gloo the activation arrives in host memory: the stage copies it to its device.
+  // Over the TCP streams the activation arrives in host memory: the stage copies it to its device.
   const torch::Device cuda(torch::kCUDA, 0);
   auto gpu1 = Make(1, 2, cuda);
   auto data = SyntheticTokenData::Make(11, Config().vocab, Config().seq_len, 2);

@@ -1,7 +1,7 @@
 #include "worker/comm/factory/communicator_factory.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 
 #if ZPIPE_WITH_NCCL
 #include "worker/comm/nccl/nccl_communicator.h"
@@ -28,7 +28,7 @@ bool NcclAvailable() {
 absl::StatusOr<std::unique_ptr<Communicator>> NewCommunicator(torch::Device device,
                                                               CommunicatorOptions options,
                                                               KeyValueStore& store) {
-  if (!device.is_cuda()) return NewGlooCommunicator(options, store);
+  if (!device.is_cuda()) return NewTcpCommunicator(options, store);
 #if ZPIPE_WITH_NCCL
   options.device_index = device.has_index() ? device.index() : 0;
   return NewNcclCommunicator(options, store);

@@ -5,7 +5,7 @@
 namespace zpipe::worker {
 namespace {
 
-TEST(CommunicatorFactoryTest, CpuStagesGetGloo) {
+TEST(CommunicatorFactoryTest, CpuStagesGetTheTcpStreams) {
   auto store = NewInMemoryStore();
   CommunicatorOptions o;
   o.key_prefix = "factory/";

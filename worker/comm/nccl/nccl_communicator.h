@@ -15,7 +15,7 @@
 // the operation completed on the GPU and the compute stream is ordered after it. The tensor is
 // kept referenced until its operation completes, so the caching allocator cannot reuse it early.
 //
-// Tensors are CUDA tensors on `CommunicatorOptions::device_index`. Unlike Gloo, the store must
+// Tensors are CUDA tensors on `CommunicatorOptions::device_index`. Unlike the TCP streams, the store must
 // outlive the communicator (Barrier goes through it).
 #ifndef ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_

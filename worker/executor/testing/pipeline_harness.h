@@ -1,6 +1,6 @@
 // Test support: a whole pipeline in one process. Every rank (p pipeline ranks x d data ranks) runs
-// on its own thread with real GPT stages, a real Executor and a Gloo communicator over an
-// in-memory store, as in gloo/test. Header-only; for executor_test and checkpoint_test.
+// on its own thread with real GPT stages, a real Executor and a TCP communicator over an
+// in-memory store. Header-only; for executor_test and checkpoint_test.
 #ifndef ZPIPE_WORKER_EXECUTOR_TESTING_PIPELINE_HARNESS_H_
 #define ZPIPE_WORKER_EXECUTOR_TESTING_PIPELINE_HARNESS_H_
 
@@ -18,7 +18,7 @@
 #include "core/plan.h"
 #include "core/planning.h"
 #include "core/schedule.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
@@ -74,7 +74,7 @@ inline absl::StatusOr<PipelineRank> MakePipelineRank(const core::Plan& lowered, 
   opts.data_size = o.data_size;
   opts.key_prefix = o.key_prefix;
   opts.timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = NewGlooCommunicator(opts, store);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = NewTcpCommunicator(opts, store);
   if (!comm.ok()) return comm.status();
   out.comm = *std::move(comm);
   std::vector<std::unique_ptr<model::Stage>> stages;

@@ -1,5 +1,5 @@
 // zpipe-pipeline-rank: one pipeline rank of a GPT job, without a coordinator: the ranks of one
-// machine meet through a directory (file_store.h) and talk Gloo over loopback. scripts/gpu-check
+// machine meet through a directory (file_store.h) and talk over the TCP streams on loopback. scripts/gpu-check
 // runs p = 2 as two of these sharing one GPU (NCCL needs a GPU per rank), and the GPT throughput
 // figure as one. Prints one JSON object per iteration on stdout (or --out FILE):
 //   {"iteration":0,"loss":4.1,"duration_s":..,"busy_s":..,"bubble_ratio":..,"tokens":..}

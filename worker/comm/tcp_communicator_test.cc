@@ -1,7 +1,6 @@
-// Every rank is a thread over one InMemoryStore, talking over loopback (as gloo's own tests do),
-// parameterised over world size and over the point-to-point path (ZeroPipe's own TCP streams and
-// Gloo's unbound buffers; all-reduces and barriers are Gloo's either way).
-#include "worker/comm/gloo_communicator.h"
+// Every rank is a thread over one InMemoryStore, talking over loopback,
+// parameterised over world size.
+#include "worker/comm/tcp_communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -19,12 +18,6 @@ namespace zpipe::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Transport = CommunicatorOptions::Transport;
-
-// The point-to-point path of the running test: set by its fixture before any rank starts.
-Transport g_transport = Transport::kTcp;
-
-std::string TransportName(Transport p) { return p == Transport::kTcp ? "Tcp" : "Gloo"; }
 
 // Runs fn(rank) for every rank on its own thread and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn) {
@@ -41,12 +34,11 @@ CommunicatorOptions Options(int pr, int p, int dr, int d, absl::Duration timeout
   o.data_size = d;
   o.key_prefix = "job/a1/";
   o.timeout = timeout;
-  o.transport = g_transport;
   return o;
 }
 
 std::unique_ptr<Communicator> MustConnect(const CommunicatorOptions& o, KeyValueStore& store) {
-  auto comm = NewGlooCommunicator(o, store);
+  auto comm = NewTcpCommunicator(o, store);
   EXPECT_TRUE(comm.ok()) << comm.status();
   return comm.ok() ? *std::move(comm) : nullptr;
 }
@@ -55,24 +47,12 @@ torch::Tensor Pattern(int from, int to, int k, int64_t n) {
   return torch::arange(n, torch::kFloat32) + 1000.0 * from + 100.0 * to + k;
 }
 
-class GlooWorldTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {
+class TcpWorldTest : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override { g_transport = std::get<1>(GetParam()); }
-  int Size() const { return std::get<0>(GetParam()); }
+  int Size() const { return GetParam(); }
 };
 
-// Tests of one world shape, run over both point-to-point paths.
-class TransportTest : public ::testing::TestWithParam<Transport> {
- protected:
-  void SetUp() override { g_transport = GetParam(); }
-};
-using GlooFailureTest = TransportTest;
-using GlooReceiveTest = TransportTest;
-using GlooPostingTest = TransportTest;
-
-// Ring: rank r sends kMessages tensors to r+1 and receives as many from r-1, all posted before
-// any is waited for (many in flight per pair, matched order).
-TEST_P(GlooWorldTest, RingSendRecvManyInFlight) {
+TEST_P(TcpWorldTest, RingSendRecvManyInFlight) {
   const int n = Size();
   constexpr int kMessages = 24;
   auto store = NewInMemoryStore();
@@ -100,7 +80,7 @@ TEST_P(GlooWorldTest, RingSendRecvManyInFlight) {
 
 // Every ordered pair exchanges in matched order, with the same tag reused for every message
 // (tags are allowed but order alone must match them, as NCCL requires).
-TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
+TEST_P(TcpWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
   const int n = Size();
   constexpr int kMessages = 8;
   auto store = NewInMemoryStore();
@@ -128,7 +108,7 @@ TEST_P(GlooWorldTest, AllPairsMatchedOrderWithoutDistinctTags) {
 
 // Megabyte-sized tensors crossing in both directions with every send posted before any receive:
 // the executor's worst case (a send/send crossing must not deadlock or block the caller).
-TEST_P(GlooWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
+TEST_P(TcpWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
   const int n = Size();
   constexpr int kMessages = 4;
   constexpr int64_t kFloats = 1 << 19;  // 2 MiB
@@ -166,7 +146,7 @@ TEST_P(GlooWorldTest, LargeTensorsCrossBothWaysSendsFirst) {
   });
 }
 
-TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
+TEST_P(TcpWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
   const int n = Size();
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
@@ -191,7 +171,7 @@ TEST_P(GlooWorldTest, AllReduceAverageIsCorrectOnEveryRank) {
 
 // Replicas must step with the same weights: every rank gets the same bits, whatever order the
 // sums ran in (random values, where the order of float additions shows).
-TEST_P(GlooWorldTest, AllReduceGivesEveryRankTheSameBits) {
+TEST_P(TcpWorldTest, AllReduceGivesEveryRankTheSameBits) {
   const int n = Size();
   auto store = NewInMemoryStore();
   std::vector<torch::Tensor> results(n);
@@ -213,7 +193,7 @@ TEST_P(GlooWorldTest, AllReduceGivesEveryRankTheSameBits) {
   for (int r = 1; r < n; ++r) EXPECT_TRUE(torch::equal(results[r], results[0])) << "rank " << r;
 }
 
-TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
+TEST_P(TcpWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
   const int d = Size();
   const int p = 2;
   auto store = NewInMemoryStore();
@@ -239,7 +219,7 @@ TEST_P(GlooWorldTest, PipelineAndDataGroupsTogetherWithBarrier) {
 
 // The all-reduce runs on the communicator's thread: the call returns before the reduce ends and
 // the caller computes meanwhile.
-TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
+TEST_P(TcpWorldTest, AllReduceOverlapsTheCallersCompute) {
   const int n = Size();
   auto store = NewInMemoryStore();
   RunRanks(n, [&](int rank) {
@@ -264,18 +244,13 @@ TEST_P(GlooWorldTest, AllReduceOverlapsTheCallersCompute) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSize, GlooWorldTest,
-                         ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values(Transport::kTcp, Transport::kGloo)),
-                         [](const auto& info) {
-                           return absl::StrCat("n", std::get<0>(info.param),
-                                               TransportName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(WorldSize, TcpWorldTest, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return absl::StrCat("n", info.param); });
 
-TEST_P(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
+TEST(TcpFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
   auto store = NewInMemoryStore();
   const auto start = Clock::now();
-  auto comm = NewGlooCommunicator(Options(0, 2, 0, 1, absl::Milliseconds(300)), *store);
+  auto comm = NewTcpCommunicator(Options(0, 2, 0, 1, absl::Milliseconds(300)), *store);
   EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
   EXPECT_NE(comm.status().message().find("pipeline"), std::string::npos) << comm.status();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
@@ -283,7 +258,7 @@ TEST_P(GlooFailureTest, PeerThatNeverShowsUpFailsWithinTheTimeout) {
 
 // p = 2, d = 2: three ranks enter a barrier, the fourth never does. The three give up after the
 // timeout; on the streams (whose barrier goes through the store) they name the missing rank.
-TEST_P(GlooFailureTest, ARankThatNeverEntersTheBarrierIsNamed) {
+TEST(TcpFailureTest, ARankThatNeverEntersTheBarrierIsNamed) {
   auto store = NewInMemoryStore();
   RunRanks(4, [&](int g) {
     const int pr = g % 2, dr = g / 2;
@@ -298,14 +273,12 @@ TEST_P(GlooFailureTest, ARankThatNeverEntersTheBarrierIsNamed) {
     absl::Status s = comm->Barrier();
     EXPECT_FALSE(s.ok());
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
-    if (GetParam() == Transport::kTcp) {
-      EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
-      EXPECT_NE(s.message().find("rank (1, 1) to enter"), std::string::npos) << s;
-    }
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_NE(s.message().find("rank (1, 1) to enter"), std::string::npos) << s;
   });
 }
 
-TEST_P(GlooFailureTest, PeerThatNeverSendsTimesOut) {
+TEST(TcpFailureTest, PeerThatNeverSendsTimesOut) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Milliseconds(500)), *store);
@@ -322,7 +295,7 @@ TEST_P(GlooFailureTest, PeerThatNeverSendsTimesOut) {
   });
 }
 
-TEST_P(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
+TEST(TcpFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
   auto store = NewInMemoryStore();
   // p = 2, d = 2: global 0 = (0,0), 1 = (1,0), 2 = (0,1), 3 = (1,1). (1,0) dies after connecting;
   // (0,0) waits on a recv from it and (1,1) on an all-reduce with it.
@@ -354,7 +327,7 @@ TEST_P(GlooFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
   });
 }
 
-TEST_P(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
+TEST(TcpFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -371,10 +344,10 @@ TEST_P(GlooFailureTest, DestroyingTheCommunicatorCancelsPendingOps) {
 }
 
 // A receive is waited for on the caller's thread: a Wait shorter than the communicator's
-// timeout gives up on time with the receive still pending (without failing the connection, as a
-// timed-out Gloo wait would), and the same handle then completes with the data. The executor
+// timeout gives up on time with the receive still pending,
+// without failing the connection, and the same handle then completes with the data. The executor
 // waits in such slices (to notice a cancel), so this is its normal path.
-TEST_P(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
+TEST(TcpReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -410,9 +383,9 @@ TEST_P(GlooReceiveTest, ShortWaitsGiveUpOnTimeAndTheReceiveStillCompletes) {
   });
 }
 
-// Two threads waiting on one receive handle: both see it complete (one waits on Gloo, the
-// other for the first's result).
-TEST_P(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
+// Two threads waiting on one receive handle: both see it complete (one reads the bytes, the
+// other waits for the first's result).
+TEST(TcpReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -446,7 +419,7 @@ TEST_P(GlooReceiveTest, TwoThreadsWaitingOnOneReceiveBothSeeIt) {
 
 // Flush hands queued sends to the communicator's own thread: sends nobody waits for go out (their
 // handles turn done without a Wait).
-TEST_P(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
+TEST(TcpPostingTest, OpsNobodyWaitsForStillGoOut) {
   auto store = NewInMemoryStore();
   constexpr int kMessages = 8;
   RunRanks(2, [&](int rank) {
@@ -485,7 +458,7 @@ TEST_P(GlooPostingTest, OpsNobodyWaitsForStillGoOut) {
 }
 
 // Destroying the communicator while a thread waits on a receive wakes it with CANCELLED.
-TEST_P(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
+TEST(TcpReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
   auto store = NewInMemoryStore();
   std::atomic<bool> done{false};  // rank 1 stays connected until rank 0 is through
   RunRanks(2, [&](int rank) {
@@ -512,7 +485,7 @@ TEST_P(GlooReceiveTest, DestroyingTheCommunicatorWakesAWaitingReceiver) {
 // A ring where every rank waits for its send before its receive, with messages larger than the
 // sockets hold: each send completes only if the peer reads while its own thread waits on a send
 // (a receive posted and not yet waited for must still drain).
-TEST_P(GlooPostingTest, WaitingOnASendKeepsPostedReceivesDraining) {
+TEST(TcpPostingTest, WaitingOnASendKeepsPostedReceivesDraining) {
   constexpr int kRanks = 3;
   constexpr int64_t kFloats = 4 << 20;  // 16 MiB
   auto store = NewInMemoryStore();
@@ -529,7 +502,7 @@ TEST_P(GlooPostingTest, WaitingOnASendKeepsPostedReceivesDraining) {
   });
 }
 
-TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
+TEST(TcpArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
   auto store = NewInMemoryStore();
   RunRanks(2, [&](int rank) {
     auto comm = MustConnect(Options(rank, 2, 0, 1, absl::Seconds(20)), *store);
@@ -547,41 +520,28 @@ TEST(GlooArgumentTest, BadCallsFailTheirHandleNotTheProcess) {
   });
 }
 
-// Workers started with different --transport: the rank that finds out says so (the other one's
-// first receive would time out).
-TEST(GlooArgumentTest, MixedPointToPointPathsFailNamingTheFlag) {
+// A worker of an earlier release started with --transport gloo publishes "gloo" where the
+// streams' ranks publish their addresses: both orders fail at once, naming the flag.
+TEST(TcpArgumentTest, AWorkerOfAnEarlierReleaseOnGlooFailsNamingTheFlag) {
   for (int gloo_rank : {0, 1}) {
     auto store = NewInMemoryStore();
-    RunRanks(2, [&](int rank) {
-      CommunicatorOptions o = Options(rank, 2, 0, 1, absl::Seconds(5));
-      o.transport = rank == gloo_rank ? Transport::kGloo : Transport::kTcp;
-      // Both sides fail, well before the timeout, saying why.
-      const auto t0 = std::chrono::steady_clock::now();
-      auto comm = NewGlooCommunicator(o, *store);
-      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "rank " << rank;
-      EXPECT_TRUE(absl::IsFailedPrecondition(comm.status())) << comm.status();
-      EXPECT_NE(comm.status().message().find("--transport"), std::string::npos) << comm.status();
-    });
+    ASSERT_TRUE(store->Set(absl::StrCat("job/a1/p2p/0/", gloo_rank), "gloo").ok());
+    const int rank = 1 - gloo_rank;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto comm = NewTcpCommunicator(Options(rank, 2, 0, 1, absl::Seconds(5)), *store);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "rank " << rank;
+    EXPECT_TRUE(absl::IsFailedPrecondition(comm.status())) << comm.status();
+    EXPECT_NE(comm.status().message().find("--transport"), std::string::npos) << comm.status();
   }
 }
 
-TEST(GlooArgumentTest, InconsistentRanksAreRejected) {
+TEST(TcpArgumentTest, InconsistentRanksAreRejected) {
   auto store = NewInMemoryStore();
   EXPECT_TRUE(absl::IsInvalidArgument(
-      NewGlooCommunicator(Options(2, 2, 0, 1, absl::Seconds(1)), *store).status()));
+      NewTcpCommunicator(Options(2, 2, 0, 1, absl::Seconds(1)), *store).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      NewGlooCommunicator(Options(0, 1, 0, 0, absl::Seconds(1)), *store).status()));
+      NewTcpCommunicator(Options(0, 1, 0, 0, absl::Seconds(1)), *store).status()));
 }
-
-INSTANTIATE_TEST_SUITE_P(Transport, GlooFailureTest,
-                         ::testing::Values(Transport::kTcp, Transport::kGloo),
-                         [](const auto& info) { return TransportName(info.param); });
-INSTANTIATE_TEST_SUITE_P(Transport, GlooReceiveTest,
-                         ::testing::Values(Transport::kTcp, Transport::kGloo),
-                         [](const auto& info) { return TransportName(info.param); });
-INSTANTIATE_TEST_SUITE_P(Transport, GlooPostingTest,
-                         ::testing::Values(Transport::kTcp, Transport::kGloo),
-                         [](const auto& info) { return TransportName(info.param); });
 
 }  // namespace
 }  // namespace zpipe::worker
