@@ -2,6 +2,7 @@
 // WatchJob (with resume), GetPlan, cancel, idempotent resubmit, FIFO queueing and ListJobs paging.
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/plan.h"
 #include "core/validator.h"

@@ -1,5 +1,6 @@
 // Worker liveness: a worker that stops heartbeating, restarts, or reports a failure takes its job
 // to FAILED with a reason naming the worker and its rank; the other workers are released.
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_cluster.h"
 

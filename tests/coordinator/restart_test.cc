@@ -2,6 +2,7 @@
 // summary; RUNNING jobs continue when their workers reconnect and fail when they do not.
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_cluster.h"
 
