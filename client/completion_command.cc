@@ -58,7 +58,7 @@ _zpipe() {
       if [[ $cmd == trace ]]; then
         mapfile -t COMPREPLY < <(compgen -W "chrome svg" -- "$cur")
       else
-        mapfile -t COMPREPLY < <(compgen -W "summary text json csv ascii svg" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "summary text json csv ascii svg torch-csv" -- "$cur")
       fi
       return ;;
   esac

@@ -9,6 +9,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +26,7 @@
 #include "core/simulator.h"
 #include "core/status_field.h"
 #include "core/timeline.h"
+#include "core/torch_csv.h"
 
 namespace zpipe::cli {
 namespace {
@@ -173,11 +175,12 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       pa.memory_limit = *v;
     } else if (flag == "--format") {
       pa.format_given = true;
-      static const std::vector<std::string> kFormats = {"summary", "text",  "json",
-                                                        "csv",     "ascii", "svg"};
+      static const std::vector<std::string> kFormats = {"summary", "text",  "json",     "csv",
+                                                        "ascii",   "svg",   "torch-csv"};
       if (std::find(kFormats.begin(), kFormats.end(), value) == kFormats.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--format: '", value, "' is not one of summary, text, json, csv, ascii, svg"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--format: '", value,
+                         "' is not one of summary, text, json, csv, ascii, svg, torch-csv"));
       }
       pa.format = value;
     } else if (flag == "-o") {
@@ -416,7 +419,7 @@ std::string PlanUsage() {
          "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
          "                  [--lower] [--buckets N --reduce-cost T]\n"
          "                  [--budget SECONDS] [--seed N]\n"
-         "                  [--format summary|text|json|csv|ascii|svg] [--width N]\n"
+         "                  [--format summary|text|json|csv|ascii|svg|torch-csv] [--width N]\n"
          "                  [-o table|json] [--output FILE]\n"
          "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
          "dualpipe-v\n"
@@ -425,7 +428,10 @@ std::string PlanUsage() {
          "--budget: search time per schedule for zb-1p/2p/auto, zb-v, v-half, v-min (default 1,\n"
          "0 = the greedy pass alone); the same --seed gives the same plan on every machine.\n"
          "-o json prints JSON (the plan, or the comparison for --schedule all); --output FILE\n"
-         "writes FILE instead of stdout. --width defaults to what fits every label.\n";
+         "writes FILE instead of stdout. --width defaults to what fits every label.\n"
+         "--format torch-csv: the compute-only CSV schedule PyTorch's _PipelineScheduleRuntime\n"
+         "loads (torchtitan's pipeline_parallel_schedule_csv): one row per rank, e.g. 0F0,0I0,0W0\n"
+         "(B -> I, W -> W, BW -> B), stages numbered as PyTorch's stage indices.\n";
 }
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -472,6 +478,14 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
       text = core::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
     }
     if (pa->format == "svg") text = core::RenderSvg(planned->plan, planned->sim);
+    if (pa->format == "torch-csv") {
+      absl::StatusOr<std::string> csv = core::PlanToTorchCsv(planned->plan);
+      if (!csv.ok()) {
+        err << "zpipe plan: --format torch-csv: " << csv.status().message() << "\n";
+        return 2;
+      }
+      text = *std::move(csv);
+    }
   }
   if (pa->output_file.empty()) {
     out << text;

@@ -65,6 +65,19 @@ TEST(PlanCommandTest, WritesOutputFile) {
   std::remove(path.c_str());
 }
 
+// --format torch-csv prints PyTorch's compute-only schedule, and refuses per-bucket reductions.
+TEST(PlanCommandTest, TorchCsvFormat) {
+  CliRun r = Plan({"--schedule", "1f1b", "-p", "2", "-m", "2", "--format", "torch-csv", "--lower"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  r = Plan({"--schedule", "1f1b", "-p", "2", "-m", "2", "--format", "torch-csv", "--lower",
+            "--buckets", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_EQ(r.err.rfind("zpipe plan: --format torch-csv: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("plan without --buckets"), std::string::npos) << r.err;
+}
+
 // Issue 15: "makespan" was the longest per-rank span while ZB-V's actions run past it. The span
 // and the first-start-to-last-end makespan are reported side by side.
 TEST(PlanCommandTest, SpanAndMakespanSideBySide) {
