@@ -2,12 +2,21 @@
 # python/zeropipe, trained by `zpipe run --local` (real coordinator and worker processes) on a
 # byte-level token file, against a plain single-process PyTorch loop: losses and exported weights
 # agree within 1e-5 relative (ZB-V p=2, ZB-2p p=4, 1F1B p=2 d=2). Needs the interpreter
-# scripts/find-python finds (Debian's python3-torch).
+# scripts/find-python finds (the venv whose torch wheel is the worker's LibTorch: the model files
+# are scripted with the same torch the workers load them with). tests/train/parity_harness.py holds
+# the machinery both parity tests share.
 if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
   add_test(NAME train_parity
            COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # The same for a Llama-style model (examples/llama: RMSNorm, rotary embeddings, causal SDPA with
+  # grouped-query heads, SwiGLU; 8 blocks): 1F1B, ZB-2p and ZB-V at p=2 and p=4, and ZB-V p=2 d=2.
+  add_test(NAME train_llama_parity
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/llama_parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_llama_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
   # The failure paths on one real cluster (a coordinator and 2 workers for the whole test): bad
   # models, data and eval files fail the job naming the file and the problem, invalid specs are

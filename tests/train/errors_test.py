@@ -1,13 +1,14 @@
 """Train your own model, failure paths: one real cluster (a zpipe-coordinator on a free loopback
 port with a temporary database, and two zpipe-worker processes) for the whole class, and jobs that
-break the contract. A model that is not TorchScript or whose blocks break the block contract, a
-missing or malformed data file, token ids at or above the model's vocab and a missing eval file
-fail the job (exit 1 of `zpipe submit --wait`) with a reason naming the file and the problem; each
-is tried both with profiled cuts (the coordinator asks a worker to load and time the model) and
-with explicit cuts (the ranks load it when they start). Invalid spec fields are refused at submit
-(exit 2) naming the field, and create no job. After all of that the same cluster runs good jobs:
-with explicit cuts (layout.source "spec") and without (layout.source "measured", stages carrying
-their measured costs), and both workers are idle again.
+break the contract. A model that is not TorchScript, was saved by a newer torch than the
+workers' LibTorch, has blocks that share a parameter (tied weights) or whose blocks break the
+block contract, a missing or malformed data file, token ids at or above the model's vocab and a
+missing eval file fail the job (exit 1 of `zpipe submit --wait`) with a reason naming the file
+and the problem; each is tried both with profiled cuts (the coordinator asks a worker to load
+and time the model) and with explicit cuts (the ranks load it when they start). Invalid spec
+fields are refused at submit (exit 2) naming the field, and create no job. After all of that the
+same cluster runs good jobs: with explicit cuts (layout.source "spec") and without
+(layout.source "measured", stages carrying their measured costs), and both workers are idle again.
 
 usage: errors_test.py --zpipe BUILD/client/zpipe [--coordinator-bin BIN] [--worker-bin BIN]
 """
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zipfile
 
 import numpy as np
 import torch
@@ -44,6 +46,8 @@ SEQ_LEN = 16
 WORKERS = 2
 # own_model.build(layers=4): Embed, 4 Blocks, Head.
 BLOCKS = 6
+# The file format version of a model "from a newer torch" (test 1b).
+NEWER_FORMAT_VERSION = 99
 # Generous: a job here takes well under a second; a stuck job must not hang the test.
 JOB_TIMEOUT_S = 120
 
@@ -90,6 +94,17 @@ class _Blocks(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
+
+
+def _with_format_version(src, dst, version):
+    """Copies the TorchScript archive `src` to `dst` with its version record (what LibTorch
+    checks before reading anything else) set to `version`, as a newer torch would write it."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.split("/", 1)[1:] in (["version"], [".data/version"]):
+                data = f"{version}\n".encode()
+            zout.writestr(info, data)
 
 
 def _set_pdeathsig():
@@ -305,6 +320,14 @@ class TrainErrorsTest(unittest.TestCase):
         small = build()
         small[0] = own_model.Embed(200, SEQ_LEN, 32)
         torch.jit.save(torch.jit.script(small), cls._path("small-embedding.pt"))
+        # 1b. Saved by a torch newer than the workers' LibTorch: the archive's file format
+        # version above any LibTorch 2.x reads (torch writes 3 to 10 today).
+        _with_format_version(cls._path("model.pt"), cls._path("newer-torch.pt"),
+                             NEWER_FORMAT_VERSION)
+        # 1c. The head's projection is the embedding's weight (tied): blocks 0 and 5 share it.
+        tied = build()
+        tied[-1].out.weight = tied[0].tok.weight
+        zeropipe.export_model(tied, cls._path("tied.pt"), vocab=VOCAB)
         # 3. Block 2 returns a tuple.
         blocks = list(build())
         blocks.insert(2, _Pair())
@@ -387,6 +410,19 @@ class TrainErrorsTest(unittest.TestCase):
     def test_01_model_not_torchscript(self):
         self.assert_fails({"model": "random.pt"}, self._path("random.pt"),
                           "not a TorchScript file")
+
+    def test_01b_model_from_a_newer_torch(self):
+        libtorch = torch.__version__.split("+")[0]  # the venv's torch is the workers' LibTorch
+        self.assert_fails({"model": "newer-torch.pt"}, self._path("newer-torch.pt"),
+                          "written by a newer torch",
+                          f"file format version {NEWER_FORMAT_VERSION}",
+                          f"this worker's LibTorch is {libtorch}", "reads versions up to",
+                          f"script and save the model with torch {libtorch}")
+
+    def test_01c_tied_weights_across_blocks(self):
+        self.assert_fails({"model": "tied.pt"}, self._path("tied.pt"),
+                          "block 0 ('0') and block 5 ('5') share a parameter", "'0.tok.weight'",
+                          "'5.out.weight'", "untie")
 
     def test_02_last_block_not_logits(self):
         self.assert_fails({"model": "flat-logits.pt"}, self._path("flat-logits.pt"),

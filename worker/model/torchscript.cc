@@ -12,6 +12,7 @@
 #include "worker/model/internal/stage_base.h"
 #include "worker/model/internal/torch_status.h"
 #include "worker/model/split_backward.h"
+#include "worker/model/torchscript_archive.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -27,6 +28,59 @@ absl::Status BadModel(const std::string& path, absl::string_view why) {
 // "block 3 ('3')".
 std::string BlockLabel(int k, const std::string& name) {
   return absl::StrCat("block ", k, " ('", name, "')");
+}
+
+// torch.jit.load failed. A file whose format version is above what this LibTorch reads was
+// saved by a newer torch: LibTorch's own message then says to upgrade PyTorch, which is not what
+// the user of a worker can do, so the error says which versions meet and what to do instead.
+absl::Status UnreadableModel(const std::string& path, absl::string_view what) {
+  absl::StatusOr<int64_t> version = TorchScriptFileFormatVersion(path);
+  if (version.ok() && *version > MaxReadableFileFormatVersion()) {
+    return BadModel(
+        path, absl::StrCat("written by a newer torch than this worker's (file format version ",
+                           *version, "; this worker's LibTorch is ", LibTorchVersion(),
+                           " and reads versions up to ", MaxReadableFileFormatVersion(),
+                           "): script and save the model with torch ", LibTorchVersion(),
+                           " (the project's venv, scripts/find-python) or older, or run workers "
+                           "built with a LibTorch as new as the torch that saved it"));
+  }
+  return BadModel(path,
+                  absl::StrCat("not a TorchScript file torch.jit.load can read (", what, ")"));
+}
+
+// Every parameter must be a tensor of its own. Each pipeline stage holds, synchronises and steps
+// the parameters of its blocks; stages on other workers (or other chunks of one worker) would
+// each train their own copy of a weight that two blocks share (tied embedding and head), and
+// within one stage a tensor under two names would be two entries of its parameter list, which the
+// gradient buckets and the optimizer take as two parameters. Refused, naming both.
+absl::Status CheckNoSharedParameters(const std::string& path,
+                                     const std::vector<torch::jit::Module>& blocks,
+                                     const std::vector<std::string>& names) {
+  std::map<const c10::StorageImpl*, std::pair<int, std::string>> first;  // block, name
+  for (int k = 0; k < static_cast<int>(blocks.size()); ++k) {
+    for (const auto& p : blocks[k].named_parameters(/*recurse=*/true)) {
+      if (!p.value.has_storage()) continue;
+      const std::string name = absl::StrCat(names[k], ".", p.name);
+      auto [it, fresh] = first.emplace(p.value.storage().unsafeGetStorageImpl(),
+                                       std::make_pair(k, name));
+      if (fresh) continue;
+      const auto& [j, other] = it->second;
+      const std::string what =
+          j == k ? absl::StrCat(BlockLabel(k, names[k]), " holds one tensor under two names: '",
+                                other, "' and '", name,
+                                "' (tied weights); ZeroPipe takes every parameter name as a "
+                                "parameter of its own (gradient buckets, optimizer state)")
+                 : absl::StrCat(BlockLabel(j, names[j]), " and ", BlockLabel(k, names[k]),
+                                " share a parameter: '", other, "' and '", name,
+                                "' are the same tensor (tied weights); ZeroPipe trains each "
+                                "block's parameters on that block's pipeline stage, so a shared "
+                                "weight would be trained as separate copies");
+      return BadModel(path, absl::StrCat(what,
+                                         "; untie it (give each its own parameter, e.g. "
+                                         "examples/llama's build(tie_embeddings=False))"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Runs block k on `x`; InvalidArgument naming the block when it does not return one tensor.
@@ -261,11 +315,9 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
   try {
     m->module_ = torch::jit::load(path, torch::kCPU);
   } catch (const c10::Error& e) {
-    return BadModel(path, absl::StrCat("not a TorchScript file torch.jit.load can read (",
-                                       e.what_without_backtrace(), ")"));
+    return UnreadableModel(path, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    return BadModel(
-        path, absl::StrCat("not a TorchScript file torch.jit.load can read (", e.what(), ")"));
+    return UnreadableModel(path, e.what());
   }
   m->module_.train();
   for (const auto& child : m->module_.named_children()) {
@@ -279,6 +331,7 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     return BadModel(path,
                     "has no blocks; save a torch.nn.Sequential whose children are the blocks");
   }
+  if (absl::Status st = CheckNoSharedParameters(path, m->blocks_, m->names_); !st.ok()) return st;
   for (int k = 0; k < m->num_blocks(); ++k) {
     auto method = m->blocks_[k].find_method("forward");
     if (!method)

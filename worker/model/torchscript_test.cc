@@ -1,9 +1,11 @@
 // TorchScript stages: a Sequential built and saved here is loaded, probed (boundary shapes, V),
 // cut into stages whose F/B/W give exactly a plain backward's gradients of the whole model; a
-// model breaking the block contract is refused naming the block; export writes the trained
-// values back into the same structure.
+// model breaking the block contract is refused naming the block, one whose blocks share a
+// parameter naming both, one from a newer torch saying which file format versions meet; export
+// writes the trained values back into the same structure.
 #include "worker/model/torchscript.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/torchscript_archive.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -104,6 +107,43 @@ TEST_F(TorchScriptTest, ContractViolationsNameTheBlock) {
   EXPECT_NE(bad.status().message().find(junk), std::string::npos) << bad.status();
   EXPECT_EQ(TorchScriptModel::Load((dir_ / "missing.pt").string(), kSeq, kBatch).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(TorchScriptTest, ParametersSharedBetweenBlocksAreRefusedNamingThem) {
+  torch::jit::Module tied = Model();
+  torch::jit::Module mid = tied.attr("1").toModule();
+  torch::jit::Module norm = tied.attr("2").toModule();
+  norm.setattr("w", mid.attr("w"));
+  const std::string path = Save(tied, "tied.pt");
+  auto model = TorchScriptModel::Load(path, kSeq, kBatch);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* needle : {"block 1 ('1') and block 2 ('2') share a parameter", "'1.w'", "'2.w'",
+                             "untie"}) {
+    EXPECT_NE(model.status().message().find(needle), std::string::npos) << model.status();
+  }
+  EXPECT_NE(model.status().message().find(path), std::string::npos) << model.status();
+}
+
+TEST_F(TorchScriptTest, AFileFromANewerTorchSaysWhichVersionsMeet) {
+  const std::string path = (dir_ / "newer.pt").string();
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(path);
+    writer.setMinVersion(MaxReadableFileFormatVersion() + 1);
+    writer.writeRecord("data.pkl", "x", 1);
+    writer.writeEndOfFile();
+  }
+  auto model = TorchScriptModel::Load(path, kSeq, kBatch);
+  ASSERT_FALSE(model.ok());
+  const std::string max = absl::StrCat(MaxReadableFileFormatVersion());
+  for (const std::string& needle :
+       {path, std::string("written by a newer torch"),
+        absl::StrCat("file format version ", MaxReadableFileFormatVersion() + 1),
+        absl::StrCat("LibTorch is ", LibTorchVersion()), absl::StrCat("reads versions up to ", max),
+        absl::StrCat("with torch ", LibTorchVersion())}) {
+    EXPECT_NE(model.status().message().find(needle), std::string::npos)
+        << needle << " in " << model.status();
+  }
 }
 
 TEST_F(TorchScriptTest, StageBoundaries) {
