@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/sanitize.h"
 
 namespace zpipe::cli {
 
@@ -58,10 +59,11 @@ int ExitCodeFor(const absl::Status& status) {
 
 int CliContext::Fail(const std::string& command, const absl::Status& status) {
   err_ << "zpipe " << command << ": ";
+  // The coordinator's message may quote a peer's string (a worker's failure, a job name).
+  const std::string message = core::SanitizeForTerminal(status.message());
   if (status.code() == absl::StatusCode::kUnavailable &&
       core::LooksLikeTlsFailure(status.message())) {
-    err_ << "TLS with the coordinator at " << coordinator_ << " failed (" << status.message()
-         << "); ";
+    err_ << "TLS with the coordinator at " << coordinator_ << " failed (" << message << "); ";
     if (!tls_.has_value()) {
       err_
           << "this zpipe spoke plaintext: if the coordinator serves TLS, give --tls-ca FILE or set "
@@ -77,26 +79,25 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
     return kExitJobFailed;
   }
   if (status.code() == absl::StatusCode::kUnavailable) {
-    err_ << "cannot reach the coordinator at " << coordinator_ << " (" << status.message()
+    err_ << "cannot reach the coordinator at " << coordinator_ << " (" << message
          << "); is zpipe-coordinator running? Set it with --coordinator ADDR or " << kCoordinatorEnv
          << ".\n";
   } else if (status.code() == absl::StatusCode::kUnauthenticated) {
     if (token_.empty()) {
       err_ << "the coordinator at " << coordinator_ << " requires a token: set " << kTokenEnv
-           << " or --token-file FILE (" << status.message() << ")\n";
+           << " or --token-file FILE (" << message << ")\n";
     } else {
       err_ << "the coordinator at " << coordinator_ << " did not accept the token from "
-           << token_source_ << ": " << status.message() << "\n";
+           << token_source_ << ": " << message << "\n";
     }
   } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-    err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << status.message()
-         << "\n";
+    err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << message << "\n";
   } else if (status.message().empty()) {
     // gRPC sometimes fails without a message (e.g. a request it could not serialize).
     err_ << "the call failed with " << absl::StatusCodeToString(status.code())
          << " and no message from gRPC\n";
   } else {
-    err_ << status.message() << "\n";
+    err_ << message << "\n";
   }
   return ExitCodeFor(status);
 }
@@ -183,12 +184,20 @@ std::string Args::Get(const std::string& name, const std::string& fallback) cons
 }
 
 void Table::Print(std::ostream& out) const {
-  std::vector<size_t> widths;
+  // Cells carry peer strings (worker names, hosts, reasons): shown escaped, measured as shown.
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(rows_.size());
   for (const auto& row : rows_) {
+    std::vector<std::string>& shown = rows.emplace_back();
+    shown.reserve(row.size());
+    for (const std::string& cell : row) shown.push_back(core::SanitizeForTerminal(cell));
+  }
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
   }
-  for (const auto& row : rows_) {
+  for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
@@ -222,7 +231,9 @@ std::string JobLine(const v1::Job& job) {
   const v1::JobProgress& p = job.progress();
   if (p.iterations_total() > 0)
     absl::StrAppend(&line, " ", p.iterations_done(), "/", p.iterations_total(), " iterations");
-  if (!job.reason().empty()) absl::StrAppend(&line, ": ", job.reason());
+  if (!job.reason().empty()) {
+    absl::StrAppend(&line, ": ", core::SanitizeForTerminal(job.reason()));
+  }
   return line;
 }
 

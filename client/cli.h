@@ -69,6 +69,7 @@ class CliContext {
   // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator, a
   // missing or refused token, a failed TLS handshake) and returns the exit code for `status`
   // (kExitJobFailed for a TLS handshake that failed: the coordinator is there but not trusted).
+  // The status message is shown through core::SanitizeForTerminal.
   int Fail(const std::string& command, const absl::Status& status);
   // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
   int Usage(const std::string& command, const std::string& message, const std::string& usage);
@@ -121,7 +122,9 @@ bool WantsHelp(const std::vector<std::string>& args);
 std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
                                     const std::vector<std::string>& argv, const std::string& usage);
 
-// Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell.
+// Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell. Cells
+// may hold peer strings as received: Print shows each through core::SanitizeForTerminal, so a
+// cell stays on its line and carries no terminal controls.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
@@ -136,7 +139,8 @@ class Table {
 std::string FormatDuration(double seconds);
 // RFC 3339 in UTC, seconds precision; "-" for an unset timestamp.
 std::string FormatTime(int64_t seconds_since_epoch);
-// A Job's short one-line description: "job1 running 12/50 iterations".
+// A Job's short one-line description: "job1 running 12/50 iterations"; the reason, when there is
+// one, sanitized for the terminal.
 std::string JobLine(const v1::Job& job);
 
 // The subcommands. `args` exclude "zpipe" and the command name; global flags are already gone.

@@ -17,6 +17,7 @@ namespace zpipe::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using json = nlohmann::json;
 
 struct Result {
@@ -32,7 +33,8 @@ class CliCommandsTest : public ::testing::Test {
              OutputFormat format = OutputFormat::kTable, bool terminal = false) {
     std::ostringstream out, err;
     // The context owns its client; hand it a forwarding view of the shared fake.
-    CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", format, out, err, terminal);
+    CliContext ctx(std::make_unique<Forwarder>(fake_, &logs_), "fake:1", format, out, err,
+                   terminal);
     const int code = command(ctx, args);
     return {code, out.str(), err.str()};
   }
@@ -53,10 +55,11 @@ class CliCommandsTest : public ::testing::Test {
     return spec;
   }
 
-  // Forwards to the shared FakeClient, so the test keeps control of it.
+  // Forwards to the shared FakeClient, so the test keeps control of it; Logs delivers `logs`.
   class Forwarder : public Client {
    public:
-    explicit Forwarder(FakeClient& f) : f_(f) {}
+    explicit Forwarder(FakeClient& f, const std::vector<v1::LogLine>* logs = nullptr)
+        : f_(f), logs_(logs) {}
     absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& s, const std::string& id,
                                         bool v) override {
       return f_.Submit(s, id, v);
@@ -71,12 +74,23 @@ class CliCommandsTest : public ::testing::Test {
     }
     absl::StatusOr<JobPlan> Plan(const std::string& id) override { return f_.Plan(id); }
     absl::StatusOr<std::vector<v1::Worker>> Workers(bool d) override { return f_.Workers(d); }
+    absl::Status Logs(const std::string&, const LogsOptions&,
+                      const std::function<bool(const v1::LogLine&)>& on_line,
+                      uint64_t*) override {
+      if (logs_ == nullptr) return absl::UnimplementedError("no logs");
+      for (const v1::LogLine& line : *logs_) {
+        if (!on_line(line)) break;
+      }
+      return absl::OkStatus();
+    }
 
    private:
     FakeClient& f_;
+    const std::vector<v1::LogLine>* logs_;
   };
 
   FakeClient fake_;
+  std::vector<v1::LogLine> logs_;  // what `zpipe logs` gets, for every job
 };
 
 TEST_F(CliCommandsTest, StatusShowsRestartsAndAttempts) {
@@ -477,6 +491,80 @@ TEST_F(CliCommandsTest, ANonUtf8JobNameExitsTwoNamingTheField) {
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("line 1: field 'name' is not UTF-8 text (byte 0xE9"));
   EXPECT_TRUE(fake_.List({})->jobs.empty());
+}
+
+// Strings from workers and other clients reach the terminal escaped in text output (an ESC
+// sequence that clears the screen, a carriage return that overwrites the line, a newline that
+// forges one) and exactly as sent in JSON, whose escaping carries them.
+TEST_F(CliCommandsTest, TextOutputShowsPeerStringsEscaped) {
+  const std::string clear = "\x1b[2J";
+  v1::Worker w;
+  w.set_name("evil" + clear);
+  w.set_host("h\rhost-a");
+  w.set_state(v1::WORKER_STATE_IDLE);
+  w.set_device_kind(v1::DEVICE_KIND_CPU);
+  v1::Worker accented;
+  accented.set_name("n\xc5\x93ud-\xe8\xa8\x88\xe7\xae\x97");  // "nœud-計算": printable, kept
+  accented.set_state(v1::WORKER_STATE_IDLE);
+  fake_.SetWorkers({w, accented});
+  Result r = Run(RunWorkersCommand, {"--wide"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nevil\\x1b[2J "));
+  EXPECT_THAT(r.out, HasSubstr("h\\rhost-a"));
+  EXPECT_THAT(r.out, HasSubstr("n\xc5\x93ud-\xe8\xa8\x88\xe7\xae\x97"));
+  EXPECT_THAT(r.out, Not(HasSubstr("\x1b")));
+  EXPECT_THAT(r.out, Not(HasSubstr("\r")));
+  r = Run(RunWorkersCommand, {}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("\x1b")));  // JSON writes it as \u001b
+  EXPECT_EQ(json::parse(r.out)["workers"][0]["name"], "evil" + clear);
+
+  // A failure reason: watch's lines, status, list (the job name).
+  v1::JobSpec spec = Spec();
+  spec.set_name("t" + clear);
+  ASSERT_TRUE(fake_.Submit(spec, "f", false).ok());
+  const std::string reason = "rank 1 on worker evil" + clear + " failed\r\nforged line";
+  const std::string shown = "rank 1 on worker evil\\x1b[2J failed\\r\\nforged line";
+  std::thread driver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    fake_.SetState("f", v1::JOB_STATE_FAILED, reason);
+  });
+  r = Run(RunWatchCommand, {"f"});
+  driver.join();
+  EXPECT_EQ(r.code, kExitJobFailed) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("f pending -> failed: " + shown + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("f failed 0/3 iterations: " + shown + "\n"));  // the last line
+  EXPECT_THAT(r.out, Not(HasSubstr("\x1b")));
+  r = Run(RunStatusCommand, {"f"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("reason      " + shown + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("t\\x1b[2J"));
+  EXPECT_THAT(r.out, Not(HasSubstr("\x1b")));
+  r = Run(RunListCommand, {});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("f   t\\x1b[2J  failed"));
+  r = Run(RunStatusCommand, {"f"}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(json::parse(r.out)["reason"], reason);
+
+  // Log lines: one line each, whatever the worker wrote into it; tabs kept.
+  v1::LogLine line;
+  line.set_rank(1);
+  line.set_text("loss 2.5\rloss 0.1" + clear + "\tok");
+  logs_.push_back(line);
+  r = Run(RunLogsCommand, {"f"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" rank 1: loss 2.5\\rloss 0.1\\x1b[2J\tok\n"));
+  r = Run(RunLogsCommand, {"f"}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(json::parse(r.out)["text"], line.text());
+
+  // An error message quoting a peer's string.
+  std::ostringstream out, err;
+  CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", OutputFormat::kTable, out, err,
+                 false);
+  ctx.Fail("status", absl::FailedPreconditionError("worker evil" + clear + " refused"));
+  EXPECT_EQ(err.str(), "zpipe status: worker evil\\x1b[2J refused\n");
 }
 
 TEST(CompletionCommandTest, PrintsABashScriptNamingEveryCommand) {

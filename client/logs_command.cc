@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "client/cli.h"
 #include "client/json_output.h"
+#include "core/sanitize.h"
 
 namespace zpipe::cli {
 namespace {
@@ -89,8 +90,9 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
         if (ctx.json()) {
           PrintJson(ctx.out(), MessageJson(line), /*pretty=*/false);
         } else {
-          ctx.out() << FormatLineTime(line) << " rank " << line.rank() << ": " << line.text()
-                    << "\n";
+          // A worker wrote the text: an embedded \r or \n would overwrite or forge lines.
+          ctx.out() << FormatLineTime(line) << " rank " << line.rank() << ": "
+                    << core::SanitizeForTerminal(line.text()) << "\n";
         }
         ctx.out().flush();
         return true;

@@ -4,6 +4,8 @@
 // bubble measured vs predicted) and one row per rank with F/B/W bars for the current iteration.
 // Elsewhere (pipes, files, CI logs) it prints one plain line per state change and per completed
 // iteration, which is what log readers and tests want. With -o json every event is one JSON line.
+// Reasons and errors in events come from the coordinator and workers: text output shows them
+// through core::SanitizeForTerminal.
 #include <algorithm>
 #include <ostream>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/json_output.h"
+#include "core/sanitize.h"
 
 namespace zpipe::cli {
 namespace {
@@ -47,7 +50,7 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
   for (const v1::RankIterationStats& r : it.ranks()) {
     if (r.checkpoint_error().empty()) continue;
     absl::StrAppend(&line, "\n  checkpoint skipped on rank ", r.pipeline_rank(), "/", r.data_rank(),
-                    ": ", r.checkpoint_error());
+                    ": ", core::SanitizeForTerminal(r.checkpoint_error()));
   }
   return line;
 }
@@ -60,7 +63,9 @@ std::string PlanSwitchLine(const std::string& job_id, const v1::PlanSwitch& s) {
   return absl::StrCat(job_id, " plan v", s.from_version(), " -> v", s.to_version(), " ", phase,
                       " iteration ", s.switch_iteration() + 1, ": predicted bubble ",
                       Percent(s.old_predicted_bubble()), " -> ", Percent(s.new_predicted_bubble()),
-                      s.reason().empty() ? "" : absl::StrCat(" (", s.reason(), ")"));
+                      s.reason().empty()
+                          ? ""
+                          : absl::StrCat(" (", core::SanitizeForTerminal(s.reason()), ")"));
 }
 
 class JobView {
@@ -84,7 +89,9 @@ class JobView {
         const v1::StateChange& c = event.state_change();
         job_.set_state(c.to());
         Line(absl::StrCat(job_id_, " ", JobStateName(c.from()), " -> ", JobStateName(c.to()),
-                          c.reason().empty() ? "" : absl::StrCat(": ", c.reason())));
+                          c.reason().empty()
+                              ? ""
+                              : absl::StrCat(": ", core::SanitizeForTerminal(c.reason()))));
         break;
       }
       case v1::JobEvent::kIteration:

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/sanitize.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -19,7 +20,7 @@ void LogLine(LogLevel level, absl::string_view message) {
   const char tag = level == LogLevel::kInfo ? 'I' : level == LogLevel::kWarning ? 'W' : 'E';
   const std::string line =
       absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
-                   std::string(1, tag), " ", message, "\n");
+                   std::string(1, tag), " ", core::SanitizeForTerminal(message), "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);  // one write per line: no interleaving
 }
 

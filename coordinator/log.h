@@ -10,7 +10,9 @@ namespace zpipe::coordinator {
 
 enum class LogLevel { kInfo, kWarning, kError };
 
-// Thread-safe; one line per call. Messages below the minimum level are dropped.
+// Thread-safe; one line per call. Messages below the minimum level are dropped. Messages quote
+// peers' strings (worker names and hosts, failure reasons, job names) as received, so the message
+// is written through core::SanitizeForTerminal: it stays one line and carries no terminal controls.
 void LogLine(LogLevel level, absl::string_view message);
 void SetMinLogLevel(LogLevel level);
 
