@@ -135,9 +135,9 @@ class TimedStage final : public worker::model::Stage {
   void FreeMicrobatch(int mb) override { inner_->FreeMicrobatch(mb); }
   int pending_microbatches() const override { return inner_->pending_microbatches(); }
   const std::vector<worker::model::ParamInfo>& params() const override { return inner_->params(); }
-  worker::model::TensorSpec ActivationSpec(int b) const override {
-    return inner_->ActivationSpec(b);
-  }
+  worker::model::TensorSpec InputSpec(int b) const override { return inner_->InputSpec(b); }
+  worker::model::TensorSpec OutputSpec(int b) const override { return inner_->OutputSpec(b); }
+  void SetTraining(bool training) override { inner_->SetTraining(training); }
 
  private:
   std::unique_ptr<worker::model::Stage> inner_;

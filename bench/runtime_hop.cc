@@ -182,7 +182,10 @@ class EchoStage final : public worker::model::Stage {
   void FreeMicrobatch(int) override {}
   int pending_microbatches() const override { return pending_; }
   const std::vector<worker::model::ParamInfo>& params() const override { return params_; }
-  worker::model::TensorSpec ActivationSpec(int) const override {
+  worker::model::TensorSpec InputSpec(int) const override {
+    return {{out_.numel()}, torch::kFloat32};
+  }
+  worker::model::TensorSpec OutputSpec(int) const override {
     return {{out_.numel()}, torch::kFloat32};
   }
 

@@ -18,6 +18,14 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_llama_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # Blocks that change width at every cut (ZB-V p=2/p=4, interleaved p=2, 1F1B p=4, ZB-2p p=2,
+  # ZB-V p=2 d=2: every send and receive sized from the boundary it crosses), and dropout: the
+  # eval loss is the eval-mode loss of a plain loop.
+  add_test(NAME train_widths_parity
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/widths_parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_widths_parity PROPERTIES LABELS "train;slow" TIMEOUT 600
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
   # The failure paths on one real cluster (a coordinator and 2 workers for the whole test): bad
   # models, data and eval files fail the job naming the file and the problem, invalid specs are
   # refused at submit naming the field, and the same cluster then runs good jobs (spec and

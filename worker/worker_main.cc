@@ -1,6 +1,7 @@
 // zpipe-worker: registers with the coordinator and runs the job ranks it is assigned.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -14,11 +15,22 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "worker/daemon/log.h"
 #include "worker/daemon/model_export.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace {
+
+// print() in a TorchScript model: into the worker's log, one line per line printed, so it shows
+// in `zpipe logs` while the job runs (LibTorch's default writes to std::cout, which no one reads).
+void ModelPrint(const std::string& text) {
+  absl::string_view s = text;
+  if (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  for (absl::string_view line : absl::StrSplit(s, '\n')) {
+    zpipe::worker::Log(absl::StrCat("model: ", line));
+  }
+}
 
 constexpr char kUsage[] =
     "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
@@ -105,6 +117,9 @@ int Usage(const std::string& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered stdout (stderr is unbuffered already): whatever a library writes there reaches
+  // a log collector (systemd, kubectl logs, a pipe) as it happens, not when a 4 KB buffer fills.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc >= 2 && std::string(argv[1]) == "export") return Export(argc, argv);
   zpipe::worker::DaemonOptions options;
   if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
@@ -285,6 +300,7 @@ int main(int argc, char** argv) {
   zpipe::worker::WorkerDaemon daemon(options);
   // What the daemon logs while it runs a job also goes to the coordinator (`zpipe logs`).
   zpipe::worker::SetLogSink(&daemon.log_sink());
+  torch::jit::setPrintHandler(&ModelPrint);
   std::thread watcher([&] {
     int sig = 0;
     sigwait(&signals, &sig);

@@ -109,12 +109,29 @@ class ParityTestCase(unittest.TestCase):
                                              shuffle_seed)
         return self.references[key]
 
-    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None):
+    def run_zpipe(self, name, spec):
+        """Runs job `spec` (a dict) with `zpipe run --local`; asserts it succeeded and returns
+        the run's JSON summary."""
         out = os.path.join(self.dir, name)
         os.makedirs(out, exist_ok=True)
+        job = os.path.join(out, name + ".json")
+        with open(job, "w") as f:
+            json.dump(spec, f)
+        run = subprocess.run([ZPIPE, "-o", "json", "run", job, "--local", "--out", out],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(run.returncode, 0, f"zpipe run failed:\n{run.stderr[-4000:]}")
+        summary = json.loads(run.stdout)
+        self.assertEqual(summary["state"], "succeeded", summary.get("reason"))
+        return summary
+
+    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
+        """`cuts`: model.torchscript.cuts (None: the workers profile the blocks)."""
+        torchscript = {"path": self.model_path}
+        if cuts is not None:
+            torchscript["cuts"] = list(cuts)
         spec = {
             "name": name,
-            "model": {"torchscript": {"path": self.model_path}},
+            "model": {"torchscript": torchscript},
             "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": SEQ_LEN},
             "parallel": {"pipeline": p, "data": d},
             "schedule": {"kind": schedule},
@@ -126,14 +143,7 @@ class ParityTestCase(unittest.TestCase):
         }
         if shuffle_seed is not None:
             spec["data"]["shuffle_seed"] = shuffle_seed
-        job = os.path.join(out, name + ".json")
-        with open(job, "w") as f:
-            json.dump(spec, f)
-        run = subprocess.run([ZPIPE, "-o", "json", "run", job, "--local", "--out", out],
-                             capture_output=True, text=True, timeout=600)
-        self.assertEqual(run.returncode, 0, f"zpipe run failed:\n{run.stderr[-4000:]}")
-        summary = json.loads(run.stdout)
-        self.assertEqual(summary["state"], "succeeded", summary.get("reason"))
+        summary = self.run_zpipe(name, spec)
         want_losses, want_params = self.reference(d, m, b, shuffle_seed)
         got = summary["losses"]
         self.assertEqual(len(got), ITERATIONS)

@@ -47,6 +47,31 @@ constexpr int kEvalMicrobatch = 1 << 29;  // microbatch ids of Evaluate's forwar
 // Beyond this many pooled receive buffers (a stage that keeps its inputs), receives allocate.
 constexpr size_t kMaxPooledRecvBuffers = 64;
 
+std::string SpecString(const model::TensorSpec& spec) {
+  return absl::StrCat(c10::str(c10::IntArrayRef(spec.shape)), " ", c10::toString(spec.dtype));
+}
+
+// The tensor `what` ("activation", "gradient") of stage `stage` microbatch `mb`, about to cross a
+// boundary, checked against `want`: the spec its consumer sized its receive buffer from (found
+// before any data flowed). A shape that differs fails the job here, naming both shapes, rather
+// than as a size mismatch (or, on a transport that cannot tell, a hang) on the receiving rank.
+// The dtype is converted to the spec's (a block under bf16 autocast may return bf16 where the
+// consumer expects float32).
+absl::StatusOr<torch::Tensor> CheckBoundary(const char* what, int stage, int mb,
+                                            torch::Tensor t, const model::TensorSpec& want) {
+  if (!t.defined() || t.sizes() != c10::IntArrayRef(want.shape)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage, " microbatch ", mb, ": its ", what, " is ",
+        t.defined() ? absl::StrCat(c10::str(t.sizes()), " ", c10::toString(t.scalar_type()))
+                    : "undefined",
+        " but the stage's boundary was found to be ", SpecString(want),
+        " by the dry forward at job start; every block's output shape must depend only on its "
+        "input's shape, not on the data"));
+  }
+  if (t.scalar_type() != want.dtype) t = t.to(want.dtype);
+  return t;
+}
+
 // Sum of pairwise intersections of two sorted lists of disjoint intervals.
 double Overlap(const std::vector<std::pair<SteadyTime, SteadyTime>>& a,
                const std::vector<std::pair<SteadyTime, SteadyTime>>& b) {
@@ -129,6 +154,7 @@ struct Executor::Impl {
     std::unique_ptr<CommHandle> handle;
     Action action;  // the plan's RECV, for the sink
     SteadyTime posted;
+    model::TensorSpec spec;  // what the buffer was sized for, for errors
   };
   struct PendingSend {
     Action action;
@@ -170,9 +196,11 @@ struct Executor::Impl {
 
   absl::Status PostRecv(const Action& a) {
     const bool act = a.kind == ActionKind::kRecvAct;
-    // The local consumer's boundary spec: stage s+1 receives s's output; s-1 receives s's grad.
-    const int local_stage = act ? a.stage + 1 : a.stage - 1;
-    const model::TensorSpec spec = StageOf(local_stage).ActivationSpec(config.microbatch_size);
+    // The boundary between the producing stage s and the local consumer: an activation of s is
+    // stage s+1's input; a gradient of s (its input gradient) is that of stage s-1's output.
+    const model::TensorSpec spec =
+        act ? StageOf(a.stage + 1).InputSpec(config.microbatch_size)
+            : StageOf(a.stage - 1).OutputSpec(config.microbatch_size);
     torch::Tensor buffer = RecvBuffer(spec);
     const ActionKind send_kind = act ? ActionKind::kSendAct : ActionKind::kSendGrad;
     PendingRecv pending;
@@ -180,6 +208,7 @@ struct Executor::Impl {
     pending.posted = Clock::now();
     pending.handle = comm->Recv(buffer, a.peer, Tag(send_kind, a.stage, a.microbatch));
     pending.tensor = buffer;
+    pending.spec = spec;
     recvs[{send_kind, a.stage, a.microbatch}] = std::move(pending);
     return absl::OkStatus();
   }
@@ -258,7 +287,8 @@ struct Executor::Impl {
       return absl::Status(
           st.code(), absl::StrCat("rank ", rank, ": receiving ",
                                   send_kind == ActionKind::kSendAct ? "activation" : "gradient",
-                                  " of stage ", stage, " microbatch ", mb, ": ", st.message()));
+                                  " of stage ", stage, " microbatch ", mb, " (expecting ",
+                                  SpecString(it->second.spec), "): ", st.message()));
     }
     EmitComm(it->second.action, it->second.posted, *it->second.handle);
     torch::Tensor t = std::move(it->second.tensor);
@@ -404,6 +434,14 @@ struct Executor::Impl {
     const int last = plan.num_stages() - 1;
     double sum = 0;
     torch::NoGradGuard no_grad;
+    // Eval mode (dropout off) for the evaluation, training mode again however it ends.
+    for (auto& st : stages) st->SetTraining(false);
+    struct Restore {
+      std::vector<std::unique_ptr<model::Stage>>& stages;
+      ~Restore() {
+        for (auto& st : stages) st->SetTraining(true);
+      }
+    } restore{stages};
     for (int k = 0; k < batches; ++k) {
       const int mb = kEvalMicrobatch + k;
       model::TokenBatch batch;
@@ -418,13 +456,14 @@ struct Executor::Impl {
         } else if (pl.RankOf(s - 1) == rank) {
           input = x;
         } else {
-          const model::TensorSpec spec = st.ActivationSpec(config.microbatch_size);
+          const model::TensorSpec spec = st.InputSpec(config.microbatch_size);
           input = torch::empty(spec.shape,
                                torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
           auto h = comm->Recv(input, pl.RankOf(s - 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
             return absl::Status(
-                w.code(), absl::StrCat("eval: activation of stage ", s - 1, ": ", w.message()));
+                w.code(), absl::StrCat("eval: activation of stage ", s - 1, " (expecting ",
+                                       SpecString(spec), "): ", w.message()));
           }
         }
         absl::StatusOr<torch::Tensor> out;
@@ -441,7 +480,10 @@ struct Executor::Impl {
           continue;
         }
         st.FreeMicrobatch(mb);
-        x = *out;
+        absl::StatusOr<torch::Tensor> checked = CheckBoundary(
+            "output activation", s, mb, *std::move(out), st.OutputSpec(config.microbatch_size));
+        if (!checked.ok()) return checked.status();
+        x = *std::move(checked);
         if (pl.RankOf(s + 1) != rank) {
           auto h = comm->Send(ToComm(x), pl.RankOf(s + 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
@@ -554,7 +596,11 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
         if (a.stage == last_stage) {
           loss_microbatches.push_back(a.microbatch);  // read after the last action
         } else {
-          outputs[{a.stage, a.microbatch}] = *std::move(out);
+          absl::StatusOr<torch::Tensor> checked =
+              CheckBoundary("output activation", a.stage, a.microbatch, *std::move(out),
+                            stage.OutputSpec(config.microbatch_size));
+          if (!checked.ok()) return checked.status();
+          outputs[{a.stage, a.microbatch}] = *std::move(checked);
         }
         if (a.stage == 0 && batch != nullptr) summary.tokens += batch->tokens.numel();
         break;
@@ -564,7 +610,13 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
         auto g = a.kind == ActionKind::kBackwardInput ? stage.BackwardInput(a.microbatch, input)
                                                       : stage.BackwardFull(a.microbatch, input);
         if (!g.ok()) return g.status();
-        if (a.stage > 0) grads[{a.stage, a.microbatch}] = *std::move(g);
+        if (a.stage > 0) {
+          absl::StatusOr<torch::Tensor> checked =
+              CheckBoundary("input gradient", a.stage, a.microbatch, *std::move(g),
+                            stage.InputSpec(config.microbatch_size));
+          if (!checked.ok()) return checked.status();
+          grads[{a.stage, a.microbatch}] = *std::move(checked);
+        }
         break;
       }
       case ActionKind::kBackwardWeight:

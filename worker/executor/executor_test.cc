@@ -413,7 +413,8 @@ class KeepingStage final : public model::Stage {
   void FreeMicrobatch(int) override {}
   int pending_microbatches() const override { return pending_; }
   const std::vector<model::ParamInfo>& params() const override { return params_; }
-  model::TensorSpec ActivationSpec(int) const override { return {{floats_}, torch::kFloat32}; }
+  model::TensorSpec InputSpec(int) const override { return {{floats_}, torch::kFloat32}; }
+  model::TensorSpec OutputSpec(int) const override { return {{floats_}, torch::kFloat32}; }
 
  private:
   int stage_;
@@ -452,6 +453,154 @@ TEST(ExecutorTest, PooledReceiveBuffersAreNeverReusedWhileAStageHoldsThem) {
     return absl::OkStatus();
   });
   EXPECT_TRUE(st.ok()) << st;
+}
+
+}  // namespace
+}  // namespace zpipe::worker
+
+namespace zpipe::worker {
+namespace {
+
+// Width of the activation entering stage k (k = S: the last stage's output): every boundary has
+// another width, as in a model whose blocks change width (64 -> 96 -> 48).
+int64_t Width(int k) { return 8 + 4 * k; }
+
+// Stage s of a model whose boundaries all differ: F takes [b, Width(s)] and returns
+// [b, Width(s+1)] filled with 1000 s + mb; B takes the gradient of its output and returns
+// [b, Width(s)]. Inputs and output gradients are checked on arrival. `bad_output`: F returns one
+// column too many (a block whose output shape depends on the data).
+class WidthStage final : public model::Stage {
+ public:
+  WidthStage(int stage, int num_stages, bool bad_output = false)
+      : stage_(stage), num_stages_(num_stages), bad_output_(bad_output) {}
+  int stage() const override { return stage_; }
+  int num_stages() const override { return num_stages_; }
+  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
+                                        const torch::Tensor*) override {
+    if (stage_ > 0) {
+      if (absl::Status st = Expect("input", input, InputSpec(kB), Fill(stage_ - 1, mb)); !st.ok()) {
+        return st;
+      }
+    }
+    ++pending_;
+    if (is_last()) return torch::full({}, 1.0f);
+    return torch::full({kB, Width(stage_ + 1) + (bad_output_ ? 1 : 0)}, Fill(stage_, mb));
+  }
+  absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor& grad) override {
+    if (!is_last()) {
+      if (absl::Status st = Expect("output gradient", grad, OutputSpec(kB), -Fill(stage_ + 1, mb));
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (is_first()) return torch::Tensor();
+    return torch::full({kB, Width(stage_)}, -Fill(stage_, mb));
+  }
+  absl::Status BackwardWeight(int) override {
+    --pending_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
+  void ClearLosses() override {}
+  void FreeMicrobatch(int) override { pending_ = 0; }
+  int pending_microbatches() const override { return pending_; }
+  const std::vector<model::ParamInfo>& params() const override { return params_; }
+  model::TensorSpec InputSpec(int b) const override {
+    return {{b, Width(stage_)}, torch::kFloat32};
+  }
+  model::TensorSpec OutputSpec(int b) const override {
+    return {{b, Width(stage_ + 1)}, torch::kFloat32};
+  }
+
+  static constexpr int kB = 2;
+
+ private:
+  static float Fill(int stage, int mb) { return 1000.0f * stage + mb % 1000; }
+  absl::Status Expect(const char* what, const torch::Tensor& t, const model::TensorSpec& spec,
+                      float value) const {
+    if (!t.defined() || t.sizes() != c10::IntArrayRef(spec.shape) ||
+        !torch::equal(t, torch::full(spec.shape, value))) {
+      return absl::InternalError(absl::StrCat("stage ", stage_, ": unexpected ", what));
+    }
+    return absl::OkStatus();
+  }
+
+  int stage_, num_stages_;
+  bool bad_output_;
+  int pending_ = 0;
+  std::vector<model::ParamInfo> params_;
+};
+
+// Runs two iterations and an evaluation of `kind` at p ranks over WidthStages; `bad_stage` (if
+// >= 0) returns outputs of the wrong shape. Returns every rank's status.
+std::vector<absl::Status> RunWidths(core::ScheduleKind kind, int p, int bad_stage = -1) {
+  auto plan = testing::LoweredPlan(kind, p, 4);
+  if (!plan.ok()) return {plan.status()};
+  auto store = NewInMemoryStore();
+  std::vector<absl::Status> errors(p);
+  // Every rank's own status is kept in `errors`; the lowest one RunOnThreads returns is not needed.
+  (void)testing::RunOnThreads(p, [&](int rank) -> absl::Status {
+    errors[rank] = [&]() -> absl::Status {
+      CommunicatorOptions o;
+      o.pipeline_rank = rank;
+      o.pipeline_size = p;
+      o.key_prefix = absl::StrCat("widths/", core::ScheduleName(kind), "/");
+      auto comm = NewTcpCommunicator(o, *store);
+      if (!comm.ok()) return comm.status();
+      std::vector<std::unique_ptr<model::Stage>> stages;
+      for (int c = 0; c < plan->placement.chunks_per_rank(); ++c) {
+        const int s = plan->placement.StageOf(rank, c);
+        stages.push_back(std::make_unique<WidthStage>(s, plan->num_stages(), s == bad_stage));
+      }
+      ExecutorConfig config;
+      config.microbatch_size = WidthStage::kB;
+      config.optimizer = "sgd";
+      config.max_grad_norm = 0;
+      config.timeout = absl::Seconds(20);
+      auto exec = Executor::Make(*plan, rank, 0, config, std::move(stages), **comm, nullptr,
+                                 nullptr, nullptr);
+      if (!exec.ok()) return exec.status();
+      for (int it = 0; it < 2; ++it) {
+        auto s = (*exec)->RunIteration(it);
+        if (!s.ok()) return s.status();
+      }
+      auto eval = (*exec)->Evaluate(2, [](int) { return model::TokenBatch{}; });
+      return eval.status();
+    }();
+    return absl::OkStatus();
+  });
+  return errors;
+}
+
+// Every receive is sized from the boundary it crosses (the producer's output, the consumer's
+// input), not from the receiving stage's other boundary: with widths changing at every cut, every
+// schedule and chunk count trains and evaluates, V turn-arounds and interleaved chunks included.
+TEST(ExecutorTest, BoundariesOfDifferentWidthsOnEverySchedule) {
+  const std::vector<std::pair<core::ScheduleKind, int>> cases = {
+      {core::ScheduleKind::kZbV, 2},  {core::ScheduleKind::kInterleaved1F1B, 2},
+      {core::ScheduleKind::k1F1B, 4}, {core::ScheduleKind::kZb2p, 2},
+      {core::ScheduleKind::kZbV, 4},
+  };
+  for (const auto& [kind, p] : cases) {
+    for (const absl::Status& st : RunWidths(kind, p)) {
+      EXPECT_TRUE(st.ok()) << core::ScheduleName(kind) << " p=" << p << ": " << st;
+    }
+  }
+}
+
+// An output whose shape is not the one found at job start fails the job on the producing rank,
+// naming the stage, the tensor and both shapes, before anything is sent.
+TEST(ExecutorTest, AnOutputOfAnotherShapeFailsNamingBothShapes) {
+  std::vector<absl::Status> st = RunWidths(core::ScheduleKind::kZbV, 2, /*bad_stage=*/1);
+  ASSERT_EQ(st.size(), 2u);
+  ASSERT_FALSE(st[1].ok());  // ZB-V p=2: stage 1 is on rank 1
+  const std::string msg(st[1].message());
+  EXPECT_EQ(st[1].code(), absl::StatusCode::kInvalidArgument) << st[1];
+  EXPECT_NE(msg.find("stage 1 microbatch 0: its output activation is [2, 17] Float"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("found to be [2, 16] Float"), std::string::npos) << msg;
+  EXPECT_FALSE(st[0].ok());  // its peer went away: an error, not a hang
 }
 
 }  // namespace

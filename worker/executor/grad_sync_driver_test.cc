@@ -46,7 +46,8 @@ class Opaque : public model::Stage {
   void FreeMicrobatch(int mb) override { inner_->FreeMicrobatch(mb); }
   int pending_microbatches() const override { return inner_->pending_microbatches(); }
   const std::vector<model::ParamInfo>& params() const override { return inner_->params(); }
-  model::TensorSpec ActivationSpec(int b) const override { return inner_->ActivationSpec(b); }
+  model::TensorSpec InputSpec(int b) const override { return inner_->InputSpec(b); }
+  model::TensorSpec OutputSpec(int b) const override { return inner_->OutputSpec(b); }
 
  private:
   std::unique_ptr<model::Stage> inner_;

@@ -343,7 +343,11 @@ class GptStage final : public internal::StageBase {
 
   const std::vector<ParamInfo>& params() const override { return parts_.infos; }
 
-  TensorSpec ActivationSpec(int microbatch_size) const override {
+  TensorSpec InputSpec(int microbatch_size) const override {
+    if (is_first()) return TensorSpec{{microbatch_size, config_.seq_len}, torch::kLong};
+    return OutputSpec(microbatch_size);
+  }
+  TensorSpec OutputSpec(int microbatch_size) const override {
     return TensorSpec{{microbatch_size, config_.seq_len, config_.hidden}, options_.dtype};
   }
 

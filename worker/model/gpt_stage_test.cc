@@ -338,7 +338,7 @@ TEST(GptStageTest, LossIsReportedAndMatchesReference) {
   for (int i = 0; i < m; ++i) {
     absl::StatusOr<torch::Tensor> h = stages[0]->Forward(i, batches[i].tokens);
     ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->sizes(), torch::IntArrayRef(stages[0]->ActivationSpec(kMicrobatchSize).shape));
+    EXPECT_EQ(h->sizes(), torch::IntArrayRef(stages[0]->OutputSpec(kMicrobatchSize).shape));
     absl::StatusOr<torch::Tensor> loss = stages[1]->Forward(i, *h, &batches[i].targets);
     ASSERT_TRUE(loss.ok()) << loss.status();
     EXPECT_EQ(loss->dim(), 0);

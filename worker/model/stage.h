@@ -158,9 +158,19 @@ class Stage {
     }
   }
 
-  // The activation exchanged at this stage's output boundary (and, for s > 0, its input), for a
-  // microbatch of `microbatch_size` samples; gradients have the same spec.
-  virtual TensorSpec ActivationSpec(int microbatch_size) const = 0;
+  // What crosses this stage's boundaries for a microbatch of `microbatch_size` samples, known
+  // before any data flows (a model whose blocks change width has different specs per stage).
+  // InputSpec: the activation Forward takes (for s > 0; the first stage's is its token ids) and
+  // the gradient BackwardInput returns. OutputSpec: the activation Forward returns (s < S - 1)
+  // and the gradient BackwardInput takes. Stage s's OutputSpec equals stage s+1's InputSpec; the
+  // executor sizes every receive from them and fails an action whose tensor does not match.
+  virtual TensorSpec InputSpec(int microbatch_size) const = 0;
+  virtual TensorSpec OutputSpec(int microbatch_size) const = 0;
+
+  // Training (the default) or evaluation: dropout and the like behave as in PyTorch's
+  // train()/eval(). Evaluation forwards keep no graph. Stages without mode-dependent layers
+  // ignore it.
+  virtual void SetTraining(bool training) { (void)training; }
 
  protected:
   void NotifyGradLanded(int param) const {

@@ -110,7 +110,10 @@ class SyntheticStage final : public internal::StageBase {
 
   const std::vector<ParamInfo>& params() const override { return infos_; }
 
-  TensorSpec ActivationSpec(int) const override {
+  TensorSpec InputSpec(int) const override {
+    return TensorSpec{{activation_floats_}, torch::kFloat32};
+  }
+  TensorSpec OutputSpec(int) const override {
     return TensorSpec{{activation_floats_}, torch::kFloat32};
   }
 

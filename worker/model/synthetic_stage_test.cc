@@ -88,7 +88,7 @@ TEST(SyntheticStageTest, TensorSizesFollowTheConfig) {
   SyntheticStageConfig c{0, 0, 0, /*activation_kb=*/6, /*params_mb=*/10};
   const int m = 4;
   auto first = Make(c, 0, 2, m), last = Make(c, 1, 2, m);
-  EXPECT_EQ(first->ActivationSpec(8).shape, std::vector<int64_t>{6 * 1024 / 4});
+  EXPECT_EQ(first->OutputSpec(8).shape, std::vector<int64_t>{6 * 1024 / 4});
 
   // 10 MB of float32 in tensors of at most 4 MB, all with W-phase gradients.
   int64_t floats = 0;

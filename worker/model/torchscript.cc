@@ -149,7 +149,7 @@ class TorchScriptStage final : public internal::StageBase {
       if (is_last() && (targets == nullptr || !targets->defined())) {
         return Invalid("F", mb, "the last stage needs targets");
       }
-      torch::AutoGradMode grad_mode(true);
+      torch::AutoGradMode grad_mode(training_);
       MicrobatchState st;
       torch::Tensor x;
       if (is_first()) {
@@ -242,8 +242,15 @@ class TorchScriptStage final : public internal::StageBase {
     return static_cast<int>(fwd_.size() + weight_.size() + fused_open_.size());
   }
   const std::vector<ParamInfo>& params() const override { return infos_; }
-  TensorSpec ActivationSpec(int microbatch_size) const override {
-    return model_->BoundarySpec(end_ < model_->num_blocks() ? end_ : begin_, microbatch_size);
+  TensorSpec InputSpec(int microbatch_size) const override {
+    return model_->BoundarySpec(begin_, microbatch_size);
+  }
+  TensorSpec OutputSpec(int microbatch_size) const override {
+    return model_->BoundarySpec(end_, microbatch_size);
+  }
+  void SetTraining(bool training) override {
+    training_ = training;
+    for (int k = begin_; k < end_; ++k) model_->block(k).train(training);
   }
 
  private:
@@ -291,6 +298,7 @@ class TorchScriptStage final : public internal::StageBase {
   std::vector<ParamInfo> infos_;
   std::vector<torch::Tensor> tensors_;
   bool fused_ = false;
+  bool training_ = true;  // SetTraining: eval forwards keep no graph
   std::set<int> fused_open_;  // fused: B done, W not yet
   std::map<int, MicrobatchState> fwd_;
   std::map<int, std::unique_ptr<SplitBackward>> weight_;
@@ -319,7 +327,6 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
   } catch (const std::exception& e) {
     return UnreadableModel(path, e.what());
   }
-  m->module_.train();
   for (const auto& child : m->module_.named_children()) {
     m->names_.push_back(child.name);
     m->blocks_.push_back(child.value);
@@ -345,8 +352,16 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
                                          c10::str(schema), ")"));
     }
   }
+  // Training mode from here on; the shape probe below runs in eval mode so that it neither
+  // updates running statistics (BatchNorm) nor draws random numbers (dropout).
+  m->module_.train();
   if (seq_len == 0) return m;
   // The probe: zeros of one microbatch through every block, recording each boundary.
+  m->module_.eval();
+  struct TrainAgain {
+    torch::jit::Module& module;
+    ~TrainAgain() { module.train(); }
+  } train_again{m->module_};
   try {
     torch::NoGradGuard no_grad;
     torch::Tensor x = torch::zeros({microbatch_size, seq_len}, torch::kLong);

@@ -5,8 +5,12 @@
 // with a probe forward of one microbatch (errors name the file and the block):
 //   block 0 takes int64 token ids [b, L]; every block takes one tensor and returns one tensor;
 //   the last block returns logits [b, L, V]. The loss is the mean cross-entropy over every token.
-// The probe also records every boundary's activation shape and dtype (what the executor pre-posts
-// receives for) and V (token ids >= V in the data are an error).
+// The probe (in eval mode: no running-statistics update, no dropout draw) also records every
+// boundary's activation shape and dtype, so blocks may change width: a stage's InputSpec is the
+// boundary before its first block, its OutputSpec the one after its last (what the executor
+// sizes receives from and checks sends against); and V (token ids >= V in the data are an error).
+// Training forwards run the stage's blocks in train(), forwards after SetTraining(false) in eval()
+// without a graph.
 //
 // Parameters keep the file's values (the initial weights) and its names, prefixed with the
 // block's name: "3.attn.qkv.weight" is the Sequential's state_dict key, so trained weights can be
