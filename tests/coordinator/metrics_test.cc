@@ -1,4 +1,5 @@
 // /metrics over HTTP shows the job and worker gauges and RPC counters; grpc.health.v1 answers.
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/generic/generic_stub.h"
