@@ -12,11 +12,27 @@ set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
 set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
 
 # The binaries users run (README "The services", deploy/docker/collect-runtime).
-foreach(binary zpipe zpipe-coordinator zpipe-worker)
+foreach(binary zpipe zpipe-coordinator)
   if(TARGET ${binary})
     install(TARGETS ${binary} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   endif()
 endforeach()
+# The worker's LibTorch comes from the PyTorch wheel, which no Debian package provides: its shared
+# libraries (libtorch, libtorch_cpu, libc10, the wheel's libgomp; with CUDA also libtorch_cuda and
+# libc10_cuda) are installed beside it in lib/zeropipe/, which the installed worker's RPATH names.
+# Everything else it loads (gRPC, protobuf, abseil, ...) stays the system's.
+set(ZPIPE_TORCH_LIBDIR ${CMAKE_INSTALL_LIBDIR}/zeropipe)
+if(TARGET zpipe-worker)
+  get_property(zpipe_torch_lib_dir GLOBAL PROPERTY ZPIPE_TORCH_LIB_DIR)
+  set_target_properties(zpipe-worker PROPERTIES INSTALL_RPATH "$ORIGIN/../${ZPIPE_TORCH_LIBDIR}")
+  install(TARGETS zpipe-worker RUNTIME_DEPENDENCY_SET zpipe_worker_torch
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  install(RUNTIME_DEPENDENCY_SET zpipe_worker_torch
+          PRE_INCLUDE_REGEXES "^lib(torch|torch_cpu|torch_cuda|c10|c10_cuda|gomp)[.-]"
+          PRE_EXCLUDE_REGEXES ".*"
+          DIRECTORIES ${zpipe_torch_lib_dir}
+          DESTINATION ${ZPIPE_TORCH_LIBDIR} COMPONENT runtime)
+endif()
 
 if(TARGET zpipe_client)
   set_target_properties(zpipe_core PROPERTIES EXPORT_NAME core)

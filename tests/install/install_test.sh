@@ -110,7 +110,9 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
     grep -qx -- "$f" "$work/deb.files" || fail "the .deb has no $f"
   done
   ! grep -q '^./usr/include' "$work/deb.files" || fail "the .deb holds headers (runtime only)"
-  dpkg-deb -f "$deb" Depends | grep -q libtorch || fail "the .deb does not depend on LibTorch"
+  grep -q '^./usr/lib/zeropipe/libtorch_cpu.so' "$work/deb.files" ||
+    fail "the .deb does not carry LibTorch's libraries in /usr/lib/zeropipe"
+  dpkg-deb -f "$deb" Depends | grep -q libgrpc || fail "the .deb does not depend on gRPC"
   dpkg-deb -x "$deb" "$work/deb/root"
   "$work/deb/root/usr/bin/zpipe" --help >/dev/null || fail "the .deb's zpipe does not run"
   echo "$(basename "$deb"): $(wc -l <"$work/deb.files") entries, Depends: $(dpkg-deb -f "$deb" Depends)"
