@@ -1,5 +1,6 @@
 #include "core/planning.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -160,6 +161,18 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
     }
   }
   out.plan = *std::move(plan);
+  if (req.optimal.has_value()) {
+    absl::StatusOr<OptimalResult> solved =
+        SolveOptimal(out.plan, out.cost, out.memory_limit, *req.optimal);
+    if (!solved.ok()) return Internal("optimal solver", solved.status());
+    out.plan = solved->plan;
+    out.optimal = *std::move(solved);
+    if (req.validate) {
+      if (absl::Status st = ValidatePlan(out.plan, vopts); !st.ok()) {
+        return Internal("optimal plan invalid", st);
+      }
+    }
+  }
   if (req.lower) {
     absl::StatusOr<Plan> lowered = LowerComm(out.plan);
     if (!lowered.ok()) return Internal("comm lowering", lowered.status());
@@ -186,6 +199,9 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   out.sim = *std::move(sim);
   out.span_lower_bound =
       SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind));
+  if (out.optimal.has_value()) {
+    out.span_lower_bound = std::max(out.span_lower_bound, out.optimal->bound);
+  }
   out.bubble_lower_bound =
       BubbleLowerBound(placement, req.microbatches, out.cost, out.span_lower_bound);
   return out;

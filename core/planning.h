@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "core/cost_model.h"
 #include "core/grad_sync.h"
+#include "core/optimal_schedule.h"
 #include "core/placement.h"
 #include "core/plan.h"
 #include "core/schedule.h"
@@ -54,6 +55,10 @@ struct PlanRequest {
   bool validate = true;  // validate the compute plan and the final plan (benches may skip it)
   // Search beyond the greedy pass (core/schedule.h); the default is the greedy pass alone.
   SearchOptions search;
+  // Set: after generating (and searching), run the exact solver (core/optimal_schedule.h) with
+  // the generated plan as the incumbent; its plan replaces the generated one and goes through
+  // the rest of the chain (validate, lower, grad sync, simulate) like any other.
+  std::optional<OptimalOptions> optimal;
 };
 
 struct PlannedSchedule {
@@ -66,8 +71,14 @@ struct PlannedSchedule {
   double generate_seconds = 0;      // GenerateSchedule alone
   // SpanLowerBound (core/span_bound.h) for the shape and memory limit, and the bubble rate at
   // that span: sim.bubble_rate - bubble_lower_bound is what any search could still gain.
+  // With `optimal`, the larger of that and the solver's proven bound.
   double span_lower_bound = 0;
   double bubble_lower_bound = 0;
+  // With PlanRequest::optimal: the solver's result (its `plan` is the compute plan; its
+  // `incumbent_span` the generated plan's span, so the generator's distance to the optimum is
+  // incumbent_span / bound - 1). The simulated span of `plan` equals its `span` unless
+  // reductions (buckets with a reduce cost) lengthen it, which the solver does not model.
+  std::optional<OptimalResult> optimal;
 };
 
 // Runs the chain above. Deterministic in the request (generate_seconds aside). Thread-safe.

@@ -17,6 +17,75 @@ double Busy(const Placement& placement, int m, const CostModel& cost, int r) {
   return busy;
 }
 
+// The memory-time bound of rank r (see the header): each (stage, microbatch) holds mem_f from
+// its F's start to its B's start (at least D_s later) and mem_f + mem_b from there to its W's start
+// (at least T_B later); the rank never holds more than `limit`, and everything it holds lies
+// between its first start and its last action's start. 0 when a stage's held amounts can be
+// negative (the area argument needs them >= 0) or the limit is not positive.
+double MemoryTimeBound(const Placement& placement, int m, const CostModel& cost, double limit,
+                       bool split_backward, int r) {
+  if (!(limit > 0)) return 0;
+  const int S = placement.num_stages();
+  auto comm_after = [&](int s) {
+    return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
+  };
+  double area = 0;  // per microbatch
+  double last = std::numeric_limits<double>::infinity();  // the shortest possible last action
+  for (int c = 0; c < placement.chunks_per_rank(); ++c) {
+    const int s = placement.StageOf(r, c);
+    const StageCost& sc = cost.stages[s];
+    const double held_b = sc.mem_f + sc.mem_b;
+    const double leak = held_b + sc.mem_w;
+    if (sc.mem_f < 0 || leak < 0 || (split_backward && held_b < 0)) return 0;
+    // F(s, i) start to B(s, i) start: its forwards to the last stage and the backwards back.
+    double d = 0;
+    for (int u = s; u < S; ++u) d += cost.stages[u].f + (u + 1 < S ? comm_after(u) : 0);
+    for (int u = S - 1; u > s; --u) {
+      d += (split_backward ? cost.stages[u].b : cost.stages[u].b + cost.stages[u].w) +
+           comm_after(u - 1);
+    }
+    area += sc.mem_f * d + (split_backward ? held_b * sc.b : 0);
+    last = std::min(last, split_backward ? sc.w : sc.b + sc.w);
+  }
+  return last + m * area / limit;
+}
+
+// The bottleneck bound of rank r (see the header): every F and B (BW) of a later rank q runs
+// between rank r's first start plus the forward chain to q and rank r's end minus the backward
+// chain back (and the last W).
+double BottleneckBound(const Placement& placement, int m, const CostModel& cost,
+                       bool split_backward, int r) {
+  const int p = placement.num_ranks();
+  auto comm_after = [&](int s) {
+    return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
+  };
+  auto lowest = [&](int rank) {
+    int lo = placement.num_stages();
+    for (int c = 0; c < placement.chunks_per_rank(); ++c) {
+      lo = std::min(lo, placement.StageOf(rank, c));
+    }
+    return lo;
+  };
+  const int a = lowest(r);
+  double bound = 0;
+  for (int q = 0; q < p; ++q) {
+    const int b = lowest(q);
+    if (b <= a) continue;
+    double head = 0, tail = split_backward ? cost.stages[a].w : 0, work = 0;
+    for (int x = a; x < b; ++x) {
+      const StageCost& sc = cost.stages[x];
+      head += sc.f + comm_after(x);
+      tail += (split_backward ? sc.b : sc.b + sc.w) + comm_after(x);
+    }
+    for (int c = 0; c < placement.chunks_per_rank(); ++c) {
+      const StageCost& sc = cost.stages[placement.StageOf(q, c)];
+      work += sc.f + sc.b + (split_backward ? 0 : sc.w);
+    }
+    bound = std::max(bound, head + m * work + tail);
+  }
+  return bound;
+}
+
 }  // namespace
 
 double SpanLowerBound(const Placement& placement, int m, const CostModel& cost, double limit,
@@ -42,7 +111,9 @@ double SpanLowerBound(const Placement& placement, int m, const CostModel& cost, 
       sum_f += sc.f;
       max_f = std::max(max_f, sc.f);
       min_mf = std::min(min_mf, sc.mem_f);
-      hold = std::min({hold, sc.mem_f, -sc.mem_w});
+      // A started microbatch holds M_F until its B, then -M_W until its W; a fused BW frees
+      // everything at once, so it holds M_F throughout.
+      hold = std::min({hold, sc.mem_f, split_backward ? -sc.mem_w : sc.mem_f});
       const double leak = sc.mem_f + sc.mem_b + sc.mem_w;
       conserving = conserving && std::abs(leak) <= 1e-9 * std::max(1.0, std::abs(sc.mem_f));
     }
@@ -70,6 +141,8 @@ double SpanLowerBound(const Placement& placement, int m, const CostModel& cost, 
     const bool disjoint = min_mf > 0 && m + v - 1 > max_forwards;
     const double idle = disjoint ? warm + tail : std::max(warm, tail);
     bound = std::max(bound, Busy(placement, m, cost, r) + idle);
+    bound = std::max(bound, MemoryTimeBound(placement, m, cost, limit, split_backward, r));
+    bound = std::max(bound, BottleneckBound(placement, m, cost, split_backward, r));
   }
   return bound;
 }

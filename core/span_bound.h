@@ -9,10 +9,33 @@
 //     run, and memory holds at most floor(limit / M_F) of them.
 //   - cool-down: the rank's last F(s_lo, j) also waits L_r for its B(s_hi, j); in that window the
 //     rank can only work on the microbatches it still holds, and each of those holds at least
-//     min(M_F, -M_W) of memory (needs M_F + M_B + M_W = 0, else this part is 0).
+//     min(M_F, -M_W) of memory, or M_F with a fused BW, which frees it all at once (needs
+//     M_F + M_B + M_W = 0, else this part is 0).
 // The two windows are disjoint when memory cannot hold every chunk-0 forward before the first
 // backward (m + v - 1 forwards), and then their idle times add; otherwise the larger counts.
-// The span is at least max_r of that. For fused backwards (1F1B, GPipe, ...) T_B is T_B + T_W.
+// The span is at least max_r of that, and of the rank's memory-time bound:
+//   - memory-time (steady state): let held(t) be rank r's running memory after the last action
+//     it started by time t; held(t) <= limit from its first start t0 to its last action's start
+//     T = end_r - (that action's duration, at least min T_W, or min T_B + T_W when fused: every
+//     B is followed by its W on the rank, so the last action is a W or BW). When every stage
+//     conserves or leaks memory (M_F + M_B + M_W >= 0) and holds M_F >= 0 after F and
+//     M_F + M_B >= 0 after B, the integral of held over [t0, T] is at least
+//     sum over (s, i) of M_F(s) * (B start - F start) + (M_F + M_B)(s) * (W start - B start),
+//     with B start - F start >= D_s (T_F(s) + the forwards to the last stage and the backwards
+//     back to s + 1, T_comm per cross-rank edge both ways) and W start - B start >= T_B(s).
+//     So span_r >= min T_W + m * sum_s (M_F D_s + (M_F + M_B) T_B) / limit: Little's law for
+//     the microbatches memory lets the rank hold, which charges the round trip's communication
+//     to every microbatch (the warm-up and cool-down arguments only charge it once).
+//   - bottleneck (a slower later rank): for any rank q whose lowest stage b is above rank r's
+//     lowest stage a, every F(u, i) on q starts no earlier than F(a, i), so no earlier than
+//     t0 + head, head = sum_{a <= x < b} (T_F(x) + T_comm of the edge x -> x+1); q's last B is on
+//     its lowest stage b (its higher stage's B of the same microbatch comes first), and after it
+//     the backward chain reaches stage a and then W(a): tail = sum_{a <= x < b} (T_B(x) + T_comm)
+//     + T_W(a). In between q runs all m of its Fs and Bs (its Ws may wait), so
+//     span_r >= head + m * sum_{u on q} (T_F(u) + T_B(u)) + tail: a heavy stage (an LM head)
+//     sets the pace of every rank before it.
+// For fused backwards (1F1B, GPipe, ...) T_B is T_B + T_W (and the B-to-W term is 0, the bottleneck
+// tail has no T_W).
 #ifndef ZPIPE_CORE_SPAN_BOUND_H_
 #define ZPIPE_CORE_SPAN_BOUND_H_
 

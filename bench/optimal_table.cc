@@ -1,0 +1,90 @@
+// Prints, for pipeline shapes up to p = 8, m = 32, how far each schedule's plans are from the
+// best possible: the default plan (the greedy pass, what jobs run), the search's plan (budget
+// 1 s), and the exact solver's (core/optimal_schedule.h, --budget seconds per row) best span
+// with its proven lower bound. `opt` says the solver exhausted the tree (the bound is the
+// optimum); otherwise `bound` is the larger of its open nodes' bounds and SpanLowerBound.
+//   zpipe_optimal_table [--budget SECONDS] [--comm T] [--costs uniform|skewed]
+// The gaps are span / bound - 1: how much shorter than that plan any valid plan could be.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/planning.h"
+
+namespace zpipe {
+namespace {
+
+// Uniform stages, or a skewed model (the last stage 30% heavier, as an LM head makes it, and
+// W at 60% of B), with the memory deltas of the ZB paper (B frees half of what F holds).
+core::PlanInputs Inputs(const core::Placement& pl, bool skewed, double comm) {
+  core::PlanInputs in;
+  in.cost.comm = comm;
+  for (int s = 0; s < pl.num_stages(); ++s) {
+    const double heavy = skewed && s == pl.num_stages() - 1 ? 1.3 : 1;
+    in.cost.stages.push_back(core::StageCost{.f = 1 * heavy,
+                                             .b = (skewed ? 1.1 : 1) * heavy,
+                                             .w = (skewed ? 0.66 : 1) * heavy,
+                                             .mem_f = 1,
+                                             .mem_b = -0.5,
+                                             .mem_w = -0.5});
+  }
+  return in;
+}
+
+int Main(int argc, char** argv) {
+  double budget = 2, comm = 0.1;
+  bool skewed = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--budget")) budget = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--comm")) comm = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--costs")) skewed = !std::strcmp(argv[i + 1], "skewed");
+  }
+  const std::vector<std::pair<int, int>> shapes = {{2, 2}, {2, 4}, {2, 8}, {4, 4},  {4, 8},
+                                                   {4, 16}, {8, 8}, {8, 16}, {8, 32}};
+  const char* schedules[] = {"1f1b", "zb-h1", "zb-1p", "zb-2p", "zb-v", "v-half"};
+  std::printf("costs %s, T_comm %g, solver budget %g s per row\n", skewed ? "skewed" : "uniform",
+              comm, budget);
+  std::printf("%-7s %2s %3s %9s %9s %9s %9s %4s %8s %8s %10s\n", "sched", "p", "m", "default",
+              "search", "solver", "bound", "opt", "def_gap", "srch_gap", "nodes");
+  int rows = 0, within_1pct = 0, proven = 0;
+  for (const char* schedule : schedules) {
+    for (const auto& [p, m] : shapes) {
+      core::PlanRequest req;
+      req.schedule = schedule;
+      req.pipeline = p;
+      req.microbatches = m;
+      req.lower = false;
+      req.inputs = [skewed, comm](const core::Placement& pl) { return Inputs(pl, skewed, comm); };
+      absl::StatusOr<core::PlannedSchedule> greedy = core::PlanSchedule(req);
+      req.search = {.budget_seconds = 1, .seed = 1};
+      req.optimal = core::OptimalOptions{.time_limit_seconds = budget};
+      absl::StatusOr<core::PlannedSchedule> solved = core::PlanSchedule(req);
+      if (!greedy.ok() || !solved.ok()) {
+        std::printf("%-7s %2d %3d  unavailable: %s\n", schedule, p, m,
+                    std::string((greedy.ok() ? solved : greedy).status().message()).c_str());
+        continue;
+      }
+      const core::OptimalResult& o = *solved->optimal;
+      const double bound = solved->span_lower_bound;
+      const double def_gap = greedy->sim.span / bound - 1;
+      ++rows;
+      within_1pct += def_gap <= 0.01 + 1e-12;
+      proven += o.optimal;
+      std::printf("%-7s %2d %3d %9.4g %9.4g %9.4g %9.4g %4s %7.2f%% %7.2f%% %10lld\n", schedule, p,
+                  m, greedy->sim.span, o.incumbent_span, o.span, bound, o.optimal ? "yes" : "no",
+                  100 * def_gap, 100 * (o.incumbent_span / bound - 1),
+                  static_cast<long long>(o.nodes));
+    }
+  }
+  std::printf("%d rows: optimum proven on %d; default plan within 1%% of the bound on %d\n", rows,
+              proven, within_1pct);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zpipe
+
+int main(int argc, char** argv) { return zpipe::Main(argc, argv); }

@@ -1,0 +1,384 @@
+#include "core/optimal_schedule.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/simulator.h"
+#include "core/span_bound.h"
+#include "core/validator.h"
+
+namespace zpipe::core {
+namespace {
+
+constexpr int kF = 0, kB = 1, kW = 2;  // kB is BW when the backward is fused
+constexpr double kUnset = -1;
+
+// One compute action of the problem, with its inputs (ids, -1 = none) and their hand-over cost.
+struct Act {
+  int kind = kF, stage = 0, mb = 0, rank = 0;
+  double dur = 0, mem = 0;
+  int in1 = -1, in2 = -1;
+  double comm1 = 0, comm2 = 0;
+};
+
+class Solver {
+ public:
+  Solver(const Plan& incumbent, const CostModel& cost, double limit, bool split,
+         const OptimalOptions& options, double static_bound)
+      : placement_(incumbent.placement),
+        m_(incumbent.num_microbatches),
+        S_(placement_.num_stages()),
+        p_(placement_.num_ranks()),
+        K_(split ? 3 : 2),
+        limit_(limit),
+        tol_(1e-9 * std::max(1.0, std::abs(limit))),
+        static_bound_(static_bound),
+        options_(options) {
+    acts_.resize(static_cast<size_t>(S_) * m_ * K_);
+    by_rank_.resize(p_);
+    auto edge = [&](int s) {  // T_comm of the edge s -> s + 1
+      return placement_.RankOf(s) == placement_.RankOf(s + 1) ? 0.0 : cost.comm;
+    };
+    bool strict = cost.comm > 0;  // every cross-rank input ends strictly before its consumer
+    if (!strict) {
+      strict = true;
+      for (const StageCost& sc : cost.stages) {
+        strict = strict && sc.f > 0 && sc.b + (split ? 0 : sc.w) > 0;
+      }
+    }
+    rank_tie_break_ = strict;
+    for (int s = 0; s < S_; ++s) {
+      const StageCost& sc = cost.stages[s];
+      for (int i = 0; i < m_; ++i) {
+        for (int k = 0; k < K_; ++k) {
+          Act& a = acts_[Id(k, s, i)];
+          a.kind = k;
+          a.stage = s;
+          a.mb = i;
+          a.rank = placement_.RankOf(s);
+          if (k == kF) {
+            a.dur = sc.f;
+            a.mem = sc.mem_f;
+            if (s > 0) a.in1 = Id(kF, s - 1, i), a.comm1 = edge(s - 1);
+          } else if (k == kB) {
+            a.dur = split ? sc.b : sc.b + sc.w;
+            a.mem = split ? sc.mem_b : sc.mem_b + sc.mem_w;
+            a.in1 = Id(kF, s, i);
+            if (s + 1 < S_) a.in2 = Id(kB, s + 1, i), a.comm2 = edge(s);
+          } else {
+            a.dur = sc.w;
+            a.mem = sc.mem_w;
+            a.in1 = Id(kB, s, i);
+          }
+          by_rank_[a.rank].push_back(Id(k, s, i));
+        }
+      }
+    }
+    start_.assign(acts_.size(), kUnset);
+    end_.assign(acts_.size(), kUnset);
+    est_.assign(acts_.size(), 0);
+    free_.assign(p_, 0);
+    mem_.assign(p_, 0);
+    first_.assign(p_, kUnset);
+    rem_.assign(p_, 0);
+    for (const Act& a : acts_) rem_[a.rank] += a.dur;
+    order_.assign(p_, {});
+  }
+
+  int Id(int kind, int s, int i) const { return (s * m_ + i) * K_ + kind; }
+
+  // The action id of a compute action of the incumbent, or -1 when it does not belong here.
+  int IdOf(const Action& a) const {
+    int k = -1;
+    if (a.kind == ActionKind::kForward) k = kF;
+    if (a.kind == (K_ == 3 ? ActionKind::kBackwardInput : ActionKind::kBackwardFull)) k = kB;
+    if (K_ == 3 && a.kind == ActionKind::kBackwardWeight) k = kW;
+    if (k < 0 || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= m_) return -1;
+    return Id(k, a.stage, a.microbatch);
+  }
+
+  void Run(double incumbent_span, std::vector<std::vector<int>> incumbent_orders) {
+    best_ = incumbent_span;
+    best_orders_ = std::move(incumbent_orders);
+    t0_ = std::chrono::steady_clock::now();
+    const double root = LowerBound();
+    if (root < Cut()) Dfs(root);
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+  double best() const { return best_; }
+  bool aborted() const { return aborted_; }
+  bool improved() const { return improved_; }
+  int64_t nodes() const { return nodes_; }
+  double seconds() const { return seconds_; }
+  // Every valid plan's span is at least this.
+  double Bound() const {
+    if (!aborted_) return best_;
+    return std::min(best_, std::max(static_bound_, std::min(best_, open_bound_)));
+  }
+  Plan BestPlan(const Plan& incumbent) const {
+    Plan plan = EmptyPlan(incumbent.schedule, placement_, m_);
+    for (int r = 0; r < p_; ++r) {
+      for (int id : best_orders_[r]) {
+        const Act& a = acts_[id];
+        plan.ranks[r].push_back(a.kind == kF   ? Action::F(a.stage, a.mb)
+                                : a.kind == kW ? Action::W(a.stage, a.mb)
+                                : K_ == 3      ? Action::B(a.stage, a.mb)
+                                               : Action::BW(a.stage, a.mb));
+      }
+    }
+    return plan;
+  }
+
+ private:
+  // A node is worth expanding while its bound is below this.
+  double Cut() const { return best_ - 1e-12 * std::max(1.0, std::abs(best_)); }
+
+  bool Scheduled(int id) const { return end_[id] != kUnset; }
+
+  // Ready time of `id` from its inputs; kUnset when an input is not scheduled.
+  double Ready(int id) const {
+    const Act& a = acts_[id];
+    double ready = 0;
+    if (a.in1 >= 0) {
+      if (!Scheduled(a.in1)) return kUnset;
+      ready = std::max(ready, end_[a.in1] + a.comm1);
+    }
+    if (a.in2 >= 0) {
+      if (!Scheduled(a.in2)) return kUnset;
+      ready = std::max(ready, end_[a.in2] + a.comm2);
+    }
+    return ready;
+  }
+
+  // The node bound described in the header.
+  double LowerBound() {
+    // Earliest starts of the unscheduled actions: F chains forward, then B chains backward.
+    auto input_end = [&](int in, double comm) {
+      return (Scheduled(in) ? end_[in] : est_[in] + acts_[in].dur) + comm;
+    };
+    auto relax = [&](int id) {
+      const Act& a = acts_[id];
+      double t = std::max(t_last_, free_[a.rank]);
+      if (a.in1 >= 0) t = std::max(t, input_end(a.in1, a.comm1));
+      if (a.in2 >= 0) t = std::max(t, input_end(a.in2, a.comm2));
+      est_[id] = t;
+    };
+    for (int s = 0; s < S_; ++s) {
+      for (int i = 0; i < m_; ++i) {
+        if (!Scheduled(Id(kF, s, i))) relax(Id(kF, s, i));
+      }
+    }
+    for (int s = S_ - 1; s >= 0; --s) {
+      for (int i = 0; i < m_; ++i) {
+        if (!Scheduled(Id(kB, s, i))) relax(Id(kB, s, i));
+        if (K_ == 3 && !Scheduled(Id(kW, s, i))) relax(Id(kW, s, i));
+      }
+    }
+    double lb = static_bound_;
+    for (int r = 0; r < p_; ++r) {
+      if (first_[r] == kUnset) {
+        lb = std::max(lb, rem_[r]);
+        continue;
+      }
+      jobs_.clear();
+      for (int id : by_rank_[r]) {
+        if (!Scheduled(id)) jobs_.push_back({est_[id], acts_[id].dur});
+      }
+      double end = free_[r];
+      std::sort(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) { return a > b; });
+      double work = 0;  // durations released at or after the current release
+      for (const auto& [release, dur] : jobs_) {
+        work += dur;
+        end = std::max(end, release + work);
+      }
+      lb = std::max(lb, end - first_[r]);
+    }
+    return lb;
+  }
+
+  struct Candidate {
+    double start;
+    int kind_order;
+    int rank;
+    int id;
+  };
+
+  void Apply(int id, double start) {
+    const Act& a = acts_[id];
+    start_[id] = start;
+    end_[id] = start + a.dur;
+    free_[a.rank] = end_[id];
+    mem_[a.rank] += a.mem;
+    if (first_[a.rank] == kUnset) first_[a.rank] = start;
+    rem_[a.rank] -= a.dur;
+    order_[a.rank].push_back(id);
+    ++done_;
+    if (a.kind == kF && a.stage == 0) ++stage0_forwards_;
+  }
+
+  void Undo(int id, double prev_free, double prev_first, double prev_t_last, int prev_rank_last) {
+    const Act& a = acts_[id];
+    start_[id] = kUnset;
+    end_[id] = kUnset;
+    free_[a.rank] = prev_free;
+    mem_[a.rank] -= a.mem;
+    first_[a.rank] = prev_first;
+    rem_[a.rank] += a.dur;
+    order_[a.rank].pop_back();
+    --done_;
+    if (a.kind == kF && a.stage == 0) --stage0_forwards_;
+    t_last_ = prev_t_last;
+    rank_last_ = prev_rank_last;
+  }
+
+  bool OutOfBudget() {
+    if (options_.node_limit > 0 && nodes_ >= options_.node_limit) return true;
+    if (options_.time_limit_seconds > 0 && (nodes_ & 255) == 0) {
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      if (spent > options_.time_limit_seconds) return true;
+    }
+    return false;
+  }
+
+  void Dfs(double node_bound) {
+    if (done_ == static_cast<int>(acts_.size())) {
+      double span = 0;
+      for (int r = 0; r < p_; ++r) span = std::max(span, free_[r] - first_[r]);
+      if (span < Cut()) {
+        best_ = span;
+        best_orders_ = order_;
+        improved_ = true;
+      }
+      return;
+    }
+    std::vector<Candidate> cands;
+    for (int r = 0; r < p_; ++r) {
+      for (int id : by_rank_[r]) {
+        if (Scheduled(id)) continue;
+        const Act& a = acts_[id];
+        if (a.kind == kF && a.stage == 0 && a.mb != stage0_forwards_) continue;  // symmetry
+        if (mem_[r] + a.mem > limit_ + tol_) continue;
+        const double ready = Ready(id);
+        if (ready == kUnset) continue;
+        const double start = std::max(free_[r], ready);
+        if (start < t_last_) continue;
+        if (start == t_last_ && rank_tie_break_ && r < rank_last_) continue;
+        cands.push_back({start, a.kind == kB ? 0 : a.kind == kF ? 1 : 2, r, id});
+      }
+    }
+    std::sort(cands.begin(), cands.end(), [](const Candidate& x, const Candidate& y) {
+      if (x.start != y.start) return x.start < y.start;
+      if (x.kind_order != y.kind_order) return x.kind_order < y.kind_order;
+      return x.id < y.id;
+    });
+    for (const Candidate& c : cands) {
+      if (aborted_ || OutOfBudget()) {
+        aborted_ = true;
+        open_bound_ = std::min(open_bound_, node_bound);
+        return;
+      }
+      if (node_bound >= Cut()) return;  // the incumbent improved meanwhile
+      ++nodes_;
+      const double prev_free = free_[c.rank], prev_first = first_[c.rank];
+      const double prev_t_last = t_last_;
+      const int prev_rank_last = rank_last_;
+      Apply(c.id, c.start);
+      t_last_ = c.start;
+      rank_last_ = c.rank;
+      const double lb = std::max(node_bound, LowerBound());
+      if (lb < Cut()) Dfs(lb);
+      Undo(c.id, prev_free, prev_first, prev_t_last, prev_rank_last);
+    }
+  }
+
+  const Placement placement_;
+  const int m_, S_, p_, K_;
+  const double limit_, tol_, static_bound_;
+  const OptimalOptions options_;
+  bool rank_tie_break_ = true;
+  std::vector<Act> acts_;
+  std::vector<std::vector<int>> by_rank_;
+  // Search state.
+  std::vector<double> start_, end_, est_, free_, mem_, first_, rem_;
+  std::vector<std::vector<int>> order_;
+  std::vector<std::pair<double, double>> jobs_;  // LowerBound's scratch: (release, duration)
+  int done_ = 0, stage0_forwards_ = 0, rank_last_ = 0;
+  double t_last_ = 0;
+  // Result.
+  double best_ = 0, open_bound_ = std::numeric_limits<double>::infinity(), seconds_ = 0;
+  std::vector<std::vector<int>> best_orders_;
+  bool aborted_ = false, improved_ = false;
+  int64_t nodes_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+absl::StatusOr<OptimalResult> SolveOptimal(const Plan& incumbent, const CostModel& cost,
+                                           double memory_limit, const OptimalOptions& options) {
+  if (incumbent.IsLowered()) {
+    return absl::InvalidArgumentError(
+        "optimal: the incumbent plan has comm actions; pass the compute plan (before LowerComm)");
+  }
+  if (absl::Status st = cost.Check(incumbent.num_stages()); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimal: ", st.message()));
+  }
+  bool has_bw = false, has_split = false;
+  for (const auto& rank : incumbent.ranks) {
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::kReduce) {
+        return absl::InvalidArgumentError(
+            "optimal: the incumbent plan has REDUCE actions; pass the compute plan");
+      }
+      has_bw = has_bw || a.kind == ActionKind::kBackwardFull;
+      has_split = has_split || a.kind == ActionKind::kBackwardInput;
+    }
+  }
+  if (has_bw && has_split) {
+    return absl::InvalidArgumentError(
+        "optimal: the incumbent plan mixes BW with B/W; the solver needs one kind of backward");
+  }
+  const ValidateOptions vopts{.cost = &cost, .memory_limit = memory_limit};
+  if (absl::Status st = ValidatePlan(incumbent, vopts); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("optimal: the incumbent plan is not valid under memory limit ", memory_limit,
+                     ": ", st.message()));
+  }
+  absl::StatusOr<SimResult> sim = Simulate(incumbent, cost);
+  if (!sim.ok()) return sim.status();
+  const bool split = !has_bw;
+  const double static_bound = SpanLowerBound(incumbent.placement, incumbent.num_microbatches,
+                                             cost, memory_limit, split);
+  Solver solver(incumbent, cost, memory_limit, split, options, static_bound);
+  std::vector<std::vector<int>> orders(incumbent.num_ranks());
+  for (int r = 0; r < incumbent.num_ranks(); ++r) {
+    for (const Action& a : incumbent.ranks[r]) orders[r].push_back(solver.IdOf(a));
+  }
+  solver.Run(sim->span, std::move(orders));
+
+  OptimalResult out;
+  out.improved = solver.improved();
+  out.incumbent_span = sim->span;
+  out.plan = solver.improved() ? solver.BestPlan(incumbent) : incumbent;
+  // The returned plan's span is the simulator's, as for every other plan.
+  absl::StatusOr<SimResult> best_sim = Simulate(out.plan, cost);
+  if (!best_sim.ok()) {
+    return absl::InternalError(absl::StrCat("optimal: best plan: ", best_sim.status().message()));
+  }
+  out.span = best_sim->span;
+  out.optimal = !solver.aborted();
+  out.bound = std::min(out.span, solver.Bound());
+  out.nodes = solver.nodes();
+  out.seconds = solver.seconds();
+  return out;
+}
+
+}  // namespace zpipe::core
