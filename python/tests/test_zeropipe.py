@@ -6,8 +6,10 @@ import sys
 import tempfile
 import unittest
 import warnings
+from typing import Tuple
 
 import numpy as np
+
 import torch
 from torch import nn
 
@@ -54,6 +56,36 @@ def tiny_gpt(vocab=32, seq_len=8, hidden=16, heads=2):
     torch.manual_seed(0)
     return nn.Sequential(Embed(vocab, seq_len, hidden), Block(hidden, heads),
                          Block(hidden, heads), Head(hidden, vocab))
+
+
+# --- blocks that pass tuples: (hidden, mask), and a head returning (logits, aux) ---
+
+
+class MaskedEmbed(nn.Module):
+    def __init__(self, vocab, hidden):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.tok(x), x % 3 != 0
+
+
+class MaskedMix(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.lin = nn.Linear(hidden, hidden)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return h + torch.tanh(self.lin(h)) * mask.unsqueeze(-1).to(h.dtype), mask
+
+
+class AuxHead(nn.Module):
+    def __init__(self, hidden, vocab):
+        super().__init__()
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.out(h), 0.1 * h.pow(2).mean()
 
 
 # --- blocks that break the contract ---
@@ -150,6 +182,27 @@ class ExportModelTest(TempDirTest):
                              "torch.int64")
         # Logits over the wrong vocabulary.
         self.assertViolation(tiny_gpt(vocab=32), "block 3 (Head)", "vocab is 16", vocab=16)
+
+    def test_tuples_between_blocks_export_and_run_as_zeropipe_runs_them(self):
+        torch.manual_seed(1)
+        net = nn.Sequential(MaskedEmbed(32, 16), MaskedMix(16), MaskedMix(16), AuxHead(16, 32))
+        path = zeropipe.export_model(net, self.path("tuple.pt"), vocab=32)
+        loaded = torch.jit.load(path)
+        self.assertEqual([n for n, _ in loaded.named_children()], ["0", "1", "2", "3"])
+        self.assertEqual(sorted(dict(loaded.named_parameters())),
+                         sorted(dict(net.named_parameters())))
+        x = torch.randint(0, 32, (2, 8))
+        y = torch.randint(0, 32, (2, 8))
+        h, mask = net[0](x)
+        h, mask = net[2](*net[1](h, mask))
+        logits, aux = net[3](h, mask)
+        want = nn.functional.cross_entropy(logits.reshape(-1, 32), y.reshape(-1)) + aux
+        for model in (net, loaded):
+            got = zeropipe.loss_of(zeropipe.run_blocks(model, x), y)
+            torch.testing.assert_close(got, want)
+        # A head whose (logits, aux) has a non-scalar aux breaks the contract.
+        self.assertViolation(nn.Sequential(MaskedEmbed(32, 16), MaskedMix(16)), "block 1",
+                             "(logits, aux)")
 
     def test_bad_arguments(self):
         with self.assertRaises(TypeError):

@@ -5,8 +5,9 @@ workers, trace), returning plain dicts with the names `zpipe` prints and raising
 It needs Debian's python3-grpcio and python3-protobuf (python3-yaml for YAML job files).
 
 Models: export_model scripts a torch.nn.Sequential of blocks, checks ZeroPipe's contract on a
-sample batch (block 0 takes int64 token ids [b, L], every block takes one tensor and returns one
-tensor, the last returns logits [b, L, V]) and saves it with torch.jit.save.
+sample batch (block 0 takes int64 token ids [b, L], every block returns one tensor or a tuple the
+next block takes as its arguments, the last returns logits [b, L, V] or (logits, aux)) and saves
+it with torch.jit.save; run_blocks and loss_of run a model and compute its loss as ZeroPipe does.
 
 Data: write_tokens writes a flat little-endian token file (nanoGPT's train.bin layout);
 window_index, batch and eval_batch read it in exactly the order a ZeroPipe run does
@@ -23,6 +24,8 @@ _EXPORTS = {
     "load_spec": "zeropipe.jobspec",
     "ContractError": "zeropipe.export",
     "export_model": "zeropipe.export",
+    "loss_of": "zeropipe.export",
+    "run_blocks": "zeropipe.export",
     "DTYPES": "zeropipe.tokens",
     "batch": "zeropipe.tokens",
     "bytes_to_tokens": "zeropipe.tokens",

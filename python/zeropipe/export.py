@@ -1,11 +1,18 @@
 """export_model: a torch.nn.Sequential of blocks to a TorchScript file ZeroPipe can train.
 
 ZeroPipe cuts the Sequential into pipeline stages at block boundaries, so every block must be a
-stage on its own: block 0 takes int64 token ids [b, L]; every block takes one tensor and returns
-one tensor whose first dimension is still the batch b; the last block returns logits [b, L, V].
-export_model checks that on a sample batch before saving, so a violation is reported here, naming
-the block, rather than on a worker mid-run.
+stage on its own: block 0 takes int64 token ids [b, L]; every block returns one tensor or a tuple
+of tensors, which the next block takes as its positional arguments (hidden state, attention mask,
+position ids, a rotary cache...); a tensor returned alone keeps the batch b as its first
+dimension; the last block returns logits [b, L, V], or (logits, aux) with aux a float scalar that
+is added to the cross-entropy loss (an auxiliary loss). export_model checks that on a sample batch
+before saving, so a violation is reported here, naming the block, rather than on a worker mid-run.
+
+torch.nn.Sequential itself cannot chain tuples (nor can TorchScript script it then); a model
+whose blocks pass tuples is saved with the same children (the same state_dict keys) but without a
+forward of its own: run it with run_blocks.
 """
+import collections
 import os
 
 import torch
@@ -29,14 +36,66 @@ def _describe(x):
 def _check_signature(name, scripted):
     schema = scripted.forward.schema
     required = [a for a in schema.arguments[1:] if not a.has_default_value()]
-    if len(required) != 1 or str(required[0].type) != "Tensor":
+    if not required or any(str(a.type) != "Tensor" for a in required):
         got = ", ".join(f"{a.name}: {a.type}" for a in required) or "nothing"
-        raise ContractError(f"{name}: forward takes ({got}); a block takes exactly one tensor "
-                            "(further arguments need defaults)")
+        raise ContractError(f"{name}: forward takes ({got}); a block takes tensors (the previous "
+                            "block's output; further arguments need defaults)")
     returns = [str(r.type) for r in schema.returns]
-    if returns != ["Tensor"]:
+    if len(returns) != 1 or not (returns[0] == "Tensor" or (
+            returns[0].startswith("Tuple[") and
+            all(t.strip() == "Tensor" for t in returns[0][6:-1].split(",")))):
         raise ContractError(f"{name}: forward returns {', '.join(returns) or 'nothing'}; "
-                            "a block returns exactly one tensor")
+                            "a block returns one tensor or a tuple of tensors")
+
+
+def _count(n):
+    return "one tensor" if n == 1 else f"a tuple of {n} tensors"
+
+
+def _check_arity(k, module, scripted, n):
+    """Block k must take the n tensors the previous block returns as its arguments."""
+    args = scripted.forward.schema.arguments[1:]
+    required = [a for a in args if not a.has_default_value()]
+    if len(required) <= n <= len(args):
+        return
+    takes = ", ".join(f"{a.name}: {a.type}" for a in args)
+    prev = "the token ids" if k == 0 else _name(k - 1, module[k - 1])
+    count = "one tensor" if len(args) == 1 else f"{len(required)} tensors"
+    raise ContractError(f"{_name(k, module[k])}: takes {count} ({takes}) but {prev} returns "
+                        f"{_count(n)}; a block takes the previous block's tensors as its "
+                        "positional arguments")
+
+
+def _as_tuple(y):
+    return tuple(y) if isinstance(y, tuple) else (y,)
+
+
+def run_blocks(model, tokens):
+    """Runs `model`'s blocks (its children, in order) on int64 token ids the way ZeroPipe does: a
+    tuple a block returns becomes the next block's positional arguments. Returns the last block's
+    output: logits, or (logits, aux). Works on the nn.Sequential and on the loaded file."""
+    x = (tokens,)
+    for block in model.children():
+        x = _as_tuple(block(*x))
+    return x[0] if len(x) == 1 else x
+
+
+def loss_of(output, targets):
+    """ZeroPipe's loss of a microbatch from the last block's output: the mean cross-entropy of
+    the logits over every token, plus aux when the last block returns (logits, aux)."""
+    logits, aux = (output, None) if torch.is_tensor(output) else output
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                             targets.reshape(-1))
+    return loss if aux is None else loss + aux.reshape(())
+
+
+class _Blocks(torch.nn.Sequential):
+    """The Sequential's children, saved without a forward (TorchScript cannot script a loop whose
+    variable changes type): ZeroPipe only reads the children; run_blocks runs them."""
+
+    @torch.jit.ignore
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return run_blocks(self, x)
 
 
 def export_model(module, path, sample=None, vocab=None):
@@ -72,22 +131,32 @@ def export_model(module, path, sample=None, vocab=None):
         scripted.append(s)
 
     b, L = sample.shape
-    x = sample
+    x = (sample,)
+    tuples = False
     with torch.no_grad():
         for k, (block, s) in enumerate(zip(module, scripted)):
+            _check_arity(k, module, s, len(x))
             try:
-                y = s(x)
+                y = s(*x)
             except Exception as e:
                 role = "; block 0 takes int64 token ids [b, L]" if k == 0 else ""
+                got = ", ".join(_describe(t) for t in x)
                 raise ContractError(f"{_name(k, block)}: fails on its input "
-                                    f"({_describe(x)}{role}): {e}") from e
-            if not torch.is_tensor(y):
-                raise ContractError(f"{_name(k, block)}: returned {_describe(y)}, not a tensor")
-            if y.dim() < 1 or y.shape[0] != b:
-                raise ContractError(f"{_name(k, block)}: returned {_describe(y)}; the first "
+                                    f"({got}{role}): {e}") from e
+            y = _as_tuple(y)
+            if not y or not all(torch.is_tensor(t) for t in y):
+                raise ContractError(f"{_name(k, block)}: returned "
+                                    f"{', '.join(_describe(t) for t in y)}, not tensors")
+            if len(y) == 1 and (y[0].dim() < 1 or y[0].shape[0] != b):
+                raise ContractError(f"{_name(k, block)}: returned {_describe(y[0])}; the first "
                                     f"dimension must stay the batch ({b})")
+            tuples = tuples or len(y) > 1
             x = y
     last = _name(len(module) - 1, module[len(module) - 1])
+    if len(x) > 2 or (len(x) == 2 and (not x[1].is_floating_point() or x[1].numel() != 1)):
+        raise ContractError(f"{last}: the last block must return logits, or (logits, aux) with "
+                            f"aux a float scalar; got {', '.join(_describe(t) for t in x)}")
+    x = x[0]
     if x.dim() != 3 or tuple(x.shape[:2]) != (b, L) or not x.is_floating_point():
         raise ContractError(f"{last}: the last block must return float logits [b, L, V] = "
                             f"[{b}, {L}, V], got {_describe(x)}")
@@ -95,5 +164,7 @@ def export_model(module, path, sample=None, vocab=None):
         raise ContractError(f"{last}: returns logits over {x.shape[2]} tokens, but vocab is "
                             f"{vocab}")
 
+    if tuples:
+        module = _Blocks(collections.OrderedDict(module.named_children()))
     torch.jit.save(torch.jit.script(module), os.fspath(path))
     return path

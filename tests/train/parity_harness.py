@@ -68,9 +68,9 @@ def reference(model_path, tokens_path, d, m, b, shuffle_seed):
             for i in range(m):
                 x, y = zeropipe.batch(tokens_path, "uint16", SEQ_LEN, t, r, i, d, m, b,
                                       shuffle_seed=shuffle_seed)
-                logits = net(x)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                                         y.reshape(-1))
+                # As ZeroPipe runs blocks: a tuple a block returns is the next one's arguments;
+                # a last block returning (logits, aux) adds aux to the cross-entropy.
+                loss = zeropipe.loss_of(zeropipe.run_blocks(net, x), y)
                 (loss / (d * m)).backward()
                 total += loss.item()
         torch.nn.utils.clip_grad_norm_(params, CLIP)

@@ -200,7 +200,7 @@ struct Executor::Impl {
     // stage s+1's input; a gradient of s (its input gradient) is that of stage s-1's output.
     const model::TensorSpec spec =
         act ? StageOf(a.stage + 1).InputSpec(config.microbatch_size)
-            : StageOf(a.stage - 1).OutputSpec(config.microbatch_size);
+            : StageOf(a.stage - 1).OutputGradSpec(config.microbatch_size);
     torch::Tensor buffer = RecvBuffer(spec);
     const ActionKind send_kind = act ? ActionKind::kSendAct : ActionKind::kSendGrad;
     PendingRecv pending;
@@ -613,7 +613,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
         if (a.stage > 0) {
           absl::StatusOr<torch::Tensor> checked =
               CheckBoundary("input gradient", a.stage, a.microbatch, *std::move(g),
-                            stage.InputSpec(config.microbatch_size));
+                            stage.InputGradSpec(config.microbatch_size));
           if (!checked.ok()) return checked.status();
           grads[{a.stage, a.microbatch}] = *std::move(checked);
         }

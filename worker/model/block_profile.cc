@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/model/boundary.h"
 #include "worker/model/split_backward.h"
 
 namespace zpipe::worker::model {
@@ -85,8 +86,8 @@ class TrainingStateGuard {
 };
 
 struct BlockRun {
-  std::array<double, 3> ms{};  // F, B, W
-  torch::Tensor output;        // detached: the next block's input
+  std::array<double, 3> ms{};        // F, B, W
+  std::vector<torch::Tensor> output;  // detached: the next block's inputs
 };
 
 class BlockProfiler {
@@ -94,12 +95,12 @@ class BlockProfiler {
   BlockProfiler(TorchScriptModel& model, int k, std::vector<torch::Tensor> params)
       : model_(model), k_(k), params_(std::move(params)) {}
 
-  // F, B and W of one microbatch; `x`: the previous block's output (detached) or token ids.
-  absl::StatusOr<BlockRun> Run(const torch::Tensor& x, const torch::Tensor& targets,
+  // F, B and W of one microbatch; `xs`: the previous block's outputs (detached) or token ids.
+  absl::StatusOr<BlockRun> Run(const std::vector<torch::Tensor>& xs, const torch::Tensor& targets,
                                at::Generator& gen) {
     Pass pass = kF;
     try {
-      return RunPasses(x, targets, gen, pass);
+      return RunPasses(xs, targets, gen, pass);
     } catch (const c10::Error& e) {
       return absl::InternalError(Where(pass, e.what_without_backtrace()));
     } catch (const std::exception& e) {
@@ -108,24 +109,42 @@ class BlockProfiler {
   }
 
  private:
-  absl::StatusOr<BlockRun> RunPasses(const torch::Tensor& x, const torch::Tensor& targets,
-                                     at::Generator& gen, Pass& pass) {
+  // As a stage runs its first block: the tensors needing grad are views of one leaf (boundary.h).
+  absl::StatusOr<BlockRun> RunPasses(const std::vector<torch::Tensor>& xs,
+                                     const torch::Tensor& targets, at::Generator& gen,
+                                     Pass& pass) {
     const bool last = k_ == model_.num_blocks() - 1;
-    torch::Tensor input = x;
-    if (k_ > 0 && x.is_floating_point()) input = x.detach().requires_grad_(true);
+    const int b = static_cast<int>(targets.size(0));
+    std::vector<torch::Tensor> args = xs;
+    torch::Tensor leaf;
+    if (k_ > 0) {
+      absl::StatusOr<std::vector<torch::Tensor>> in = InputsFromActivations(
+          model_.Boundary(k_, b), xs, xs[0].device(), &leaf, Where(pass, "input"));
+      if (!in.ok()) return in.status();
+      args = *std::move(in);
+    }
     BlockRun run;
 
     pass = kF;
     const Clock::time_point f0 = Clock::now();
-    torch::jit::IValue out = model_.block(k_).forward({input});
-    if (!out.isTensor()) {
-      return absl::InvalidArgumentError(Where(pass, absl::StrCat("returned a ", out.tagKind(),
-                                                                 "; every block must return one "
-                                                                 "tensor")));
+    torch::jit::IValue out =
+        model_.block(k_).forward(std::vector<torch::jit::IValue>(args.begin(), args.end()));
+    std::vector<torch::Tensor> ys;
+    if (out.isTensor()) {
+      ys.push_back(out.toTensor());
+    } else if (out.isTuple()) {
+      for (const torch::jit::IValue& e : out.toTupleRef().elements()) {
+        if (e.isTensor()) ys.push_back(e.toTensor());
+      }
     }
-    torch::Tensor y = out.toTensor();
-    torch::Tensor root = y;
+    if (ys.empty()) {
+      return absl::InvalidArgumentError(
+          Where(pass, absl::StrCat("returned a ", out.tagKind(),
+                                   "; every block must return one tensor or a tuple of tensors")));
+    }
+    torch::Tensor root;
     if (last) {
+      const torch::Tensor& y = ys[0];
       if (y.dim() != 3 || y.size(0) != targets.size(0) || y.size(1) != targets.size(1)) {
         return absl::InvalidArgumentError(Where(
             pass, absl::StrCat("returned ", c10::str(y.sizes()), "; logits must be [b, L, V] = [",
@@ -133,28 +152,29 @@ class BlockProfiler {
       }
       root =
           torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1}));
+      if (ys.size() == 2) root = root + ys[1].reshape({});
       (void)root.item<float>();  // the stage reports the loss inside F
     }
     const Clock::time_point f1 = Clock::now();
     run.ms[kF] = Ms(f0, f1);
-    run.output = y.detach();
+    for (const torch::Tensor& y : ys) run.output.push_back(y.detach());
 
     torch::Tensor grad_output;  // the loss: dLoss = 1
-    if (!last) {
-      if (!y.is_floating_point()) {
-        return absl::InvalidArgumentError(
-            Where(pass, absl::StrCat("returned ", c10::toString(y.scalar_type()),
-                                     "; blocks after the first must return floating tensors")));
-      }
-      grad_output =
-          torch::randn(y.sizes(), gen, torch::TensorOptions().dtype(y.dtype()).device(y.device()));
-    }
-
     pass = kB;
     const Clock::time_point b0 = Clock::now();
-    torch::Tensor split_input = input.requires_grad() ? input : torch::Tensor();
+    if (!last) {
+      const BoundarySpec spec = model_.Boundary(k_ + 1, b);
+      const TensorSpec g = spec.GradientWire();
+      absl::StatusOr<GradRoot> start = MakeGradRoot(
+          spec, ys,
+          torch::randn(g.shape, gen, torch::TensorOptions().dtype(g.dtype).device(ys[0].device())),
+          Where(pass, "output"));
+      if (!start.ok()) return start.status();
+      root = start->root;
+      grad_output = start->grad;
+    }
     absl::StatusOr<std::unique_ptr<SplitBackward>> split =
-        SplitBackward::Make(root, split_input, params_);
+        SplitBackward::Make(root, leaf, params_);
     if (!split.ok()) return Prefixed(pass, split.status());
     absl::StatusOr<torch::Tensor> grad_input = (*split)->RunInput(grad_output);
     if (!grad_input.ok()) return Prefixed(pass, grad_input.status());
@@ -223,14 +243,15 @@ absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& mod
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("profile: token ids: ", e.what_without_backtrace()));
     }
-    torch::Tensor x = ids;
+    std::vector<torch::Tensor> x = {ids};
     for (int k = 0; k < n; ++k) {
       absl::StatusOr<BlockRun> run = profilers[k].Run(x, targets, gen);
       if (!run.ok()) return run.status();
       if (rep >= warmup) {
         for (int pass : {kF, kB, kW}) ms[k][pass].push_back(run->ms[pass]);
       }
-      costs[k].activation_bytes = Bytes(run->output);
+      costs[k].activation_bytes = 0;
+      for (const torch::Tensor& y : run->output) costs[k].activation_bytes += Bytes(y);
       x = std::move(run->output);
     }
   }

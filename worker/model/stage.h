@@ -107,10 +107,10 @@ class Stage {
   virtual absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
                                                 const torch::Tensor* targets = nullptr) = 0;
 
-  // B(s,i). `grad_output`: gradient of this stage's output, shaped like it; for the last stage
+  // B(s,i). `grad_output`: gradient of this stage's output (OutputGradSpec); for the last stage
   // pass an undefined tensor to start from loss / m (or a scalar to use as dLoss). Returns the
-  // input gradient, or an undefined tensor for the first stage. FailedPrecondition if F(i) did
-  // not run or B(i) already ran.
+  // input gradient (InputGradSpec), or an undefined tensor for the first stage.
+  // FailedPrecondition if F(i) did not run or B(i) already ran.
   virtual absl::StatusOr<torch::Tensor> BackwardInput(int mb, const torch::Tensor& grad_output) = 0;
 
   // W(s,i). FailedPrecondition naming stage and microbatch if B(i) did not run or W(i) already
@@ -160,12 +160,23 @@ class Stage {
 
   // What crosses this stage's boundaries for a microbatch of `microbatch_size` samples, known
   // before any data flows (a model whose blocks change width has different specs per stage).
-  // InputSpec: the activation Forward takes (for s > 0; the first stage's is its token ids) and
-  // the gradient BackwardInput returns. OutputSpec: the activation Forward returns (s < S - 1)
-  // and the gradient BackwardInput takes. Stage s's OutputSpec equals stage s+1's InputSpec; the
-  // executor sizes every receive from them and fails an action whose tensor does not match.
+  // InputSpec: the activation Forward takes (for s > 0; the first stage's is its token ids).
+  // OutputSpec: the activation Forward returns (s < S - 1). InputGradSpec: the gradient
+  // BackwardInput returns; OutputGradSpec: the one it takes. Stage s's OutputSpec equals stage
+  // s+1's InputSpec, and its OutputGradSpec stage s+1's InputGradSpec; the executor sizes every
+  // receive from them and fails an action whose tensor does not match. Each is one tensor, the
+  // wire form: a stage whose boundary carries several tensors (a TorchScript block returning a
+  // tuple) packs them into one and sends back gradients only for those that need one
+  // (boundary.h), so its gradient specs differ from its activation specs. Otherwise the
+  // gradient is shaped like the activation (the defaults).
   virtual TensorSpec InputSpec(int microbatch_size) const = 0;
   virtual TensorSpec OutputSpec(int microbatch_size) const = 0;
+  virtual TensorSpec InputGradSpec(int microbatch_size) const {
+    return InputSpec(microbatch_size);
+  }
+  virtual TensorSpec OutputGradSpec(int microbatch_size) const {
+    return OutputSpec(microbatch_size);
+  }
 
   // Training (the default) or evaluation: dropout and the like behave as in PyTorch's
   // train()/eval(). Evaluation forwards keep no graph. Stages without mode-dependent layers

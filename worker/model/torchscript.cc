@@ -83,16 +83,92 @@ absl::Status CheckNoSharedParameters(const std::string& path,
   return absl::OkStatus();
 }
 
-// Runs block k on `x`; InvalidArgument naming the block when it does not return one tensor.
-absl::StatusOr<torch::Tensor> RunBlock(torch::jit::Module& block, int k, const std::string& name,
-                                       const torch::Tensor& x) {
-  torch::jit::IValue out = block.forward({x});
-  if (!out.isTensor()) {
-    return absl::InvalidArgumentError(absl::StrCat(BlockLabel(k, name), " returned a ",
-                                                   out.tagKind(),
-                                                   "; every block must return one tensor"));
+std::string Count(size_t n) {
+  return n == 1 ? "one tensor" : absl::StrCat("a Tuple of ", n, " tensors");
+}
+
+// Runs block k on `args` (its positional arguments); its output as a list: one tensor, or the
+// elements of the tuple it returned. InvalidArgument naming the block for anything else.
+absl::StatusOr<std::vector<torch::Tensor>> RunBlock(torch::jit::Module& block, int k,
+                                                    const std::string& name,
+                                                    const std::vector<torch::Tensor>& args) {
+  torch::jit::IValue out = block.forward(std::vector<torch::jit::IValue>(args.begin(), args.end()));
+  std::vector<torch::Tensor> ys;
+  if (out.isTensor()) {
+    ys.push_back(out.toTensor());
+    return ys;
   }
-  return out.toTensor();
+  if (out.isTuple()) {
+    for (const torch::jit::IValue& e : out.toTupleRef().elements()) {
+      if (!e.isTensor()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            BlockLabel(k, name), " returned a Tuple holding a ", e.tagKind(),
+            "; every block must return one tensor or a tuple of tensors"));
+      }
+      ys.push_back(e.toTensor());
+    }
+    if (!ys.empty()) return ys;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      BlockLabel(k, name), " returned a ", out.tagKind(),
+      "; every block must return one tensor or a tuple of tensors"));
+}
+
+// Whether block k's forward takes `n` positional tensors (the previous block's output); an
+// InvalidArgument naming both blocks otherwise.
+absl::Status CheckArity(torch::jit::Module& block, int k, const std::string& name, size_t n) {
+  const c10::FunctionSchema& schema = block.get_method("forward").function().getSchema();
+  size_t total = schema.arguments().size() - 1, required = 0;  // minus self
+  for (size_t i = 1; i < schema.arguments().size(); ++i) {
+    if (!schema.arguments()[i].default_value()) ++required;
+  }
+  if (n >= required && n <= total) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      BlockLabel(k, name), " takes ", required == total ? "" : "at least ",
+      required == 1 && total == 1 ? "one tensor" : absl::StrCat(required, " tensor(s)"),
+      " but block ", k - 1, " returns ", Count(n),
+      "; a block takes the previous block's tensors as its positional arguments (its schema is ",
+      c10::str(schema), ")"));
+}
+
+// "[2, 16]" for one tensor, "([2, 16, 32], [2, 16])" for several.
+std::string Describe(const std::vector<torch::Tensor>& xs) {
+  if (xs.size() == 1) return Shape(xs[0]);
+  std::string out = "(";
+  for (size_t i = 0; i < xs.size(); ++i) absl::StrAppend(&out, i ? ", " : "", Shape(xs[i]));
+  return out + ")";
+}
+
+// [k]: the tensors entering block k; [num_blocks]: the last block's output.
+using Probe = std::vector<std::vector<torch::Tensor>>;
+
+// The dry forward: zeros of `batch` token ids through every block. BadModel naming the block
+// that fails or cannot take what the previous one returns.
+absl::StatusOr<Probe> DryForward(const std::string& path, std::vector<torch::jit::Module>& blocks,
+                                 const std::vector<std::string>& names, int batch, int seq_len) {
+  Probe out;
+  out.push_back({torch::zeros({batch, seq_len}, torch::kLong)});
+  for (int k = 0; k < static_cast<int>(blocks.size()); ++k) {
+    const std::vector<torch::Tensor>& xs = out.back();
+    if (absl::Status st = CheckArity(blocks[k], k, names[k], xs.size()); !st.ok()) {
+      return BadModel(path, st.message());
+    }
+    absl::StatusOr<std::vector<torch::Tensor>> y;
+    try {
+      y = RunBlock(blocks[k], k, names[k], xs);
+    } catch (const c10::Error& e) {
+      return BadModel(path, absl::StrCat(BlockLabel(k, names[k]), " failed on an input ",
+                                         Describe(xs), " (", e.what_without_backtrace(), ")"));
+    } catch (const std::exception& e) {
+      // The TorchScript interpreter rethrows an op's error as std::runtime_error (its message
+      // holds the model's traceback), not as a c10::Error.
+      return BadModel(path, absl::StrCat(BlockLabel(k, names[k]), " failed on an input ",
+                                         Describe(xs), " (", e.what(), ")"));
+    }
+    if (!y.ok()) return BadModel(path, y.status().message());
+    out.push_back(*std::move(y));
+  }
+  return out;
 }
 
 class TorchScriptStage final : public internal::StageBase {
@@ -119,15 +195,26 @@ class TorchScriptStage final : public internal::StageBase {
     }
   }
 
-  // Probes the split on one microbatch of `probe` input: when the graph has none, every
-  // parameter becomes B-phase (the whole backward runs in B).
-  absl::Status ProbeSplit(const torch::Tensor& probe_input, const torch::Tensor& probe_targets) {
+  // Probes the split on `probe_input` (the wire of one microbatch of `microbatch_size`): when
+  // the graph has none, every parameter becomes B-phase (the whole backward runs in B).
+  absl::Status ProbeSplit(const torch::Tensor& probe_input, const torch::Tensor& probe_targets,
+                          int microbatch_size) {
     return GuardTorch(stage(), "probe", -1, [&]() -> absl::Status {
       torch::AutoGradMode grad_mode(true);
-      absl::StatusOr<torch::Tensor> out = Run(probe_input, &probe_targets, nullptr);
+      MicrobatchState st;
+      absl::StatusOr<std::vector<torch::Tensor>> out =
+          Run("probe", -1, probe_input, &probe_targets, nullptr, &st);
       if (!out.ok()) return out.status();
-      torch::Tensor input = is_first() ? torch::Tensor() : probe_input;
-      auto split = SplitBackward::Make(*out, input, tensors_);
+      torch::Tensor root = (*out)[0];
+      if (!is_last()) {
+        const BoundarySpec spec = model_->Boundary(end_, microbatch_size);
+        const TensorSpec g = spec.GradientWire();
+        absl::StatusOr<GradRoot> r = MakeGradRoot(
+            spec, *out, torch::ones(g.shape, torch::TensorOptions().dtype(g.dtype)), "probe");
+        if (!r.ok()) return r.status();
+        root = r->root;
+      }
+      auto split = SplitBackward::Make(root, st.input, tensors_);
       if (!split.ok()) return split.status();
       fused_ = !(*split)->split();
       if (fused_) {
@@ -151,30 +238,24 @@ class TorchScriptStage final : public internal::StageBase {
       }
       torch::AutoGradMode grad_mode(training_);
       MicrobatchState st;
-      torch::Tensor x;
-      if (is_first()) {
-        if (!input.defined() || input.dim() != 2 || input.scalar_type() != torch::kLong) {
-          return Invalid("F", mb, "input: want int64 token ids shaped [batch, seq]");
-        }
-        x = input.detach().to(options_.device, torch::kLong, false, /*copy=*/true);
-      } else {
-        const TensorSpec want = model_->BoundarySpec(begin_, input.defined() ? input.size(0) : 1);
-        if (!input.defined() || input.sizes().vec() != want.shape) {
-          return Invalid("F", mb,
-                         absl::StrCat("input activation must be ", c10::str(want.shape), ", got ",
-                                      input.defined() ? Shape(input) : "undefined"));
-        }
-        st.input = input.detach()
-                       .to(options_.device, want.dtype, false, /*copy=*/true)
-                       .requires_grad_(true);
-        x = st.input;
-      }
       torch::Tensor loss_value;
-      absl::StatusOr<torch::Tensor> out = Run(x, targets, &loss_value);
+      absl::StatusOr<std::vector<torch::Tensor>> out =
+          Run("F", mb, input, targets, &loss_value, &st);
       if (!out.ok()) return out.status();
-      st.output = *out;
-      if (is_last()) losses_[mb] = loss_value;
-      torch::Tensor result = out->detach();
+      torch::Tensor result;
+      if (is_last()) {
+        losses_[mb] = loss_value;
+        result = loss_value;
+      } else {
+        std::vector<torch::Tensor> detached;
+        for (const torch::Tensor& y : *out) detached.push_back(y.detach());
+        absl::StatusOr<torch::Tensor> wire =
+            PackActivations(model_->Boundary(end_, st.batch), detached,
+                            Where("F", mb, "output"));
+        if (!wire.ok()) return wire.status();
+        result = *std::move(wire);
+      }
+      st.outputs = *std::move(out);
       fwd_.emplace(mb, std::move(st));
       return result;
     });
@@ -185,23 +266,32 @@ class TorchScriptStage final : public internal::StageBase {
     if (it == fwd_.end()) {
       return Precondition("B", mb, "no forward state (B without F, or B twice)");
     }
-    torch::Tensor root = it->second.output;
-    absl::StatusOr<torch::Tensor> resolved = OutputGrad(mb, root, grad_output);
-    if (!resolved.ok()) return resolved.status();
-    const torch::Tensor grad = *std::move(resolved);
+    GradRoot start;
+    if (is_last()) {
+      absl::StatusOr<torch::Tensor> resolved = OutputGrad(mb, it->second.outputs[0], grad_output);
+      if (!resolved.ok()) return resolved.status();
+      start = {it->second.outputs[0], resolved->to(it->second.outputs[0].options(),
+                                                   /*non_blocking=*/false, /*copy=*/true)};
+    } else {
+      absl::StatusOr<GradRoot> resolved =
+          GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<GradRoot> {
+            return MakeGradRoot(model_->Boundary(end_, it->second.batch), it->second.outputs,
+                                grad_output, Where("B", mb, "output gradient"));
+          });
+      if (!resolved.ok()) return resolved.status();
+      start = *std::move(resolved);
+    }
     MicrobatchState st = std::move(it->second);
     fwd_.erase(it);
     return GuardTorch(stage(), "B", mb, [&]() -> absl::StatusOr<torch::Tensor> {
-      torch::Tensor input = is_first() ? torch::Tensor() : st.input;
-      auto split = SplitBackward::Make(st.output, input, tensors_);
+      auto split = SplitBackward::Make(start.root, st.input, tensors_);
       if (!split.ok()) return split.status();
       if (!fused_ && !(*split)->split()) {
         return absl::InternalError(absl::StrCat(
             "stage ", stage(), " B microbatch ", mb,
             ": the backward could not be split although the probe could; cut elsewhere"));
       }
-      absl::StatusOr<torch::Tensor> grad_input =
-          (*split)->RunInput(grad.to(root.options(), false, /*copy=*/true));
+      absl::StatusOr<torch::Tensor> grad_input = (*split)->RunInput(start.grad);
       if (!grad_input.ok()) return grad_input.status();
       if (fused_) {
         NotifyBPhaseGrads();
@@ -243,10 +333,16 @@ class TorchScriptStage final : public internal::StageBase {
   }
   const std::vector<ParamInfo>& params() const override { return infos_; }
   TensorSpec InputSpec(int microbatch_size) const override {
-    return model_->BoundarySpec(begin_, microbatch_size);
+    return model_->Boundary(begin_, microbatch_size).ActivationWire();
   }
   TensorSpec OutputSpec(int microbatch_size) const override {
-    return model_->BoundarySpec(end_, microbatch_size);
+    return model_->Boundary(end_, microbatch_size).ActivationWire();
+  }
+  TensorSpec InputGradSpec(int microbatch_size) const override {
+    return model_->Boundary(begin_, microbatch_size).GradientWire();
+  }
+  TensorSpec OutputGradSpec(int microbatch_size) const override {
+    return model_->Boundary(end_, microbatch_size).GradientWire();
   }
   void SetTraining(bool training) override {
     training_ = training;
@@ -255,22 +351,68 @@ class TorchScriptStage final : public internal::StageBase {
 
  private:
   struct MicrobatchState {
-    torch::Tensor input;   // leaf requiring grad (s > 0)
-    torch::Tensor output;  // graph root: activation, or the loss on the last stage
+    int batch = 0;  // the microbatch size (the boundaries' shapes scale with it)
+    torch::Tensor input;                // leaf requiring grad (s > 0): the gradient wire's shape
+    std::vector<torch::Tensor> outputs;  // the last block's tensors, or the loss (last stage)
   };
 
-  // This stage's blocks on `x`; the last stage adds the loss (and reports its value).
-  absl::StatusOr<torch::Tensor> Run(torch::Tensor x, const torch::Tensor* targets,
-                                    torch::Tensor* loss_value) {
-    for (int k = begin_; k < end_; ++k) {
-      absl::StatusOr<torch::Tensor> y = RunBlock(model_->block(k), k, model_->block_name(k), x);
-      if (!y.ok()) return y.status();
-      x = *std::move(y);
+  // The microbatch size whose input wire `wire` is (Forward is not told it): a tensor crossing
+  // alone has it as its first dimension; a packed tuple grows with it, so the size whose wire is
+  // as long is the one.
+  absl::StatusOr<int> WireBatch(absl::string_view op, int mb, const torch::Tensor& wire) const {
+    if (wire.defined() && wire.dim() >= 1) {
+      if (!model_->Boundary(begin_, 1).tuple()) return static_cast<int>(wire.size(0));
+      for (int b = 1; b <= wire.numel(); ++b) {
+        const int64_t bytes = model_->Boundary(begin_, b).ActivationWire().shape[0];
+        if (bytes == wire.numel()) return b;
+        if (bytes > wire.numel()) break;
+      }
     }
-    if (!is_last()) return x;
-    if (x.dim() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the last block returned ", Shape(x), "; logits must be [b, L, V]"));
+    return Invalid(op, mb,
+                   absl::StrCat("input activation ",
+                                wire.defined() ? c10::str(wire.sizes()) : "undefined",
+                                " is the wire of no microbatch size for the boundary ",
+                                model_->Boundary(begin_, 1).ToString(), " (at batch 1)"));
+  }
+
+  // This stage's blocks on `input` (token ids, or the previous stage's wire); the last stage adds
+  // the loss (and reports its value). Fills `st`'s batch and input leaf.
+  absl::StatusOr<std::vector<torch::Tensor>> Run(absl::string_view op, int mb,
+                                                 const torch::Tensor& input,
+                                                 const torch::Tensor* targets,
+                                                 torch::Tensor* loss_value, MicrobatchState* st) {
+    std::vector<torch::Tensor> xs;
+    if (is_first()) {
+      if (!input.defined() || input.dim() != 2 || input.scalar_type() != torch::kLong) {
+        return Invalid(op, mb, "input: want int64 token ids shaped [batch, seq]");
+      }
+      st->batch = static_cast<int>(input.size(0));
+      xs.push_back(input.detach().to(options_.device, torch::kLong, false, /*copy=*/true));
+    } else {
+      absl::StatusOr<int> batch = WireBatch(op, mb, input);
+      if (!batch.ok()) return batch.status();
+      st->batch = *batch;
+      const BoundarySpec spec = model_->Boundary(begin_, *batch);
+      const std::string where = Where(op, mb, "input activation");
+      absl::StatusOr<std::vector<torch::Tensor>> parts = UnpackActivations(spec, input, where);
+      if (!parts.ok()) return parts.status();
+      absl::StatusOr<std::vector<torch::Tensor>> args =
+          InputsFromActivations(spec, *parts, options_.device, &st->input, where);
+      if (!args.ok()) return args.status();
+      xs = *std::move(args);
+    }
+    for (int k = begin_; k < end_; ++k) {
+      absl::StatusOr<std::vector<torch::Tensor>> ys =
+          RunBlock(model_->block(k), k, model_->block_name(k), xs);
+      if (!ys.ok()) return ys.status();
+      xs = *std::move(ys);
+    }
+    if (!is_last()) return xs;
+    const torch::Tensor& x = xs[0];
+    if (x.dim() != 3 || xs.size() > 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the last block returned ", Shape(x), xs.size() > 1 ? " and more" : "",
+          "; it must return logits [b, L, V], or (logits, aux) with aux a scalar loss"));
     }
     torch::Tensor t = targets->detach().to(options_.device, torch::kLong);
     if (t.dim() != 2 || t.size(0) != x.size(0) || t.size(1) != x.size(1)) {
@@ -279,8 +421,9 @@ class TorchScriptStage final : public internal::StageBase {
     }
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(x.reshape({-1, x.size(-1)}), t.reshape({-1}));
+    if (xs.size() == 2) loss = loss + xs[1].reshape({}).to(loss.scalar_type());
     if (loss_value != nullptr) *loss_value = loss.detach();
-    return loss;
+    return std::vector<torch::Tensor>{loss};
   }
 
   std::string Where(absl::string_view op, int mb, absl::string_view what) const {
@@ -344,11 +487,10 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     if (!method)
       return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " has no forward"));
     const c10::FunctionSchema& schema = method->function().getSchema();
-    if (schema.arguments().size() != 2 || schema.returns().size() != 1) {
-      return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), ": forward",
-                                         schema.arguments().size() > 0 ? "" : "",
-                                         " must take one tensor and return one tensor (its schema "
-                                         "is ",
+    if (schema.arguments().size() < 2 || schema.returns().size() != 1) {
+      return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]),
+                                         ": forward must take tensors and return one tensor or "
+                                         "a tuple of tensors (its schema is ",
                                          c10::str(schema), ")"));
     }
   }
@@ -363,38 +505,82 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
     ~TrainAgain() { module.train(); }
   } train_again{m->module_};
   try {
-    torch::NoGradGuard no_grad;
-    torch::Tensor x = torch::zeros({microbatch_size, seq_len}, torch::kLong);
-    m->boundaries_.resize(m->num_blocks() + 1);
-    m->boundaries_[0] = TensorSpec{x.sizes().vec(), torch::kLong};
-    for (int k = 0; k < m->num_blocks(); ++k) {
-      absl::StatusOr<torch::Tensor> y;
-      try {
-        y = RunBlock(m->blocks_[k], k, m->names_[k], x);
-      } catch (const c10::Error& e) {
-        return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " failed on an input ",
-                                           Shape(x), " (", e.what_without_backtrace(), ")"));
-      } catch (const std::exception& e) {
-        // The TorchScript interpreter rethrows an op's error as std::runtime_error (its message
-        // holds the model's traceback), not as a c10::Error.
-        return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " failed on an input ",
-                                           Shape(x), " (", e.what(), ")"));
+    // With gradients, as the stages run: whether a tensor is part of the graph shows.
+    torch::AutoGradMode grad_mode(true);
+    for (torch::jit::Module& block : m->blocks_) {
+      for (const auto& p : block.named_parameters(/*recurse=*/true)) {
+        torch::Tensor(p.value).requires_grad_(true);
       }
-      if (!y.ok()) return BadModel(path, y.status().message());
-      if (y->dim() < 1 || y->size(0) != microbatch_size) {
-        return BadModel(path, absl::StrCat(BlockLabel(k, m->names_[k]), " returned ", Shape(*y),
-                                           "; its first dimension must stay the batch (",
-                                           microbatch_size, ")"));
-      }
-      x = *y;
-      m->boundaries_[k + 1] = TensorSpec{x.sizes().vec(), x.scalar_type()};
     }
+    absl::StatusOr<Probe> probe = DryForward(path, m->blocks_, m->names_, microbatch_size, seq_len);
+    if (!probe.ok()) return probe.status();
+    // A second batch size tells which tensors of a tuple scale with the batch.
+    bool tuples = false;
+    for (const auto& xs : *probe) tuples = tuples || xs.size() > 1;
+    Probe other;
+    if (tuples) {
+      absl::StatusOr<Probe> more =
+          DryForward(path, m->blocks_, m->names_, microbatch_size + 1, seq_len);
+      if (!more.ok()) return more.status();
+      other = *std::move(more);
+    }
+    const int n = m->num_blocks();
+    m->boundaries_.resize(n + 1);
+    for (int k = 0; k <= n; ++k) {
+      const std::vector<torch::Tensor>& ys = (*probe)[k];
+      const std::string producer = k == 0 ? "the data" : BlockLabel(k - 1, m->names_[k - 1]);
+      for (size_t i = 0; i < ys.size(); ++i) {
+        const torch::Tensor& y = ys[i];
+        TorchScriptModel::Probed p;
+        p.tensor.spec = TensorSpec{y.sizes().vec(), y.scalar_type()};
+        if (ys.size() == 1) {
+          // Alone it is the hidden state: batch-major, and (floating) it gets its gradient.
+          if (y.dim() < 1 || y.size(0) != microbatch_size) {
+            return BadModel(path, absl::StrCat(producer, " returned ", Shape(y),
+                                               "; its first dimension must stay the batch (",
+                                               microbatch_size, ")"));
+          }
+          p.tensor.needs_grad = k > 0 && y.is_floating_point();
+        } else {
+          const torch::Tensor& y2 = other[k][i];
+          if (y2.sizes() == y.sizes()) {
+            p.batched = false;
+          } else if (y.dim() < 1 || y2.dim() != y.dim() || y.size(0) != microbatch_size ||
+                     y2.size(0) != microbatch_size + 1 ||
+                     y.sizes().slice(1) != y2.sizes().slice(1)) {
+            return BadModel(path, absl::StrCat(
+                producer, " returned tensor ", i, " of its tuple shaped ", Shape(y),
+                " for a microbatch of ", microbatch_size, " and ", Shape(y2), " for one of ",
+                microbatch_size + 1, "; a tensor crossing a cut must have the batch as its first "
+                "dimension or a shape that does not depend on the batch"));
+          }
+          p.tensor.needs_grad = y.is_floating_point() && y.requires_grad();
+        }
+        m->boundaries_[k].push_back(p);
+      }
+      if (k > 0 && k < n && m->Boundary(k, microbatch_size).num_grads() == 0) {
+        return BadModel(path, absl::StrCat(
+            "none of the tensors ", producer, " returns ",
+            m->Boundary(k, microbatch_size).ToString(),
+            " needs a gradient (integer, boolean, or not computed from parameters), so the "
+            "blocks before it could not train if a cut fell there; pass the hidden state on"));
+      }
+    }
+    const std::vector<torch::Tensor>& last = (*probe)[n];
+    const std::string last_block = BlockLabel(n - 1, m->names_.back());
+    if (last.size() > 2 || (last.size() == 2 && (!last[1].is_floating_point() ||
+                                                 last[1].numel() != 1))) {
+      return BadModel(path, absl::StrCat("the last block (", last_block, ") returned ",
+                                         Describe(last), "; it must return float logits [b, L, "
+                                         "V], or (logits, aux) with aux a float scalar (an "
+                                         "auxiliary loss added to the cross-entropy)"));
+    }
+    const torch::Tensor& x = last[0];
     if (x.dim() != 3 || x.size(1) != seq_len || !x.is_floating_point()) {
-      return BadModel(
-          path, absl::StrCat("the last block (", BlockLabel(m->num_blocks() - 1, m->names_.back()),
-                             ") returned ", Shape(x), " ", c10::toString(x.scalar_type()),
-                             "; it must return float logits [b, L, V] = [", microbatch_size, ", ",
-                             seq_len, ", V]"));
+      return BadModel(path, absl::StrCat("the last block (", last_block, ") returned ", Shape(x),
+                                         " ", c10::toString(x.scalar_type()),
+                                         "; it must return float logits [b, L, V] = [",
+                                         microbatch_size, ", ", seq_len, ", V]"));
     }
     m->vocab_ = static_cast<int>(x.size(2));
   } catch (const c10::Error& e) {
@@ -405,9 +591,13 @@ absl::StatusOr<std::shared_ptr<TorchScriptModel>> TorchScriptModel::Load(const s
   return m;
 }
 
-TensorSpec TorchScriptModel::BoundarySpec(int k, int microbatch_size) const {
-  TensorSpec spec = boundaries_[k];
-  if (!spec.shape.empty()) spec.shape[0] = microbatch_size;
+BoundarySpec TorchScriptModel::Boundary(int k, int microbatch_size) const {
+  BoundarySpec spec;
+  for (const Probed& p : boundaries_[k]) {
+    BoundaryTensor t = p.tensor;
+    if (p.batched) t.spec.shape[0] = microbatch_size;
+    spec.tensors.push_back(std::move(t));
+  }
   return spec;
 }
 
@@ -454,11 +644,10 @@ absl::StatusOr<std::unique_ptr<Stage>> MakeTorchScriptStage(std::shared_ptr<Torc
   }
   auto stage = std::make_unique<TorchScriptStage>(model, begin, end, options);
   // The probe: the stage's own blocks on zeros of its input boundary (targets zeros).
-  const TensorSpec in = model->BoundarySpec(begin, 1);
+  const TensorSpec in = model->Boundary(begin, 1).ActivationWire();
   torch::Tensor input = torch::zeros(in.shape, torch::TensorOptions().dtype(in.dtype));
-  if (begin > 0) input.requires_grad_(true);
   torch::Tensor targets = torch::zeros({1, model->seq_len()}, torch::kLong);
-  if (absl::Status st = stage->ProbeSplit(input, targets); !st.ok()) return st;
+  if (absl::Status st = stage->ProbeSplit(input, targets, 1); !st.ok()) return st;
   return std::unique_ptr<Stage>(std::move(stage));
 }
 

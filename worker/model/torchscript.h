@@ -3,14 +3,22 @@
 // The file (torch.jit.script + torch.jit.save in Python; python/zeropipe export_model) holds a
 // module whose children, in order, are the blocks. Contract, checked by TorchScriptModel::Load
 // with a probe forward of one microbatch (errors name the file and the block):
-//   block 0 takes int64 token ids [b, L]; every block takes one tensor and returns one tensor;
-//   the last block returns logits [b, L, V]. The loss is the mean cross-entropy over every token.
+//   block 0 takes int64 token ids [b, L]; every block returns one tensor or a tuple of tensors,
+//   and the next block takes them as its positional arguments (hidden state, attention mask,
+//   position ids, a rotary cache...); the last block returns logits [b, L, V], or (logits, aux)
+//   with aux a floating scalar. The loss is the mean cross-entropy over every token, plus aux
+//   when the last block returns one (an auxiliary loss: a MoE balance term carried along the
+//   tuple). A tensor crossing a cut alone must keep the batch as its first dimension; one of a
+//   tuple either does or has a shape that does not depend on the batch (a rotary cache [L, d],
+//   a scalar), found by probing a second batch size.
 // The probe (in eval mode: no running-statistics update, no dropout draw) also records every
-// boundary's activation shape and dtype, so blocks may change width: a stage's InputSpec is the
-// boundary before its first block, its OutputSpec the one after its last (what the executor
-// sizes receives from and checks sends against); and V (token ids >= V in the data are an error).
-// Training forwards run the stage's blocks in train(), forwards after SetTraining(false) in eval()
-// without a graph.
+// boundary's tensors (shape, dtype, and whether each needs a gradient: a floating tensor that is
+// part of the autograd graph; integer and boolean tensors, and floating ones computed from
+// buffers or detached, cross forward only), so blocks may change width and a stage's
+// InputSpec/OutputSpec are the wire forms of the boundaries before its first block and after its
+// last (boundary.h: what the executor sizes receives from and checks sends against); and V
+// (token ids >= V in the data are an error). Training forwards run the stage's blocks in train(),
+// forwards after SetTraining(false) in eval() without a graph.
 //
 // Parameters keep the file's values (the initial weights) and its names, prefixed with the
 // block's name: "3.attn.qkv.weight" is the Sequential's state_dict key, so trained weights can be
@@ -18,7 +26,9 @@
 //
 // Backward: B/W are split on the autograd graph (split_backward.h). Stages whose graph has no
 // split run their whole backward in B (every parameter is then B-phase, W is empty) and say so
-// through fused_backward(); gradients are exact either way.
+// through fused_backward(); gradients are exact either way. With several tensors needing a
+// gradient at a cut, B starts from one scalar root (boundary.h MakeGradRoot) and the stage's
+// input is one flat leaf whose gradient is the gradient wire.
 //
 // The JIT's graph optimisations are turned off process-wide (torch::jit::setGraphExecutorOptimize
 // (false)) when a model is loaded: fused differentiable graphs would hide the per-op graph the
@@ -35,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/model/boundary.h"
 #include "worker/model/stage.h"
 
 namespace zpipe::worker::model {
@@ -43,7 +54,7 @@ class TorchScriptModel {
  public:
   // Loads `path` and probes it with zeros of [microbatch_size, seq_len] token ids.
   // NotFound / InvalidArgument naming the file (and the block) on any contract violation.
-  // seq_len == 0: no probe (for exporting): BoundarySpec and vocab are then unknown.
+  // seq_len == 0: no probe (for exporting): Boundary and vocab are then unknown.
   static absl::StatusOr<std::shared_ptr<TorchScriptModel>> Load(const std::string& path,
                                                                 int seq_len, int microbatch_size);
 
@@ -53,8 +64,9 @@ class TorchScriptModel {
   torch::jit::Module& block(int k) { return blocks_[k]; }
   int vocab() const { return vocab_; }  // V, from the probe's logits
   int seq_len() const { return seq_len_; }
-  // The activation entering block k (k >= 1) for a microbatch of `microbatch_size` samples.
-  TensorSpec BoundarySpec(int k, int microbatch_size) const;
+  // The tensors entering block k (k >= 1; k = num_blocks: the last block's output) for a
+  // microbatch of `microbatch_size` samples.
+  BoundarySpec Boundary(int k, int microbatch_size) const;
   // Parameter elements of block k.
   int64_t block_numel(int k) const { return numel_[k]; }
   torch::jit::Module& module() { return module_; }
@@ -64,7 +76,11 @@ class TorchScriptModel {
   torch::jit::Module module_;
   std::vector<torch::jit::Module> blocks_;
   std::vector<std::string> names_;
-  std::vector<TensorSpec> boundaries_;  // [k] = input of block k, probed at microbatch_size
+  struct Probed {
+    BoundaryTensor tensor;  // at the probe's microbatch size
+    bool batched = true;    // the first dimension is the batch
+  };
+  std::vector<std::vector<Probed>> boundaries_;  // [k] = inputs of block k
   std::vector<int64_t> numel_;
   int vocab_ = 0;
   int seq_len_ = 0;

@@ -1,5 +1,6 @@
 // TorchScript stages: a Sequential built and saved here is loaded, probed (boundary shapes, V),
-// cut into stages whose F/B/W give exactly a plain backward's gradients of the whole model; a
+// cut into stages whose F/B/W give exactly a plain backward's gradients of the whole model (also
+// when blocks pass tuples of mixed dtypes and carry an auxiliary loss across cuts); a
 // model breaking the block contract is refused naming the block, one whose blocks share a
 // parameter naming both, one from a newer torch saying which file format versions meet; export
 // writes the trained values back into the same structure.
@@ -89,8 +90,9 @@ TEST_F(TorchScriptTest, ProbeFindsBoundariesAndVocab) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->num_blocks(), 4);
   EXPECT_EQ((*model)->vocab(), kVocab);
-  EXPECT_EQ((*model)->BoundarySpec(2, 5).shape, (std::vector<int64_t>{5, kSeq, kHidden}));
-  EXPECT_EQ((*model)->BoundarySpec(2, 5).dtype, torch::kFloat32);
+  EXPECT_EQ((*model)->Boundary(2, 5).ActivationWire().shape,
+            (std::vector<int64_t>{5, kSeq, kHidden}));
+  EXPECT_EQ((*model)->Boundary(2, 5).ActivationWire().dtype, torch::kFloat32);
 }
 
 TEST_F(TorchScriptTest, ContractViolationsNameTheBlock) {
@@ -194,7 +196,7 @@ TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
         << p.name << " has a gradient after B alone";
   }
   for (int i = 0; i < m; ++i) {
-    ASSERT_TRUE((*s1)->BackwardWeight(i).ok());
+    { absl::Status w = (*s1)->BackwardWeight(i); ASSERT_TRUE(w.ok()) << w; }
     ASSERT_TRUE((*s0)->BackwardWeight(i).ok());
   }
   EXPECT_EQ((*s0)->pending_microbatches(), 0);
@@ -226,6 +228,148 @@ TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
                          std::max(want[p.name].abs().max().item<double>(), 1e-12);
       EXPECT_LT(err, 1e-5) << p.name;
     }
+  }
+}
+
+// Blocks passing tuples: (hidden, bool mask, int64 ids, a cache [L, H] from a buffer), then an
+// auxiliary loss that later blocks carry; the head returns (logits, aux).
+// `short_head`: the head takes four tensors where block 2 returns five.
+torch::jit::Module TupleModel(bool short_head = false) {
+  torch::manual_seed(4);
+  torch::jit::Module embed("TEmbed");
+  Param(embed, "weight", {kVocab, kHidden});
+  embed.register_buffer("c", torch::randn({kSeq, kHidden}));
+  embed.define(
+      "def forward(self, x):\n"
+      "    return (torch.embedding(self.weight, x), x > 3, x * 2, torch.cos(self.c))\n");
+  torch::jit::Module mid = Block("TMid",
+                                 "def forward(self, h, m, ids, c):\n"
+                                 "    u = torch.tanh(torch.matmul(h * c, self.w) + self.b)\n"
+                                 "    y = h + u * m.unsqueeze(-1).to(h.dtype)\n"
+                                 "    y = y + 0.01 * ids.unsqueeze(-1).to(h.dtype)\n"
+                                 "    return (y, m, ids, c, (y * y).mean() * 0.1)\n");
+  torch::jit::Module carry = Block("TCarry",
+                                   "def forward(self, h, m, ids, c, aux):\n"
+                                   "    y = torch.gelu(torch.matmul(h, self.w)) * self.b + h\n"
+                                   "    return (y, m, ids, c, aux + y.abs().mean() * 0.1)\n");
+  torch::jit::Module head("THead");
+  Param(head, "w", {kHidden, kVocab});
+  head.define(short_head
+                  ? "def forward(self, h, m, ids, c):\n    return torch.matmul(h, self.w)\n"
+                  : "def forward(self, h, m, ids, c, aux):\n"
+                    "    return (torch.matmul(h, self.w), aux)\n");
+  torch::jit::Module seq("Sequential");
+  seq.register_module("0", embed);
+  seq.register_module("1", mid);
+  seq.register_module("2", carry);
+  seq.register_module("3", head);
+  return seq;
+}
+
+// Three stages cut at every kind of tuple boundary: the probe finds each tensor's shape, dtype,
+// batch dependence and whether it needs a gradient; F/B/W over packed wires give exactly a plain
+// backward of cross-entropy + aux; a tensor whose shape is not the probed one fails naming it.
+TEST_F(TorchScriptTest, TupleBoundariesMatchPlainBackward) {
+  const std::string path = Save(TupleModel(), "tuple-model.pt");
+  auto model = TorchScriptModel::Load(path, kSeq, kBatch);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const BoundarySpec b1 = (*model)->Boundary(1, 5);
+  ASSERT_EQ(b1.tensors.size(), 4u);
+  EXPECT_EQ(b1.tensors[0].spec.shape, (std::vector<int64_t>{5, kSeq, kHidden}));
+  EXPECT_EQ(b1.tensors[1].spec.dtype, torch::kBool);
+  EXPECT_EQ(b1.tensors[2].spec.dtype, torch::kLong);
+  EXPECT_EQ(b1.tensors[3].spec.shape, (std::vector<int64_t>{kSeq, kHidden}));  // no batch
+  EXPECT_EQ(b1.num_grads(), 1);  // the cache is computed from a buffer: no gradient
+  EXPECT_FALSE(b1.tensors[3].needs_grad);
+  const BoundarySpec b2 = (*model)->Boundary(2, kBatch);
+  EXPECT_EQ(b2.num_grads(), 2);  // hidden and aux
+  EXPECT_TRUE(b2.tensors[4].needs_grad);
+
+  const int m = 2;
+  std::vector<std::unique_ptr<Stage>> stages;
+  const int cuts[] = {0, 1, 3, 4};
+  for (int s = 0; s < 3; ++s) {
+    auto st = MakeTorchScriptStage(*model, cuts[s], cuts[s + 1],
+                                   {.stage = s, .num_stages = 3, .num_microbatches = m});
+    ASSERT_TRUE(st.ok()) << st.status();
+    stages.push_back(*std::move(st));
+  }
+  EXPECT_EQ(stages[0]->OutputSpec(kBatch).dtype, torch::kUInt8);
+  EXPECT_EQ(stages[0]->OutputGradSpec(kBatch).shape,
+            (std::vector<int64_t>{kBatch, kSeq, kHidden}));  // the hidden gradient itself
+  EXPECT_EQ(stages[1]->InputGradSpec(kBatch).shape, stages[0]->OutputGradSpec(kBatch).shape);
+  EXPECT_EQ(stages[1]->OutputGradSpec(kBatch).shape,
+            (std::vector<int64_t>{kBatch * kSeq * kHidden + 1}));  // hidden + aux, flat
+  torch::manual_seed(6);
+  std::vector<torch::Tensor> tokens, targets;
+  for (int i = 0; i < m; ++i) {
+    tokens.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+    targets.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+  }
+  std::vector<float> losses;
+  for (int i = 0; i < m; ++i) {
+    torch::Tensor x = tokens[i];
+    for (int s = 0; s < 3; ++s) {
+      auto y = stages[s]->Forward(i, x, s == 2 ? &targets[i] : nullptr);
+      ASSERT_TRUE(y.ok()) << y.status();
+      if (s < 2) EXPECT_EQ(y->sizes(), torch::IntArrayRef(stages[s]->OutputSpec(kBatch).shape));
+      x = *y;
+    }
+    losses.push_back(*stages[2]->Loss(i));
+  }
+  for (int i = 0; i < m; ++i) {
+    torch::Tensor g;
+    for (int s = 2; s >= 0; --s) {
+      auto gi = stages[s]->BackwardFull(i, g);
+      ASSERT_TRUE(gi.ok()) << gi.status();
+      if (s > 0) EXPECT_EQ(gi->sizes(), torch::IntArrayRef(stages[s]->InputGradSpec(kBatch).shape));
+      g = *gi;
+    }
+  }
+  for (const auto& st : stages) EXPECT_EQ(st->pending_microbatches(), 0);
+
+  torch::jit::Module ref = torch::jit::load(path);
+  for (const auto& p : ref.named_parameters(true)) torch::Tensor(p.value).requires_grad_(true);
+  for (int i = 0; i < m; ++i) {
+    std::vector<torch::jit::IValue> xs = {tokens[i]};
+    torch::jit::IValue out;
+    for (const auto& child : ref.named_children()) {
+      torch::jit::Module block = child.value;
+      out = block.forward(xs);
+      xs.clear();
+      for (const auto& e : out.toTupleRef().elements()) xs.push_back(e);
+    }
+    torch::Tensor logits = xs[0].toTensor();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}),
+                                                              targets[i].reshape({-1})) +
+                         xs[1].toTensor();
+    EXPECT_NEAR(loss.item<float>(), losses[i], 1e-5 * std::abs(losses[i]));
+    (loss / m).backward();
+  }
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : ref.named_parameters(true)) want[p.name] = p.value.grad();
+  for (const auto& stage : stages) {
+    for (const ParamInfo& p : stage->params()) {
+      ASSERT_TRUE(want.count(p.name)) << p.name;
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      const double err = (p.tensor.grad() - want[p.name]).abs().max().item<double>() /
+                         std::max(want[p.name].abs().max().item<double>(), 1e-12);
+      EXPECT_LT(err, 1e-5) << p.name;
+    }
+  }
+
+  // A wire that is not the probed boundary's fails naming the stage.
+  auto bad = stages[1]->Forward(7, torch::zeros({3}, torch::kUInt8));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("stage 1"), std::string::npos) << bad.status();
+}
+
+// A block whose next block cannot take its tuple is refused at load, naming both.
+TEST_F(TorchScriptTest, ATupleTheNextBlockCannotTakeNamesBothBlocks) {
+  auto model = TorchScriptModel::Load(Save(TupleModel(true), "arity.pt"), kSeq, kBatch);
+  ASSERT_FALSE(model.ok());
+  for (const char* needle : {"block 3 ('3') takes 4 tensor(s)", "block 2 returns a Tuple of 5"}) {
+    EXPECT_NE(model.status().message().find(needle), std::string::npos) << model.status();
   }
 }
 
