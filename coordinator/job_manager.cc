@@ -31,7 +31,11 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
       store_(store),
       metrics_(metrics),
       options_(options),
-      monitor_(metrics),
+      // A half-reported iteration waits as long as one of its ranks may be away and still come
+      // back: the recovery grace after a restart, plus a heartbeat timeout of silence.
+      monitor_(metrics, ProgressTracker::Options{
+                            .keep_pending = options.recovery_grace + options.heartbeat_timeout,
+                            .max_pending = ProgressTracker::Options().max_pending}),
       rendezvous_(options.rendezvous),
       logs_(options.log_lines_per_rank),
       recovery_(options.failure_grace, options.recovery_grace) {}
@@ -74,6 +78,13 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   if (!job_id.empty()) {
     if (absl::Status st = ValidateJobId(job_id); !st.ok()) return st;
   }
+  // A store that holds back earlier changes would not keep this job either.
+  auto store_refusal = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (unsaved_.empty() || RetryUnsavedLocked().ok()) return absl::OkStatus();
+    return absl::Status(StoreStatusLocked().code(),
+                        absl::StrCat("job '", job_id, "' was not created: ",
+                                     StoreStatusLocked().message()));
+  };
   if (absl::Status st = ValidateSpecFields(submitted); !st.ok()) return st;
   // From here on the job is its resolved spec: what is stored, shown and compared on a resubmit,
   // so a spec as a client printed it (defaults filled) is the same job as the file it came from.
@@ -103,6 +114,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
     absl::StatusOr<SubmitResult> found = existing();
     if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
     if (absl::Status st = pending_limit(); !st.ok()) return st;  // before the planning work
+    if (absl::Status st = store_refusal(); !st.ok()) return st;
   }
 
   // Planning can take a while for big pipelines: do it outside the lock.
@@ -121,6 +133,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status st = pending_limit(); !st.ok()) return st;
+  if (absl::Status st = store_refusal(); !st.ok()) return st;
 
   JobRecord rec;
   rec.id = job_id;
@@ -133,6 +146,13 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   // Stored before it exists in memory, so a client never holds an id a restart would lose.
   if (absl::Status st = store_.Put(rec); !st.ok()) {
     LogError("job ", job_id, ": store write failed, submit refused: ", st.ToString());
+    metrics_.CountStoreWriteError();
+    if (absl::IsResourceExhausted(st)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator's job store is full and could not save job '", job_id, "' (",
+          st.message(), "); the job was not created. Free space on the disk of the coordinator's "
+          "--db and submit again"));
+    }
     return absl::UnavailableError(absl::StrCat("the job store could not save job '", job_id,
                                                "': ", st.message(), "; the job was not created"));
   }
@@ -195,7 +215,20 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
   absl::MutexLock lock(&mu_);
   JobRecord* job = queue_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
-  if (job->state == JobState::kCancelled) return ViewLocked(*job, true, true);
+  // Acknowledged only once stored (a retry of a cancel the store refused lands here too).
+  auto stored = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<JobView> {
+    if (unsaved_.contains(job_id)) {
+      if (absl::Status st = StoreLocked(*job); !st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat("job '", job_id, "' is cancelled but the coordinator's "
+                                         "job store refused to save it (", st.message(),
+                                         "); it retries, cancel again to check. ",
+                                         StoreStatusLocked().message()));
+      }
+    }
+    return ViewLocked(*job, true, true);
+  };
+  if (job->state == JobState::kCancelled) return stored();
   if (IsTerminal(job->state)) {
     return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' already ",
                                                       JobStateName(job->state),
@@ -203,7 +236,7 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
   }
   if (reason.empty()) reason = "cancelled by user";
   FinishJobLocked(*job, JobState::kCancelled, std::move(reason));
-  return ViewLocked(*job, true, true);
+  return stored();
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {
@@ -231,6 +264,17 @@ JobView JobManager::ViewLocked(const JobRecord& job, bool with_progress,
   if (auto rt = runtime_.find(job.id); rt != runtime_.end()) view.plan = rt->second.plan;
   if (with_progress && job.state != JobState::kPending) {
     view.progress = monitor_.Progress(job.id, with_microbatches);
+    // The stored count is a floor: a job restored from the store without its progress (a
+    // finished one) or before its ranks report again never shows fewer iterations done.
+    if (!view.progress && job.iterations_done > 0) {
+      view.progress.emplace();
+      view.progress->iterations_total = job.spec.iterations;
+      view.progress->iteration = std::min(job.iterations_done, job.spec.iterations - 1);
+    }
+    if (view.progress) {
+      view.progress->iterations_done = std::max(view.progress->iterations_done,
+                                                job.iterations_done);
+    }
   }
   if (job.state == JobState::kPending) view.queue_position = queue_.QueuePosition(job);
   return view;
@@ -414,10 +458,60 @@ std::shared_ptr<const JobPlan> JobManager::PlanForLocked(const JobRecord& job) {
   return rt.plan;
 }
 
-void JobManager::PersistLocked(const JobRecord& job) {
-  if (absl::Status st = store_.Put(job); !st.ok()) {
-    LogError("job ", job.id, ": store write failed: ", st.ToString());
+absl::Status JobManager::StoreLocked(const JobRecord& job) {
+  absl::Status st = store_.Put(job);
+  if (st.ok()) {
+    if (unsaved_.erase(job.id) > 0 && unsaved_.empty()) {
+      LogInfo("job store: writes succeed again; every job change is stored");
+      store_error_ = absl::OkStatus();
+    }
+    metrics_.SetStoreUnsavedJobs(static_cast<int64_t>(unsaved_.size()));
+    return st;
   }
+  metrics_.CountStoreWriteError();
+  if (unsaved_.insert(job.id).second) {
+    // Once per job, not per retry: the retries repeat it every liveness check.
+    LogError("job ", job.id, ": store write failed (", st.ToString(),
+             "); kept in memory and written again until the store takes it");
+  }
+  store_error_ = st;
+  metrics_.SetStoreUnsavedJobs(static_cast<int64_t>(unsaved_.size()));
+  return st;
+}
+
+absl::Status JobManager::RetryUnsavedLocked() {
+  const std::vector<std::string> ids(unsaved_.begin(), unsaved_.end());
+  for (const std::string& id : ids) {
+    const JobRecord* job = queue_.Find(id);
+    if (job == nullptr) {
+      unsaved_.erase(id);
+      continue;
+    }
+    if (absl::Status st = StoreLocked(*job); !st.ok()) return StoreStatusLocked();
+  }
+  return StoreStatusLocked();
+}
+
+absl::Status JobManager::StoreStatus() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return StoreStatusLocked();
+}
+
+absl::Status JobManager::StoreStatusLocked() const {
+  if (unsaved_.empty()) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat(unsaved_.size(), unsaved_.size() == 1 ? " job's latest change waits" :
+                                                           " jobs' latest changes wait",
+                   " to be written (", store_error_.message(), ")");
+  if (absl::IsResourceExhausted(store_error_)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator's job store is full: ", what,
+        "; new jobs are refused until it takes writes again. Free space on the disk of the "
+        "coordinator's --db"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the coordinator's job store refuses writes: ", what,
+      "; new jobs are refused until it takes writes again"));
 }
 
 void JobManager::UpdateGaugesLocked() {

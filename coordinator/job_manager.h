@@ -38,6 +38,13 @@
 // is a lost rank. A worker that re-registers without claiming the job it held lost its state: a
 // lost rank too. Shutdown() leaves running jobs alone: the next coordinator picks them up.
 //
+// Store failures (a full disk): nothing acknowledged is lost. A change the store refuses stays in
+// memory, the job is marked unsaved, and CheckLiveness() writes every unsaved job again until the
+// store takes it; meanwhile StoreStatus() is an error (/readyz fails, the
+// zpipe_store_unsaved_jobs gauge is non-zero, the log says so once), new jobs are refused with
+// that error (ResourceExhausted when the store is full), and a cancel is not acknowledged until
+// it is stored. A worker's report is taken either way: its effect is kept and written later.
+//
 // Thread-safe. Collaborators (clock, store, metrics) are injected and must outlive the manager.
 #ifndef ZPIPE_COORDINATOR_JOB_MANAGER_H_
 #define ZPIPE_COORDINATOR_JOB_MANAGER_H_
@@ -52,6 +59,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -132,8 +140,9 @@ class JobManager {
   // compared with their defaults resolved (spec_defaults.h), which is also how the job is stored
   // and returned (validate_only too). A resubmit by another submitter is ALREADY_EXISTS.
   // `submitted_by` is recorded with the job. ResourceExhausted for a new job while max_pending_jobs
-  // are PENDING; Unavailable when the store cannot save the new job (the job is then forgotten:
-  // nothing unsaved is acknowledged).
+  // are PENDING. When the store cannot save the new job, or still holds back earlier changes
+  // (StoreStatus), the job is refused and forgotten (nothing unsaved is acknowledged):
+  // ResourceExhausted when the store is full, Unavailable for other store errors.
   absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only,
                                       std::string submitted_by = "");
   // Who submitted the job (JobRecord::submitted_by). NotFound for an unknown job.
@@ -143,6 +152,8 @@ class JobManager {
   // page_size: 0 = 100, capped at 1000. Empty `states` = all.
   absl::StatusOr<ListResult> List(const std::set<JobState>& states, int page_size,
                                   const std::string& page_token) const;
+  // Acknowledged once CANCELLED is stored: while the store refuses it, the job is cancelled (its
+  // workers stopped) but the store's error is returned; cancelling again answers OK once stored.
   absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
   std::vector<WorkerInfo> Workers(bool include_dead) const;
   // The executed timeline of `iteration` (nullopt = the latest complete one); see
@@ -184,8 +195,11 @@ class JobManager {
                             int pipeline_rank, int data_rank);
   // The worker said it is going away: declared dead now ("left: <reason>"), failing its job.
   void WorkerLeaving(const std::string& worker_id, const std::string& reason);
+  // `permanent`: the worker says a restart cannot fix it (a full checkpoint disk): the job FAILS
+  // now, naming this rank, without a restart or waiting failure_grace for a peer to blame.
   absl::Status RankFailed(const std::string& worker_id, const std::string& job_id,
-                          int pipeline_rank, int data_rank, const std::string& message);
+                          int pipeline_rank, int data_rank, const std::string& message,
+                          bool permanent = false);
   // A worker's answer to a kProfile command (job_manager_profile.cc): the job's cuts are chosen
   // from `blocks` (or kept from `checkpoint_cuts`), the plan is made from the measured costs and
   // the assignments go out; a non-empty `error` fails the job with it.
@@ -205,8 +219,11 @@ class JobManager {
 
   // ---- housekeeping ----
   // Declares silent workers dead and fails the jobs they held; fails RUNNING jobs whose workers
-  // did not come back after a restart. Call periodically.
+  // did not come back after a restart; writes unsaved jobs to the store again. Call periodically.
   void CheckLiveness();
+  // OK while every job change is stored; else the store's error (ResourceExhausted when it is
+  // full) saying how many jobs wait to be written. For /readyz and new submits.
+  absl::Status StoreStatus() const;
   // Refuses new registrations and jobs and wakes all watchers. Workers and their jobs carry on:
   // they reconnect to the next coordinator on the same store.
   void Shutdown();
@@ -278,7 +295,15 @@ class JobManager {
   void MarkDeadLocked(RegisteredWorker& w, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const JobPlan> PlanForLocked(const JobRecord& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the job; on failure marks it unsaved (written again by RetryUnsavedLocked) and returns
+  // the store's error. PersistLocked is StoreLocked where the caller acknowledges nothing.
+  absl::Status StoreLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    StoreLocked(job).IgnoreError();
+  }
+  // Writes every unsaved job again; OK when none is left.
+  absl::Status RetryUnsavedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StoreStatusLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Re-planning (job_manager_workers.cc): settles a pending switch once `summary` reaches its
   // iteration, adds `summary` to the window, and returns the inputs of a check when one is due.
   std::optional<ReplanCheck> ObserveForReplanLocked(JobRecord& job, const IterationSummary& summary)
@@ -312,6 +337,9 @@ class JobManager {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   Recovery recovery_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Jobs whose latest change the store refused, and its latest error (OK when none).
+  absl::flat_hash_set<std::string> unsaved_ ABSL_GUARDED_BY(mu_);
+  absl::Status store_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe::coordinator

@@ -143,6 +143,30 @@ TEST_F(JobManagerTest, AFailureWithNoLostPeerIsItsOwnCauseAfterTheGrace) {
             "worker b (pipeline rank 1, data rank 0) failed: data: token 900 >= vocab 512");
 }
 
+// Issue 30: a checkpoint disk that is full restarted the job three times, futilely, and once
+// blamed a peer. A failure the worker marks permanent fails the job at once, naming its rank.
+TEST_F(JobManagerTest, APermanentFailureFailsAtOnceWithoutRestartOrBlame) {
+  JobSpec spec = Spec(2);
+  spec.max_restarts = 3;
+  ASSERT_TRUE(manager_->Submit("j", spec, false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+  manager_->DetachSession(w1, &c1_);  // a peer that looks gone must not take the blame
+  ASSERT_TRUE(manager_->RankFailed(w0, "j", 0, 0,
+                                   "checkpoint: cannot write '/ckpt/iter-2/stage-0.pt': No space "
+                                   "left on device",
+                                   /*permanent=*/true)
+                  .ok());
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.restarts, 0);
+  EXPECT_EQ(job.record.reason,
+            "worker a (pipeline rank 0, data rank 0) failed: checkpoint: cannot write "
+            "'/ckpt/iter-2/stage-0.pt': No space left on device (not restarted: a restart cannot "
+            "fix this)");
+}
+
 TEST_F(JobManagerTest, AWorkerThatLeavesFailsItsJobAtOnce) {
   ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
   AddWorker("a", &c0_);
@@ -469,9 +493,11 @@ TEST(JobManagerStoreTest, SubmitFailsAndForgetsTheJobWhenTheStoreCannotSaveIt) {
 
   store.fail = true;
   absl::StatusOr<SubmitResult> r = manager->Submit("lost", Spec(2), false);
-  ASSERT_TRUE(absl::IsUnavailable(r.status())) << r.status();
-  EXPECT_TRUE(absl::StrContains(
-      r.status().message(), "the job store could not save job 'lost': database or disk is full"))
+  // A full store is RESOURCE_EXHAUSTED saying so (not UNAVAILABLE: the coordinator is there).
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "the coordinator's job store is full and could not save job "
+                                "'lost' (database or disk is full); the job was not created"))
       << r.status();
   EXPECT_TRUE(absl::IsNotFound(manager->Get("lost").status()));
   EXPECT_TRUE(manager->List({}, 0, "")->jobs.empty());
@@ -484,6 +510,109 @@ TEST(JobManagerStoreTest, SubmitFailsAndForgetsTheJobWhenTheStoreCannotSaveIt) {
   manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
   ASSERT_TRUE(manager->Load().ok());
   EXPECT_EQ(manager->Get("lost")->record.state, JobState::kPending);
+}
+
+// Issue 30: with the store's disk full when a job finished, SUCCEEDED was never stored and a
+// restarted coordinator ran the job again. The change stays in memory, is written again until the
+// store takes it, and meanwhile the coordinator says so (StoreStatus for /readyz, new jobs refused
+// with RESOURCE_EXHAUSTED). The restored job also keeps its iteration count.
+TEST(JobManagerStoreTest, ATerminalStateTheStoreRefusesIsWrittenOnceItHasRoom) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> sqlite = std::move(*SqliteJobStore::Open(":memory:"));
+  FailingStore store(*sqlite);
+  auto manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  ASSERT_TRUE(manager->Submit("j", Spec(1, 3), false).ok());
+  FakeConnection c;
+  WorkerRegistration reg;
+  reg.name = "a";
+  absl::StatusOr<RegisterResult> w = manager->RegisterWorker(reg);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(manager->AttachSession(w->worker_id, "", &c).ok());
+  ASSERT_EQ(manager->Get("j")->record.state, JobState::kRunning);
+  EXPECT_TRUE(manager->StoreStatus().ok());
+
+  store.fail = true;  // the disk fills up while the job runs
+  RankStats stats;
+  for (int it = 0; it < 3; ++it) {
+    ASSERT_TRUE(manager->IterationReport(w->worker_id, "j", it, stats, 1.0).ok());
+  }
+  ASSERT_TRUE(manager->RankFinished(w->worker_id, "j", 0, 0).ok());
+  EXPECT_EQ(manager->Get("j")->record.state, JobState::kSucceeded);
+  const absl::Status status = manager->StoreStatus();
+  EXPECT_TRUE(absl::IsResourceExhausted(status)) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "the coordinator's job store is full: 1 job's "
+                                                  "latest change waits to be written"))
+      << status;
+  absl::StatusOr<SubmitResult> refused = manager->Submit("next", Spec(1), false);
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "job 'next' was not created: the coordinator's job store is full"))
+      << refused.status();
+  manager->CheckLiveness();  // a retry the store still refuses
+  EXPECT_FALSE(manager->StoreStatus().ok());
+
+  store.fail = false;  // space is freed: the next liveness check writes the job
+  manager->CheckLiveness();
+  EXPECT_TRUE(manager->StoreStatus().ok());
+  EXPECT_TRUE(manager->Submit("next", Spec(1), false).ok());
+
+  manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  const JobView job = *manager->Get("j");
+  EXPECT_EQ(job.record.state, JobState::kSucceeded) << "the finished job would run again";
+  EXPECT_EQ(job.record.iterations_done, 3);
+  ASSERT_TRUE(job.progress.has_value()) << "a restored finished job shows no progress";
+  EXPECT_EQ(job.progress->iterations_done, 3) << "a restored finished job shows 0 done";
+  EXPECT_EQ(job.progress->iterations_total, 3);
+  manager.reset();  // before `c`
+}
+
+// A cancel is acknowledged only once it is stored: while the store refuses, the caller gets the
+// store's error (and the job is stopped all the same); a cancel once it has room answers OK.
+TEST(JobManagerStoreTest, ACancelIsAcknowledgedOnlyOnceStored) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> sqlite = std::move(*SqliteJobStore::Open(":memory:"));
+  FailingStore store(*sqlite);
+  auto manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  ASSERT_TRUE(manager->Submit("j", Spec(2), false).ok());
+
+  store.fail = true;
+  absl::StatusOr<JobView> r = manager->Cancel("j", "");
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "job 'j' is cancelled but the coordinator's job store refused to "
+                                "save it (database or disk is full)"))
+      << r.status();
+  EXPECT_TRUE(absl::IsResourceExhausted(manager->Cancel("j", "").status()));  // still unsaved
+
+  store.fail = false;
+  r = manager->Cancel("j", "");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->record.state, JobState::kCancelled);
+  manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  EXPECT_EQ(manager->Get("j")->record.state, JobState::kCancelled);
+}
+
+// The real store on a "full disk": SQLite's max_page_count stops it growing, and a write past it
+// is RESOURCE_EXHAUSTED, which the manager reports as a full store.
+TEST(JobManagerStoreTest, SqliteAtItsPageLimitIsAFullStore) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> sqlite = std::move(*SqliteJobStore::Open(":memory:"));
+  JobManager manager(clock, *sqlite, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager.Load().ok());
+  ASSERT_TRUE(sqlite->SetMaxPagesForTest(1).ok());  // no page beyond those in use
+  absl::Status st;
+  for (int i = 0; i < 100 && st.ok(); ++i) {
+    st = manager.Submit(absl::StrCat("j", i), Spec(2), false).status();
+  }
+  ASSERT_TRUE(absl::IsResourceExhausted(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "job store is full")) << st;
 }
 
 // The job is its resolved spec: what is stored and shown, and what a resubmit is compared with.

@@ -16,7 +16,8 @@ namespace zpipe::coordinator {
 class JobStore {
  public:
   virtual ~JobStore() = default;
-  // Inserts the record, or replaces the one with the same id.
+  // Inserts the record, or replaces the one with the same id. ResourceExhausted when the store
+  // is full (no space left); other errors for other failures. A failed Put changes nothing.
   virtual absl::Status Put(const JobRecord& job) = 0;
   // Every stored job, ordered by submit_order.
   virtual absl::StatusOr<std::vector<JobRecord>> LoadAll() = 0;

@@ -31,6 +31,11 @@ class Metrics {
   virtual void CountRpc(absl::string_view method, absl::StatusCode code) = 0;  // zpipe_rpcs_total
   // A job lost a rank and was restarted automatically (zpipe_job_restarts_total).
   virtual void JobRestarted(const std::string& /*job_id*/) {}
+  // The job store refused a write (zpipe_store_write_errors_total).
+  virtual void CountStoreWriteError() {}
+  // Jobs whose latest change the store has not taken yet (zpipe_store_unsaved_jobs; 0 = all
+  // stored).
+  virtual void SetStoreUnsavedJobs(int64_t /*count*/) {}
 
   // ---- per job and rank (no-ops by default) ----
   // One rank's report of one iteration, from the worker that holds that rank of a RUNNING job.

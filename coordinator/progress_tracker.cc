@@ -3,9 +3,6 @@
 #include <algorithm>
 
 namespace zpipe::coordinator {
-namespace {
-constexpr size_t kMaxPendingIterations = 64;
-}  // namespace
 
 void ProgressTracker::StartJob(const std::string& job_id, const core::Placement& placement,
                                int microbatches, int iterations, double predicted_bubble,
@@ -125,22 +122,24 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
   return applied;
 }
 
-std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& job_id,
-                                                           const std::string& worker_name,
-                                                           int iteration, const RankStats& stats,
-                                                           std::optional<double> loss,
-                                                           std::optional<double> eval_loss) {
+std::vector<IterationSummary> ProgressTracker::AddReport(const std::string& job_id,
+                                                         const std::string& worker_name,
+                                                         int iteration, const RankStats& stats,
+                                                         std::optional<double> loss,
+                                                         std::optional<double> eval_loss,
+                                                         absl::Time now) {
+  std::vector<IterationSummary> out;
   std::shared_ptr<Job> job = Find(job_id);
-  if (!job) return std::nullopt;
+  if (!job) return out;
   const int p = job->placement.num_ranks();
   const int world = static_cast<int>(job->ranks.size());
   const int g = stats.data_rank * p + stats.pipeline_rank;
   if (stats.pipeline_rank < 0 || stats.pipeline_rank >= p || stats.data_rank < 0 || g >= world ||
       iteration < 0 || iteration >= job->iterations) {
-    return std::nullopt;
+    return out;
   }
   RankState& rank = *job->ranks[g];
-  if (rank.slot.worker_name != worker_name) return std::nullopt;
+  if (rank.slot.worker_name != worker_name) return out;
   {
     absl::MutexLock lock(&rank.mu);
     rank.iterations_done.store(std::max(rank.iterations_done.load(), iteration + 1));
@@ -148,30 +147,54 @@ std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& jo
   job->version.fetch_add(1, std::memory_order_relaxed);
 
   absl::MutexLock lock(&job->reports_mu);
-  if (iteration < job->iterations_done) return std::nullopt;  // already summarised
+  if (iteration < job->iterations_done) return out;  // already summarised
   PendingIteration& pending = job->pending[iteration];
-  if (pending.ranks.empty()) pending.ranks.resize(world);
-  if (pending.ranks[g].has_value()) return std::nullopt;  // duplicate
+  if (pending.ranks.empty()) {
+    pending.ranks.resize(world);
+    pending.first_report = now;
+  }
+  if (pending.ranks[g].has_value()) return out;  // duplicate
   pending.ranks[g] = stats;
   if (loss) pending.losses.push_back(*loss);
   if (eval_loss) pending.eval_losses.push_back(*eval_loss);
   if (++pending.reported < world) {
-    while (job->pending.size() > kMaxPendingIterations) job->pending.erase(job->pending.begin());
-    return std::nullopt;
+    // Iterations whose other ranks are away longer than any rank may be (or past the memory
+    // bound) are given up; the oldest first.
+    while (!job->pending.empty() &&
+           (job->pending.size() > options_.max_pending ||
+            now - job->pending.begin()->second.first_report > options_.keep_pending)) {
+      job->pending.erase(job->pending.begin());
+    }
+    return out;
   }
+  // Every rank reports its iterations in order, so the earlier iterations still waiting never
+  // complete: their missing reports went to a coordinator that is gone.
+  for (auto it = job->pending.begin(); it != job->pending.end() && it->first <= iteration; ++it) {
+    out.push_back(Summarise(it->first, it->second, job->predicted_bubble));
+  }
+  job->pending.erase(job->pending.begin(), job->pending.upper_bound(iteration));
+  job->iterations_done = iteration + 1;
+  return out;
+}
 
+IterationSummary ProgressTracker::Summarise(int iteration, const PendingIteration& pending,
+                                            double predicted_bubble) {
   IterationSummary s;
   s.iteration = iteration;
-  s.predicted_bubble_rate = job->predicted_bubble;
+  s.predicted_bubble_rate = predicted_bubble;
   double busy = 0;
-  for (const auto& r : pending.ranks) {
+  for (const std::optional<RankStats>& r : pending.ranks) {
+    if (!r) continue;
     s.duration_s = std::max(s.duration_s, r->duration_s);
     busy += r->busy_s;
     s.reduce_total_s += r->reduce_s;
     s.reduce_exposed_s += r->exposed_reduce_s;
     s.ranks.push_back(*r);
   }
-  if (s.duration_s > 0) s.bubble_rate = std::max(0.0, 1.0 - busy / (world * s.duration_s));
+  const int reported = static_cast<int>(s.ranks.size());
+  if (s.duration_s > 0 && reported > 0) {
+    s.bubble_rate = std::max(0.0, 1.0 - busy / (reported * s.duration_s));
+  }
   if (!pending.losses.empty()) {
     double sum = 0;
     for (double l : pending.losses) sum += l;
@@ -182,8 +205,6 @@ std::optional<IterationSummary> ProgressTracker::AddReport(const std::string& jo
     for (double l : pending.eval_losses) sum += l;
     s.eval_loss = sum / pending.eval_losses.size();
   }
-  job->pending.erase(job->pending.begin(), job->pending.upper_bound(iteration));
-  job->iterations_done = iteration + 1;
   return s;
 }
 

@@ -6,6 +6,14 @@
 // for a writer (a reader may see a rank mid-batch; progress is a display, not an invariant). Events
 // that do not fit the job's plan (unknown job, a rank not held by the sender, stage or microbatch
 // out of range, an older iteration) are dropped and counted, never fatal. Thread-safe.
+//
+// Iteration reports wait per iteration until every rank has reported it. After a coordinator
+// restart the ranks' buffered reports arrive one worker's outbox after another, so one rank may be
+// hundreds of iterations ahead of another for a moment: a half-reported iteration waits as long
+// as a rank may still be on its way back (Options::keep_pending, the recovery grace), not a fixed
+// count. A report of an iteration that can no longer complete (its other reports went to the
+// previous coordinator and died with it) is still summarised, from the ranks that did report,
+// once a later iteration completes: every iteration the job ran has a summary.
 #ifndef ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
 #define ZPIPE_COORDINATOR_PROGRESS_TRACKER_H_
 
@@ -19,6 +27,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "coordinator/domain.h"
 #include "core/placement.h"
@@ -71,6 +80,17 @@ struct ProgressEvents {
 
 class ProgressTracker {
  public:
+  struct Options {
+    // How long a half-reported iteration waits for its other ranks' reports, from its first
+    // report (coordinator clock). The job manager derives it from --recovery-grace: a rank that
+    // is away longer is a lost rank and the attempt is over anyway.
+    absl::Duration keep_pending = absl::Seconds(60);
+    // A memory bound beside the time bound: half-reported iterations kept per job at most.
+    size_t max_pending = 1 << 14;
+  };
+  ProgressTracker() : ProgressTracker(Options()) {}
+  explicit ProgressTracker(Options options) : options_(options) {}
+
   // Starts tracking a scheduled job (replacing any previous attempt's progress). `iterations_done`:
   // iterations already complete (a job reloaded after a coordinator restart), so progress resumes
   // there instead of at 0 and reports of earlier iterations are not summarised again.
@@ -84,12 +104,14 @@ class ProgressTracker {
   int AddEvents(const std::string& job_id, const std::string& worker_name, int pipeline_rank,
                 int data_rank, const ProgressEvents& events);
 
-  // Records one rank's report of one iteration. Returns the job-wide summary when this report
-  // completes the iteration (every rank reported it), else nullopt.
-  std::optional<IterationSummary> AddReport(const std::string& job_id,
-                                            const std::string& worker_name, int iteration,
-                                            const RankStats& stats, std::optional<double> loss,
-                                            std::optional<double> eval_loss = std::nullopt);
+  // Records one rank's report of one iteration, arrived at `now`. Returns the job-wide summaries
+  // this report completes, in iteration order: the iteration's own when every rank has reported
+  // it, preceded by those of earlier iterations still half-reported (their other reports are lost;
+  // the summary has the ranks that reported). Empty when nothing completed.
+  std::vector<IterationSummary> AddReport(const std::string& job_id,
+                                          const std::string& worker_name, int iteration,
+                                          const RankStats& stats, std::optional<double> loss,
+                                          std::optional<double> eval_loss, absl::Time now);
 
   // The plan's predicted bubble that later summaries carry (a re-plan switched plans).
   void SetPredictedBubble(const std::string& job_id, double predicted_bubble);
@@ -112,6 +134,7 @@ class ProgressTracker {
     size_t num_phases = 0;
   };
   struct PendingIteration {
+    absl::Time first_report;
     std::vector<std::optional<RankStats>> ranks;
     std::vector<double> losses;
     std::vector<double> eval_losses;
@@ -130,6 +153,11 @@ class ProgressTracker {
   };
 
   std::shared_ptr<Job> Find(const std::string& job_id) const;
+  // The summary of `iteration` from the ranks that reported it.
+  static IterationSummary Summarise(int iteration, const PendingIteration& pending,
+                                    double predicted_bubble);
+
+  const Options options_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

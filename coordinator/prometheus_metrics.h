@@ -2,7 +2,8 @@
 // that serves it on /metrics.
 //
 // Cluster: zpipe_jobs{state}, zpipe_workers{state} (states lower case: "running", "idle"),
-// zpipe_rpcs_total{method,code}, zpipe_job_restarts_total.
+// zpipe_rpcs_total{method,code}, zpipe_job_restarts_total, zpipe_store_write_errors_total,
+// zpipe_store_unsaved_jobs (jobs whose latest change the full or failing store has not taken).
 // Per job and rank (labels job_id, pipeline_rank, data_rank; base units; updated as each rank's
 // iteration report arrives):
 //   zpipe_busy_seconds_total{op="F"|"B"|"W"}  compute time by op (a fused BW counts as B)
@@ -70,6 +71,8 @@ class PrometheusMetrics : public Metrics {
   void SetWorkerCount(WorkerState state, int64_t count) override;
   void CountRpc(absl::string_view method, absl::StatusCode code) override;
   void JobRestarted(const std::string& job_id) override;
+  void CountStoreWriteError() override { store_errors_.Increment(); }
+  void SetStoreUnsavedJobs(int64_t count) override { store_unsaved_.Set(count); }
 
   void ObserveRankIteration(const std::string& job_id, int iteration,
                             const RankStats& stats) override;
@@ -126,6 +129,8 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Counter& restarts_;
+  prometheus::Counter& store_errors_;
+  prometheus::Gauge& store_unsaved_;
   // Per job and rank.
   prometheus::Family<prometheus::Counter>& busy_;
   prometheus::Family<prometheus::Counter>& idle_;

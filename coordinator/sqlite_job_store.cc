@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+
 #include <set>
 #include <utility>
 
@@ -118,6 +120,15 @@ absl::Status SqliteJobStore::Migrate() {
   return absl::OkStatus();
 }
 
+absl::Status SqliteJobStore::SetMaxPagesForTest(int64_t pages) {
+  absl::MutexLock lock(&mu_);
+  const std::string sql = absl::StrCat("PRAGMA max_page_count = ", pages);
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return SqlError(db_, "max_page_count");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SqliteJobStore::Put(const JobRecord& job) {
   v1::Job ranks;
   for (const auto& slot : job.ranks) *ranks.add_ranks() = RankSlotToProto(slot);
@@ -161,7 +172,14 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   }
   sqlite3_bind_text(s, 14, job.submitted_by.data(), static_cast<int>(job.submitted_by.size()),
                     SQLITE_TRANSIENT);
-  if (sqlite3_step(s) != SQLITE_DONE) return SqlError(db_, absl::StrCat("write job ", job.id));
+  if (const int rc = sqlite3_step(s); rc != SQLITE_DONE) {
+    // A full disk (or PRAGMA max_page_count reached) is SQLITE_FULL, or an I/O error with ENOSPC.
+    if (rc == SQLITE_FULL || sqlite3_system_errno(db_) == ENOSPC) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("sqlite: write job ", job.id, ": ", sqlite3_errmsg(db_)));
+    }
+    return SqlError(db_, absl::StrCat("write job ", job.id));
+  }
   return absl::OkStatus();
 }
 

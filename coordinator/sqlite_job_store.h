@@ -22,6 +22,9 @@ class SqliteJobStore : public JobStore {
 
   absl::Status Put(const JobRecord& job) override;
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override;
+  // Caps the database at `pages` > 0 pages (PRAGMA max_page_count; never below the pages in
+  // use), so that a test can fill the "disk": writes past it fail with ResourceExhausted.
+  absl::Status SetMaxPagesForTest(int64_t pages);
 
  private:
   explicit SqliteJobStore(sqlite3* db) : db_(db) {}

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "worker/daemon/log.h"
+#include "worker/daemon/permanent_error.h"
 #include "worker/executor/checkpoint.h"
 
 namespace zpipe::worker {
@@ -395,6 +396,18 @@ absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<Stage
   return absl::OkStatus();
 }
 
+absl::Status PermanentIfDiskError(absl::Status status) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:   // ENOSPC, EDQUOT, EFBIG
+    case absl::StatusCode::kPermissionDenied:    // EACCES, EPERM, EROFS
+    case absl::StatusCode::kNotFound:            // ENOENT, ENOTDIR
+    case absl::StatusCode::kFailedPrecondition:  // the folder cannot be created
+      return MarkPermanent(std::move(status));
+    default:
+      return status;
+  }
+}
+
 absl::Status JobCheckpointer::Collect(absl::Status result, Step& step) const {
   if (result.ok()) return result;
   if (!skip_errors_) return result;
@@ -431,7 +444,15 @@ absl::StatusOr<JobCheckpointer::Step> JobCheckpointer::AfterIteration(const Exec
   }
   const fs::path dir = root_ / IterDirName(completed);
   auto task = [this, dir, stages = *std::move(snapshot), completed, loss] {
-    return Write(dir, stages, completed, loss);
+    absl::Status st = Write(dir, stages, completed, loss);
+    if (!st.ok() && skip_errors_) {
+      // A skipped checkpoint leaves no trace: it can never be complete (this rank's part is
+      // missing), so its folder goes, other ranks' parts included (a rank still writing into it
+      // then fails and skips too).
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    return PermanentIfDiskError(std::move(st));
   };
   step.started = true;
   if (background_) {

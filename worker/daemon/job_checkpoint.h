@@ -79,6 +79,11 @@ std::string DescribeMismatch(const CheckpointManifest& saved, const CheckpointMa
 // DIR/NAME. InvalidArgument for a name that cannot name a directory ("." or "..").
 absl::StatusOr<std::filesystem::path> CheckpointRoot(const zpipe::v1::JobSpec& spec);
 
+// A failed checkpoint write marked permanent (permanent_error.h) when another attempt would meet
+// the same disk: full (ENOSPC, EDQUOT, EFBIG), refusing (EACCES, EPERM, EROFS), or the path is
+// not a folder (ENOENT, ENOTDIR). With checkpoint.on_error fail, the job then fails at once.
+absl::Status PermanentIfDiskError(absl::Status status);
+
 struct ResumePoint {
   std::filesystem::path dir;  // DIR/NAME/iter-<K>
   CheckpointManifest manifest;

@@ -5,6 +5,7 @@
 // One rank, one stage: the multi-rank save/load of the stage files is
 // worker/executor/checkpoint_test.cc.
 #include "worker/daemon/job_checkpoint.h"
+#include "worker/daemon/permanent_error.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -387,6 +388,8 @@ TEST(JobCheckpointTest, AFailedWriteFailsNamingTheFileAndTheOsErrorAndLeavesNoTe
       seen = (*ckpt)->AfterIteration(*rank->exec, 3, std::nullopt).status();
     }
     expect_names_file(seen, root / "iter-2" / "stage-0.pt");
+    // Issue 30: a full disk is not worth a restart; the rank's failure says so.
+    EXPECT_TRUE(IsPermanent(seen)) << seen;
   }
   EXPECT_TRUE((*ckpt)->Finish().ok()) << "the error was delivered once";
   EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
@@ -432,6 +435,8 @@ TEST(JobCheckpointTest, OnErrorSkipReportsTheFailureAndTheNextCheckpointIsComple
   EXPECT_NE(skipped.find((root / "iter-2" / "stage-0.pt").string()), std::string::npos) << skipped;
   EXPECT_NE(skipped.find(std::strerror(EFBIG)), std::string::npos) << skipped;
   EXPECT_FALSE(fs::exists(root / "iter-2" / "rank-0.done"));
+  // Issue 30: no trace of the skipped checkpoint, not even an empty folder.
+  EXPECT_FALSE(fs::exists(root / "iter-2")) << "a skipped checkpoint left its folder";
   for (int k : {4, 6}) EXPECT_TRUE(fs::exists(root / absl::StrCat("iter-", k) / "manifest.json"));
   EXPECT_TRUE(TemporaryFiles(dir.path()).empty());
   auto point = LatestCompleteCheckpoint(root);
@@ -449,6 +454,26 @@ void FakeCheckpoint(const fs::path& root, int k, bool complete) {
   m.iteration = k;
   std::ofstream(dir / "manifest.json") << m.ToJson();
   std::ofstream(dir / "rank-0.done") << "{}";
+}
+
+// Errors another attempt would meet again are permanent: a full disk, a refusal, a path through a
+// regular file (ENOTDIR, what a root-run test can make where chmod blocks nothing); others not.
+TEST(JobCheckpointTest, DiskErrorsThatARestartCannotFixArePermanent) {
+  TempDir dir;
+  std::ofstream(dir.path() / "a-file") << "x";
+  std::error_code ec;
+  fs::create_directories(dir.path() / "a-file" / "iter-2", ec);
+  ASSERT_TRUE(ec);
+  const absl::Status not_dir = PermanentIfDiskError(absl::FailedPreconditionError(
+      absl::StrCat("checkpoint: cannot create '", (dir.path() / "a-file" / "iter-2").string(),
+                   "': ", ec.message())));
+  EXPECT_TRUE(IsPermanent(not_dir));
+  EXPECT_EQ(not_dir.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(IsPermanent(PermanentIfDiskError(absl::ResourceExhaustedError("ENOSPC"))));
+  EXPECT_TRUE(IsPermanent(PermanentIfDiskError(absl::PermissionDeniedError("EACCES"))));
+  EXPECT_FALSE(IsPermanent(PermanentIfDiskError(absl::InternalError("EIO"))));
+  EXPECT_FALSE(IsPermanent(PermanentIfDiskError(absl::OkStatus())));
+  EXPECT_FALSE(IsPermanent(absl::UnavailableError("peer gone")));
 }
 
 TEST(JobCheckpointTest, PruneKeepsTheNewestCompleteOnesAndIncompleteOnesNewerThanThose) {
