@@ -97,6 +97,12 @@ class HttpServer::Handler : public CivetHandler {
       Reply(conn, 200, "text/plain; charset=utf-8", "ok\n");
       return true;
     }
+    if (path == "/readyz") {  // not ready while the job store refuses writes
+      const absl::Status store = manager_.StoreStatus();
+      Reply(conn, store.ok() ? 200 : 503, "text/plain; charset=utf-8",
+            store.ok() ? "ok\n" : absl::StrCat(store.message(), "\n"));
+      return true;
+    }
     if (absl::Status st = Authorized(conn, query); !st.ok()) {
       ReplyError(conn, st);
       return true;
@@ -210,30 +216,33 @@ class HttpServer::Handler : public CivetHandler {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-    JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls) {
+    JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls,
+    const RelayLimits& limits) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->handler_ = std::make_unique<Handler>(std::move(registry), manager, auth);
-  // With TLS, civetweb serves a loopback port and the relay the public one.
-  const std::string listening = tls != nullptr ? "127.0.0.1:0" : host_port;
+  // civetweb serves a loopback port and the relay the public one (tls_relay.h: with TLS it ends
+  // TLS; either way it holds each connection until its request head is complete and enforces
+  // the connection limits, so slow or idle connections never reach civetweb's threads).
   try {
-    std::vector<std::string> options = {"listening_ports", listening, "num_threads", "4"};
+    // request_timeout_ms guards the loopback port itself against a local slow client.
+    std::vector<std::string> options = {"listening_ports", "127.0.0.1:0", "num_threads", "8",
+                                        "request_timeout_ms", "10000"};
     s->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("http: cannot listen on ", listening, ": ", e.what()));
+        absl::StrCat("http: cannot listen on 127.0.0.1:0: ", e.what()));
   }
   if (s->server_->getContext() == nullptr) {
-    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", listening));
+    return absl::UnavailableError("http: cannot listen on 127.0.0.1:0");
   }
   s->server_->addHandler("/", s->handler_.get());
   std::vector<int> ports = s->server_->getListeningPorts();
-  s->port_ = ports.empty() ? 0 : ports.front();
-  if (tls != nullptr) {
-    absl::StatusOr<std::unique_ptr<TlsRelay>> relay = TlsRelay::Start(host_port, s->port_, *tls);
-    if (!relay.ok()) return relay.status();
-    s->relay_ = *std::move(relay);
-    s->port_ = s->relay_->port();
-  }
+  s->backend_port_ = ports.empty() ? 0 : ports.front();
+  absl::StatusOr<std::unique_ptr<TlsRelay>> relay =
+      TlsRelay::Start(host_port, s->backend_port_, tls, limits);
+  if (!relay.ok()) return relay.status();
+  s->relay_ = *std::move(relay);
+  s->port_ = s->relay_->port();
   return s;
 }
 

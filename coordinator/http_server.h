@@ -7,14 +7,18 @@
 //   /api/jobs/ID             GetJob as JSON
 //   /api/jobs/ID/trace       GetTrace as JSON; ?iteration=N for a given iteration
 //   /healthz                 "ok" while the coordinator serves
+//   /readyz                  "ok", or 503 saying why while the job store refuses writes (full)
 // When `auth` has tokens, / and /api/* need a client or admin token, sent as
 // `Authorization: Bearer TOKEN` or, for a browser opening the page, as `?token=TOKEN` (the page
 // passes it on to /api); 401 without a known token, 403 for a worker token. /metrics (Prometheus
-// convention) and /healthz stay open.
-// With `tls` the port speaks only HTTPS (tls_relay.h: TLS is ended there and relayed to civetweb
-// on a loopback port); with a client CA in it, only to callers presenting a certificate that CA
-// signed. The loopback port serves the same pages without TLS to local processes (with token
-// files, the page and /api still need a token there).
+// convention), /healthz and /readyz stay open.
+// The public port is a relay (tls_relay.h) in front of civetweb on a loopback port: it passes a
+// connection on only once its request head is complete, caps connections per peer address and
+// in all, and closes idle ones first, so slow or idle connections cannot starve civetweb's
+// threads. With `tls` the port speaks only HTTPS (the relay ends TLS); with a client CA in it,
+// only to callers presenting a certificate that CA signed. The loopback port serves the same
+// pages without TLS to local processes (with token files, the page and /api still need a token
+// there). Liveness probes should use grpc.health.v1 (server.h, --health-listen), not /healthz.
 // prometheus::Exposer has no hook for extra pages, so this replaces it, on civetweb (the server
 // the Exposer itself uses). Thread-safe; handlers run on civetweb's threads.
 #ifndef ZPIPE_COORDINATOR_HTTP_SERVER_H_
@@ -39,23 +43,26 @@ namespace zpipe::coordinator {
 class HttpServer {
  public:
   // Listens on `host_port` ("127.0.0.1:9464"; port 0 = pick one), over TLS when `tls` is not
-  // null. `registry`, `manager` and `auth` must outlive the server. Unavailable when it cannot
-  // listen.
+  // null, with `limits` on connections. `registry`, `manager` and `auth` must outlive the
+  // server. Unavailable when it cannot listen.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const std::string& host_port, std::shared_ptr<prometheus::Registry> registry,
-      JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls = nullptr);
+      JobManager& manager, const Authenticator& auth, const ServerTlsPem* tls = nullptr,
+      const RelayLimits& limits = {});
   ~HttpServer();  // stops serving
 
-  int port() const { return port_; }
+  int port() const { return port_; }           // the public port
+  int backend_port() const { return backend_port_; }  // civetweb's, on 127.0.0.1
 
  private:
   class Handler;
   HttpServer() = default;
 
   std::unique_ptr<Handler> handler_;
-  std::unique_ptr<TlsRelay> relay_;  // with TLS: the public port, relaying to server_
+  std::unique_ptr<TlsRelay> relay_;  // the public port, relaying to server_
   std::unique_ptr<CivetServer> server_;
   int port_ = 0;
+  int backend_port_ = 0;
 };
 
 // The live page (for tests and the handler).

@@ -1,10 +1,12 @@
 #include "coordinator/server.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/artifact_service.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/log.h"
 #include "coordinator/prometheus_metrics.h"
@@ -91,14 +93,25 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!options.metrics_listen.empty()) {
     // /metrics plus the live page and its JSON API on one port.
     auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_, *s->auth_,
-                                  tls.has_value() ? &*tls : nullptr);
+                                  tls.has_value() ? &*tls : nullptr, options.http_limits);
     if (!http.ok()) return http.status();
     s->http_ = std::move(*http);
     s->metrics_port_ = s->http_->port();
   }
 
-  s->client_service_ =
-      std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_, *s->auth_);
+  ArtifactStoreOptions artifact_options = options.artifacts;
+  if (artifact_options.dir.empty() && options.db != ":memory:") {
+    artifact_options.dir = (std::filesystem::path(options.db).parent_path() / "artifacts").string();
+  }
+  if (!artifact_options.dir.empty()) {
+    auto artifacts = ArtifactStore::Open(artifact_options);
+    if (!artifacts.ok()) return artifacts.status();
+    s->artifacts_ = std::move(*artifacts);
+  }
+  s->artifact_service_ =
+      std::make_unique<ArtifactServiceImpl>(s->artifacts_.get(), *s->metrics_, *s->auth_);
+  s->client_service_ = std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_,
+                                                                *s->auth_, s->artifacts_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(*s->manager_, *s->metrics_, *s->auth_);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -121,14 +134,34 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.RegisterService(s->client_service_.get());
   builder.RegisterService(s->worker_service_.get());
+  builder.RegisterService(s->artifact_service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options.listen));
   }
+  if (!options.health_listen.empty()) {
+    // gRPC serves its default health service only next to a synchronous service; this one
+    // answers UNIMPLEMENTED to everything, so the port exposes nothing but health.
+    static v1::WorkerService::Service placeholder;
+    grpc::ServerBuilder health;
+    health.AddListeningPort(options.health_listen, grpc::InsecureServerCredentials(),
+                            &s->health_port_);
+    health.RegisterService(&placeholder);
+    s->health_ = health.BuildAndStart();
+    if (!s->health_ || s->health_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("--health-listen ", options.health_listen, ": cannot listen"));
+    }
+    s->health_->GetHealthCheckService()->SetServingStatus(true);
+  }
   s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
   LogInfo("coordinator serving on port ", s->port_, tls.has_value() ? " over TLS" : "",
           " (metrics ", s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled",
-          ", db ", options.db, ", heartbeat timeout ",
+          ", health ",
+          s->health_port_ ? absl::StrCat("on port ", s->health_port_) : "on the gRPC port only",
+          ", db ", options.db,
+          s->artifacts_ ? absl::StrCat(", artifacts in ", s->artifacts_->options().dir) : "",
+          ", heartbeat timeout ",
           absl::FormatDuration(options.heartbeat_timeout), ")");
   return s;
 }
@@ -152,7 +185,19 @@ absl::Status CoordinatorServer::ReloadTokens() {
 void CoordinatorServer::LivenessLoop() {
   const absl::Duration tick =
       std::clamp(options_.heartbeat_timeout / 4, absl::Milliseconds(20), absl::Seconds(1));
-  while (!stop_.WaitForNotificationWithTimeout(tick)) manager_->CheckLiveness();
+  // Artifacts are swept every retention/2 (1 s to 1 min), the first time at once.
+  const absl::Duration sweep_every =
+      artifacts_ == nullptr ? absl::InfiniteDuration()
+                            : std::clamp(artifacts_->options().retention / 2, absl::Seconds(1),
+                                         absl::Minutes(1));
+  absl::Time next_sweep = absl::InfinitePast();
+  while (!stop_.WaitForNotificationWithTimeout(tick)) {
+    manager_->CheckLiveness();
+    if (artifacts_ != nullptr && absl::Now() >= next_sweep) {
+      SweepArtifacts(*artifacts_, *manager_, absl::Now());
+      next_sweep = absl::Now() + sweep_every;
+    }
+  }
 }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {
@@ -161,6 +206,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  const absl::Time start = absl::Now();
   LogInfo("coordinator shutting down");
   // Liveness stops first: while sessions drain, heartbeats go unread, and a job must not fail
   // for "no heartbeat" because its coordinator is stopping (a restart resumes it).
@@ -169,8 +215,10 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (manager_) manager_->Shutdown();
   if (server_)
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  if (health_) health_->Shutdown(std::chrono::system_clock::now());
   http_.reset();
-  LogInfo("coordinator stopped");
+  LogInfo("coordinator stopped in ", absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                                       absl::Milliseconds(1))));
 }
 
 void CoordinatorServer::Wait() { stop_.WaitForNotification(); }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/artifact_store.h"
 #include "coordinator/auth.h"
 #include "coordinator/clock.h"
 #include "coordinator/http_server.h"
@@ -36,18 +37,30 @@ class Registry;
 
 namespace zpipe::coordinator {
 
+class ArtifactServiceImpl;
 class CoordinatorServiceImpl;
 class WorkerServiceImpl;
 class JobStore;
 class Metrics;
 
+// What SIGTERM gives in-flight calls: short, so the coordinator exits within 1 s
+// (tests/worker/reconnect_e2e_test.cc); nothing is acknowledged before it is stored.
+inline constexpr absl::Duration kShutdownGrace = absl::Milliseconds(200);
+
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = pick a free one
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty = disabled
+  // grpc.health.v1 alone, in plaintext (the kubelet's gRPC probe cannot speak TLS); empty =
+  // disabled. The --listen port serves it too.
+  std::string health_listen;
+  RelayLimits http_limits;  // connection limits of the HTTP port (tls_relay.h)
   std::string db = "zpipe-coordinator.db";        // SQLite file, or ":memory:"
   absl::Duration heartbeat_timeout = absl::Seconds(10);
-  // After a restart, how long RUNNING jobs wait for their workers (ManagerOptions).
-  absl::Duration recovery_grace = absl::Seconds(30);
+  // After a restart, how long RUNNING jobs wait for their workers (ManagerOptions). Workers
+  // re-register within 1 s of the coordinator's return (reconnect_e2e_test measures it; about
+  // 0.3 s on loopback), and a Kubernetes Service routes to the new pod only once its startup
+  // probe passed (every 2 s): 10 s leaves room for both several times over.
+  absl::Duration recovery_grace = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
@@ -57,6 +70,9 @@ struct ServerOptions {
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
   ServerTlsFiles tls;     // none = plaintext on both ports
   bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS
+  // Uploaded artifacts (artifact_store.h): dir empty = "artifacts" beside the --db file, none
+  // with --db :memory:.
+  ArtifactStoreOptions artifacts;
 };
 
 class CoordinatorServer {
@@ -69,15 +85,17 @@ class CoordinatorServer {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }  // 0 when disabled
+  int health_port() const { return health_port_; }    // 0 when disabled
   JobManager& manager() { return *manager_; }
 
   // Re-reads the token files (SIGHUP). On error the previous tokens stay in force; either way
   // the outcome is logged.
   absl::Status ReloadTokens();
 
-  // Tells workers to shut down, stops serving (in-flight calls get up to `grace`), stops the
-  // liveness loop. Idempotent.
-  void Shutdown(absl::Duration grace = absl::Milliseconds(500));
+  // Stops the liveness loop, stores what is unsaved, stops serving (in-flight calls get up to
+  // `grace`, then are cancelled; long-lived streams always run to it) and closes the HTTP and
+  // health ports. Workers are not told to stop: their jobs run on. Idempotent.
+  void Shutdown(absl::Duration grace = kShutdownGrace);
   // Blocks until Shutdown() has been called.
   void Wait();
 
@@ -92,12 +110,16 @@ class CoordinatorServer {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<ArtifactStore> artifacts_;  // null: none
+  std::unique_ptr<ArtifactServiceImpl> artifact_service_;
   std::unique_ptr<CoordinatorServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_;  // --health-listen: grpc.health.v1 only, plaintext
   std::unique_ptr<HttpServer> http_;  // /metrics, the live page and /api
   int port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
   absl::Notification stop_;
   std::thread liveness_;
   absl::Mutex shutdown_mu_;

@@ -36,3 +36,17 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(recovery_e2e_test zpipe-worker zpipe-coordinator)
 endif()
+
+# Coordinator restarts timed (issue 30): workers re-register within 1 s of its return; SIGTERM
+# stops it within 1 s with what it acknowledged stored (tests/worker/reconnect_e2e_test.cc).
+if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
+  zpipe_add_test(NAME reconnect_e2e_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/reconnect_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto LABELS worker)
+  target_include_directories(reconnect_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(reconnect_e2e_test PRIVATE
+    ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(reconnect_e2e_test zpipe-worker zpipe-coordinator)
+endif()

@@ -5,7 +5,7 @@ if(TARGET zpipe::coordinator)
   target_link_libraries(zpipe_coordinator_testing PUBLIC zpipe::coordinator GTest::gtest
                         absl::random_random)
 
-  foreach(name e2e spec_validation restart liveness rendezvous metrics limits)
+  foreach(name e2e spec_validation restart liveness rendezvous metrics limits flood)
     zpipe_add_test(NAME coordinator_${name}_test
                    SOURCES ${CMAKE_CURRENT_LIST_DIR}/coordinator/${name}_test.cc
                    DEPS zpipe_coordinator_testing LABELS coordinator)

@@ -513,6 +513,28 @@ TEST_F(AuthTest, WorkerTouchesOnlyTheJobsItHoldsARankOf) {
       v1::JOB_STATE_SUCCEEDED);
 }
 
+// Issue 30: a worker token removed by a reload no longer keeps its open session: it is closed
+// at the next heartbeat (the coordinator asks for one every timeout / 5 = 0.6 s here).
+TEST_F(AuthTest, RevokedWorkerTokenClosesItsSessionWithinAHeartbeat) {
+  TestWorker::Options options("revoked");
+  options.auto_run = false;
+  options.token = worker_;
+  TestWorker worker(server_->port(), options);
+  ASSERT_TRUE(worker.Start()) << worker.last_error().error_message();
+  absl::SleepFor(absl::Seconds(1));  // heartbeats flow; the session stays open
+  EXPECT_TRUE(worker.last_error().ok()) << worker.last_error().error_message();
+  const std::string other = "worker-" + RandomHex();
+  WriteText(tokens_.worker, absl::StrCat("pool:", other, "\n"));
+  ASSERT_TRUE(server_->ReloadTokens().ok());
+  const absl::Time reloaded = absl::Now();
+  EXPECT_TRUE(worker.WaitFor([&] { return !worker.last_error().ok(); }, absl::Seconds(3)));
+  const absl::Duration took = absl::Now() - reloaded;
+  EXPECT_LT(took, absl::Milliseconds(600 + 400)) << "more than a heartbeat interval (+ slack)";
+  EXPECT_EQ(worker.last_error().error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << worker.last_error().error_message();
+  EXPECT_THAT(worker.last_error().error_message(), ::testing::HasSubstr("session closed"));
+}
+
 TEST_F(AuthTest, SessionOfAnotherWorkersRegistrationIsRefused) {
   std::unique_ptr<TestWorker> victim = Worker("victim", worker_);
   ASSERT_TRUE(victim->Start());
