@@ -26,6 +26,14 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_widths_parity PROPERTIES LABELS "train;slow" TIMEOUT 600
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # Several tensors across every cut (hidden, bool mask, int64 ids, a no-gradient float cache
+  # [L, H], and an auxiliary loss that crosses cuts with its gradient and is added to the loss):
+  # ZB-V, DualPipeV and 1F1B at p=2, ZB-V p=2 d=2, and the eval path.
+  add_test(NAME train_tuple_parity
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/tuple_parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_tuple_parity PROPERTIES LABELS "train;slow" TIMEOUT 600
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
   # The failure paths on one real cluster (a coordinator and 2 workers for the whole test): bad
   # models, data and eval files fail the job naming the file and the problem, invalid specs are
   # refused at submit naming the field, and the same cluster then runs good jobs (spec and
@@ -34,5 +42,14 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/errors_test.py --zpipe $<TARGET_FILE:zpipe> --coordinator-bin $<TARGET_FILE:zpipe-coordinator> --worker-bin $<TARGET_FILE:zpipe-worker> -v"
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_errors PROPERTIES LABELS "train" TIMEOUT 600
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # `zpipe submit --upload` (README "Giving ZeroPipe your model and data"): a coordinator and two
+  # workers in folders that share nothing with the client's; the uploaded model and token file
+  # train to SUCCEEDED, a second job is a cache hit on the workers, the size cap, a wrong digest,
+  # and the artifacts' deletion after their jobs end.
+  add_test(NAME train_upload
+           COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/upload_test.py --zpipe $<TARGET_FILE:zpipe> --coordinator-bin $<TARGET_FILE:zpipe-coordinator> --worker-bin $<TARGET_FILE:zpipe-worker> -v"
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(train_upload PROPERTIES LABELS "train;slow" TIMEOUT 300
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
 endif()

@@ -342,10 +342,54 @@ function securityViolations(objects, { prod }) {
   return v;
 }
 
+// Volumes the workers mount from PersistentVolumeClaims. Worker pods run on many nodes at once,
+// so a claim they share must allow that (ReadOnlyMany or ReadWriteMany, never only
+// ReadWriteOnce); a ReadOnlyMany claim is mounted read-only; every such mount lies under one of
+// the worker's --data-root folders (else no job may name a file on it). The shared-volume overlay
+// must give the workers a read-only data claim and a ReadWriteMany one (checkpoints).
+const pathUnder = (path, root) => path === root || path.startsWith(root.replace(/\/$/, '') + '/');
+function workerVolumeViolations(objects, workers, { sharedVolume }) {
+  const v = [];
+  const spec = workers.spec?.template?.spec ?? {};
+  const worker = spec.containers?.[0] ?? {};
+  const args = worker.args ?? [];
+  const roots = args.filter((a) => a.startsWith('--data-root=')).map((a) => a.slice('--data-root='.length));
+  const modes = new Set();
+  for (const vol of spec.volumes ?? []) {
+    const claimName = vol.persistentVolumeClaim?.claimName;
+    if (!claimName) continue;
+    const where = `StatefulSet/zpipe-worker volume ${vol.name}`;
+    const claim = objects.find((o) => o.kind === 'PersistentVolumeClaim' && o.metadata?.name === claimName && sameNs(o, workers));
+    if (!claim) { v.push(`${where}: PersistentVolumeClaim ${claimName} is not defined`); continue; }
+    const access = claim.spec?.accessModes ?? [];
+    access.forEach((m) => modes.add(m));
+    if (!access.some((m) => m === 'ReadOnlyMany' || m === 'ReadWriteMany')) {
+      v.push(`${where}: claim ${claimName} is ${access.join(', ') || 'without access modes'}; workers on several nodes need ReadOnlyMany or ReadWriteMany`);
+    }
+    const readOnlyClaim = access.length > 0 && access.every((m) => m === 'ReadOnlyMany');
+    const mounts = (worker.volumeMounts ?? []).filter((m) => m.name === vol.name);
+    if (mounts.length === 0) v.push(`${where}: claim ${claimName} is not mounted`);
+    for (const m of mounts) {
+      if (readOnlyClaim && (m.readOnly !== true || vol.persistentVolumeClaim.readOnly !== true)) {
+        v.push(`${where}: ReadOnlyMany claim ${claimName} is mounted writable at ${m.mountPath}`);
+      }
+      if (!roots.some((r) => pathUnder(m.mountPath, r))) {
+        v.push(`${where}: ${m.mountPath} is not under a --data-root (${roots.join(', ') || 'none'}), so no job may use it`);
+      }
+    }
+  }
+  if (sharedVolume) {
+    if (!modes.has('ReadOnlyMany')) v.push('StatefulSet/zpipe-worker: no ReadOnlyMany claim for models and data');
+    if (!modes.has('ReadWriteMany')) v.push('StatefulSet/zpipe-worker: no ReadWriteMany claim for checkpoints');
+  }
+  return v;
+}
+
 // Returns one line per violation; [] when every policy holds.
 //   gpu: the objects are the GPU overlay (workers must request GPUs).
 //   prod: a production overlay (no Secret may be rendered: the user creates it).
-export function policyViolations(objects, { gpu = false, prod = false } = {}) {
+//   sharedVolume: the shared-volume overlay (workers' data roots on shared claims).
+export function policyViolations(objects, { gpu = false, prod = false, sharedVolume = false } = {}) {
   const v = [];
   const services = objects.filter((o) => o.kind === 'Service');
 
@@ -371,6 +415,18 @@ export function policyViolations(objects, { gpu = false, prod = false } = {}) {
       if (LONG_RUNNING.has(obj.kind) && (spec.containers ?? []).includes(c)) {
         for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
           if (!c[probe]) v.push(`${ct}: no ${probe}`);
+        }
+        // Liveness over HTTP can be starved by anonymous slow or idle connections, which would
+        // get the pod restarted by anyone who reaches the port (issue 30): grpc.health.v1 only,
+        // on the port the binary serves it on (--health-listen).
+        const live = c.livenessProbe;
+        if (live && !live.grpc) v.push(`${ct}: livenessProbe is not a grpc probe`);
+        if (live?.grpc) {
+          const healthArg = (c.args ?? []).find((a) => String(a).startsWith('--health-listen='));
+          const served = healthArg ? Number(String(healthArg).split(':').pop()) : undefined;
+          if (served !== live.grpc.port) {
+            v.push(`${ct}: livenessProbe port ${live.grpc.port} is not its --health-listen port`);
+          }
         }
       }
       for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
@@ -491,6 +547,7 @@ export function policyViolations(objects, { gpu = false, prod = false } = {}) {
     if (!podIp || !(worker.args ?? []).includes(`--host=$(${podIp.name})`)) {
       v.push('StatefulSet/zpipe-worker: not started with --host=$(POD_IP) from status.podIP');
     }
+    v.push(...workerVolumeViolations(objects, workers, { sharedVolume }));
     if (gpu) {
       for (const c of spec.containers ?? []) {
         for (const kind of ['requests', 'limits']) {
@@ -544,6 +601,12 @@ const MUTATIONS = [
   ['container running as root', false, (o) => {
     delete workerPod(o).securityContext.runAsNonRoot; workerPod(o).securityContext.runAsUser = 0;
   }, /runAsNonRoot is not true/],
+  ['coordinator liveness over HTTP', false, (o) => {
+    coordinatorPod(o).containers[0].livenessProbe = { httpGet: { scheme: 'HTTPS', path: '/healthz', port: 'metrics' } };
+  }, /livenessProbe is not a grpc probe/],
+  ['liveness probe not on --health-listen', false, (o) => {
+    dropArg(coordinatorPod(o).containers[0].args, '--health-listen');
+  }, /livenessProbe port 9465 is not its --health-listen port/],
   ['probe on a port the container lacks', false, (o) => { workerPod(o).containers[0].readinessProbe.grpc.port = 1234; }, /readinessProbe port 1234/],
   ['Service targetPort missing', false, (o) => { find(o, 'Service', 'zpipe-coordinator').spec.ports[1].targetPort = 'prom'; }, /targetPort prom/],
   ['ServiceMonitor port missing', false, (o) => { find(o, 'ServiceMonitor', 'zpipe-coordinator').spec.endpoints[0].port = 'http'; }, /port http is not a named port/],
@@ -614,12 +677,35 @@ const MUTATIONS = [
   }, /throwaway dev one/],
 ];
 
-function policySelftest(cpuObjects, gpuObjects) {
+// Broken on the shared-volume overlay's objects.
+const claim = (objs, n) => find(objs, 'PersistentVolumeClaim', n);
+const workerMount = (objs, n) => workerPod(objs).containers[0].volumeMounts.find((m) => m.name === n);
+const SHARED_VOLUME_MUTATIONS = [
+  ['shared claim ReadWriteOnce', (o) => { claim(o, 'zpipe-checkpoints').spec.accessModes = ['ReadWriteOnce']; }, /workers on several nodes need ReadOnlyMany or ReadWriteMany/],
+  ['data claim mounted writable', (o) => { delete workerMount(o, 'data').readOnly; }, /ReadOnlyMany claim zpipe-data is mounted writable/],
+  ['data claim volume not read-only', (o) => { delete workerPod(o).volumes.find((x) => x.name === 'data').persistentVolumeClaim.readOnly; }, /mounted writable/],
+  ['claim outside the data roots', (o) => { workerMount(o, 'checkpoints').mountPath = '/mnt/checkpoints'; }, /\/mnt\/checkpoints is not under a --data-root/],
+  ['claim not defined', (o) => { o.splice(o.indexOf(claim(o, 'zpipe-data')), 1); }, /PersistentVolumeClaim zpipe-data is not defined/],
+  ['no checkpoint claim', (o) => {
+    const pod = workerPod(o);
+    pod.volumes = pod.volumes.filter((x) => x.name !== 'checkpoints');
+    pod.containers[0].volumeMounts = pod.containers[0].volumeMounts.filter((m) => m.name !== 'checkpoints');
+  }, /no ReadWriteMany claim for checkpoints/],
+];
+
+function policySelftest(cpuObjects, gpuObjects, sharedObjects) {
   let failures = 0;
-  for (const [what, gpu, mutate, expected] of MUTATIONS) {
-    const objs = structuredClone(gpu ? gpuObjects : cpuObjects);
+  const cases = MUTATIONS.map(([what, gpu, mutate, expected]) =>
+    [what, gpu ? gpuObjects : cpuObjects, { gpu, prod: gpu }, mutate, expected]);
+  if (sharedObjects) {
+    for (const [what, mutate, expected] of SHARED_VOLUME_MUTATIONS) {
+      cases.push([what, sharedObjects, { prod: true, sharedVolume: true }, mutate, expected]);
+    }
+  }
+  for (const [what, objects, flags, mutate, expected] of cases) {
+    const objs = structuredClone(objects);
     mutate(objs);
-    const v = policyViolations(objs, { gpu, prod: gpu });
+    const v = policyViolations(objs, flags);
     const ok = v.some((line) => expected.test(line));
     console.log(`${ok ? 'caught' : 'MISSED'}: ${what}${ok ? '' : ` (violations: ${JSON.stringify(v)})`}`);
     if (!ok) failures++;
@@ -633,7 +719,8 @@ async function main(argv) {
   const [command, ...rest] = argv;
   const gpu = rest.includes('--gpu');
   const prod = rest.includes('--prod');
-  const files = rest.filter((a) => a !== '--gpu' && a !== '--prod');
+  const sharedVolume = rest.includes('--shared-volume');
+  const files = rest.filter((a) => a !== '--gpu' && a !== '--prod' && a !== '--shared-volume');
   let failures = 0;
   if (command === 'schema') {
     for (const file of files) {
@@ -656,7 +743,7 @@ async function main(argv) {
     }
   } else if (command === 'policy') {
     for (const file of files) {
-      const v = policyViolations(loadObjects(file), { gpu, prod });
+      const v = policyViolations(loadObjects(file), { gpu, prod, sharedVolume });
       for (const line of v) console.log(`${file}: ${line}`);
       failures += v.length;
     }
@@ -674,7 +761,7 @@ async function main(argv) {
       if (!hit) failures++;
     }
   } else if (command === 'policy-selftest') {
-    failures = policySelftest(loadObjects(files[0]), loadObjects(files[1]));
+    failures = policySelftest(loadObjects(files[0]), loadObjects(files[1]), files[2] && loadObjects(files[2]));
   } else {
     console.error('usage: node check.mjs schema|reject|policy [--gpu] [--prod]|policy-selftest|policy-reject FILE...');
     return 2;

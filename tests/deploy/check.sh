@@ -16,6 +16,9 @@
 #   policy      resources, probes, non-root, ports, headless Service, PDBs, GPUs, pinned images,
 #               tokens from Secrets (no --insecure, no plain-text token), the coordinator's
 #               NetworkPolicy, no Secret in a production overlay (every overlay but *-dev);
+#               claims the workers mount are shareable (ReadOnlyMany/ReadWriteMany), read-only
+#               when ReadOnlyMany and under a --data-root; shared-volume has a data and a
+#               checkpoint claim;
 #               then each policy is broken on purpose once and must be caught
 #   golden      the rendered overlays equal tests/deploy/golden/<overlay>.yaml exactly
 #   dashboards  deploy/base/monitoring/generated/ matches dashboards/ (deploy/sync-dashboards)
@@ -99,12 +102,14 @@ check_policy() {
   for name in $(overlays); do
     flags=()
     [[ $name == gpu ]] && flags+=(--gpu)
+    [[ $name == shared-volume ]] && flags+=(--shared-volume)
     [[ $name == *-dev ]] || flags+=(--prod)
     node "$here/check.mjs" policy "${flags[@]}" "$out/$name.yaml"
   done
   node "$here/check.mjs" policy "$root"/deploy/examples/*.yaml
   [[ -f $out/gpu.yaml ]] || { echo "policy: there is no deploy/overlays/gpu" >&2; return 1; }
-  node "$here/check.mjs" policy-selftest "$out/cpu-dev.yaml" "$out/gpu.yaml"
+  [[ -f $out/shared-volume.yaml ]] || { echo "policy: there is no deploy/overlays/shared-volume" >&2; return 1; }
+  node "$here/check.mjs" policy-selftest "$out/cpu-dev.yaml" "$out/gpu.yaml" "$out/shared-volume.yaml"
 }
 
 check_golden() {
