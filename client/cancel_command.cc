@@ -2,6 +2,7 @@
 #include <ostream>
 
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 
 namespace zpipe::cli {
@@ -12,14 +13,15 @@ constexpr char kUsage[] = "usage: zpipe cancel JOB_ID [--reason TEXT]\n";
 }  // namespace
 
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--reason");
+  Args args = ArgsFor("cancel");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "cancel", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("cancel", "expected one job id", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Cancel(args.positionals()[0], args.Get("--reason"));
   if (!job.ok()) return ctx.Fail("cancel", job.status());
   if (ctx.json()) {
-    PrintJson(ctx.out(), JobJson(*job));
+    PrintDocument(ctx, JobJson(*job));
+  } else if (ctx.names()) {
+    ctx.out() << job->id() << "\n";
   } else {
     ctx.out() << JobLine(*job) << "\n";
   }

@@ -461,7 +461,7 @@ TEST_F(CliCommandsTest, ExitCodeForEveryStatusCode) {
   EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("finished")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::PermissionDeniedError("role")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::UnauthenticatedError("token")), kExitJobFailed);
-  EXPECT_EQ(ExitCodeFor(absl::ResourceExhaustedError("limit")), kExitJobFailed);
+  EXPECT_EQ(ExitCodeFor(absl::ResourceExhaustedError("limit")), kExitResourceExhausted);
   EXPECT_EQ(ExitCodeFor(absl::DeadlineExceededError("slow")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::InternalError("")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::UnavailableError("down")), kExitUnreachable);
@@ -484,6 +484,22 @@ TEST_F(CliCommandsTest, AnErrorWithoutAMessageStillSaysWhat) {
                  false);
   EXPECT_EQ(ctx.Fail("submit", absl::InternalError("")), kExitJobFailed);
   EXPECT_EQ(err.str(), "zpipe submit: the call failed with INTERNAL and no message from gRPC\n");
+}
+
+// A full job store is RESOURCE_EXHAUSTED: the coordinator answered, so the CLI says what it said
+// and exits 4, not "cannot reach the coordinator" with 3.
+TEST_F(CliCommandsTest, AFullStoreIsSaidAsSuchWithItsOwnExitCode) {
+  std::ostringstream out, err;
+  CliContext ctx(std::make_unique<Forwarder>(fake_), "fake:1", OutputFormat::kTable, out, err,
+                 false);
+  EXPECT_EQ(ctx.Fail("submit", absl::ResourceExhaustedError(
+                                   "the coordinator's job store is full: 1 job's latest change "
+                                   "waits to be written")),
+            kExitResourceExhausted);
+  EXPECT_EQ(err.str(),
+            "zpipe submit: the coordinator at fake:1 refused for lack of resources: the "
+            "coordinator's job store is full: 1 job's latest change waits to be written\n");
+  EXPECT_NE(kExitResourceExhausted, kExitUnreachable);
 }
 
 TEST_F(CliCommandsTest, ANonUtf8JobNameExitsTwoNamingTheField) {
@@ -576,13 +592,20 @@ TEST(CompletionCommandTest, PrintsABashScriptNamingEveryCommand) {
 
   std::ostringstream help, help_err;
   EXPECT_EQ(RunCompletionCommand({"--help"}, help, help_err), kExitOk);
-  EXPECT_THAT(help.str(), ::testing::StartsWith("usage: zpipe completion bash"));
+  EXPECT_THAT(help.str(), ::testing::StartsWith("usage: zpipe completion bash|zsh|fish"));
 
-  std::ostringstream none, zsh, bad;
+  std::ostringstream none, tcsh, bad;
   EXPECT_EQ(RunCompletionCommand({}, none, bad), kExitUsage);
-  EXPECT_EQ(RunCompletionCommand({"zsh"}, zsh, bad), kExitUsage);
-  EXPECT_THAT(bad.str(), HasSubstr("unknown shell 'zsh'"));
-  EXPECT_EQ(zsh.str(), "");
+  EXPECT_EQ(RunCompletionCommand({"tcsh"}, tcsh, bad), kExitUsage);
+  EXPECT_THAT(bad.str(), HasSubstr("unknown shell 'tcsh'"));
+  EXPECT_EQ(tcsh.str(), "");
+  // zsh and fish come from the same table (tests/cli loads them in their shells).
+  for (const char* shell : {"zsh", "fish"}) {
+    std::ostringstream script, script_err;
+    ASSERT_EQ(RunCompletionCommand({shell}, script, script_err), kExitOk) << shell;
+    for (const NamedCommand& c : kCommands) EXPECT_THAT(script.str(), HasSubstr(c.name)) << shell;
+    EXPECT_THAT(script.str(), HasSubstr("list -o name")) << shell;  // job ids
+  }
 }
 
 }  // namespace

@@ -50,6 +50,15 @@ absl::StatusOr<v1::Job> Client::WaitForTerminal(const std::string& job_id) {
   return Get(job_id);
 }
 
+absl::StatusOr<UploadedArtifact> Client::UploadArtifact(const std::string&, const std::string&,
+                                                        uint64_t) {
+  return absl::UnimplementedError("this client cannot upload artifacts");
+}
+
+absl::StatusOr<v1::ServerInfo> Client::ServerInfo() {
+  return absl::UnimplementedError("this client does not implement ServerInfo");
+}
+
 absl::StatusOr<JobTrace> Client::Trace(const std::string&, std::optional<int>) {
   return absl::UnimplementedError("this client does not implement Trace");
 }

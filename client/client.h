@@ -53,6 +53,13 @@ struct SubmitResult {
   bool created = false;  // false: an identical job with this id already existed
 };
 
+// An uploaded file (UploadArtifact): what a job spec names it by.
+struct UploadedArtifact {
+  std::string ref;  // "artifact:sha256:<hex>"
+  uint64_t size = 0;
+  bool created = false;  // false: the coordinator already held it (nothing more was sent)
+};
+
 struct ListJobsOptions {
   std::vector<v1::JobState> states;  // empty = every state
   int page_size = 0;                 // 0 = the coordinator's default
@@ -175,6 +182,21 @@ class Client {
   virtual absl::Status Logs(const std::string& job_id, const LogsOptions& options,
                             const std::function<bool(const v1::LogLine&)>& on_line,
                             uint64_t* dropped = nullptr);
+
+  // Streams the file at `path` to the coordinator's artifact store in chunks
+  // (proto/zpipe/v1/artifact.proto), claiming it holds `size` bytes whose SHA-256 is `sha256`
+  // (64 lower-case hex digits; the caller hashes it, e.g. with zpipe::artifact::HashFile). No
+  // deadline: a large file takes as long as it takes. NOT_FOUND / INTERNAL naming the file when
+  // it cannot be read; the coordinator's INVALID_ARGUMENT (a digest or size that does not match),
+  // RESOURCE_EXHAUSTED (over its --artifact-max-job-bytes) or UNAVAILABLE. The default
+  // implementation returns UNIMPLEMENTED (for fakes).
+  virtual absl::StatusOr<UploadedArtifact> UploadArtifact(const std::string& path,
+                                                          const std::string& sha256,
+                                                          uint64_t size);
+
+  // The coordinator's version and build (GetServerInfo). UNIMPLEMENTED from a coordinator older
+  // than the call, and from the default implementation (for fakes).
+  virtual absl::StatusOr<v1::ServerInfo> ServerInfo();
 
   // Convenience: follows the job until it is terminal and returns its final record.
   absl::StatusOr<v1::Job> WaitForTerminal(const std::string& job_id);

@@ -1,4 +1,4 @@
-// `zpipe export JOB_ID -o FILE [--checkpoint-dir DIR]`: the trained model of a job, from its
+// `zpipe export JOB_ID -f FILE [--checkpoint-dir DIR]`: the trained model of a job, from its
 // latest complete checkpoint (the job's checkpoint.dir/NAME, which must be reachable from here).
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli.h"
+#include "client/command_table.h"
+#include "client/json_output.h"
 #include "client/local_cluster.h"
 #include "client/model_export.h"
 
@@ -15,21 +17,21 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
-    "usage: zpipe export JOB_ID -o FILE [--checkpoint-dir DIR]\n"
+    "usage: zpipe export JOB_ID -f FILE [--checkpoint-dir DIR]\n"
     "  Writes the trained model of the job from its latest complete checkpoint: a TorchScript\n"
     "  module with the trained weights (torchscript models; torch.jit.load) or a state dict\n"
     "  (built-in GPT; torch.load). Reads the job's checkpoint.dir/NAME, or DIR/NAME with\n"
     "  --checkpoint-dir (where that volume is mounted here). Needs zpipe-worker beside zpipe or\n"
-    "  on PATH ($ZPIPE_WORKER_BIN overrides).\n";
+    "  on PATH ($ZPIPE_WORKER_BIN overrides). -f FILE is also --file FILE; -o json|yaml prints\n"
+    "  what was written as a document.\n";
 
 }  // namespace
 
 int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag(kExportFileFlag).Flag("--checkpoint-dir");
+  Args args = ArgsFor("export");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "export", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("export", "expected one job id", kUsage);
-  if (!args.Has(kExportFileFlag)) return ctx.Usage("export", "-o FILE is required", kUsage);
+  if (!args.Has("--file")) return ctx.Usage("export", "-f FILE is required", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("export", job.status());
   const v1::JobSpec& spec = job->spec();
@@ -47,13 +49,12 @@ int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
   absl::StatusOr<std::string> worker = FindBinary("zpipe-worker", "ZPIPE_WORKER_BIN", "worker");
   if (!worker.ok()) return ctx.Fail("export", worker.status());
-  const fs::path out = args.Get(kExportFileFlag);
+  const fs::path out = args.Get("--file");
   absl::StatusOr<std::string> done = ExportModel(*worker, fs::path(dir) / spec.name(), out);
   if (!done.ok()) return ctx.Fail("export", done.status());
   if (ctx.json()) {
-    ctx.out()
-        << nlohmann::json{{"job_id", job->id()}, {"file", out.string()}, {"report", *done}}.dump()
-        << "\n";
+    PrintDocument(ctx, Json{{"job_id", job->id()}, {"file", out.string()}, {"report", *done}},
+                  /*stream=*/true);
   } else {
     ctx.out() << *done << "\n";
   }

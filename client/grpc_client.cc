@@ -2,13 +2,18 @@
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "zpipe/v1/artifact.grpc.pb.h"
 #include "zpipe/v1/coordinator.grpc.pb.h"
 
 namespace zpipe {
@@ -144,7 +149,56 @@ class GrpcClient : public Client {
       ssl.pem_private_key = options_.tls->private_key;
       credentials = grpc::SslCredentials(ssl);
     }
-    stub_ = v1::CoordinatorService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
+    stub_ = v1::CoordinatorService::NewStub(channel);
+    artifact_stub_ = v1::ArtifactService::NewStub(channel);
+  }
+
+  absl::StatusOr<UploadedArtifact> UploadArtifact(const std::string& path,
+                                                  const std::string& sha256,
+                                                  uint64_t size) override {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                          &std::fclose);
+    if (file == nullptr) {
+      const int err = errno;
+      const std::string message = absl::StrCat("cannot read '", path, "': ", std::strerror(err));
+      return err == ENOENT ? absl::NotFoundError(message) : absl::InternalError(message);
+    }
+    grpc::ClientContext ctx;
+    AddToken(ctx, options_.token);
+    v1::UploadArtifactResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::UploadArtifactRequest>> writer =
+        artifact_stub_->UploadArtifact(&ctx, &response);
+    v1::UploadArtifactRequest msg;
+    msg.set_sha256(sha256);
+    msg.set_size(size);
+    // 1 MiB chunks: well under the coordinator's --max-message-bytes; only one is held at a time.
+    std::vector<char> buffer(1 << 20);
+    bool first = true;
+    absl::Status read_error = absl::OkStatus();
+    while (true) {
+      const size_t n = std::fread(buffer.data(), 1, buffer.size(), file.get());
+      if (n == 0 && std::ferror(file.get())) {
+        read_error = absl::InternalError(
+            absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
+        ctx.TryCancel();
+        break;
+      }
+      if (n == 0 && !first) break;
+      msg.set_data(buffer.data(), n);
+      // A write fails once the coordinator has answered (it already holds the artifact, or
+      // refused it): Finish() says which.
+      if (!writer->Write(msg)) break;
+      first = false;
+      msg.clear_sha256();
+      msg.clear_size();
+      if (n == 0) break;
+    }
+    writer->WritesDone();
+    absl::Status status = FromGrpc(writer->Finish());
+    if (!read_error.ok()) return read_error;
+    if (!status.ok()) return status;
+    return UploadedArtifact{response.ref(), response.size(), response.created()};
   }
 
   absl::StatusOr<SubmitResult> Submit(const v1::JobSpec& spec, const std::string& job_id,
@@ -294,6 +348,14 @@ class GrpcClient : public Client {
                                    std::make_move_iterator(response.mutable_workers()->end()));
   }
 
+  absl::StatusOr<v1::ServerInfo> ServerInfo() override {
+    v1::ServerInfo response;
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    if (absl::Status s = FromGrpc(stub_->GetServerInfo(&ctx, {}, &response)); !s.ok()) return s;
+    return response;
+  }
+
  private:
   void Prepare(grpc::ClientContext& ctx) const {
     SetDeadline(ctx, options_.rpc_timeout);
@@ -302,6 +364,7 @@ class GrpcClient : public Client {
 
   const ClientOptions options_;
   std::shared_ptr<v1::CoordinatorService::Stub> stub_;
+  std::unique_ptr<v1::ArtifactService::Stub> artifact_stub_;
 };
 
 }  // namespace

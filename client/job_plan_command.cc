@@ -73,7 +73,7 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       actions.push_back(std::move(rank));
     }
     out["plan"] = std::move(actions);
-    PrintJson(ctx.out(), out);
+    PrintDocument(ctx, out);
     return kExitOk;
   }
 

@@ -20,6 +20,7 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 
+#include "client/cli.h"
 #include "google/protobuf/message.h"
 #include "zpipe/v1/coordinator.pb.h"
 
@@ -41,6 +42,14 @@ Json EventJson(const v1::JobEvent& event);
 
 // Prints `value` and a newline: indented by 2, or on one line when !pretty (JSON lines).
 void PrintJson(std::ostream& out, const Json& value, bool pretty = true);
+
+// Prints `value` in the context's document format: JSON as PrintJson does (`stream`: one line, a
+// JSON line of a stream of events or log lines), or YAML with the same keys and values (`stream`:
+// one "---" document of a stream). Strings that YAML would read as another type ("123", "true",
+// "null") are quoted.
+void PrintDocument(CliContext& ctx, const Json& value, bool stream = false);
+// `value` as a YAML block (no trailing newline).
+std::string JsonToYaml(const Json& value);
 
 }  // namespace zpipe::cli
 

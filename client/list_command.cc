@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 
 namespace zpipe::cli {
@@ -11,13 +12,13 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: zpipe list [--state STATE[,STATE...]]\n"
-    "  STATE: pending, scheduling, running, succeeded, failed, cancelled\n";
+    "  STATE: pending, scheduling, running, succeeded, failed, cancelled\n"
+    "  -o wide adds when each job started and ended and why it ended; -o name prints only ids\n";
 
 }  // namespace
 
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--state");
+  Args args = ArgsFor("list");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "list", args, argv, kUsage)) return *exit;
   if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments", kUsage);
   std::vector<v1::JobState> states;
@@ -33,17 +34,31 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (ctx.json()) {
     Json list = Json::array();
     for (const v1::Job& job : *jobs) list.push_back(JobJson(job));
-    PrintJson(ctx.out(), Json{{"jobs", std::move(list)}});
+    PrintDocument(ctx, Json{{"jobs", std::move(list)}});
     return kExitOk;
   }
-  Table t({"ID", "NAME", "STATE", "SCHEDULE", "P", "D", "M", "ITER", "CREATED"});
+  if (ctx.names()) {
+    for (const v1::Job& job : *jobs) ctx.out() << job.id() << "\n";
+    return kExitOk;
+  }
+  std::vector<std::string> header = {"ID", "NAME", "STATE", "SCHEDULE", "P",
+                                     "D",  "M",    "ITER",  "CREATED"};
+  if (ctx.wide()) header.insert(header.end(), {"STARTED", "ENDED", "REASON"});
+  Table t(header);
   for (const v1::Job& job : *jobs) {
     const v1::JobSpec& s = job.spec();
-    t.Add({job.id(), s.name(), JobStateName(job.state()), s.schedule().kind(),
-           absl::StrCat(s.parallel().pipeline()), absl::StrCat(std::max(1, s.parallel().data())),
-           absl::StrCat(s.batch().microbatches()),
-           absl::StrCat(job.progress().iterations_done(), "/", s.train().iterations()),
-           FormatTime(job.create_time().seconds())});
+    std::vector<std::string> row = {
+        job.id(), s.name(), JobStateName(job.state()), s.schedule().kind(),
+        absl::StrCat(s.parallel().pipeline()), absl::StrCat(std::max(1, s.parallel().data())),
+        absl::StrCat(s.batch().microbatches()),
+        absl::StrCat(job.progress().iterations_done(), "/", s.train().iterations()),
+        FormatTime(job.create_time().seconds())};
+    if (ctx.wide()) {
+      row.insert(row.end(), {FormatTime(job.start_time().seconds()),
+                             FormatTime(job.end_time().seconds()),
+                             job.reason().empty() ? "-" : job.reason()});
+    }
+    t.Add(std::move(row));
   }
   t.Print(ctx.out());
   return kExitOk;

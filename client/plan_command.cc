@@ -44,12 +44,13 @@ struct PlanArgs {
   std::string format = "summary";
   bool format_given = false;
   std::string output_format;  // -o: "table" or "json" ("" = not given)
-  std::string output_file;    // --output FILE
+  std::string output_file;    // -f / --file FILE
   bool lower = false;
   int buckets = 0;
   double reduce_cost = 0;
   int width = 0;      // --width; 0 = wide enough for every label
   double budget = 1;  // --budget: search seconds per schedule (0 = the greedy pass alone)
+  bool optimal = false;  // --optimal: the exact solver, with --budget as its time limit
   uint64_t seed = 1;  // --seed
 };
 
@@ -108,23 +109,23 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       "--schedule", "--pipeline", "-p",        "--microbatches", "--chunks",
       "-m",         "--cost",     "--memory",  "--memory-limit", "--format",
       "-o",         "--output",   "--buckets", "--reduce-cost",  "--width",
-      "--budget",   "--seed"};
+      "--budget",   "--seed",     "--file",    "-f"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::string value;
     const size_t eq = flag.find('=');
     if (flag.rfind("--", 0) == 0 && eq != std::string::npos) flag = flag.substr(0, eq);
     // Named before any value is taken, so a typo is reported as itself.
-    if (flag != "--lower" && kValueFlags.count(flag) == 0) {
+    if (flag != "--lower" && flag != "--optimal" && kValueFlags.count(flag) == 0) {
       if (flag.empty() || flag[0] != '-') {
         return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flag, "'"));
       }
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", flag, "'"));
     }
-    if (flag == "--lower") {
+    if (flag == "--lower" || flag == "--optimal") {
       if (flag.size() != args[i].size())
-        return absl::InvalidArgumentError("--lower takes no value");
-      pa.lower = true;
+        return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
+      (flag == "--lower" ? pa.lower : pa.optimal) = true;
       continue;
     }
     if (flag.size() != args[i].size()) {
@@ -183,16 +184,17 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
                          "' is not one of summary, text, json, csv, ascii, svg, torch-csv"));
       }
       pa.format = value;
-    } else if (flag == "-o") {
+    } else if (flag == "-o" || flag == "--output") {
+      if (value == "text") value = "table";
       if (value != "table" && value != "json") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("-o: '", value,
-                         "' is not table or json (-o is the output format, as for every zpipe "
-                         "command); to write a file use --output FILE"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, ": '", value,
+            "' is not text or json (-o is the output format, as for every zpipe command; the "
+            "local plan prints text or json); to write a file use -f FILE"));
       }
       pa.output_format = value;
-    } else if (flag == "--output") {
-      if (value.empty()) return absl::InvalidArgumentError("--output: expected a file name");
+    } else if (flag == "--file" || flag == "-f") {
+      if (value.empty()) return absl::InvalidArgumentError("--file: expected a file name");
       pa.output_file = value;
     } else if (flag == "--buckets") {
       auto v = ParseInt(flag, value, 1, core::kMaxBucketsPerStage, "the per-stage bucket limit");
@@ -204,6 +206,8 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
       if (*v < 0) return absl::InvalidArgumentError("--reduce-cost: must be >= 0");
       pa.reduce_cost = *v;
     } else if (flag == "--budget") {
+      // Seconds, with or without the unit: "30" or "30s".
+      if (value.size() > 1 && value.back() == 's') value.pop_back();
       auto v = ParseNumber(flag, value);
       if (!v.ok()) return v.status();
       if (*v < 0 || *v > core::kMaxSearchSeconds) {
@@ -234,6 +238,13 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     }
     pa.format = "json";
   }
+  if (pa.optimal && pa.schedule == "all") {
+    return absl::InvalidArgumentError(
+        "--optimal solves one schedule's shape; name it with --schedule (not all)");
+  }
+  if (pa.optimal && pa.budget == 0) {
+    return absl::InvalidArgumentError("--optimal needs a --budget above 0 seconds");
+  }
   if (pa.schedule == "all" && pa.format != "summary" && pa.format != "json") {
     return absl::InvalidArgumentError(
         "--schedule all prints a comparison: use --format summary (a table) or json");
@@ -257,7 +268,9 @@ core::PlanRequest Request(absl::string_view schedule, const PlanArgs& pa) {
     return core::UniformInputs(placement, stage, comm, buckets, reduce);
   };
   req.lower = pa.lower;
-  req.search = {.budget_seconds = pa.budget, .seed = pa.seed};
+  // With --optimal, --budget is the solver's; the incumbent comes from the default search.
+  req.search = {.budget_seconds = pa.optimal ? 1.0 : pa.budget, .seed = pa.seed};
+  if (pa.optimal) req.optimal = core::OptimalOptions{.time_limit_seconds = pa.budget};
   return req;
 }
 
@@ -302,6 +315,22 @@ double MaxOf(const std::vector<double>& v) {
   return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
 }
 
+// The solver's lines of the summary: the span it reached, the proven bound and the gap between
+// them, and how far the generated plan was from that bound.
+std::string OptimalLines(const Planned& p) {
+  const core::OptimalResult& o = *p.optimal;
+  std::string out = absl::StrFormat("optimal       span %s, bound %s, gap %.2f%% ", Plain(o.span),
+                                    Plain(o.bound), 100 * o.gap());
+  absl::StrAppendFormat(&out,
+                        o.optimal ? "(proven optimal: every order searched, %d nodes, %.2f s)\n"
+                                  : "(budget ran out after %d nodes, %.2f s)\n",
+                        o.nodes, o.seconds);
+  absl::StrAppendFormat(&out, "generated     span %s (%.2f%% above the bound%s)\n",
+                        Plain(o.incumbent_span), 100 * (o.incumbent_span / o.bound - 1),
+                        o.improved ? "; the solver's plan is shorter" : "");
+  return out;
+}
+
 std::string Summary(const Planned& p) {
   const core::Plan& plan = p.plan;
   std::string out;
@@ -319,6 +348,7 @@ std::string Summary(const Planned& p) {
                         "%.4f of bubble)\n",
                         Plain(p.span_lower_bound), p.bubble_lower_bound,
                         std::max(0.0, p.sim.bubble_rate - p.bubble_lower_bound));
+  if (p.optimal.has_value()) absl::StrAppend(&out, OptimalLines(p));
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
                         Plain(MaxOf(p.sim.peak_memory)));
   if (p.sim.total_reduce > 0) {
@@ -381,6 +411,28 @@ std::string JsonString(absl::string_view s) {
 
 std::string JsonNumber(double v) { return absl::StrFormat("%.17g", v); }
 
+std::string BoundsJson(const Planned& p) {
+  std::string out = absl::StrCat(",\"span_lower_bound\":", JsonNumber(p.span_lower_bound),
+                                 ",\"bubble_lower_bound\":", JsonNumber(p.bubble_lower_bound));
+  if (p.optimal.has_value()) {
+    const core::OptimalResult& o = *p.optimal;
+    absl::StrAppend(&out, ",\"optimal\":{\"span\":", JsonNumber(o.span),
+                    ",\"bound\":", JsonNumber(o.bound), ",\"gap\":", JsonNumber(o.gap()),
+                    ",\"proven_optimal\":", o.optimal ? "true" : "false",
+                    ",\"generated_span\":", JsonNumber(o.incumbent_span),
+                    ",\"nodes\":", o.nodes, ",\"seconds\":", JsonNumber(o.seconds), "}");
+  }
+  return out;
+}
+
+// The plan JSON (core::PlanToJson, one object) with the bounds added as its last fields.
+std::string PlanJson(const Planned& p) {
+  std::string json = core::PlanToJson(p.plan, &p.sim);
+  const size_t close = json.rfind('}');
+  if (close == std::string::npos) return json;
+  return absl::StrCat(json.substr(0, close), BoundsJson(p), json.substr(close));
+}
+
 // {"pipeline":P,"microbatches":M,"cost":{...},"schedules":[{"schedule":..,"span":..,
 //  "makespan":..,"bubble_rate":..,"span_lower_bound":..,"bubble_lower_bound":..,
 //  "peak_memory":..,"memory_limit":..,"generate_ms":..} or
@@ -418,16 +470,19 @@ std::string PlanUsage() {
          "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
          "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
          "                  [--lower] [--buckets N --reduce-cost T]\n"
-         "                  [--budget SECONDS] [--seed N]\n"
+         "                  [--budget SECONDS] [--seed N] [--optimal]\n"
          "                  [--format summary|text|json|csv|ascii|svg|torch-csv] [--width N]\n"
-         "                  [-o table|json] [--output FILE]\n"
+         "                  [-o text|json] [-f FILE]\n"
          "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
          "dualpipe-v\n"
          "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules); defaults\n"
          "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n"
          "--budget: search time per schedule for zb-1p/2p/auto, zb-v, v-half, v-min (default 1,\n"
          "0 = the greedy pass alone); the same --seed gives the same plan on every machine.\n"
-         "-o json prints JSON (the plan, or the comparison for --schedule all); --output FILE\n"
+         "--optimal: after the search, branch and bound over every valid order for the shortest\n"
+         "span, for --budget seconds (30 or 30s; wall clock); prints the span, a proven lower\n"
+         "bound and the gap between them (0 when the optimum is proven).\n"
+         "-o json prints JSON (the plan, or the comparison for --schedule all); -f FILE (--file)\n"
          "writes FILE instead of stdout. --width defaults to what fits every label.\n"
          "--format torch-csv: the compute-only CSV schedule PyTorch's _PipelineScheduleRuntime\n"
          "loads (torchtitan's pipeline_parallel_schedule_csv): one row per rank, e.g. 0F0,0I0,0W0\n"
@@ -472,7 +527,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     }
     if (pa->format == "summary") text = Summary(*planned);
     if (pa->format == "text") text = core::PlanToText(planned->plan);
-    if (pa->format == "json") text = core::PlanToJson(planned->plan, &planned->sim);
+    if (pa->format == "json") text = PlanJson(*planned);
     if (pa->format == "csv") text = core::PlanToCsv(planned->plan, &planned->sim);
     if (pa->format == "ascii") {
       text = core::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
@@ -494,7 +549,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   std::ofstream file(pa->output_file);
   file << text;
   if (!file) {
-    err << "zpipe plan: --output: cannot write '" << pa->output_file << "'\n";
+    err << "zpipe plan: --file: cannot write '" << pa->output_file << "'\n";
     return 2;
   }
   return 0;

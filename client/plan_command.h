@@ -10,7 +10,7 @@ namespace zpipe::cli {
 
 // Runs `zpipe plan ARGS...` (args exclude "zpipe" and "plan"). Returns the process exit code:
 // 0 on success, 2 on bad arguments or a schedule that cannot be generated (one-line error on
-// `err`). Output goes to `out` unless `-o FILE` is given.
+// `err`). Output goes to `out` unless `-f FILE` (--file) is given; -o is text or json.
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Usage text of `zpipe plan`.

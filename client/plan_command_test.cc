@@ -55,7 +55,7 @@ TEST(PlanCommandTest, JsonHasTopLevelStatistics) {
 TEST(PlanCommandTest, WritesOutputFile) {
   const std::string path = ::testing::TempDir() + "/plan.svg";
   CliRun r = Plan({"--schedule", "1f1b", "--pipeline", "2", "--microbatches", "4", "--format",
-                   "svg", "--output", path});
+                   "svg", "--file", path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty());
   std::ifstream in(path);
@@ -117,12 +117,12 @@ TEST(PlanCommandTest, DashOJsonPrintsJsonAndOutputWritesAFile) {
   std::remove(path.c_str());
   r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "plan.svg"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("use --output FILE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("use -f FILE"), std::string::npos) << r.err;
   r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json", "--format", "svg"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("-o json asks for JSON but --format is svg"), std::string::npos) << r.err;
-  // --output with -o json: the JSON goes to the file.
-  r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json", "--output", path});
+  // -f with -o json: the JSON goes to the file.
+  r = Plan({"--schedule", "zb-h1", "-p", "4", "-m", "8", "-o", "json", "-f", path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty());
   std::ifstream in(path);
@@ -283,6 +283,49 @@ TEST(PlanCommandTest, SearchBudgetAndLowerBound) {
   CliRun all = Plan({"--schedule", "all", "-p", "4", "-m", "8", "--budget", "0", "-o", "json"});
   ASSERT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("\"bubble_lower_bound\":"), std::string::npos) << all.out;
+}
+
+// Issue 34: --optimal runs the exact solver for --budget seconds and prints span, bound and gap.
+TEST(PlanCommandTest, OptimalPrintsSpanBoundAndGap) {
+  // A tiny shape: the tree is exhausted, the gap is 0.
+  CliRun r = Plan({"--schedule", "zb-1p", "-p", "2", "-m", "2", "--cost", "f=1,b=1,w=1,comm=0.5",
+                   "--optimal", "--budget", "5s"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("gap 0.00% (proven optimal"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ngenerated     span "), std::string::npos) << r.out;
+  r = Plan({"--schedule", "zb-1p", "-p", "2", "-m", "2", "--cost", "f=1,b=1,w=1,comm=0.5",
+            "--optimal", "--budget", "5", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"schedule\":\"zb-1p\"", 0), 0u) << r.out.substr(0, 100);
+  EXPECT_NE(r.out.find("\"proven_optimal\":true"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"gap\":0,"), std::string::npos) << r.out;
+  // A shape it cannot finish in 0.1 s: the best span, a bound below it and the gap.
+  r = Plan({"--schedule", "zb-1p", "-p", "4", "-m", "12", "--cost", "f=1,b=1.5,w=0.7,comm=0.6",
+            "--optimal", "--budget", "0.1", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"proven_optimal\":false"), std::string::npos) << r.out;
+  const size_t at = r.out.find("\"optimal\":{\"span\":");
+  ASSERT_NE(at, std::string::npos);
+  const double span = std::stod(r.out.substr(at + 18));
+  const double bound = std::stod(r.out.substr(r.out.find("\"bound\":", at) + 8));
+  EXPECT_LT(bound, span);
+  EXPECT_GT(bound, 0);
+  // Refused: --optimal with every schedule, or without a budget.
+  EXPECT_EQ(Plan({"--schedule", "all", "-p", "2", "-m", "2", "--optimal"}).code, 2);
+  r = Plan({"--schedule", "zb-1p", "-p", "2", "-m", "2", "--optimal", "--budget", "0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--optimal needs a --budget"), std::string::npos) << r.err;
+}
+
+// Issue 34: the plan JSON carries the lower bounds (it lacked them).
+TEST(PlanCommandTest, PlanJsonCarriesTheBounds) {
+  CliRun r = Plan({"--schedule", "1f1b", "-p", "4", "-m", "8", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 1F1B at its memory limit: the bound is its span, (m + p - 1) * (F + B + W) = 33.
+  EXPECT_NE(r.out.find("\"span_lower_bound\":33,"), std::string::npos)
+      << r.out.substr(r.out.size() - 80);
+  EXPECT_NE(r.out.find("\"bubble_lower_bound\":"), std::string::npos);
+  EXPECT_EQ(r.out.find("\"optimal\":"), std::string::npos);
 }
 
 }  // namespace

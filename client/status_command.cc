@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 
 namespace zpipe::cli {
@@ -29,13 +30,17 @@ std::string ModelLine(const v1::JobSpec& spec) {
 }  // namespace
 
 int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
+  Args args = ArgsFor("status");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "status", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("status", "expected one job id", kUsage);
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("status", job.status());
   if (ctx.json()) {
-    PrintJson(ctx.out(), JobJson(*job));
+    PrintDocument(ctx, JobJson(*job));
+    return kExitOk;
+  }
+  if (ctx.names()) {
+    ctx.out() << job->id() << "\n";
     return kExitOk;
   }
   const v1::JobSpec& spec = job->spec();

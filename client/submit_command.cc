@@ -1,9 +1,13 @@
-// `zpipe submit FILE [--id ID] [--wait | --follow] [--dry-run]`
+// `zpipe submit FILE [--id ID] [--wait | --follow] [--dry-run] [--upload]`
+#include <filesystem>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "artifact/artifact_ref.h"
+#include "artifact/sha256.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/job_file.h"
 #include "client/json_output.h"
 
@@ -11,21 +15,52 @@ namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe submit FILE.yaml|FILE.json [--id ID] [--wait | --follow] [--dry-run]\n"
+    "usage: zpipe submit FILE.yaml|FILE.json [--id ID] [--wait | --follow] [--dry-run] "
+    "[--upload]\n"
+    "  (or -f FILE / --file FILE); -o name prints only the job id\n"
     "  --id ID    job id (makes the submit idempotent); default: the coordinator picks one\n"
     "  --wait     wait until the job ends; exit 0 if it succeeded, 1 if it failed or was "
     "cancelled\n"
     "  --follow   like --wait, showing live progress (per-rank F/B/W bars on a terminal)\n"
-    "  --dry-run  validate and plan only; print the predicted statistics, create nothing\n";
+    "  --dry-run  validate and plan only; print the predicted statistics, create nothing\n"
+    "  --upload   send the job's model and token files (model.torchscript.path, data.path,\n"
+    "             eval.path; relative to the job file's folder) to the coordinator, which\n"
+    "             hands them to the workers: for workers that share no folder with you\n";
+
+// Uploads every file the spec names that is not already an artifact reference and names it by
+// its reference instead; what was sent goes to stderr, so `-o json` output stays one document.
+absl::Status UploadFiles(CliContext& ctx, const std::string& job_file, v1::JobSpec& spec) {
+  const std::filesystem::path base = std::filesystem::path(job_file).parent_path();
+  for (const artifact::FileField& field : artifact::FileFields(spec)) {
+    if (field.path->empty() || artifact::IsArtifactRef(*field.path)) continue;
+    const std::filesystem::path file = base / *field.path;
+    absl::StatusOr<artifact::FileDigest> digest = artifact::HashFile(file.string());
+    if (!digest.ok()) {
+      return absl::Status(digest.status().code(),
+                          absl::StrCat(field.name, ": ", digest.status().message()));
+    }
+    absl::StatusOr<UploadedArtifact> uploaded =
+        ctx.client().UploadArtifact(file.string(), digest->sha256, digest->size);
+    if (!uploaded.ok()) {
+      return absl::Status(uploaded.status().code(),
+                          absl::StrCat(field.name, ": uploading '", file.string(),
+                                       "': ", uploaded.status().message()));
+    }
+    ctx.err() << (uploaded->created ? "uploaded " : "already on the coordinator: ")
+              << file.string() << " (" << digest->size << " bytes) as " << uploaded->ref << "\n";
+    *field.path = uploaded->ref;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--id").Switch("--wait").Switch("--follow").Switch("--dry-run");
+  Args args = ArgsFor("submit");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() != 1)
+  if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
     return ctx.Usage("submit", "expected exactly one job file", kUsage);
+  const std::string job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
   const bool wait = args.Has("--wait");
   const bool follow = args.Has("--follow");
   const bool dry_run = args.Has("--dry-run");
@@ -33,10 +68,15 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (dry_run && (wait || follow))
     return ctx.Usage("submit", "--dry-run creates no job to wait for", kUsage);
 
-  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(args.positionals()[0]);
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
   if (!spec.ok()) {
     ctx.err() << "zpipe submit: " << spec.status().message() << "\n";
     return kExitUsage;
+  }
+  if (args.Has("--upload")) {
+    if (absl::Status st = UploadFiles(ctx, job_file, *spec); !st.ok()) {
+      return ctx.Fail("submit", st);
+    }
   }
   absl::StatusOr<SubmitResult> result = ctx.client().Submit(*spec, args.Get("--id"), dry_run);
   if (!result.ok()) return ctx.Fail("submit", result.status());
@@ -44,15 +84,17 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
 
   if (ctx.json() && dry_run) {
     // Nothing was created: what the spec resolves to and what the plan predicts.
-    PrintJson(ctx.out(),
-              Json{{"spec", SpecJson(job.spec())}, {"predicted", MessageJson(job.predicted())}});
+    PrintDocument(
+        ctx, Json{{"spec", SpecJson(job.spec())}, {"predicted", MessageJson(job.predicted())}});
     return kExitOk;
   }
   if (ctx.json() && !wait) {
     // With --follow the events follow as JSON lines, so the response takes one line too.
-    PrintJson(ctx.out(), Json{{"job", JobJson(job)}, {"created", result->created}},
-              /*pretty=*/!follow);
+    PrintDocument(ctx, Json{{"job", JobJson(job)}, {"created", result->created}},
+                  /*stream=*/follow);
     if (!follow) return kExitOk;
+  } else if (ctx.names()) {
+    if (!dry_run) ctx.out() << job.id() << "\n";  // a dry run names nothing
   } else if (!ctx.json()) {
     if (dry_run) {
       const v1::PlanStats& p = job.predicted();

@@ -1,4 +1,4 @@
-// `zpipe trace ID [--iteration N] [--format chrome|svg] [--predicted] -o FILE`
+// `zpipe trace ID [--iteration N] [--format chrome|svg] [--predicted] -f FILE`
 #include "client/trace_command.h"
 
 #include <fstream>
@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/command_table.h"
 #include "core/chrome_trace.h"
 #include "core/executed_timeline.h"
 
@@ -15,11 +16,11 @@ namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe trace JOB_ID [--iteration N] [--format chrome|svg] [--predicted] -o FILE\n"
+    "usage: zpipe trace JOB_ID [--iteration N] [--format chrome|svg] [--predicted] -f FILE\n"
     "  the executed timeline of one iteration (default: the latest complete one) on all ranks,\n"
     "  aligned to the coordinator's clock; chrome = Trace Event JSON (open in ui.perfetto.dev),\n"
     "  svg = picture (--predicted: the plan's predicted timeline instead). Format defaults to\n"
-    "  the file's extension (.svg), else chrome; -o - writes to stdout.\n";
+    "  the file's extension (.svg), else chrome; -f - writes to stdout (also --file FILE).\n";
 
 std::string Render(const JobTrace& trace, const std::string& format, bool predicted_svg) {
   if (format == "svg") {
@@ -47,12 +48,11 @@ absl::Status WriteTrace(const JobTrace& trace, const std::string& format, const 
 }
 
 int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--iteration").Flag("--format").Flag(kTraceFileFlag).Switch("--predicted");
+  Args args = ArgsFor("trace");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "trace", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("trace", "expected one job id", kUsage);
-  if (!args.Has(kTraceFileFlag)) return ctx.Usage("trace", "-o FILE is required", kUsage);
-  const std::string path = args.Get(kTraceFileFlag);
+  if (!args.Has("--file")) return ctx.Usage("trace", "-f FILE is required", kUsage);
+  const std::string path = args.Get("--file");
   std::optional<int> iteration;
   if (args.Has("--iteration")) {
     int n = 0;

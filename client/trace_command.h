@@ -1,4 +1,4 @@
-// `zpipe trace ID [--iteration N] [--format chrome|svg] [--predicted] -o FILE`: one iteration's
+// `zpipe trace ID [--iteration N] [--format chrome|svg] [--predicted] -f FILE`: one iteration's
 // executed timeline across all ranks (GetTrace) as a Chrome trace (loads in Perfetto) or SVG.
 #ifndef ZPIPE_CLIENT_TRACE_COMMAND_H_
 #define ZPIPE_CLIENT_TRACE_COMMAND_H_
@@ -11,10 +11,6 @@
 #include "client/client.h"
 
 namespace zpipe::cli {
-
-// `-o FILE` after `trace` is the output file, not the global output format; main renames it to
-// this flag before extracting the global options.
-inline constexpr char kTraceFileFlag[] = "--trace-file";
 
 int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& args);
 

@@ -6,15 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe workers [--all] [--wide]\n"
-    "  --all   also list workers lost recently\n"
-    "  --wide  also the host, the full GPU name, the CUDA runtime and the last heartbeat\n";
+    "usage: zpipe workers [--all] [-o wide]\n"
+    "  --all      also list workers lost recently\n"
+    "  -o wide    also the host, the full GPU name, the CUDA runtime and the last heartbeat\n"
+    "             (--wide is the same); -o name prints only the worker names\n";
 
 std::string Lower(std::string name, const std::string& prefix) {
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
@@ -75,8 +77,7 @@ std::string Cuda(const v1::Worker& w) {
 }  // namespace
 
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Switch("--all").Switch("--wide");
+  Args args = ArgsFor("workers");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "workers", args, argv, kUsage)) return *exit;
   if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments", kUsage);
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
@@ -84,11 +85,15 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (ctx.json()) {
     Json list = Json::array();
     for (const v1::Worker& w : *workers) list.push_back(MessageJson(w));
-    PrintJson(ctx.out(), Json{{"workers", std::move(list)}});
+    PrintDocument(ctx, Json{{"workers", std::move(list)}});
+    return kExitOk;
+  }
+  if (ctx.names()) {
+    for (const v1::Worker& w : *workers) ctx.out() << w.name() << "\n";
     return kExitOk;
   }
   // The default fits 100 columns for usual names; --wide adds what makes it wider.
-  const bool wide = args.Has("--wide");
+  const bool wide = args.Has("--wide") || ctx.wide();
   std::vector<std::string> header = {"NAME", "STATE", "DEVICE", "GPU", "MEMORY", "LIBTORCH"};
   if (wide) header.insert(header.end(), {"CUDA", "HOST"});
   header.insert(header.end(), {"NCCL", "JOB", "RANK"});

@@ -7,7 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
+#include "zpipe/build_info.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -53,6 +55,16 @@ class PrometheusMetricsTest : public ::testing::Test {
 };
 
 constexpr char kRank0[] = "{data_rank=\"0\",job_id=\"j\",pipeline_rank=\"0\"}";
+
+// The info-metric idiom: one series at 1 naming the build (cmake/build_info.cmake).
+TEST_F(PrometheusMetricsTest, BuildInfoIsOneSeriesAtOneNamingTheBuild) {
+  PrometheusMetrics m(registry_);
+  EXPECT_EQ(Sample(absl::StrCat("zpipe_build_info{commit=\"", build_info::kCommit, "\",cuda=\"",
+                                build_info::kCuda, "\",torch=\"", build_info::kTorch,
+                                "\",version=\"", build_info::kVersion, "\"}")),
+            1);
+  EXPECT_FALSE(std::string(build_info::kVersion).empty());
+}
 
 TEST_F(PrometheusMetricsTest, RankReportsAccumulateOncePerIteration) {
   PrometheusMetrics m(registry_);

@@ -19,6 +19,13 @@ add_test(NAME python_client_unit
 set_tests_properties(python_client_unit PROPERTIES LABELS python TIMEOUT 120
                      ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
 
+# python_client_config: the contexts of zpipe's config file, with zpipe's precedence.
+add_test(NAME python_client_config
+         COMMAND bash -c "${ZPIPE_CLIENT_PYTHON} && exec \"$py\" -m unittest discover -s python/tests -p test_config.py -v"
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(python_client_config PROPERTIES LABELS python TIMEOUT 120
+                     ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+
 # python_client_stubs_current: the checked-in python/zeropipe/_proto matches proto/ (they are
 # checked in so that `pip install ./python` needs no build; python/generate-protos remakes them).
 add_test(NAME python_client_stubs_current COMMAND python/generate-protos --check

@@ -42,13 +42,14 @@ TEST(PlanCliTest, DashOJsonBeforeOrAfterTheCommandPrintsJson) {
   EXPECT_EQ(json::parse(all.out)["schedules"].size(), 12u);
 }
 
-TEST(PlanCliTest, OutputWritesTheFileAndDashOTakesOnlyAFormat) {
+TEST(PlanCliTest, FileWritesTheFileAndDashOTakesOnlyAFormat) {
   const std::string path = ::testing::TempDir() + "/zpipe-plan-cli-test.svg";
   std::remove(path.c_str());
   ProcessResult r = RunZpipe(
-      {"plan", "--schedule", "zb-h1", "-p", "4", "-m", "8", "--format", "svg", "--output", path});
+      {"plan", "--schedule", "zb-h1", "-p", "4", "-m", "8", "--format", "svg", "-f", path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_EQ(r.err, "");
   std::ifstream in(path);
   std::stringstream content;
   content << in.rdbuf();
@@ -56,7 +57,14 @@ TEST(PlanCliTest, OutputWritesTheFileAndDashOTakesOnlyAFormat) {
   std::remove(path.c_str());
   r = RunZpipe({"-o", "plan.svg", "plan", "--schedule", "zb-h1", "-p", "4", "-m", "8"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("use --output FILE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("use -f FILE"), std::string::npos) << r.err;
+  // Issue 33: the old --output FILE still writes the file this release, with a warning.
+  std::remove(path.c_str());
+  r = RunZpipe({"plan", "--schedule", "zb-h1", "-p", "4", "-m", "8", "--output", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--output FILE is deprecated"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::ifstream(path).good());
+  std::remove(path.c_str());
 }
 
 }  // namespace

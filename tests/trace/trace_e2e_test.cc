@@ -210,7 +210,7 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsThePlanOnOneClock) {
   const std::string svg_path = absl::StrCat(dir, "/trace-", getpid(), ".svg");
   testing::ProcessResult cli =
       testing::RunProcess({ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id,
-                           "--format", "chrome", "-o", json_path});
+                           "--format", "chrome", "-f", json_path});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const nlohmann::json chrome = nlohmann::json::parse(ReadFile(json_path));
   std::map<int, int> compute_per_pid;
@@ -226,7 +226,7 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsThePlanOnOneClock) {
     EXPECT_EQ(compute_per_pid[r], expected) << "rank " << r;
   }
   cli = testing::RunProcess(
-      {ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id, "-o", svg_path});
+      {ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id, "-f", svg_path});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const std::string svg = ReadFile(svg_path);
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
@@ -297,7 +297,7 @@ TEST(TraceE2eTest, ExecutedTimelineHoldsSendsReceivesAndReductions) {
       absl::StrCat(::testing::TempDir(), "/trace-comm-", getpid(), ".json");
   testing::ProcessResult cli =
       testing::RunProcess({ZPIPE_CLI_BIN, "--coordinator", cluster.address(), "trace", id,
-                           "--format", "chrome", "-o", json_path});
+                           "--format", "chrome", "-f", json_path});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   const nlohmann::json chrome = nlohmann::json::parse(ReadFile(json_path));
   std::map<std::pair<int, int>, std::string> thread_names;

@@ -520,7 +520,7 @@ class TrainErrorsTest(unittest.TestCase):
         # The trained model back from the job's checkpoint: the user's structure, trained values.
         out = self._path("good-cuts.model.pt")
         env = dict(os.environ, ZPIPE_WORKER_BIN=WORKER_BIN)
-        r = subprocess.run([ZPIPE, "--coordinator", self.address, "export", job["id"], "-o", out],
+        r = subprocess.run([ZPIPE, "--coordinator", self.address, "export", job["id"], "-f", out],
                            capture_output=True, text=True, timeout=120, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("after iteration 3", r.stdout)

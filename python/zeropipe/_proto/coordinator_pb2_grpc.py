@@ -60,6 +60,11 @@ class CoordinatorServiceStub(object):
                 request_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.FromString,
                 )
+        self.GetServerInfo = channel.unary_unary(
+                '/zpipe.v1.CoordinatorService/GetServerInfo',
+                request_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=zpipe_dot_v1_dot_coordinator__pb2.ServerInfo.FromString,
+                )
 
 
 class CoordinatorServiceServicer(object):
@@ -142,6 +147,13 @@ class CoordinatorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetServerInfo(self, request, context):
+        """The coordinator's version and build (`zpipe version`). Needs the same token as GetJob.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +201,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.FromString,
                     response_serializer=zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=zpipe_dot_v1_dot_coordinator__pb2.ServerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,5 +367,22 @@ class CoordinatorService(object):
         return grpc.experimental.unary_stream(request, target, '/zpipe.v1.CoordinatorService/GetJobLogs',
             zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsRequest.SerializeToString,
             zpipe_dot_v1_dot_coordinator__pb2.GetJobLogsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/zpipe.v1.CoordinatorService/GetServerInfo',
+            zpipe_dot_v1_dot_coordinator__pb2.GetServerInfoRequest.SerializeToString,
+            zpipe_dot_v1_dot_coordinator__pb2.ServerInfo.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

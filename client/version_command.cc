@@ -1,0 +1,62 @@
+// `zpipe version [--client]` (and `zpipe --version`): what this zpipe is built from and, unless
+// --client, what the coordinator is (GetServerInfo).
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli.h"
+#include "client/command_table.h"
+#include "client/json_output.h"
+#include "zpipe/build_info.h"
+
+namespace zpipe::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zpipe version [--client]\n"
+    "  this zpipe's version, git commit and the LibTorch (and CUDA) it was built with, then the\n"
+    "  coordinator's (exit 3 when it cannot be reached); --client asks no coordinator.\n"
+    "  zpipe --version prints the first line alone.\n";
+
+std::string Line(const std::string& who, const v1::ServerInfo& info) {
+  return absl::StrCat(who, ": zpipe ", info.version(), " (commit ", info.commit(), ", torch ",
+                      info.torch().empty() ? "unknown" : info.torch(), ", cuda ",
+                      info.cuda().empty() ? "none" : info.cuda(), ")");
+}
+
+}  // namespace
+
+v1::ServerInfo ClientBuildInfo() {
+  v1::ServerInfo info;
+  info.set_version(build_info::kVersion);
+  info.set_commit(build_info::kCommit);
+  info.set_torch(build_info::kTorch);
+  info.set_cuda(build_info::kCuda);
+  return info;
+}
+
+std::string ClientVersionLine() { return Line("client", ClientBuildInfo()); }
+
+int RunVersionCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  Args args = ArgsFor("version");
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "version", args, argv, kUsage)) return *exit;
+  if (!args.positionals().empty()) return ctx.Usage("version", "takes no arguments", kUsage);
+  const v1::ServerInfo client = ClientBuildInfo();
+  absl::StatusOr<v1::ServerInfo> server =
+      args.Has("--client") ? absl::StatusOr<v1::ServerInfo>(absl::CancelledError())
+                           : ctx.client().ServerInfo();
+  if (ctx.json()) {
+    Json doc{{"client", MessageJson(client)}};
+    if (!args.Has("--client")) {
+      doc["coordinator"] = server.ok() ? MessageJson(*server) : Json();
+      doc["coordinator_address"] = ctx.coordinator();
+    }
+    PrintDocument(ctx, doc);
+  } else {
+    ctx.out() << Line("client", client) << "\n";
+    if (server.ok()) ctx.out() << Line("coordinator " + ctx.coordinator(), *server) << "\n";
+  }
+  if (args.Has("--client") || server.ok()) return kExitOk;
+  return ctx.Fail("version", server.status());
+}
+
+}  // namespace zpipe::cli
