@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 #include "core/sanitize.h"
 
@@ -13,16 +14,17 @@ namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe logs JOB_ID [--rank R] [--follow|-f] [--tail N] [--since WHEN]\n"
+    "usage: zpipe logs JOB_ID [--rank R] [--follow] [--tail N] [--since WHEN]\n"
     "  the log lines the job's workers wrote while they ran it (their failures included), each\n"
     "  as TIME rank R: TEXT (worker clock, UTC; R = data_rank * p + pipeline_rank)\n"
     "  --rank R      only global rank R\n"
-    "  --follow, -f  keep printing new lines until the job has ended\n"
+    "  --follow      keep printing new lines until the job has ended (-f, which means --file\n"
+    "                on every other command, still works here this release, with a warning)\n"
     "  --tail N      only the last N lines the coordinator holds\n"
     "  --since WHEN  only lines written since WHEN: a duration back from now (10m, 1h30m) or an\n"
     "                RFC 3339 time (2026-01-02T15:04:05Z)\n"
     "  -o json       one JSON object per line: time, text, pipeline_rank, data_rank, rank,\n"
-    "                sequence\n"
+    "                sequence (-o yaml: one YAML document per log line)\n"
     "The coordinator keeps the newest lines of each rank (zpipe-coordinator --log-lines) in\n"
     "memory: after it restarts it has the lines workers sent since.\n";
 
@@ -37,12 +39,11 @@ std::string FormatLineTime(const v1::LogLine& line) {
 }  // namespace
 
 int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--rank").Flag("--tail").Flag("--since").Switch("--follow").Switch("-f");
+  Args args = ArgsFor("logs");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "logs", args, argv, kUsage)) return *exit;
   if (args.positionals().size() != 1) return ctx.Usage("logs", "expected one job id", kUsage);
   LogsOptions options;
-  options.follow = args.Has("--follow") || args.Has("-f");
+  options.follow = args.Has("--follow");
   if (args.Has("--rank")) {
     int rank = 0;
     if (!absl::SimpleAtoi(args.Get("--rank"), &rank) || rank < 0) {
@@ -88,10 +89,13 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       [&](const v1::LogLine& line) {
         note_dropped();
         if (ctx.json()) {
-          PrintJson(ctx.out(), MessageJson(line), /*pretty=*/false);
+          PrintDocument(ctx, MessageJson(line), /*stream=*/true);
         } else {
           // A worker wrote the text: an embedded \r or \n would overwrite or forge lines.
-          ctx.out() << FormatLineTime(line) << " rank " << line.rank() << ": "
+          // rank -1: the coordinator's line about the whole job (one per iteration).
+          ctx.out() << FormatLineTime(line)
+                    << (line.rank() < 0 ? std::string(" job: ")
+                                        : absl::StrCat(" rank ", line.rank(), ": "))
                     << core::SanitizeForTerminal(line.text()) << "\n";
         }
         ctx.out().flush();

@@ -29,14 +29,24 @@ std::string Bar(int done, int total) {
 
 std::string Percent(double ratio) { return absl::StrFormat("%.1f%%", ratio * 100); }
 
+// "(predicted 17.8% at measured costs, planned 3.9%)": the plan re-simulated at the costs the
+// workers measured, beside what the plan's cost model said; "(predicted 3.9%)" when the
+// coordinator could not re-simulate it.
+std::string PredictedBubble(const v1::IterationSummary& it) {
+  if (!it.has_predicted_bubble_measured_costs()) {
+    return absl::StrCat("(predicted ", Percent(it.predicted_bubble_rate()), ")");
+  }
+  return absl::StrCat("(predicted ", Percent(it.predicted_bubble_measured_costs()),
+                      " at measured costs, planned ", Percent(it.predicted_bubble_rate()), ")");
+}
+
 std::string IterationLine(const v1::IterationSummary& it, int total) {
   std::string line = absl::StrCat("iteration ", it.iteration() + 1);
   if (total > 0) absl::StrAppend(&line, "/", total);
   absl::StrAppend(&line, ": ", FormatDuration(it.duration_s()));
   if (it.has_loss()) absl::StrAppend(&line, absl::StrFormat("  loss %.4f", it.loss()));
   if (it.has_eval_loss()) absl::StrAppend(&line, absl::StrFormat("  eval %.4f", it.eval_loss()));
-  absl::StrAppend(&line, "  bubble ", Percent(it.bubble_rate()), " (predicted ",
-                  Percent(it.predicted_bubble_rate()), ")");
+  absl::StrAppend(&line, "  bubble ", Percent(it.bubble_rate()), " ", PredictedBubble(it));
   if (it.reduce_total_s() > 0) {
     absl::StrAppend(&line, "  exposed reduce ", FormatDuration(it.reduce_exposed_s()), " of ",
                     FormatDuration(it.reduce_total_s()));
@@ -75,7 +85,7 @@ class JobView {
 
   void OnEvent(const v1::JobEvent& event) {
     if (ctx_.json() && !quiet_) {
-      PrintJson(ctx_.out(), EventJson(event), /*pretty=*/false);
+      PrintDocument(ctx_, EventJson(event), /*stream=*/true);
       ctx_.out() << std::flush;
       return;
     }
@@ -139,8 +149,7 @@ class JobView {
       const v1::IterationSummary& s = job_.latest_summary();
       if (s.has_loss()) block << absl::StrFormat("  loss %.4f", s.loss());
       if (s.has_eval_loss()) block << absl::StrFormat("  eval %.4f", s.eval_loss());
-      block << "  bubble " << Percent(s.bubble_rate()) << " (predicted "
-            << Percent(s.predicted_bubble_rate()) << ")";
+      block << "  bubble " << Percent(s.bubble_rate()) << " " << PredictedBubble(s);
     } else if (job_.has_predicted()) {
       block << "  predicted bubble " << Percent(job_.predicted().bubble_rate());
     }
@@ -178,6 +187,7 @@ class JobView {
 
 int FollowJob(CliContext& ctx, const std::string& command, const std::string& job_id, bool live,
               bool quiet, const std::function<void(const v1::JobEvent&)>& observer) {
+  quiet = quiet || ctx.names();  // -o name: only the id, which the caller printed
   live = live && !ctx.json() && !quiet;
   JobView view(ctx, job_id, live, quiet);
   WatchOptions options;
@@ -192,8 +202,8 @@ int FollowJob(CliContext& ctx, const std::string& command, const std::string& jo
   absl::StatusOr<v1::Job> job = ctx.client().Get(job_id);
   if (!job.ok()) return ctx.Fail(command, job.status());
   if (ctx.json()) {
-    if (quiet) PrintJson(ctx.out(), JobJson(*job));
-  } else {
+    if (quiet) PrintDocument(ctx, JobJson(*job));
+  } else if (!ctx.names()) {  // -o name: the caller printed the id
     std::string line = JobLine(*job);
     if (job->has_start_time() && job->has_end_time()) {
       absl::StrAppend(&line, " (ran ",

@@ -18,6 +18,7 @@
 // finished within 15 s, kills every process at once and exits 1. The children live in their own
 // process group and die with this process even when it is killed outright (local_cluster.h).
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,7 +37,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/job_file.h"
+#include "client/json_output.h"
 #include "client/local_cluster.h"
 #include "client/model_export.h"
 #include "client/run_report.h"
@@ -45,6 +48,13 @@
 
 namespace zpipe::cli {
 namespace {
+
+// The cores this process may run on (its CPU affinity; a container's cpuset included).
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
@@ -57,7 +67,8 @@ constexpr char kUsage[] =
     "  --keep-logs    keep the temporary directory with the coordinator's and workers' logs\n"
     "  --metrics-listen HOST:PORT  let the coordinator serve Prometheus /metrics there (default "
     "off)\n"
-    "  -o json        print the final summary as JSON on stdout (the live view goes to stderr)\n"
+    "  -o json|yaml   print the final summary as JSON or YAML on stdout (the live view goes to\n"
+    "                 stderr); the job file may also be given as -f FILE\n"
     "exit codes: 0 succeeded; 1 failed or cancelled (Ctrl-C); 2 usage; 3 the local cluster did not "
     "start\n";
 
@@ -172,22 +183,16 @@ std::vector<std::string> LocalDataRoots(const v1::JobSpec& spec, const std::stri
 }  // namespace
 
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Switch("--local")
-      .Flag("--workers")
-      .Flag("--out")
-      .Flag("--threads")
-      .Switch("--keep-logs")
-      .Flag("--metrics-listen");
+  Args args = ArgsFor("run");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "run", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() != 1)
+  if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
     return ctx.Usage("run", "expected exactly one job file", kUsage);
   if (!args.Has("--local")) {
     return ctx.Usage(
         "run", "only --local is supported (to use a running coordinator: zpipe submit --follow)",
         kUsage);
   }
-  const std::string job_file = args.positionals()[0];
+  const std::string job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
   if (!spec.ok()) {
     ctx.err() << "zpipe run: " << spec.status().message() << "\n";
@@ -352,6 +357,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   TimelineFiles timeline;
   if (!iterations.empty()) timeline = WriteTimelineFiles(*client, job_id, out_dir, stem);
   RunSummary summary = Summarize(*job, iterations);
+  summary.local_threads = workers * threads;
+  summary.cores = UsableCores();
   if (!checkpoint_root.empty() && job->state() == v1::JOB_STATE_SUCCEEDED) {
     const fs::path model_out = fs::path(out_dir) / absl::StrCat(spec->name(), ".model.pt");
     absl::StatusOr<std::string> exported =
@@ -363,7 +370,8 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     }
   }
   if (ctx.json()) {
-    ctx.out() << SummaryJson(summary, timeline).dump(2) << "\n" << std::flush;
+    PrintDocument(ctx, Json::parse(SummaryJson(summary, timeline).dump()));
+    ctx.out() << std::flush;
   } else {
     PrintSummary(ctx.out(), summary, timeline);
     ctx.out() << std::flush;

@@ -63,8 +63,20 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
                          Seconds(s.iteration_s), s.iterations - s.steady_iterations + 1,
                          s.iterations);
   if (s.tokens_per_s > 0) out << absl::StrFormat("  throughput    %.0f tokens/s\n", s.tokens_per_s);
-  out << absl::StrFormat("  bubble        %s measured, %s predicted\n", Pct(s.bubble_measured),
-                         Pct(s.bubble_predicted));
+  if (s.bubble_predicted_measured_costs) {
+    out << absl::StrFormat(
+        "  bubble        %s measured, %s predicted at measured costs (%s planned)\n",
+        Pct(s.bubble_measured), Pct(*s.bubble_predicted_measured_costs), Pct(s.bubble_predicted));
+  } else {
+    out << absl::StrFormat("  bubble        %s measured, %s predicted\n", Pct(s.bubble_measured),
+                           Pct(s.bubble_predicted));
+  }
+  if (s.cores > 0 && s.local_threads > s.cores) {
+    out << absl::StrFormat(
+        "                (%d compute threads share %d cores here: ranks also wait for a core, "
+        "which the measured bubble counts)\n",
+        s.local_threads, s.cores);
+  }
   if (s.reduce_overlap.has_value()) {
     out << absl::StrFormat(
         "  reduce        %s per iteration (all ranks), overlap %s (predicted %s), exposed %s\n",
@@ -150,6 +162,12 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   j["tokens_per_s"] = s.tokens_per_s;
   j["wall_s"] = s.wall_s;
   j["bubble"] = {{"measured", s.bubble_measured}, {"predicted", s.bubble_predicted}};
+  j["bubble"]["predicted_measured_costs"] =
+      s.bubble_predicted_measured_costs ? nlohmann::json(*s.bubble_predicted_measured_costs)
+                                        : nlohmann::json(nullptr);
+  if (s.cores > 0) {
+    j["machine"] = {{"compute_threads", s.local_threads}, {"cores", s.cores}};
+  }
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankSummary& r : s.ranks) {
     ranks.push_back({{"pipeline_rank", r.pipeline_rank},

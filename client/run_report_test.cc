@@ -126,5 +126,29 @@ TEST(RunReportTest, JsonCarriesEveryRanksStepAndNullOverlapWithoutReductions) {
   EXPECT_EQ(single["timeline"]["iteration"].get<int>(), -1);
 }
 
+TEST(RunReportTest, SaysWhenComputeThreadsOutnumberTheCores) {
+  RunSummary s = Finished(false);
+  s.local_threads = 4;
+  s.cores = 2;
+  std::ostringstream out;
+  PrintSummary(out, s, TimelineFiles{});
+  EXPECT_THAT(out.str(), HasSubstr("4 compute threads share 2 cores here")) << out.str();
+  const nlohmann::json j = SummaryJson(s, TimelineFiles{});
+  EXPECT_EQ(j["machine"]["cores"].get<int>(), 2);
+  EXPECT_EQ(j["machine"]["compute_threads"].get<int>(), 4);
+
+  EXPECT_TRUE(j["bubble"]["predicted_measured_costs"].is_null());
+  s.bubble_predicted_measured_costs = 0.178;
+  std::ostringstream measured;
+  PrintSummary(measured, s, TimelineFiles{});
+  EXPECT_THAT(measured.str(), HasSubstr("17.8% predicted at measured costs")) << measured.str();
+  EXPECT_DOUBLE_EQ(SummaryJson(s, TimelineFiles{})["bubble"]["predicted_measured_costs"], 0.178);
+
+  s.cores = 8;
+  std::ostringstream enough;
+  PrintSummary(enough, s, TimelineFiles{});
+  EXPECT_THAT(enough.str(), Not(HasSubstr("share"))) << enough.str();
+}
+
 }  // namespace
 }  // namespace zpipe::cli

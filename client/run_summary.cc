@@ -46,7 +46,7 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
   const size_t first = iterations.size() > 1 ? 1 : 0;
   s.steady_iterations = static_cast<int>(iterations.size() - first);
 
-  std::vector<double> bubble, predicted, duration;
+  std::vector<double> bubble, predicted, at_measured_costs, duration;
   double tokens = 0, seconds = 0, reduce = 0, exposed = 0;
   std::map<std::pair<int, int>, std::vector<double>> rank_bubble, rank_busy;
   std::map<std::pair<int, int>, std::pair<double, double>> rank_reduce, rank_step;
@@ -54,6 +54,9 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
     const v1::IterationSummary& it = iterations[i];
     bubble.push_back(it.bubble_rate());
     predicted.push_back(it.predicted_bubble_rate());
+    if (it.has_predicted_bubble_measured_costs()) {
+      at_measured_costs.push_back(it.predicted_bubble_measured_costs());
+    }
     duration.push_back(it.duration_s());
     seconds += it.duration_s();
     reduce += it.reduce_total_s();
@@ -71,6 +74,7 @@ RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>
   }
   s.bubble_measured = Median(bubble);
   if (!predicted.empty()) s.bubble_predicted = Median(predicted);
+  if (!at_measured_costs.empty()) s.bubble_predicted_measured_costs = Median(at_measured_costs);
   s.iteration_s = Median(duration);
   s.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
   if (s.steady_iterations > 0) {

@@ -54,12 +54,20 @@ struct RunSummary {
   // What the coordinator predicted for the same iterations (median of their
   // predicted_bubble_rate); the plan's bubble rate under the job's cost model when none ran.
   double bubble_predicted = 0;
+  // The plan re-simulated at the costs the workers measured (median over the steady iterations
+  // that have it): what the schedule leaves at the real costs; unset when none has it.
+  std::optional<double> bubble_predicted_measured_costs;
   std::vector<RankSummary> ranks;
   double reduce_total_s = 0;             // per iteration, summed over ranks
   double reduce_exposed_s = 0;           // per iteration, summed over ranks
   std::optional<double> reduce_overlap;  // 1 - exposed / total; unset when nothing was reduced
   double reduce_overlap_predicted = 1;
   double wall_s = 0;  // from submit to the end
+  // zpipe run --local: the CPU threads its workers compute with (workers x --threads) and the
+  // cores this process may use; when the first exceeds the second, ranks wait for a core and the
+  // measured bubble counts that wait (the report says so beside the bubble).
+  int local_threads = 0;
+  int cores = 0;
 };
 
 RunSummary Summarize(const v1::Job& job, const std::vector<v1::IterationSummary>& iterations);

@@ -73,6 +73,21 @@ TEST(RunSummaryTest, SteadyStateSkipsTheFirstIterationAndTakesMedians) {
   EXPECT_NEAR(s.ranks[1].overlapped_step_s, 0.004, 1e-12);
 }
 
+TEST(RunSummaryTest, PredictionAtMeasuredCostsIsTheMedianOfTheIterationsThatHaveIt) {
+  std::vector<v1::IterationSummary> its = {Iteration(0, 5.0, 0.9, 0.05, 4.0, {0.5, 0.5}),
+                                           Iteration(1, 1.0, 0.10, 0.05, 3.0, {0.9, 0.9}),
+                                           Iteration(2, 1.0, 0.12, 0.05, 2.5, {0.9, 0.86}),
+                                           Iteration(3, 1.0, 0.11, 0.05, 2.0, {0.9, 0.9})};
+  EXPECT_FALSE(Summarize(Job(), its).bubble_predicted_measured_costs.has_value());
+  its[0].set_predicted_bubble_measured_costs(0.5);  // the warm-up: not a steady iteration
+  its[1].set_predicted_bubble_measured_costs(0.08);
+  its[3].set_predicted_bubble_measured_costs(0.09);
+  RunSummary s = Summarize(Job(), its);
+  ASSERT_TRUE(s.bubble_predicted_measured_costs.has_value());
+  EXPECT_DOUBLE_EQ(*s.bubble_predicted_measured_costs, 0.085);
+  EXPECT_DOUBLE_EQ(s.bubble_predicted, 0.05);
+}
+
 TEST(RunSummaryTest, ReduceOverlapIsOneMinusExposedOverTotal) {
   std::vector<v1::IterationSummary> its = {
       Iteration(0, 1, 0.1, 0.1, std::nullopt, {0.9, 0.9}, 1.0, 1.0),

@@ -187,6 +187,8 @@ struct IterationSummary {
   std::optional<double> eval_loss;  // spec.eval: measured after this iteration
   double bubble_rate = 0;
   double predicted_bubble_rate = 0;
+  // The plan re-simulated at this iteration's measured costs (measured_bubble.h), when computed.
+  std::optional<double> predicted_bubble_measured_costs;
   double reduce_total_s = 0;
   double reduce_exposed_s = 0;
   std::vector<RankStats> ranks;  // by global rank

@@ -6,6 +6,11 @@
 
 namespace zpipe::coordinator {
 
+int GlobalRank(const LogLineData& line, int pipeline_size) {
+  if (line.pipeline_rank == JobLogStore::kJobRank) return JobLogStore::kJobRank;
+  return line.data_rank * pipeline_size + line.pipeline_rank;
+}
+
 JobLogStore::JobLogStore(size_t lines_per_rank, size_t max_jobs)
     : lines_per_rank_(std::max<size_t>(1, lines_per_rank)),
       max_jobs_(std::max<size_t>(1, max_jobs)),
@@ -19,6 +24,19 @@ void JobLogStore::Append(const std::string& job_id, int pipeline_rank, int data_
     return;
   if (lines.empty() && dropped_by_worker == 0) return;
   absl::MutexLock lock(&mu_);
+  AppendLocked(job_id, {pipeline_rank, data_rank}, std::move(lines), dropped_by_worker);
+}
+
+void JobLogStore::AppendJobLine(const std::string& job_id, absl::Time time, std::string text) {
+  std::vector<std::pair<absl::Time, std::string>> lines;
+  lines.emplace_back(time, std::move(text));
+  absl::MutexLock lock(&mu_);
+  AppendLocked(job_id, {kJobRank, kJobRank}, std::move(lines), 0);
+}
+
+void JobLogStore::AppendLocked(const std::string& job_id, std::pair<int, int> key,
+                               std::vector<std::pair<absl::Time, std::string>> lines,
+                               uint64_t dropped_by_worker) {
   if (!jobs_.contains(job_id) && jobs_.size() >= max_jobs_) {
     auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
       return a.second.touched < b.second.touched;
@@ -29,14 +47,14 @@ void JobLogStore::Append(const std::string& job_id, int pipeline_rank, int data_
   JobLog& job = it->second;
   if (added) job.last_sequence = first_sequence_;
   job.touched = ++clock_;
-  RankLog& rank = job.ranks[{pipeline_rank, data_rank}];
+  RankLog& rank = job.ranks[key];
   rank.dropped += dropped_by_worker;
   for (auto& [time, text] : lines) {
     LogLineData& line = rank.lines.emplace_back();
     line.time = time;
     line.text = std::move(text);
-    line.pipeline_rank = pipeline_rank;
-    line.data_rank = data_rank;
+    line.pipeline_rank = key.first;
+    line.data_rank = key.second;
     line.sequence = ++job.last_sequence;
     if (rank.lines.size() > lines_per_rank_) {
       rank.lines.pop_front();

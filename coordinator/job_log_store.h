@@ -7,6 +7,10 @@
 // workers send from then on (those they kept while it was away included), not earlier ones; a
 // job's lines are rarely worth a database write per line, and the workers' own logs keep all.
 //
+// Besides the workers' lines, the coordinator writes one line per completed iteration of a job
+// (loss, eval loss, tokens/s, bubble: AppendJobLine), kept under the pseudo-rank
+// (kJobRank, kJobRank) and bounded like a rank's; a query for one rank leaves them out.
+//
 // Every line gets a per-job sequence number, increasing in arrival order, so a reader can follow
 // (WaitForLinesAfter) and resume. A store numbers from the microseconds since the Unix epoch at
 // its creation, so the numbers also increase across a coordinator restart and a follower resuming
@@ -37,6 +41,10 @@ struct LogLineData {
   uint64_t sequence = 0;
 };
 
+// The line's global rank (data_rank * p + pipeline_rank), or kJobRank (-1) for the
+// coordinator's lines about the whole job.
+int GlobalRank(const LogLineData& line, int pipeline_size);
+
 struct LogQuery {
   // Only this (pipeline_rank, data_rank); nullopt = every rank.
   std::optional<std::pair<int, int>> rank;
@@ -58,6 +66,8 @@ class JobLogStore {
   static constexpr size_t kDefaultMaxJobs = 200;
   // A rank index a worker may report lines for: [0, kMaxRank).
   static constexpr int kMaxRank = 1 << 16;
+  // The pipeline and data rank of the lines the coordinator writes about the whole job.
+  static constexpr int kJobRank = -1;
 
   explicit JobLogStore(size_t lines_per_rank = kDefaultLinesPerRank,
                        size_t max_jobs = kDefaultMaxJobs);
@@ -67,6 +77,9 @@ class JobLogStore {
   // ignored.
   void Append(const std::string& job_id, int pipeline_rank, int data_rank,
               std::vector<std::pair<absl::Time, std::string>> lines, uint64_t dropped_by_worker);
+
+  // Adds one line the coordinator writes about the whole job (rank kJobRank).
+  void AppendJobLine(const std::string& job_id, absl::Time time, std::string text);
 
   // The held lines of `job_id` that `query` selects; empty for a job without lines.
   LogRead Read(const std::string& job_id, const LogQuery& query) const;
@@ -90,6 +103,10 @@ class JobLogStore {
     uint64_t last_sequence = 0;
     uint64_t touched = 0;  // recency, for evicting whole jobs
   };
+
+  void AppendLocked(const std::string& job_id, std::pair<int, int> rank,
+                    std::vector<std::pair<absl::Time, std::string>> lines,
+                    uint64_t dropped_by_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t lines_per_rank_;
   const size_t max_jobs_;

@@ -50,6 +50,21 @@ TEST(JobLogStoreTest, KeepsLinesPerRankInArrivalOrderAndFilters) {
   EXPECT_TRUE(store.Read("other", {}).lines.empty());
 }
 
+TEST(JobLogStoreTest, JobLinesInterleaveWithEveryRankButNotWithOneRank) {
+  JobLogStore store(100);
+  store.Append("j", 0, 0, Lines("a", 0, 1), 0);
+  store.AppendJobLine("j", absl::FromUnixSeconds(2000), "iteration 0: loss 1.0000");
+  store.Append("j", 1, 0, Lines("b", 0, 1), 0);
+  LogRead all = store.Read("j", {});
+  ASSERT_EQ(Texts(all), (std::vector<std::string>{"a0", "iteration 0: loss 1.0000", "b0"}));
+  EXPECT_EQ(all.lines[1].pipeline_rank, JobLogStore::kJobRank);
+  EXPECT_EQ(GlobalRank(all.lines[1], 2), -1);
+  EXPECT_EQ(GlobalRank(all.lines[2], 2), 1);
+  LogQuery rank0;
+  rank0.rank = std::make_pair(0, 0);
+  EXPECT_EQ(Texts(store.Read("j", rank0)), (std::vector<std::string>{"a0"}));
+}
+
 TEST(JobLogStoreTest, BoundDropsTheOldestLinesOfARankAndCountsThem) {
   JobLogStore store(3);
   store.Append("j", 0, 0, Lines("a", 0, 5), /*dropped_by_worker=*/4);

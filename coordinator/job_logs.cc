@@ -71,7 +71,10 @@ absl::Status StreamJobLogs(JobManager& manager, const JobLogsRequest& request,
 
 std::string FormatLogLine(const LogLineData& line, int p) {
   return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", line.time, absl::UTCTimeZone()),
-                      " rank ", line.data_rank * p + line.pipeline_rank, ": ", line.text);
+                      line.pipeline_rank == JobLogStore::kJobRank
+                          ? std::string(" job: ")
+                          : absl::StrCat(" rank ", GlobalRank(line, p), ": "),
+                      line.text);
 }
 
 }  // namespace zpipe::coordinator

@@ -269,6 +269,9 @@ v1::IterationSummary SummaryToProto(const IterationSummary& s) {
   if (s.eval_loss) p.set_eval_loss(*s.eval_loss);
   p.set_bubble_rate(s.bubble_rate);
   p.set_predicted_bubble_rate(s.predicted_bubble_rate);
+  if (s.predicted_bubble_measured_costs) {
+    p.set_predicted_bubble_measured_costs(*s.predicted_bubble_measured_costs);
+  }
   p.set_reduce_total_s(s.reduce_total_s);
   p.set_reduce_exposed_s(s.reduce_exposed_s);
   for (const auto& r : s.ranks) *p.add_ranks() = RankStatsToProto(r);
@@ -283,6 +286,9 @@ IterationSummary SummaryFromProto(const v1::IterationSummary& p) {
   if (p.has_eval_loss()) s.eval_loss = p.eval_loss();
   s.bubble_rate = p.bubble_rate();
   s.predicted_bubble_rate = p.predicted_bubble_rate();
+  if (p.has_predicted_bubble_measured_costs()) {
+    s.predicted_bubble_measured_costs = p.predicted_bubble_measured_costs();
+  }
   s.reduce_total_s = p.reduce_total_s();
   s.reduce_exposed_s = p.reduce_exposed_s();
   for (const auto& r : p.ranks()) s.ranks.push_back(RankStatsFromProto(r));

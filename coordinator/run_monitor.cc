@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/log.h"
 #include "coordinator/measured_bubble.h"
 
@@ -108,19 +109,20 @@ void RunMonitor::ObserveClock(const std::string& worker_name, absl::Time now,
   traces_.ObserveClock(worker_name, now, worker_time_s);
 }
 
-std::optional<IterationSummary> RunMonitor::AddReport(const std::string& job_id,
-                                                      const std::string& worker_name, int iteration,
-                                                      const RankStats& stats,
-                                                      std::optional<double> loss,
-                                                      std::optional<double> eval_loss) {
-  return tracker_.AddReport(job_id, worker_name, iteration, stats, loss, eval_loss);
+std::vector<IterationSummary> RunMonitor::AddReport(const std::string& job_id,
+                                                    const std::string& worker_name, int iteration,
+                                                    const RankStats& stats,
+                                                    std::optional<double> loss,
+                                                    std::optional<double> eval_loss,
+                                                    absl::Time now) {
+  return tracker_.AddReport(job_id, worker_name, iteration, stats, loss, eval_loss, now);
 }
 
-void RunMonitor::ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,
+std::optional<double> RunMonitor::ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,
                                   const std::optional<IterationSummary>& summary,
                                   const std::shared_ptr<const JobPlan>& plan) {
   metrics_.ObserveRankIteration(job_id, iteration, stats);
-  if (!summary) return;
+  if (!summary) return std::nullopt;
   std::optional<PredictedBubble> predicted;
   if (plan != nullptr) {
     absl::StatusOr<PredictedBubble> p = PredictBubbleAtMeasuredCosts(*plan, summary->ranks);
@@ -131,6 +133,8 @@ void RunMonitor::ObserveIteration(const std::string& job_id, int iteration, cons
     }
   }
   metrics_.ObserveJobIteration(job_id, *summary, predicted);
+  if (!predicted) return std::nullopt;
+  return predicted->job;
 }
 
 JobEvent RunMonitor::RecordSummary(JobRecord& job, IterationSummary summary, absl::Time now) {
@@ -153,6 +157,26 @@ JobEvent RunMonitor::RecordSummary(JobRecord& job, IterationSummary summary, abs
   event.summary = summary;
   job.latest_summary = std::move(summary);
   return event;
+}
+
+std::string RunMonitor::IterationLogLine(const IterationSummary& s) {
+  double tokens = 0;
+  for (const RankStats& r : s.ranks) tokens += r.tokens;
+  std::string line = absl::StrCat("iteration ", s.iteration, ":");
+  if (s.loss) absl::StrAppend(&line, absl::StrFormat(" loss %.4f,", *s.loss));
+  if (s.eval_loss) absl::StrAppend(&line, absl::StrFormat(" eval loss %.4f,", *s.eval_loss));
+  if (s.duration_s > 0 && tokens > 0) {
+    absl::StrAppend(&line, absl::StrFormat(" %.0f tokens/s,", tokens / s.duration_s));
+  }
+  absl::StrAppend(&line, absl::StrFormat(" bubble %.1f%%", 100 * s.bubble_rate));
+  if (s.predicted_bubble_measured_costs) {
+    absl::StrAppend(&line, absl::StrFormat(" (predicted %.1f%% at measured costs, planned %.1f%%)",
+                                           100 * *s.predicted_bubble_measured_costs,
+                                           100 * s.predicted_bubble_rate));
+  } else {
+    absl::StrAppend(&line, absl::StrFormat(" (predicted %.1f%%)", 100 * s.predicted_bubble_rate));
+  }
+  return line;
 }
 
 }  // namespace zpipe::coordinator

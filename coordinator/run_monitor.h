@@ -47,7 +47,8 @@ struct ProgressBatchData {
 
 class RunMonitor {
  public:
-  explicit RunMonitor(Metrics& metrics) : metrics_(metrics) {}
+  explicit RunMonitor(Metrics& metrics, ProgressTracker::Options progress = {})
+      : metrics_(metrics), tracker_(progress) {}
 
   // Starts following an attempt of a job on `ranks` (by global rank), replacing the previous
   // attempt's progress and timeline. `iterations_done`: iterations already complete (a job
@@ -64,20 +65,27 @@ class RunMonitor {
   // `now`: a sample for its clock offset.
   void ObserveClock(const std::string& worker_name, absl::Time now, double worker_time_s);
 
-  // One rank's report of one iteration; the job-wide summary when it completes the iteration.
-  std::optional<IterationSummary> AddReport(const std::string& job_id,
-                                            const std::string& worker_name, int iteration,
-                                            const RankStats& stats, std::optional<double> loss,
-                                            std::optional<double> eval_loss);
+  // One rank's report of one iteration, arrived at `now`; the job-wide summaries it completes
+  // (ProgressTracker::AddReport).
+  std::vector<IterationSummary> AddReport(const std::string& job_id,
+                                          const std::string& worker_name, int iteration,
+                                          const RankStats& stats, std::optional<double> loss,
+                                          std::optional<double> eval_loss, absl::Time now);
   // Pipeline metrics of an accepted report (from the worker holding the rank), and of the
   // iteration when `summary` completes it: the bubble the plan predicts at the measured costs
-  // when `plan` is known (a simulation: call it without holding locks).
-  void ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,
+  // when `plan` is known (a simulation: call it without holding locks). Returns that job-wide
+  // bubble, for the summary (nullopt when `summary` is unset or it could not be computed).
+  std::optional<double> ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,
                         const std::optional<IterationSummary>& summary,
                         const std::shared_ptr<const JobPlan>& plan);
   // Records an iteration's summary on `job`: iterations done, the attempt's first iteration (and
   // its "resumed at" reason), the latest summary. Returns the history event to append.
   static JobEvent RecordSummary(JobRecord& job, IterationSummary summary, absl::Time now);
+  // The job's log line for a completed iteration (`zpipe logs`): "iteration 12: loss 3.4521,
+  // eval loss 3.6012, 4210 tokens/s, bubble 11.8% (predicted 10.2% at measured costs, planned
+  // 9.0%)"; tokens/s are every rank's tokens over the iteration's duration; loss, eval loss and
+  // the prediction at measured costs only where known.
+  static std::string IterationLogLine(const IterationSummary& summary);
 
   // A re-plan switched the job to `plan`: later summaries carry its predicted bubble.
   void SwitchPlan(const std::string& job_id, const JobPlan& plan) {

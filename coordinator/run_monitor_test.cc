@@ -109,10 +109,11 @@ TEST_F(RunMonitorTest, TimedEventsReachTheTimelineOnTheCoordinatorsClock) {
 }
 
 TEST_F(RunMonitorTest, ReportsBecomeASummaryWhenEveryRankReported) {
-  EXPECT_FALSE(monitor_.AddReport("j", "w0", 0, Stats(0), 3.0, std::nullopt).has_value());
-  std::optional<IterationSummary> summary =
-      monitor_.AddReport("j", "w1", 0, Stats(1), 3.0, std::nullopt);
-  ASSERT_TRUE(summary.has_value());
+  EXPECT_TRUE(monitor_.AddReport("j", "w0", 0, Stats(0), 3.0, std::nullopt, kT0).empty());
+  std::vector<IterationSummary> summaries =
+      monitor_.AddReport("j", "w1", 0, Stats(1), 3.0, std::nullopt, kT0);
+  ASSERT_EQ(summaries.size(), 1u);
+  std::optional<IterationSummary> summary = summaries[0];
   EXPECT_EQ(summary->iteration, 0);
   EXPECT_DOUBLE_EQ(summary->bubble_rate, 0.25);
 
@@ -159,6 +160,37 @@ TEST(RunMonitorRecordTest, RecordSummaryCountsIterationsAndSaysWhereAnAttemptRes
   EXPECT_EQ(job.iterations_done, 10);
   EXPECT_EQ(job.attempts[1].start_iteration, 6);  // only the first one
   EXPECT_EQ(job.reason, "running");
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
+
+namespace zpipe::coordinator {
+namespace {
+
+TEST(IterationLogLineTest, SaysLossEvalLossTokensPerSecondAndBubble) {
+  IterationSummary s;
+  s.iteration = 12;
+  s.duration_s = 0.5;
+  s.loss = 3.45214;
+  s.eval_loss = 3.60119;
+  s.bubble_rate = 0.1184;
+  s.predicted_bubble_rate = 0.09;
+  s.ranks.resize(2);
+  s.ranks[0].tokens = 1024;
+  s.ranks[1].tokens = 1024;
+  EXPECT_EQ(RunMonitor::IterationLogLine(s),
+            "iteration 12: loss 3.4521, eval loss 3.6012, 4096 tokens/s, bubble 11.8% "
+            "(predicted 9.0%)");
+  s.predicted_bubble_measured_costs = 0.102;
+  EXPECT_EQ(RunMonitor::IterationLogLine(s),
+            "iteration 12: loss 3.4521, eval loss 3.6012, 4096 tokens/s, bubble 11.8% "
+            "(predicted 10.2% at measured costs, planned 9.0%)");
+  s.predicted_bubble_measured_costs.reset();
+  s.loss.reset();
+  s.eval_loss.reset();
+  s.ranks.clear();
+  EXPECT_EQ(RunMonitor::IterationLogLine(s), "iteration 12: bubble 11.8% (predicted 9.0%)");
 }
 
 }  // namespace

@@ -89,15 +89,16 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
-// "2026-12-01T01:02:03.456Z rank 1: TEXT"
-const std::regex kLine(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z rank ([0-9]+): (.*)$)");
+// "2026-12-01T01:02:03.456Z rank 1: TEXT", or "... job: TEXT" for the coordinator's line about the
+// whole job (kept under rank -1 here).
+const std::regex kLine(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (?:rank ([0-9]+)|job): (.*)$)");
 
 std::map<int, std::vector<std::string>> ByRank(const std::string& out) {
   std::map<int, std::vector<std::string>> by_rank;
   for (const std::string& line : Lines(out)) {
     std::smatch m;
     EXPECT_TRUE(std::regex_match(line, m, kLine)) << "not TIME rank R: TEXT: " << line;
-    if (!m.empty()) by_rank[std::stoi(m[1])].push_back(m[2]);
+    if (!m.empty()) by_rank[m[1].matched ? std::stoi(m[1]) : -1].push_back(m[2]);
   }
   return by_rank;
 }
@@ -121,7 +122,17 @@ TEST_F(LogsTest, ShowsEachRanksLinesWithTimeAndRankAndFiltersByRank) {
   ProcessResult all = cluster_->Zpipe({"logs", "logs-basic"});
   ASSERT_EQ(all.exit_code, 0) << all.err;
   std::map<int, std::vector<std::string>> by_rank = ByRank(all.out);
-  ASSERT_EQ(by_rank.size(), 2u) << all.out;
+  ASSERT_EQ(by_rank.size(), 3u) << all.out;
+  // One line per iteration from the coordinator, with tokens/s and bubble (a synthetic model has
+  // no loss; RunMonitorTest checks the loss and eval loss parts).
+  const std::regex iteration_line(
+      R"(^iteration ([0-9]+):( [0-9]+ tokens/s,)? bubble [0-9.]+% \(predicted [0-9.]+%( at measured costs, planned [0-9.]+%)?\)$)");
+  ASSERT_EQ(by_rank[-1].size(), 2u) << all.out;
+  for (int i = 0; i < 2; ++i) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(by_rank[-1][i], m, iteration_line)) << by_rank[-1][i];
+    EXPECT_EQ(std::stoi(m[1]), i);
+  }
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(by_rank[r], ::testing::Contains(HasSubstr(absl::StrCat(
                                 "job logs-basic: rank ", r, "/0 of p=2 d=1, 2 iterations"))))
@@ -154,7 +165,7 @@ TEST_F(LogsTest, ShowsEachRanksLinesWithTimeAndRankAndFiltersByRank) {
     EXPECT_TRUE(j["text"].is_string());
     ranks.insert(j["rank"].get<int>());
   }
-  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_EQ(ranks, (std::set<int>{-1, 0, 1}));
 
   ProcessResult since = cluster_->Zpipe({"logs", "logs-basic", "--since", "10m"});
   EXPECT_EQ(Lines(since.out).size(), Lines(all.out).size());
@@ -178,7 +189,8 @@ TEST_F(LogsTest, FollowPrintsLinesAsTheyComeAndEndsWhenTheJobEnds) {
   ProcessResult r = follow.Wait(120);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::map<int, std::vector<std::string>> by_rank = ByRank(r.out);
-  ASSERT_EQ(by_rank.size(), 2u) << r.out;
+  ASSERT_EQ(by_rank.size(), 3u) << r.out;  // ranks 0 and 1, and the coordinator's job lines
+  EXPECT_EQ(by_rank[-1].size(), 16u) << "one per iteration";
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_THAT(by_rank[rank].back(), HasSubstr("rank finished")) << r.out;
   }
@@ -222,9 +234,10 @@ TEST(LogsBoundTest, TheCoordinatorKeepsTheNewestLinesOfEachRank) {
   ProcessResult r = cluster.Zpipe({"logs", "logs-bound"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<int, std::vector<std::string>> by_rank = ByRank(r.out);
-  ASSERT_EQ(by_rank.size(), 2u) << r.out;
-  for (int rank = 0; rank < 2; ++rank) {
+  ASSERT_EQ(by_rank.size(), 3u) << r.out;
+  for (int rank = -1; rank < 2; ++rank) {  // -1: the coordinator's job lines, bounded alike
     ASSERT_EQ(by_rank[rank].size(), 2u) << r.out;
+    if (rank < 0) continue;
     EXPECT_THAT(by_rank[rank].back(), HasSubstr("rank finished")) << "the newest are kept";
     EXPECT_THAT(r.out, Not(HasSubstr(absl::StrCat("rank ", rank, "/0 of p=2"))))
         << "the oldest went";

@@ -212,7 +212,11 @@ class ClientE2ETest(unittest.TestCase):
         job_id = self.client.submit(synthetic_job("py-logs", iterations=10, forward_ms=20))
         followed = list(self.client.logs(job_id, follow=True))  # ends when the job does
         self.assertEqual(self.client.status(job_id)["state"], "succeeded")
-        self.assertEqual({line["rank"] for line in followed}, {0, 1})
+        # -1: the coordinator's line per iteration (bubble, tokens/s, loss where there is one).
+        self.assertEqual({line["rank"] for line in followed}, {-1, 0, 1})
+        job_lines = [line["text"] for line in followed if line["rank"] == -1]
+        self.assertEqual(len(job_lines), 10)
+        self.assertTrue(job_lines[0].startswith("iteration 0: "), job_lines[0])
         for rank in (0, 1):
             texts = [line["text"] for line in followed if line["rank"] == rank]
             self.assertIn(f"job {job_id}: rank {rank}/0 of p=2 d=1, 10 iterations", texts)
