@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/command_table.h"
 #include "core/sanitize.h"
 
 namespace zpipe::cli {
@@ -52,6 +53,8 @@ int ExitCodeFor(const absl::Status& status) {
       return kExitUnreachable;
     case absl::StatusCode::kInvalidArgument:
       return kExitUsage;
+    case absl::StatusCode::kResourceExhausted:
+      return kExitResourceExhausted;
     default:
       return kExitJobFailed;
   }
@@ -90,6 +93,10 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
       err_ << "the coordinator at " << coordinator_ << " did not accept the token from "
            << token_source_ << ": " << message << "\n";
     }
+  } else if (status.code() == absl::StatusCode::kResourceExhausted) {
+    // Reached and answering, but out of room (a full job store, a limit): not "unreachable".
+    err_ << "the coordinator at " << coordinator_ << " refused for lack of resources: " << message
+         << "\n";
   } else if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     err_ << "the coordinator at " << coordinator_ << " did not answer in time: " << message << "\n";
   } else if (status.message().empty()) {
@@ -118,6 +125,12 @@ Args& Args::Switch(const std::string& name) {
   return *this;
 }
 
+Args& Args::Alias(const std::string& alias, const std::string& name,
+                  const std::string& deprecated_for) {
+  aliases_[alias] = {name, deprecated_for};
+  return *this;
+}
+
 absl::Status Args::Parse(const std::vector<std::string>& args) {
   bool only_positionals = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -140,6 +153,13 @@ absl::Status Args::Parse(const std::vector<std::string>& args) {
       name = a.substr(0, eq);
       value = a.substr(eq + 1);
     }
+    if (auto alias = aliases_.find(name); alias != aliases_.end()) {
+      if (!alias->second.second.empty()) {
+        warnings_.push_back(absl::StrCat(
+            name, " is deprecated and goes away in the next release: use ", alias->second.second));
+      }
+      name = alias->second.first;
+    }
     if (switches_.count(name)) {
       if (value.has_value())
         return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
@@ -152,7 +172,12 @@ absl::Status Args::Parse(const std::vector<std::string>& args) {
       }
       values_[name] = *value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "'"));
+      std::vector<std::string> known(flags_.begin(), flags_.end());
+      known.insert(known.end(), switches_.begin(), switches_.end());
+      std::optional<std::string> near = Suggest(name, known);
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option '", name, "'",
+                       near ? absl::StrCat("; did you mean '", *near, "'?") : ""));
     }
   }
   return absl::OkStatus();
@@ -174,6 +199,9 @@ std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command,
   if (args.help()) {
     ctx.out() << usage;
     return kExitOk;
+  }
+  for (const std::string& warning : args.warnings()) {
+    ctx.err() << "zpipe " << command << ": warning: " << warning << "\n";
   }
   return std::nullopt;
 }

@@ -31,6 +31,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitJobFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;
+// The coordinator refused for lack of room (RESOURCE_EXHAUSTED): its job store is full, or a
+// limit such as --max-pending-jobs is reached. Retrying later may succeed.
+inline constexpr int kExitResourceExhausted = 4;
 
 inline constexpr char kDefaultCoordinator[] = "localhost:50051";
 inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
@@ -39,7 +42,10 @@ inline constexpr char kTlsCaEnv[] = "ZPIPE_TLS_CA";
 inline constexpr char kTlsCertEnv[] = "ZPIPE_TLS_CERT";
 inline constexpr char kTlsKeyEnv[] = "ZPIPE_TLS_KEY";
 
-enum class OutputFormat { kTable, kJson };
+// -o FORMAT. kTable is "text" (its old name "table" is still accepted); kWide is text with more
+// columns where a command has them; kJson and kYaml print the same documents (json_output.h);
+// kName prints only the ids of what the command names, one per line.
+enum class OutputFormat { kTable, kWide, kJson, kYaml, kName };
 
 // What every coordinator subcommand gets: the resolved global options, its streams, and a client
 // made on first use.
@@ -55,12 +61,16 @@ class CliContext {
   // The token for the client made by client(), and where it came from ("ZPIPE_TOKEN",
   // "--token-file FILE") for error messages. Call before the first client().
   void SetToken(std::string token, std::string source);
+  bool has_token() const { return !token_.empty(); }
   // TLS for the client made by client() (nullopt = plaintext), and where the CA came from
   // ("--tls-ca FILE", "ZPIPE_TLS_CA=FILE", "" for the system's roots) for error messages. Call
   // before the first client().
   void SetTls(std::optional<core::TlsClientPem> tls, std::string ca_source);
   OutputFormat output() const { return output_; }
-  bool json() const { return output_ == OutputFormat::kJson; }
+  // A document format (-o json or -o yaml): print with PrintDocument (json_output.h).
+  bool json() const { return output_ == OutputFormat::kJson || output_ == OutputFormat::kYaml; }
+  bool wide() const { return output_ == OutputFormat::kWide; }
+  bool names() const { return output_ == OutputFormat::kName; }
   std::ostream& out() { return out_; }
   std::ostream& err() { return err_; }
   bool out_is_terminal() const { return out_is_terminal_; }
@@ -93,12 +103,20 @@ int ExitCodeFor(const absl::Status& status);
 // A small flag parser: "--name VALUE", "--name=VALUE", boolean "--name", and positionals.
 // Flags are declared up front so that a typo is an error rather than a positional. "--help" and
 // "-h" are always known: they set help() and end the parse (what follows is not checked).
+// Commands get theirs from the command table (command_table.h: ArgsFor).
 class Args {
  public:
   Args& Flag(const std::string& name);    // takes a value
   Args& Switch(const std::string& name);  // boolean
-  // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag or a missing value.
+  // `alias` (e.g. "-f") is another spelling of the declared `name`; its value is stored under
+  // `name`. With `deprecated_for`, using it adds a warning naming that replacement.
+  Args& Alias(const std::string& alias, const std::string& name,
+              const std::string& deprecated_for = "");
+  // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag (and the closest known one)
+  // or a missing value.
   absl::Status Parse(const std::vector<std::string>& args);
+  // "-f is deprecated: use --follow" for each deprecated spelling used.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   bool help() const { return help_; }
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
@@ -108,6 +126,8 @@ class Args {
  private:
   std::set<std::string> flags_;
   std::set<std::string> switches_;
+  std::map<std::string, std::pair<std::string, std::string>> aliases_;  // -> name, replacement
+  std::vector<std::string> warnings_;
   std::map<std::string, std::string> values_;
   std::vector<std::string> positionals_;
   bool help_ = false;
@@ -118,7 +138,8 @@ bool WantsHelp(const std::vector<std::string>& args);
 
 // Every subcommand's first step: parses `argv` into `args`. On --help prints `usage` to out and
 // returns kExitOk; on a bad flag prints "zpipe COMMAND: <the problem>" and `usage` to err and
-// returns kExitUsage; returns nullopt when the command should go on.
+// returns kExitUsage; returns nullopt when the command should go on (after printing
+// "zpipe COMMAND: warning: ..." for each deprecated spelling used).
 std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
                                     const std::vector<std::string>& argv, const std::string& usage);
 
@@ -155,12 +176,18 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& args);  /
 int RunRunCommand(CliContext& ctx, const std::vector<std::string>& args);      // run FILE --local
 // A TorchScript job's cuts and measured per-stage costs (nothing for other models).
 void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout);
-int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);  // export ID -o FILE
-// `zpipe completion bash`: needs no coordinator, so it takes its streams directly.
+int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);  // export ID -f FILE
+// `zpipe version`: this zpipe's build and, with a coordinator to ask, the coordinator's.
+int RunVersionCommand(CliContext& ctx, const std::vector<std::string>& args);
+// This zpipe's build (the generated zpipe/build_info.h) as the coordinator reports its own, and
+// its one-line form "client: zpipe 0.1.0 (commit ..., torch ..., cuda ...)" (zpipe --version).
+v1::ServerInfo ClientBuildInfo();
+std::string ClientVersionLine();
+// `zpipe config ...`: the contexts of the config file (cli_config.h); asks no coordinator.
+int RunConfigCommand(CliContext& ctx, const std::vector<std::string>& args);
+// `zpipe completion bash|zsh|fish`: needs no coordinator, so it takes its streams directly.
 int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);
-// `zpipe export`'s -o FILE, renamed before the global -o is parsed (like trace's).
-inline constexpr char kExportFileFlag[] = "--export-file";
 
 // Follows `job_id` until it is terminal, rendering its events (progress_view.cc), and returns
 // kExitOk if it SUCCEEDED, kExitJobFailed if it FAILED or was CANCELLED. `live` draws per-rank

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace zpipe::core {
 
@@ -65,6 +66,35 @@ bool LooksLikeTlsFailure(absl::string_view message) {
     if (absl::StrContains(text, word)) return true;
   }
   return absl::StrContains(text, "failed to connect") && absl::StrContains(text, "Socket closed");
+}
+
+bool IsLoopbackTarget(absl::string_view target) {
+  if (absl::ConsumePrefix(&target, "unix:") || absl::ConsumePrefix(&target, "unix-abstract:")) {
+    return true;
+  }
+  absl::ConsumePrefix(&target, "dns:///");
+  absl::ConsumePrefix(&target, "ipv4:");
+  absl::ConsumePrefix(&target, "ipv6:");
+  absl::string_view host = target;
+  if (absl::ConsumePrefix(&host, "[")) {
+    host = host.substr(0, host.find(']'));
+  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos &&
+                                             host.find(':') == colon) {
+    host = host.substr(0, colon);  // host:port (a bare IPv6 address has several colons)
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+std::string PlaintextTokenProblem(absl::string_view who, absl::string_view target, bool has_token,
+                                  bool tls, bool require_tls, absl::string_view tls_flag) {
+  if (!has_token || tls || IsLoopbackTarget(target)) return "";
+  if (require_tls) {
+    return absl::StrCat(who, ": refusing to send a token to ", target, " without TLS (",
+                        "--require-tls); give ", tls_flag, " FILE to talk TLS to it");
+  }
+  return absl::StrCat(who, ": warning: sending a token to ", target,
+                      " without TLS, readable by anyone on the network path; give ", tls_flag,
+                      " FILE (or --require-tls to make this an error)");
 }
 
 }  // namespace zpipe::core

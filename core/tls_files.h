@@ -46,6 +46,18 @@ absl::StatusOr<std::optional<TlsClientPem>> LoadTlsClientPem(const NamedFile& ca
 // certificate), where a coordinator that is down refuses the connection instead.
 bool LooksLikeTlsFailure(absl::string_view message);
 
+// Whether a gRPC target ("host:port", "[::1]:port", "ipv4:...", "unix:...") stays on this machine:
+// localhost, 127.0.0.0/8, ::1 or a Unix socket. A token sent elsewhere without TLS crosses the
+// network readable by anyone on the path (the CLI and the worker warn, or with --require-tls
+// refuse).
+bool IsLoopbackTarget(absl::string_view target);
+
+// The warning (require_tls false) or error (true) for sending a token to `target` without TLS;
+// "" when that is fine (TLS on, no token, or a loopback target). `who` names the sender ("zpipe",
+// "zpipe-worker"), `tls_flag` the flag that turns TLS on for it.
+std::string PlaintextTokenProblem(absl::string_view who, absl::string_view target, bool has_token,
+                                  bool tls, bool require_tls, absl::string_view tls_flag);
+
 }  // namespace zpipe::core
 
 #endif  // ZPIPE_CORE_TLS_FILES_H_

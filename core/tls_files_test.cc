@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "absl/strings/match.h"
+
 namespace zpipe::core {
 namespace {
 
@@ -27,6 +31,39 @@ TEST(LooksLikeTlsFailureTest, ACoordinatorThatIsDownOrRestartingIsNotTls) {
       "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:7000: tcp "
       "handshaker shutdown"));
   EXPECT_FALSE(LooksLikeTlsFailure("Socket closed"));  // a session that ended, not a connect
+}
+
+}  // namespace
+}  // namespace zpipe::core
+
+namespace zpipe::core {
+namespace {
+
+TEST(PlaintextTokenTest, LoopbackTargetsStayOnThisMachine) {
+  for (const char* t : {"localhost:50051", "127.0.0.1:1", "127.9.9.9:80", "[::1]:50051",
+                        "ipv4:127.0.0.1:5", "unix:/tmp/zpipe.sock", "dns:///localhost:1"}) {
+    EXPECT_TRUE(IsLoopbackTarget(t)) << t;
+  }
+  for (const char* t : {"zpipe-coordinator:50051", "10.0.0.7:50051", "[2001:db8::1]:50051",
+                        "128.0.0.1:1", "localhost.evil.example:1"}) {
+    EXPECT_FALSE(IsLoopbackTarget(t)) << t;
+  }
+}
+
+TEST(PlaintextTokenTest, WarnsOrRefusesOnlyForATokenInPlaintextToAnotherMachine) {
+  EXPECT_EQ(PlaintextTokenProblem("zpipe", "localhost:1", true, false, true, "--tls-ca"), "");
+  EXPECT_EQ(PlaintextTokenProblem("zpipe", "10.0.0.7:1", false, false, true, "--tls-ca"), "");
+  EXPECT_EQ(PlaintextTokenProblem("zpipe", "10.0.0.7:1", true, true, true, "--tls-ca"), "");
+  const std::string warning =
+      PlaintextTokenProblem("zpipe", "10.0.0.7:1", true, false, false, "--tls-ca");
+  EXPECT_TRUE(absl::StartsWith(warning, "zpipe: warning: sending a token to 10.0.0.7:1 without "
+                                        "TLS"))
+      << warning;
+  const std::string error =
+      PlaintextTokenProblem("zpipe-worker", "10.0.0.7:1", true, false, true, "--tls-ca");
+  EXPECT_TRUE(absl::StartsWith(error, "zpipe-worker: refusing to send a token to 10.0.0.7:1"))
+      << error;
+  EXPECT_NE(error.find("--tls-ca FILE"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ constexpr char kUsage[] =
     "                 moved to the PyTorch wheel)\n"
     "  --token-file FILE           the worker token the coordinator requires (the first line\n"
     "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
+    "  --require-tls               refuse to send the token to another machine without TLS\n"
+    "                              (also ZPIPE_REQUIRE_TLS=1); without it, a warning\n"
     "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
     "                              (default $ZPIPE_TLS_CA; without either, plaintext)\n"
     "  --tls-cert FILE             with --tls-key: this PEM client certificate, for a\n"
@@ -55,6 +57,9 @@ constexpr char kUsage[] =
     "  --data-root DIR             jobs may name model, data and checkpoint paths only under\n"
     "                              DIR (after resolving symlinks and ..); repeatable (default:\n"
     "                              the working directory only)\n"
+    "  --artifact-cache DIR        where artifacts uploaded with `zpipe submit --upload` are\n"
+    "                              kept, verified by SHA-256 and reused (default:\n"
+    "                              .zpipe-artifacts under the first --data-root)\n"
     "  --log-lines N               a running rank's newest log lines kept for the coordinator\n"
     "                              while it cannot be reached (`zpipe logs`; default 1000)\n"
     "  --reconnect-max-backoff D   longest wait between attempts to reach the coordinator,\n"
@@ -141,6 +146,8 @@ int main(int argc, char** argv) {
     if (env != nullptr && *env != '\0') *file = {env_name, env};
   }
   int threads = 1;
+  const char* require_env = std::getenv("ZPIPE_REQUIRE_TLS");
+  bool require_tls = require_env != nullptr && std::string(require_env) == "1";
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     std::string value;
@@ -148,6 +155,10 @@ int main(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (flag == "--require-tls") {  // a switch: no value
+      require_tls = true;
+      continue;
     }
     if (eq != std::string::npos) {
       value = flag.substr(eq + 1);
@@ -188,6 +199,8 @@ int main(int argc, char** argv) {
       f = {flag, value};
     } else if (flag == "--data-root") {
       options.data_roots.push_back(value);
+    } else if (flag == "--artifact-cache") {
+      options.artifact_cache = value;
     } else if (flag == "--log-lines") {
       int lines = 0;
       if (!absl::SimpleAtoi(value, &lines) || lines < 1 || lines > 1000000)
@@ -230,6 +243,13 @@ int main(int argc, char** argv) {
   if (!tls.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(tls.status().message()).c_str());
     return 2;
+  }
+  if (std::string problem = zpipe::core::PlaintextTokenProblem(
+          "zpipe-worker", options.coordinator, !options.token.empty(), tls->has_value(),
+          require_tls, "--tls-ca");
+      !problem.empty()) {
+    std::fprintf(stderr, "%s\n", problem.c_str());
+    if (require_tls) return 2;
   }
   options.tls = *std::move(tls);
   if (device == "cpu") {

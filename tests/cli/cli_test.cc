@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -415,7 +418,11 @@ TEST_F(CliTest, UsageErrors) {
   EXPECT_EQ(RunZpipe({"status"}).exit_code, 2);
   EXPECT_EQ(RunZpipe({"list", "--bogus"}).exit_code, 2);
   EXPECT_EQ(RunZpipe({"list", "--state", "sleeping"}).exit_code, 2);
-  EXPECT_EQ(RunZpipe({"list", "-o", "yaml"}).exit_code, 2);
+  EXPECT_EQ(RunZpipe({"list", "-o", "xml"}).exit_code, 2);
+  // Issue 33: -o is the format on every command; trace's -o json wrote a file named "json".
+  ProcessResult trace = RunZpipe({"trace", "x", "-o", "json"});
+  EXPECT_EQ(trace.exit_code, 2) << trace.err;
+  EXPECT_THAT(trace.err, HasSubstr("zpipe trace: -o json: trace prints text only"));
   EXPECT_EQ(RunZpipe({"submit", JobFile(), "--wait", "--follow"}).exit_code, 2);
 }
 
@@ -426,8 +433,8 @@ TEST_F(CliTest, UnknownJobExitsOne) {
                                              {"cancel", "nope"},
                                              {"watch", "nope"},
                                              {"plan", "--job", "nope"},
-                                             {"trace", "nope", "-o", out},
-                                             {"export", "nope", "-o", out}}) {
+                                             {"trace", "nope", "-f", out},
+                                             {"export", "nope", "--file", out}}) {
     ProcessResult r = RunZpipe(args);
     EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr("zpipe " + args[0] + ": job 'nope' not found")) << args[0];
@@ -537,6 +544,103 @@ TEST_F(CliTest, CompletionBashIsValidBashListingEveryCommand) {
   EXPECT_THAT(complete("zpipe su", 1), ::testing::ElementsAre("submit"));
   EXPECT_THAT(complete("zpipe -o json list --state ru", 5), ::testing::ElementsAre("running"));
   EXPECT_THAT(complete("zpipe workers --w", 2), ::testing::ElementsAre("--wide"));
+  // Job ids come from the coordinator the command line names (zpipe list -o name).
+  ASSERT_EQ(RunZpipe({"submit", JobFile(), "--id", "abc-1"}).exit_code, 0);
+  const std::string zpipe = absl::StrCat(ZPIPE_CLI_BIN, " --coordinator ", address_);
+  EXPECT_THAT(complete(zpipe + " status ab", 4), ::testing::ElementsAre("abc-1"));
+  EXPECT_THAT(complete(zpipe + " logs abc-1 --fo", 5), ::testing::ElementsAre("--follow"));
+  EXPECT_THAT(complete("zpipe trace x -", 3), ::testing::Contains("-f"));
+  EXPECT_THAT(complete("zpipe -o ya", 2), ::testing::ElementsAre("yaml"));
+}
+
+// zsh and fish: the scripts made from the same table parse and load (skipped where the shell is
+// not installed; scripts/setup installs both).
+TEST_F(CliTest, CompletionZshAndFishLoad) {
+  for (const std::string shell : {"zsh", "fish"}) {
+    ProcessResult script = RunProcess({ZPIPE_CLI_BIN, "completion", shell});
+    ASSERT_EQ(script.exit_code, 0) << script.err;
+    for (const std::string& command : CommandsInUsage()) {
+      EXPECT_THAT(script.out, HasSubstr(command)) << shell;
+    }
+    const std::string path = WriteFile("zpipe." + shell, script.out);
+    ProcessResult which = RunProcess({"/bin/sh", "-c", "command -v " + shell});
+    const std::string bin(absl::StripAsciiWhitespace(which.out));
+    if (which.exit_code != 0 || bin.empty()) {
+      std::cerr << shell << " is not installed: not loaded\n";
+      continue;
+    }
+    ProcessResult syntax = RunProcess({bin, "-n", path});
+    EXPECT_EQ(syntax.exit_code, 0) << shell << ": " << syntax.err;
+    ProcessResult load =
+        shell == "zsh"
+            ? RunProcess({bin, "-f", "-c",
+                          "autoload -Uz compinit && compinit -u -D && source " + path +
+                              " && print -r -- $_comps[zpipe]"})
+            : RunProcess({bin, "--no-config", "-c",
+                          "source " + path + "; complete -C 'zpipe sub'"});
+    EXPECT_EQ(load.exit_code, 0) << shell << ": " << load.err;
+    EXPECT_THAT(load.out, HasSubstr(shell == "zsh" ? "_zpipe" : "submit")) << shell;
+  }
+}
+
+TEST_F(CliTest, TyposGetASuggestionAndOneLine) {
+  ProcessResult r = RunZpipe({"sumbit", JobFile()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "zpipe: unknown command 'sumbit'; did you mean 'submit'?\n"
+            "Run 'zpipe --help' for the commands and options.\n");
+  r = RunZpipe({"logs", "x", "--folow"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown option '--folow'; did you mean '--follow'?"));
+}
+
+TEST_F(CliTest, VersionNamesClientAndCoordinatorBuilds) {
+  ProcessResult flag = RunProcess({ZPIPE_CLI_BIN, "--version"});
+  EXPECT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_THAT(flag.out, ::testing::StartsWith("client: zpipe "));
+  EXPECT_THAT(flag.out, HasSubstr("commit "));
+  ProcessResult r = RunZpipe({"version", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = Parse(r);
+  EXPECT_FALSE(j["client"]["version"].get<std::string>().empty());
+  // The same build tree made both binaries: the same build info.
+  EXPECT_EQ(j["coordinator"], j["client"]);
+  ProcessResult text = RunZpipe({"version"});
+  EXPECT_THAT(text.out, HasSubstr("coordinator " + address_ + ": zpipe "));
+}
+
+// Contexts: set-context / use-context write the file; flags > ZPIPE_* environment > context.
+TEST_F(CliTest, ContextsChooseTheCoordinatorUnderFlagsAndEnvironment) {
+  const std::map<std::string, std::string> env = {{"XDG_CONFIG_HOME", dir_ + "/xdg"},
+                                                  {"ZPIPE_COORDINATOR", ""}};
+  auto zpipe = [&](std::vector<std::string> args,
+                   std::map<std::string, std::string> more = {}) {
+    args.insert(args.begin(), ZPIPE_CLI_BIN);
+    for (const auto& [k, v] : env) more.emplace(k, v);
+    return RunProcess(args, more);
+  };
+  const std::string dead = absl::StrCat("127.0.0.1:", FreePort());
+  ASSERT_EQ(zpipe({"config", "set-context", "here", "--coordinator", address_}).exit_code, 0);
+  ASSERT_EQ(zpipe({"config", "set-context", "gone", "--coordinator", dead}).exit_code, 0);
+  std::ifstream file(dir_ + "/xdg/zeropipe/config.yaml");
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("current-context: here"));  // the first one made
+  ProcessResult names = zpipe({"config", "get-contexts", "-o", "name"});
+  EXPECT_EQ(names.out, "here\ngone\n") << names.err;
+
+  EXPECT_EQ(zpipe({"list"}).exit_code, 0);  // current-context: here
+  ASSERT_EQ(zpipe({"config", "use-context", "gone"}).exit_code, 0);
+  EXPECT_EQ(zpipe({"list"}).exit_code, 3);
+  EXPECT_EQ(zpipe({"--context", "here", "list"}).exit_code, 0);
+  EXPECT_EQ(zpipe({"list"}, {{"ZPIPE_CONTEXT", "here"}}).exit_code, 0);
+  // The environment beats the context; the flag beats both.
+  EXPECT_EQ(zpipe({"list"}, {{"ZPIPE_COORDINATOR", address_}}).exit_code, 0);
+  EXPECT_EQ(zpipe({"--context", "here", "list"}, {{"ZPIPE_COORDINATOR", dead}}).exit_code, 3);
+  EXPECT_EQ(zpipe({"--coordinator", address_, "list"}, {{"ZPIPE_COORDINATOR", dead}}).exit_code, 0);
+  ProcessResult unknown = zpipe({"--context", "nope", "list"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("no context 'nope'"));
 }
 
 TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
@@ -550,8 +654,9 @@ TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
                                              {"submit", JobFile()},
                                              {"submit", JobFile(), "--dry-run"},
                                              {"plan", "--job", "x"},
-                                             {"trace", "x", "-o", dir_ + "/t.json"},
-                                             {"export", "x", "-o", dir_ + "/m.pt"}}) {
+                                             {"trace", "x", "-f", dir_ + "/t.json"},
+                                             {"export", "x", "-f", dir_ + "/m.pt"},
+                                             {"version"}}) {
     std::vector<std::string> argv = {ZPIPE_CLI_BIN, "--coordinator", dead};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessResult r = RunProcess(argv);
@@ -618,9 +723,21 @@ TEST_F(CliTest, SuccessExitsZeroForEveryCommand) {
   EXPECT_EQ(RunZpipe({"cancel", "ok"}).exit_code, 1);  // finished: refused
   // Fake workers trace nothing: refused (FAILED_PRECONDITION), 1. A trace that is written
   // exits 0: tests/trace.
-  ProcessResult trace = RunZpipe({"trace", "ok", "-o", out + ".json"});
+  ProcessResult trace = RunZpipe({"trace", "ok", "-f", out + ".json"});
   EXPECT_EQ(trace.exit_code, 1) << trace.err;
   EXPECT_THAT(trace.err, HasSubstr("no complete iteration"));
+  // The old spelling still works this release, with a warning.
+  ProcessResult old_trace = RunZpipe({"trace", "ok", "-o", out + ".json"});
+  EXPECT_EQ(old_trace.exit_code, 1) << old_trace.err;
+  EXPECT_THAT(old_trace.err, HasSubstr("-o FILE is deprecated"));
+  EXPECT_THAT(old_trace.err, HasSubstr("no complete iteration"));
+  // -o name: the ids alone; -o yaml: the JSON document as YAML.
+  ProcessResult names = RunZpipe({"list", "-o", "name"});
+  EXPECT_EQ(names.out, "ok\n") << names.err;
+  ProcessResult yaml = RunZpipe({"status", "ok", "-o", "yaml"});
+  EXPECT_EQ(yaml.exit_code, 0) << yaml.err;
+  EXPECT_THAT(yaml.out, HasSubstr("id: ok\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("\nstate: succeeded\n"));
 }
 
 TEST_F(CliTest, CoordinatorFromEnvironment) {
@@ -628,6 +745,28 @@ TEST_F(CliTest, CoordinatorFromEnvironment) {
       RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Parse(r)["jobs"].is_array());
+}
+
+}  // namespace
+}  // namespace zpipe::testing
+
+namespace zpipe::testing {
+namespace {
+
+// A token bound for another machine without TLS: refused with --require-tls (before anything is
+// sent), and on a loopback address sent as before.
+TEST(PlaintextTokenCliTest, RequireTlsRefusesATokenInPlaintextToAnotherMachine) {
+  const std::string token = ::testing::TempDir() + "/plaintext-token";
+  std::ofstream(token) << "secret-client-token\n";
+  ProcessResult refused = RunProcess({ZPIPE_CLI_BIN, "--coordinator", "192.0.2.1:50051",
+                                      "--token-file", token, "--require-tls", "list"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("refusing to send a token to 192.0.2.1:50051 "
+                                                "without TLS (--require-tls); give --tls-ca"));
+  ProcessResult local = RunProcess({ZPIPE_CLI_BIN, "--coordinator", "127.0.0.1:1", "--token-file",
+                                    token, "--require-tls", "list"});
+  EXPECT_EQ(local.exit_code, 3) << local.err;  // nothing listens there: unreachable, not refused
+  EXPECT_THAT(local.err, ::testing::Not(::testing::HasSubstr("without TLS")));
 }
 
 }  // namespace
