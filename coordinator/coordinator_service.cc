@@ -11,6 +11,7 @@
 #include "coordinator/job_proto.h"
 #include "coordinator/trace_proto.h"
 #include "coordinator/worker_proto.h"
+#include "zpipe/build_info.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -40,6 +41,7 @@ grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext* ctx,
   if (!caller.ok()) return Done("SubmitJob", caller.status());
   absl::StatusOr<JobSpec> spec = SpecFromProto(req->spec());
   if (!spec.ok()) return Done("SubmitJob", spec.status());
+  if (absl::Status st = CheckArtifacts(artifacts_, *spec); !st.ok()) return Done("SubmitJob", st);
   absl::StatusOr<SubmitResult> result =
       manager_.Submit(req->job_id(), *spec, req->validate_only(), caller->name);
   if (!result.ok()) return Done("SubmitJob", result.status());
@@ -229,6 +231,18 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext* ctx,
   return Done("ListWorkers", absl::OkStatus());
 }
 
+grpc::Status CoordinatorServiceImpl::GetServerInfo(grpc::ServerContext* ctx,
+                                                   const v1::GetServerInfoRequest*,
+                                                   v1::ServerInfo* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "read server info");
+  if (!caller.ok()) return Done("GetServerInfo", caller.status());
+  resp->set_version(build_info::kVersion);
+  resp->set_commit(build_info::kCommit);
+  resp->set_torch(build_info::kTorch);
+  resp->set_cuda(build_info::kCuda);
+  return Done("GetServerInfo", absl::OkStatus());
+}
+
 grpc::Status CoordinatorServiceImpl::GetTrace(grpc::ServerContext* ctx,
                                               const v1::GetTraceRequest* req,
                                               v1::GetTraceResponse* resp) {
@@ -274,7 +288,7 @@ grpc::Status CoordinatorServiceImpl::GetJobLogs(
         out->set_text(line.text);
         out->set_pipeline_rank(line.pipeline_rank);
         out->set_data_rank(line.data_rank);
-        out->set_rank(line.data_rank * p + line.pipeline_rank);
+        out->set_rank(GlobalRank(line, p));
         out->set_sequence(line.sequence);
       }
       if (!writer->Write(resp)) return false;

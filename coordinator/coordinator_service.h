@@ -5,6 +5,7 @@
 #ifndef ZPIPE_COORDINATOR_COORDINATOR_SERVICE_H_
 #define ZPIPE_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include "coordinator/artifact_store.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics.h"
@@ -15,8 +16,11 @@ namespace zpipe::coordinator {
 class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
  public:
   // All three must outlive the service.
-  CoordinatorServiceImpl(JobManager& manager, Metrics& metrics, const Authenticator& auth)
-      : manager_(manager), metrics_(metrics), auth_(auth) {}
+  // `artifacts` (may be null: no artifact store) is what a spec naming "artifact:sha256:..."
+  // files is checked against at submit (artifact_store.h CheckSpec).
+  CoordinatorServiceImpl(JobManager& manager, Metrics& metrics, const Authenticator& auth,
+                         const ArtifactStore* artifacts = nullptr)
+      : manager_(manager), metrics_(metrics), auth_(auth), artifacts_(artifacts) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -36,6 +40,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
                         v1::GetTraceResponse* resp) override;
   grpc::Status GetJobLogs(grpc::ServerContext* ctx, const v1::GetJobLogsRequest* req,
                           grpc::ServerWriter<v1::GetJobLogsResponse>* writer) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* ctx, const v1::GetServerInfoRequest* req,
+                             v1::ServerInfo* resp) override;
 
  private:
   grpc::Status Done(absl::string_view method, const absl::Status& status);
@@ -48,6 +54,7 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   JobManager& manager_;
   Metrics& metrics_;
   const Authenticator& auth_;
+  const ArtifactStore* artifacts_;
 };
 
 }  // namespace zpipe::coordinator

@@ -138,25 +138,37 @@ absl::Status JobManager::IterationReport(const std::string& worker_id, const std
                                          std::optional<double> eval_loss) {
   absl::StatusOr<std::string> name = WorkerName(worker_id);
   if (!name.ok()) return name.status();
-  std::optional<IterationSummary> summary =
-      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss);
+  // Earlier half-reported iterations (their other reports died with a previous coordinator)
+  // come first; the last is this iteration's when the report completed it.
+  std::vector<IterationSummary> summaries =
+      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss, clock_.Now());
+  std::optional<IterationSummary> summary;
+  if (!summaries.empty() && summaries.back().iteration == iteration) summary = summaries.back();
+  std::optional<double> at_measured_costs;
   if (std::optional<std::shared_ptr<const JobPlan>> plan = HolderPlan(*name, job_id, stats)) {
     // Outside the lock: a simulation of the whole plan, once per completed iteration.
-    monitor_.ObserveIteration(job_id, iteration, stats, summary, *plan);
+    at_measured_costs = monitor_.ObserveIteration(job_id, iteration, stats, summary, *plan);
   }
-  if (!summary) return absl::OkStatus();
+  if (summaries.empty()) return absl::OkStatus();
+  if (summaries.back().iteration == iteration) {
+    summaries.back().predicted_bubble_measured_costs = at_measured_costs;
+  }
   std::optional<ReplanCheck> check;
-  {
+  for (IterationSummary& completed : summaries) {
     absl::MutexLock lock(&mu_);
     JobRecord* job = queue_.Find(job_id);
     if (job == nullptr || IsTerminal(job->state)) return absl::OkStatus();
-    events_.Append(job_id, RunMonitor::RecordSummary(*job, *std::move(summary), clock_.Now()));
+    events_.Append(job_id, RunMonitor::RecordSummary(*job, std::move(completed), clock_.Now()));
     const IterationSummary& s = *job->latest_summary;
     LogInfo("job ", job_id, ": iteration ", s.iteration, " done in ", s.duration_s, " s (bubble ",
             s.bubble_rate, ", predicted ", s.predicted_bubble_rate,
             s.loss ? absl::StrCat(", loss ", *s.loss) : "",
             s.eval_loss ? absl::StrCat(", eval loss ", *s.eval_loss) : "", ")");
-    if (job->state == JobState::kRunning) check = ObserveForReplanLocked(*job, s);
+    logs_.AppendJobLine(job_id, clock_.Now(), RunMonitor::IterationLogLine(s));
+    // A half-reported iteration lacks ranks' costs: only complete ones feed the re-planner.
+    if (job->state == JobState::kRunning && s.iteration == iteration) {
+      check = ObserveForReplanLocked(*job, s);
+    }
     PersistLocked(*job);
   }
   if (!check) return absl::OkStatus();
@@ -373,7 +385,8 @@ absl::Status JobManager::RankFinished(const std::string& worker_id, const std::s
 }
 
 absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
-                                    int pipeline_rank, int data_rank, const std::string& message) {
+                                    int pipeline_rank, int data_rank, const std::string& message,
+                                    bool permanent) {
   absl::MutexLock lock(&mu_);
   RegisteredWorker* w = workers_.ById(worker_id);
   if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
@@ -385,6 +398,11 @@ absl::Status JobManager::RankFailed(const std::string& worker_id, const std::str
   const std::string failed =
       absl::StrCat(RankName(w->info.registration.name, pipeline_rank, data_rank),
                    " failed: ", message.substr(0, 4096));
+  if (permanent) {  // its own cause, which another attempt would meet again
+    FinishJobLocked(*job, JobState::kFailed,
+                    absl::StrCat(failed, " (not restarted: a restart cannot fix this)"));
+    return absl::OkStatus();
+  }
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
   if (std::optional<std::string> lost =
@@ -429,6 +447,8 @@ void JobManager::CheckLiveness() {
       break;
     }
   }
+  // Changes the store refused (a full disk) are written again until it takes them.
+  if (!unsaved_.empty()) RetryUnsavedLocked().IgnoreError();
 }
 
 void JobManager::MarkDeadLocked(RegisteredWorker& w, std::string reason) {
@@ -454,6 +474,12 @@ void JobManager::Shutdown() {
     // coordinator, which reloads the jobs from the store.
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
+    // A last try: what is still unsaved now is lost with this process.
+    if (!unsaved_.empty()) {
+      if (absl::Status st = RetryUnsavedLocked(); !st.ok()) {
+        LogError("shutting down with unsaved job changes, which are lost: ", st.message());
+      }
+    }
   }
   events_.Close();
   logs_.Close();

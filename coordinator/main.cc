@@ -20,12 +20,14 @@ constexpr char kUsage[] =
     "  --listen HOST:PORT           gRPC address (default 127.0.0.1:50051)\n"
     "  --metrics-listen HOST:PORT   HTTP: /metrics, the live page and /api, '' to disable "
     "(default 127.0.0.1:9464)\n"
+    "  --health-listen HOST:PORT    serve grpc.health.v1 alone there, in plaintext, for probes\n"
+    "                               (default: off; --listen serves it too)\n"
     "  --db PATH                    SQLite job store, or :memory: (default "
     "zpipe-coordinator.db)\n"
     "  --heartbeat-timeout DURATION worker liveness timeout, e.g. 10s, 500ms (default 10s)\n"
     "  --recovery-grace DURATION    after a restart, how long RUNNING jobs wait for their\n"
-    "                               workers to reconnect (default 30s; longer than the\n"
-    "                               workers' --reconnect-max-backoff)\n"
+    "                               workers to reconnect (default 10s; workers are back\n"
+    "                               within 1s of the coordinator's return)\n"
     "  --client-tokens FILE         tokens of clients (submit, read, cancel their own jobs)\n"
     "  --admin-tokens FILE          tokens of admins (what clients may, and cancel any job)\n"
     "  --worker-tokens FILE         tokens of workers (register, report, rendezvous)\n"
@@ -40,6 +42,10 @@ constexpr char kUsage[] =
     "                               both ports (mTLS; counts as authentication for --listen)\n"
     "  --insecure                   listen beyond loopback without token files or\n"
     "                               --tls-client-ca anyway\n"
+    "  --artifact-dir DIR           where uploaded models and token files are kept\n"
+    "                               (`zpipe submit --upload`; default: artifacts/ beside --db)\n"
+    "  --artifact-retention DURATION  keep an artifact this long after the last job naming it\n"
+    "                               ended, or after its upload (default 1h)\n"
     "limits (refusals are RESOURCE_EXHAUSTED naming the flag; SIZE is bytes, or with KiB, MiB,\n"
     "GiB):\n"
     "  --max-message-bytes SIZE     largest gRPC request accepted (default 16MiB)\n"
@@ -47,7 +53,9 @@ constexpr char kUsage[] =
     "  --rendezvous-job-bytes SIZE  rendezvous keys + values one job may hold (default 64MiB)\n"
     "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n"
     "  --log-lines N                newest worker log lines kept per rank of a job, in memory\n"
-    "                               (`zpipe logs`; default 1000; for the last 200 jobs)\n";
+    "                               (`zpipe logs`; default 1000; for the last 200 jobs)\n"
+    "  --artifact-max-job-bytes SIZE  uploaded artifacts one job may name, together (default "
+    "2GiB)\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;
@@ -104,6 +112,8 @@ int main(int argc, char** argv) {
       options.listen = value;
     } else if (arg == "--metrics-listen") {
       options.metrics_listen = value;
+    } else if (arg == "--health-listen") {
+      options.health_listen = value;
     } else if (arg == "--db") {
       options.db = value;
     } else if (arg == "--client-tokens") {
@@ -128,6 +138,23 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "zpipe-coordinator: bad --recovery-grace '%s'\n", value.c_str());
         return 2;
       }
+    } else if (arg == "--artifact-dir") {
+      options.artifacts.dir = value;
+    } else if (arg == "--artifact-retention") {
+      if (!ParseDurationFlag(value, &options.artifacts.retention)) {
+        std::fprintf(stderr, "zpipe-coordinator: bad --artifact-retention '%s'\n", value.c_str());
+        return 2;
+      }
+    } else if (arg == "--artifact-max-job-bytes") {
+      int64_t n = 0;
+      if (!ParseSizeFlag(value, std::numeric_limits<int64_t>::max(), &n)) {
+        std::fprintf(stderr,
+                     "zpipe-coordinator: bad --artifact-max-job-bytes '%s': want a positive size "
+                     "(e.g. 2GiB)\n",
+                     value.c_str());
+        return 2;
+      }
+      options.artifacts.max_job_bytes = static_cast<uint64_t>(n);
     } else if (arg == "--max-message-bytes" || arg == "--max-pending-jobs" ||
                arg == "--rendezvous-job-bytes" || arg == "--rendezvous-job-keys" ||
                arg == "--log-lines") {
@@ -171,6 +198,9 @@ int main(int argc, char** argv) {
     (void)(*server)->ReloadTokens();  // logs the outcome; a bad file keeps the old tokens
   }
   zpipe::coordinator::LogInfo("received signal ", sig);
-  (*server)->Shutdown(absl::Seconds(2));
+  // Under 1 s in all (README "Reliability"): every acknowledged change is already stored, so a
+  // call cut off here was never acknowledged and its client retries it; sessions and watches
+  // would only ever end at the deadline.
+  (*server)->Shutdown(zpipe::coordinator::kShutdownGrace);
   return 0;
 }

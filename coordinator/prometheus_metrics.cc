@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "zpipe/build_info.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -52,6 +53,14 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
                                            "Automatic restarts of jobs that lost a rank "
                                            "(spec restart.max_restarts)")
                     .Add({})),
+      store_errors_(Build<prometheus::Counter>(registry, "zpipe_store_write_errors_total",
+                                               "Job store writes that failed (a full disk); "
+                                               "each is retried")
+                        .Add({})),
+      store_unsaved_(Build<prometheus::Gauge>(registry, "zpipe_store_unsaved_jobs",
+                                              "Jobs whose latest change the job store has not "
+                                              "taken yet (0 = every change is stored)")
+                         .Add({})),
       busy_(Build<prometheus::Counter>(registry, "zpipe_busy_seconds_total",
                                        "Seconds a pipeline rank spent in compute actions, by op "
                                        "(F, B, W; a fused BW counts as B)")),
@@ -115,6 +124,15 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
           "applied (every rank switched), abandoned (a rank had already started the iteration)")) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
+  // The info-metric idiom: one series at 1 whose labels say what is running.
+  Build<prometheus::Gauge>(registry, "zpipe_build_info",
+                           "The coordinator's build: project version, git commit, and the LibTorch "
+                           "and CUDA versions it was configured with (empty when unknown)")
+      .Add({{"version", build_info::kVersion},
+            {"commit", build_info::kCommit},
+            {"torch", build_info::kTorch},
+            {"cuda", build_info::kCuda}})
+      .Set(1);
   for (WorkerState s : kAllWorkerStates) SetWorkerCount(s, 0);
 }
 

@@ -207,6 +207,18 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
     }
     switch (msg.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
+        // A token removed by a reload (SIGHUP) ends the sessions opened with it at their next
+        // heartbeat, so within one heartbeat interval; the worker then cannot register again.
+        if (auth_.enabled()) {
+          if (absl::StatusOr<Principal> still =
+                  CallerOf(auth_, *ctx, Role::kWorker, "keep a worker session");
+              !still.ok()) {
+            result = absl::Status(still.status().code(),
+                                  absl::StrCat("session closed: ", still.status().message(),
+                                               " (the token files were reloaded without it)"));
+            break;
+          }
+        }
         result = manager_.Heartbeat(worker_id, msg.heartbeat().job_id());
         if (msg.heartbeat().has_time()) {
           const google::protobuf::Timestamp& t = msg.heartbeat().time();
@@ -259,7 +271,7 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
       case v1::WorkerMessage::kFailure: {
         const v1::RankFailure& f = msg.failure();
         absl::Status st = manager_.RankFailed(worker_id, f.job_id(), f.pipeline_rank(),
-                                              f.data_rank(), f.message());
+                                              f.data_rank(), f.message(), f.permanent());
         if (!st.ok()) LogWarning("worker ", *name, ": failure report ignored: ", st.message());
         if (EndsSession(st)) result = st;
         break;

@@ -31,7 +31,7 @@ import time
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
-from zeropipe import jobspec
+from zeropipe import config, jobspec
 from zeropipe._proto import coordinator_pb2 as pb
 from zeropipe._proto import coordinator_pb2_grpc as pb_grpc
 from zeropipe._proto import job_pb2
@@ -129,18 +129,19 @@ class Client:
              None = $ZPIPE_TLS_CA, else plaintext. tls_cert / tls_key: a client certificate for a
              coordinator that requires one (--tls-client-ca); None = $ZPIPE_TLS_CERT / _KEY.
     timeout: seconds each unary call may take (DEADLINE_EXCEEDED after).
+    context: a context of zpipe's config file (zeropipe.config); None = $ZPIPE_CONTEXT, else its
+             current-context. Arguments beat the ZPIPE_* environment, which beats the context.
     """
 
     def __init__(self, address=None, token=None, tls_ca=None, tls_cert=None, tls_key=None,
-                 timeout=10.0):
-        env = os.environ.get
-        self.address = address or env("ZPIPE_COORDINATOR") or DEFAULT_COORDINATOR
-        token = env("ZPIPE_TOKEN", "") if token is None else token
+                 timeout=10.0, context=None):
+        settings = config.resolve(address=address, token=token, tls_ca=tls_ca, tls_cert=tls_cert,
+                                  tls_key=tls_key, context=context)
+        self.address = settings.address
+        token = settings.token
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
-        tls_ca = tls_ca if tls_ca is not None else env("ZPIPE_TLS_CA") or None
-        tls_cert = tls_cert if tls_cert is not None else env("ZPIPE_TLS_CERT") or None
-        tls_key = tls_key if tls_key is not None else env("ZPIPE_TLS_KEY") or None
+        tls_ca, tls_cert, tls_key = settings.tls_ca, settings.tls_cert, settings.tls_key
         if (tls_cert is None) != (tls_key is None):
             raise ZeroPipeError(grpc.StatusCode.INVALID_ARGUMENT,
                                 "tls_cert and tls_key go together: give both or neither")
@@ -307,8 +308,9 @@ class Client:
 
     def logs(self, job_id, rank=None, follow=False, tail=0, since=None, reconnect_timeout=30.0):
         """The log lines the job's workers wrote while they ran it (`zpipe logs ID`), oldest
-        first, each a dict {time (RFC 3339, worker clock), rank (data_rank * p + pipeline_rank),
-        pipeline_rank, data_rank, text, sequence}. rank: only that global rank (INVALID_ARGUMENT
+        first, each a dict {time (RFC 3339, worker clock), rank (data_rank * p + pipeline_rank;
+        -1 for the coordinator's line about the whole job, one per iteration with loss, eval loss,
+        tokens/s and bubble), pipeline_rank, data_rank, text, sequence}. rank: only that global rank (INVALID_ARGUMENT
         with field "rank" for one the job does not have); tail: only the last N lines held;
         since: only lines written at or after this datetime (or POSIX seconds).
 

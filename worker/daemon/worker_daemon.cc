@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "worker/daemon/capabilities.h"
 #include "worker/daemon/log.h"
+#include "worker/daemon/permanent_error.h"
 
 namespace zpipe::worker {
 namespace {
@@ -21,6 +23,14 @@ absl::Duration FromProto(const google::protobuf::Duration& d, absl::Duration fal
   const absl::Duration out = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
   return out > absl::ZeroDuration() ? out : fallback;
 }
+
+// The longest pause of gRPC's own reconnect loop (GRPC_ARG_MAX_RECONNECT_BACKOFF_MS): a
+// connection attempt costs the coordinator little, and re-registering within 1 s of its return
+// is what lets --recovery-grace be short.
+constexpr absl::Duration kChannelMaxBackoff = absl::Milliseconds(250);
+// How long one connection attempt (TCP connect and TLS handshake) may take
+// (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is gRPC's minimum connect timeout).
+constexpr absl::Duration kConnectTimeout = absl::Seconds(1);
 
 // 128 random bits as hex, from the kernel's CSPRNG.
 std::string NewInstanceId() {
@@ -45,11 +55,15 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // gRPC's own reconnect backoff grows to minutes by default: a coordinator back after a restart
-  // would not be seen for that long.
-  const int max_backoff_ms = static_cast<int>(
-      std::max<int64_t>(100, absl::ToInt64Milliseconds(options_.reconnect_max_backoff)));
+  // would not be seen for that long. Capped at kChannelMaxBackoff (plus gRPC's 20% jitter), so
+  // a coordinator that is back is connected to within about 0.3 s; a connection attempt (TCP
+  // and TLS handshake) gets kConnectTimeout before it is abandoned and retried.
+  const int max_backoff_ms = static_cast<int>(std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(options_.reconnect_max_backoff), 10,
+      absl::ToInt64Milliseconds(kChannelMaxBackoff)));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kConnectTimeout)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (options_.tls.has_value()) {
@@ -206,9 +220,13 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
     jo.data_roots = &*data_roots_;
     jo.plan_updates = plan_updates.get();
     if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
-    absl::Status st = RunAssignment(
-        assignment, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
-        *cancelled);
+    zpipe::v1::Assignment local = assignment;  // artifact references -> local copies
+    absl::Status st = ResolveArtifacts(*local.mutable_spec());
+    if (st.ok()) {
+      st = RunAssignment(
+          local, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
+          *cancelled);
+    }
     if (st.ok()) {
       Log(absl::StrCat("job ", assignment.job_id(), ": rank finished"));
       zpipe::v1::RankFinished finished;
@@ -232,6 +250,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
       f->set_pipeline_rank(assignment.pipeline_rank());
       f->set_data_rank(assignment.data_rank());
       f->set_message(std::string(st.message()));
+      f->set_permanent(IsPermanent(st));  // a full checkpoint disk: not worth a restart
       Send(msg);
     }
     if (options_.metrics != nullptr) {
@@ -243,11 +262,32 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   });
 }
 
+absl::Status WorkerDaemon::ResolveArtifacts(zpipe::v1::JobSpec& spec) {
+  return artifacts_->Resolve(spec, *artifact_source_);
+}
+
 void WorkerDaemon::CancelJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (job_id_ == job_id && job_cancelled_) {
     Log(absl::StrCat("job ", job_id, ": cancel received"));
     job_cancelled_->store(true);
+  }
+}
+
+bool WorkerDaemon::AwaitChannel(absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (true) {
+    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) return true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= end) return false;
+    // Short slices, so Stop() is seen promptly.
+    channel_->WaitForStateChange(state,
+                                 absl::ToChronoTime(std::min(end, now + absl::Milliseconds(50))));
   }
 }
 
@@ -390,7 +430,14 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
       std::thread([this, request] {
         zpipe::v1::WorkerMessage reply;
-        *reply.mutable_profile_result() = ProfileJob(request, *data_roots_);
+        zpipe::v1::ProfileRequest local = request;  // artifact references -> local copies
+        if (absl::Status st = ResolveArtifacts(*local.mutable_spec()); !st.ok()) {
+          reply.mutable_profile_result()->set_job_id(request.job_id());
+          reply.mutable_profile_result()->set_attempt(request.attempt());
+          reply.mutable_profile_result()->set_error(std::string(st.message()));
+        } else {
+          *reply.mutable_profile_result() = ProfileJob(local, *data_roots_);
+        }
         if (!reply.profile_result().error().empty()) {
           Log(absl::StrCat("job ", request.job_id(),
                            ": profile failed: ", reply.profile_result().error()));
@@ -438,6 +485,22 @@ absl::Status WorkerDaemon::Run() {
   absl::StatusOr<DataRoots> roots = DataRoots::Make(options_.data_roots);
   if (!roots.ok()) return roots.status();
   data_roots_ = *std::move(roots);
+  // Uploaded artifacts: under the first data root, or a folder of their own that jobs may then
+  // read too.
+  auto cache = ArtifactCache::Open(options_.artifact_cache.empty()
+                                       ? data_roots_->roots().front() / ".zpipe-artifacts"
+                                       : std::filesystem::path(options_.artifact_cache));
+  if (!cache.ok()) return cache.status();
+  artifacts_ = *std::move(cache);
+  artifact_source_ = MakeGrpcArtifactSource(channel_, options_.token);
+  if (!options_.artifact_cache.empty()) {
+    std::vector<std::string> with_cache = options_.data_roots;
+    if (with_cache.empty()) with_cache.push_back(std::filesystem::current_path().string());
+    with_cache.push_back(artifacts_->dir().string());
+    absl::StatusOr<DataRoots> more = DataRoots::Make(with_cache);
+    if (!more.ok()) return more.status();
+    data_roots_ = *std::move(more);
+  }
   std::vector<std::string> root_names;
   for (const auto& root : data_roots_->roots()) root_names.push_back(root.string());
   Log(absl::StrCat(
@@ -450,6 +513,11 @@ absl::Status WorkerDaemon::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
+    // Wait (up to the longest backoff) for gRPC's reconnect loop to reach the coordinator, so
+    // registration follows its return at once; if it does not come, the RPC below fails fast
+    // with the connection's error (e.g. TLS), which is logged.
+    const absl::Time attempt_start = absl::Now();
+    AwaitChannel(options_.reconnect_max_backoff);
     bool registered = false;
     absl::Status st = RunSession(&registered);
     // A token the coordinator does not accept will not start working by retrying.
@@ -486,8 +554,13 @@ absl::Status WorkerDaemon::Run() {
                                                  " unreachable for ",
                                                  absl::FormatDuration(options_.give_up_after)));
     }
+    // An attempt that already waited (for the channel, or in a session) needs no more; one
+    // refused at once waits out the backoff, which doubles up to --reconnect-max-backoff.
+    const absl::Duration pause = backoff - (absl::Now() - attempt_start);
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(backoff), [&] { return stopping_; });
+    if (pause > absl::ZeroDuration()) {
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(pause), [&] { return stopping_; });
+    }
     backoff = std::min(backoff * 2, options_.reconnect_max_backoff);  // exponential, capped
   }
   JoinJobIfDone(/*wait=*/true);

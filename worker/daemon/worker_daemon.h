@@ -9,7 +9,9 @@
 // batches are dropped first, and counted), and the daemon reconnects with backoff (capped at
 // reconnect_max_backoff), re-registering with the job it is still running, or has just finished,
 // and then sends what waited. If the coordinator does not take the job back it is abandoned and
-// its waiting reports are dropped. What the daemon logs while it runs a rank goes to the
+// its waiting reports are dropped. While it is away the daemon waits on gRPC's own reconnect loop
+// (at most 0.25 s between connection attempts), so it re-registers within about 0.3 s of the
+// coordinator's return (tests/worker/reconnect_e2e_test.cc measures it). What the daemon logs while it runs a rank goes to the
 // coordinator too (JobLog: about once per heartbeat interval, and before the rank's end is
 // reported), bounded per rank while the coordinator is away. Stop() (e.g. from SIGTERM) cancels the
 // running job, closes the stream and makes Run() return.
@@ -29,6 +31,7 @@
 #include "absl/time/time.h"
 #include "core/tls_files.h"
 #include "worker/comm/communicator.h"
+#include "worker/daemon/artifact_cache.h"
 #include "worker/daemon/data_roots.h"
 #include "worker/daemon/job_log.h"
 #include "worker/daemon/job_runner.h"
@@ -47,8 +50,9 @@ struct DaemonOptions {
   uint64_t memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);
   absl::Duration reconnect_backoff = absl::Milliseconds(200);
-  // The longest wait between two attempts to reach the coordinator (also gRPC's own reconnect
-  // backoff), so a restarted coordinator is found within about this long.
+  // The longest wait between two attempts to register when the coordinator answers but refuses
+  // (backoff doubles from reconnect_backoff), and how long one attempt waits for a connection.
+  // An unreachable coordinator is retried by gRPC every 0.25 s at most, whatever this is.
   absl::Duration reconnect_max_backoff = absl::Seconds(2);
   // Reports kept for the coordinator while it is unreachable, in serialized bytes.
   size_t outbox_capacity_bytes = 32 << 20;
@@ -69,6 +73,9 @@ struct DaemonOptions {
   // --data-root: the only folders jobs may name files in (data_roots.h); empty = the working
   // directory.
   std::vector<std::string> data_roots;
+  // --artifact-cache: where uploaded artifacts a job names are kept (artifact_cache.h), allowed
+  // like a data root; empty = .zpipe-artifacts under the first data root.
+  std::string artifact_cache;
 };
 
 class WorkerDaemon {
@@ -90,6 +97,9 @@ class WorkerDaemon {
  private:
   using Stream = grpc::ClientReaderWriter<zpipe::v1::WorkerMessage, zpipe::v1::CoordinatorMessage>;
 
+  // Waits until the channel to the coordinator is connected, up to `timeout` or Stop(); gRPC
+  // keeps trying to connect meanwhile. False when it is not connected.
+  bool AwaitChannel(absl::Duration timeout);
   absl::Status RunSession(bool* registered);
   // Writes `msg` to the open session when nothing waits in the outbox and the stream is not
   // half-closed; the stream it wrote to, or null. The caller holds write_mu_.
@@ -112,6 +122,10 @@ class WorkerDaemon {
   // rendezvous call comes from this process (worker.proto "Identity").
   const std::string instance_id_;
   std::optional<DataRoots> data_roots_;  // set by Run() before any job can arrive
+  std::unique_ptr<ArtifactCache> artifacts_;  // set by Run() before any job can arrive
+  std::unique_ptr<ArtifactSource> artifact_source_;
+  // The spec with every artifact reference replaced by a verified local copy (artifact_cache.h).
+  absl::Status ResolveArtifacts(zpipe::v1::JobSpec& spec);
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
 
