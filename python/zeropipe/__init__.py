@@ -1,7 +1,7 @@
 """zeropipe: the Python side of ZeroPipe.
 
 Client: a client of the coordinator's gRPC API (submit, status, list, wait, watch, cancel,
-workers, trace), returning plain dicts with the names `zpipe` prints and raising ZeroPipeError.
+workers, trace; upload_artifact and submit(..., upload=True) send files), returning plain dicts with the names `zpipe` prints and raising ZeroPipeError.
 It needs Debian's python3-grpcio and python3-protobuf (python3-yaml for YAML job files).
 
 Models: export_model scripts a torch.nn.Sequential of blocks, checks ZeroPipe's contract on a

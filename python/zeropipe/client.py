@@ -25,6 +25,7 @@ Every failure raises zeropipe.ZeroPipeError (zeropipe/errors.py) with the gRPC s
 Thread-safety: one Client may be used from several threads (gRPC channels are thread-safe); each
 watch() iterator belongs to the thread that iterates it.
 """
+import hashlib
 import os
 import time
 
@@ -32,6 +33,8 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
 from zeropipe import config, jobspec
+from zeropipe._proto import artifact_pb2
+from zeropipe._proto import artifact_pb2_grpc
 from zeropipe._proto import coordinator_pb2 as pb
 from zeropipe._proto import coordinator_pb2_grpc as pb_grpc
 from zeropipe._proto import job_pb2
@@ -42,6 +45,12 @@ _TERMINAL = {"succeeded", "failed", "cancelled"}
 # What a broken watch stream may be resumed after (the C++ client's rule, client/grpc_client.cc):
 # a lost connection, or a coordinator that cancelled the call while shutting down.
 _RESUMABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
+# Uploads read and send files in 1 MiB chunks (the C++ client's size, client/grpc_client.cc): well
+# under the coordinator's --max-message-bytes, and only one chunk is held at a time.
+_CHUNK_BYTES = 1 << 20
+# How a spec names an uploaded file (artifact/artifact_ref.h); a path starting with "artifact:" is
+# a reference (well-formed or not: the coordinator judges), never a file to upload.
+_ARTIFACT_PREFIX = "artifact:"
 
 
 # --- messages to plain values ---
@@ -111,6 +120,40 @@ def _event_to_dict(event):
     return out
 
 
+def _read_error(path, e):
+    """The ZeroPipeError for a file that cannot be read (artifact/sha256.cc's codes)."""
+    code = (grpc.StatusCode.NOT_FOUND if isinstance(e, FileNotFoundError)
+            else grpc.StatusCode.PERMISSION_DENIED if isinstance(e, PermissionError)
+            else grpc.StatusCode.INTERNAL)
+    return ZeroPipeError(code, f"cannot read '{path}': {e.strerror or e}")
+
+
+def _hash_file(path):
+    """(SHA-256 as 64 lower-case hex digits, size in bytes) of the file, read in chunks."""
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK_BYTES):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as e:
+        raise _read_error(path, e) from None
+    return digest.hexdigest(), size
+
+
+def _file_fields(spec):
+    """(field name, message holding .path) for the spec's files a worker reads: what
+    `zpipe submit --upload` uploads (artifact.FileFields)."""
+    fields = []
+    if spec.model.HasField("torchscript"):
+        fields.append(("spec.model.torchscript.path", spec.model.torchscript))
+    if spec.HasField("data"):
+        fields.append(("spec.data.path", spec.data))
+    if spec.HasField("eval"):
+        fields.append(("spec.eval.path", spec.eval))
+    return fields
+
+
 def _read(value):
     """PEM text from bytes, a path or None."""
     if value is None or isinstance(value, bytes):
@@ -163,6 +206,7 @@ class Client:
             raise ZeroPipeError(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"cannot read a TLS file: {e.filename}: {e.strerror}") from None
         self._stub = pb_grpc.CoordinatorServiceStub(self._channel)
+        self._artifact_stub = artifact_pb2_grpc.ArtifactServiceStub(self._channel)
 
     def close(self):
         """Closes the channel; calls after this fail."""
@@ -182,7 +226,7 @@ class Client:
 
     # --- jobs ---
 
-    def submit(self, spec, job_id=None):
+    def submit(self, spec, job_id=None, upload=False):
         """Submits a job and returns its id.
 
         spec: a dict, a job file's path, or YAML or JSON text (zeropipe/jobspec.py; the same
@@ -190,9 +234,98 @@ class Client:
         idempotent (the same id and spec again is harmless, a different spec under it raises
         ALREADY_EXISTS); None = the coordinator picks one. A bad spec raises INVALID_ARGUMENT
         with `field` naming the field.
+
+        upload=True (`zpipe submit --upload`): first sends the files the spec names that the
+        workers read (model.torchscript.path, data.path, eval.path) to the coordinator with
+        upload_artifact, and submits the spec naming them as "artifact:sha256:<hex>", so workers
+        that share no folder with this program can run the job. The paths are this machine's: a
+        job file's relative paths are taken relative to its folder, a dict's or text's relative
+        to the current directory; a path that already is an artifact reference is left as it
+        is. A failed upload raises before anything is submitted, with `field` naming the field
+        and the message the file (e.g. RESOURCE_EXHAUSTED for files over the coordinator's
+        --artifact-max-job-bytes, UNAVAILABLE from a coordinator without --artifact-dir).
         """
-        request = pb.SubmitJobRequest(job_id=job_id or "", spec=jobspec.load_spec(spec))
+        spec = jobspec.load_spec(spec)
+        if upload:
+            uploaded = job_pb2.JobSpec()
+            uploaded.CopyFrom(spec)  # a JobSpec passed in stays the caller's, unchanged
+            spec = uploaded
+            for field, msg in _file_fields(spec):
+                if not msg.path or msg.path.startswith(_ARTIFACT_PREFIX):
+                    continue
+                try:
+                    sha256, size = _hash_file(msg.path)
+                except ZeroPipeError as e:
+                    raise ZeroPipeError(e.code, f"{field}: {e.message}", field) from None
+                try:
+                    msg.path = self._upload(msg.path, sha256, size)["ref"]
+                except ZeroPipeError as e:
+                    raise ZeroPipeError(e.code, f"{field}: uploading '{msg.path}': {e.message}",
+                                        field) from None
+        request = pb.SubmitJobRequest(job_id=job_id or "", spec=spec)
         return self._call(self._stub.SubmitJob, request).job.id
+
+    def upload_artifact(self, path):
+        """Sends the file at `path` to the coordinator's artifact store (UploadArtifact,
+        proto/zpipe/v1/artifact.proto) and returns {ref: "artifact:sha256:<hex>", the name a job
+        spec's model.torchscript.path, data.path or eval.path may give it; size: its bytes;
+        created: False when the coordinator already held it, which it says after the first
+        chunk, so the rest is not sent}.
+
+        The file is read twice in 1 MiB chunks, never whole: once to compute its SHA-256, which
+        the first message claims, then to send it. No deadline: a large file takes as long as it
+        takes. Needs a client or admin token. Raises NOT_FOUND / PERMISSION_DENIED / INTERNAL
+        naming the file when it cannot be read; the coordinator's INVALID_ARGUMENT (the file
+        changed while it was sent: a size or digest other than the one claimed, both named),
+        RESOURCE_EXHAUSTED (over its --artifact-max-job-bytes) or UNAVAILABLE (a coordinator
+        started without --artifact-dir, or none reachable).
+        """
+        path = os.fspath(path)
+        sha256, size = _hash_file(path)
+        return self._upload(path, sha256, size)
+
+    def _upload(self, path, sha256, size):
+        # What the C++ client sends (GrpcClient::UploadArtifact): the first message carries the
+        # claimed sha256 and size and the first chunk (none for an empty file), the others one
+        # chunk each. A coordinator that already holds the artifact answers at once; the chunks
+        # not yet sent are then never read.
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise _read_error(path, e) from None
+        read_error = []
+
+        def chunks():
+            # Runs on gRPC's sending thread: an exception here would end the call as UNKNOWN, so a
+            # read error stops the stream (the coordinator refuses the short upload and stores
+            # nothing) and is raised below instead.
+            first = True
+            while True:
+                try:
+                    data = f.read(_CHUNK_BYTES)
+                except ValueError:  # closed below: the call ended (an early answer)
+                    return
+                except OSError as e:
+                    read_error.append(_read_error(path, e))
+                    return
+                if first or data:
+                    yield artifact_pb2.UploadArtifactRequest(
+                        sha256=sha256 if first else "", size=size if first else 0, data=data)
+                    first = False
+                if not data:
+                    return
+
+        try:
+            response = self._artifact_stub.UploadArtifact(chunks(), metadata=self._metadata)
+        except grpc.RpcError as e:
+            if read_error:
+                raise read_error[0] from None
+            raise ZeroPipeError.from_rpc(e, self.address) from None
+        finally:
+            f.close()
+        if read_error:
+            raise read_error[0]
+        return to_dict(response)
 
     def validate(self, spec):
         """Validates and plans a spec without creating a job (`zpipe submit --dry-run`); returns

@@ -5,6 +5,7 @@ ctest runs it as python_client_e2e with ZPIPE_COORDINATOR_BIN and ZPIPE_WORKER_B
 built binaries; by hand: PYTHONPATH=python ZPIPE_COORDINATOR_BIN=... ZPIPE_WORKER_BIN=...
 /usr/bin/python3 -m unittest tests/python/client_e2e_test.py -v
 """
+import hashlib
 import json
 import os
 import shutil
@@ -78,6 +79,7 @@ class ClientE2ETest(unittest.TestCase):
 
         start([coordinator_bin, "--listen", cls.address, "--metrics-listen", "", "--db",
                ":memory:", "--heartbeat-timeout", "3s",
+               "--artifact-dir", os.path.join(cls.dir, "artifacts"),
                "--client-tokens", os.path.join(cls.dir, "clients.txt"),
                "--worker-tokens", os.path.join(cls.dir, "workers.txt")], "coordinator")
         for i in range(WORKERS):
@@ -411,6 +413,91 @@ class ClientE2ETest(unittest.TestCase):
         self.assertGreater(predicted["span_ms"], 0)
         self.assertLessEqual(predicted["span_ms"], predicted["makespan_ms"] + 1e-9)
         self.assertIsInstance(predicted["num_actions"], int)
+
+    # --- upload (`zpipe submit --upload`; tests/train/upload_test.py is the CLI's side) ---
+
+    def client_folder(self):
+        """A folder of this program's that the workers do not share (their data root is
+        self.dir), so a job can only reach its files by upload."""
+        folder = tempfile.mkdtemp(prefix="zpipe-pyclient-own-")
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+        self.assertFalse(os.path.realpath(folder).startswith(os.path.realpath(self.dir) + os.sep))
+        return folder
+
+    @staticmethod
+    def digest(path):
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+    def test_submit_upload_trains_to_succeeded(self):
+        try:
+            sys.path.insert(0, os.path.join(ROOT, "examples", "own-model"))
+            import model as own_model  # noqa: E402 (torch)
+        except ImportError as e:
+            self.skipTest(f"the TorchScript model needs torch: {e}")
+        finally:
+            sys.path.remove(os.path.join(ROOT, "examples", "own-model"))
+        folder = self.client_folder()
+        vocab, seq_len = 256, 16
+        m = own_model.build(vocab=vocab, seq_len=seq_len, hidden=32, heads=2, layers=4, seed=3)
+        zeropipe.export_model(m, os.path.join(folder, "model.pt"), vocab=vocab)
+        with open(os.path.join(ROOT, "README.md"), "rb") as f:
+            zeropipe.write_tokens(list(f.read(8000)), os.path.join(folder, "train.bin"))
+        job_file = os.path.join(folder, "job.yaml")
+        with open(job_file, "w") as f:  # relative paths: the job file's folder
+            f.write(f"""name: py-upload
+model: {{torchscript: {{path: model.pt}}}}
+data: {{path: train.bin, dtype: uint16, seq_len: {seq_len}}}
+parallel: {{pipeline: 2, data: 1}}
+schedule: {{kind: 1f1b}}
+batch: {{microbatches: 2, microbatch_size: 2}}
+train: {{iterations: 3, optimizer: adamw, lr: 1.0e-3, seed: 1}}
+""")
+        job_id = self.client.submit(job_file, job_id="py-upload", upload=True)
+        job = self.client.wait(job_id, timeout=120)
+        self.assertEqual(job["state"], "succeeded", job["reason"])
+        spec = job["spec"]
+        self.assertEqual(spec["model"]["torchscript"]["path"],
+                         "artifact:sha256:" + self.digest(os.path.join(folder, "model.pt")))
+        self.assertEqual(spec["data"]["path"],
+                         "artifact:sha256:" + self.digest(os.path.join(folder, "train.bin")))
+        # The workers fetched them into their cache (under their data root) from the coordinator.
+        uploaded = {self.digest(os.path.join(folder, n)) for n in ("model.pt", "train.bin")}
+        self.assertLessEqual(uploaded, set(os.listdir(os.path.join(self.dir, ".zpipe-artifacts"))))
+        # The same files again are already on the coordinator: nothing new, the same spec.
+        self.assertEqual(self.client.submit(job_file, job_id="py-upload", upload=True), job_id)
+
+    def test_upload_artifact_streams_chunks_and_names_the_sha256(self):
+        folder = self.client_folder()
+        path = os.path.join(folder, "tokens.bin")
+        with open(path, "wb") as f:  # three 1 MiB chunks, the last partial
+            f.write(os.urandom((2 << 20) + 12345))
+        ref = "artifact:sha256:" + self.digest(path)
+        self.assertEqual(self.client.upload_artifact(path),
+                         {"ref": ref, "size": (2 << 20) + 12345, "created": True})
+        self.assertEqual(self.client.upload_artifact(path)["created"], False)  # already held
+        self.assertIn(self.digest(path),
+                      os.listdir(os.path.join(self.dir, "artifacts", "sha256")))
+        empty = os.path.join(folder, "empty.bin")
+        open(empty, "wb").close()
+        self.assertEqual(self.client.upload_artifact(empty)["ref"],
+                         "artifact:sha256:" + hashlib.sha256(b"").hexdigest())
+        # Errors: a file that is not there names the field and creates no job; the upload needs
+        # a client token.
+        spec = synthetic_job("py-upload-missing")
+        spec["data"] = {"path": os.path.join(folder, "missing.bin"), "dtype": "uint16",
+                        "seq_len": 16}
+        jobs = len(self.client.list())
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.submit(spec, upload=True)
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(e.exception.field, "spec.data.path")
+        self.assertIn(f"cannot read '{os.path.join(folder, 'missing.bin')}'", e.exception.message)
+        self.assertEqual(len(self.client.list()), jobs)
+        with zeropipe.Client(self.address, token="") as c:
+            with self.assertRaises(ZeroPipeError) as e:
+                c.upload_artifact(path)
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
 
     # --- authentication ---
 
