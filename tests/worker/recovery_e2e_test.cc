@@ -163,7 +163,11 @@ void CoordinatorGoesAway(int sig, std::chrono::milliseconds gap) {
               lowest, job.reason().c_str());
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason();
   EXPECT_GE(lowest, before) << "the iteration count went backwards";
-  EXPECT_GT(seen_running, 0);
+  // Away a few seconds, the coordinator finds the job still running. Away 20 s it may not: the
+  // workers train on meanwhile (200 iterations take about 12 s here), and the job's end and every
+  // summary reach the coordinator when it returns; then the checks below (not run again, the
+  // uninterrupted run's final loss) are what is left to hold.
+  if (gap < std::chrono::seconds(10)) EXPECT_GT(seen_running, 0);
   EXPECT_EQ(job.attempt(), 1) << "the job continued; it was not run again";
   ASSERT_TRUE(job.has_latest_summary());
   EXPECT_EQ(job.latest_summary().iteration(), kIterations - 1);
