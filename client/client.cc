@@ -5,8 +5,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace zpipe {
 
@@ -106,6 +109,34 @@ absl::StatusOr<JobTrace> JobTraceFromProto(v1::GetTraceResponse response) {
   }
   out.response = std::move(response);
   return out;
+}
+
+namespace {
+
+std::string Mebibytes(uint64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+}  // namespace
+
+absl::Status ExplainOversizeRequest(absl::Status status, const std::string& what) {
+  // gRPC's wording, from its message size filter (grpc 1.51 and later): "... larger than max
+  // (<size> vs. <limit>)". Anything else is not ours to restate.
+  if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+  absl::string_view text = status.message();
+  const size_t at = text.find("larger than max (");
+  if (at == absl::string_view::npos) return status;
+  text.remove_prefix(at + 17);
+  text = text.substr(0, text.find(')'));
+  std::vector<absl::string_view> parts = absl::StrSplit(text, " vs. ");
+  uint64_t size = 0, limit = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &size) ||
+      !absl::SimpleAtoi(parts[1], &limit)) {
+    return status;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " is ", Mebibytes(size), "; the coordinator accepts at most ", Mebibytes(limit),
+      " per request (--max-message-bytes on zpipe-coordinator)"));
 }
 
 std::string JobStateName(v1::JobState state) {

@@ -206,6 +206,12 @@ class Client {
 // for command-line tools that report every failed call themselves. Process-wide.
 void SilenceGrpcLogging();
 
+// A request the coordinator refused for its size (gRPC's RESOURCE_EXHAUSTED "Received message
+// larger than max (N vs. M)") restated for people: `what` (e.g. "the job spec") and its size, the
+// coordinator's limit and the flag that sets it (--max-message-bytes). Every other status comes
+// back unchanged. Submit applies it; for callers of other requests that carry user data.
+absl::Status ExplainOversizeRequest(absl::Status status, const std::string& what);
+
 // PENDING..CANCELLED as lower-case words ("running"); "unspecified" for 0.
 std::string JobStateName(v1::JobState state);
 // Parses "running" / "RUNNING" / "JOB_STATE_RUNNING". INVALID_ARGUMENT naming the valid states.

@@ -149,6 +149,41 @@ TEST_F(ClientTest, MapsStatusCodes) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("spec.parallel.pipeline"));
 }
 
+// gRPC refuses an oversized request before any handler runs, in its own words; the client
+// restates it with the size, the limit and the coordinator's flag.
+TEST(ClientOversizeTest, NamesTheSizeTheLimitAndTheFlag) {
+  FakeCoordinator fake;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  builder.SetMaxReceiveMessageSize(1 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<Client> client = Client::Create(absl::StrCat("127.0.0.1:", port));
+  v1::JobSpec spec;
+  spec.set_name(std::string(5 << 19, 'x'));  // 2.5 MiB
+  absl::StatusOr<SubmitResult> result = client->Submit(spec, "big");
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("the job spec is 2.5 MiB; the coordinator accepts at most 1.0 MiB per "
+                        "request (--max-message-bytes on zpipe-coordinator)"));
+  server->Shutdown();
+}
+
+TEST(ExplainOversizeRequestTest, LeavesOtherErrorsAlone) {
+  const absl::Status quota = absl::ResourceExhaustedError("the --max-pending-jobs limit");
+  EXPECT_EQ(ExplainOversizeRequest(quota, "the job spec"), quota);
+  const absl::Status other = absl::InvalidArgumentError("larger than max (1 vs. 2)");
+  EXPECT_EQ(ExplainOversizeRequest(other, "the job spec"), other);
+  EXPECT_EQ(ExplainOversizeRequest(absl::ResourceExhaustedError(
+                                       "Received message larger than max (20971600 vs. 16777216)"),
+                                   "the job spec")
+                .message(),
+            "the job spec is 20.0 MiB; the coordinator accepts at most 16.0 MiB per request "
+            "(--max-message-bytes on zpipe-coordinator)");
+}
+
 TEST(ClientUnreachableTest, IsUnavailable) {
   std::unique_ptr<Client> client = Client::Create("127.0.0.1:1");
   EXPECT_EQ(client->Get("x").status().code(), absl::StatusCode::kUnavailable);

@@ -210,7 +210,9 @@ class GrpcClient : public Client {
     v1::SubmitJobResponse response;
     grpc::ClientContext ctx;
     Prepare(ctx);
-    if (absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, request, &response)); !s.ok()) return s;
+    if (absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, request, &response)); !s.ok()) {
+      return ExplainOversizeRequest(std::move(s), "the job spec");
+    }
     return SubmitResult{std::move(*response.mutable_job()), response.created()};
   }
 

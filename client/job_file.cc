@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/internal/spec_tree.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -43,6 +46,11 @@ bool IsIntText(absl::string_view t) {
   int64_t i;
   uint64_t u;
   return absl::SimpleAtoi(t, &i) || absl::SimpleAtoi(t, &u);
+}
+// An integer written out in digits, whatever its size ("-123", not "1e5").
+bool IsDigitsText(absl::string_view t) {
+  absl::ConsumePrefix(&t, "-");
+  return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 bool IsFloatText(absl::string_view t) {
   double d;
@@ -97,10 +105,16 @@ bool IsUtf8(absl::string_view t, size_t* offset) {
 // Like SpecNodeKindName, but a scalar is shown with its text.
 std::string Describe(const SpecNode& node) {
   if (node.kind != SpecNode::Kind::kScalar) return std::string(internal::SpecNodeKindName(node));
-  if (node.quoted) return absl::StrCat("the string \"", node.text, "\"");
+  if (node.quoted) {
+    return node.text.size() <= 40 ? absl::StrCat("the string \"", node.text, "\"")
+                                  : absl::StrCat("the string ", internal::QuoteCut(node.text));
+  }
   if (IsBoolText(node.text)) return absl::StrCat("the boolean ", node.text);
-  if (IsIntText(node.text) || IsFloatText(node.text)) return absl::StrCat("the number ", node.text);
-  return absl::StrCat("'", node.text, "'");
+  if (IsIntText(node.text) || IsFloatText(node.text) || IsDigitsText(node.text)) {
+    return node.text.size() <= 40 ? absl::StrCat("the number ", node.text)
+                                  : absl::StrCat("the number ", internal::QuoteCut(node.text));
+  }
+  return internal::QuoteCut(node.text);
 }
 
 std::string FieldPath(absl::string_view prefix, absl::string_view name) {
@@ -210,10 +224,17 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
     case FieldDescriptor::CPPTYPE_INT32:
     case FieldDescriptor::CPPTYPE_INT64: {
       int64_t v;
-      if (node.quoted || !absl::SimpleAtoi(t, &v)) return wrong("an integer");
+      if (node.quoted || !absl::SimpleAtoi(t, &v)) {
+        if (!node.quoted && IsDigitsText(t)) {
+          return wrong(field.cpp_type() == FieldDescriptor::CPPTYPE_INT32
+                           ? "a 32-bit integer, in [-2147483648, 2147483647]"
+                           : "a 64-bit integer, in [-9223372036854775808, 9223372036854775807]");
+        }
+        return wrong("an integer");
+      }
       if (field.cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
         if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-          return wrong("a 32-bit integer");
+          return wrong("a 32-bit integer, in [-2147483648, 2147483647]");
         }
         repeated ? refl.AddInt32(&msg, &field, static_cast<int32_t>(v))
                  : refl.SetInt32(&msg, &field, static_cast<int32_t>(v));
@@ -226,10 +247,17 @@ absl::Status SetScalar(const SpecNode& node, const std::string& path, const Fiel
     case FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t v;
       if (node.quoted || absl::StartsWith(t, "-") || !absl::SimpleAtoi(t, &v)) {
+        if (!node.quoted && IsDigitsText(t) && !absl::StartsWith(t, "-")) {
+          return wrong(field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32
+                           ? "a 32-bit non-negative integer, in [0, 4294967295]"
+                           : "a 64-bit non-negative integer, in [0, 18446744073709551615]");
+        }
         return wrong("a non-negative integer");
       }
       if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
-        if (v > std::numeric_limits<uint32_t>::max()) return wrong("a 32-bit non-negative integer");
+        if (v > std::numeric_limits<uint32_t>::max()) {
+          return wrong("a 32-bit non-negative integer, in [0, 4294967295]");
+        }
         repeated ? refl.AddUInt32(&msg, &field, static_cast<uint32_t>(v))
                  : refl.SetUInt32(&msg, &field, static_cast<uint32_t>(v));
       } else {
@@ -336,21 +364,85 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
+namespace {
+
+// The job file's text (at most one byte past the size limit, so that a huge file or /dev/zero
+// costs nothing and still fails in ParseJobSpec with the limit's error) and its format by name.
+absl::StatusOr<std::string> ReadJobFileText(const std::string& path, JobFileFormat* format) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the job file"));
-  // Reads at most one byte past the size limit, so that a huge file (or /dev/zero) costs
-  // nothing and still fails in ParseJobSpec with the limit's error.
   std::string text(kMaxJobFileBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   if (in.bad()) return absl::NotFoundError(absl::StrCat(path, ": cannot read the job file"));
-  JobFileFormat format = JobFileFormat::kAuto;
+  *format = JobFileFormat::kAuto;
   const std::string lower = absl::AsciiStrToLower(path);
-  if (absl::EndsWith(lower, ".json")) format = JobFileFormat::kJson;
+  if (absl::EndsWith(lower, ".json")) *format = JobFileFormat::kJson;
   if (absl::EndsWith(lower, ".yaml") || absl::EndsWith(lower, ".yml"))
-    format = JobFileFormat::kYaml;
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, format);
+    *format = JobFileFormat::kYaml;
+  return text;
+}
+
+// The line of the node at `field_path` ("batch.microbatches", "train.betas[1]") under `root`,
+// or of the deepest enclosing node written in the file; 0 when not even the first segment is.
+int LineOfField(const SpecNode& root, absl::string_view field_path) {
+  const SpecNode* node = &root;
+  int line = 0;
+  for (absl::string_view segment : absl::StrSplit(field_path, '.')) {
+    std::optional<size_t> index;
+    if (const size_t open = segment.find('['); open != absl::string_view::npos) {
+      size_t i = 0;
+      if (absl::EndsWith(segment, "]") &&
+          absl::SimpleAtoi(segment.substr(open + 1, segment.size() - open - 2), &i)) {
+        index = i;
+      }
+      segment = segment.substr(0, open);
+    }
+    if (node->kind != SpecNode::Kind::kMap) return line;
+    auto it = std::find_if(node->map.begin(), node->map.end(),
+                           [&](const internal::SpecField& f) { return f.key == segment; });
+    if (it == node->map.end() || it->value.kind == SpecNode::Kind::kNull) return line;
+    node = &it->value;
+    line = node->line;
+    if (index.has_value()) {
+      if (node->kind != SpecNode::Kind::kList || *index >= node->list.size()) return line;
+      node = &node->list[*index];
+      line = node->line;
+    }
+  }
+  return line;
+}
+
+}  // namespace
+
+absl::Status LocateInJobFile(const absl::Status& status, const std::string& path) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  absl::string_view message = status.message();
+  if (!absl::ConsumePrefix(&message, "spec.")) return status;
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos) return status;
+  const absl::string_view field_path = message.substr(0, colon);
+  if (field_path.empty() || absl::StrContains(field_path, ' ')) return status;
+  JobFileFormat format;
+  absl::StatusOr<std::string> text = ReadJobFileText(path, &format);
+  if (!text.ok() || text->size() > kMaxJobFileBytes) return status;
+  if (format == JobFileFormat::kAuto) {
+    format = absl::StartsWith(absl::StripLeadingAsciiWhitespace(*text), "{") ? JobFileFormat::kJson
+                                                                            : JobFileFormat::kYaml;
+  }
+  absl::StatusOr<SpecNode> tree = format == JobFileFormat::kJson ? internal::ParseJsonTree(*text)
+                                                                 : internal::ParseYamlTree(*text);
+  if (!tree.ok()) return status;
+  const int line = LineOfField(*tree, field_path);
+  if (line <= 0) return status;
+  return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", message));
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
+  JobFileFormat format;
+  absl::StatusOr<std::string> text = ReadJobFileText(path, &format);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(*text, format);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

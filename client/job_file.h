@@ -6,7 +6,8 @@
 // fraction for an integer, a map for a scalar) or two model kinds are errors that name the field
 // path and the line. `schedule.memory_limit` takes a number or `auto` (= leave unset). Enum fields
 // take the short lower-case name (`device: cuda`) or the full proto name. A null value (`key:` or
-// `key: null`) leaves the field unset. Range checks are the coordinator's job (INVALID_ARGUMENT).
+// `key: null`) leaves the field unset. Range checks are the coordinator's job (INVALID_ARGUMENT);
+// LocateInJobFile points its answer at the file's line.
 //
 // A job file may come from anyone, so the reader bounds its own work (docs/design.md "Limits")
 // with the limits below; each error names its limit and the line where it was crossed.
@@ -54,6 +55,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
 // data.path, eval.path) are made absolute against the job file's directory, so a job file can name
 // the model and data beside it; checkpoint.dir is left as written (the workers' working directory).
 absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path);
+
+// Restates an error about a field of the spec loaded from the job file at `path` with where that
+// field is written. The coordinator's range checks (coordinator/spec_validator.h) name a field
+// path but no line: "spec.batch.microbatches: must be in [1, 4096], got -3" becomes
+// "job.yaml:12: batch.microbatches: must be in [1, 4096], got -3". The line is the field's value,
+// or the nearest enclosing field the file writes when it leaves this one to its default. Any
+// other status (no "spec." path, a file that no longer parses) comes back unchanged.
+absl::Status LocateInJobFile(const absl::Status& status, const std::string& path);
 
 }  // namespace zpipe
 

@@ -138,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Found by fuzz/job_file_fuzzer: a number out of double's range had no line.
         BadCase{"json_number_overflow", JobFileFormat::kJson,
                 "{\"name\": \"syn\",\n\"model\": 10, \"x\": 4.11e66666666666}",
-                "line 2: number overflow parsing '4.11e66666666666'"}),
+                "line 2: number out of range: '4.11e66666666666'; a number in a job file must "
+                "lie within +-1.7976931348623157e308"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 TEST(JobFileTest, ParsesTheOwnModelFieldsAndResolvesInputPathsBesideTheFile) {
@@ -186,6 +187,106 @@ checkpoint: {every: 5, dir: ckpt}
   EXPECT_EQ(spec->train().lr_schedule().decay(), "cosine");
   EXPECT_EQ(spec->train().lr_schedule().warmup(), 2);
   EXPECT_EQ(spec->checkpoint().dir(), "ckpt");  // the workers' directory: left as written
+}
+
+// The coordinator's range errors name a field path but no line (coordinator/spec_validator.h);
+// the CLI points them at the job file.
+class LocateInJobFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("zpipe-locate-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(LocateInJobFileTest, NamesTheLineOfARangeErrorInYaml) {
+  const std::string path = Write("job.yaml", R"(name: neg
+model:
+  gpt: {layers: 8, hidden: 256, heads: 4, seq_len: 128, vocab: 512}
+parallel: {pipeline: 2}
+train:
+  iterations: 10
+  betas: [0.9,
+          1.5]
+batch:
+  microbatch_size: 2
+  # negative on purpose
+  microbatches: -3
+)");
+  ASSERT_TRUE(LoadJobFile(path).ok());  // in range is the coordinator's check, not the reader's
+  const absl::Status located = LocateInJobFile(
+      absl::InvalidArgumentError("spec.batch.microbatches: must be in [1, 4096], got -3"), path);
+  EXPECT_EQ(located.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(located.message(), path + ":12: batch.microbatches: must be in [1, 4096], got -3");
+  // A list element; a field left to its default points at the nearest enclosing one written.
+  EXPECT_EQ(LocateInJobFile(absl::InvalidArgumentError("spec.train.betas[1]: must be < 1"), path)
+                .message(),
+            path + ":8: train.betas[1]: must be < 1");
+  EXPECT_EQ(
+      LocateInJobFile(absl::InvalidArgumentError("spec.parallel.data: must be >= 1"), path)
+          .message(),
+      path + ":4: parallel.data: must be >= 1");
+}
+
+TEST_F(LocateInJobFileTest, NamesTheLineInJson) {
+  const std::string path =
+      Write("job.json", "{\n  \"name\": \"neg\",\n  \"batch\": {\n    \"microbatches\": -3\n  }\n}\n");
+  EXPECT_EQ(LocateInJobFile(absl::InvalidArgumentError(
+                                "spec.batch.microbatches: must be in [1, 4096], got -3"),
+                            path)
+                .message(),
+            path + ":4: batch.microbatches: must be in [1, 4096], got -3");
+}
+
+TEST_F(LocateInJobFileTest, LeavesOtherErrorsAlone) {
+  const std::string path = Write("job.yaml", "name: x\n");
+  for (const absl::Status& st :
+       {absl::InvalidArgumentError("spec.batch.microbatches: must be >= 1"),  // not in the file
+        absl::InvalidArgumentError("job_id: must be 1..64 characters"),
+        absl::NotFoundError("spec.name: no such job"),
+        absl::ResourceExhaustedError("the --max-pending-jobs limit")}) {
+    EXPECT_EQ(LocateInJobFile(st, path), st);
+  }
+  const absl::Status missing = absl::InvalidArgumentError("spec.name: too long");
+  EXPECT_EQ(LocateInJobFile(missing, (dir_ / "gone.yaml").string()), missing);
+}
+
+// A number of 400 digits is not echoed back whole: its first 32 characters, its length and the
+// range allowed.
+TEST(JobFileTest, AnOverflowingNumberIsCutAndTheRangeNamed) {
+  const std::string digits(400, '7');
+  absl::StatusOr<v1::JobSpec> json =
+      ParseJobSpec(absl::StrCat("{\"name\": \"x\",\n\"batch\": {\"microbatches\": ", digits, "e9}}"),
+                   JobFileFormat::kJson);
+  ASSERT_FALSE(json.ok());
+  const std::string message(json.status().message());
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("line 2: number out of range: '",
+                                              digits.substr(0, 32), "...' (402 characters)")));
+  EXPECT_THAT(message, HasSubstr("within +-1.7976931348623157e308"));
+  EXPECT_LT(message.size(), 250u) << message;
+
+  absl::StatusOr<v1::JobSpec> yaml =
+      ParseJobSpec(absl::StrCat("batch:\n  microbatches: ", digits, "\n"), JobFileFormat::kYaml);
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_EQ(yaml.status().message(),
+            absl::StrCat("line 2: field 'batch.microbatches' expects a 32-bit integer, in "
+                         "[-2147483648, 2147483647], got the number '",
+                         digits.substr(0, 32), "...' (400 characters)"));
+  absl::StatusOr<v1::JobSpec> seed =
+      ParseJobSpec(absl::StrCat("train: {seed: ", digits, "}\n"), JobFileFormat::kYaml);
+  ASSERT_FALSE(seed.ok());
+  EXPECT_THAT(std::string(seed.status().message()),
+              HasSubstr("expects a 64-bit non-negative integer, in [0, 18446744073709551615]"));
+  EXPECT_LT(seed.status().message().size(), 250u);
 }
 
 TEST(JobFileTest, StringsMustBeUtf8) {

@@ -329,7 +329,7 @@ int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (!submitted.ok()) {
     CliContext local((*cluster)->address(), OutputFormat::kTable, ctx.err(), ctx.err(), false);
     local.SetToken((*cluster)->client_token(), "the local cluster");
-    return local.Fail("run", submitted.status());
+    return local.Fail("run", LocateInJobFile(submitted.status(), job_file));
   }
   const std::string job_id = submitted->job.id();
   {

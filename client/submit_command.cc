@@ -79,7 +79,7 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     }
   }
   absl::StatusOr<SubmitResult> result = ctx.client().Submit(*spec, args.Get("--id"), dry_run);
-  if (!result.ok()) return ctx.Fail("submit", result.status());
+  if (!result.ok()) return ctx.Fail("submit", LocateInJobFile(result.status(), job_file));
   const v1::Job& job = result->job;
 
   if (ctx.json() && dry_run) {

@@ -92,10 +92,26 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
 
   auto pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     const int pending = queue_.PendingCount();
-    if (pending < options_.max_pending_jobs) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        absl::StrCat(pending, " jobs are pending (the --max-pending-jobs limit of ",
-                     options_.max_pending_jobs, "); wait or cancel some"));
+    if (pending >= options_.max_pending_jobs) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(pending, " jobs are pending (the --max-pending-jobs limit of ",
+                       options_.max_pending_jobs, "); wait or cancel some"));
+    }
+    return absl::OkStatus();
+  };
+  // One identity may not fill the queue for everyone. Without token files every caller is the
+  // same anonymous "" and only the global limit applies.
+  auto client_pending_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (submitted_by.empty()) return absl::OkStatus();
+    int mine = 0;
+    for (const auto& [order, job] : queue_.all()) {
+      mine += job.state == JobState::kPending && job.submitted_by == submitted_by;
+    }
+    if (mine < options_.max_pending_jobs_per_client) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        mine, " jobs of '", submitted_by,
+        "' are pending (the --max-pending-jobs-per-client limit of ",
+        options_.max_pending_jobs_per_client, "); wait or cancel some of yours"));
   };
   auto existing = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<SubmitResult> {
     const JobRecord* job = queue_.Find(job_id);
@@ -114,6 +130,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
     absl::StatusOr<SubmitResult> found = existing();
     if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
     if (absl::Status st = pending_limit(); !st.ok()) return st;  // before the planning work
+    if (absl::Status st = client_pending_limit(); !st.ok()) return st;
     if (absl::Status st = store_refusal(); !st.ok()) return st;
   }
 
@@ -133,6 +150,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(std::string job_id, const JobSpe
   if (found.ok() || found.status().code() == absl::StatusCode::kAlreadyExists) return found;
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status st = pending_limit(); !st.ok()) return st;
+  if (absl::Status st = client_pending_limit(); !st.ok()) return st;
   if (absl::Status st = store_refusal(); !st.ok()) return st;
 
   JobRecord rec;

@@ -90,6 +90,9 @@ struct ManagerOptions {
   absl::Duration failure_grace = absl::Seconds(3);
   // A new job beyond this many PENDING ones is refused (the --max-pending-jobs limit).
   int max_pending_jobs = 1000;
+  // A new job beyond this many PENDING ones of the same submitter (its token name; none without
+  // token files) is refused (--max-pending-jobs-per-client), so one client cannot fill the queue.
+  int max_pending_jobs_per_client = 100;
   // After Load(), how long a RUNNING job waits for its workers to come back (reconnect with their
   // job) before a missing one counts as a lost rank. Longer than the workers' reconnect backoff.
   absl::Duration recovery_grace = absl::Seconds(30);
@@ -140,7 +143,7 @@ class JobManager {
   // compared with their defaults resolved (spec_defaults.h), which is also how the job is stored
   // and returned (validate_only too). A resubmit by another submitter is ALREADY_EXISTS.
   // `submitted_by` is recorded with the job. ResourceExhausted for a new job while max_pending_jobs
-  // are PENDING. When the store cannot save the new job, or still holds back earlier changes
+  // are PENDING, or max_pending_jobs_per_client of a non-empty `submitted_by`. When the store cannot save the new job, or still holds back earlier changes
   // (StoreStatus), the job is refused and forgotten (nothing unsaved is acknowledged):
   // ResourceExhausted when the store is full, Unavailable for other store errors.
   absl::StatusOr<SubmitResult> Submit(std::string job_id, const JobSpec& spec, bool validate_only,

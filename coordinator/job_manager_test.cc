@@ -694,6 +694,32 @@ TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {
   EXPECT_TRUE(manager_->Submit("p3", Spec(2), false).ok());
 }
 
+TEST_F(JobManagerTest, PerClientPendingLimitLeavesRoomForOtherClients) {
+  ManagerOptions options;
+  options.max_pending_jobs = 10;
+  options.max_pending_jobs_per_client = 2;
+  manager_ = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
+  ASSERT_TRUE(manager_->Load().ok());
+  ASSERT_TRUE(manager_->Submit("a1", Spec(2), false, "alice").ok());
+  ASSERT_TRUE(manager_->Submit("a2", Spec(2), false, "alice").ok());
+
+  absl::StatusOr<SubmitResult> r = manager_->Submit("a3", Spec(2), false, "alice");
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_EQ(r.status().message(),
+            "2 jobs of 'alice' are pending (the --max-pending-jobs-per-client limit of 2); wait "
+            "or cancel some of yours");
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("a3").status()));
+  // Another client still gets in; so does alice's resubmit, and callers without a token name
+  // (no token files) only meet the global limit.
+  EXPECT_TRUE(manager_->Submit("b1", Spec(2), false, "bob").ok());
+  EXPECT_FALSE(manager_->Submit("a1", Spec(2), false, "alice")->created);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(manager_->Submit(absl::StrCat("anon", i), Spec(2), false).ok());
+  }
+  ASSERT_TRUE(manager_->Cancel("a1", "").ok());
+  EXPECT_TRUE(manager_->Submit("a3", Spec(2), false, "alice").ok());
+}
+
 }  // namespace
 }  // namespace zpipe::coordinator
 

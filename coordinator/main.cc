@@ -50,12 +50,18 @@ constexpr char kUsage[] =
     "GiB):\n"
     "  --max-message-bytes SIZE     largest gRPC request accepted (default 16MiB)\n"
     "  --max-pending-jobs N         new jobs refused while N are PENDING (default 1000)\n"
+    "  --max-pending-jobs-per-client N  ... or while N of the same client token are (default\n"
+    "                               100; without token files only the limit above applies)\n"
     "  --rendezvous-job-bytes SIZE  rendezvous keys + values one job may hold (default 64MiB)\n"
     "  --rendezvous-job-keys N      rendezvous keys one job may hold (default 16384)\n"
+    "  --rendezvous-total-bytes SIZE  rendezvous keys + values all jobs together may hold\n"
+    "                               (default 1GiB)\n"
     "  --log-lines N                newest worker log lines kept per rank of a job, in memory\n"
     "                               (`zpipe logs`; default 1000; for the last 200 jobs)\n"
     "  --artifact-max-job-bytes SIZE  uploaded artifacts one job may name, together (default "
-    "2GiB)\n";
+    "2GiB)\n"
+    "exit status: 2 for a bad flag, or a file a flag names that is unusable (e.g. a --tls-key\n"
+    "that does not belong to --tls-cert); 1 when it cannot start otherwise\n";
 
 bool ParseDurationFlag(const std::string& text, absl::Duration* out) {
   double seconds;
@@ -156,13 +162,19 @@ int main(int argc, char** argv) {
       }
       options.artifacts.max_job_bytes = static_cast<uint64_t>(n);
     } else if (arg == "--max-message-bytes" || arg == "--max-pending-jobs" ||
+               arg == "--max-pending-jobs-per-client" ||
                arg == "--rendezvous-job-bytes" || arg == "--rendezvous-job-keys" ||
+               arg == "--rendezvous-total-bytes" ||
                arg == "--log-lines") {
-      // Sizes take a unit suffix, counts do not; both fit gRPC's int.
+      // Sizes take a unit suffix, counts do not; all but the rendezvous total fit gRPC's int.
       const bool is_size = absl::EndsWith(arg, "-bytes");
       int64_t n = 0;
       const bool ok =
-          is_size ? ParseSizeFlag(value, std::numeric_limits<int>::max(), &n)
+          is_size ? ParseSizeFlag(value,
+                                  arg == "--rendezvous-total-bytes"
+                                      ? std::numeric_limits<int64_t>::max()
+                                      : int64_t{std::numeric_limits<int>::max()},
+                                  &n)
                   : absl::SimpleAtoi(value, &n) && n > 0 && n <= std::numeric_limits<int>::max();
       if (!ok) {
         std::fprintf(stderr, "zpipe-coordinator: bad %s '%s': want a positive %s\n", arg.c_str(),
@@ -171,8 +183,14 @@ int main(int argc, char** argv) {
       }
       if (arg == "--max-message-bytes") options.max_message_bytes = static_cast<int>(n);
       if (arg == "--max-pending-jobs") options.max_pending_jobs = static_cast<int>(n);
+      if (arg == "--max-pending-jobs-per-client") {
+        options.max_pending_jobs_per_client = static_cast<int>(n);
+      }
       if (arg == "--rendezvous-job-bytes") options.rendezvous.job_bytes = static_cast<size_t>(n);
       if (arg == "--rendezvous-job-keys") options.rendezvous.job_keys = static_cast<size_t>(n);
+      if (arg == "--rendezvous-total-bytes") {
+        options.rendezvous.total_bytes = static_cast<size_t>(n);
+      }
       if (arg == "--log-lines") options.log_lines = static_cast<size_t>(n);
     } else {
       std::fprintf(stderr, "zpipe-coordinator: unknown flag %s\n%s", arg.c_str(), kUsage);
@@ -191,7 +209,9 @@ int main(int argc, char** argv) {
   auto server = zpipe::coordinator::CoordinatorServer::Start(options);
   if (!server.ok()) {
     zpipe::coordinator::LogError("cannot start: ", server.status().ToString());
-    return 1;
+    // INVALID_ARGUMENT: a flag's value or the file it names is unusable (a TLS key that does not
+    // match its certificate, a malformed token file): like a bad flag, exit 2.
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {

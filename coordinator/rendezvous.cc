@@ -30,7 +30,10 @@ void Rendezvous::Open(const std::string& job_id) {
 
 void Rendezvous::Close(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  jobs_.erase(job_id);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  total_bytes_ -= it->second.bytes;
+  jobs_.erase(it);
 }
 
 bool Rendezvous::IsOpen(const std::string& job_id) const {
@@ -63,6 +66,15 @@ absl::Status Rendezvous::Set(const std::string& job_id, const std::string& key, 
         " bytes of keys and values (the --rendezvous-job-bytes limit); it holds ", job.bytes,
         " and this write of ", key.size() + value.size(), " would exceed it"));
   }
+  const size_t total = total_bytes_ - job.bytes + bytes;
+  if (bytes > job.bytes && total > limits_.total_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous store of the coordinator: ", limits_.total_bytes,
+        " bytes of keys and values across all jobs (the --rendezvous-total-bytes limit); they hold ",
+        total_bytes_, " and this write of ", key.size() + value.size(),
+        " would exceed it; wait for other jobs to end or raise the limit"));
+  }
+  total_bytes_ = total;
   job.bytes = bytes;
   if (is_new) {
     job.values.emplace(key, std::move(value));
@@ -89,6 +101,11 @@ size_t Rendezvous::JobBytes(const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? 0 : it->second.bytes;
+}
+
+size_t Rendezvous::TotalBytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return total_bytes_;
 }
 
 absl::StatusOr<std::vector<std::string>> Rendezvous::Wait(

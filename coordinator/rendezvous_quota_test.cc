@@ -65,5 +65,28 @@ TEST(RendezvousQuotaTest, DefaultsAreDocumented) {
   EXPECT_EQ(RendezvousLimits{}.job_keys, 16384u);
 }
 
+// Jobs each within their quota together stop at --rendezvous-total-bytes; a job's end frees its
+// share, and an overwrite that does not grow still works at the cap.
+TEST(RendezvousQuotaTest, TotalCapCoversAllJobsAndIsFreedWhenAJobEnds) {
+  Rendezvous rdv(RendezvousLimits{.job_bytes = 100, .job_keys = 1000, .total_bytes = 150});
+  rdv.Open("a");
+  rdv.Open("b");
+  ASSERT_TRUE(rdv.Set("a", "k1", std::string(98, 'x')).ok());  // 100
+  ASSERT_TRUE(rdv.Set("b", "k1", std::string(48, 'y')).ok());  // 150 in all
+  EXPECT_EQ(rdv.TotalBytes(), 150u);
+  absl::Status st = rdv.Set("b", "k2", "z");  // within b's quota, past the total
+  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "150 bytes of keys and values across all jobs"))
+      << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "--rendezvous-total-bytes")) << st;
+  EXPECT_EQ(rdv.TotalBytes(), 150u);
+  EXPECT_TRUE(rdv.Set("b", "k1", std::string(40, 'y')).ok());  // shrinks: 142
+  EXPECT_EQ(rdv.TotalBytes(), 142u);
+  rdv.Close("a");
+  EXPECT_EQ(rdv.TotalBytes(), 42u);
+  EXPECT_TRUE(rdv.Set("b", "k2", std::string(50, 'z')).ok());
+  EXPECT_EQ(rdv.TotalBytes(), 94u);
+}
+
 }  // namespace
 }  // namespace zpipe::coordinator

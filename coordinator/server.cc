@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   mopts.recovery_grace = options.recovery_grace;
   mopts.failure_grace = std::min(mopts.failure_grace, options.heartbeat_timeout);
   mopts.max_pending_jobs = options.max_pending_jobs;
+  mopts.max_pending_jobs_per_client = options.max_pending_jobs_per_client;
   mopts.rendezvous = options.rendezvous;
   mopts.log_lines_per_rank = options.log_lines;
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()

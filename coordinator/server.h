@@ -65,7 +65,8 @@ struct ServerOptions {
   // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
   int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
-  RendezvousLimits rendezvous;       // per-job key and byte quota
+  int max_pending_jobs_per_client = 100;  // ... or beyond this many of its submitter's
+  RendezvousLimits rendezvous;       // per-job key and byte quota, and the total cap
   size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
   ServerTlsFiles tls;     // none = plaintext on both ports

@@ -47,37 +47,40 @@ int AddClientCas(SSL_CTX* ctx, const std::string& pem) {
   return n;
 }
 
-// `pem`'s certificate chain and key into `ctx`; the first problem, naming no file.
-absl::Status UseCertAndKey(SSL_CTX* ctx, const ServerTlsPem& pem, std::string* which) {
+// `pem`'s certificate chain and key into `ctx`; the first problem, naming no file but
+// `cert_name` (what the certificate is called in a mismatch: "the certificate --tls-cert c.pem").
+absl::Status UseCertAndKey(SSL_CTX* ctx, const ServerTlsPem& pem, const std::string& cert_name,
+                           std::string* which) {
   BioPtr bio = MemoryBio(pem.cert_chain);
-  X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
-  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf) != 1) {
-    if (leaf != nullptr) X509_free(leaf);
+  std::unique_ptr<X509, void (*)(X509*)> leaf(PEM_read_bio_X509(bio.get(), nullptr, nullptr,
+                                                                nullptr),
+                                              X509_free);
+  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf.get()) != 1) {
     *which = "cert";
     return absl::InvalidArgumentError(absl::StrCat("no usable certificate: ", OpenSslError()));
   }
-  X509_free(leaf);
   while (X509* extra = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
     if (SSL_CTX_add_extra_chain_cert(ctx, extra) != 1) X509_free(extra);  // owned by ctx if added
   }
   ERR_clear_error();
   BioPtr key_bio = MemoryBio(pem.private_key);
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
+  std::unique_ptr<EVP_PKEY, void (*)(EVP_PKEY*)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
   *which = "key";
   if (key == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("no usable private key (an unencrypted PEM key is needed): ", OpenSslError()));
   }
-  // OpenSSL 3 checks here that the key matches the certificate.
-  const bool used = SSL_CTX_use_PrivateKey(ctx, key) == 1;
-  EVP_PKEY_free(key);
-  if (!used) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the key does not belong to the certificate: ", OpenSslError()));
+  // Checked against the leaf before handing the key to the context: a key of another type
+  // (EC for an RSA certificate) would otherwise replace the certificate and surface later, in
+  // gRPC, as an unrelated error.
+  if (X509_check_private_key(leaf.get(), key.get()) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the key does not belong to ", cert_name,
+                                                   " (OpenSSL: ", OpenSslError(), ")"));
   }
-  if (SSL_CTX_check_private_key(ctx) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the key does not belong to the certificate: ", OpenSslError()));
+  if (SSL_CTX_use_PrivateKey(ctx, key.get()) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the key does not belong to ", cert_name,
+                                                   " (OpenSSL: ", OpenSslError(), ")"));
   }
   return absl::OkStatus();
 }
@@ -87,7 +90,7 @@ absl::Status UseCertAndKey(SSL_CTX* ctx, const ServerTlsPem& pem, std::string* w
 absl::Status ConfigureServerSslContext(SSL_CTX* ctx, const ServerTlsPem& pem) {
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   std::string which;
-  if (absl::Status st = UseCertAndKey(ctx, pem, &which); !st.ok()) {
+  if (absl::Status st = UseCertAndKey(ctx, pem, "the certificate", &which); !st.ok()) {
     return absl::InternalError(absl::StrCat("OpenSSL: ", st.message()));
   }
   if (pem.mutual()) {
@@ -118,7 +121,10 @@ absl::StatusOr<ServerTlsPem> LoadServerTls(const ServerTlsFiles& files) {
   std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
   if (ctx == nullptr) return absl::InternalError("OpenSSL: " + OpenSslError());
   std::string which;
-  if (absl::Status st = UseCertAndKey(ctx.get(), pem, &which); !st.ok()) {
+  if (absl::Status st =
+          UseCertAndKey(ctx.get(), pem, absl::StrCat("the certificate --tls-cert ", files.cert),
+                        &which);
+      !st.ok()) {
     const bool cert = which == "cert";
     return absl::InvalidArgumentError(absl::StrCat(
         cert ? "--tls-cert " : "--tls-key ", cert ? files.cert : files.key, ": ", st.message()));

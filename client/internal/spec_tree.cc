@@ -64,6 +64,11 @@ class TreeBudget {
 
 }  // namespace
 
+std::string QuoteCut(absl::string_view text) {
+  if (text.size() <= 40) return absl::StrCat("'", text, "'");
+  return absl::StrCat("'", text.substr(0, 32), "...' (", text.size(), " characters)");
+}
+
 absl::string_view SpecNodeKindName(const SpecNode& node) {
   switch (node.kind) {
     case SpecNode::Kind::kNull:
@@ -361,6 +366,10 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     // A syntax error's message already says "at line L, column C"; keep the leading "line"
     // convention. Others (a number out of range: out_of_range.406) have no position: prefix
     // the line of the token, and drop the "[json.exception.KIND.ID] " tag either way.
+    if (ex.id == 406) {  // out_of_range.406: a number past a double's range
+      if (error_.empty()) error_ = NumberOutOfRange(ex.what());
+      return false;
+    }
     std::string what = ex.what();
     const std::string marker = "parse error at line ";
     const size_t at = what.find(marker);
@@ -375,6 +384,18 @@ class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
     }
     if (error_.empty()) error_ = what;
     return false;
+  }
+
+  // "line L: number out of range: '1234567890123456789012345678901...' (400 characters); ...":
+  // the token is cut, since it may be the whole file.
+  std::string NumberOutOfRange(const std::string& what) {
+    std::string token;
+    const size_t open = what.find('\'');
+    const size_t close = what.rfind('\'');
+    if (open != std::string::npos && close > open) token = what.substr(open + 1, close - open - 1);
+    return absl::StrCat("line ", Line(), ": number out of range: ", QuoteCut(token),
+                        "; a number in a job file must lie within +-1.7976931348623157e308 "
+                        "(a double), and an integer field takes at most 64 bits");
   }
 
   absl::StatusOr<SpecNode> Result() {

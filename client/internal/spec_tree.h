@@ -37,6 +37,10 @@ struct SpecField {
 
 absl::string_view SpecNodeKindName(const SpecNode& node);  // "a string", "a number", "a map", ...
 
+// `text` quoted for an error message, cut to its first 32 characters and "..." (with its length)
+// when longer than 40: a value may be a whole file's worth of digits.
+std::string QuoteCut(absl::string_view text);
+
 // Both parsers enforce the job-file limits of client/job_file.h on the tree they build: depth
 // (kMaxJobFileDepth) and expansion (kMaxJobFileValues values, kMaxJobFileExpandedBytes of
 // scalar text, aliases counted once per use). The work done is bounded by those limits and the

@@ -6,6 +6,7 @@
 #   server.crt server.key  signed by it, for 127.0.0.1 and localhost (subjectAltName)
 #   client.crt client.key  signed by it, a client certificate (CN=zpipe-test-client)
 #   other-ca.crt           an unrelated CA, for "does not trust" cases
+#   ec.key                 an EC key of no certificate, for "wrong key" cases
 set -euo pipefail
 dir=$1
 mkdir -p "$dir"
@@ -23,4 +24,5 @@ ossl req -newkey rsa:2048 -nodes -subj "/CN=zpipe-test-client" -keyout client.ke
 printf 'extendedKeyUsage=clientAuth\n' >client.ext
 ossl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
   -extfile client.ext -out client.crt
+ossl ecparam -genkey -name prime256v1 -noout -out ec.key
 rm -f ./*.csr ./*.ext ca.srl

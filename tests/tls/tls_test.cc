@@ -282,32 +282,42 @@ TEST(TlsTest, MutualTlsRefusesAWorkerWithoutACertificateAndRunsAJobWithOne) {
   EXPECT_EQ(worker.Wait(30).exit_code, 0);
 }
 
+// A coordinator run with these TLS flags, which must refuse to start.
+ProcessResult StartWithTls(std::vector<std::string> tls_flags) {
+  std::vector<std::string> args = {ZPIPE_COORDINATOR_BIN, "--listen",  "127.0.0.1:0",
+                                   "--metrics-listen",    "",          "--db",
+                                   ":memory:"};
+  args.insert(args.end(), tls_flags.begin(), tls_flags.end());
+  return RunProcess(args, {}, 30);
+}
+
 TEST(TlsTest, StartupErrorsNameTheFlagAndTheFile) {
   const std::string missing = Certs::dir + "/missing.pem";
-  ProcessResult no_cert =
-      RunProcess({ZPIPE_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--db",
-                  ":memory:", "--tls-cert", missing, "--tls-key", Cert("server.key")},
-                 {}, 30);
-  EXPECT_EQ(no_cert.exit_code, 1);
+  ProcessResult no_cert = StartWithTls({"--tls-cert", missing, "--tls-key", Cert("server.key")});
+  EXPECT_EQ(no_cert.exit_code, 2);
   EXPECT_THAT(no_cert.err, HasSubstr("--tls-cert " + missing + ": cannot read"));
-  ProcessResult wrong_key =
-      RunProcess({ZPIPE_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--db",
-                  ":memory:", "--tls-cert", Cert("server.crt"), "--tls-key", Cert("client.key")},
-                 {}, 30);
-  EXPECT_EQ(wrong_key.exit_code, 1);
-  EXPECT_THAT(wrong_key.err, HasSubstr("--tls-key " + Cert("client.key")));
-  EXPECT_THAT(wrong_key.err, HasSubstr("does not belong to the certificate"));
-  ProcessResult no_key =
-      RunProcess({ZPIPE_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--db",
-                  ":memory:", "--tls-cert", Cert("server.crt")},
-                 {}, 30);
-  EXPECT_EQ(no_key.exit_code, 1);
+  ProcessResult no_key = StartWithTls({"--tls-cert", Cert("server.crt")});
+  EXPECT_EQ(no_key.exit_code, 2);
   EXPECT_THAT(no_key.err, HasSubstr("--tls-key is missing"));
   ProcessResult worker =
       RunProcess({ZPIPE_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--tls-ca", missing},
                  {{"ZPIPE_TLS_CA", ""}}, 30);
   EXPECT_EQ(worker.exit_code, 2);
   EXPECT_THAT(worker.err, HasSubstr("--tls-ca " + missing + ": cannot read"));
+}
+
+// A key that is not the certificate's fails the start naming both files, whether it is another
+// RSA key (the client's, the CA's) or a key of another type; never later, in gRPC, as an
+// unrelated error.
+TEST(TlsTest, KeyOfAnotherCertificateExitsTwoNamingBothFlags) {
+  for (const std::string& key : {Cert("client.key"), Cert("ca.key"), Cert("ec.key")}) {
+    ProcessResult r = StartWithTls({"--tls-cert", Cert("server.crt"), "--tls-key", key});
+    EXPECT_EQ(r.exit_code, 2) << key << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--tls-key " + key +
+                                 ": the key does not belong to the certificate --tls-cert " +
+                                 Cert("server.crt")));
+    EXPECT_THAT(r.err, Not(HasSubstr("address list")));
+  }
 }
 
 TEST(TlsTest, BeyondLoopbackTlsAloneStillNeedsTokensOrClientCertificates) {
