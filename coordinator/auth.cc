@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/tls_files.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -213,27 +214,6 @@ absl::Status Authorize(const Principal& principal, Role role, absl::string_view 
                                                   "; that needs ", needs));
 }
 
-bool IsLoopbackAddress(absl::string_view host_port) {
-  if (absl::StartsWith(host_port, "unix:") || absl::StartsWith(host_port, "unix-abstract:")) {
-    return true;
-  }
-  absl::ConsumePrefix(&host_port, "ipv4:");
-  absl::ConsumePrefix(&host_port, "ipv6:");
-  absl::ConsumePrefix(&host_port, "dns:");
-  absl::string_view host;
-  if (absl::StartsWith(host_port, "[")) {
-    const size_t close = host_port.find(']');
-    if (close == absl::string_view::npos) return false;
-    host = host_port.substr(1, close - 1);
-  } else {
-    const size_t colon = host_port.rfind(':');
-    if (colon == absl::string_view::npos) return false;  // a bare port: every interface
-    host = host_port.substr(0, colon);
-  }
-  if (host == "localhost" || host == "::1") return true;
-  std::vector<absl::string_view> octets = absl::StrSplit(host, '.');
-  int first = 0;
-  return octets.size() == 4 && absl::SimpleAtoi(octets[0], &first) && first == 127;
-}
+bool IsLoopbackAddress(absl::string_view host_port) { return core::IsLoopbackTarget(host_port); }
 
 }  // namespace zpipe::coordinator

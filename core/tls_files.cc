@@ -4,11 +4,14 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 
 namespace zpipe::core {
@@ -69,20 +72,24 @@ bool LooksLikeTlsFailure(absl::string_view message) {
 }
 
 bool IsLoopbackTarget(absl::string_view target) {
-  if (absl::ConsumePrefix(&target, "unix:") || absl::ConsumePrefix(&target, "unix-abstract:")) {
-    return true;
-  }
-  absl::ConsumePrefix(&target, "dns:///");
+  if (absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:")) return true;
   absl::ConsumePrefix(&target, "ipv4:");
   absl::ConsumePrefix(&target, "ipv6:");
-  absl::string_view host = target;
-  if (absl::ConsumePrefix(&host, "[")) {
-    host = host.substr(0, host.find(']'));
-  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos &&
-                                             host.find(':') == colon) {
-    host = host.substr(0, colon);  // host:port (a bare IPv6 address has several colons)
+  if (!absl::ConsumePrefix(&target, "dns:///")) absl::ConsumePrefix(&target, "dns:");
+  absl::string_view host;
+  if (absl::StartsWith(target, "[")) {
+    const size_t close = target.find(']');
+    if (close == absl::string_view::npos) return false;
+    host = target.substr(1, close - 1);
+  } else {
+    const size_t colon = target.rfind(':');
+    if (colon == absl::string_view::npos) return false;  // a bare port: every interface
+    host = target.substr(0, colon);
   }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  if (host == "localhost" || host == "::1") return true;
+  std::vector<absl::string_view> octets = absl::StrSplit(host, '.');
+  int first = 0;
+  return octets.size() == 4 && absl::SimpleAtoi(octets[0], &first) && first == 127;
 }
 
 std::string PlaintextTokenProblem(absl::string_view who, absl::string_view target, bool has_token,

@@ -46,7 +46,8 @@ absl::StatusOr<std::optional<TlsClientPem>> LoadTlsClientPem(const NamedFile& ca
 // certificate), where a coordinator that is down refuses the connection instead.
 bool LooksLikeTlsFailure(absl::string_view message);
 
-// Whether a gRPC target ("host:port", "[::1]:port", "ipv4:...", "unix:...") stays on this machine:
+// Whether a gRPC target or listen address ("host:port", "[::1]:port", "ipv4:...", "unix:...")
+// stays on this machine (a bare port, every interface, does not):
 // localhost, 127.0.0.0/8, ::1 or a Unix socket. A token sent elsewhere without TLS crosses the
 // network readable by anyone on the path (the CLI and the worker warn, or with --require-tls
 // refuse).
