@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/command_table.h"
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 namespace zpipe::cli {
 
@@ -30,7 +30,7 @@ void CliContext::SetToken(std::string token, std::string source) {
   token_source_ = std::move(source);
 }
 
-void CliContext::SetTls(std::optional<core::TlsClientPem> tls, std::string ca_source) {
+void CliContext::SetTls(std::optional<util::TlsClientPem> tls, std::string ca_source) {
   tls_ = std::move(tls);
   tls_ca_source_ = std::move(ca_source);
 }
@@ -63,9 +63,9 @@ int ExitCodeFor(const absl::Status& status) {
 int CliContext::Fail(const std::string& command, const absl::Status& status) {
   err_ << "zpipe " << command << ": ";
   // The coordinator's message may quote a peer's string (a worker's failure, a job name).
-  const std::string message = core::SanitizeForTerminal(status.message());
+  const std::string message = util::SanitizeForTerminal(status.message());
   if (status.code() == absl::StatusCode::kUnavailable &&
-      core::LooksLikeTlsFailure(status.message())) {
+      util::LooksLikeTlsFailure(status.message())) {
     err_ << "TLS with the coordinator at " << coordinator_ << " failed (" << message << "); ";
     if (!tls_.has_value()) {
       err_
@@ -218,7 +218,7 @@ void Table::Print(std::ostream& out) const {
   for (const auto& row : rows_) {
     std::vector<std::string>& shown = rows.emplace_back();
     shown.reserve(row.size());
-    for (const std::string& cell : row) shown.push_back(core::SanitizeForTerminal(cell));
+    for (const std::string& cell : row) shown.push_back(util::SanitizeForTerminal(cell));
   }
   std::vector<size_t> widths;
   for (const auto& row : rows) {
@@ -260,7 +260,7 @@ std::string JobLine(const v1::Job& job) {
   if (p.iterations_total() > 0)
     absl::StrAppend(&line, " ", p.iterations_done(), "/", p.iterations_total(), " iterations");
   if (!job.reason().empty()) {
-    absl::StrAppend(&line, ": ", core::SanitizeForTerminal(job.reason()));
+    absl::StrAppend(&line, ": ", util::SanitizeForTerminal(job.reason()));
   }
   return line;
 }

@@ -65,7 +65,7 @@ class CliContext {
   // TLS for the client made by client() (nullopt = plaintext), and where the CA came from
   // ("--tls-ca FILE", "ZPIPE_TLS_CA=FILE", "" for the system's roots) for error messages. Call
   // before the first client().
-  void SetTls(std::optional<core::TlsClientPem> tls, std::string ca_source);
+  void SetTls(std::optional<util::TlsClientPem> tls, std::string ca_source);
   OutputFormat output() const { return output_; }
   // A document format (-o json or -o yaml): print with PrintDocument (json_output.h).
   bool json() const { return output_ == OutputFormat::kJson || output_ == OutputFormat::kYaml; }
@@ -79,7 +79,7 @@ class CliContext {
   // Prints "zpipe COMMAND: <what went wrong>" (with a hint for an unreachable coordinator, a
   // missing or refused token, a failed TLS handshake) and returns the exit code for `status`
   // (kExitJobFailed for a TLS handshake that failed: the coordinator is there but not trusted).
-  // The status message is shown through core::SanitizeForTerminal.
+  // The status message is shown through util::SanitizeForTerminal.
   int Fail(const std::string& command, const absl::Status& status);
   // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
   int Usage(const std::string& command, const std::string& message, const std::string& usage);
@@ -88,7 +88,7 @@ class CliContext {
   std::string coordinator_;
   std::string token_;
   std::string token_source_;
-  std::optional<core::TlsClientPem> tls_;
+  std::optional<util::TlsClientPem> tls_;
   std::string tls_ca_source_;
   OutputFormat output_;
   std::ostream& out_;
@@ -144,7 +144,7 @@ std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command,
                                     const std::vector<std::string>& argv, const std::string& usage);
 
 // Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell. Cells
-// may hold peer strings as received: Print shows each through core::SanitizeForTerminal, so a
+// may hold peer strings as received: Print shows each through util::SanitizeForTerminal, so a
 // cell stays on its line and carries no terminal controls.
 class Table {
  public:

@@ -28,7 +28,7 @@
 #include "absl/time/time.h"
 #include "core/executed_timeline.h"
 #include "core/plan.h"
-#include "core/tls_files.h"
+#include "util/tls_files.h"
 #include "zpipe/v1/coordinator.pb.h"
 #include "zpipe/v1/job.pb.h"
 #include "zpipe/v1/worker.pb.h"
@@ -41,11 +41,11 @@ struct ClientOptions {
   // coordinator started with token files; empty = none.
   std::string token;
   // TLS to a coordinator started with --tls-cert: the CA to verify it with (empty = the system's
-  // roots) and, where it requires client certificates, ours (core::LoadTlsClientPem reads them
+  // roots) and, where it requires client certificates, ours (util::LoadTlsClientPem reads them
   // from files). nullopt = plaintext. A handshake that fails (an untrusted server certificate,
   // a refused client certificate, a plaintext server) is UNAVAILABLE like an unreachable one,
   // with gRPC's reason in the message.
-  std::optional<core::TlsClientPem> tls;
+  std::optional<util::TlsClientPem> tls;
 };
 
 struct SubmitResult {
@@ -83,7 +83,8 @@ struct JobPlan {
 
 // One iteration's executed timeline across all ranks, aligned to the coordinator's clock, beside
 // the plan's predicted one (GetTrace). Times are seconds from the iteration's first executed start
-// (executed) or from 0 (predicted). Render with core::ChromeTraceJson / core::RenderTimelineSvg.
+// (executed) or from 0 (predicted). Render with render::ChromeTraceJson or render::RenderTimelineSvg
+// (ZeroPipe::render).
 struct JobTrace {
   v1::GetTraceResponse response;     // as the coordinator sent it (clock offsets, iterations held)
   core::ExecutedTimeline executed;   // one row per global rank (data_rank * p + pipeline_rank)

@@ -8,7 +8,7 @@
 #include "client/cli.h"
 #include "client/command_table.h"
 #include "client/json_output.h"
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 namespace zpipe::cli {
 namespace {
@@ -96,7 +96,7 @@ int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& argv) {
           ctx.out() << FormatLineTime(line)
                     << (line.rank() < 0 ? std::string(" job: ")
                                         : absl::StrCat(" rank ", line.rank(), ": "))
-                    << core::SanitizeForTerminal(line.text()) << "\n";
+                    << util::SanitizeForTerminal(line.text()) << "\n";
         }
         ctx.out().flush();
         return true;

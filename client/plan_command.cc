@@ -19,14 +19,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/number_format.h"
-#include "core/plan_export.h"
 #include "core/plan_limits.h"
 #include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 #include "core/status_field.h"
-#include "core/timeline.h"
-#include "core/torch_csv.h"
+#include "render/plan_export.h"
+#include "render/timeline.h"
+#include "render/torch_csv.h"
 
 namespace zpipe::cli {
 namespace {
@@ -222,7 +222,8 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
             absl::StrCat("--seed: '", value, "' is not a non-negative integer"));
       }
     } else if (flag == "--width") {
-      auto v = ParseInt(flag, value, core::kMinAsciiWidth, core::kMaxAsciiWidth, "the width limit");
+      auto v = ParseInt(flag, value, render::kMinAsciiWidth, render::kMaxAsciiWidth,
+                        "the width limit");
       if (!v.ok()) return v.status();
       pa.width = *v;
     }
@@ -425,9 +426,9 @@ std::string BoundsJson(const Planned& p) {
   return out;
 }
 
-// The plan JSON (core::PlanToJson, one object) with the bounds added as its last fields.
+// The plan JSON (render::PlanToJson, one object) with the bounds added as its last fields.
 std::string PlanJson(const Planned& p) {
-  std::string json = core::PlanToJson(p.plan, &p.sim);
+  std::string json = render::PlanToJson(p.plan, &p.sim);
   const size_t close = json.rfind('}');
   if (close == std::string::npos) return json;
   return absl::StrCat(json.substr(0, close), BoundsJson(p), json.substr(close));
@@ -528,13 +529,13 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     if (pa->format == "summary") text = Summary(*planned);
     if (pa->format == "text") text = core::PlanToText(planned->plan);
     if (pa->format == "json") text = PlanJson(*planned);
-    if (pa->format == "csv") text = core::PlanToCsv(planned->plan, &planned->sim);
+    if (pa->format == "csv") text = render::PlanToCsv(planned->plan, &planned->sim);
     if (pa->format == "ascii") {
-      text = core::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
+      text = render::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
     }
-    if (pa->format == "svg") text = core::RenderSvg(planned->plan, planned->sim);
+    if (pa->format == "svg") text = render::RenderSvg(planned->plan, planned->sim);
     if (pa->format == "torch-csv") {
-      absl::StatusOr<std::string> csv = core::PlanToTorchCsv(planned->plan);
+      absl::StatusOr<std::string> csv = render::PlanToTorchCsv(planned->plan);
       if (!csv.ok()) {
         err << "zpipe plan: --format torch-csv: " << csv.status().message() << "\n";
         return 2;

@@ -5,7 +5,7 @@
 // Elsewhere (pipes, files, CI logs) it prints one plain line per state change and per completed
 // iteration, which is what log readers and tests want. With -o json every event is one JSON line.
 // Reasons and errors in events come from the coordinator and workers: text output shows them
-// through core::SanitizeForTerminal.
+// through util::SanitizeForTerminal.
 #include <algorithm>
 #include <ostream>
 #include <sstream>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/json_output.h"
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 namespace zpipe::cli {
 namespace {
@@ -60,7 +60,7 @@ std::string IterationLine(const v1::IterationSummary& it, int total) {
   for (const v1::RankIterationStats& r : it.ranks()) {
     if (r.checkpoint_error().empty()) continue;
     absl::StrAppend(&line, "\n  checkpoint skipped on rank ", r.pipeline_rank(), "/", r.data_rank(),
-                    ": ", core::SanitizeForTerminal(r.checkpoint_error()));
+                    ": ", util::SanitizeForTerminal(r.checkpoint_error()));
   }
   return line;
 }
@@ -75,7 +75,7 @@ std::string PlanSwitchLine(const std::string& job_id, const v1::PlanSwitch& s) {
                       Percent(s.old_predicted_bubble()), " -> ", Percent(s.new_predicted_bubble()),
                       s.reason().empty()
                           ? ""
-                          : absl::StrCat(" (", core::SanitizeForTerminal(s.reason()), ")"));
+                          : absl::StrCat(" (", util::SanitizeForTerminal(s.reason()), ")"));
 }
 
 class JobView {
@@ -101,7 +101,7 @@ class JobView {
         Line(absl::StrCat(job_id_, " ", JobStateName(c.from()), " -> ", JobStateName(c.to()),
                           c.reason().empty()
                               ? ""
-                              : absl::StrCat(": ", core::SanitizeForTerminal(c.reason()))));
+                              : absl::StrCat(": ", util::SanitizeForTerminal(c.reason()))));
         break;
       }
       case v1::JobEvent::kIteration:

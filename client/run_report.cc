@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 namespace zpipe::cli {
 namespace {
@@ -40,7 +40,7 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   if (!s.layout.source().empty()) {
     std::string cuts;
     for (int c : s.layout.cuts()) absl::StrAppend(&cuts, cuts.empty() ? "" : ",", c);
-    out << "  cuts          [" << cuts << "] (" << core::SanitizeForTerminal(s.layout.source())
+    out << "  cuts          [" << cuts << "] (" << util::SanitizeForTerminal(s.layout.source())
         << ")";
     if (!s.layout.stages().empty()) {
       out << "; per stage F/B/W ms:";
@@ -91,7 +91,7 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         timeline.iteration + 1, Pct(b.measured), Pct(b.predicted), SignedPct(b.actions()),
         SignedPct(b.runtime()));
   } else if (!timeline.bubble_error.empty()) {
-    out << "  bubble split  not computed: " << core::SanitizeForTerminal(timeline.bubble_error)
+    out << "  bubble split  not computed: " << util::SanitizeForTerminal(timeline.bubble_error)
         << "\n";
   }
   if (timeline.exposure.has_value() && timeline.exposure->exposed_s > 0) {
@@ -135,7 +135,7 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
     out << "  timeline      iteration " << timeline.iteration + 1 << ": " << timeline.chrome
         << " (Perfetto), " << timeline.svg << "\n";
   } else if (!timeline.error.empty()) {
-    out << "  timeline      not written: " << core::SanitizeForTerminal(timeline.error) << "\n";
+    out << "  timeline      not written: " << util::SanitizeForTerminal(timeline.error) << "\n";
   }
 }
 

@@ -9,8 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/command_table.h"
-#include "core/chrome_trace.h"
 #include "core/executed_timeline.h"
+#include "render/chrome_trace.h"
+#include "render/timeline.h"
 
 namespace zpipe::cli {
 namespace {
@@ -24,11 +25,11 @@ constexpr char kUsage[] =
 
 std::string Render(const JobTrace& trace, const std::string& format, bool predicted_svg) {
   if (format == "svg") {
-    return core::RenderTimelineSvg(predicted_svg ? trace.predicted : trace.executed);
+    return render::RenderTimelineSvg(predicted_svg ? trace.predicted : trace.executed);
   }
-  core::ChromeTraceOptions options;
+  render::ChromeTraceOptions options;
   if (!trace.predicted.ranks.empty()) options.predicted = &trace.predicted;
-  return core::ChromeTraceJson(trace.executed, options);
+  return render::ChromeTraceJson(trace.executed, options);
 }
 
 }  // namespace

@@ -258,10 +258,10 @@ int main(int argc, char** argv) {
   }
   // A file nobody set is named by its flag, so "--tls-cert F needs --tls-key too" says what to add.
   auto named = [](const Setting& s, const char* flag) {
-    return zpipe::core::NamedFile{s.value.empty() ? std::string(flag) : s.source, s.value};
+    return zpipe::util::NamedFile{s.value.empty() ? std::string(flag) : s.source, s.value};
   };
-  const zpipe::core::NamedFile ca = named(connection->tls_ca, "--tls-ca");
-  auto tls = zpipe::core::LoadTlsClientPem(ca, named(connection->tls_cert, "--tls-cert"),
+  const zpipe::util::NamedFile ca = named(connection->tls_ca, "--tls-ca");
+  auto tls = zpipe::util::LoadTlsClientPem(ca, named(connection->tls_cert, "--tls-cert"),
                                            named(connection->tls_key, "--tls-key"));
   if (!tls.ok()) {
     std::cerr << "zpipe: " << tls.status().message() << "\n";
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   const char* require_env = std::getenv("ZPIPE_REQUIRE_TLS");
   const bool require_tls =
       globals.require_tls || (require_env != nullptr && std::string(require_env) == "1");
-  if (std::string problem = zpipe::core::PlaintextTokenProblem(
+  if (std::string problem = zpipe::util::PlaintextTokenProblem(
           "zpipe", connection->coordinator.value, ctx.has_token(), has_tls, require_tls,
           "--tls-ca");
       !problem.empty()) {

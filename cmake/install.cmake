@@ -7,8 +7,8 @@ include(CMakePackageConfigHelpers)
 
 set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
 # Headers live under include/zeropipe/ and are included by their path in the tree
-# ("client/client.h", "core/plan.h", "zpipe/v1/job.pb.h"), so installed and in-tree code read alike
-# without claiming generic names like include/core/ for the whole system.
+# ("client/client.h", "core/plan.h", "util/tls_files.h", "zpipe/v1/job.pb.h"), so installed and
+# in-tree code read alike without claiming generic names like include/core/ for the whole system.
 set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
 
 # The binaries users run (README "The services", deploy/docker/collect-runtime).
@@ -36,19 +36,28 @@ endif()
 
 if(TARGET zpipe_client)
   set_target_properties(zpipe_core PROPERTIES EXPORT_NAME core)
+  set_target_properties(zpipe_util PROPERTIES EXPORT_NAME util)
+  set_target_properties(zpipe_render PROPERTIES EXPORT_NAME render)
   set_target_properties(zpipe_proto PROPERTIES EXPORT_NAME proto)
   set_target_properties(zpipe_client PROPERTIES EXPORT_NAME client)
-  install(TARGETS zpipe_core zpipe_proto zpipe_client EXPORT ZeroPipeTargets
+  install(TARGETS zpipe_core zpipe_util zpipe_render zpipe_proto zpipe_client EXPORT ZeroPipeTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
           INCLUDES DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR})
 
   # The public headers: client.h and job_file.h (not client/internal/, not the CLI's), every core
-  # header client.h can reach (core/internal/ stays private), and the generated API headers
-  # beside the .proto files they come from.
+  # header client.h can reach (core/internal/ stays private), util's TLS files (client.h's
+  # ClientOptions::tls; the logger and the rest of util are the services' own), render's writers
+  # (a plan or JobTrace as SVG, JSON, CSV, Chrome trace), and the generated API headers beside the
+  # .proto files they come from.
   install(FILES ${PROJECT_SOURCE_DIR}/client/client.h ${PROJECT_SOURCE_DIR}/client/job_file.h
           DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/client COMPONENT development)
   file(GLOB ZPIPE_CORE_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/*.h)
   install(FILES ${ZPIPE_CORE_HEADERS} DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/core
+          COMPONENT development)
+  install(FILES ${PROJECT_SOURCE_DIR}/util/tls_files.h
+          DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/util COMPONENT development)
+  file(GLOB ZPIPE_RENDER_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/render/*.h)
+  install(FILES ${ZPIPE_RENDER_HEADERS} DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/render
           COMPONENT development)
   install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/zpipe/v1/ ${PROJECT_SOURCE_DIR}/proto/zpipe/v1/
           DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR}/zpipe/v1 COMPONENT development

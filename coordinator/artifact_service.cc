@@ -6,7 +6,7 @@
 #include "artifact/artifact_ref.h"
 #include "coordinator/grpc_auth.h"
 #include "coordinator/grpc_status.h"
-#include "coordinator/log.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 namespace {

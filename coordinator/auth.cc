@@ -11,9 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/tls_files.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "util/tls_files.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -214,6 +214,6 @@ absl::Status Authorize(const Principal& principal, Role role, absl::string_view 
                                                   "; that needs ", needs));
 }
 
-bool IsLoopbackAddress(absl::string_view host_port) { return core::IsLoopbackTarget(host_port); }
+bool IsLoopbackAddress(absl::string_view host_port) { return util::IsLoopbackTarget(host_port); }
 
 }  // namespace zpipe::coordinator

@@ -10,11 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/log.h"
 #include "coordinator/spec_defaults.h"
 #include "coordinator/spec_validator.h"
 #include "coordinator/worker_match.h"
 #include "coordinator/worker_registry.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 namespace {

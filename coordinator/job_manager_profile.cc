@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/log.h"
 #include "coordinator/planner.h"
 #include "core/partition.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/log.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 

@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "coordinator/log.h"
 #include "coordinator/server.h"
+#include "util/log.h"
 
 namespace {
 
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
 
   auto server = zpipe::coordinator::CoordinatorServer::Start(options);
   if (!server.ok()) {
-    zpipe::coordinator::LogError("cannot start: ", server.status().ToString());
+    zpipe::LogError("cannot start: ", server.status().ToString());
     // INVALID_ARGUMENT: a flag's value or the file it names is unusable (a TLS key that does not
     // match its certificate, a malformed token file): like a bad flag, exit 2.
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
     (void)(*server)->ReloadTokens();  // logs the outcome; a bad file keeps the old tokens
   }
-  zpipe::coordinator::LogInfo("received signal ", sig);
+  zpipe::LogInfo("received signal ", sig);
   // Under 1 s in all (README "Reliability"): every acknowledged change is already stored, so a
   // call cut off here was never acknowledged and its client retries it; sessions and watches
   // would only ever end at the deadline.

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/log.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 

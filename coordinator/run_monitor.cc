@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/log.h"
 #include "coordinator/measured_bubble.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 namespace {

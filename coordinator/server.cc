@@ -8,13 +8,13 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/artifact_service.h"
 #include "coordinator/coordinator_service.h"
-#include "coordinator/log.h"
 #include "coordinator/prometheus_metrics.h"
 #include "coordinator/sqlite_job_store.h"
 #include "coordinator/worker_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 

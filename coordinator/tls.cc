@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/tls_files.h"
+#include "util/tls_files.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -114,7 +114,7 @@ absl::StatusOr<ServerTlsPem> LoadServerTls(const ServerTlsFiles& files) {
                                  std::tuple{"--tls-key", &files.key, &pem.private_key},
                                  std::tuple{"--tls-client-ca", &files.client_ca, &pem.client_ca}}) {
     if (path->empty()) continue;
-    absl::StatusOr<std::string> text = core::ReadPemFile({flag, *path});
+    absl::StatusOr<std::string> text = util::ReadPemFile({flag, *path});
     if (!text.ok()) return text.status();
     *out = *std::move(text);
   }

@@ -5,8 +5,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/log.h"
 #include "coordinator/worker_match.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 namespace {

@@ -10,9 +10,9 @@
 #include "coordinator/grpc_auth.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/job_proto.h"
-#include "coordinator/log.h"
 #include "coordinator/worker_proto.h"
 #include "google/protobuf/util/time_util.h"
+#include "util/log.h"
 
 namespace zpipe::coordinator {
 namespace {

@@ -84,10 +84,4 @@ TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline) {
   return out;
 }
 
-std::string RenderTimelineSvg(const ExecutedTimeline& timeline, SvgOptions options) {
-  if (options.title.empty()) options.title = timeline.title.empty() ? "timeline" : timeline.title;
-  const TimelineAsPlan p = ToPlanAndTimes(timeline);
-  return RenderSvg(p.plan, p.sim, options);
-}
-
 }  // namespace zpipe::core

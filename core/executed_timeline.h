@@ -1,8 +1,9 @@
-// Executed timelines: what ranks actually did in one iteration, as timed actions on one clock,
-// and their SVG rendering (through RenderSvg, so executed and predicted timelines look alike).
+// Executed timelines: what ranks actually did in one iteration, as timed actions on one clock.
+// render/timeline.h draws them as SVG (through RenderSvg, so executed and predicted timelines look
+// alike) and render/chrome_trace.h writes them as a Chrome trace.
 //
 // A timeline is the common currency between the coordinator's GetTrace, the client, the Chrome
-// trace writer (chrome_trace.h) and the live page: rows (one per global rank), each with its
+// trace writer and the live page: rows (one per global rank), each with its
 // actions and their start/end in seconds: compute (F, B, W, BW), sends and receives (post to
 // completion; they take no rank time) and reductions, drawn on separate tracks.
 #ifndef ZPIPE_CORE_EXECUTED_TIMELINE_H_
@@ -13,7 +14,6 @@
 
 #include "core/plan.h"
 #include "core/simulator.h"
-#include "core/timeline.h"
 
 namespace zpipe::core {
 
@@ -43,17 +43,13 @@ ExecutedTimeline PredictedTimeline(const Plan& plan, const SimResult& sim,
                                    double time_unit_per_second = 1.0);
 
 // A plan (one rank per row, actions sorted by start) and a SimResult holding the measured times,
-// with span, busy, idle and bubble computed by docs/design.md's definitions: what RenderSvg and
-// RenderAscii take.
+// with span, busy, idle and bubble computed by docs/design.md's definitions: what render::RenderSvg
+// and RenderAscii take.
 struct TimelineAsPlan {
   Plan plan;
   SimResult sim;
 };
 TimelineAsPlan ToPlanAndTimes(const ExecutedTimeline& timeline);
-
-// SVG of the timeline (RenderSvg over ToPlanAndTimes); `options.title` defaults to the
-// timeline's title.
-std::string RenderTimelineSvg(const ExecutedTimeline& timeline, SvgOptions options = {});
 
 }  // namespace zpipe::core
 

@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "worker/daemon/log.h"
+#include "util/log.h"
 #include "worker/daemon/model_export.h"
 #include "worker/daemon/worker_daemon.h"
 
@@ -28,7 +28,7 @@ void ModelPrint(const std::string& text) {
   absl::string_view s = text;
   if (!s.empty() && s.back() == '\n') s.remove_suffix(1);
   for (absl::string_view line : absl::StrSplit(s, '\n')) {
-    zpipe::worker::Log(absl::StrCat("model: ", line));
+    zpipe::Log(absl::StrCat("model: ", line));
   }
 }
 
@@ -125,6 +125,8 @@ int main(int argc, char** argv) {
   // Line-buffered stdout (stderr is unbuffered already): whatever a library writes there reaches
   // a log collector (systemd, kubectl logs, a pipe) as it happens, not when a 4 KB buffer fills.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // The worker's own form of the shared log (util/log.h): "zpipe-worker: LINE", as written.
+  zpipe::SetLogFormat({.prefix = "zpipe-worker: ", .timestamp = false, .sanitize = false});
   if (argc >= 2 && std::string(argv[1]) == "export") return Export(argc, argv);
   zpipe::worker::DaemonOptions options;
   if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
     transport = env;
   std::string metrics_listen, health_listen;
   // TLS files: a flag wins over its environment variable.
-  zpipe::core::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
+  zpipe::util::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
       tls_key{"--tls-key", ""};
   for (auto [file, env_name] :
        {std::pair{&tls_ca, "ZPIPE_TLS_CA"}, std::pair{&tls_cert, "ZPIPE_TLS_CERT"},
@@ -193,7 +195,7 @@ int main(int argc, char** argv) {
       }
       if (options.token.empty()) return Usage("--token-file: " + value + " holds no token");
     } else if (flag == "--tls-ca" || flag == "--tls-cert" || flag == "--tls-key") {
-      zpipe::core::NamedFile& f = flag == "--tls-ca"     ? tls_ca
+      zpipe::util::NamedFile& f = flag == "--tls-ca"     ? tls_ca
                                   : flag == "--tls-cert" ? tls_cert
                                                          : tls_key;
       f = {flag, value};
@@ -239,12 +241,12 @@ int main(int argc, char** argv) {
     return Usage("--transport (or $ZPIPE_TRANSPORT): tcp, not '" + transport + "'");
   }
 
-  auto tls = zpipe::core::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
+  auto tls = zpipe::util::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
   if (!tls.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(tls.status().message()).c_str());
     return 2;
   }
-  if (std::string problem = zpipe::core::PlaintextTokenProblem(
+  if (std::string problem = zpipe::util::PlaintextTokenProblem(
           "zpipe-worker", options.coordinator, !options.token.empty(), tls->has_value(),
           require_tls, "--tls-ca");
       !problem.empty()) {
@@ -319,7 +321,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   zpipe::worker::WorkerDaemon daemon(options);
   // What the daemon logs while it runs a job also goes to the coordinator (`zpipe logs`).
-  zpipe::worker::SetLogSink(&daemon.log_sink());
+  zpipe::SetLogSink(&daemon.log_sink());
   torch::jit::setPrintHandler(&ModelPrint);
   std::thread watcher([&] {
     int sig = 0;
@@ -329,7 +331,7 @@ int main(int argc, char** argv) {
   });
   watcher.detach();
   absl::Status st = daemon.Run();
-  zpipe::worker::SetLogSink(nullptr);
+  zpipe::SetLogSink(nullptr);
   if (health != nullptr) health->Shutdown();
   if (!st.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());

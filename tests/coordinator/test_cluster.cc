@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "coordinator/log.h"
 #include "core/plan.h"
 #include "gtest/gtest.h"
 #include "tests/support/compute_progress.h"
+#include "util/log.h"
 
 namespace zpipe::testing {
 

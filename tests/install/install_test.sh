@@ -32,12 +32,13 @@ echo "== cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install failed"
 for f in bin/zpipe bin/zpipe-coordinator bin/zpipe-worker include/zeropipe/client/client.h \
          include/zeropipe/client/job_file.h include/zeropipe/core/plan.h \
+         include/zeropipe/util/tls_files.h include/zeropipe/render/chrome_trace.h \
          include/zeropipe/zpipe/v1/job.pb.h lib/cmake/ZeroPipe/ZeroPipeConfig.cmake \
          lib/cmake/ZeroPipe/ZeroPipeConfigVersion.cmake share/doc/zeropipe/LICENSE; do
   [[ -e $prefix/$f ]] || fail "the install has no $f"
 done
-# Only the public headers: nothing private of the client, the CLI or core.
-for f in client/internal client/cli.h client/fake_client.h core/internal; do
+# Only the public headers: nothing private of the client, the CLI, core or util.
+for f in client/internal client/cli.h client/fake_client.h core/internal util/log.h; do
   [[ ! -e $prefix/include/zeropipe/$f ]] || fail "the install exposes the private $f"
 done
 
@@ -92,6 +93,8 @@ echo "== the consumer against $address"
   fail "the consumer's job did not succeed"
 grep -qx "workers 2" "$work/consumer.out" || fail "the consumer did not see 2 workers"
 grep -qx "plan ranks 2 first F s0 mb0" "$work/consumer.out" || fail "the consumer's plan is not p = 2"
+grep -qx "plan csv rank,index,kind,stage,microbatch,peer,chunk,bucket,start,end" "$work/consumer.out" ||
+  fail "the consumer did not write the plan with ZeroPipe::render"
 grep -qx "job installed-client succeeded" "$work/consumer.out" || fail "the consumer's job is not succeeded"
 "$prefix/bin/zpipe" --coordinator "$address" status installed-client | grep -q succeeded ||
   fail "the installed zpipe does not show the consumer's job as succeeded"

@@ -19,10 +19,10 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "coordinator/server.h"
-#include "core/tls_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/subprocess.h"
+#include "util/tls_files.h"
 
 namespace zpipe::testing {
 namespace {
@@ -213,9 +213,9 @@ TEST(TlsTest, MutualTlsRefusesAWorkerWithoutACertificateAndRunsAJobWithOne) {
   ASSERT_TRUE(c.WaitServing()) << c.process->ReadErr();
   EXPECT_THAT(c.process->ReadErr(), HasSubstr("client certificates signed by"));
   ClientOptions options;
-  options.tls = core::TlsClientPem{};
+  options.tls = util::TlsClientPem{};
   auto pem =
-      core::LoadTlsClientPem({"--tls-ca", Cert("ca.crt")}, {"--tls-cert", Cert("client.crt")},
+      util::LoadTlsClientPem({"--tls-ca", Cert("ca.crt")}, {"--tls-cert", Cert("client.crt")},
                              {"--tls-key", Cert("client.key")});
   ASSERT_TRUE(pem.ok()) << pem.status();
   options.tls = **pem;

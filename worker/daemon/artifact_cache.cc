@@ -10,7 +10,7 @@
 #include "artifact/artifact_ref.h"
 #include "artifact/sha256.h"
 #include "grpcpp/grpcpp.h"
-#include "worker/daemon/log.h"
+#include "util/log.h"
 #include "zpipe/v1/artifact.grpc.pb.h"
 
 namespace zpipe::worker {

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "worker/daemon/log.h"
+#include "util/log.h"
 #include "worker/daemon/permanent_error.h"
 #include "worker/executor/checkpoint.h"
 

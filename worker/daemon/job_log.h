@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "worker/daemon/log.h"
+#include "util/log.h"
 #include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::worker {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
-#include "worker/daemon/log.h"
+#include "util/log.h"
 
 namespace zpipe::worker {
 namespace {

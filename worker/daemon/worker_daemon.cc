@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "util/log.h"
 #include "worker/daemon/capabilities.h"
-#include "worker/daemon/log.h"
 #include "worker/daemon/permanent_error.h"
 
 namespace zpipe::worker {
@@ -537,7 +537,7 @@ absl::Status WorkerDaemon::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
-    const bool tls_failure = core::LooksLikeTlsFailure(st.message());
+    const bool tls_failure = util::LooksLikeTlsFailure(st.message());
     Log(absl::StrCat(st.ToString(), "; reconnecting",
                      !tls_failure ? ""
                      : options_.tls.has_value()

@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "core/tls_files.h"
+#include "util/tls_files.h"
 #include "worker/comm/communicator.h"
 #include "worker/daemon/artifact_cache.h"
 #include "worker/daemon/data_roots.h"
@@ -69,7 +69,7 @@ struct DaemonOptions {
   std::optional<zpipe::v1::WorkerCapabilities> capabilities;
   // TLS to the coordinator (the CA to verify it with; a client certificate for mTLS);
   // nullopt = plaintext.
-  std::optional<core::TlsClientPem> tls;
+  std::optional<util::TlsClientPem> tls;
   // --data-root: the only folders jobs may name files in (data_roots.h); empty = the working
   // directory.
   std::vector<std::string> data_roots;

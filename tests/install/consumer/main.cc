@@ -1,5 +1,6 @@
 // consumer ADDRESS JOB_FILE: reads a job file, submits it to the coordinator at ADDRESS, prints
-// the idle workers, the plan's shape and the job's final state; exits 0 when the job SUCCEEDED.
+// the idle workers, the plan's shape and CSV header and the job's final state; exits 0 when the job
+// SUCCEEDED.
 // Built outside the ZeroPipe tree against the installed package (tests/install/install_test.sh).
 #include <cstdio>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include "client/client.h"
 #include "client/job_file.h"
 #include "core/plan.h"
+#include "render/plan_export.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
   }
   std::cout << "plan ranks " << plan->plan.num_ranks() << " first "
             << zpipe::core::ActionToString(plan->plan.ranks[0].front()) << "\n";
+  const std::string csv = zpipe::render::PlanToCsv(plan->plan);
+  std::cout << "plan csv " << csv.substr(0, csv.find('\n')) << "\n";
   std::cout << "job " << job->id() << " " << zpipe::JobStateName(job->state()) << "\n";
   return job->state() == zpipe::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }

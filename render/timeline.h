@@ -1,14 +1,15 @@
 // Timeline rendering of a simulated (or executed) plan: ASCII rows like the papers' figures, and
 // SVG with coloured F/B/W blocks on a time axis, a legend, and the bubble rate in the title.
-#ifndef ZPIPE_CORE_TIMELINE_H_
-#define ZPIPE_CORE_TIMELINE_H_
+#ifndef ZPIPE_RENDER_TIMELINE_H_
+#define ZPIPE_RENDER_TIMELINE_H_
 
 #include <string>
 
+#include "core/executed_timeline.h"
 #include "core/plan.h"
 #include "core/simulator.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 
 // Bounds of AsciiOptions::width, in characters per row.
 inline constexpr int kMinAsciiWidth = 10;
@@ -25,7 +26,8 @@ struct AsciiOptions {
 // 'X'; lowercase for a rank's second and later chunks) followed by its microbatch number when the
 // whole label fits in its cells, else the letter alone; idle time is '.'. The header gives the span
 // and the global makespan.
-std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options = {});
+std::string RenderAscii(const core::Plan& plan, const core::SimResult& sim,
+                        const AsciiOptions& options = {});
 
 struct SvgOptions {
   std::string title;  // the bubble rate is appended
@@ -35,8 +37,13 @@ struct SvgOptions {
 
 // Blocks on a time axis over the drawn extent (every action fits, also the W that end after the
 // span); the second and later chunks of a rank are lighter shades of their kind's colour.
-std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& options = {});
+std::string RenderSvg(const core::Plan& plan, const core::SimResult& sim,
+                      const SvgOptions& options = {});
 
-}  // namespace zpipe::core
+// SVG of an executed (or predicted) timeline (RenderSvg over core::ToPlanAndTimes);
+// `options.title` defaults to the timeline's title.
+std::string RenderTimelineSvg(const core::ExecutedTimeline& timeline, SvgOptions options = {});
 
-#endif  // ZPIPE_CORE_TIMELINE_H_
+}  // namespace zpipe::render
+
+#endif  // ZPIPE_RENDER_TIMELINE_H_

@@ -2,10 +2,10 @@
 // CA that signed the coordinator's certificate (--tls-ca or $ZPIPE_TLS_CA) and, for a coordinator
 // that requires client certificates (mTLS), this side's certificate chain and key (--tls-cert,
 // --tls-key). Only reading and checking the files lives here; the gRPC credentials are made at
-// each channel (client/grpc_client.cc, worker/daemon/worker_daemon.cc), so core stays free of
+// each channel (client/grpc_client.cc, worker/daemon/worker_daemon.cc), so util stays free of
 // gRPC.
-#ifndef ZPIPE_CORE_TLS_FILES_H_
-#define ZPIPE_CORE_TLS_FILES_H_
+#ifndef ZPIPE_UTIL_TLS_FILES_H_
+#define ZPIPE_UTIL_TLS_FILES_H_
 
 #include <optional>
 #include <string>
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace zpipe::core {
+namespace zpipe::util {
 
 // PEM text a TLS client presents and trusts. Empty root_certs = the system's roots; empty
 // cert_chain and private_key = no client certificate.
@@ -59,6 +59,6 @@ bool IsLoopbackTarget(absl::string_view target);
 std::string PlaintextTokenProblem(absl::string_view who, absl::string_view target, bool has_token,
                                   bool tls, bool require_tls, absl::string_view tls_flag);
 
-}  // namespace zpipe::core
+}  // namespace zpipe::util
 
-#endif  // ZPIPE_CORE_TLS_FILES_H_
+#endif  // ZPIPE_UTIL_TLS_FILES_H_

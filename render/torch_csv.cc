@@ -1,9 +1,16 @@
-#include "core/torch_csv.h"
+#include "render/torch_csv.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
+
+using core::Action;
+using core::ActionKind;
+using core::ActionToString;
+using core::IsCompute;
+using core::Plan;
+
 namespace {
 
 // PyTorch's _ComputationType letter for a compute kind.
@@ -54,4 +61,4 @@ absl::StatusOr<std::string> PlanToTorchCsv(const Plan& plan) {
   return out;
 }
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render

@@ -1,4 +1,4 @@
-#include "core/chrome_trace.h"
+#include "render/chrome_trace.h"
 
 #include <algorithm>
 #include <map>
@@ -13,9 +13,26 @@
 #include "core/simulator.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "render/timeline.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 namespace {
+
+using core::Action;
+using core::ActionKind;
+using core::ActionToString;
+using core::CostModel;
+using core::ExecutedTimeline;
+using core::ParsePlanText;
+using core::Plan;
+using core::PredictedTimeline;
+using core::RankTimeline;
+using core::SimResult;
+using core::Simulate;
+using core::StageCost;
+using core::TimedAction;
+using core::TimelineAsPlan;
+using core::ToPlanAndTimes;
 
 ExecutedTimeline Sample() {
   ExecutedTimeline t;
@@ -167,4 +184,4 @@ TEST(ExecutedTimelineTest, SvgHasSendAndReceiveTracksAndTheyDoNotCountAsBusy) {
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::render

@@ -1,4 +1,4 @@
-#include "core/tls_files.h"
+#include "util/tls_files.h"
 
 #include <cerrno>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 
-namespace zpipe::core {
+namespace zpipe::util {
 
 absl::StatusOr<std::string> ReadPemFile(const NamedFile& file) {
   constexpr std::streamsize kMaxBytes = 1 << 20;
@@ -104,4 +104,4 @@ std::string PlaintextTokenProblem(absl::string_view who, absl::string_view targe
                       " FILE (or --require-tls to make this an error)");
 }
 
-}  // namespace zpipe::core
+}  // namespace zpipe::util

@@ -10,17 +10,17 @@
 // (tid = track * 100 + k) right below the track, since complete events on one thread must nest. The
 // predicted timeline, when given, follows as processes "predicted rank R", sorted after the
 // executed ones, on the same time origin (both start at 0 at their first action).
-#ifndef ZPIPE_CORE_CHROME_TRACE_H_
-#define ZPIPE_CORE_CHROME_TRACE_H_
+#ifndef ZPIPE_RENDER_CHROME_TRACE_H_
+#define ZPIPE_RENDER_CHROME_TRACE_H_
 
 #include <string>
 
 #include "core/executed_timeline.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 
 struct ChromeTraceOptions {
-  const ExecutedTimeline* predicted = nullptr;  // optional; not owned
+  const core::ExecutedTimeline* predicted = nullptr;  // optional; not owned
   // Shift every timeline so that its first action starts at 0 (the executed times are absolute
   // epoch seconds otherwise, which Perfetto shows as huge offsets).
   bool rebase = true;
@@ -28,11 +28,11 @@ struct ChromeTraceOptions {
 
 // Track (thread id of its first lane) of an action kind within its rank's process, 1..6 as listed
 // above.
-int ChromeTrackOf(ActionKind kind);
+int ChromeTrackOf(core::ActionKind kind);
 
-std::string ChromeTraceJson(const ExecutedTimeline& executed,
+std::string ChromeTraceJson(const core::ExecutedTimeline& executed,
                             const ChromeTraceOptions& options = {});
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render
 
-#endif  // ZPIPE_CORE_CHROME_TRACE_H_
+#endif  // ZPIPE_RENDER_CHROME_TRACE_H_

@@ -1,4 +1,4 @@
-#include "core/chrome_trace.h"
+#include "render/chrome_trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
+
+using core::ActionKind;
+using core::ActionKindName;
+using core::ActionToString;
+using core::ExecutedTimeline;
+using core::IsComm;
+using core::RankTimeline;
+using core::TimedAction;
+
 namespace {
 
 constexpr const char* kTrackNames[] = {"", "F", "B", "W", "SEND", "RECV", "REDUCE"};
@@ -155,4 +164,4 @@ std::string ChromeTraceJson(const ExecutedTimeline& executed, const ChromeTraceO
   return out;
 }
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render

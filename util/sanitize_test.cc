@@ -1,10 +1,10 @@
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace zpipe::core {
+namespace zpipe::util {
 namespace {
 
 TEST(SanitizeForTerminalTest, PlainTextIsKept) {
@@ -63,4 +63,4 @@ TEST(SanitizeForTerminalTest, InvalidUtf8BytesAreEscapedOneByOne) {
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::util

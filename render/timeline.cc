@@ -1,4 +1,4 @@
-#include "core/timeline.h"
+#include "render/timeline.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,23 @@
 #include "absl/strings/str_format.h"
 #include "core/number_format.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
+
+using core::Action;
+using core::ActionKind;
+using core::ActionTiming;
+using core::ActionToString;
+using core::ExecutedTimeline;
+using core::IsComm;
+using core::IsCompute;
+using core::IsRecv;
+using core::IsSend;
+using core::PlainNumber;
+using core::Plan;
+using core::SimResult;
+using core::TimelineAsPlan;
+using core::ToPlanAndTimes;
+
 namespace {
 
 char KindChar(ActionKind kind) {
@@ -327,4 +343,10 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
   return out;
 }
 
-}  // namespace zpipe::core
+std::string RenderTimelineSvg(const ExecutedTimeline& timeline, SvgOptions options) {
+  if (options.title.empty()) options.title = timeline.title.empty() ? "timeline" : timeline.title;
+  const TimelineAsPlan p = ToPlanAndTimes(timeline);
+  return RenderSvg(p.plan, p.sim, options);
+}
+
+}  // namespace zpipe::render

@@ -8,14 +8,14 @@
 // escaped instead, so that what is read is what was sent, on one line.
 //
 // For text output only: JSON output keeps the peer's string, which its own escaping carries.
-#ifndef ZPIPE_CORE_SANITIZE_H_
-#define ZPIPE_CORE_SANITIZE_H_
+#ifndef ZPIPE_UTIL_SANITIZE_H_
+#define ZPIPE_UTIL_SANITIZE_H_
 
 #include <string>
 
 #include "absl/strings/string_view.h"
 
-namespace zpipe::core {
+namespace zpipe::util {
 
 // `text` with every character a terminal would act on written as an escape, on one line:
 //   - C0 controls and DEL as \xNN (ESC as \x1b), newline and carriage return as \n and \r;
@@ -29,6 +29,6 @@ namespace zpipe::core {
 // every caller prints a single-line field or one log line; nothing multi-line comes from a peer.
 std::string SanitizeForTerminal(absl::string_view text);
 
-}  // namespace zpipe::core
+}  // namespace zpipe::util
 
-#endif  // ZPIPE_CORE_SANITIZE_H_
+#endif  // ZPIPE_UTIL_SANITIZE_H_

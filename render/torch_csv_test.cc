@@ -1,4 +1,4 @@
-#include "core/torch_csv.h"
+#include "render/torch_csv.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,19 @@
 #include "core/lowering.h"
 #include "core/planning.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 namespace {
+
+using core::Action;
+using core::EmptyPlan;
+using core::LowerComm;
+using core::Placement;
+using core::PlacementKind;
+using core::Plan;
+using core::PlanRequest;
+using core::PlanSchedule;
+using core::PlannedSchedule;
+using core::StageCost;
 
 // One parsed CSV cell, as PyTorch's _Action.from_str reads `<stage><kind><microbatch>`.
 struct Cell {
@@ -147,4 +158,4 @@ TEST(TorchCsvTest, RefusesWhatTheRuntimeCannotExpress) {
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::render

@@ -1,4 +1,4 @@
-#include "core/tls_files.h"
+#include "util/tls_files.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 
-namespace zpipe::core {
+namespace zpipe::util {
 namespace {
 
 // Messages as gRPC words them (UNAVAILABLE for all of them), from real runs.
@@ -34,9 +34,9 @@ TEST(LooksLikeTlsFailureTest, ACoordinatorThatIsDownOrRestartingIsNotTls) {
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::util
 
-namespace zpipe::core {
+namespace zpipe::util {
 namespace {
 
 TEST(PlaintextTokenTest, LoopbackTargetsStayOnThisMachine) {
@@ -67,4 +67,4 @@ TEST(PlaintextTokenTest, WarnsOrRefusesOnlyForATokenInPlaintextToAnotherMachine)
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::util

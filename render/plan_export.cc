@@ -1,10 +1,19 @@
-#include "core/plan_export.h"
+#include "render/plan_export.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
+
+using core::Action;
+using core::ActionKind;
+using core::ActionKindName;
+using core::IsComm;
+using core::PlacementKindName;
+using core::Plan;
+using core::SimResult;
+
 namespace {
 
 std::string Num(double v) { return absl::StrFormat("%.17g", v); }
@@ -71,4 +80,4 @@ std::string PlanToCsv(const Plan& plan, const SimResult* sim) {
   return out;
 }
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render

@@ -1,4 +1,4 @@
-#include "core/timeline.h"
+#include "render/timeline.h"
 
 #include <gtest/gtest.h>
 
@@ -9,11 +9,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/grad_sync.h"
-#include "core/plan_export.h"
 #include "core/schedule.h"
+#include "render/plan_export.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 namespace {
+
+using core::Action;
+using core::ActionKind;
+using core::ActionKindName;
+using core::CostModel;
+using core::GenerateSchedule;
+using core::PlacementFor;
+using core::Plan;
+using core::ScheduleKind;
+using core::ScheduleName;
+using core::ScheduleRequest;
+using core::SimResult;
+using core::Simulate;
+using core::StageCost;
 
 struct Fixture {
   Plan plan;
@@ -190,4 +204,4 @@ TEST(TimelineTest, JsonAndCsvExports) {
 }
 
 }  // namespace
-}  // namespace zpipe::core
+}  // namespace zpipe::render

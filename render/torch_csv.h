@@ -14,22 +14,22 @@
 // Communication is left out: PyTorch's loader refuses SEND/RECV in a compute-only schedule and
 // derives them from the compute order itself (_add_send_recv), so a lowered plan exports the same
 // CSV as the plan it was lowered from.
-#ifndef ZPIPE_CORE_TORCH_CSV_H_
-#define ZPIPE_CORE_TORCH_CSV_H_
+#ifndef ZPIPE_RENDER_TORCH_CSV_H_
+#define ZPIPE_RENDER_TORCH_CSV_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 
 // The CSV text, one '\n'-terminated row per rank. INVALID_ARGUMENT, saying what to change, for
 // what the runtime cannot express: REDUCE actions (PyTorch reduces each stage's gradients once,
 // after its last backward, not per bucket) and a compute action on a rank other than its stage's
 // (PyTorch requires every stage on one rank, the one the placement names).
-absl::StatusOr<std::string> PlanToTorchCsv(const Plan& plan);
+absl::StatusOr<std::string> PlanToTorchCsv(const core::Plan& plan);
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render
 
-#endif  // ZPIPE_CORE_TORCH_CSV_H_
+#endif  // ZPIPE_RENDER_TORCH_CSV_H_

@@ -1,10 +1,10 @@
-#include "core/sanitize.h"
+#include "util/sanitize.h"
 
 #include <cstdint>
 
 #include "absl/strings/str_format.h"
 
-namespace zpipe::core {
+namespace zpipe::util {
 namespace {
 
 // One well-formed UTF-8 sequence: its length in bytes (0 when `text` does not start with one)
@@ -82,4 +82,4 @@ std::string SanitizeForTerminal(absl::string_view text) {
   return out;
 }
 
-}  // namespace zpipe::core
+}  // namespace zpipe::util

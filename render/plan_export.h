@@ -1,13 +1,13 @@
 // JSON and CSV exports of a plan, optionally with simulated timings and statistics.
-#ifndef ZPIPE_CORE_PLAN_EXPORT_H_
-#define ZPIPE_CORE_PLAN_EXPORT_H_
+#ifndef ZPIPE_RENDER_PLAN_EXPORT_H_
+#define ZPIPE_RENDER_PLAN_EXPORT_H_
 
 #include <string>
 
 #include "core/plan.h"
 #include "core/simulator.h"
 
-namespace zpipe::core {
+namespace zpipe::render {
 
 // {"schedule":..., "placement":..., "ranks":P, "chunks":V, "microbatches":M,
 //  "span":..., "makespan":..., "bubble_rate":..., "peak_memory":[...], "rank_bubble":[...],
@@ -17,12 +17,12 @@ namespace zpipe::core {
 // (what the bubble rates are relative to); "makespan" is the first start to the last end over all
 // ranks (SimResult::global_makespan), so every action's "end" is within "makespan" of the first
 // "start". Before the span was added, "makespan" held the span.
-std::string PlanToJson(const Plan& plan, const SimResult* sim = nullptr);
+std::string PlanToJson(const core::Plan& plan, const core::SimResult* sim = nullptr);
 
 // Header "rank,index,kind,stage,microbatch,peer,chunk,bucket,start,end"; start/end empty
 // without `sim`.
-std::string PlanToCsv(const Plan& plan, const SimResult* sim = nullptr);
+std::string PlanToCsv(const core::Plan& plan, const core::SimResult* sim = nullptr);
 
-}  // namespace zpipe::core
+}  // namespace zpipe::render
 
-#endif  // ZPIPE_CORE_PLAN_EXPORT_H_
+#endif  // ZPIPE_RENDER_PLAN_EXPORT_H_
