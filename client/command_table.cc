@@ -36,7 +36,8 @@ std::vector<CommandSpec> MakeCommands() {
                          Switch("--wait", "wait until the job ends"),
                          Switch("--follow", "wait, showing live progress"),
                          Switch("--dry-run", "validate and plan only"),
-                         Switch("--upload", "send the job's files to the coordinator")},
+                         Switch("--upload", "send the job's files to the coordinator"),
+                         Switch("--parse-only", "print the spec the job file makes, send nothing")},
                .formats = "json yaml name",
                .run = RunSubmitCommand});
   c.push_back({.name = "status",

@@ -460,4 +460,13 @@ absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
   return spec;
 }
 
+absl::StatusOr<v1::JobSpec> ReadJobSpec(std::istream& in) {
+  // At most one byte past the size limit, as for a file: ParseJobSpec then names the limit.
+  std::string text(kMaxJobFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (in.bad()) return absl::NotFoundError("cannot read the job file from standard input");
+  return ParseJobSpec(text, JobFileFormat::kAuto);
+}
+
 }  // namespace zpipe

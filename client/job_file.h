@@ -15,6 +15,7 @@
 #define ZPIPE_CLIENT_JOB_FILE_H_
 
 #include <cstddef>
+#include <iosfwd>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,12 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, JobFileFormat f
 // data.path, eval.path) are made absolute against the job file's directory, so a job file can name
 // the model and data beside it; checkpoint.dir is left as written (the workers' working directory).
 absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path);
+
+// Reads job file text from `in` (`zpipe submit -`: standard input; the Python client sends its
+// dicts and text this way) and parses it as kAuto. Errors carry no path ("line 3: unknown field
+// 'schedule.knd' ..."), and relative input paths are kept as written: there is no file for them
+// to be relative to.
+absl::StatusOr<v1::JobSpec> ReadJobSpec(std::istream& in);
 
 // Restates an error about a field of the spec loaded from the job file at `path` with where that
 // field is written. The coordinator's range checks (coordinator/spec_validator.h) name a field

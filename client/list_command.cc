@@ -32,9 +32,7 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<std::vector<v1::Job>> jobs = ctx.client().ListAll(states);
   if (!jobs.ok()) return ctx.Fail("list", jobs.status());
   if (ctx.json()) {
-    Json list = Json::array();
-    for (const v1::Job& job : *jobs) list.push_back(JobJson(job));
-    PrintDocument(ctx, Json{{"jobs", std::move(list)}});
+    PrintDocument(ctx, JobListJson(*jobs));
     return kExitOk;
   }
   if (ctx.names()) {

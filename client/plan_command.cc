@@ -11,6 +11,8 @@
 #include <sstream>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -399,39 +401,40 @@ std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) 
   return out;
 }
 
-// A JSON string literal; schedule names and core's messages are ASCII without control
-// characters, quotes and backslashes are all there is to escape.
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+using Json = nlohmann::ordered_json;
+
+// A number as core's plan JSON writes it (core/plan_export.h): an integer when it is one
+// ("span_lower_bound":33), else the shortest text that reads back the same; null for NaN.
+Json Number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  if (v == std::trunc(v) && std::abs(v) < 9007199254740992.0) return static_cast<int64_t>(v);
+  return v;
 }
 
-std::string JsonNumber(double v) { return absl::StrFormat("%.17g", v); }
+std::string DumpLine(const Json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
+}
 
-std::string BoundsJson(const Planned& p) {
-  std::string out = absl::StrCat(",\"span_lower_bound\":", JsonNumber(p.span_lower_bound),
-                                 ",\"bubble_lower_bound\":", JsonNumber(p.bubble_lower_bound));
-  if (p.optimal.has_value()) {
-    const core::OptimalResult& o = *p.optimal;
-    absl::StrAppend(&out, ",\"optimal\":{\"span\":", JsonNumber(o.span),
-                    ",\"bound\":", JsonNumber(o.bound), ",\"gap\":", JsonNumber(o.gap()),
-                    ",\"proven_optimal\":", o.optimal ? "true" : "false",
-                    ",\"generated_span\":", JsonNumber(o.incumbent_span),
-                    ",\"nodes\":", o.nodes, ",\"seconds\":", JsonNumber(o.seconds), "}");
-  }
-  return out;
+// The lower bounds, and the exact solver's result when it ran (--optimal), as fields of `out`.
+void AddBounds(const Planned& p, Json& out) {
+  out["span_lower_bound"] = Number(p.span_lower_bound);
+  out["bubble_lower_bound"] = Number(p.bubble_lower_bound);
+  if (!p.optimal.has_value()) return;
+  const core::OptimalResult& o = *p.optimal;
+  out["optimal"] = {{"span", Number(o.span)},
+                    {"bound", Number(o.bound)},
+                    {"gap", Number(o.gap())},
+                    {"proven_optimal", o.optimal},
+                    {"generated_span", Number(o.incumbent_span)},
+                    {"nodes", o.nodes},
+                    {"seconds", Number(o.seconds)}};
 }
 
 // The plan JSON (render::PlanToJson, one object) with the bounds added as its last fields.
 std::string PlanJson(const Planned& p) {
-  std::string json = render::PlanToJson(p.plan, &p.sim);
-  const size_t close = json.rfind('}');
-  if (close == std::string::npos) return json;
-  return absl::StrCat(json.substr(0, close), BoundsJson(p), json.substr(close));
+  Json json = Json::parse(render::PlanToJson(p.plan, &p.sim));
+  AddBounds(p, json);
+  return DumpLine(json);
 }
 
 // {"pipeline":P,"microbatches":M,"cost":{...},"schedules":[{"schedule":..,"span":..,
@@ -439,29 +442,34 @@ std::string PlanJson(const Planned& p) {
 //  "peak_memory":..,"memory_limit":..,"generate_ms":..} or
 //  {"schedule":..,"error":"..."}, ...]}
 std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
-  std::string out =
-      absl::StrCat("{\"pipeline\":", pa.pipeline, ",\"microbatches\":", pa.microbatches,
-                   ",\"cost\":{\"f\":", JsonNumber(pa.stage_cost.f),
-                   ",\"b\":", JsonNumber(pa.stage_cost.b), ",\"w\":", JsonNumber(pa.stage_cost.w),
-                   ",\"comm\":", JsonNumber(pa.comm), "},\"schedules\":[");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Compared& row = rows[i];
-    absl::StrAppend(&out, i ? "," : "", "{\"schedule\":", JsonString(core::ScheduleName(row.kind)));
+  Json schedules = Json::array();
+  for (const Compared& row : rows) {
+    Json item = {{"schedule", std::string(core::ScheduleName(row.kind))}};
     if (!row.planned.ok()) {
-      absl::StrAppend(&out, ",\"error\":", JsonString(row.planned.status().message()), "}");
+      item["error"] = std::string(row.planned.status().message());
+      schedules.push_back(std::move(item));
       continue;
     }
     const Planned& p = *row.planned;
-    absl::StrAppend(&out, ",\"span\":", JsonNumber(p.sim.span),
-                    ",\"makespan\":", JsonNumber(p.sim.global_makespan),
-                    ",\"bubble_rate\":", JsonNumber(p.sim.bubble_rate),
-                    ",\"span_lower_bound\":", JsonNumber(p.span_lower_bound),
-                    ",\"bubble_lower_bound\":", JsonNumber(p.bubble_lower_bound),
-                    ",\"peak_memory\":", JsonNumber(MaxOf(p.sim.peak_memory)),
-                    ",\"memory_limit\":", JsonNumber(p.memory_limit),
-                    ",\"generate_ms\":", JsonNumber(1000 * p.generate_seconds), "}");
+    item["span"] = Number(p.sim.span);
+    item["makespan"] = Number(p.sim.global_makespan);
+    item["bubble_rate"] = Number(p.sim.bubble_rate);
+    item["span_lower_bound"] = Number(p.span_lower_bound);
+    item["bubble_lower_bound"] = Number(p.bubble_lower_bound);
+    item["peak_memory"] = Number(MaxOf(p.sim.peak_memory));
+    item["memory_limit"] = Number(p.memory_limit);
+    item["generate_ms"] = Number(1000 * p.generate_seconds);
+    schedules.push_back(std::move(item));
   }
-  return out + "]}\n";
+  const Json out = {{"pipeline", pa.pipeline},
+                    {"microbatches", pa.microbatches},
+                    {"cost",
+                     {{"f", Number(pa.stage_cost.f)},
+                      {"b", Number(pa.stage_cost.b)},
+                      {"w", Number(pa.stage_cost.w)},
+                      {"comm", Number(pa.comm)}}},
+                    {"schedules", std::move(schedules)}};
+  return DumpLine(out);
 }
 
 }  // namespace

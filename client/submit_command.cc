@@ -1,5 +1,6 @@
-// `zpipe submit FILE [--id ID] [--wait | --follow] [--dry-run] [--upload]`
+// `zpipe submit FILE [--id ID] [--wait | --follow] [--dry-run] [--upload] [--parse-only]`
 #include <filesystem>
+#include <iostream>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +16,11 @@ namespace zpipe::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: zpipe submit FILE.yaml|FILE.json [--id ID] [--wait | --follow] [--dry-run] "
+    "usage: zpipe submit FILE.yaml|FILE.json|- [--id ID] [--wait | --follow] [--dry-run] "
     "[--upload]\n"
-    "  (or -f FILE / --file FILE); -o name prints only the job id\n"
+    "       zpipe submit FILE.yaml|FILE.json|- --parse-only\n"
+    "  (or -f FILE / --file FILE; - reads the job file from standard input, its relative paths\n"
+    "  as written); -o name prints only the job id\n"
     "  --id ID    job id (makes the submit idempotent); default: the coordinator picks one\n"
     "  --wait     wait until the job ends; exit 0 if it succeeded, 1 if it failed or was "
     "cancelled\n"
@@ -25,7 +28,11 @@ constexpr char kUsage[] =
     "  --dry-run  validate and plan only; print the predicted statistics, create nothing\n"
     "  --upload   send the job's model and token files (model.torchscript.path, data.path,\n"
     "             eval.path; relative to the job file's folder) to the coordinator, which\n"
-    "             hands them to the workers: for workers that share no folder with you\n";
+    "             hands them to the workers: for workers that share no folder with you\n"
+    "  --parse-only  read the job file only, asking no coordinator: print the spec it makes\n"
+    "             (defaults not yet resolved), or the error as submit would; with -o json\n"
+    "             {\"spec\": ...} or {\"code\": ..., \"message\": ...} (the Python client reads job\n"
+    "             files this way)\n";
 
 // Uploads every file the spec names that is not already an artifact reference and names it by
 // its reference instead; what was sent goes to stderr, so `-o json` output stays one document.
@@ -53,6 +60,29 @@ absl::Status UploadFiles(CliContext& ctx, const std::string& job_file, v1::JobSp
   return absl::OkStatus();
 }
 
+// The job file at `path`, or from standard input for "-".
+absl::StatusOr<v1::JobSpec> ReadJobFile(const std::string& path) {
+  return path == "-" ? ReadJobSpec(std::cin) : LoadJobFile(path);
+}
+
+// --parse-only: the spec the job file makes, printed; nothing is sent. A refused file is reported
+// as submit reports it (stderr, exit 2) and, for programs reading -o json/yaml, as the error
+// object of the JSON vocabulary on stdout.
+int PrintParsedSpec(CliContext& ctx, const std::string& job_file) {
+  absl::StatusOr<v1::JobSpec> spec = ReadJobFile(job_file);
+  if (!spec.ok()) {
+    if (ctx.json()) PrintDocument(ctx, api::ErrorJson(spec.status()));
+    ctx.err() << "zpipe submit: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (ctx.json()) {
+    PrintDocument(ctx, Json{{"spec", SpecJson(*spec)}});
+  } else if (!ctx.names()) {
+    ctx.out() << JsonToYaml(SpecJson(*spec)) << "\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
@@ -67,8 +97,15 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (wait && follow) return ctx.Usage("submit", "--wait and --follow exclude each other", kUsage);
   if (dry_run && (wait || follow))
     return ctx.Usage("submit", "--dry-run creates no job to wait for", kUsage);
+  if (args.Has("--parse-only")) {
+    if (wait || follow || dry_run || args.Has("--upload") || args.Has("--id")) {
+      return ctx.Usage("submit", "--parse-only reads the job file only; it takes no other flag",
+                       kUsage);
+    }
+    return PrintParsedSpec(ctx, job_file);
+  }
 
-  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
+  absl::StatusOr<v1::JobSpec> spec = ReadJobFile(job_file);
   if (!spec.ok()) {
     ctx.err() << "zpipe submit: " << spec.status().message() << "\n";
     return kExitUsage;

@@ -83,9 +83,7 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
   if (!workers.ok()) return ctx.Fail("workers", workers.status());
   if (ctx.json()) {
-    Json list = Json::array();
-    for (const v1::Worker& w : *workers) list.push_back(MessageJson(w));
-    PrintDocument(ctx, Json{{"workers", std::move(list)}});
+    PrintDocument(ctx, WorkerListJson(*workers));
     return kExitOk;
   }
   if (ctx.names()) {

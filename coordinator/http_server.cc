@@ -9,10 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "api/json.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_proto.h"
 #include "coordinator/trace_proto.h"
-#include "google/protobuf/util/json_util.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 #include "zpipe/v1/coordinator.pb.h"
@@ -51,28 +51,13 @@ int HttpCode(const absl::Status& status) {
   }
 }
 
-void ReplyError(mg_connection* conn, const absl::Status& status) {
-  std::string message(status.message());
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
-  }
-  Reply(conn, HttpCode(status), "application/json",
-        absl::StrCat("{\"code\":\"", absl::StatusCodeToString(status.code()), "\",\"message\":\"",
-                     escaped, "\"}\n"));
+// Every /api answer, errors included, is one JSON document of the vocabulary (api/json.h).
+void ReplyJson(mg_connection* conn, int code, const api::Json& value) {
+  Reply(conn, code, "application/json", api::Dump(value, /*pretty=*/false) + "\n");
 }
 
-void ReplyProto(mg_connection* conn, const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
-    ReplyError(conn, absl::InternalError("cannot encode JSON"));
-    return;
-  }
-  Reply(conn, 200, "application/json", json);
+void ReplyError(mg_connection* conn, const absl::Status& status) {
+  ReplyJson(conn, HttpCode(status), api::ErrorJson(status));
 }
 
 }  // namespace
@@ -112,15 +97,15 @@ class HttpServer::Handler : public CivetHandler {
     } else if (path == "/api/jobs") {
       absl::StatusOr<ListResult> list = manager_.List({}, 1000, "");
       if (!list.ok()) return ReplyError(conn, list.status()), true;
-      v1::ListJobsResponse resp;
-      for (const JobView& job : list->jobs) *resp.add_jobs() = JobViewToProto(job);
-      ReplyProto(conn, resp);
+      std::vector<v1::Job> jobs;
+      for (const JobView& job : list->jobs) jobs.push_back(JobViewToProto(job));
+      ReplyJson(conn, 200, api::JobListJson(jobs));
     } else if (absl::StartsWith(path, "/api/jobs/")) {
       std::vector<std::string> parts = absl::StrSplit(path.substr(10), '/');
       if (parts.size() == 1) {
         absl::StatusOr<JobView> job = manager_.Get(parts[0], /*with_microbatches=*/false);
         if (!job.ok()) return ReplyError(conn, job.status()), true;
-        ReplyProto(conn, JobViewToProto(*job));
+        ReplyJson(conn, 200, api::JobJson(JobViewToProto(*job)));
       } else if (parts.size() == 2 && parts[1] == "logs") {
         ServeLogs(conn, parts[0], query);
       } else if (parts.size() == 2 && parts[1] == "trace") {
@@ -137,7 +122,7 @@ class HttpServer::Handler : public CivetHandler {
         if (!view.ok()) return ReplyError(conn, view.status()), true;
         v1::GetTraceResponse resp;
         TraceToProto(parts[0], *view, &resp);
-        ReplyProto(conn, resp);
+        ReplyJson(conn, 200, api::TraceJson(resp));
       } else {
         ReplyError(conn, absl::NotFoundError(absl::StrCat("no page ", path)));
       }

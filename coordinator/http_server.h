@@ -3,9 +3,11 @@
 //   /                        the live page: jobs with state and progress, and the selected (by
 //                            default the newest running) job's latest executed timeline beside
 //                            the plan's predicted one, refreshed every second (inline HTML + JS)
-//   /api/jobs                ListJobs as JSON (proto field names)
-//   /api/jobs/ID             GetJob as JSON
-//   /api/jobs/ID/trace       GetTrace as JSON; ?iteration=N for a given iteration
+//   /api/jobs                {"jobs": [job, ...]}, as `zpipe list -o json` prints it
+//   /api/jobs/ID             the job, as `zpipe status ID -o json` prints it
+//   /api/jobs/ID/trace       GetTrace; ?iteration=N for a given iteration
+// /api speaks the JSON vocabulary of `zpipe -o json` (api/json.h, docs/json.md), errors
+// included: {"code": "NOT_FOUND", "message": "..."} with the HTTP status for the code.
 //   /healthz                 "ok" while the coordinator serves
 //   /readyz                  "ok", or 503 saying why while the job store refuses writes (full)
 // When `auth` has tokens, / and /api/* need a client or admin token, sent as

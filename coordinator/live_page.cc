@@ -2,7 +2,10 @@
 // links to its workers' log lines (/api/jobs/ID/logs, text). It polls
 // /api/jobs and /api/jobs/ID/trace every second and draws the executed timeline (one row per
 // rank, coordinator clock) above the plan's predicted one, on the same time scale. Each rank has
-// its compute row (F, B, W, BW) and below it a send, a receive and a reduce track.
+// its compute row (F, B, W, BW) and below it a send, a receive and a reduce track. /api speaks
+// the vocabulary of `zpipe -o json` (docs/json.md): states in lower case ("running"), every field
+// present, null for a message that is not set (a job's latest_summary before its first
+// iteration), numbers as numbers.
 #include "coordinator/http_server.h"
 
 namespace zpipe::coordinator {
@@ -86,7 +89,7 @@ function renderJobs(jobs){
   const body=document.querySelector("#jobs tbody");
   body.innerHTML=jobs.map(j=>{
     const p=j.progress||{},done=p.iterations_done||0,total=p.iterations_total||(j.spec&&j.spec.train&&j.spec.train.iterations)||0;
-    const st=(j.state||"").replace("JOB_STATE_","").toLowerCase();
+    const st=j.state||"";
     const ls=j.latest_summary||{};
     return '<tr data-job="'+esc(j.id)+'" class="'+(j.id===selected?"sel":"")+'"><td>'+esc(j.id)+"</td><td>"+
       esc(j.spec&&j.spec.name||"")+'</td><td class="state">'+st+"</td><td>"+esc(j.spec&&j.spec.schedule&&j.spec.schedule.kind||"")+
@@ -102,7 +105,7 @@ async function tick(once){
   try{
     const jobs=(await getJson("/api/jobs")).jobs||[];
     if(!pinned||!jobs.some(j=>j.id===selected)){
-      const running=jobs.filter(j=>j.state==="JOB_STATE_RUNNING");
+      const running=jobs.filter(j=>j.state==="running");
       const pick=running.length?running[running.length-1]:jobs[jobs.length-1];
       selected=pick?pick.id:null;
     }

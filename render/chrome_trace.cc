@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "render/internal/json.h"
 
 namespace zpipe::render {
 
@@ -21,36 +21,13 @@ using core::TimedAction;
 
 namespace {
 
+using internal::Json;
+
 constexpr const char* kTrackNames[] = {"", "F", "B", "W", "SEND", "RECV", "REDUCE"};
 constexpr int kPredictedPidBase = 100000;
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+// Microseconds as the format counts them, to the nanosecond (what "%.3f" kept before).
+Json Micros(double seconds) { return internal::JsonNumber(std::round(seconds * 1e9) / 1e3); }
 
 double FirstStart(const ExecutedTimeline& t) {
   double first = std::numeric_limits<double>::infinity();
@@ -60,14 +37,38 @@ double FirstStart(const ExecutedTimeline& t) {
   return std::isfinite(first) ? first : 0;
 }
 
-void AppendMeta(std::string& out, const char* name, int pid, int tid, const std::string& arg_key,
-                const std::string& arg_json) {
-  absl::StrAppend(&out, out.back() == '[' ? "\n" : ",\n", "{\"ph\":\"M\",\"name\":\"", name,
-                  "\",\"pid\":", pid, ",\"tid\":", tid, ",\"args\":{\"", arg_key, "\":", arg_json,
-                  "}}");
+// A metadata event: a process's or thread's name or sort index.
+void AppendMeta(Json& events, const char* name, int pid, int tid, const char* arg_key,
+                Json arg) {
+  events.push_back({{"ph", "M"},
+                    {"name", name},
+                    {"pid", pid},
+                    {"tid", tid},
+                    {"args", {{arg_key, std::move(arg)}}}});
 }
 
-void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
+// The complete event of one action: named by its text form, with what identifies it as args.
+Json ActionEvent(const TimedAction& a, int iteration, int pid, int tid, double t0) {
+  Json args = {{"kind", std::string(ActionKindName(a.action.kind))}, {"iteration", iteration}};
+  if (a.action.kind == ActionKind::kReduce) {
+    args["chunk"] = a.action.chunk;
+    args["bucket"] = a.action.bucket;
+  } else {
+    args["stage"] = a.action.stage;
+    args["microbatch"] = a.action.microbatch;
+    if (IsComm(a.action.kind)) args["peer"] = a.action.peer;
+  }
+  return {{"ph", "X"},
+          {"name", ActionToString(a.action)},
+          {"cat", std::string(ActionKindName(a.action.kind))},
+          {"pid", pid},
+          {"tid", tid},
+          {"ts", Micros(a.start - t0)},
+          {"dur", Micros(std::max(0.0, a.end - a.start))},
+          {"args", std::move(args)}};
+}
+
+void AppendTimeline(Json& events, const ExecutedTimeline& t, int pid_base,
                     const std::string& label_prefix, int sort_base, bool rebase) {
   const double t0 = rebase ? FirstStart(t) : 0;
   for (size_t i = 0; i < t.ranks.size(); ++i) {
@@ -76,12 +77,11 @@ void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
     std::string name = absl::StrCat(label_prefix, "rank ", r.pipeline_rank);
     if (r.data_rank != 0 || !r.worker.empty()) absl::StrAppend(&name, " (dp ", r.data_rank, ")");
     if (!r.worker.empty()) absl::StrAppend(&name, " ", r.worker);
-    AppendMeta(out, "process_name", pid, 0, "name", JsonString(name));
-    AppendMeta(out, "process_sort_index", pid, 0, "sort_index",
-               absl::StrCat(sort_base + static_cast<int>(i)));
+    AppendMeta(events, "process_name", pid, 0, "name", name);
+    AppendMeta(events, "process_sort_index", pid, 0, "sort_index", sort_base + static_cast<int>(i));
     for (int tid = 1; tid <= 6; ++tid) {
-      AppendMeta(out, "thread_name", pid, tid, "name", JsonString(kTrackNames[tid]));
-      AppendMeta(out, "thread_sort_index", pid, tid, "sort_index", absl::StrCat(tid * 100));
+      AppendMeta(events, "thread_name", pid, tid, "name", kTrackNames[tid]);
+      AppendMeta(events, "thread_sort_index", pid, tid, "sort_index", tid * 100);
     }
     // Complete events on one thread must nest, and sends or receives in flight together overlap:
     // each event goes to the first lane of its track that is free by its start (lane 0 = the
@@ -101,30 +101,15 @@ void AppendTimeline(std::string& out, const ExecutedTimeline& t, int pid_base,
         ends.push_back(a.end);
         if (lane > 0) {
           const int tid = track * 100 + static_cast<int>(lane);
-          AppendMeta(out, "thread_name", pid, tid, "name",
-                     JsonString(absl::StrCat(kTrackNames[track], " ", lane + 1)));
-          AppendMeta(out, "thread_sort_index", pid, tid, "sort_index", absl::StrCat(tid));
+          AppendMeta(events, "thread_name", pid, tid, "name",
+                     absl::StrCat(kTrackNames[track], " ", lane + 1));
+          AppendMeta(events, "thread_sort_index", pid, tid, "sort_index", tid);
         }
       } else {
         ends[lane] = std::max(ends[lane], a.end);
       }
       const int tid = lane == 0 ? track : track * 100 + static_cast<int>(lane);
-      const double ts = (a.start - t0) * 1e6;
-      const double dur = std::max(0.0, a.end - a.start) * 1e6;
-      std::string args = absl::StrCat("\"kind\":", JsonString(ActionKindName(a.action.kind)),
-                                      ",\"iteration\":", t.iteration);
-      if (a.action.kind == ActionKind::kReduce) {
-        absl::StrAppend(&args, ",\"chunk\":", a.action.chunk, ",\"bucket\":", a.action.bucket);
-      } else {
-        absl::StrAppend(&args, ",\"stage\":", a.action.stage,
-                        ",\"microbatch\":", a.action.microbatch);
-        if (IsComm(a.action.kind)) absl::StrAppend(&args, ",\"peer\":", a.action.peer);
-      }
-      absl::StrAppendFormat(&out,
-                            ",\n{\"ph\":\"X\",\"name\":%s,\"cat\":%s,\"pid\":%d,\"tid\":%d,"
-                            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{%s}}",
-                            JsonString(ActionToString(a.action)),
-                            JsonString(ActionKindName(a.action.kind)), pid, tid, ts, dur, args);
+      events.push_back(ActionEvent(a, t.iteration, pid, tid, t0));
     }
   }
 }
@@ -153,15 +138,16 @@ int ChromeTrackOf(ActionKind kind) {
 }
 
 std::string ChromeTraceJson(const ExecutedTimeline& executed, const ChromeTraceOptions& options) {
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"title\":";
-  absl::StrAppend(&out, JsonString(executed.title), ",\"iteration\":", executed.iteration,
-                  "},\n\"traceEvents\":[");
-  AppendTimeline(out, executed, 0, "", 0, options.rebase);
+  Json events = Json::array();
+  AppendTimeline(events, executed, 0, "", 0, options.rebase);
   if (options.predicted != nullptr) {
-    AppendTimeline(out, *options.predicted, kPredictedPidBase, "predicted ", 1000, options.rebase);
+    AppendTimeline(events, *options.predicted, kPredictedPidBase, "predicted ", 1000,
+                   options.rebase);
   }
-  out += "\n]}\n";
-  return out;
+  const Json trace = {{"displayTimeUnit", "ms"},
+                      {"otherData", {{"title", executed.title}, {"iteration", executed.iteration}}},
+                      {"traceEvents", std::move(events)}};
+  return internal::DumpLine(trace);
 }
 
 }  // namespace zpipe::render

@@ -9,7 +9,8 @@
 // receive runs from its post to the data's arrival) spill into extra lanes "RECV 2", "RECV 3", ...
 // (tid = track * 100 + k) right below the track, since complete events on one thread must nest. The
 // predicted timeline, when given, follows as processes "predicted rank R", sorted after the
-// executed ones, on the same time origin (both start at 0 at their first action).
+// executed ones, on the same time origin (both start at 0 at their first action). The document is
+// written with nlohmann-json, on one line.
 #ifndef ZPIPE_RENDER_CHROME_TRACE_H_
 #define ZPIPE_RENDER_CHROME_TRACE_H_
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "render/internal/json.h"
 
 namespace zpipe::render {
 
@@ -16,51 +16,57 @@ using core::SimResult;
 
 namespace {
 
+using internal::Json;
+using internal::JsonNumber;
+
 std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
-std::string NumList(const std::vector<double>& v) {
-  return absl::StrCat(
-      "[", absl::StrJoin(v, ",", [](std::string* out, double x) { absl::StrAppend(out, Num(x)); }),
-      "]");
+// One action: its kind and what names it (chunk and bucket for a reduce, else stage and
+// microbatch, and the peer of a send or receive), then its simulated times.
+Json ActionJson(const Action& a, const ActionTiming* timing) {
+  Json out = {{"kind", std::string(ActionKindName(a.kind))}};
+  if (a.kind == ActionKind::kReduce) {
+    out["chunk"] = a.chunk;
+    out["bucket"] = a.bucket;
+  } else {
+    out["stage"] = a.stage;
+    out["microbatch"] = a.microbatch;
+    if (IsComm(a.kind)) out["peer"] = a.peer;
+  }
+  if (timing != nullptr) {
+    out["start"] = JsonNumber(timing->start);
+    out["end"] = JsonNumber(timing->end);
+  }
+  return out;
 }
 
 }  // namespace
 
 std::string PlanToJson(const Plan& plan, const SimResult* sim) {
-  std::string out =
-      absl::StrCat("{\"schedule\":\"", plan.schedule, "\",\"placement\":\"",
-                   PlacementKindName(plan.placement.kind()), "\",\"ranks\":", plan.num_ranks(),
-                   ",\"chunks\":", plan.placement.chunks_per_rank(),
-                   ",\"microbatches\":", plan.num_microbatches);
+  Json out = {{"schedule", plan.schedule},
+              {"placement", std::string(PlacementKindName(plan.placement.kind()))},
+              {"ranks", plan.num_ranks()},
+              {"chunks", plan.placement.chunks_per_rank()},
+              {"microbatches", plan.num_microbatches}};
   if (sim != nullptr) {
-    absl::StrAppend(
-        &out, ",\"span\":", Num(sim->span), ",\"makespan\":", Num(sim->global_makespan),
-        ",\"bubble_rate\":", Num(sim->bubble_rate), ",\"peak_memory\":", NumList(sim->peak_memory),
-        ",\"rank_bubble\":", NumList(sim->rank_bubble), ",\"busy\":", NumList(sim->busy),
-        ",\"reduce_overlap\":", Num(sim->reduce_overlap));
+    out["span"] = JsonNumber(sim->span);
+    out["makespan"] = JsonNumber(sim->global_makespan);
+    out["bubble_rate"] = JsonNumber(sim->bubble_rate);
+    out["peak_memory"] = internal::JsonNumbers(sim->peak_memory);
+    out["rank_bubble"] = internal::JsonNumbers(sim->rank_bubble);
+    out["busy"] = internal::JsonNumbers(sim->busy);
+    out["reduce_overlap"] = JsonNumber(sim->reduce_overlap);
   }
-  absl::StrAppend(&out, ",\"actions\":[");
+  Json ranks = Json::array();
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    absl::StrAppend(&out, r ? "," : "", "[");
+    Json actions = Json::array();
     for (size_t k = 0; k < plan.ranks[r].size(); ++k) {
-      const Action& a = plan.ranks[r][k];
-      absl::StrAppend(&out, k ? "," : "", "{\"kind\":\"", ActionKindName(a.kind), "\"");
-      if (a.kind == ActionKind::kReduce) {
-        absl::StrAppend(&out, ",\"chunk\":", a.chunk, ",\"bucket\":", a.bucket);
-      } else {
-        absl::StrAppend(&out, ",\"stage\":", a.stage, ",\"microbatch\":", a.microbatch);
-        if (IsComm(a.kind)) absl::StrAppend(&out, ",\"peer\":", a.peer);
-      }
-      if (sim != nullptr) {
-        absl::StrAppend(&out, ",\"start\":", Num(sim->timings[r][k].start),
-                        ",\"end\":", Num(sim->timings[r][k].end));
-      }
-      absl::StrAppend(&out, "}");
+      actions.push_back(ActionJson(plan.ranks[r][k], sim ? &sim->timings[r][k] : nullptr));
     }
-    absl::StrAppend(&out, "]");
+    ranks.push_back(std::move(actions));
   }
-  absl::StrAppend(&out, "]}\n");
-  return out;
+  out["actions"] = std::move(ranks);
+  return internal::DumpLine(out);
 }
 
 std::string PlanToCsv(const Plan& plan, const SimResult* sim) {

@@ -1,7 +1,8 @@
-"""Tests of the job-spec reader (zeropipe/jobspec.py) and the message-to-dict conversion of the
-client, without a coordinator. They need python3-grpcio, python3-protobuf and python3-yaml, not
-torch. ctest runs them as python_client_unit; tests/python/client_e2e_test.py runs the client
-against a real coordinator."""
+"""Tests of the job-spec reader (zeropipe/jobspec.py, which runs zpipe's job-file reader: set
+ZPIPE_BIN, or build build/client/zpipe) and the message-to-dict conversion of the client, without
+a coordinator. They need python3-grpcio, python3-protobuf and python3-yaml, not torch. ctest runs
+them as python_client_unit; tests/python/client_e2e_test.py runs the client against a real
+coordinator, tests/python/job_file_agreement_test.py checks the reader against `zpipe` itself."""
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from zeropipe import ZeroPipeError, load_spec  # noqa: E402
 from zeropipe._proto import coordinator_pb2, job_pb2  # noqa: E402
 from zeropipe.client import to_dict  # noqa: E402
+from zeropipe.vocabulary import from_dict, spec_to_dict  # noqa: E402
 from zeropipe.errors import ZeroPipeError as ErrorsZeroPipeError  # noqa: E402
 
 YAML = """\
@@ -123,8 +125,8 @@ class LoadSpecTest(unittest.TestCase):
         e = self.error("name: [\n")
         self.assertEqual(e.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIsNone(e.field)
-        e = self.error('{"parallel": {"pipeline": NaN}}')
-        self.assertIn("'NaN' is not JSON", e.message)
+        e = self.error('{"parallel": {"pipeline": NaN}}')  # not JSON
+        self.assertIn("line 1, column 27: syntax error while parsing value", e.message)
         e = self.error({"name": object()})
         self.assertIn("got object", e.message)
         e = self.error(42)
@@ -160,9 +162,23 @@ class LoadSpecTest(unittest.TestCase):
             self.assertEqual(e.message, f"{path}: line 3: field 'train.lr' expects a number, "
                              "got 'fast'")
             with open(path, "wb") as f:
-                f.write(b"name: x\nname2: \xff\n")
+                f.write(b"name: x\nschedule: {kind: \xff}\n")
             e = self.error(path)
-            self.assertIn("line 2: the job file is not UTF-8 text", e.message)
+            self.assertIn("line 2: field 'schedule.kind' is not UTF-8 text", e.message)
+
+    def test_without_zpipe_the_error_says_what_to_do(self):
+        saved = os.environ.get("ZPIPE_BIN")
+        os.environ["ZPIPE_BIN"] = "/no/such/zpipe"
+        try:
+            e = self.error("name: x\n")
+        finally:
+            if saved is None:
+                del os.environ["ZPIPE_BIN"]
+            else:
+                os.environ["ZPIPE_BIN"] = saved
+        self.assertEqual(e.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("ZPIPE_BIN=/no/such/zpipe", e.message)
+        self.assertEqual(load_spec(job_pb2.JobSpec(name="x")).name, "x")  # a message needs no zpipe
 
     def test_examples_load(self):
         examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
@@ -208,6 +224,20 @@ class ToDictTest(unittest.TestCase):
         self.assertEqual(d["kind"], "state_change")
         self.assertEqual(d["state_change"], {"from": None, "to": "failed", "reason": ""})
         self.assertNotIn("snapshot", d)
+
+    def test_from_dict_reads_the_vocabulary_back(self):
+        spec = load_spec(YAML)
+        self.assertEqual(from_dict(spec_to_dict(spec), job_pb2.JobSpec()), spec)
+        job = job_pb2.Job(id="j1", state=job_pb2.JOB_STATE_RUNNING)
+        job.create_time.FromSeconds(1700000000)
+        job.latest_summary.loss = 0.0  # set to 0: not the same as unset
+        event = coordinator_pb2.JobEvent(sequence=3)
+        event.snapshot.CopyFrom(job)
+        self.assertEqual(from_dict(to_dict(event), coordinator_pb2.JobEvent()), event)
+        w = coordinator_pb2.ListWorkersResponse().workers.add(
+            memory_bytes=25276026880, device_kind=job_pb2.DEVICE_KIND_CPU)
+        w.last_heartbeat_time.FromMilliseconds(1700000000250)
+        self.assertEqual(from_dict(to_dict(w), type(w)()), w)
 
     def test_one_exception_type(self):
         self.assertIs(ZeroPipeError, ErrorsZeroPipeError)

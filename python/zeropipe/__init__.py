@@ -2,7 +2,8 @@
 
 Client: a client of the coordinator's gRPC API (submit, status, list, wait, watch, cancel,
 workers, trace; upload_artifact and submit(..., upload=True) send files), returning plain dicts with the names `zpipe` prints and raising ZeroPipeError.
-It needs Debian's python3-grpcio and python3-protobuf (python3-yaml for YAML job files).
+It needs Debian's python3-grpcio and python3-protobuf (python3-yaml for zpipe's config file),
+and reads job specs with the `zpipe` binary's job-file reader ($ZPIPE_BIN, else on PATH).
 
 Models: export_model scripts a torch.nn.Sequential of blocks, checks ZeroPipe's contract on a
 sample batch (block 0 takes int64 token ids [b, L], every block returns one tensor or a tuple the

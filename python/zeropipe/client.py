@@ -18,7 +18,8 @@ or "progress"). A job's
 "spec" dict is the coordinator's, defaults resolved ("data": 1, "optimizer": "adamw", ...;
 coordinator/spec_defaults.h), and a valid job spec again: submit(c.status(id)["spec"]) under the
 same id is the same job. These are the
-objects `zpipe -o json` prints (client/json_output.h; README "JSON output").
+objects `zpipe -o json` prints and the coordinator's /api serves (zeropipe/vocabulary.py,
+api/json.h; docs/json.md documents every field).
 
 Every failure raises zeropipe.ZeroPipeError (zeropipe/errors.py) with the gRPC status code.
 
@@ -30,9 +31,8 @@ import os
 import time
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
 
-from zeropipe import config, jobspec
+from zeropipe import config, jobspec, vocabulary
 from zeropipe._proto import artifact_pb2
 from zeropipe._proto import artifact_pb2_grpc
 from zeropipe._proto import coordinator_pb2 as pb
@@ -53,71 +53,11 @@ _CHUNK_BYTES = 1 << 20
 _ARTIFACT_PREFIX = "artifact:"
 
 
-# --- messages to plain values ---
-
-
-def _enum_name(enum, number):
-    value = enum.values_by_number.get(number)
-    if value is None:
-        return number  # a value newer than these stubs
-    if value.name.endswith("_UNSPECIFIED"):
-        return None
-    prefix = jobspec._enum_prefix(enum)
-    name = value.name[len(prefix):] if value.name.startswith(prefix) else value.name
-    return name.lower()
-
-
-def _value(field, v):
-    if field.cpp_type == FieldDescriptor.CPPTYPE_ENUM:
-        return _enum_name(field.enum_type, v)
-    if field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
-        return to_dict(v)
-    return v
-
-
-def to_dict(message):
-    """A zpipe.v1 message as plain Python values (see the module docstring)."""
-    full_name = message.DESCRIPTOR.full_name
-    if full_name == "google.protobuf.Timestamp":
-        return message.ToJsonString()
-    if full_name == "google.protobuf.Duration":
-        return message.seconds + message.nanos / 1e9
-    out = {}
-    for field in message.DESCRIPTOR.fields:
-        oneof = jobspec._real_oneof(field)
-        if oneof is not None:
-            if message.WhichOneof(oneof.name) != field.name:
-                continue
-            out.setdefault(oneof.name, field.name)
-        value = getattr(message, field.name)
-        if jobspec.is_repeated(field):
-            out[field.name] = [_value(field, v) for v in value]
-        elif field.has_presence and not message.HasField(field.name):
-            out[field.name] = None
-        else:
-            out[field.name] = _value(field, value)
-    return out
-
-
-def _spec_to_dict(spec):
-    # The model oneof is named "kind"; in a spec dict only its member belongs (job-file shape).
-    out = to_dict(spec)
-    if out.get("model") is not None:
-        out["model"].pop("kind", None)
-    return out
-
-
-def _job_to_dict(job):
-    out = to_dict(job)
-    out["spec"] = _spec_to_dict(job.spec)
-    return out
-
-
-def _event_to_dict(event):
-    out = to_dict(event)
-    if event.HasField("snapshot"):
-        out["snapshot"] = _job_to_dict(event.snapshot)
-    return out
+# The objects `zpipe -o json` prints (zeropipe/vocabulary.py).
+to_dict = vocabulary.to_dict
+_spec_to_dict = vocabulary.spec_to_dict
+_job_to_dict = vocabulary.job_to_dict
+_event_to_dict = vocabulary.event_to_dict
 
 
 def _read_error(path, e):

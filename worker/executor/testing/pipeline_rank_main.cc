@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "core/schedule.h"
 #include "worker/comm/file_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
@@ -116,13 +116,18 @@ int Main(int argc, char** argv) {
     if (!s.ok()) return Fail(absl::StrCat("iteration ", it, ": ", s.status().message()));
     const double wall_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string line = absl::StrCat(
-        "{\"iteration\":", it, ",\"wall_s\":", wall_s, ",\"duration_s\":", s->duration_s,
-        ",\"busy_s\":", s->busy_s, ",\"forward_s\":", s->forward_s,
-        ",\"backward_s\":", s->backward_s, ",\"weight_s\":", s->weight_s, ",\"step_s\":", s->step_s,
-        ",\"bubble_ratio\":", s->bubble_ratio, ",\"tokens\":", s->tokens);
-    if (s->loss) absl::StrAppend(&line, ",\"loss\":", absl::StrFormat("%.9g", *s->loss));
-    absl::StrAppend(&line, "}\n");
+    nlohmann::ordered_json row = {{"iteration", it},
+                                  {"wall_s", wall_s},
+                                  {"duration_s", s->duration_s},
+                                  {"busy_s", s->busy_s},
+                                  {"forward_s", s->forward_s},
+                                  {"backward_s", s->backward_s},
+                                  {"weight_s", s->weight_s},
+                                  {"step_s", s->step_s},
+                                  {"bubble_ratio", s->bubble_ratio},
+                                  {"tokens", s->tokens}};
+    if (s->loss) row["loss"] = *s->loss;
+    const std::string line = row.dump() + "\n";
     std::fputs(line.c_str(), out);
     std::fflush(out);
   }
