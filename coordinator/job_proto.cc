@@ -4,6 +4,51 @@
 
 namespace zpipe::coordinator {
 
+namespace {
+
+absl::StatusOr<CheckpointOnError> CheckpointOnErrorFromProto(v1::CheckpointOnError on_error) {
+  switch (on_error) {
+    case v1::CHECKPOINT_ON_ERROR_UNSPECIFIED:
+      return CheckpointOnError::kUnset;
+    case v1::CHECKPOINT_ON_ERROR_FAIL:
+      return CheckpointOnError::kFail;
+    case v1::CHECKPOINT_ON_ERROR_SKIP:
+      return CheckpointOnError::kSkip;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.on_error: unknown value ",
+                                                     static_cast<int>(on_error),
+                                                     " (expected fail or skip)"));
+  }
+}
+
+absl::StatusOr<DeviceKind> DeviceKindFromProto(v1::DeviceKind device) {
+  switch (device) {
+    case v1::DEVICE_KIND_UNSPECIFIED:
+    case v1::DEVICE_KIND_CPU:
+      return DeviceKind::kCpu;
+    case v1::DEVICE_KIND_CUDA:
+      return DeviceKind::kCuda;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.device: unknown device kind ",
+                                                     static_cast<int>(device),
+                                                     " (expected cpu or cuda)"));
+  }
+}
+
+v1::CheckpointOnError CheckpointOnErrorToProto(CheckpointOnError on_error) {
+  switch (on_error) {
+    case CheckpointOnError::kFail:
+      return v1::CHECKPOINT_ON_ERROR_FAIL;
+    case CheckpointOnError::kSkip:
+      return v1::CHECKPOINT_ON_ERROR_SKIP;
+    case CheckpointOnError::kUnset:
+      break;
+  }
+  return v1::CHECKPOINT_ON_ERROR_UNSPECIFIED;
+}
+
+}  // namespace
+
 absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   JobSpec s;
   s.name = p.name();
@@ -64,36 +109,15 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   s.checkpoint_every = p.checkpoint().every();
   s.checkpoint_dir = p.checkpoint().dir();
   s.checkpoint_keep = p.checkpoint().keep();
-  switch (p.checkpoint().on_error()) {
-    case v1::CHECKPOINT_ON_ERROR_UNSPECIFIED:
-      s.checkpoint_on_error = CheckpointOnError::kUnset;
-      break;
-    case v1::CHECKPOINT_ON_ERROR_FAIL:
-      s.checkpoint_on_error = CheckpointOnError::kFail;
-      break;
-    case v1::CHECKPOINT_ON_ERROR_SKIP:
-      s.checkpoint_on_error = CheckpointOnError::kSkip;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("spec.checkpoint.on_error: unknown value ",
-                                                     static_cast<int>(p.checkpoint().on_error()),
-                                                     " (expected fail or skip)"));
-  }
+  absl::StatusOr<CheckpointOnError> on_error =
+      CheckpointOnErrorFromProto(p.checkpoint().on_error());
+  if (!on_error.ok()) return on_error.status();
+  s.checkpoint_on_error = *on_error;
   s.max_restarts = p.restart().max_restarts();
   s.restart_backoff = p.restart().backoff();
-  switch (p.device()) {
-    case v1::DEVICE_KIND_UNSPECIFIED:
-    case v1::DEVICE_KIND_CPU:
-      s.device = DeviceKind::kCpu;
-      break;
-    case v1::DEVICE_KIND_CUDA:
-      s.device = DeviceKind::kCuda;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("spec.device: unknown device kind ",
-                                                     static_cast<int>(p.device()),
-                                                     " (expected cpu or cuda)"));
-  }
+  absl::StatusOr<DeviceKind> device = DeviceKindFromProto(p.device());
+  if (!device.ok()) return device.status();
+  s.device = *device;
   return s;
 }
 
@@ -172,15 +196,8 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   p.mutable_checkpoint()->set_every(s.checkpoint_every);
   p.mutable_checkpoint()->set_dir(s.checkpoint_dir);
   p.mutable_checkpoint()->set_keep(s.checkpoint_keep);
-  switch (s.checkpoint_on_error) {
-    case CheckpointOnError::kUnset:
-      break;
-    case CheckpointOnError::kFail:
-      p.mutable_checkpoint()->set_on_error(v1::CHECKPOINT_ON_ERROR_FAIL);
-      break;
-    case CheckpointOnError::kSkip:
-      p.mutable_checkpoint()->set_on_error(v1::CHECKPOINT_ON_ERROR_SKIP);
-      break;
+  if (s.checkpoint_on_error != CheckpointOnError::kUnset) {
+    p.mutable_checkpoint()->set_on_error(CheckpointOnErrorToProto(s.checkpoint_on_error));
   }
   p.set_device(DeviceKindToProto(s.device));
   if (s.max_restarts != 0) p.mutable_restart()->set_max_restarts(s.max_restarts);

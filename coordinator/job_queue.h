@@ -7,7 +7,7 @@
 // when one must wait, every later job of its device kind waits behind it (so a big job is not
 // starved by smaller ones), while jobs of other device kinds go on.
 //
-// Not thread-safe: the owner serializes every call (JobManager guards it with its lock).
+// Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock).
 // Records live until the queue is destroyed; pointers and references to them stay valid.
 #ifndef ZPIPE_COORDINATOR_JOB_QUEUE_H_
 #define ZPIPE_COORDINATOR_JOB_QUEUE_H_

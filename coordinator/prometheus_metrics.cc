@@ -24,6 +24,88 @@ prometheus::Family<T>& Build(prometheus::Registry& registry, const char* name, c
   }
 }
 
+// Every metric's name and help (the members of PrometheusMetrics they make).
+struct MetricDef {
+  const char* name;
+  const char* help;
+};
+
+constexpr MetricDef kJobs{"zpipe_jobs", "Jobs known to the coordinator, by state"};
+constexpr MetricDef kWorkers{"zpipe_workers", "Registered workers, by state"};
+constexpr MetricDef kRpcs{"zpipe_rpcs_total", "gRPC calls handled, by method and status code"};
+constexpr MetricDef kRestarts{
+    "zpipe_job_restarts_total",
+    "Automatic restarts of jobs that lost a rank (spec restart.max_restarts)"};
+constexpr MetricDef kStoreErrors{"zpipe_store_write_errors_total",
+                                 "Job store writes that failed (a full disk); each is retried"};
+constexpr MetricDef kStoreUnsaved{
+    "zpipe_store_unsaved_jobs",
+    "Jobs whose latest change the job store has not taken yet (0 = every change is stored)"};
+constexpr MetricDef kBusy{
+    "zpipe_busy_seconds_total",
+    "Seconds a pipeline rank spent in compute actions, by op (F, B, W; a fused BW counts as B)"};
+constexpr MetricDef kIdle{"zpipe_idle_seconds_total",
+                          "Seconds of a rank's iteration span not spent in compute (its bubble)"};
+constexpr MetricDef kRankBubble{
+    "zpipe_bubble_ratio",
+    "Measured bubble ratio of a rank in its latest iteration: 1 - busy / span"};
+constexpr MetricDef kRankBubblePredicted{
+    "zpipe_bubble_ratio_predicted",
+    "A rank's bubble ratio predicted by re-simulating the plan at the costs the workers measured "
+    "in the latest complete iteration"};
+constexpr MetricDef kReduce{"zpipe_reduce_seconds_total",
+                            "Gradient all-reduce wall time of a rank"};
+constexpr MetricDef kExposedReduce{
+    "zpipe_exposed_reduce_seconds_total",
+    "Gradient all-reduce wall time that overlapped no compute on the same rank"};
+constexpr MetricDef kRankOverlap{
+    "zpipe_reduce_overlap_ratio",
+    "A rank's reduce overlap in its latest iteration: 1 - exposed / total (1 without reductions)"};
+constexpr MetricDef kP2pWait{"zpipe_p2p_wait_seconds_total",
+                             "Seconds a rank spent blocked in P2P receives"};
+constexpr MetricDef kStep{
+    "zpipe_step_seconds_total",
+    "Seconds of a rank's optimizer step, by phase: after_reduce (after the iteration's last "
+    "reduction) or overlapped (bucket by bucket during the iteration)"};
+constexpr MetricDef kRankIterations{"zpipe_rank_iterations_total",
+                                    "Iterations a rank has reported"};
+constexpr MetricDef kTokens{
+    "zpipe_tokens_total",
+    "Training tokens a rank processed (counted where stage 0 runs; 0 for synthetic models)"};
+constexpr MetricDef kJobBubble{
+    "zpipe_job_bubble_ratio",
+    "Measured bubble rate of a job's latest complete iteration: 1 - sum(busy) / (p * d * span)"};
+constexpr MetricDef kJobBubblePredicted{
+    "zpipe_job_bubble_ratio_predicted",
+    "A job's bubble rate predicted by re-simulating its plan at the costs the workers measured in "
+    "the latest complete iteration"};
+constexpr MetricDef kJobOverlap{
+    "zpipe_job_reduce_overlap_ratio",
+    "Reduce overlap of a job's latest complete iteration: 1 - sum(exposed) / sum(reduce)"};
+constexpr MetricDef kDuration{
+    "zpipe_iteration_duration_seconds",
+    "Iteration span of a job (max over ranks of first action start to last end)"};
+constexpr MetricDef kIterations{"zpipe_iterations_total",
+                                "Iterations every rank of a job has reported"};
+constexpr MetricDef kLoss{
+    "zpipe_loss",
+    "Training loss of a job's latest complete iteration, mean over data-parallel replicas"};
+constexpr MetricDef kEvalLoss{
+    "zpipe_eval_loss", "Mean loss over a job's eval batches (spec.eval), at its latest evaluation"};
+constexpr MetricDef kPlanVersion{
+    "zpipe_job_plan_version",
+    "The plan version a job runs: 0 = its first plan, +1 per re-plan applied "
+    "(schedule.replan_every)"};
+constexpr MetricDef kPlanSwitches{
+    "zpipe_job_plan_switches_total",
+    "Re-plans from measured costs, by phase: scheduled (a better plan was found and sent), "
+    "applied (every rank switched), abandoned (a rank had already started the iteration)"};
+
+template <typename T>
+prometheus::Family<T>& Build(prometheus::Registry& registry, const MetricDef& def) {
+  return Build<T>(registry, def.name, def.help);
+}
+
 prometheus::Labels RankLabels(const std::string& job_id, int pipeline_rank, int data_rank) {
   return {{"job_id", job_id},
           {"pipeline_rank", absl::StrCat(pipeline_rank)},
@@ -44,84 +126,32 @@ double OverlapRatio(double total, double exposed) {
 PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
                                      PrometheusMetricsOptions options)
     : options_(options),
-      jobs_(Build<prometheus::Gauge>(registry, "zpipe_jobs",
-                                     "Jobs known to the coordinator, by state")),
-      workers_(Build<prometheus::Gauge>(registry, "zpipe_workers", "Registered workers, by state")),
-      rpcs_(Build<prometheus::Counter>(registry, "zpipe_rpcs_total",
-                                       "gRPC calls handled, by method and status code")),
-      restarts_(Build<prometheus::Counter>(registry, "zpipe_job_restarts_total",
-                                           "Automatic restarts of jobs that lost a rank "
-                                           "(spec restart.max_restarts)")
-                    .Add({})),
-      store_errors_(Build<prometheus::Counter>(registry, "zpipe_store_write_errors_total",
-                                               "Job store writes that failed (a full disk); "
-                                               "each is retried")
-                        .Add({})),
-      store_unsaved_(Build<prometheus::Gauge>(registry, "zpipe_store_unsaved_jobs",
-                                              "Jobs whose latest change the job store has not "
-                                              "taken yet (0 = every change is stored)")
-                         .Add({})),
-      busy_(Build<prometheus::Counter>(registry, "zpipe_busy_seconds_total",
-                                       "Seconds a pipeline rank spent in compute actions, by op "
-                                       "(F, B, W; a fused BW counts as B)")),
-      idle_(Build<prometheus::Counter>(
-          registry, "zpipe_idle_seconds_total",
-          "Seconds of a rank's iteration span not spent in compute (its bubble)")),
-      rank_bubble_(Build<prometheus::Gauge>(
-          registry, "zpipe_bubble_ratio",
-          "Measured bubble ratio of a rank in its latest iteration: 1 - busy / span")),
-      rank_bubble_predicted_(Build<prometheus::Gauge>(
-          registry, "zpipe_bubble_ratio_predicted",
-          "A rank's bubble ratio predicted by re-simulating the plan at the costs the workers "
-          "measured in the latest complete iteration")),
-      reduce_(Build<prometheus::Counter>(registry, "zpipe_reduce_seconds_total",
-                                         "Gradient all-reduce wall time of a rank")),
-      exposed_reduce_(Build<prometheus::Counter>(
-          registry, "zpipe_exposed_reduce_seconds_total",
-          "Gradient all-reduce wall time that overlapped no compute on the same rank")),
-      rank_overlap_(Build<prometheus::Gauge>(registry, "zpipe_reduce_overlap_ratio",
-                                             "A rank's reduce overlap in its latest iteration: 1 - "
-                                             "exposed / total (1 without reductions)")),
-      p2p_wait_(Build<prometheus::Counter>(registry, "zpipe_p2p_wait_seconds_total",
-                                           "Seconds a rank spent blocked in P2P receives")),
-      step_(Build<prometheus::Counter>(
-          registry, "zpipe_step_seconds_total",
-          "Seconds of a rank's optimizer step, by phase: after_reduce (after the iteration's last "
-          "reduction) or overlapped (bucket by bucket during the iteration)")),
-      rank_iterations_(Build<prometheus::Counter>(registry, "zpipe_rank_iterations_total",
-                                                  "Iterations a rank has reported")),
-      tokens_(Build<prometheus::Counter>(
-          registry, "zpipe_tokens_total",
-          "Training tokens a rank processed (counted where stage 0 runs; 0 for synthetic models)")),
-      job_bubble_(Build<prometheus::Gauge>(registry, "zpipe_job_bubble_ratio",
-                                           "Measured bubble rate of a job's latest complete "
-                                           "iteration: 1 - sum(busy) / (p * d * span)")),
-      job_bubble_predicted_(Build<prometheus::Gauge>(
-          registry, "zpipe_job_bubble_ratio_predicted",
-          "A job's bubble rate predicted by re-simulating its plan at the costs the workers "
-          "measured in the latest complete iteration")),
-      job_overlap_(Build<prometheus::Gauge>(
-          registry, "zpipe_job_reduce_overlap_ratio",
-          "Reduce overlap of a job's latest complete iteration: 1 - sum(exposed) / sum(reduce)")),
-      duration_(Build<prometheus::Histogram>(
-          registry, "zpipe_iteration_duration_seconds",
-          "Iteration span of a job (max over ranks of first action start to last end)")),
-      iterations_(Build<prometheus::Counter>(registry, "zpipe_iterations_total",
-                                             "Iterations every rank of a job has reported")),
-      loss_(Build<prometheus::Gauge>(
-          registry, "zpipe_loss",
-          "Training loss of a job's latest complete iteration, mean over data-parallel replicas")),
-      eval_loss_(Build<prometheus::Gauge>(
-          registry, "zpipe_eval_loss",
-          "Mean loss over a job's eval batches (spec.eval), at its latest evaluation")),
-      plan_version_(Build<prometheus::Gauge>(
-          registry, "zpipe_job_plan_version",
-          "The plan version a job runs: 0 = its first plan, +1 per re-plan applied "
-          "(schedule.replan_every)")),
-      plan_switches_(Build<prometheus::Counter>(
-          registry, "zpipe_job_plan_switches_total",
-          "Re-plans from measured costs, by phase: scheduled (a better plan was found and sent), "
-          "applied (every rank switched), abandoned (a rank had already started the iteration)")) {
+      jobs_(Build<prometheus::Gauge>(registry, kJobs)),
+      workers_(Build<prometheus::Gauge>(registry, kWorkers)),
+      rpcs_(Build<prometheus::Counter>(registry, kRpcs)),
+      restarts_(Build<prometheus::Counter>(registry, kRestarts).Add({})),
+      store_errors_(Build<prometheus::Counter>(registry, kStoreErrors).Add({})),
+      store_unsaved_(Build<prometheus::Gauge>(registry, kStoreUnsaved).Add({})),
+      busy_(Build<prometheus::Counter>(registry, kBusy)),
+      idle_(Build<prometheus::Counter>(registry, kIdle)),
+      rank_bubble_(Build<prometheus::Gauge>(registry, kRankBubble)),
+      rank_bubble_predicted_(Build<prometheus::Gauge>(registry, kRankBubblePredicted)),
+      reduce_(Build<prometheus::Counter>(registry, kReduce)),
+      exposed_reduce_(Build<prometheus::Counter>(registry, kExposedReduce)),
+      rank_overlap_(Build<prometheus::Gauge>(registry, kRankOverlap)),
+      p2p_wait_(Build<prometheus::Counter>(registry, kP2pWait)),
+      step_(Build<prometheus::Counter>(registry, kStep)),
+      rank_iterations_(Build<prometheus::Counter>(registry, kRankIterations)),
+      tokens_(Build<prometheus::Counter>(registry, kTokens)),
+      job_bubble_(Build<prometheus::Gauge>(registry, kJobBubble)),
+      job_bubble_predicted_(Build<prometheus::Gauge>(registry, kJobBubblePredicted)),
+      job_overlap_(Build<prometheus::Gauge>(registry, kJobOverlap)),
+      duration_(Build<prometheus::Histogram>(registry, kDuration)),
+      iterations_(Build<prometheus::Counter>(registry, kIterations)),
+      loss_(Build<prometheus::Gauge>(registry, kLoss)),
+      eval_loss_(Build<prometheus::Gauge>(registry, kEvalLoss)),
+      plan_version_(Build<prometheus::Gauge>(registry, kPlanVersion)),
+      plan_switches_(Build<prometheus::Counter>(registry, kPlanSwitches)) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
   // The info-metric idiom: one series at 1 whose labels say what is running.

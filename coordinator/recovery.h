@@ -14,7 +14,7 @@
 // once; RUNNING jobs wait `recovery_grace` for their workers to re-register and claim their ranks
 // (Reconnected); a rank still missing at the deadline is lost (DueLoss).
 //
-// Not thread-safe: the owner serializes every call (JobManager guards it with its lock).
+// Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock).
 #ifndef ZPIPE_COORDINATOR_RECOVERY_H_
 #define ZPIPE_COORDINATOR_RECOVERY_H_
 

@@ -2,7 +2,7 @@
 // window of the iterations run with the current plan, and every replan_every of them asks
 // ProposeReplan for a plan made from their mean measured per-stage costs; it switches when that
 // plan's predicted bubble, at the same measured costs, beats the running plan's by more than
-// schedule.replan_threshold (job_manager_workers.cc carries the switch out).
+// schedule.replan_threshold (job_plans.h carries the switch out).
 //
 // Measured costs: each rank's mean F, B and W per action over the window (MeasuredCostModel,
 // coordinator/measured_bubble.h), averaged over the data-parallel replicas. Both plans are

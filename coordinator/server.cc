@@ -18,6 +18,68 @@
 
 namespace zpipe::coordinator {
 
+namespace {
+
+// Refuses to serve callers who cannot be told apart (no tokens, no client certificates) on a
+// non-loopback address unless --insecure; says in the log who is trusted and how.
+absl::Status CheckCallersAuthenticated(const ServerOptions& options, const Authenticator& auth,
+                                       const std::optional<ServerTlsPem>& tls) {
+  const bool mutual_tls = tls.has_value() && tls->mutual();
+  if (auth.enabled()) {
+    LogInfo("authentication on: ", auth.Summary());
+    return absl::OkStatus();
+  }
+  if (mutual_tls) {
+    LogWarning("no token files: every caller with a certificate signed by --tls-client-ca ",
+               options.tls.client_ca,
+               " has every role (client, admin, worker); give token files to separate them");
+    return absl::OkStatus();
+  }
+  std::vector<std::string> exposed;
+  if (!IsLoopbackAddress(options.listen)) exposed.push_back("--listen " + options.listen);
+  if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
+    exposed.push_back("--metrics-listen " + options.metrics_listen);
+  }
+  if (!exposed.empty() && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        absl::StrJoin(exposed, " and "),
+        ": not a loopback address, and no token files were given (--client-tokens, "
+        "--worker-tokens, --admin-tokens) nor client certificates required "
+        "(--tls-client-ca), so anyone who reaches it could submit and cancel jobs and pose as "
+        "a worker",
+        tls.has_value() ? " (TLS alone encrypts, it does not authenticate callers)" : "",
+        ". Give token files or --tls-client-ca, listen on 127.0.0.1, or pass --insecure to "
+        "serve without authentication anyway"));
+  }
+  if (!exposed.empty()) {
+    LogWarning("INSECURE: no token files and ", absl::StrJoin(exposed, " and "),
+               " is reachable from other hosts: anyone who reaches it can submit and cancel "
+               "jobs and pose as a worker (--insecure)");
+  } else {
+    LogWarning(
+        "no token files: every caller is trusted (serving on loopback only); give "
+        "--client-tokens, --worker-tokens and --admin-tokens to require tokens");
+  }
+  return absl::OkStatus();
+}
+
+ManagerOptions ManagerOptionsFor(const ServerOptions& options) {
+  ManagerOptions mopts;
+  mopts.heartbeat_timeout = options.heartbeat_timeout;
+  mopts.recovery_grace = options.recovery_grace;
+  mopts.failure_grace = std::min(mopts.failure_grace, options.heartbeat_timeout);
+  mopts.max_pending_jobs = options.max_pending_jobs;
+  mopts.max_pending_jobs_per_client = options.max_pending_jobs_per_client;
+  mopts.rendezvous = options.rendezvous;
+  mopts.log_lines_per_rank = options.log_lines;
+  mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
+                                 ? options.heartbeat_interval
+                                 : options.heartbeat_timeout / 5;
+  return mopts;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
@@ -31,130 +93,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     if (!loaded.ok()) return loaded.status();
     tls = *std::move(loaded);
   }
-  const bool mutual_tls = tls.has_value() && tls->mutual();
-  if (!s->auth_->enabled() && !mutual_tls) {
-    std::vector<std::string> exposed;
-    if (!IsLoopbackAddress(options.listen)) exposed.push_back("--listen " + options.listen);
-    if (!options.metrics_listen.empty() && !IsLoopbackAddress(options.metrics_listen)) {
-      exposed.push_back("--metrics-listen " + options.metrics_listen);
-    }
-    if (!exposed.empty() && !options.insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          absl::StrJoin(exposed, " and "),
-          ": not a loopback address, and no token files were given (--client-tokens, "
-          "--worker-tokens, --admin-tokens) nor client certificates required "
-          "(--tls-client-ca), so anyone who reaches it could submit and cancel jobs and pose as "
-          "a worker",
-          tls.has_value() ? " (TLS alone encrypts, it does not authenticate callers)" : "",
-          ". Give token files or --tls-client-ca, listen on 127.0.0.1, or pass --insecure to "
-          "serve without authentication anyway"));
-    }
-    if (!exposed.empty()) {
-      LogWarning("INSECURE: no token files and ", absl::StrJoin(exposed, " and "),
-                 " is reachable from other hosts: anyone who reaches it can submit and cancel "
-                 "jobs and pose as a worker (--insecure)");
-    } else {
-      LogWarning(
-          "no token files: every caller is trusted (serving on loopback only); give "
-          "--client-tokens, --worker-tokens and --admin-tokens to require tokens");
-    }
-  } else if (!s->auth_->enabled()) {
-    LogWarning("no token files: every caller with a certificate signed by --tls-client-ca ",
-               options.tls.client_ca,
-               " has every role (client, admin, worker); give token files to separate them");
-  } else {
-    LogInfo("authentication on: ", s->auth_->Summary());
-  }
+  if (absl::Status st = CheckCallersAuthenticated(options, *s->auth_, tls); !st.ok()) return st;
   if (tls.has_value()) {
     LogInfo("TLS on: gRPC and HTTPS with ", options.tls.cert,
-            mutual_tls ? absl::StrCat(", client certificates signed by ", options.tls.client_ca,
-                                      " required on both ports")
-                       : ", no client certificates");
+            tls->mutual() ? absl::StrCat(", client certificates signed by ", options.tls.client_ca,
+                                         " required on both ports")
+                          : ", no client certificates");
   }
-  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(options.db);
-  if (!store.ok()) return store.status();
-  s->store_ = std::move(*store);
-
-  s->registry_ = std::make_shared<prometheus::Registry>();
-  s->metrics_ = std::make_unique<PrometheusMetrics>(*s->registry_);
-  ManagerOptions mopts;
-  mopts.heartbeat_timeout = options.heartbeat_timeout;
-  mopts.recovery_grace = options.recovery_grace;
-  mopts.failure_grace = std::min(mopts.failure_grace, options.heartbeat_timeout);
-  mopts.max_pending_jobs = options.max_pending_jobs;
-  mopts.max_pending_jobs_per_client = options.max_pending_jobs_per_client;
-  mopts.rendezvous = options.rendezvous;
-  mopts.log_lines_per_rank = options.log_lines;
-  mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
-                                 ? options.heartbeat_interval
-                                 : options.heartbeat_timeout / 5;
-  s->manager_ = std::make_unique<JobManager>(s->clock_, *s->store_, *s->metrics_, mopts);
-  if (absl::Status st = s->manager_->Load(); !st.ok()) return st;
-
-  if (!options.metrics_listen.empty()) {
-    // /metrics plus the live page and its JSON API on one port.
-    auto http = HttpServer::Start(options.metrics_listen, s->registry_, *s->manager_, *s->auth_,
-                                  tls.has_value() ? &*tls : nullptr, options.http_limits);
-    if (!http.ok()) return http.status();
-    s->http_ = std::move(*http);
-    s->metrics_port_ = s->http_->port();
-  }
-
-  ArtifactStoreOptions artifact_options = options.artifacts;
-  if (artifact_options.dir.empty() && options.db != ":memory:") {
-    artifact_options.dir = (std::filesystem::path(options.db).parent_path() / "artifacts").string();
-  }
-  if (!artifact_options.dir.empty()) {
-    auto artifacts = ArtifactStore::Open(artifact_options);
-    if (!artifacts.ok()) return artifacts.status();
-    s->artifacts_ = std::move(*artifacts);
-  }
-  s->artifact_service_ =
-      std::make_unique<ArtifactServiceImpl>(s->artifacts_.get(), *s->metrics_, *s->auth_);
-  s->client_service_ = std::make_unique<CoordinatorServiceImpl>(*s->manager_, *s->metrics_,
-                                                                *s->auth_, s->artifacts_.get());
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(*s->manager_, *s->metrics_, *s->auth_);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  if (tls.has_value()) {
-    grpc::SslServerCredentialsOptions ssl(
-        mutual_tls ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    ssl.pem_root_certs = tls->client_ca;
-    ssl.pem_key_cert_pairs.push_back({tls->private_key, tls->cert_chain});
-    credentials = grpc::SslServerCredentials(ssl);
-  }
-  builder.AddListeningPort(options.listen, credentials, &s->port_);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(-1);
-  // Keep per-stream receive windows at their initial size: a worker that sends progress faster
-  // than it is applied is slowed by flow control instead of queueing megabytes per stream here,
-  // which would starve everything else (GetJob) under a flood.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder.RegisterService(s->client_service_.get());
-  builder.RegisterService(s->worker_service_.get());
-  builder.RegisterService(s->artifact_service_.get());
-  s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options.listen));
-  }
-  if (!options.health_listen.empty()) {
-    // gRPC serves its default health service only next to a synchronous service; this one
-    // answers UNIMPLEMENTED to everything, so the port exposes nothing but health.
-    static v1::WorkerService::Service placeholder;
-    grpc::ServerBuilder health;
-    health.AddListeningPort(options.health_listen, grpc::InsecureServerCredentials(),
-                            &s->health_port_);
-    health.RegisterService(&placeholder);
-    s->health_ = health.BuildAndStart();
-    if (!s->health_ || s->health_port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("--health-listen ", options.health_listen, ": cannot listen"));
-    }
-    s->health_->GetHealthCheckService()->SetServingStatus(true);
-  }
+  const ServerTlsPem* pem = tls.has_value() ? &*tls : nullptr;
+  if (absl::Status st = s->StartManager(); !st.ok()) return st;
+  if (absl::Status st = s->StartHttp(pem); !st.ok()) return st;
+  if (absl::Status st = s->OpenArtifacts(); !st.ok()) return st;
+  if (absl::Status st = s->StartGrpc(pem); !st.ok()) return st;
+  if (absl::Status st = s->StartHealth(); !st.ok()) return st;
   s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
   LogInfo("coordinator serving on port ", s->port_, tls.has_value() ? " over TLS" : "",
           " (metrics ", s->metrics_port_ ? absl::StrCat("on port ", s->metrics_port_) : "disabled",
@@ -162,9 +113,93 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
           s->health_port_ ? absl::StrCat("on port ", s->health_port_) : "on the gRPC port only",
           ", db ", options.db,
           s->artifacts_ ? absl::StrCat(", artifacts in ", s->artifacts_->options().dir) : "",
-          ", heartbeat timeout ",
-          absl::FormatDuration(options.heartbeat_timeout), ")");
+          ", heartbeat timeout ", absl::FormatDuration(options.heartbeat_timeout), ")");
   return s;
+}
+
+absl::Status CoordinatorServer::StartManager() {
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(options_.db);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  registry_ = std::make_shared<prometheus::Registry>();
+  metrics_ = std::make_unique<PrometheusMetrics>(*registry_);
+  manager_ = std::make_unique<JobManager>(clock_, *store_, *metrics_, ManagerOptionsFor(options_));
+  return manager_->Load();
+}
+
+absl::Status CoordinatorServer::StartHttp(const ServerTlsPem* tls) {
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  // /metrics plus the live page and its JSON API on one port.
+  auto http = HttpServer::Start(options_.metrics_listen, registry_, *manager_, *auth_, tls,
+                                options_.http_limits);
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  metrics_port_ = http_->port();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::OpenArtifacts() {
+  ArtifactStoreOptions artifact_options = options_.artifacts;
+  if (artifact_options.dir.empty() && options_.db != ":memory:") {
+    artifact_options.dir =
+        (std::filesystem::path(options_.db).parent_path() / "artifacts").string();
+  }
+  if (artifact_options.dir.empty()) return absl::OkStatus();
+  auto artifacts = ArtifactStore::Open(artifact_options);
+  if (!artifacts.ok()) return artifacts.status();
+  artifacts_ = std::move(*artifacts);
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartGrpc(const ServerTlsPem* tls) {
+  artifact_service_ = std::make_unique<ArtifactServiceImpl>(artifacts_.get(), *metrics_, *auth_);
+  client_service_ =
+      std::make_unique<CoordinatorServiceImpl>(*manager_, *metrics_, *auth_, artifacts_.get());
+  worker_service_ = std::make_unique<WorkerServiceImpl>(*manager_, *metrics_, *auth_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls != nullptr) {
+    grpc::SslServerCredentialsOptions ssl(
+        tls->mutual() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                      : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = tls->client_ca;
+    ssl.pem_key_cert_pairs.push_back({tls->private_key, tls->cert_chain});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(options_.listen, credentials, &port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(-1);
+  // Keep per-stream receive windows at their initial size: a worker that sends progress faster
+  // than it is applied is slowed by flow control instead of queueing megabytes per stream here,
+  // which would starve everything else (GetJob) under a flood.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.RegisterService(client_service_.get());
+  builder.RegisterService(worker_service_.get());
+  builder.RegisterService(artifact_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("grpc: cannot listen on ", options_.listen));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::StartHealth() {
+  if (options_.health_listen.empty()) return absl::OkStatus();
+  // gRPC serves its default health service only next to a synchronous service; this one
+  // answers UNIMPLEMENTED to everything, so the port exposes nothing but health.
+  static v1::WorkerService::Service placeholder;
+  grpc::ServerBuilder health;
+  health.AddListeningPort(options_.health_listen, grpc::InsecureServerCredentials(), &health_port_);
+  health.RegisterService(&placeholder);
+  health_ = health.BuildAndStart();
+  if (!health_ || health_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--health-listen ", options_.health_listen, ": cannot listen"));
+  }
+  health_->GetHealthCheckService()->SetServingStatus(true);
+  return absl::OkStatus();
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }

@@ -102,6 +102,12 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
+  // The steps of Start(), in order. `tls`: null for plaintext.
+  absl::Status StartManager();  // the store, the metrics, the job manager (jobs restored)
+  absl::Status StartHttp(const ServerTlsPem* tls);  // --metrics-listen: /metrics, page, /api
+  absl::Status OpenArtifacts();                     // uploaded files
+  absl::Status StartGrpc(const ServerTlsPem* tls);  // the services on --listen
+  absl::Status StartHealth();                       // --health-listen
   void LivenessLoop();
 
   ServerOptions options_;

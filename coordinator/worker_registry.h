@@ -1,8 +1,8 @@
 // WorkerRegistry: the coordinator's table of workers and their liveness, knowing nothing of job
 // scheduling. It holds one entry per worker name (WorkerInfo + the Session stream it is attached
 // to), hands out registration ids, checks names and capabilities, and moves a worker between
-// IDLE, BUSY and DEAD when told to; which job a worker runs is decided elsewhere (JobManager) and
-// recorded here by job id and rank only.
+// IDLE, BUSY and DEAD when told to; which job a worker runs is decided elsewhere (JobLifecycle)
+// and recorded here by job id and rank only.
 //
 // Liveness: only heartbeats refresh a worker (last_seen). A worker silent for longer than the
 // heartbeat timeout is due to be declared dead (SilentWorkers); declaring it dead closes its
@@ -10,7 +10,7 @@
 // keeps a BUSY rank until then, so it can reconnect; an IDLE one is dead at once. Dead workers
 // stay listed for kDeadWorkerRetention, then are forgotten (ForgetDead).
 //
-// Not thread-safe: the owner serializes every call (JobManager guards it with its lock). The
+// Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock). The
 // WorkerConnection pointers are borrowed: valid from Attach until Detach or until the registry
 // closes them (replacement, death).
 #ifndef ZPIPE_COORDINATOR_WORKER_REGISTRY_H_

@@ -138,6 +138,154 @@ std::vector<std::pair<absl::Time, std::string>> LinesFromProto(v1::JobLogBatch& 
   return lines;
 }
 
+// One worker's Session after its hello: reads the worker's messages and hands each to the job
+// manager, until the stream ends or a message ends the session.
+class SessionReader {
+ public:
+  // `check_jobs`: with tokens, a report about a job this worker holds no rank of ends the
+  // session.
+  SessionReader(JobManager& manager, const Authenticator& auth, grpc::ServerContext* ctx,
+                std::string worker_id, std::string name, bool check_jobs)
+      : manager_(manager),
+        auth_(auth),
+        ctx_(ctx),
+        worker_id_(std::move(worker_id)),
+        name_(std::move(name)),
+        check_jobs_(check_jobs) {}
+
+  // Why the session ended: OK when the stream did.
+  absl::Status ReadAll(SessionStream* stream) {
+    v1::WorkerMessage msg;
+    absl::Status result;
+    while (result.ok() && stream->Read(&msg)) {
+      if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
+        absl::Status assigned = AssignedTo(*job_id);
+        // The last lines of a rank can trail its job's end (a cancelled rank's teardown): drop
+        // them rather than end the session.
+        if (!assigned.ok() && msg.has_log()) continue;
+        result = assigned;
+        if (!result.ok()) break;
+      }
+      result = Handle(msg);
+    }
+    return result;
+  }
+
+ private:
+  // Jobs once checked are remembered, so the progress path takes the manager's lock once per job.
+  absl::Status AssignedTo(const std::string& job_id) {
+    if (!check_jobs_ || assigned_.contains(job_id)) return absl::OkStatus();
+    if (absl::Status st = manager_.CheckAssigned(name_, job_id); !st.ok()) return st;
+    assigned_.insert(job_id);
+    return absl::OkStatus();
+  }
+
+  // Not OK when `msg` ends the session.
+  absl::Status Handle(v1::WorkerMessage& msg) {
+    switch (msg.kind_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        return OnHeartbeat(msg.heartbeat());
+      case v1::WorkerMessage::kProgress:
+        return OnProgress(msg.progress());
+      case v1::WorkerMessage::kIteration:
+        return OnIteration(msg.iteration());
+      case v1::WorkerMessage::kProfileResult:
+        return OnProfileResult(msg.profile_result());
+      case v1::WorkerMessage::kFinished:
+        return OnFinished(msg.finished());
+      case v1::WorkerMessage::kFailure:
+        return OnFailure(msg.failure());
+      case v1::WorkerMessage::kLog: {
+        v1::JobLogBatch& b = *msg.mutable_log();
+        manager_.logs().Append(b.job_id(), b.pipeline_rank(), b.data_rank(), LinesFromProto(b),
+                               b.dropped_lines());
+        return absl::OkStatus();
+      }
+      case v1::WorkerMessage::kLeaving:
+        manager_.WorkerLeaving(worker_id_, msg.leaving().reason().substr(0, 256));
+        return absl::OkStatus();
+      case v1::WorkerMessage::kHello:
+      case v1::WorkerMessage::KIND_NOT_SET:
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status OnHeartbeat(const v1::Heartbeat& heartbeat) {
+    // A token removed by a reload (SIGHUP) ends the sessions opened with it at their next
+    // heartbeat, so within one heartbeat interval; the worker then cannot register again.
+    if (auth_.enabled()) {
+      if (absl::StatusOr<Principal> still =
+              CallerOf(auth_, *ctx_, Role::kWorker, "keep a worker session");
+          !still.ok()) {
+        return absl::Status(still.status().code(),
+                            absl::StrCat("session closed: ", still.status().message(),
+                                         " (the token files were reloaded without it)"));
+      }
+    }
+    absl::Status result = manager_.Heartbeat(worker_id_, heartbeat.job_id());
+    if (heartbeat.has_time()) {
+      const google::protobuf::Timestamp& t = heartbeat.time();
+      manager_.ObserveWorkerClock(name_, static_cast<double>(t.seconds()) + 1e-9 * t.nanos());
+    }
+    return result;
+  }
+
+  absl::Status OnProgress(const v1::ProgressBatch& b) {
+    const int n = b.iterations_size();
+    if (b.ops_size() != n || b.stages_size() != n || b.microbatches_size() != n) {
+      return absl::InvalidArgumentError(
+          "progress: iterations, ops, stages and microbatches must have equal lengths");
+    }
+    manager_.Progress(name_, BatchFromProto(b));
+    return absl::OkStatus();
+  }
+
+  absl::Status OnIteration(const v1::IterationReport& r) {
+    std::optional<double> loss;
+    if (r.has_loss()) loss = r.loss();
+    std::optional<double> eval_loss;
+    if (r.has_eval_loss()) eval_loss = r.eval_loss();
+    absl::Status st = manager_.IterationReport(worker_id_, r.job_id(), r.iteration(),
+                                               RankStatsFromProto(r.stats()), loss, eval_loss);
+    return EndsSession(st) ? st : absl::OkStatus();
+  }
+
+  absl::Status OnProfileResult(const v1::ProfileResult& r) {
+    std::vector<BlockProfileData> blocks;
+    for (const v1::BlockProfile& b : r.blocks()) {
+      blocks.push_back(BlockProfileData{b.forward_ms(), b.backward_ms(), b.weight_ms(),
+                                        b.activation_bytes(), b.param_bytes()});
+    }
+    std::vector<int> cuts(r.checkpoint_cuts().begin(), r.checkpoint_cuts().end());
+    absl::Status st =
+        manager_.ProfileResult(worker_id_, r.job_id(), r.attempt(), blocks, cuts, r.error());
+    return EndsSession(st) ? st : absl::OkStatus();
+  }
+
+  absl::Status OnFinished(const v1::RankFinished& f) {
+    absl::Status st =
+        manager_.RankFinished(worker_id_, f.job_id(), f.pipeline_rank(), f.data_rank());
+    if (!st.ok()) LogWarning("worker ", name_, ": finished report ignored: ", st.message());
+    return EndsSession(st) ? st : absl::OkStatus();
+  }
+
+  absl::Status OnFailure(const v1::RankFailure& f) {
+    absl::Status st = manager_.RankFailed(worker_id_, f.job_id(), f.pipeline_rank(), f.data_rank(),
+                                          f.message(), f.permanent());
+    if (!st.ok()) LogWarning("worker ", name_, ": failure report ignored: ", st.message());
+    return EndsSession(st) ? st : absl::OkStatus();
+  }
+
+  JobManager& manager_;
+  const Authenticator& auth_;
+  grpc::ServerContext* ctx_;
+  const std::string worker_id_;
+  const std::string name_;
+  const bool check_jobs_;
+  std::set<std::string> assigned_;
+};
+
 }  // namespace
 
 grpc::Status WorkerServiceImpl::Done(absl::string_view method, const absl::Status& status) {
@@ -185,111 +333,9 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
       !st.ok()) {
     return st;
   }
-  // With tokens, a report about a job this worker holds no rank of ends the session. Jobs once
-  // checked are remembered, so the progress path takes the manager's lock once per job.
-  const bool check_jobs = caller->role == Role::kWorker;
-  std::set<std::string> assigned;
-  auto assigned_to = [&](const std::string& job_id) -> absl::Status {
-    if (!check_jobs || assigned.contains(job_id)) return absl::OkStatus();
-    if (absl::Status st = manager_.CheckAssigned(*name, job_id); !st.ok()) return st;
-    assigned.insert(job_id);
-    return absl::OkStatus();
-  };
-  absl::Status result;
-  while (result.ok() && stream->Read(&msg)) {
-    if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
-      absl::Status assigned = assigned_to(*job_id);
-      // The last lines of a rank can trail its job's end (a cancelled rank's teardown): drop them
-      // rather than end the session.
-      if (!assigned.ok() && msg.has_log()) continue;
-      result = assigned;
-      if (!result.ok()) break;
-    }
-    switch (msg.kind_case()) {
-      case v1::WorkerMessage::kHeartbeat:
-        // A token removed by a reload (SIGHUP) ends the sessions opened with it at their next
-        // heartbeat, so within one heartbeat interval; the worker then cannot register again.
-        if (auth_.enabled()) {
-          if (absl::StatusOr<Principal> still =
-                  CallerOf(auth_, *ctx, Role::kWorker, "keep a worker session");
-              !still.ok()) {
-            result = absl::Status(still.status().code(),
-                                  absl::StrCat("session closed: ", still.status().message(),
-                                               " (the token files were reloaded without it)"));
-            break;
-          }
-        }
-        result = manager_.Heartbeat(worker_id, msg.heartbeat().job_id());
-        if (msg.heartbeat().has_time()) {
-          const google::protobuf::Timestamp& t = msg.heartbeat().time();
-          manager_.ObserveWorkerClock(*name, static_cast<double>(t.seconds()) + 1e-9 * t.nanos());
-        }
-        break;
-      case v1::WorkerMessage::kProgress: {
-        const v1::ProgressBatch& b = msg.progress();
-        const int n = b.iterations_size();
-        if (b.ops_size() != n || b.stages_size() != n || b.microbatches_size() != n) {
-          result = absl::InvalidArgumentError(
-              "progress: iterations, ops, stages and microbatches must have equal lengths");
-          break;
-        }
-        manager_.Progress(*name, BatchFromProto(b));
-        break;
-      }
-      case v1::WorkerMessage::kIteration: {
-        const v1::IterationReport& r = msg.iteration();
-        std::optional<double> loss;
-        if (r.has_loss()) loss = r.loss();
-        std::optional<double> eval_loss;
-        if (r.has_eval_loss()) eval_loss = r.eval_loss();
-        absl::Status st = manager_.IterationReport(worker_id, r.job_id(), r.iteration(),
-                                                   RankStatsFromProto(r.stats()), loss, eval_loss);
-        if (EndsSession(st)) result = st;
-        break;
-      }
-      case v1::WorkerMessage::kProfileResult: {
-        const v1::ProfileResult& r = msg.profile_result();
-        std::vector<BlockProfileData> blocks;
-        for (const v1::BlockProfile& b : r.blocks()) {
-          blocks.push_back(BlockProfileData{b.forward_ms(), b.backward_ms(), b.weight_ms(),
-                                            b.activation_bytes(), b.param_bytes()});
-        }
-        std::vector<int> cuts(r.checkpoint_cuts().begin(), r.checkpoint_cuts().end());
-        absl::Status st =
-            manager_.ProfileResult(worker_id, r.job_id(), r.attempt(), blocks, cuts, r.error());
-        if (EndsSession(st)) result = st;
-        break;
-      }
-      case v1::WorkerMessage::kFinished: {
-        const v1::RankFinished& f = msg.finished();
-        absl::Status st =
-            manager_.RankFinished(worker_id, f.job_id(), f.pipeline_rank(), f.data_rank());
-        if (!st.ok()) LogWarning("worker ", *name, ": finished report ignored: ", st.message());
-        if (EndsSession(st)) result = st;
-        break;
-      }
-      case v1::WorkerMessage::kFailure: {
-        const v1::RankFailure& f = msg.failure();
-        absl::Status st = manager_.RankFailed(worker_id, f.job_id(), f.pipeline_rank(),
-                                              f.data_rank(), f.message(), f.permanent());
-        if (!st.ok()) LogWarning("worker ", *name, ": failure report ignored: ", st.message());
-        if (EndsSession(st)) result = st;
-        break;
-      }
-      case v1::WorkerMessage::kLog: {
-        v1::JobLogBatch& b = *msg.mutable_log();
-        manager_.logs().Append(b.job_id(), b.pipeline_rank(), b.data_rank(), LinesFromProto(b),
-                               b.dropped_lines());
-        break;
-      }
-      case v1::WorkerMessage::kLeaving:
-        manager_.WorkerLeaving(worker_id, msg.leaving().reason().substr(0, 256));
-        break;
-      case v1::WorkerMessage::kHello:
-      case v1::WorkerMessage::KIND_NOT_SET:
-        break;
-    }
-  }
+  SessionReader reader(manager_, auth_, ctx, worker_id, *name,
+                       /*check_jobs=*/caller->role == Role::kWorker);
+  const absl::Status result = reader.ReadAll(stream);
   manager_.DetachSession(worker_id, &connection);  // no Send() after this returns
   connection.Stop();
   if (absl::Status closed = connection.close_status(); !closed.ok()) return closed;

@@ -291,8 +291,7 @@ bool WorkerDaemon::AwaitChannel(absl::Duration timeout) {
   }
 }
 
-absl::Status WorkerDaemon::RunSession(bool* registered) {
-  *registered = false;
+zpipe::v1::RegisterWorkerRequest WorkerDaemon::RegistrationRequest() {
   zpipe::v1::RegisterWorkerRequest req;
   req.set_name(options_.name);
   req.set_device_kind(options_.device_kind);
@@ -302,32 +301,23 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   req.set_version("0.1.0");
   req.set_instance_id(instance_id_);
   *req.mutable_capabilities() = capabilities_;
-  {
-    JoinJobIfDone(/*wait=*/false);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!job_id_.empty()) {
-      req.set_running_job_id(job_id_);
-      req.set_running_pipeline_rank(job_pipeline_rank_);
-      req.set_running_data_rank(job_data_rank_);
-    } else if (finished_.has_value()) {
-      req.set_running_job_id(finished_->job_id());
-      req.set_running_pipeline_rank(finished_->pipeline_rank());
-      req.set_running_data_rank(finished_->data_rank());
-      req.set_running_job_finished(true);
-    }
+  JoinJobIfDone(/*wait=*/false);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_id_.empty()) {
+    req.set_running_job_id(job_id_);
+    req.set_running_pipeline_rank(job_pipeline_rank_);
+    req.set_running_data_rank(job_data_rank_);
+  } else if (finished_.has_value()) {
+    req.set_running_job_id(finished_->job_id());
+    req.set_running_pipeline_rank(finished_->pipeline_rank());
+    req.set_running_data_rank(finished_->data_rank());
+    req.set_running_job_finished(true);
   }
-  zpipe::v1::RegisterWorkerResponse resp;
-  {
-    grpc::ClientContext ctx;
-    Authorize(ctx);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
-    if (!st.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                          absl::StrCat("register: ", st.error_message()));
-    }
-  }
-  *registered = true;
+  return req;
+}
+
+void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
+                                    const zpipe::v1::RegisterWorkerResponse& resp) {
   std::optional<zpipe::v1::RankFinished> finished;
   if (req.running_job_finished()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -343,107 +333,106 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
     }
     CancelJob(req.running_job_id());
   }
-  {
-    // Reports waiting for the coordinator: only those of the job it took back still matter.
-    std::lock_guard<std::mutex> wlock(write_mu_);
-    const size_t dropped = outbox_.RetainJob(resp.resume_running_job() ? req.running_job_id() : "");
-    if (dropped > 0) {
-      Log(absl::StrCat("dropped ", dropped,
-                       " waiting reports of jobs the coordinator did not take back"));
-    }
-    // A rank finished while the coordinator was away ends with its RankFinished, after its
-    // reports (the one sent may have been lost with the old coordinator; a repeat is harmless).
-    if (finished.has_value() && resp.resume_running_job() &&
-        !outbox_.HasFinished(finished->job_id())) {
-      zpipe::v1::WorkerMessage again;
-      *again.mutable_finished() = *finished;
-      outbox_.Push(std::move(again));
+  // Reports waiting for the coordinator: only those of the job it took back still matter.
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  const size_t dropped = outbox_.RetainJob(resp.resume_running_job() ? req.running_job_id() : "");
+  if (dropped > 0) {
+    Log(absl::StrCat("dropped ", dropped,
+                     " waiting reports of jobs the coordinator did not take back"));
+  }
+  // A rank finished while the coordinator was away ends with its RankFinished, after its
+  // reports (the one sent may have been lost with the old coordinator; a repeat is harmless).
+  if (finished.has_value() && resp.resume_running_job() &&
+      !outbox_.HasFinished(finished->job_id())) {
+    zpipe::v1::WorkerMessage again;
+    *again.mutable_finished() = *finished;
+    outbox_.Push(std::move(again));
+  }
+}
+
+bool WorkerDaemon::OpenSession(const std::string& worker_id, grpc::ClientContext& ctx,
+                               Stream& stream) {
+  // Hello first, then what waited in the outbox, then new messages (the stream is published
+  // only after both, under the write lock).
+  std::lock_guard<std::mutex> wlock(write_mu_);
+  zpipe::v1::WorkerMessage hello;
+  hello.mutable_hello()->set_worker_id(worker_id);
+  hello.mutable_hello()->set_instance_id(instance_id_);
+  bool ok = stream.Write(hello);
+  size_t flushed = 0;
+  while (ok && !outbox_.empty()) {
+    ok = stream.Write(outbox_.front());
+    if (ok) {
+      outbox_.PopFront();
+      ++flushed;
     }
   }
-  const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
-  grpc::ClientContext ctx;
-  Authorize(ctx);
-  auto stream = stub_->Session(&ctx);
-  {
-    // Hello first, then what waited in the outbox, then new messages (the stream is published
-    // only after both, under the write lock).
-    std::lock_guard<std::mutex> wlock(write_mu_);
-    zpipe::v1::WorkerMessage hello;
-    hello.mutable_hello()->set_worker_id(resp.worker_id());
-    hello.mutable_hello()->set_instance_id(instance_id_);
-    bool ok = stream->Write(hello);
-    size_t flushed = 0;
-    while (ok && !outbox_.empty()) {
-      ok = stream->Write(outbox_.front());
-      if (ok) {
-        outbox_.PopFront();
-        ++flushed;
-      }
-    }
-    if (const uint64_t dropped = outbox_.TakeDropped(); flushed > 0 || dropped > 0) {
-      Log(absl::StrCat(
-          "sent ", flushed, " reports that waited for the coordinator",
-          dropped > 0 ? absl::StrCat("; ", dropped, " were dropped (outbox full)") : ""));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return absl::OkStatus();
-    session_ctx_ = &ctx;
-    stream_ = stream.get();
+  if (const uint64_t dropped = outbox_.TakeDropped(); flushed > 0 || dropped > 0) {
+    Log(absl::StrCat(
+        "sent ", flushed, " reports that waited for the coordinator",
+        dropped > 0 ? absl::StrCat("; ", dropped, " were dropped (outbox full)") : ""));
   }
-  Log(absl::StrCat("registered as ", options_.name, " with ", options_.coordinator));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  session_ctx_ = &ctx;
+  stream_ = &stream;
+  return true;
+}
 
-  std::atomic<bool> session_over{false};
-  std::thread heartbeats([&] {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_ && !session_over.load()) {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
-      if (stopping_ || session_over.load()) break;
-      // A finished job thread is joined first, so the heartbeat says this worker is free.
-      lock.unlock();
-      JoinJobIfDone(/*wait=*/false);
-      lock.lock();
-      zpipe::v1::WorkerMessage hb;
-      {
-        // Full precision: the coordinator estimates this worker's clock offset from it.
-        const absl::Time now = absl::Now();
-        const int64_t seconds = absl::ToUnixSeconds(now);
-        hb.mutable_heartbeat()->mutable_time()->set_seconds(seconds);
-        hb.mutable_heartbeat()->mutable_time()->set_nanos(
-            static_cast<int32_t>(absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
-      }
-      hb.mutable_heartbeat()->set_job_id(job_id_);
-      lock.unlock();
-      SendJobLog();
-      Send(hb);
-      lock.lock();
+void WorkerDaemon::SendHeartbeats(absl::Duration interval, const std::atomic<bool>& session_over) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_ && !session_over.load()) {
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
+    if (stopping_ || session_over.load()) break;
+    // A finished job thread is joined first, so the heartbeat says this worker is free.
+    lock.unlock();
+    JoinJobIfDone(/*wait=*/false);
+    lock.lock();
+    zpipe::v1::WorkerMessage hb;
+    {
+      // Full precision: the coordinator estimates this worker's clock offset from it.
+      const absl::Time now = absl::Now();
+      const int64_t seconds = absl::ToUnixSeconds(now);
+      hb.mutable_heartbeat()->mutable_time()->set_seconds(seconds);
+      hb.mutable_heartbeat()->mutable_time()->set_nanos(
+          static_cast<int32_t>(absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
     }
-  });
+    hb.mutable_heartbeat()->set_job_id(job_id_);
+    lock.unlock();
+    SendJobLog();
+    Send(hb);
+    lock.lock();
+  }
+}
 
+void WorkerDaemon::StartProfile(const zpipe::v1::ProfileRequest& request) {
+  // Profiling takes seconds: off the session thread, like a job.
+  Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
+  std::thread([this, request] {
+    zpipe::v1::WorkerMessage reply;
+    zpipe::v1::ProfileRequest local = request;  // artifact references -> local copies
+    if (absl::Status st = ResolveArtifacts(*local.mutable_spec()); !st.ok()) {
+      reply.mutable_profile_result()->set_job_id(request.job_id());
+      reply.mutable_profile_result()->set_attempt(request.attempt());
+      reply.mutable_profile_result()->set_error(std::string(st.message()));
+    } else {
+      *reply.mutable_profile_result() = ProfileJob(local, *data_roots_);
+    }
+    if (!reply.profile_result().error().empty()) {
+      Log(absl::StrCat("job ", request.job_id(),
+                       ": profile failed: ", reply.profile_result().error()));
+    }
+    Send(reply);
+  }).detach();
+}
+
+bool WorkerDaemon::ReadCommands(Stream& stream) {
   zpipe::v1::CoordinatorMessage msg;
-  bool shutdown = false;
-  while (stream->Read(&msg)) {
+  while (stream.Read(&msg)) {
     if (msg.has_assignment()) {
       StartJob(msg.assignment());
     } else if (msg.has_profile()) {
-      // Profiling takes seconds: off the session thread, like a job.
-      const zpipe::v1::ProfileRequest request = msg.profile();
-      Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
-      std::thread([this, request] {
-        zpipe::v1::WorkerMessage reply;
-        zpipe::v1::ProfileRequest local = request;  // artifact references -> local copies
-        if (absl::Status st = ResolveArtifacts(*local.mutable_spec()); !st.ok()) {
-          reply.mutable_profile_result()->set_job_id(request.job_id());
-          reply.mutable_profile_result()->set_attempt(request.attempt());
-          reply.mutable_profile_result()->set_error(std::string(st.message()));
-        } else {
-          *reply.mutable_profile_result() = ProfileJob(local, *data_roots_);
-        }
-        if (!reply.profile_result().error().empty()) {
-          Log(absl::StrCat("job ", request.job_id(),
-                           ": profile failed: ", reply.profile_result().error()));
-        }
-        Send(reply);
-      }).detach();
+      StartProfile(msg.profile());
     } else if (msg.has_plan_update()) {
       std::shared_ptr<PlanUpdateChannel> channel;
       {
@@ -456,10 +445,38 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
       CancelJob(msg.cancel().job_id());
     } else if (msg.has_shutdown()) {
       Log(absl::StrCat("shutdown requested: ", msg.shutdown().reason()));
-      shutdown = true;
-      break;
+      return true;
     }
   }
+  return false;
+}
+
+absl::Status WorkerDaemon::RunSession(bool* registered) {
+  *registered = false;
+  const zpipe::v1::RegisterWorkerRequest req = RegistrationRequest();
+  zpipe::v1::RegisterWorkerResponse resp;
+  {
+    grpc::ClientContext ctx;
+    Authorize(ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status st = stub_->RegisterWorker(&ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat("register: ", st.error_message()));
+    }
+  }
+  *registered = true;
+  SettleRunningJob(req, resp);
+  const absl::Duration interval = FromProto(resp.heartbeat_interval(), absl::Seconds(1));
+  grpc::ClientContext ctx;
+  Authorize(ctx);
+  auto stream = stub_->Session(&ctx);
+  if (!OpenSession(resp.worker_id(), ctx, *stream)) return absl::OkStatus();  // stopping
+  Log(absl::StrCat("registered as ", options_.name, " with ", options_.coordinator));
+
+  std::atomic<bool> session_over{false};
+  std::thread heartbeats([&] { SendHeartbeats(interval, session_over); });
+  const bool shutdown = ReadCommands(*stream);
   session_over = true;
   cv_.notify_all();
   heartbeats.join();

@@ -100,7 +100,24 @@ class WorkerDaemon {
   // Waits until the channel to the coordinator is connected, up to `timeout` or Stop(); gRPC
   // keeps trying to connect meanwhile. False when it is not connected.
   bool AwaitChannel(absl::Duration timeout);
+  // One registration and Session, until the stream ends (Unavailable) or the coordinator says
+  // shut down (OK); `*registered` once the coordinator took the registration. Its steps follow.
   absl::Status RunSession(bool* registered);
+  // This worker's registration, naming the job it still runs (or has finished) if any.
+  zpipe::v1::RegisterWorkerRequest RegistrationRequest();
+  // After registering: the job the coordinator did not take back is cancelled, and the outbox
+  // keeps only the reports of the one it did (ending with its RankFinished when it finished).
+  void SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
+                        const zpipe::v1::RegisterWorkerResponse& resp);
+  // Writes hello and the outbox, then publishes the stream; false when stopping.
+  bool OpenSession(const std::string& worker_id, grpc::ClientContext& ctx, Stream& stream);
+  // Every `interval` until Stop() or `session_over`: joins a finished job, sends its log lines
+  // and a heartbeat.
+  void SendHeartbeats(absl::Duration interval, const std::atomic<bool>& session_over);
+  // Runs the coordinator's commands until the stream ends; true when one said shut down.
+  bool ReadCommands(Stream& stream);
+  // Times the model's blocks on a thread of its own and sends the ProfileResult.
+  void StartProfile(const zpipe::v1::ProfileRequest& request);
   // Writes `msg` to the open session when nothing waits in the outbox and the stream is not
   // half-closed; the stream it wrote to, or null. The caller holds write_mu_.
   Stream* WriteNow(const zpipe::v1::WorkerMessage& msg);

@@ -166,19 +166,26 @@ std::string ShapeString(const torch::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "] ", std::string(t.dtype().name()));
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStageParametersImpl(
-    const fs::path& file) {
+// Loads `file` into `archive`; `where` names it in errors.
+absl::Status LoadArchive(const fs::path& file, const std::string& where,
+                         torch::serialize::InputArchive& archive) {
   std::error_code ec;
   if (!fs::exists(file, ec)) {
     return absl::NotFoundError(absl::StrCat("checkpoint file '", file.string(), "' is missing"));
   }
-  const std::string where = absl::StrCat("checkpoint '", file.string(), "'");
-  torch::serialize::InputArchive archive;
   try {
     archive.load_from(file.string());
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(where, " is unreadable: ", e.what()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStageParametersImpl(
+    const fs::path& file) {
+  const std::string where = absl::StrCat("checkpoint '", file.string(), "'");
+  torch::serialize::InputArchive archive;
+  if (absl::Status st = LoadArchive(file, where, archive); !st.ok()) return st;
   c10::IValue format, names_value;
   if (!archive.try_read("format", format) || !format.isString() ||
       format.toStringRef() != kFormat) {
@@ -200,26 +207,17 @@ absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ReadStagePara
   return out;
 }
 
-absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& optimizer_kind,
-                                      const fs::path& file) {
-  std::error_code ec;
-  if (!fs::exists(file, ec)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint file '", file.string(), "' is missing"));
-  }
-  const std::string where =
-      absl::StrCat("checkpoint '", file.string(), "' (stage ", stage.stage(), ")");
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(file.string());
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(where, " is unreadable: ", e.what()));
-  }
-  auto read_string = [&](const std::string& key) -> std::optional<std::string> {
-    c10::IValue v;
-    if (!archive.try_read(key, v) || !v.isString()) return std::nullopt;
-    return v.toStringRef();
-  };
-  if (read_string("format") != std::string(kFormat)) {
+std::optional<std::string> ReadString(torch::serialize::InputArchive& archive,
+                                      const std::string& key) {
+  c10::IValue v;
+  if (!archive.try_read(key, v) || !v.isString()) return std::nullopt;
+  return v.toStringRef();
+}
+
+// The archive is a checkpoint of `stage` with optimizer state of `optimizer_kind`.
+absl::Status CheckStageHeader(torch::serialize::InputArchive& archive, const model::Stage& stage,
+                              const std::string& optimizer_kind, const std::string& where) {
+  if (ReadString(archive, "format") != std::string(kFormat)) {
     return absl::InvalidArgumentError(absl::StrCat(where, " is not a ZeroPipe stage checkpoint"));
   }
   c10::IValue stage_value;
@@ -227,13 +225,67 @@ absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& op
       stage_value.toInt() != stage.stage()) {
     return absl::InvalidArgumentError(absl::StrCat(where, " holds another stage"));
   }
-  const std::string saved_optimizer = read_string("optimizer").value_or("?");
+  const std::string saved_optimizer = ReadString(archive, "optimizer").value_or("?");
   if (saved_optimizer != optimizer_kind) {
     return absl::InvalidArgumentError(absl::StrCat(where, " holds optimizer state of '",
                                                    saved_optimizer, "', this job uses '",
                                                    optimizer_kind, "'"));
   }
-  const std::string names_joined = read_string("names").value_or("");
+  return absl::OkStatus();
+}
+
+// The optimizer state saved for parameter `i` (named `name`), or nullopt when none was saved.
+absl::StatusOr<std::optional<ParamState>> ReadParamState(torch::serialize::InputArchive& archive,
+                                                         const std::string& i,
+                                                         const std::string& optimizer_kind,
+                                                         const std::string& name,
+                                                         const std::string& where) {
+  ParamState state;
+  bool any = false;
+  c10::IValue step;
+  if (archive.try_read("step_" + i, step) && step.isInt()) {
+    state.step = step.toInt();
+    any = true;
+  }
+  any |= archive.try_read("exp_avg_" + i, state.exp_avg);
+  any |= archive.try_read("exp_avg_sq_" + i, state.exp_avg_sq);
+  archive.try_read("max_exp_avg_sq_" + i, state.max_exp_avg_sq);
+  any |= archive.try_read("momentum_buffer_" + i, state.momentum_buffer);
+  if (any && (optimizer_kind == "adam" || optimizer_kind == "adamw") &&
+      (!state.step || !state.exp_avg.defined() || !state.exp_avg_sq.defined())) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": incomplete optimizer state for '", name, "'"));
+  }
+  if (!any) return std::nullopt;
+  return std::optional<ParamState>(std::move(state));
+}
+
+// Every saved parameter `names` is one of the stage's `infos`.
+absl::Status CheckNoExtraParams(const std::vector<std::string>& names,
+                                const std::vector<model::ParamInfo>& infos,
+                                const std::string& where) {
+  if (names.size() == infos.size()) return absl::OkStatus();
+  std::set<std::string> here;
+  for (const model::ParamInfo& info : infos) here.insert(info.name);
+  for (const std::string& n : names) {
+    if (!here.count(n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " holds parameter '", n, "', which this job's stage lacks (the model differs)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& optimizer_kind,
+                                      const fs::path& file) {
+  const std::string where =
+      absl::StrCat("checkpoint '", file.string(), "' (stage ", stage.stage(), ")");
+  torch::serialize::InputArchive archive;
+  if (absl::Status st = LoadArchive(file, where, archive); !st.ok()) return st;
+  if (absl::Status st = CheckStageHeader(archive, stage, optimizer_kind, where); !st.ok()) {
+    return st;
+  }
+  const std::string names_joined = ReadString(archive, "names").value_or("");
   std::vector<std::string> names;
   if (!names_joined.empty()) names = absl::StrSplit(names_joined, '\n');
   std::map<std::string, int> saved_index;
@@ -260,34 +312,12 @@ absl::StatusOr<LoadedStage> ReadStage(model::Stage& stage, const std::string& op
                                                      ShapeString(info.tensor), " here"));
     }
     out.params.push_back(value);
-    ParamState state;
-    bool any = false;
-    c10::IValue step;
-    if (archive.try_read("step_" + i, step) && step.isInt()) {
-      state.step = step.toInt();
-      any = true;
-    }
-    any |= archive.try_read("exp_avg_" + i, state.exp_avg);
-    any |= archive.try_read("exp_avg_sq_" + i, state.exp_avg_sq);
-    archive.try_read("max_exp_avg_sq_" + i, state.max_exp_avg_sq);
-    any |= archive.try_read("momentum_buffer_" + i, state.momentum_buffer);
-    if (any && (optimizer_kind == "adam" || optimizer_kind == "adamw") &&
-        (!state.step || !state.exp_avg.defined() || !state.exp_avg_sq.defined())) {
-      return absl::DataLossError(
-          absl::StrCat(where, ": incomplete optimizer state for '", info.name, "'"));
-    }
-    out.states.push_back(any ? std::optional<ParamState>(std::move(state)) : std::nullopt);
+    absl::StatusOr<std::optional<ParamState>> state =
+        ReadParamState(archive, i, optimizer_kind, info.name, where);
+    if (!state.ok()) return state.status();
+    out.states.push_back(*std::move(state));
   }
-  if (names.size() != infos.size()) {
-    std::set<std::string> here;
-    for (const model::ParamInfo& info : infos) here.insert(info.name);
-    for (const std::string& n : names) {
-      if (!here.count(n)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, " holds parameter '", n, "', which this job's stage lacks (the model differs)"));
-      }
-    }
-  }
+  if (absl::Status st = CheckNoExtraParams(names, infos, where); !st.ok()) return st;
   return out;
 }
 

@@ -409,7 +409,43 @@ struct Executor::Impl {
     return std::sqrt(buf.cpu().item<double>());
   }
 
+  // One iteration, in named steps: begin (reset, learning rate), every action of the rank's
+  // plan in order, the compute times, the drained sends, the summary's times, the loss, the
+  // optimizer step.
   absl::StatusOr<IterationSummary> Run(int iteration);
+
+  // What one iteration accumulates as it runs.
+  struct Timed {
+    Action action;
+    int start_mark, end_mark;
+    SteadyTime host_start, host_end;  // the host clock around the call
+  };
+  struct IterationRun {
+    IterationSummary summary;
+    bool overlap_step = false;  // OverlapStep() for this iteration
+    std::vector<std::pair<SteadyTime, SteadyTime>> compute;
+    std::vector<Timed> timed;                  // compute actions by their timer marks
+    std::map<int, model::TokenBatch> batches;  // by microbatch, for stage 0 and the last stage
+    std::vector<int> loss_microbatches;        // of the last stage, read after the last action
+  };
+  absl::Status BeginIteration(IterationRun& run);
+  // The data of microbatch `mb` (null without a data source), read once per iteration.
+  model::TokenBatch* BatchFor(IterationRun& run, int mb);
+  // Action `k` of the rank's plan: posts receives, sends, or computes (timed).
+  absl::Status RunAction(IterationRun& run, size_t k);
+  // The compute action `a` itself, on `input` (activation or output gradient).
+  absl::Status Compute(IterationRun& run, const Action& a, torch::Tensor input,
+                       model::TokenBatch* batch);
+  // A device timer's marks, resolved once the last action was queued.
+  absl::Status ResolveComputeTimes(IterationRun& run);
+  // Waits for every send; a receive left unconsumed is an error in the plan.
+  absl::Status DrainComm();
+  // The reductions and the iteration's span, idle time and bubble ratio.
+  absl::Status SummarizeTimes(IterationRun& run);
+  absl::Status AverageLoss(IterationRun& run);
+  // The optimizer step: buckets stepped during the iteration, clipping, the remaining
+  // parameters.
+  absl::Status Step(IterationRun& run);
 
   // Adds compute action `a`, which ran from `start` to `end`, to the iteration's busy time and
   // compute intervals, and reports it to the sink.
@@ -499,8 +535,30 @@ struct Executor::Impl {
 };
 
 absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
-  IterationSummary summary;
-  summary.iteration = iteration;
+  IterationRun run;
+  run.summary.iteration = iteration;
+  if (absl::Status st = BeginIteration(run); !st.ok()) return st;
+  const auto& actions = plan.ranks[rank];
+  for (size_t k = 0; k < actions.size(); ++k) {
+    if (absl::Status st = RunAction(run, k); !st.ok()) return st;
+  }
+  if (absl::Status st = ResolveComputeTimes(run); !st.ok()) return st;
+  if (absl::Status st = DrainComm(); !st.ok()) return st;
+  if (absl::Status st = SummarizeTimes(run); !st.ok()) return st;
+  if (absl::Status st = AverageLoss(run); !st.ok()) return st;
+  if (absl::Status st = Step(run); !st.ok()) return st;
+  for (auto& st : stages) {
+    if (st->pending_microbatches() != 0) {
+      return absl::InternalError(absl::StrCat("stage ", st->stage(), " still holds ",
+                                              st->pending_microbatches(),
+                                              " microbatch(es) after the iteration"));
+    }
+  }
+  return std::move(run.summary);
+}
+
+absl::Status Executor::Impl::BeginIteration(IterationRun& run) {
+  const int iteration = run.summary.iteration;
   current_iteration = iteration;
   wall_offset_s = WallMinusSteady();  // follows the wall clock's slewing between iterations
   outputs.clear();
@@ -523,8 +581,8 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     const double lr = config.lr_schedule->At(iteration);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
   }
-  const bool overlap_step = OverlapStep();
-  if (overlap_step) {
+  run.overlap_step = OverlapStep();
+  if (run.overlap_step) {
     if (stepper == nullptr) stepper = std::make_unique<BucketStepper>(*optimizer, config.timeout);
     chunk_last.assign(stages.size(), 0);
     for (size_t k = 0; k < actions.size(); ++k) {
@@ -534,121 +592,123 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     }
     unreleased.clear();
   }
-  std::vector<std::pair<SteadyTime, SteadyTime>> compute;
-  struct Timed {
-    Action action;
-    int start_mark, end_mark;
-    SteadyTime host_start, host_end;  // the host clock around the call
-  };
-  std::vector<Timed> timed;                  // compute actions by their timer marks
-  std::map<int, model::TokenBatch> batches;  // by microbatch, for stage 0 and the last stage
-  auto batch_for = [&](int mb) -> model::TokenBatch* {
-    if (data == nullptr) return nullptr;
-    auto it = batches.find(mb);
-    if (it == batches.end())
-      it = batches.emplace(mb, data->Microbatch(iteration, data_rank, mb)).first;
-    return &it->second;
-  };
-  const int last_stage = plan.num_stages() - 1;
-  std::vector<int> loss_microbatches;
+  return absl::OkStatus();
+}
 
-  for (size_t k = 0; k < actions.size(); ++k) {
-    const Action& a = actions[k];
-    if (absl::Status st = PostRecvsThrough(k); !st.ok()) return st;
-    if (core::IsRecv(a.kind) || a.kind == ActionKind::kReduce) {
-      if (a.kind == ActionKind::kReduce && grad_sync != nullptr) {
-        if (absl::Status st = grad_sync->OnReduceAction(a.chunk, a.bucket); !st.ok()) return st;
+model::TokenBatch* Executor::Impl::BatchFor(IterationRun& run, int mb) {
+  if (data == nullptr) return nullptr;
+  auto it = run.batches.find(mb);
+  if (it == run.batches.end()) {
+    it = run.batches.emplace(mb, data->Microbatch(run.summary.iteration, data_rank, mb)).first;
+  }
+  return &it->second;
+}
+
+absl::Status Executor::Impl::RunAction(IterationRun& run, size_t k) {
+  const Action& a = plan.ranks[rank][k];
+  if (absl::Status st = PostRecvsThrough(k); !st.ok()) return st;
+  if (core::IsRecv(a.kind) || a.kind == ActionKind::kReduce) {
+    if (a.kind == ActionKind::kReduce && grad_sync != nullptr) {
+      if (absl::Status st = grad_sync->OnReduceAction(a.chunk, a.bucket); !st.ok()) return st;
+    }
+    return absl::OkStatus();  // receives were posted above
+  }
+  if (core::IsSend(a.kind)) return Send(a);
+  // Compute. Inputs are gathered first so waiting on a receive is not counted as busy.
+  torch::Tensor input;
+  model::TokenBatch* batch = nullptr;
+  if (a.kind == ActionKind::kForward) {
+    batch = BatchFor(run, a.microbatch);
+    auto in = ForwardInput(run.summary.iteration, a, batch);
+    if (!in.ok()) return in.status();
+    input = *std::move(in);
+  } else if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+    auto g = OutputGrad(a);
+    if (!g.ok()) return g.status();
+    input = *std::move(g);
+  }
+  comm->Flush();  // the sends and receives queued since the last action go out meanwhile
+  const SteadyTime host_start = Clock::now();
+  const int start_mark = timer->Mark();
+  if (absl::Status st = Compute(run, a, std::move(input), batch); !st.ok()) return st;
+  if (grad_sync != nullptr) {
+    if (absl::Status st = grad_sync->OnCompute(a); !st.ok()) return st;
+    if (run.overlap_step) ReleaseSteps(k);
+  }
+  const int end_mark = timer->Mark();
+  run.timed.push_back({a, start_mark, end_mark, host_start, Clock::now()});
+  // On the CPU the host clock times the action itself: report it to the sink now (live view).
+  // A device timer's marks resolve after the last action.
+  if (!timer->deferred()) {
+    RecordCompute(a, host_start, run.timed.back().host_end, &run.compute, &run.summary);
+  }
+  const int last_stage = plan.num_stages() - 1;
+  if (a.kind == ActionKind::kForward && a.stage != 0 && a.stage != last_stage) {
+    run.batches.erase(a.microbatch);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::Compute(IterationRun& run, const Action& a, torch::Tensor input,
+                                     model::TokenBatch* batch) {
+  model::Stage& stage = StageOf(a.stage);
+  const int last_stage = plan.num_stages() - 1;
+  switch (a.kind) {
+    case ActionKind::kForward: {
+      const torch::Tensor* targets = nullptr;
+      if (a.stage == last_stage && batch != nullptr) targets = &batch->targets;
+      absl::StatusOr<torch::Tensor> out;
+      {
+        const model::AutocastScope autocast = Autocast();
+        out = stage.Forward(a.microbatch, input, targets);
       }
-      continue;  // receives were posted above
+      if (!out.ok()) return out.status();
+      if (a.stage == last_stage) {
+        run.loss_microbatches.push_back(a.microbatch);  // read after the last action
+      } else {
+        absl::StatusOr<torch::Tensor> checked =
+            CheckBoundary("output activation", a.stage, a.microbatch, *std::move(out),
+                          stage.OutputSpec(config.microbatch_size));
+        if (!checked.ok()) return checked.status();
+        outputs[{a.stage, a.microbatch}] = *std::move(checked);
+      }
+      if (a.stage == 0 && batch != nullptr) run.summary.tokens += batch->tokens.numel();
+      return absl::OkStatus();
     }
-    if (core::IsSend(a.kind)) {
-      if (absl::Status st = Send(a); !st.ok()) return st;
-      continue;
-    }
-    // Compute. Inputs are gathered first so waiting on a receive is not counted as busy.
-    model::Stage& stage = StageOf(a.stage);
-    torch::Tensor input;
-    model::TokenBatch* batch = nullptr;
-    if (a.kind == ActionKind::kForward) {
-      batch = batch_for(a.microbatch);
-      auto in = ForwardInput(iteration, a, batch);
-      if (!in.ok()) return in.status();
-      input = *std::move(in);
-    } else if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
-      auto g = OutputGrad(a);
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackwardFull: {
+      auto g = a.kind == ActionKind::kBackwardInput ? stage.BackwardInput(a.microbatch, input)
+                                                    : stage.BackwardFull(a.microbatch, input);
       if (!g.ok()) return g.status();
-      input = *std::move(g);
-    }
-    comm->Flush();  // the sends and receives queued since the last action go out meanwhile
-    const SteadyTime host_start = Clock::now();
-    const int start_mark = timer->Mark();
-    absl::Status status;
-    switch (a.kind) {
-      case ActionKind::kForward: {
-        const torch::Tensor* targets = nullptr;
-        if (a.stage == last_stage && batch != nullptr) targets = &batch->targets;
-        absl::StatusOr<torch::Tensor> out;
-        {
-          const model::AutocastScope autocast = Autocast();
-          out = stage.Forward(a.microbatch, input, targets);
-        }
-        if (!out.ok()) return out.status();
-        if (a.stage == last_stage) {
-          loss_microbatches.push_back(a.microbatch);  // read after the last action
-        } else {
-          absl::StatusOr<torch::Tensor> checked =
-              CheckBoundary("output activation", a.stage, a.microbatch, *std::move(out),
-                            stage.OutputSpec(config.microbatch_size));
-          if (!checked.ok()) return checked.status();
-          outputs[{a.stage, a.microbatch}] = *std::move(checked);
-        }
-        if (a.stage == 0 && batch != nullptr) summary.tokens += batch->tokens.numel();
-        break;
+      if (a.stage > 0) {
+        absl::StatusOr<torch::Tensor> checked =
+            CheckBoundary("input gradient", a.stage, a.microbatch, *std::move(g),
+                          stage.InputGradSpec(config.microbatch_size));
+        if (!checked.ok()) return checked.status();
+        grads[{a.stage, a.microbatch}] = *std::move(checked);
       }
-      case ActionKind::kBackwardInput:
-      case ActionKind::kBackwardFull: {
-        auto g = a.kind == ActionKind::kBackwardInput ? stage.BackwardInput(a.microbatch, input)
-                                                      : stage.BackwardFull(a.microbatch, input);
-        if (!g.ok()) return g.status();
-        if (a.stage > 0) {
-          absl::StatusOr<torch::Tensor> checked =
-              CheckBoundary("input gradient", a.stage, a.microbatch, *std::move(g),
-                            stage.InputGradSpec(config.microbatch_size));
-          if (!checked.ok()) return checked.status();
-          grads[{a.stage, a.microbatch}] = *std::move(checked);
-        }
-        break;
-      }
-      case ActionKind::kBackwardWeight:
-        status = stage.BackwardWeight(a.microbatch);
-        break;
-      default:
-        break;
+      return absl::OkStatus();
     }
-    if (!status.ok()) return status;
-    if (grad_sync != nullptr) {
-      if (absl::Status st = grad_sync->OnCompute(a); !st.ok()) return st;
-      if (overlap_step) ReleaseSteps(k);
-    }
-    const int end_mark = timer->Mark();
-    timed.push_back({a, start_mark, end_mark, host_start, Clock::now()});
-    // On the CPU the host clock times the action itself: report it to the sink now (live view).
-    // A device timer's marks resolve after the last action.
-    if (!timer->deferred()) {
-      RecordCompute(a, host_start, timed.back().host_end, &compute, &summary);
-    }
-    if (a.kind == ActionKind::kForward && a.stage != 0 && a.stage != last_stage) {
-      batches.erase(a.microbatch);
-    }
+    case ActionKind::kBackwardWeight:
+      return stage.BackwardWeight(a.microbatch);
+    default:
+      return absl::OkStatus();
   }
-  if (timer->deferred()) {
-    absl::StatusOr<std::vector<SteadyTime>> marks = timer->Resolve();
-    if (!marks.ok()) return marks.status();
-    for (const Timed& t : timed) {
-      RecordCompute(t.action, (*marks)[t.start_mark], (*marks)[t.end_mark], &compute, &summary);
-    }
+}
+
+absl::Status Executor::Impl::ResolveComputeTimes(IterationRun& run) {
+  if (!timer->deferred()) return absl::OkStatus();
+  absl::StatusOr<std::vector<SteadyTime>> marks = timer->Resolve();
+  if (!marks.ok()) return marks.status();
+  for (const Timed& t : run.timed) {
+    RecordCompute(t.action, (*marks)[t.start_mark], (*marks)[t.end_mark], &run.compute,
+                  &run.summary);
   }
-  // Drain: every send delivered, every reduction done.
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::DrainComm() {
+  // Every send delivered.
   for (PendingSend& s : sends) {
     if (absl::Status st = WaitFor(*s.handle); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("rank ", rank, ": send: ", st.message()));
@@ -660,8 +720,15 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank, ": ", recvs.size(), " receive(s) posted but never consumed"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::SummarizeTimes(IterationRun& run) {
+  IterationSummary& summary = run.summary;
+  const auto& compute = run.compute;
   SteadyTime last = compute.empty() ? Clock::now() : compute.back().second;
   const SteadyTime first = compute.empty() ? last : compute.front().first;
+  // Every reduction done.
   if (grad_sync != nullptr) {
     auto reductions = grad_sync->FinishIteration();
     if (!reductions.ok()) return reductions.status();
@@ -680,20 +747,28 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
   summary.idle_s = std::max(0.0, summary.duration_s - summary.busy_s);
   summary.bubble_ratio = summary.duration_s > 0 ? 1 - summary.busy_s / summary.duration_s : 0;
   summary.p2p_wait_s = p2p_wait_s;
-  if (!loss_microbatches.empty()) {
-    double sum = 0;
-    for (int mb : loss_microbatches) {
-      absl::StatusOr<float> loss = StageOf(last_stage).Loss(mb);
-      if (!loss.ok()) return loss.status();
-      sum += *loss;
-    }
-    summary.loss = sum / loss_microbatches.size();
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::AverageLoss(IterationRun& run) {
+  if (run.loss_microbatches.empty()) return absl::OkStatus();
+  double sum = 0;
+  for (int mb : run.loss_microbatches) {
+    absl::StatusOr<float> loss = StageOf(plan.num_stages() - 1).Loss(mb);
+    if (!loss.ok()) return loss.status();
+    sum += *loss;
   }
+  run.summary.loss = sum / run.loss_microbatches.size();
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::Step(IterationRun& run) {
+  IterationSummary& summary = run.summary;
   // What the stepper did during the iteration; every bucket it stepped had reduced. Waiting for
   // its last buckets is part of the step after the last reduction.
   const SteadyTime step0 = Clock::now();
   BucketStepper::Drained overlapped;
-  if (overlap_step) {
+  if (run.overlap_step) {
     unreleased.clear();
     overlapped = stepper->Drain();
     if (!overlapped.status.ok()) return overlapped.status;
@@ -727,14 +802,7 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
     return absl::InternalError(absl::StrCat("optimizer step: ", e.what()));
   }
   summary.step_s = Seconds(Clock::now() - step0);
-  for (auto& st : stages) {
-    if (st->pending_microbatches() != 0) {
-      return absl::InternalError(absl::StrCat("stage ", st->stage(), " still holds ",
-                                              st->pending_microbatches(),
-                                              " microbatch(es) after the iteration"));
-    }
-  }
-  return summary;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -29,6 +30,47 @@ constexpr char kUsage[] =
 int Fail(const std::string& message) {
   std::fprintf(stderr, "zpipe-pipeline-rank: %s\n", message.c_str());
   return 1;
+}
+
+// The --device flag: a device LibTorch knows and sees.
+absl::StatusOr<torch::Device> ParseDevice(const std::string& flag) {
+  std::optional<torch::Device> device;
+  try {
+    device.emplace(flag);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--device '", flag, "': ", e.what()));
+  }
+  if (device->is_cuda() && !torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", flag, ": LibTorch sees no CUDA device"));
+  }
+  return *device;
+}
+
+// Runs `iterations` iterations, printing one JSON line each to `out`; 0, or 1 after an error.
+int RunIterations(Executor& exec, int iterations, std::FILE* out) {
+  for (int it = 0; it < iterations; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = exec.RunIteration(it);
+    if (!s.ok()) return Fail(absl::StrCat("iteration ", it, ": ", s.status().message()));
+    const double wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    nlohmann::ordered_json row = {{"iteration", it},
+                                  {"wall_s", wall_s},
+                                  {"duration_s", s->duration_s},
+                                  {"busy_s", s->busy_s},
+                                  {"forward_s", s->forward_s},
+                                  {"backward_s", s->backward_s},
+                                  {"weight_s", s->weight_s},
+                                  {"step_s", s->step_s},
+                                  {"bubble_ratio", s->bubble_ratio},
+                                  {"tokens", s->tokens}};
+    if (s->loss) row["loss"] = *s->loss;
+    const std::string line = row.dump() + "\n";
+    std::fputs(line.c_str(), out);
+    std::fflush(out);
+  }
+  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -88,14 +130,9 @@ int Main(int argc, char** argv) {
   ro.config.microbatch_size = integer("microbatch-size");
   ro.config.precision = flags["precision"];
   if (!absl::SimpleAtod(flags["lr"], &ro.config.lr)) return Fail("--lr: not a number");
-  try {
-    ro.config.device = torch::Device(flags["device"]);
-  } catch (const std::exception& e) {
-    return Fail(absl::StrCat("--device '", flags["device"], "': ", e.what()));
-  }
-  if (ro.config.device.is_cuda() && !torch::cuda::is_available()) {
-    return Fail(absl::StrCat("--device ", flags["device"], ": LibTorch sees no CUDA device"));
-  }
+  absl::StatusOr<torch::Device> device = ParseDevice(flags["device"]);
+  if (!device.ok()) return Fail(std::string(device.status().message()));
+  ro.config.device = *device;
   auto data = model::SyntheticTokenData::Make(ro.init_seed, ro.gpt.vocab, ro.gpt.seq_len,
                                               ro.config.microbatch_size);
   if (!data.ok()) return Fail(std::string(data.status().message()));
@@ -109,30 +146,9 @@ int Main(int argc, char** argv) {
     out = std::fopen(flags["out"].c_str(), "w");
     if (out == nullptr) return Fail(absl::StrCat("cannot write ", flags["out"]));
   }
-  const int iterations = integer("iterations");
-  for (int it = 0; it < iterations; ++it) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto s = made->exec->RunIteration(it);
-    if (!s.ok()) return Fail(absl::StrCat("iteration ", it, ": ", s.status().message()));
-    const double wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    nlohmann::ordered_json row = {{"iteration", it},
-                                  {"wall_s", wall_s},
-                                  {"duration_s", s->duration_s},
-                                  {"busy_s", s->busy_s},
-                                  {"forward_s", s->forward_s},
-                                  {"backward_s", s->backward_s},
-                                  {"weight_s", s->weight_s},
-                                  {"step_s", s->step_s},
-                                  {"bubble_ratio", s->bubble_ratio},
-                                  {"tokens", s->tokens}};
-    if (s->loss) row["loss"] = *s->loss;
-    const std::string line = row.dump() + "\n";
-    std::fputs(line.c_str(), out);
-    std::fflush(out);
-  }
+  const int rc = RunIterations(*made->exec, integer("iterations"), out);
   if (out != stdout) std::fclose(out);
-  return 0;
+  return rc;
 }
 
 }  // namespace

@@ -1,0 +1,175 @@
+// JobPlans on its own: a job's plan is made once, a re-plan check is due every replan_every
+// complete iterations, a better plan goes to every rank for one switch iteration, and that
+// iteration's summary settles it (applied or abandoned), with an event each time.
+#include "coordinator/job_plans.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/testing/fake_connection.h"
+#include "gtest/gtest.h"
+
+namespace zpipe::coordinator {
+namespace {
+
+JobSpec Spec(const std::string& schedule) {
+  JobSpec s;
+  s.name = "unit";
+  s.model = SyntheticConfig{1, 1, 1, 16, 8};
+  s.pipeline = 2;
+  s.schedule = schedule;
+  s.microbatches = 4;
+  s.microbatch_size = 1;
+  s.iterations = 40;
+  s.lr = 0.1;
+  s.replan_every = 2;
+  return s;
+}
+
+IterationSummary Summary(int iteration, int plan_version) {
+  IterationSummary s;
+  s.iteration = iteration;
+  s.duration_s = 1;
+  for (int r = 0; r < 2; ++r) {
+    RankStats st;
+    st.pipeline_rank = r;
+    st.plan_version = plan_version;
+    st.forward_s = st.backward_s = st.weight_s = 0.1;
+    s.ranks.push_back(st);
+  }
+  return s;
+}
+
+class JobPlansTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_.id = "j";
+    job_.spec = Spec("1f1b");
+    job_.state = JobState::kRunning;
+    job_.attempt = 1;
+    for (int r = 0; r < 2; ++r) {
+      job_.ranks.push_back(RankSlot{r, 0, "w" + std::to_string(r), "host", 0});
+    }
+    events_.Open(job_.id, 0);
+  }
+
+  // Observes iterations until a check is due.
+  ReplanCheck DueCheck() {
+    EXPECT_FALSE(plans_.Observe(job_, Summary(0, 0)).has_value());
+    std::optional<ReplanCheck> check = plans_.Observe(job_, Summary(1, 0));
+    EXPECT_TRUE(check.has_value());
+    return check.value_or(ReplanCheck{});
+  }
+
+  // A proposal of another schedule, far better than the running plan.
+  ReplanProposal Better() {
+    ReplanProposal p;
+    p.plan = *PlanJob(Spec("gpipe"), nullptr, {}, /*version=*/1);
+    p.old_bubble = 0.5;
+    p.new_bubble = 0.1;
+    p.reason = "unit";
+    return p;
+  }
+
+  WorkerConnection* ConnectionOf(const std::string& name) {
+    auto it = connections_.find(name);
+    return it == connections_.end() ? nullptr : &it->second;
+  }
+
+  std::vector<JobEvent> Events() {
+    std::vector<JobEvent> out;
+    events_.EventsAfter(job_.id, 0, &out);
+    return out;
+  }
+
+  FakeClock clock_;
+  NullMetrics metrics_;
+  RunMonitor monitor_{metrics_};
+  JobEventLog events_;
+  JobPlans plans_{clock_, metrics_, monitor_, events_};
+  JobRecord job_;
+  std::map<std::string, FakeConnection> connections_;
+};
+
+TEST_F(JobPlansTest, MakesAPlanOnceAndKnowsIt) {
+  EXPECT_FALSE(plans_.Known("j"));
+  EXPECT_EQ(plans_.Find("j"), nullptr);
+  std::shared_ptr<const JobPlan> plan = plans_.For(job_);
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plans_.For(job_), plan);
+  EXPECT_EQ(plans_.Find("j"), plan);
+  EXPECT_TRUE(plans_.Known("j"));
+}
+
+TEST_F(JobPlansTest, ASwitchGoesToEveryRankAndIsAppliedWhenEveryRankRanIt) {
+  std::shared_ptr<const JobPlan> old_plan = plans_.For(job_);
+  connections_["w0"];
+  connections_["w1"];
+  const ReplanCheck check = DueCheck();
+  EXPECT_EQ(check.plan, old_plan);
+  EXPECT_EQ(check.window.iterations, 2);
+  ASSERT_TRUE(plans_.MaybeSwitch(job_, check, Better(),
+                                 [&](const std::string& n) { return ConnectionOf(n); }));
+  for (auto& [name, connection] : connections_) {
+    ASSERT_EQ(connection.commands.size(), 1u) << name;
+    EXPECT_EQ(connection.commands[0].kind, WorkerCommand::Kind::kPlanUpdate);
+    EXPECT_EQ(connection.commands[0].switch_iteration, 1 + 3);
+  }
+  // Reports of the switch iteration run with the new plan before it is settled.
+  EXPECT_EQ(plans_.ForReport("j", 1)->version, 1);
+  EXPECT_EQ(plans_.ForReport("j", 0), old_plan);
+  EXPECT_FALSE(plans_.Observe(job_, Summary(4, 1)).has_value());
+  EXPECT_EQ(job_.plan_version, 1);
+  EXPECT_EQ(plans_.Find("j")->version, 1);
+  const std::vector<JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].plan_switch.phase, PlanSwitchEvent::Phase::kScheduled);
+  EXPECT_EQ(events[1].plan_switch.phase, PlanSwitchEvent::Phase::kApplied);
+  EXPECT_EQ(job_.last_sequence, 2u);
+}
+
+TEST_F(JobPlansTest, ASwitchNoRankRanIsAbandoned) {
+  std::shared_ptr<const JobPlan> old_plan = plans_.For(job_);
+  connections_["w0"];
+  connections_["w1"];
+  ASSERT_TRUE(plans_.MaybeSwitch(job_, DueCheck(), Better(),
+                                 [&](const std::string& n) { return ConnectionOf(n); }));
+  plans_.Observe(job_, Summary(4, 0));
+  EXPECT_EQ(job_.plan_version, 0);
+  EXPECT_EQ(plans_.Find("j"), old_plan);
+  const std::vector<JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].plan_switch.phase, PlanSwitchEvent::Phase::kAbandoned);
+}
+
+TEST_F(JobPlansTest, NoSwitchWithoutGainOrWithARankAwayOrAfterANewAttempt) {
+  plans_.For(job_);
+  connections_["w0"];  // w1 has no session
+  const ReplanCheck check = DueCheck();
+  ReplanProposal same = Better();
+  same.new_bubble = same.old_bubble;
+  auto connection_of = [&](const std::string& n) { return ConnectionOf(n); };
+  EXPECT_FALSE(plans_.MaybeSwitch(job_, check, same, connection_of));
+  EXPECT_FALSE(plans_.MaybeSwitch(job_, check, Better(), connection_of));
+  connections_["w1"];
+  ++job_.attempt;
+  EXPECT_FALSE(plans_.MaybeSwitch(job_, check, Better(), connection_of));
+  EXPECT_TRUE(connections_["w0"].commands.empty());
+  EXPECT_TRUE(Events().empty());
+}
+
+TEST_F(JobPlansTest, StartOverForgetsTheWindowAndTheSwitchOnItsWay) {
+  plans_.For(job_);
+  connections_["w0"];
+  connections_["w1"];
+  ASSERT_TRUE(plans_.MaybeSwitch(job_, DueCheck(), Better(),
+                                 [&](const std::string& n) { return ConnectionOf(n); }));
+  plans_.StartOver("j");
+  EXPECT_EQ(plans_.ForReport("j", 1)->version, 0);                 // no switch on its way any more
+  EXPECT_FALSE(plans_.Observe(job_, Summary(10, 0)).has_value());  // the window starts over
+  EXPECT_TRUE(plans_.Observe(job_, Summary(11, 0)).has_value());
+}
+
+}  // namespace
+}  // namespace zpipe::coordinator
