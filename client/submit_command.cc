@@ -14,19 +14,6 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe submit FILE.yaml|FILE.json [--id ID] [--wait | --follow] [--dry-run] "
-    "[--upload]\n"
-    "  (or -f FILE / --file FILE); -o name prints only the job id\n"
-    "  --id ID    job id (makes the submit idempotent); default: the coordinator picks one\n"
-    "  --wait     wait until the job ends; exit 0 if it succeeded, 1 if it failed or was "
-    "cancelled\n"
-    "  --follow   like --wait, showing live progress (per-rank F/B/W bars on a terminal)\n"
-    "  --dry-run  validate and plan only; print the predicted statistics, create nothing\n"
-    "  --upload   send the job's model and token files (model.torchscript.path, data.path,\n"
-    "             eval.path; relative to the job file's folder) to the coordinator, which\n"
-    "             hands them to the workers: for workers that share no folder with you\n";
-
 // Uploads every file the spec names that is not already an artifact reference and names it by
 // its reference instead; what was sent goes to stderr, so `-o json` output stays one document.
 absl::Status UploadFiles(CliContext& ctx, const std::string& job_file, v1::JobSpec& spec) {
@@ -57,16 +44,16 @@ absl::Status UploadFiles(CliContext& ctx, const std::string& job_file, v1::JobSp
 
 int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("submit");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv, kUsage)) return *exit;
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv)) return *exit;
   if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
-    return ctx.Usage("submit", "expected exactly one job file", kUsage);
+    return ctx.Usage("submit", "expected exactly one job file");
   const std::string job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
   const bool wait = args.Has("--wait");
   const bool follow = args.Has("--follow");
   const bool dry_run = args.Has("--dry-run");
-  if (wait && follow) return ctx.Usage("submit", "--wait and --follow exclude each other", kUsage);
+  if (wait && follow) return ctx.Usage("submit", "--wait and --follow exclude each other");
   if (dry_run && (wait || follow))
-    return ctx.Usage("submit", "--dry-run creates no job to wait for", kUsage);
+    return ctx.Usage("submit", "--dry-run creates no job to wait for");
 
   absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
   if (!spec.ok()) {
