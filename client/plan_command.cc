@@ -114,7 +114,8 @@ std::vector<FlagSpec> ShapeFlags() {
                   "dualpipe-v all",
        .help = "the schedule to plan",
        .value_name = "NAME|all",
-       .more = "(all: compare every schedule)"},
+       .more = ": gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
+               "dualpipe-v, or all to compare them"},
       {.name = "--pipeline",
        .short_name = "-p",
        .value = ValueKind::kText,
@@ -219,8 +220,8 @@ CommandSpec LocalPlanSpec() {
           "                  [-o text|json] [-f FILE]",
       .flags = LocalPlanFlags(),
       .description =
-          "plans a schedule here and prints the plan and its simulated statistics "
-          "(zpipe plan --job ID shows\na job's plan from the coordinator)",
+          "plans a schedule here and prints the plan and its simulated statistics\n"
+          "(zpipe plan --job ID shows a job's plan from the coordinator)",
       .notes =
           "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules).\n"
           "--format torch-csv: the compute-only CSV schedule PyTorch's "
