@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,8 +33,9 @@
 #include "core/cost_model.h"
 #include "core/planning.h"
 #include "core/schedule.h"
-#include "worker/comm/tcp_communicator.h"
+#include "flags/flags.h"
 #include "worker/comm/key_value_store.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/daemon/job_checkpoint.h"
 #include "worker/executor/executor.h"
 #include "worker/model/data.h"
@@ -319,26 +322,19 @@ void Main() {
 }  // namespace zpipe::bench
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "checkpoint_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--iters") {
-      zpipe::bench::g_iters = std::max(2, std::atoi(next().c_str()));
-    } else if (a == "--every") {
-      zpipe::bench::g_every = std::max(1, std::atoi(next().c_str()));
-    } else if (a == "--only") {
-      zpipe::bench::g_only = next();
-    } else {
-      std::fprintf(stderr, "usage: zpipe_checkpoint_bench [--iters N] [--every K] [--only NAME]\n");
-      return 2;
-    }
+  namespace bench = zpipe::bench;
+  std::unique_ptr<CLI::App> app = zpipe::flags::NewApp(
+      "zpipe_checkpoint_bench", "zpipe_checkpoint_bench [--iters N] [--every K] [--only NAME]",
+      "  the stall synchronous and asynchronous checkpoints add to an iteration");
+  zpipe::flags::AddInteger(*app, "--iters", &bench::g_iters, 2, std::numeric_limits<int>::max(),
+                           "iterations per run (at least 2)");
+  zpipe::flags::AddInteger(*app, "--every", &bench::g_every, 1, std::numeric_limits<int>::max(),
+                           "a checkpoint every K iterations");
+  zpipe::flags::AddText(*app, "--only", &bench::g_only, "NAME", "only this example");
+  if (std::optional<int> exit =
+          zpipe::flags::ParseMain(*app, zpipe::flags::Args(argc, argv), std::cout, std::cerr)) {
+    return *exit;
   }
-  zpipe::bench::Main();
+  bench::Main();
   return 0;
 }

@@ -29,6 +29,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -37,6 +41,7 @@
 #include "bench/reference_rows.h"
 #include "core/internal/order_search.h"
 #include "core/planning.h"
+#include "flags/flags.h"
 
 namespace zpipe {
 namespace {
@@ -409,27 +414,36 @@ void PrintOrders(const std::vector<std::vector<Op>>& orders, int p) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s KIND P M [--budget S] [--seconds S] [--nodes N] [--row K]\n",
-                 argv[0]);
-    return 2;
-  }
-  const std::string kind = argv[1];
-  const int p = std::atoi(argv[2]), m = std::atoi(argv[3]);
   double budget = 1, seconds = 60;
-  long nodes = 1L << 40;
+  int64_t nodes = int64_t{1} << 40;
   int which = 0;
   double slack = 0;  // > 0: start above ours, to check that the solver finds ours itself
   std::string data = bench::DefaultReferenceData();
-  for (int i = 4; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--budget") budget = std::atof(argv[i + 1]);
-    if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
-    if (flag == "--nodes") nodes = std::atol(argv[i + 1]);
-    if (flag == "--slack") slack = std::atof(argv[i + 1]);
-    if (flag == "--row") which = std::atoi(argv[i + 1]);
-    if (flag == "--data") data = argv[i + 1];
+  std::unique_ptr<CLI::App> app = flags::NewApp(
+      "zpipe_exact_schedule",
+      "zpipe_exact_schedule KIND P M [--budget S] [--seconds S] [--nodes N] [--slack X] "
+      "[--row K] [--data FILE]",
+      "  branch and bound for the optimal span of one reference row (KIND all, P and M 0: the "
+      "root\n  bound of every row)");
+  flags::AddNumber(*app, "--budget", &budget, "our search's seconds (default 1)");
+  flags::AddNumber(*app, "--seconds", &seconds, "the solver's seconds (default 60)");
+  flags::AddInteger(*app, "--nodes", &nodes, 1, std::numeric_limits<int64_t>::max(),
+                    "the solver's node limit");
+  flags::AddNumber(*app, "--slack", &slack, "start this fraction above our span");
+  flags::AddInteger(*app, "--row", &which, 0, std::numeric_limits<int>::max(),
+                    "which of the matching rows (default 0)");
+  flags::AddText(*app, "--data", &data, "FILE", "the reference rows");
+  std::vector<std::string> operands;
+  if (std::optional<int> exit =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr, &operands)) {
+    return *exit;
   }
+  if (operands.size() != 3) {
+    std::cerr << flags::UsageLine(*app);
+    return 2;
+  }
+  const std::string kind = operands[0];
+  const int p = std::atoi(operands[1].c_str()), m = std::atoi(operands[2].c_str());
   if (kind == "all") {
     // Root bounds only, every row: the one-machine bound beside core's and our span.
     for (const Row& row : bench::ReadReferenceRows(data)) {

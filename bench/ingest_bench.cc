@@ -33,6 +33,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,7 @@
 #include "absl/strings/str_format.h"
 #include "client/client.h"
 #include "core/plan.h"
+#include "flags/flags.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace {
@@ -69,46 +71,27 @@ struct Options {
 };
 
 bool ParseOptions(int argc, char** argv, Options& o) {
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string v;
-    if (size_t eq = a.find('='); eq != std::string::npos) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      v = argv[++i];
-    }
-    kv[a] = v;
-  }
-  for (const auto& [k, v] : kv) {
-    bool ok = true;
-    if (k == "--streams")
-      ok = absl::SimpleAtoi(v, &o.streams);
-    else if (k == "--pipeline")
-      ok = absl::SimpleAtoi(v, &o.pipeline);
-    else if (k == "--microbatches")
-      ok = absl::SimpleAtoi(v, &o.microbatches);
-    else if (k == "--batch")
-      ok = absl::SimpleAtoi(v, &o.batch);
-    else if (k == "--seconds")
-      ok = absl::SimpleAtod(v, &o.seconds);
-    else if (k == "--warmup")
-      ok = absl::SimpleAtod(v, &o.warmup);
-    else if (k == "--getjob-interval-ms")
-      ok = absl::SimpleAtoi(v, &o.getjob_interval_ms);
-    else if (k == "--connections")
-      ok = absl::SimpleAtoi(v, &o.connections);
-    else if (k == "--rate")
-      ok = absl::SimpleAtod(v, &o.rate);
-    else if (k == "--coordinator-bin")
-      o.coordinator_bin = v;
-    else
-      ok = false;
-    if (!ok) {
-      std::cerr << "ingest_bench: bad option " << k << " " << v << "\n";
-      return false;
-    }
+  namespace flags = zpipe::flags;
+  std::unique_ptr<CLI::App> app =
+      flags::NewApp("zpipe_ingest_bench", "zpipe_ingest_bench [flags]",
+                    "  events per second one coordinator takes from many fake worker streams");
+  constexpr int64_t kInt = std::numeric_limits<int>::max();
+  flags::AddInteger(*app, "--streams", &o.streams, 1, kInt, "worker streams (default 256)");
+  flags::AddInteger(*app, "--pipeline", &o.pipeline, 1, kInt, "ranks per job (default 8)");
+  flags::AddInteger(*app, "--microbatches", &o.microbatches, 1, kInt, "per job (default 8)");
+  flags::AddInteger(*app, "--batch", &o.batch, 1, kInt, "events per report (default 512)");
+  flags::AddNumber(*app, "--seconds", &o.seconds, "measured seconds (default 10)");
+  flags::AddNumber(*app, "--warmup", &o.warmup, "seconds before measuring (default 2)");
+  flags::AddInteger(*app, "--getjob-interval-ms", &o.getjob_interval_ms, 0, kInt,
+                    "between GetJob calls (default 5)");
+  flags::AddInteger(*app, "--connections", &o.connections, 0, kInt,
+                    "gRPC connections (default 0: one per stream)");
+  flags::AddNumber(*app, "--rate", &o.rate, "events/s of the paced phase (default 1050000)");
+  flags::AddText(*app, "--coordinator-bin", &o.coordinator_bin, "FILE", "the coordinator to run");
+  if (std::optional<int> exit =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
+    if (*exit == 0) std::exit(0);  // --help
+    return false;
   }
   if (o.streams % o.pipeline != 0) {
     std::cerr << "ingest_bench: --streams must be a multiple of --pipeline\n";

@@ -8,11 +8,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/planning.h"
+#include "flags/flags.h"
 
 namespace zpipe {
 namespace {
@@ -36,12 +41,19 @@ core::PlanInputs Inputs(const core::Placement& pl, bool skewed, double comm) {
 
 int Main(int argc, char** argv) {
   double budget = 2, comm = 0.1;
-  bool skewed = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--budget")) budget = std::atof(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--comm")) comm = std::atof(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--costs")) skewed = !std::strcmp(argv[i + 1], "skewed");
+  std::string costs = "uniform";
+  std::unique_ptr<CLI::App> app = flags::NewApp(
+      "zpipe_optimal_table", "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed]",
+      "  the exact solver's span, bound and gap beside the default plan, shape by shape");
+  flags::AddNumber(*app, "--budget", &budget, "solver seconds per row (default 2)");
+  flags::AddNumber(*app, "--comm", &comm, "T_comm (default 0.1)");
+  flags::AddChecked(*app, "--costs", "uniform|skewed", "stage costs (default uniform)",
+                    flags::OneOf("uniform skewed"), [&](const std::string& v) { costs = v; });
+  if (std::optional<int> exit =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
+    return *exit;
   }
+  const bool skewed = costs == "skewed";
   const std::vector<std::pair<int, int>> shapes = {{2, 2}, {2, 4}, {2, 8}, {4, 4},  {4, 8},
                                                    {4, 16}, {8, 8}, {8, 16}, {8, 32}};
   const char* schedules[] = {"1f1b", "zb-h1", "zb-1p", "zb-2p", "zb-v", "v-half"};

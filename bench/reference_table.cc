@@ -7,13 +7,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/reference_rows.h"
 #include "core/planning.h"
+#include "flags/flags.h"
 
 namespace zpipe {
 namespace {
@@ -30,13 +35,20 @@ int Main(int argc, char** argv) {
   size_t limit = 0;
   std::string only_kind;  // empty: every kind
   std::string data = bench::DefaultReferenceData();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--budget") budget = std::atof(argv[i + 1]);
-    if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--data") data = argv[i + 1];
-    if (flag == "--limit") limit = std::strtoul(argv[i + 1], nullptr, 10);
-    if (flag == "--kind") only_kind = argv[i + 1];
+  std::unique_ptr<CLI::App> app = flags::NewApp(
+      "zpipe_reference_table",
+      "zpipe_reference_table [--budget S] [--seed N] [--data FILE] [--limit N] [--kind KIND]",
+      "  our schedules against the ZB paper's reference generator (bench/reference_schedules.tsv)");
+  flags::AddNumber(*app, "--budget", &budget, "search seconds per row (default 1)");
+  flags::AddInteger(*app, "--seed", &seed, 0, std::numeric_limits<int64_t>::max(),
+                    "search seed (default 1)");
+  flags::AddText(*app, "--data", &data, "FILE", "the reference rows");
+  flags::AddInteger(*app, "--limit", &limit, 0, std::numeric_limits<int64_t>::max(),
+                    "only the first N rows (default all)");
+  flags::AddText(*app, "--kind", &only_kind, "KIND", "only rows of this kind (zb-1p, zb-2p, zb-v)");
+  if (std::optional<int> exit =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
+    return *exit;
   }
   std::vector<Row> rows = bench::ReadReferenceRows(data);
   if (rows.empty()) {

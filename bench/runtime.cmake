@@ -6,7 +6,7 @@ if(TARGET zpipe_worker_executor)
   zpipe_find_torch()
   add_executable(zpipe_runtime_bench EXCLUDE_FROM_ALL ${CMAKE_CURRENT_LIST_DIR}/runtime_bench.cc
                                     ${CMAKE_CURRENT_LIST_DIR}/runtime_hop.cc)
-  target_link_libraries(zpipe_runtime_bench PRIVATE zpipe::worker_executor zpipe::worker_model
+  target_link_libraries(zpipe_runtime_bench PRIVATE zpipe::flags zpipe::worker_executor zpipe::worker_model
                         zpipe::worker_comm zpipe::worker_grad_sync zpipe::core
                         absl::status absl::statusor absl::strings)
   # The reporting table measures the daemon's progress reporting and metrics where it is built.

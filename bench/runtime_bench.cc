@@ -30,6 +30,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +50,7 @@
 #include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
+#include "flags/flags.h"
 #include "worker/comm/tcp_communicator.h"
 #ifdef ZPIPE_BENCH_WITH_DAEMON
 #include <prometheus/registry.h>
@@ -897,35 +900,50 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "hop-peer") {
     return RunHopPeer(argv[2], std::atoi(argv[3]));
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--hop-rounds" && i + 1 < argc) {
-      hop_rounds = std::max(20, std::atoi(argv[++i]));
-    } else if (a == "--iters" && i + 1 < argc) {
-      g_iters = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--warmup" && i + 1 < argc) {
-      g_warmup = std::max(0, std::atoi(argv[++i]));
-    } else if (a == "--overlap-p" && i + 1 < argc) {
-      g_overlap_p = std::max(2, std::atoi(argv[++i]));
-    } else if (a == "--gpt-iters" && i + 1 < argc) {
-      g_gpt_iters = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--gpt" && i + 1 < argc) {
-      if (std::sscanf(argv[++i], "%d,%d,%d,%d,%d", &g_gpt.layers, &g_gpt.hidden, &g_gpt.heads,
-                      &g_gpt.seq_len, &g_gpt.vocab) != 5) {
-        std::fprintf(stderr, "--gpt wants layers,hidden,heads,seq_len,vocab\n");
-        return 2;
-      }
-    } else if (a == "hop" || a == "bubble" || a == "reporting" || a == "fidelity" ||
-               a == "overlap" || a == "gpt" || a == "all") {
-      what = a;
-    } else {
-      std::fprintf(
-          stderr,
-          "usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
-          "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] "
-          "[--gpt L,H,heads,T,V]\n");
+  std::unique_ptr<CLI::App> app = zpipe::flags::NewApp(
+      "zpipe_runtime_bench",
+      "zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
+      "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] [--gpt L,H,heads,T,V]",
+      "  the executor's runtime on this machine: hand-over latency, measured bubble, reporting\n"
+      "  cost, fidelity to the simulator, reduce overlap, a GPT (default: all of them)");
+  // Each count has a floor; a smaller one is raised to it.
+  auto at_least = [&](const char* name, int* out, int floor, const char* help) {
+    zpipe::flags::AddChecked(*app, name, "N", help, zpipe::flags::IntegerIn(INT32_MIN, INT32_MAX),
+                             [out, floor](const std::string& v) {
+                               *out =
+                                   std::max(floor, static_cast<int>(zpipe::flags::IntegerValue(v)));
+                             });
+  };
+  at_least("--hop-rounds", &hop_rounds, 20, "hand-over rounds (default 400, at least 20)");
+  at_least("--iters", &g_iters, 1, "measured iterations");
+  at_least("--warmup", &g_warmup, 0, "iterations before measuring");
+  at_least("--overlap-p", &g_overlap_p, 2, "pipeline stages of the overlap run (at least 2)");
+  at_least("--gpt-iters", &g_gpt_iters, 1, "iterations of the GPT run");
+  zpipe::flags::AddChecked(
+      *app, "--gpt", "L,H,heads,T,V", "the GPT's layers,hidden,heads,seq_len,vocab",
+      [](const std::string& v) {
+        int n[5];
+        return std::sscanf(v.c_str(), "%d,%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3], &n[4]) == 5
+                   ? std::string()
+                   : "want layers,hidden,heads,seq_len,vocab, got '" + v + "'";
+      },
+      [](const std::string& v) {
+        std::sscanf(v.c_str(), "%d,%d,%d,%d,%d", &g_gpt.layers, &g_gpt.hidden, &g_gpt.heads,
+                    &g_gpt.seq_len, &g_gpt.vocab);
+      });
+  std::vector<std::string> operands;
+  if (std::optional<int> exit = zpipe::flags::ParseMain(*app, zpipe::flags::Args(argc, argv),
+                                                        std::cout, std::cerr, &operands)) {
+    return *exit;
+  }
+  for (const std::string& a : operands) {
+    if (std::string problem =
+            zpipe::flags::OneOf("hop bubble reporting fidelity overlap gpt all")(a);
+        !problem.empty()) {
+      std::cerr << "zpipe_runtime_bench: " << problem << "\n" << zpipe::flags::UsageLine(*app);
       return 2;
     }
+    what = a;
   }
   torch::set_num_threads(1);
   if (what == "hop" || what == "all") {

@@ -6,16 +6,11 @@
 #include "client/json_output.h"
 
 namespace zpipe::cli {
-namespace {
-
-constexpr char kUsage[] = "usage: zpipe cancel JOB_ID [--reason TEXT]\n";
-
-}  // namespace
 
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("cancel");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "cancel", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() != 1) return ctx.Usage("cancel", "expected one job id", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "cancel", args, argv)) return *exit;
+  if (args.positionals().size() != 1) return ctx.Usage("cancel", "expected one job id");
   absl::StatusOr<v1::Job> job = ctx.client().Cancel(args.positionals()[0], args.Get("--reason"));
   if (!job.ok()) return ctx.Fail("cancel", job.status());
   if (ctx.json()) {

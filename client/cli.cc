@@ -109,106 +109,26 @@ int CliContext::Fail(const std::string& command, const absl::Status& status) {
   return ExitCodeFor(status);
 }
 
-int CliContext::Usage(const std::string& command, const std::string& message,
-                      const std::string& usage) {
-  err_ << "zpipe " << command << ": " << message << "\n" << usage;
+int CliContext::Usage(const std::string& command, absl::string_view message) {
+  const CommandSpec* spec = FindCommand(command);
+  err_ << "zpipe " << command << ": " << message << "\n"
+       << "usage: zpipe " << (spec != nullptr ? spec->synopsis : command) << "\n"
+       << "Run 'zpipe " << command << " --help' for its flags.\n";
   return kExitUsage;
 }
 
-Args& Args::Flag(const std::string& name) {
-  flags_.insert(name);
-  return *this;
-}
-
-Args& Args::Switch(const std::string& name) {
-  switches_.insert(name);
-  return *this;
-}
-
-Args& Args::Alias(const std::string& alias, const std::string& name,
-                  const std::string& deprecated_for) {
-  aliases_[alias] = {name, deprecated_for};
-  return *this;
-}
-
-absl::Status Args::Parse(const std::vector<std::string>& args) {
-  bool only_positionals = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (only_positionals || a.size() < 2 || a[0] != '-') {
-      positionals_.push_back(a);
-      continue;
-    }
-    if (a == "--") {
-      only_positionals = true;
-      continue;
-    }
-    if (a == "--help" || a == "-h") {
-      help_ = true;
-      return absl::OkStatus();
-    }
-    std::string name = a;
-    std::optional<std::string> value;
-    if (size_t eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    }
-    if (auto alias = aliases_.find(name); alias != aliases_.end()) {
-      if (!alias->second.second.empty()) {
-        warnings_.push_back(absl::StrCat(
-            name, " is deprecated and goes away in the next release: use ", alias->second.second));
-      }
-      name = alias->second.first;
-    }
-    if (switches_.count(name)) {
-      if (value.has_value())
-        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
-      values_[name] = "true";
-    } else if (flags_.count(name)) {
-      if (!value.has_value()) {
-        if (i + 1 >= args.size())
-          return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-        value = args[++i];
-      }
-      values_[name] = *value;
-    } else {
-      std::vector<std::string> known(flags_.begin(), flags_.end());
-      known.insert(known.end(), switches_.begin(), switches_.end());
-      std::optional<std::string> near = Suggest(name, known);
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown option '", name, "'",
-                       near ? absl::StrCat("; did you mean '", *near, "'?") : ""));
-    }
-  }
-  return absl::OkStatus();
-}
-
-bool WantsHelp(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--") return false;
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
-}
-
 std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
-                                    const std::vector<std::string>& argv,
-                                    const std::string& usage) {
+                                    const std::vector<std::string>& argv) {
   absl::Status s = args.Parse(argv);
-  if (!s.ok()) return ctx.Usage(command, std::string(s.message()), usage);
+  if (!s.ok()) return ctx.Usage(command, s.message());
   if (args.help()) {
-    ctx.out() << usage;
+    ctx.out() << args.Help();
     return kExitOk;
   }
   for (const std::string& warning : args.warnings()) {
     ctx.err() << "zpipe " << command << ": warning: " << warning << "\n";
   }
   return std::nullopt;
-}
-
-std::string Args::Get(const std::string& name, const std::string& fallback) const {
-  auto it = values_.find(name);
-  return it == values_.end() ? fallback : it->second;
 }
 
 void Table::Print(std::ostream& out) const {

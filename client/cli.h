@@ -14,16 +14,15 @@
 
 #include <functional>
 #include <iosfwd>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "client/command_spec.h"
 
 namespace zpipe::cli {
 
@@ -81,8 +80,9 @@ class CliContext {
   // (kExitJobFailed for a TLS handshake that failed: the coordinator is there but not trusted).
   // The status message is shown through util::SanitizeForTerminal.
   int Fail(const std::string& command, const absl::Status& status);
-  // Prints "zpipe COMMAND: message" plus the usage line, returns kExitUsage.
-  int Usage(const std::string& command, const std::string& message, const std::string& usage);
+  // Prints "zpipe COMMAND: message", the command's usage line (command table) and where its
+  // --help is; returns kExitUsage.
+  int Usage(const std::string& command, absl::string_view message);
 
  private:
   std::string coordinator_;
@@ -100,48 +100,13 @@ class CliContext {
 // The exit code for an error from the client library (see the table above).
 int ExitCodeFor(const absl::Status& status);
 
-// A small flag parser: "--name VALUE", "--name=VALUE", boolean "--name", and positionals.
-// Flags are declared up front so that a typo is an error rather than a positional. "--help" and
-// "-h" are always known: they set help() and end the parse (what follows is not checked).
-// Commands get theirs from the command table (command_table.h: ArgsFor).
-class Args {
- public:
-  Args& Flag(const std::string& name);    // takes a value
-  Args& Switch(const std::string& name);  // boolean
-  // `alias` (e.g. "-f") is another spelling of the declared `name`; its value is stored under
-  // `name`. With `deprecated_for`, using it adds a warning naming that replacement.
-  Args& Alias(const std::string& alias, const std::string& name,
-              const std::string& deprecated_for = "");
-  // Parses `args`; returns INVALID_ARGUMENT naming an unknown flag (and the closest known one)
-  // or a missing value.
-  absl::Status Parse(const std::vector<std::string>& args);
-  // "-f is deprecated: use --follow" for each deprecated spelling used.
-  const std::vector<std::string>& warnings() const { return warnings_; }
-
-  bool help() const { return help_; }
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  std::string Get(const std::string& name, const std::string& fallback = "") const;
-  const std::vector<std::string>& positionals() const { return positionals_; }
-
- private:
-  std::set<std::string> flags_;
-  std::set<std::string> switches_;
-  std::map<std::string, std::pair<std::string, std::string>> aliases_;  // -> name, replacement
-  std::vector<std::string> warnings_;
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positionals_;
-  bool help_ = false;
-};
-
-// Whether `args` ask for help (--help or -h before any "--"), as Args::Parse sees it.
-bool WantsHelp(const std::vector<std::string>& args);
-
-// Every subcommand's first step: parses `argv` into `args`. On --help prints `usage` to out and
-// returns kExitOk; on a bad flag prints "zpipe COMMAND: <the problem>" and `usage` to err and
+// Every subcommand's first step: parses `argv` into `args` (made from the command table:
+// command_table.h ArgsFor). On --help prints the command's generated --help to out and returns
+// kExitOk; on a bad flag prints "zpipe COMMAND: <the problem>" and the usage line to err and
 // returns kExitUsage; returns nullopt when the command should go on (after printing
 // "zpipe COMMAND: warning: ..." for each deprecated spelling used).
 std::optional<int> ParseCommandArgs(CliContext& ctx, const std::string& command, Args& args,
-                                    const std::vector<std::string>& argv, const std::string& usage);
+                                    const std::vector<std::string>& argv);
 
 // Fixed-width text tables: Add rows of cells; Print pads every column to its widest cell. Cells
 // may hold peer strings as received: Print shows each through util::SanitizeForTerminal, so a

@@ -1,7 +1,8 @@
-// The one table of `zpipe`'s commands and flags. The dispatcher (zpipe_main.cc) runs commands from
-// it, `zpipe --help` lists it, every command's flag parser is made from it (ArgsFor), and
-// `zpipe completion bash|zsh|fish` generates its scripts from it: a command or a flag added here
-// is known to all four at once, and one missing here is known to none.
+// The one table of `zpipe`'s commands and flags (CommandSpec, FlagSpec: command_spec.h). The
+// dispatcher (zpipe_main.cc) runs commands from it, `zpipe --help` lists it, every command's CLI11
+// parser and its `--help` are made from it (Args), and `zpipe completion bash|zsh|fish` generates
+// its scripts from it: a command or a flag added here is known to all four at once, and one
+// missing here is known to none.
 //
 // The flag conventions every command follows (README "CLI"):
 //   -o, --output FORMAT   only ever the output format: text, wide, json, yaml or name (the ones a
@@ -15,64 +16,28 @@
 
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "client/cli.h"
+#include "client/command_spec.h"
+#include "flags/values.h"
 
 namespace zpipe::cli {
 
-// What a flag's value, or a command's positional, is: completion offers matching words.
-enum class ValueKind {
-  kNone,      // a switch: no value
-  kText,      // free text: nothing to offer
-  kFile,      // a file name
-  kDir,       // a folder
-  kJobFile,   // a job file (*.yaml, *.yml, *.json)
-  kJobId,     // a job id, asked from the coordinator (`zpipe list -o name`)
-  kContext,   // a context name of the config file (`zpipe config get-contexts -o name`)
-  kChoice,    // one of FlagSpec::choices
-};
-
-struct FlagSpec {
-  absl::string_view name;        // "--file"
-  absl::string_view short_name;  // "-f", or ""
-  ValueKind value = ValueKind::kNone;
-  absl::string_view choices;     // kChoice: space-separated words
-  absl::string_view help;        // one line for completion descriptions (zsh, fish)
-  // Still accepted for one release, with a warning naming `replacement`; not offered by
-  // completion.
-  absl::string_view deprecated_for;
-};
-
-struct CommandSpec {
-  absl::string_view name;
-  absl::string_view synopsis;  // after "zpipe ", for `zpipe --help`
-  absl::string_view summary;   // one line
-  ValueKind operand = ValueKind::kNone;  // what its positionals are, for completion
-  absl::string_view operand_choices;      // operand == kChoice: the words (subcommands, shells)
-  std::vector<FlagSpec> flags;
-  // The -o formats it prints besides text (space-separated: "wide json yaml name").
-  absl::string_view formats;
-  // nullptr: main runs it itself (it needs no coordinator: completion, version, config, help).
-  int (*run)(CliContext& ctx, const std::vector<std::string>& args) = nullptr;
-};
-
 // Every command, in the order `zpipe --help` lists them.
 const std::vector<CommandSpec>& Commands();
-// The global flags (before or after the command).
+// The global flags (before or after the command; --help and --version only before it).
 const std::vector<FlagSpec>& GlobalFlags();
 const CommandSpec* FindCommand(absl::string_view name);
 
 // A parser for `command`'s flags (a FlagSpec with a short name answers to both spellings, stored
-// under the long one).
+// under the long one); an empty one for a command the table does not have.
 Args ArgsFor(const CommandSpec& command);
 Args ArgsFor(absl::string_view command);
 
-// The closest of `candidates` to `typo` (edit distance at most 2, and less than half its length);
-// nullopt when none is close. "sumbit" -> "submit".
-std::optional<std::string> Suggest(absl::string_view typo,
-                                   const std::vector<std::string>& candidates);
+// The closest of `candidates` to `typo` (flags/values.h): "sumbit" -> "submit".
+using flags::Suggest;
 
 // -o FORMAT as an OutputFormat: "text" (or its old name "table"), "wide", "json", "yaml", "name".
 std::optional<OutputFormat> ParseOutputFormat(absl::string_view name);
@@ -80,7 +45,7 @@ absl::string_view OutputFormatName(OutputFormat format);
 // Whether `command` prints `format` (text always).
 bool CommandPrints(const CommandSpec& command, OutputFormat format);
 
-// `zpipe --help`, generated from the table.
+// `zpipe --help`, generated from the table: the commands, then the global flags.
 std::string TopUsage();
 
 }  // namespace zpipe::cli

@@ -17,17 +17,6 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe completion bash|zsh|fish\n"
-    "  prints a completion script for that shell. Load it in this shell with\n"
-    "    bash: source <(zpipe completion bash)\n"
-    "    zsh:  source <(zpipe completion zsh)     (after compinit)\n"
-    "    fish: zpipe completion fish | source\n"
-    "  or for every shell: zpipe completion bash > "
-    "~/.local/share/bash-completion/completions/zpipe,\n"
-    "  zpipe completion zsh > ~/.zfunc/_zpipe (a folder in $fpath), zpipe completion fish >\n"
-    "  ~/.config/fish/completions/zpipe.fish.\n";
-
 // The global flags that choose the coordinator: completion passes them on to its zpipe calls.
 constexpr char kConnectionFlags[] =
     "--coordinator|--context|--token-file|--tls-ca|--tls-cert|--tls-key";
@@ -341,13 +330,16 @@ std::string FishScript() {
 
 }  // namespace
 
-int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
+int RunCompletionCommand(const std::vector<std::string>& argv, std::ostream& out,
                          std::ostream& err) {
-  if (WantsHelp(args)) {
-    out << kUsage;
+  Args args = ArgsFor("completion");
+  const absl::Status parsed = args.Parse(argv);
+  if (parsed.ok() && args.help()) {
+    out << args.Help();
     return kExitOk;
   }
-  const std::string shell = args.size() == 1 ? args[0] : "";
+  const std::vector<std::string>& shells = args.positionals();
+  const std::string shell = parsed.ok() && shells.size() == 1 ? shells[0] : "";
   if (shell == "bash") {
     out << BashScript();
   } else if (shell == "zsh") {
@@ -356,10 +348,11 @@ int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out
     out << FishScript();
   } else {
     err << "zpipe completion: "
-        << (args.empty() ? std::string("expected a shell")
-                         : "unknown shell '" + args[0] + "' (bash, zsh or fish)")
+        << (!parsed.ok()     ? std::string(parsed.message())
+            : shells.empty() ? std::string("expected a shell")
+                             : "unknown shell '" + shells[0] + "' (bash, zsh or fish)")
         << "\n"
-        << kUsage;
+        << args.UsageLine() << "Run 'zpipe completion --help' for how to load it.\n";
     return kExitUsage;
   }
   return kExitOk;

@@ -16,22 +16,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kUsage[] =
-    "usage: zpipe export JOB_ID -f FILE [--checkpoint-dir DIR]\n"
-    "  Writes the trained model of the job from its latest complete checkpoint: a TorchScript\n"
-    "  module with the trained weights (torchscript models; torch.jit.load) or a state dict\n"
-    "  (built-in GPT; torch.load). Reads the job's checkpoint.dir/NAME, or DIR/NAME with\n"
-    "  --checkpoint-dir (where that volume is mounted here). Needs zpipe-worker beside zpipe or\n"
-    "  on PATH ($ZPIPE_WORKER_BIN overrides). -f FILE is also --file FILE; -o json|yaml prints\n"
-    "  what was written as a document.\n";
-
 }  // namespace
 
 int RunExportCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("export");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "export", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() != 1) return ctx.Usage("export", "expected one job id", kUsage);
-  if (!args.Has("--file")) return ctx.Usage("export", "-f FILE is required", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "export", args, argv)) return *exit;
+  if (args.positionals().size() != 1) return ctx.Usage("export", "expected one job id");
+  if (!args.Has("--file")) return ctx.Usage("export", "-f FILE is required");
   absl::StatusOr<v1::Job> job = ctx.client().Get(args.positionals()[0]);
   if (!job.ok()) return ctx.Fail("export", job.status());
   const v1::JobSpec& spec = job->spec();

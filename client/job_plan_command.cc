@@ -1,20 +1,29 @@
 // `zpipe plan --job ID`: the plan the coordinator made for a job, with its predicted statistics.
 // (`zpipe plan` without --job generates a plan locally: plan_command.cc.)
+#include <limits>
 #include <ostream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "client/command_table.h"
 #include "client/json_output.h"
 
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe plan --job JOB_ID [--rank R]\n"
-    "  prints the job's plan (core's text form) after its predicted statistics;\n"
-    "  --rank R shows only pipeline rank R\n";
+// The table's `plan` as the job's plan sees it: only --job and --rank (the other flags are the
+// local plan's, plan_command.cc).
+CommandSpec JobPlanSpec() {
+  CommandSpec spec = *FindCommand("plan");
+  std::erase_if(spec.flags,
+                [](const FlagSpec& f) { return f.name != "--job" && f.name != "--rank"; });
+  spec.synopsis = "plan --job ID [--rank R]";
+  spec.description =
+      "prints the job's plan (core's text form) after its predicted statistics;\n"
+      "--rank R shows only pipeline rank R";
+  return spec;
+}
 
 }  // namespace
 
@@ -37,23 +46,23 @@ void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout) {
 }
 
 int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args;
-  args.Flag("--job").Flag("--rank");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "plan", args, argv, kUsage)) return *exit;
+  Args args(JobPlanSpec());
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "plan", args, argv)) return *exit;
   if (!args.positionals().empty() || args.Get("--job").empty()) {
-    return ctx.Usage("plan", "expected --job JOB_ID", kUsage);
+    return ctx.Usage("plan", "expected --job ID");
   }
   int only_rank = -1;
-  if (args.Has("--rank") && (!absl::SimpleAtoi(args.Get("--rank"), &only_rank) || only_rank < 0)) {
-    return ctx.Usage("plan", "--rank takes a pipeline rank >= 0", kUsage);
+  if (args.Has("--rank")) {
+    absl::StatusOr<int64_t> rank = args.Integer("--rank", 0, std::numeric_limits<int>::max());
+    if (!rank.ok()) return ctx.Usage("plan", rank.status().message());
+    only_rank = static_cast<int>(*rank);
   }
   absl::StatusOr<JobPlan> plan = ctx.client().Plan(args.Get("--job"));
   if (!plan.ok()) return ctx.Fail("plan", plan.status());
   const core::Plan& p = plan->plan;
   if (only_rank >= p.num_ranks()) {
-    return ctx.Usage("plan",
-                     absl::StrCat("--rank ", only_rank, ": the plan has ", p.num_ranks(), " ranks"),
-                     kUsage);
+    return ctx.Usage(
+        "plan", absl::StrCat("--rank ", only_rank, ": the plan has ", p.num_ranks(), " ranks"));
   }
 
   if (ctx.json()) {

@@ -8,24 +8,16 @@
 #include "client/json_output.h"
 
 namespace zpipe::cli {
-namespace {
-
-constexpr char kUsage[] =
-    "usage: zpipe list [--state STATE[,STATE...]]\n"
-    "  STATE: pending, scheduling, running, succeeded, failed, cancelled\n"
-    "  -o wide adds when each job started and ended and why it ended; -o name prints only ids\n";
-
-}  // namespace
 
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("list");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "list", args, argv, kUsage)) return *exit;
-  if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "list", args, argv)) return *exit;
+  if (!args.positionals().empty()) return ctx.Usage("list", "takes no arguments");
   std::vector<v1::JobState> states;
   if (args.Has("--state")) {
     for (absl::string_view name : absl::StrSplit(args.Get("--state"), ',', absl::SkipEmpty())) {
       absl::StatusOr<v1::JobState> state = ParseJobState(std::string(name));
-      if (!state.ok()) return ctx.Usage("list", std::string(state.status().message()), kUsage);
+      if (!state.ok()) return ctx.Usage("list", std::string(state.status().message()));
       states.push_back(*state);
     }
   }

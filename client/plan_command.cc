@@ -7,7 +7,6 @@
 #include <map>
 #include <optional>
 #include <ostream>
-#include <set>
 #include <sstream>
 #include <utility>
 
@@ -20,12 +19,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "core/number_format.h"
 #include "core/plan_limits.h"
 #include "core/planning.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 #include "core/status_field.h"
+#include "flags/values.h"
 #include "render/plan_export.h"
 #include "render/timeline.h"
 #include "render/torch_csv.h"
@@ -104,136 +105,277 @@ absl::StatusOr<std::map<std::string, double>> ParseKeyValues(
   return out;
 }
 
-absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
-  PlanArgs pa;
-  bool mem_b_given = false;
-  static const std::set<std::string> kValueFlags = {
-      "--schedule", "--pipeline", "-p",        "--microbatches", "--chunks",
-      "-m",         "--cost",     "--memory",  "--memory-limit", "--format",
-      "-o",         "--output",   "--buckets", "--reduce-cost",  "--width",
-      "--budget",   "--seed",     "--file",    "-f"};
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    const size_t eq = flag.find('=');
-    if (flag.rfind("--", 0) == 0 && eq != std::string::npos) flag = flag.substr(0, eq);
-    // Named before any value is taken, so a typo is reported as itself.
-    if (flag != "--lower" && flag != "--optimal" && kValueFlags.count(flag) == 0) {
-      if (flag.empty() || flag[0] != '-') {
-        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flag, "'"));
-      }
-      return absl::InvalidArgumentError(absl::StrCat("unknown option '", flag, "'"));
-    }
-    if (flag == "--lower" || flag == "--optimal") {
-      if (flag.size() != args[i].size())
-        return absl::InvalidArgumentError(absl::StrCat(flag, " takes no value"));
-      (flag == "--lower" ? pa.lower : pa.optimal) = true;
-      continue;
-    }
-    if (flag.size() != args[i].size()) {
-      value = args[i].substr(eq + 1);
-    } else {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
-      value = args[++i];
-    }
-    if (flag == "--schedule") {
-      pa.schedule = value;
-    } else if (flag == "--pipeline" || flag == "-p") {
-      auto v = ParseInt(flag, value, 1, core::kMaxPipeline, "the pipeline limit");
-      if (!v.ok()) return v.status();
-      pa.pipeline = *v;
-    } else if (flag == "--microbatches" || flag == "-m") {
-      auto v = ParseInt(flag, value, 1, core::kMaxMicrobatches, "the microbatch limit");
-      if (!v.ok()) return v.status();
-      pa.microbatches = *v;
-    } else if (flag == "--chunks") {
-      auto v = ParseInt(flag, value, 2, core::kMaxChunks, "the chunk limit");
-      if (!v.ok()) return v.status();
-      pa.chunks = *v;
-    } else if (flag == "--cost") {
-      auto kv = ParseKeyValues(flag, value, {"f", "b", "w", "comm"});
-      if (!kv.ok()) return kv.status();
-      for (const auto& [k, v] : *kv) {
-        if (v < 0) return absl::InvalidArgumentError(absl::StrCat("--cost ", k, ": must be >= 0"));
-        if (k == "f") pa.stage_cost.f = v;
-        if (k == "b") pa.stage_cost.b = v;
-        if (k == "w") pa.stage_cost.w = v;
-        if (k == "comm") pa.comm = v;
-      }
-    } else if (flag == "--memory") {
-      auto kv = ParseKeyValues(flag, value, {"f", "b", "w"});
-      if (!kv.ok()) return kv.status();
-      for (const auto& [k, v] : *kv) {
-        if (k == "f") pa.stage_cost.mem_f = v;
-        if (k == "b") {
-          pa.stage_cost.mem_b = v;
-          mem_b_given = true;
-        }
-        if (k == "w") pa.stage_cost.mem_w = v;
-      }
-    } else if (flag == "--memory-limit") {
-      auto v = ParseNumber(flag, value);
-      if (!v.ok()) return v.status();
-      if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
-      pa.memory_limit = *v;
-    } else if (flag == "--format") {
-      pa.format_given = true;
-      static const std::vector<std::string> kFormats = {"summary", "text",  "json",     "csv",
-                                                        "ascii",   "svg",   "torch-csv"};
-      if (std::find(kFormats.begin(), kFormats.end(), value) == kFormats.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--format: '", value,
-                         "' is not one of summary, text, json, csv, ascii, svg, torch-csv"));
-      }
-      pa.format = value;
-    } else if (flag == "-o" || flag == "--output") {
-      if (value == "text") value = "table";
-      if (value != "table" && value != "json") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, ": '", value,
-            "' is not text or json (-o is the output format, as for every zpipe command; the "
-            "local plan prints text or json); to write a file use -f FILE"));
-      }
-      pa.output_format = value;
-    } else if (flag == "--file" || flag == "-f") {
-      if (value.empty()) return absl::InvalidArgumentError("--file: expected a file name");
-      pa.output_file = value;
-    } else if (flag == "--buckets") {
-      auto v = ParseInt(flag, value, 1, core::kMaxBucketsPerStage, "the per-stage bucket limit");
-      if (!v.ok()) return v.status();
-      pa.buckets = *v;
-    } else if (flag == "--reduce-cost") {
-      auto v = ParseNumber(flag, value);
-      if (!v.ok()) return v.status();
-      if (*v < 0) return absl::InvalidArgumentError("--reduce-cost: must be >= 0");
-      pa.reduce_cost = *v;
-    } else if (flag == "--budget") {
-      // Seconds, with or without the unit: "30" or "30s".
-      if (value.size() > 1 && value.back() == 's') value.pop_back();
-      auto v = ParseNumber(flag, value);
-      if (!v.ok()) return v.status();
-      if (*v < 0 || *v > core::kMaxSearchSeconds) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--budget: must be in [0, ", core::kMaxSearchSeconds,
-                         "] seconds (the search budget limit), got ", value));
-      }
-      pa.budget = *v;
-    } else if (flag == "--seed") {
-      if (!absl::SimpleAtoi(value, &pa.seed)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--seed: '", value, "' is not a non-negative integer"));
-      }
-    } else if (flag == "--width") {
-      auto v = ParseInt(flag, value, render::kMinAsciiWidth, render::kMaxAsciiWidth,
-                        "the width limit");
-      if (!v.ok()) return v.status();
-      pa.width = *v;
-    }
+constexpr absl::string_view kFormats = "summary text json csv ascii svg torch-csv";
+
+// The local plan's shape and cost model.
+std::vector<FlagSpec> ShapeFlags() {
+  return {
+      {.name = "--schedule",
+       .value = ValueKind::kChoice,
+       .choices = "gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
+                  "dualpipe-v all",
+       .help = "the schedule to plan",
+       .value_name = "NAME|all",
+       .more = ": gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
+               "dualpipe-v, or all to compare them"},
+      {.name = "--pipeline",
+       .short_name = "-p",
+       .value = ValueKind::kText,
+       .help = "pipeline stages",
+       .value_name = "P",
+       .more = "(ranks)"},
+      {.name = "--microbatches",
+       .short_name = "-m",
+       .value = ValueKind::kText,
+       .help = "microbatches",
+       .value_name = "M",
+       .more = "per iteration"},
+      {.name = "--chunks",
+       .value = ValueKind::kText,
+       .help = "chunks per rank",
+       .value_name = "V",
+       .more = "(interleaved)"},
+      {.name = "--cost",
+       .value = ValueKind::kText,
+       .help = "f=,b=,w=,comm= per stage",
+       .value_name = "f=T_F,b=T_B,w=T_W,comm=T_comm",
+       .more = "(default f=1,b=1,w=1,comm=0)"},
+      {.name = "--memory",
+       .value = ValueKind::kText,
+       .help = "f=,b=,w= per stage",
+       .value_name = "f=M_F,b=M_B,w=M_W",
+       .more = "(default f=1,w=-0.5; b = -f - w unless given)"},
+      {.name = "--memory-limit",
+       .value = ValueKind::kText,
+       .help = "activation memory limit",
+       .value_name = "X",
+       .more = "per rank (default: the schedule's own)"},
+      {.name = "--lower", .help = "lower to send/recv", .more = "actions"},
+      {.name = "--buckets",
+       .value = ValueKind::kText,
+       .help = "gradient buckets per stage",
+       .value_name = "N",
+       .more = "(with --reduce-cost)"},
+      {.name = "--reduce-cost",
+       .value = ValueKind::kText,
+       .help = "cost of one bucket's reduce",
+       .value_name = "T"},
+  };
+}
+
+// How the local plan is searched, and what it prints where.
+std::vector<FlagSpec> SearchAndOutputFlags() {
+  return {
+      {.name = "--budget",
+       .value = ValueKind::kText,
+       .help = "search seconds per schedule",
+       .value_name = "SECONDS",
+       .more = "for zb-1p/2p/auto, zb-v, v-half, v-min (30 or 30s; default 1, 0 = the greedy "
+               "pass alone); with --optimal, the solver's time limit"},
+      {.name = "--seed",
+       .value = ValueKind::kText,
+       .help = "search seed",
+       .value_name = "N",
+       .more = "(the same --seed gives the same plan on every machine)"},
+      {.name = "--optimal",
+       .help = "solve for the shortest span",
+       .more = "after the search: branch and bound over every valid order, for --budget seconds "
+               "(wall clock); prints the span, a proven lower bound and the gap between them (0 "
+               "when the optimum is proven)"},
+      {.name = "--format",
+       .value = ValueKind::kChoice,
+       .choices = kFormats,
+       .help = "what to print",
+       .more = "(default summary)"},
+      {.name = "--width",
+       .value = ValueKind::kText,
+       .help = "ascii width",
+       .value_name = "N",
+       .more = "(default: what fits every label)"},
+      {.name = "--file",
+       .short_name = "-f",
+       .value = ValueKind::kFile,
+       .help = "the file to write",
+       .more = "instead of stdout"},
+  };
+}
+
+// The flags of the local plan; the command table lists them under `plan` (with --job, --rank).
+std::vector<FlagSpec> MakeLocalPlanFlags() {
+  std::vector<FlagSpec> flags = ShapeFlags();
+  for (const FlagSpec& f : SearchAndOutputFlags()) flags.push_back(f);
+  return flags;
+}
+
+// The local plan's whole parser: its flags and -o text|json.
+CommandSpec LocalPlanSpec() {
+  CommandSpec spec{
+      .name = "plan",
+      .synopsis =
+          "plan --schedule NAME|all --pipeline P --microbatches M\n"
+          "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
+          "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
+          "                  [--lower] [--buckets N --reduce-cost T]\n"
+          "                  [--budget SECONDS] [--seed N] [--optimal]\n"
+          "                  [--format summary|text|json|csv|ascii|svg|torch-csv] "
+          "[--width N]\n"
+          "                  [-o text|json] [-f FILE]",
+      .flags = LocalPlanFlags(),
+      .description =
+          "plans a schedule here and prints the plan and its simulated statistics\n"
+          "(zpipe plan --job ID shows a job's plan from the coordinator)",
+      .notes =
+          "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules).\n"
+          "--format torch-csv: the compute-only CSV schedule PyTorch's "
+          "_PipelineScheduleRuntime\nloads (torchtitan's pipeline_parallel_schedule_csv): "
+          "one row per rank, e.g. 0F0,0I0,0W0\n(B -> I, W -> W, BW -> B), stages numbered "
+          "as PyTorch's stage indices."};
+  spec.flags.push_back({.name = "--output",
+                        .short_name = "-o",
+                        .value = ValueKind::kChoice,
+                        .choices = "text json",
+                        .help = "print text or JSON",
+                        .more = "(the plan, or the comparison for --schedule all)"});
+  return spec;
+}
+
+// A number `zpipe plan` takes (a time or a memory amount) from flag `spelling`.
+absl::StatusOr<double> NumberFlag(const Args& args, const std::string& name) {
+  return ParseNumber(args.Spelling(name), args.Get(name));
+}
+
+// -p, -m, --chunks: the plan's shape, each within its limit.
+absl::Status ParseShape(const Args& args, PlanArgs& pa) {
+  struct Bound {
+    const char* name;
+    int* out;
+    int min, max;
+    const char* limit;
+  };
+  for (const Bound& b :
+       {Bound{"--pipeline", &pa.pipeline, 1, core::kMaxPipeline, "the pipeline limit"},
+        Bound{"--microbatches", &pa.microbatches, 1, core::kMaxMicrobatches,
+              "the microbatch limit"},
+        Bound{"--chunks", &pa.chunks, 2, core::kMaxChunks, "the chunk limit"}}) {
+    if (!args.Has(b.name)) continue;
+    absl::StatusOr<int> v =
+        ParseInt(args.Spelling(b.name), args.Get(b.name), b.min, b.max, b.limit);
+    if (!v.ok()) return v.status();
+    *b.out = *v;
   }
-  if (!mem_b_given) pa.stage_cost.mem_b = -pa.stage_cost.mem_f - pa.stage_cost.mem_w;
+  pa.schedule = args.Get("--schedule");
   if (pa.schedule.empty()) return absl::InvalidArgumentError("--schedule is required");
   if (pa.pipeline == 0) return absl::InvalidArgumentError("--pipeline is required");
   if (pa.microbatches == 0) return absl::InvalidArgumentError("--microbatches is required");
+  return absl::OkStatus();
+}
+
+// --cost, --memory, --memory-limit, --buckets, --reduce-cost: the cost model.
+absl::Status ParseCosts(const Args& args, PlanArgs& pa) {
+  if (args.Has("--cost")) {
+    auto kv = ParseKeyValues("--cost", args.Get("--cost"), {"f", "b", "w", "comm"});
+    if (!kv.ok()) return kv.status();
+    for (const auto& [k, v] : *kv) {
+      if (v < 0) return absl::InvalidArgumentError(absl::StrCat("--cost ", k, ": must be >= 0"));
+      if (k == "f") pa.stage_cost.f = v;
+      if (k == "b") pa.stage_cost.b = v;
+      if (k == "w") pa.stage_cost.w = v;
+      if (k == "comm") pa.comm = v;
+    }
+  }
+  bool mem_b_given = false;
+  if (args.Has("--memory")) {
+    auto kv = ParseKeyValues("--memory", args.Get("--memory"), {"f", "b", "w"});
+    if (!kv.ok()) return kv.status();
+    for (const auto& [k, v] : *kv) {
+      if (k == "f") pa.stage_cost.mem_f = v;
+      if (k == "b") pa.stage_cost.mem_b = v;
+      if (k == "w") pa.stage_cost.mem_w = v;
+      mem_b_given = mem_b_given || k == "b";
+    }
+  }
+  if (!mem_b_given) pa.stage_cost.mem_b = -pa.stage_cost.mem_f - pa.stage_cost.mem_w;
+  if (args.Has("--memory-limit")) {
+    absl::StatusOr<double> v = NumberFlag(args, "--memory-limit");
+    if (!v.ok()) return v.status();
+    if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
+    pa.memory_limit = *v;
+  }
+  if (args.Has("--buckets")) {
+    absl::StatusOr<int> v = ParseInt("--buckets", args.Get("--buckets"), 1,
+                                     core::kMaxBucketsPerStage, "the per-stage bucket limit");
+    if (!v.ok()) return v.status();
+    pa.buckets = *v;
+  }
+  if (args.Has("--reduce-cost")) {
+    absl::StatusOr<double> v = NumberFlag(args, "--reduce-cost");
+    if (!v.ok()) return v.status();
+    if (*v < 0) return absl::InvalidArgumentError("--reduce-cost: must be >= 0");
+    pa.reduce_cost = *v;
+  }
+  return absl::OkStatus();
+}
+
+// --budget (a duration: 30, 30s, 500ms), --seed, --optimal, --lower: how the plan is searched.
+absl::Status ParseSearch(const Args& args, PlanArgs& pa) {
+  pa.lower = args.Has("--lower");
+  pa.optimal = args.Has("--optimal");
+  if (args.Has("--budget")) {
+    absl::StatusOr<absl::Duration> d = flags::ParseDuration(args.Get("--budget"));
+    if (!d.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--budget: ", d.status().message()));
+    const double seconds = absl::ToDoubleSeconds(*d);
+    if (seconds < 0 || seconds > core::kMaxSearchSeconds) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--budget: must be in [0, ", core::kMaxSearchSeconds,
+                       "] seconds (the search budget limit), got ", args.Get("--budget")));
+    }
+    pa.budget = seconds;
+  }
+  if (args.Has("--seed") && !absl::SimpleAtoi(args.Get("--seed"), &pa.seed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seed: '", args.Get("--seed"), "' is not a non-negative integer"));
+  }
+  return absl::OkStatus();
+}
+
+// --format, -o, -f, --width: what is printed, and where.
+absl::Status ParseOutput(const Args& args, PlanArgs& pa) {
+  if (args.Has("--format")) {
+    pa.format_given = true;
+    pa.format = args.Get("--format");
+    if (std::string problem = flags::OneOf(kFormats)(pa.format); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--format: '", pa.format,
+                       "' is not one of summary, text, json, csv, ascii, svg, torch-csv"));
+    }
+  }
+  if (args.Has("--output")) {
+    std::string value = args.Get("--output");
+    if (value == "text") value = "table";
+    if (value != "table" && value != "json") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          args.Spelling("--output"), ": '", value,
+          "' is not text or json (-o is the output format, as for every zpipe command; the "
+          "local plan prints text or json); to write a file use -f FILE"));
+    }
+    pa.output_format = value;
+  }
+  if (args.Has("--file")) {
+    pa.output_file = args.Get("--file");
+    if (pa.output_file.empty()) return absl::InvalidArgumentError("--file: expected a file name");
+  }
+  if (args.Has("--width")) {
+    absl::StatusOr<int> v = ParseInt("--width", args.Get("--width"), render::kMinAsciiWidth,
+                                     render::kMaxAsciiWidth, "the width limit");
+    if (!v.ok()) return v.status();
+    pa.width = *v;
+  }
+  return absl::OkStatus();
+}
+
+// What the flags cannot ask for together.
+absl::Status CheckCombinations(PlanArgs& pa) {
   if (pa.output_format == "json") {
     if (pa.format_given && pa.format != "json" && pa.format != "summary") {
       return absl::InvalidArgumentError(
@@ -252,6 +394,21 @@ absl::StatusOr<PlanArgs> ParseArgs(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(
         "--schedule all prints a comparison: use --format summary (a table) or json");
   }
+  return absl::OkStatus();
+}
+
+// The flags, parsed by CLI11 from LocalPlanSpec(), then each value checked and converted.
+absl::StatusOr<PlanArgs> ParseArgs(const Args& args) {
+  if (!args.positionals().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", args.positionals()[0], "'"));
+  }
+  PlanArgs pa;
+  for (absl::Status (*step)(const Args&, PlanArgs&) :
+       {ParseShape, ParseCosts, ParseSearch, ParseOutput}) {
+    if (absl::Status s = step(args, pa); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckCombinations(pa); !s.ok()) return s;
   return pa;
 }
 
@@ -472,91 +629,87 @@ std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
   return DumpLine(out);
 }
 
-}  // namespace
-
-std::string PlanUsage() {
-  return "usage: zpipe plan --schedule NAME|all --pipeline P --microbatches M\n"
-         "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
-         "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
-         "                  [--lower] [--buckets N --reduce-cost T]\n"
-         "                  [--budget SECONDS] [--seed N] [--optimal]\n"
-         "                  [--format summary|text|json|csv|ascii|svg|torch-csv] [--width N]\n"
-         "                  [-o text|json] [-f FILE]\n"
-         "schedules: gpipe 1f1b interleaved zb-h1 zb-h2 zb-1p zb-2p zb-auto zb-v v-half v-min "
-         "dualpipe-v\n"
-         "--cost and --memory are per stage (a stage is one chunk for v = 2 schedules); defaults\n"
-         "f=1,b=1,w=1,comm=0 and memory f=1,w=-0.5 (b = -f - w unless given).\n"
-         "--budget: search time per schedule for zb-1p/2p/auto, zb-v, v-half, v-min (default 1,\n"
-         "0 = the greedy pass alone); the same --seed gives the same plan on every machine.\n"
-         "--optimal: after the search, branch and bound over every valid order for the shortest\n"
-         "span, for --budget seconds (30 or 30s; wall clock); prints the span, a proven lower\n"
-         "bound and the gap between them (0 when the optimum is proven).\n"
-         "-o json prints JSON (the plan, or the comparison for --schedule all); -f FILE (--file)\n"
-         "writes FILE instead of stdout. --width defaults to what fits every label.\n"
-         "--format torch-csv: the compute-only CSV schedule PyTorch's _PipelineScheduleRuntime\n"
-         "loads (torchtitan's pipeline_parallel_schedule_csv): one row per rank, e.g. 0F0,0I0,0W0\n"
-         "(B -> I, W -> W, BW -> B), stages numbered as PyTorch's stage indices.\n";
+// The error line for `status` ("zpipe plan: FLAG: message\n") as an error to print.
+absl::Status Line(const absl::Status& status, const PlanArgs& pa) {
+  return absl::InvalidArgumentError(ErrorLine(status, pa));
 }
 
-int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  for (const auto& a : args) {
-    if (a == "-h" || a == "--help") {
-      out << PlanUsage();
-      return 0;
-    }
-  }
-  auto pa = ParseArgs(args);
-  if (!pa.ok()) {
-    err << "zpipe plan: " << pa.status().message() << "\n";
-    return 2;
-  }
-  // Every bound of every schedule asked for is checked before any of them is planned.
-  std::vector<std::string> names = {pa->schedule};
-  if (pa->schedule == "all") {
+// Every bound of every schedule asked for, checked before any of them is planned.
+absl::Status CheckBounds(const PlanArgs& pa) {
+  std::vector<std::string> names = {pa.schedule};
+  if (pa.schedule == "all") {
     names.clear();
     for (ScheduleKind kind : core::AllScheduleKinds()) {
       names.emplace_back(core::ScheduleName(kind));
     }
   }
   for (const std::string& name : names) {
-    if (absl::Status st = core::CheckPlanRequest(Request(name, *pa)); !st.ok()) {
-      err << ErrorLine(st, *pa);
-      return 2;
-    }
+    if (absl::Status st = core::CheckPlanRequest(Request(name, pa)); !st.ok()) return Line(st, pa);
   }
-  std::string text;
-  if (pa->schedule == "all") {
-    const std::vector<Compared> rows = CompareAll(*pa);
-    text = pa->format == "json" ? CompareJson(*pa, rows) : CompareTable(*pa, rows);
-  } else {
-    absl::StatusOr<Planned> planned = core::PlanSchedule(Request(pa->schedule, *pa));
-    if (!planned.ok()) {
-      err << ErrorLine(planned.status(), *pa);
-      return 2;
-    }
-    if (pa->format == "summary") text = Summary(*planned);
-    if (pa->format == "text") text = core::PlanToText(planned->plan);
-    if (pa->format == "json") text = PlanJson(*planned);
-    if (pa->format == "csv") text = render::PlanToCsv(planned->plan, &planned->sim);
-    if (pa->format == "ascii") {
-      text = render::RenderAscii(planned->plan, planned->sim, {.width = pa->width});
-    }
-    if (pa->format == "svg") text = render::RenderSvg(planned->plan, planned->sim);
-    if (pa->format == "torch-csv") {
-      absl::StatusOr<std::string> csv = render::PlanToTorchCsv(planned->plan);
-      if (!csv.ok()) {
-        err << "zpipe plan: --format torch-csv: " << csv.status().message() << "\n";
-        return 2;
-      }
-      text = *std::move(csv);
-    }
+  return absl::OkStatus();
+}
+
+// What `zpipe plan` prints: the comparison, or the one plan in --format. Errors are whole lines.
+absl::StatusOr<std::string> Render(const PlanArgs& pa) {
+  if (pa.schedule == "all") {
+    const std::vector<Compared> rows = CompareAll(pa);
+    return pa.format == "json" ? CompareJson(pa, rows) : CompareTable(pa, rows);
+  }
+  absl::StatusOr<Planned> planned = core::PlanSchedule(Request(pa.schedule, pa));
+  if (!planned.ok()) return Line(planned.status(), pa);
+  if (pa.format == "summary") return Summary(*planned);
+  if (pa.format == "text") return core::PlanToText(planned->plan);
+  if (pa.format == "json") return PlanJson(*planned);
+  if (pa.format == "csv") return render::PlanToCsv(planned->plan, &planned->sim);
+  if (pa.format == "ascii")
+    return render::RenderAscii(planned->plan, planned->sim, {.width = pa.width});
+  if (pa.format == "svg") return render::RenderSvg(planned->plan, planned->sim);
+  absl::StatusOr<std::string> csv = render::PlanToTorchCsv(planned->plan);  // torch-csv
+  if (!csv.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zpipe plan: --format torch-csv: ", csv.status().message(), "\n"));
+  }
+  return csv;
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& LocalPlanFlags() {
+  static const std::vector<FlagSpec>* const kFlags =
+      new std::vector<FlagSpec>(MakeLocalPlanFlags());
+  return *kFlags;
+}
+
+std::string PlanUsage() { return Args(LocalPlanSpec()).Help(); }
+
+int RunPlanCommand(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  Args args(LocalPlanSpec());
+  if (absl::Status s = args.Parse(argv); !s.ok()) {
+    err << "zpipe plan: " << s.message() << "\n";
+    return 2;
+  }
+  if (args.help()) {
+    out << args.Help();
+    return 0;
+  }
+  absl::StatusOr<PlanArgs> pa = ParseArgs(args);
+  if (!pa.ok()) {
+    err << "zpipe plan: " << pa.status().message() << "\n";
+    return 2;
+  }
+  const absl::Status bounds = CheckBounds(*pa);
+  absl::StatusOr<std::string> text =
+      bounds.ok() ? Render(*pa) : absl::StatusOr<std::string>(bounds);
+  if (!text.ok()) {
+    err << text.status().message();
+    return 2;
   }
   if (pa->output_file.empty()) {
-    out << text;
+    out << *text;
     return 0;
   }
   std::ofstream file(pa->output_file);
-  file << text;
+  file << *text;
   if (!file) {
     err << "zpipe plan: --file: cannot write '" << pa->output_file << "'\n";
     return 2;

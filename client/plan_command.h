@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "client/command_spec.h"
+
 namespace zpipe::cli {
 
 // Runs `zpipe plan ARGS...` (args exclude "zpipe" and "plan"). Returns the process exit code:
@@ -13,7 +15,11 @@ namespace zpipe::cli {
 // `err`). Output goes to `out` unless `-f FILE` (--file) is given; -o is text or json.
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// Usage text of `zpipe plan`.
+// The local plan's flags (all but -o, which is zpipe's global output format): the command table
+// lists them under `plan` beside --job, and RunPlanCommand parses them (with -o).
+const std::vector<FlagSpec>& LocalPlanFlags();
+
+// Usage text of `zpipe plan` (its --help).
 std::string PlanUsage();
 
 }  // namespace zpipe::cli

@@ -28,12 +28,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
@@ -56,21 +56,6 @@ int UsableCores() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 namespace fs = std::filesystem;
-
-constexpr char kUsage[] =
-    "usage: zpipe run FILE.yaml|FILE.json --local [--workers N] [--out DIR] [--threads T] "
-    "[--keep-logs]\n"
-    "  --local        start a coordinator and the workers on this machine (the only mode so far)\n"
-    "  --workers N    worker processes to start (default p * d of the job)\n"
-    "  --out DIR      where the timeline files go (default: beside the job file)\n"
-    "  --threads T    LibTorch intra-op threads per worker (default 1)\n"
-    "  --keep-logs    keep the temporary directory with the coordinator's and workers' logs\n"
-    "  --metrics-listen HOST:PORT  let the coordinator serve Prometheus /metrics there (default "
-    "off)\n"
-    "  -o json|yaml   print the final summary as JSON or YAML on stdout (the live view goes to\n"
-    "                 stderr); the job file may also be given as -f FILE\n"
-    "exit codes: 0 succeeded; 1 failed or cancelled (Ctrl-C); 2 usage; 3 the local cluster did not "
-    "start\n";
 
 // State shared with the signal thread.
 struct Interrupt {
@@ -180,205 +165,272 @@ std::vector<std::string> LocalDataRoots(const v1::JobSpec& spec, const std::stri
   return roots;
 }
 
-}  // namespace
+// What `zpipe run` was asked for: its flags and the job file.
+struct RunRequest {
+  std::string job_file;
+  v1::JobSpec spec;
+  std::string out_dir;  // where the timeline files and the trained model go
+  std::string stem;     // the job file's name without its extension: the timeline files' names
+  LocalClusterOptions cluster;
+};
 
-int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
-  Args args = ArgsFor("run");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "run", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
-    return ctx.Usage("run", "expected exactly one job file", kUsage);
-  if (!args.Has("--local")) {
-    return ctx.Usage(
-        "run", "only --local is supported (to use a running coordinator: zpipe submit --follow)",
-        kUsage);
-  }
-  const std::string job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
-  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(job_file);
-  if (!spec.ok()) {
-    ctx.err() << "zpipe run: " << spec.status().message() << "\n";
-    return kExitUsage;
-  }
-  const int ranks = std::max(1, spec->parallel().pipeline()) * std::max(1, spec->parallel().data());
-  int workers = ranks;
-  if (args.Has("--workers") &&
-      (!absl::SimpleAtoi(args.Get("--workers"), &workers) || workers < 1)) {
-    return ctx.Usage("run", "--workers takes a number >= 1", kUsage);
-  }
-  if (workers < ranks) {
-    return ctx.Usage(
-        "run", absl::StrCat("the job needs p * d = ", ranks, " workers, --workers gives ", workers),
-        kUsage);
-  }
-  int threads = 1;
-  if (args.Has("--threads") &&
-      (!absl::SimpleAtoi(args.Get("--threads"), &threads) || threads < 1)) {
-    return ctx.Usage("run", "--threads takes a number >= 1", kUsage);
-  }
-  std::string out_dir = args.Get("--out");
-  if (out_dir.empty()) {
-    out_dir = fs::path(job_file).parent_path().string();
-    if (out_dir.empty()) out_dir = ".";
-  }
-  const std::string stem = fs::path(job_file).stem().string();
+// The folder `file` is in ("." for a bare name): where the timeline files go by default.
+std::string FolderOf(const std::string& file) {
+  const std::string folder = fs::path(file).parent_path().string();
+  return folder.empty() ? std::string(".") : folder;
+}
 
-  LocalClusterOptions options;
-  options.workers = workers;
-  options.threads = threads;
-  options.keep_dir = args.Has("--keep-logs");
-  options.metrics_listen = args.Get("--metrics-listen");
-  options.device = spec->device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
-  options.data_roots = LocalDataRoots(*spec, job_file, out_dir);
+// The binaries the cluster runs: beside zpipe, named by $ZPIPE_*_BIN, or on PATH.
+absl::Status FindBinaries(LocalClusterOptions& options) {
   for (auto [bin, env, subdir, target] :
        {std::tuple{"zpipe-coordinator", "ZPIPE_COORDINATOR_BIN", "coordinator",
                    &options.coordinator_bin},
         std::tuple{"zpipe-worker", "ZPIPE_WORKER_BIN", "worker", &options.worker_bin}}) {
     absl::StatusOr<std::string> path = FindBinary(bin, env, subdir);
-    if (!path.ok()) {
-      ctx.err() << "zpipe run: " << path.status().message() << "\n";
-      return kExitUnreachable;
-    }
+    if (!path.ok()) return path.status();
     *target = *path;
   }
+  return absl::OkStatus();
+}
 
-  // Signals go to one thread, which cancels the job; block them before any thread exists so
-  // that every thread (gRPC's too) inherits the mask. Children unblock them after fork.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  sigset_t old_mask;
-  pthread_sigmask(SIG_BLOCK, &signals, &old_mask);
-  Interrupt interrupt;
-  std::thread signal_thread([&] { SignalLoop(interrupt, signals, ctx.err()); });
-  struct Cleanup {
-    Interrupt& interrupt;
-    std::thread& thread;
-    sigset_t mask;
-    ~Cleanup() {
-      interrupt.done = true;
-      thread.join();
-      pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-    }
-  } cleanup{interrupt, signal_thread, old_mask};
-
-  // The live view: stdout in table mode; with -o json, stderr (stdout is the summary's).
-  std::ostream& view_out = ctx.json() ? ctx.err() : ctx.out();
-  const bool view_terminal = ctx.json() ? isatty(STDERR_FILENO) != 0 : ctx.out_is_terminal();
-  view_out << "zpipe run: starting a local coordinator and " << workers << " worker"
-           << (workers == 1 ? "" : "s") << "\n"
-           << std::flush;
-  const auto started = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(options, absl::Seconds(30));
-  if (!cluster.ok()) {
-    ctx.err() << "zpipe run: " << cluster.status().message() << "\n";
-    return kExitUnreachable;
+// Reads the flags and the job file into `request`; the exit code when something is wrong.
+std::optional<int> ReadRequest(CliContext& ctx, const std::vector<std::string>& argv,
+                               RunRequest& request) {
+  Args args = ArgsFor("run");
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "run", args, argv)) return *exit;
+  if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
+    return ctx.Usage("run", "expected exactly one job file");
+  if (!args.Has("--local")) {
+    return ctx.Usage(
+        "run", "only --local is supported (to use a running coordinator: zpipe submit --follow)");
   }
-  {
-    std::lock_guard<std::mutex> lock(interrupt.mu);
-    interrupt.cluster = cluster->get();
+  request.job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(request.job_file);
+  if (!spec.ok()) {
+    ctx.err() << "zpipe run: " << spec.status().message() << "\n";
+    return kExitUsage;
   }
-  // Detach the cluster pointer from the signal thread before the cluster goes away.
-  struct Unpublish {
-    Interrupt& interrupt;
-    ~Unpublish() {
-      std::lock_guard<std::mutex> lock(interrupt.mu);
-      interrupt.cluster = nullptr;
-      interrupt.client = nullptr;
-    }
-  };
-
-  ClientOptions client_options;
-  client_options.rpc_timeout = absl::Seconds(30);
-  client_options.token = (*cluster)->client_token();
-  std::unique_ptr<Client> client = Client::Create((*cluster)->address(), client_options);
-  Unpublish unpublish{interrupt};
-  {
-    std::lock_guard<std::mutex> lock(interrupt.mu);
-    interrupt.client = client.get();
+  request.spec = *std::move(spec);
+  const v1::ParallelSpec& parallel = request.spec.parallel();
+  const int ranks = std::max(1, parallel.pipeline()) * std::max(1, parallel.data());
+  LocalClusterOptions& options = request.cluster;
+  options.workers = ranks;
+  for (auto [flag, out] :
+       {std::pair{"--workers", &options.workers}, std::pair{"--threads", &options.threads}}) {
+    if (!args.Has(flag)) continue;
+    absl::StatusOr<int64_t> n = args.Integer(flag, 1, std::numeric_limits<int>::max());
+    if (!n.ok()) return ctx.Usage("run", n.status().message());
+    *out = static_cast<int>(*n);
   }
-  if (absl::Status s = WaitForWorkers(*client, **cluster, workers, absl::Minutes(3), interrupt);
-      !s.ok()) {
-    if (absl::IsCancelled(s)) {
-      ctx.err() << "zpipe run: " << s.message() << "\n";
-      return kExitJobFailed;
-    }
+  if (options.workers < ranks) {
+    return ctx.Usage("run", absl::StrCat("the job needs p * d = ", ranks,
+                                         " workers, --workers gives ", options.workers));
+  }
+  request.out_dir = args.Get("--out");
+  if (request.out_dir.empty()) request.out_dir = FolderOf(request.job_file);
+  request.stem = fs::path(request.job_file).stem().string();
+  options.keep_dir = args.Has("--keep-logs");
+  options.metrics_listen = args.Get("--metrics-listen");
+  options.device = request.spec.device() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+  options.data_roots = LocalDataRoots(request.spec, request.job_file, request.out_dir);
+  if (absl::Status s = FindBinaries(options); !s.ok()) {
     ctx.err() << "zpipe run: " << s.message() << "\n";
     return kExitUnreachable;
   }
-  const double startup_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  view_out << absl::StrFormat("zpipe run: coordinator at %s, %d workers ready (%.1f s)%s\n",
-                              (*cluster)->address(), workers, startup_s,
-                              options.keep_dir ? absl::StrCat("; logs in ", (*cluster)->dir()) : "")
-           << std::flush;
+  return std::nullopt;
+}
 
-  // The trained model comes back through the job's checkpoints: a job without a checkpoint
-  // section saves once, after its last iteration, into the run's temporary directory.
-  fs::path checkpoint_root;
-  if (ExportsModel(*spec)) {
-    if (spec->checkpoint().dir().empty()) {
-      spec->mutable_checkpoint()->set_dir((fs::path((*cluster)->dir()) / "checkpoints").string());
-      spec->mutable_checkpoint()->set_every(spec->train().iterations());
+// SIGINT, SIGTERM and SIGHUP go to one thread (SignalLoop) while this lives. They are blocked
+// before any other thread exists, so that every thread (gRPC's too) inherits the mask; children
+// unblock them after fork. The old mask is back when this is gone.
+class SignalThread {
+ public:
+  SignalThread(Interrupt& interrupt, std::ostream& err) : interrupt_(interrupt) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    sigaddset(&signals_, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals_, &old_mask_);
+    thread_ = std::thread([this, &err] { SignalLoop(interrupt_, signals_, err); });
+  }
+  ~SignalThread() {
+    interrupt_.done = true;
+    thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  SignalThread(const SignalThread&) = delete;
+  SignalThread& operator=(const SignalThread&) = delete;
+
+ private:
+  Interrupt& interrupt_;
+  sigset_t signals_;
+  sigset_t old_mask_;
+  std::thread thread_;
+};
+
+// One `zpipe run` once its request is read: the local cluster, a client of it and the job, in
+// named steps. What the signal thread may touch is published in `interrupt_` and withdrawn before
+// the client and the cluster go away (members are destroyed in reverse order).
+class LocalRun {
+ public:
+  LocalRun(CliContext& ctx, RunRequest request)
+      : ctx_(ctx),
+        request_(std::move(request)),
+        signals_(interrupt_, ctx.err()),
+        view_(ctx.json() ? ctx.err() : ctx.out()),
+        view_terminal_(ctx.json() ? isatty(STDERR_FILENO) != 0 : ctx.out_is_terminal()) {}
+  ~LocalRun() {
+    std::lock_guard<std::mutex> lock(interrupt_.mu);
+    interrupt_.cluster = nullptr;
+    interrupt_.client = nullptr;
+  }
+
+  int Run() {
+    if (std::optional<int> exit = Start()) return *exit;
+    if (std::optional<int> exit = Submit()) return *exit;
+    return Report(Follow());
+  }
+
+ private:
+  // The cluster, until every worker is idle; the exit code when it did not come up.
+  std::optional<int> Start() {
+    const int workers = request_.cluster.workers;
+    view_ << "zpipe run: starting a local coordinator and " << workers << " worker"
+          << (workers == 1 ? "" : "s") << "\n"
+          << std::flush;
+    const auto started = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+        LocalCluster::Start(request_.cluster, absl::Seconds(30));
+    if (!cluster.ok()) {
+      ctx_.err() << "zpipe run: " << cluster.status().message() << "\n";
+      return kExitUnreachable;
     }
-    checkpoint_root = fs::path(spec->checkpoint().dir()) / spec->name();
+    cluster_ = *std::move(cluster);
+    Publish([&] { interrupt_.cluster = cluster_.get(); });
+    ClientOptions client_options;
+    client_options.rpc_timeout = absl::Seconds(30);
+    client_options.token = cluster_->client_token();
+    client_ = Client::Create(cluster_->address(), client_options);
+    Publish([&] { interrupt_.client = client_.get(); });
+    if (absl::Status s = WaitForWorkers(*client_, *cluster_, workers, absl::Minutes(3), interrupt_);
+        !s.ok()) {
+      ctx_.err() << "zpipe run: " << s.message() << "\n";
+      return absl::IsCancelled(s) ? kExitJobFailed : kExitUnreachable;
+    }
+    const double startup_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    view_ << absl::StrFormat(
+                 "zpipe run: coordinator at %s, %d workers ready (%.1f s)%s\n", cluster_->address(),
+                 workers, startup_s,
+                 request_.cluster.keep_dir ? absl::StrCat("; logs in ", cluster_->dir()) : "")
+          << std::flush;
+    return std::nullopt;
   }
 
-  absl::StatusOr<SubmitResult> submitted = client->Submit(*spec, "");
-  if (!submitted.ok()) {
-    CliContext local((*cluster)->address(), OutputFormat::kTable, ctx.err(), ctx.err(), false);
-    local.SetToken((*cluster)->client_token(), "the local cluster");
-    return local.Fail("run", LocateInJobFile(submitted.status(), job_file));
+  // The job. The trained model comes back through its checkpoints: a job without a checkpoint
+  // section saves once, after its last iteration, into the run's temporary directory.
+  std::optional<int> Submit() {
+    v1::JobSpec& spec = request_.spec;
+    if (ExportsModel(spec)) {
+      if (spec.checkpoint().dir().empty()) {
+        spec.mutable_checkpoint()->set_dir((fs::path(cluster_->dir()) / "checkpoints").string());
+        spec.mutable_checkpoint()->set_every(spec.train().iterations());
+      }
+      checkpoint_root_ = fs::path(spec.checkpoint().dir()) / spec.name();
+    }
+    absl::StatusOr<SubmitResult> submitted = client_->Submit(spec, "");
+    if (!submitted.ok()) {
+      CliContext local(cluster_->address(), OutputFormat::kTable, ctx_.err(), ctx_.err(), false);
+      local.SetToken(cluster_->client_token(), "the local cluster");
+      return local.Fail("run", LocateInJobFile(submitted.status(), request_.job_file));
+    }
+    job_id_ = submitted->job.id();
+    Publish([&] { interrupt_.job_id = job_id_; });
+    if (interrupt_.requested.load()) (void)client_->Cancel(job_id_, "interrupted (zpipe run)");
+    view_ << "submitted job " << job_id_ << " (" << spec.name() << ")\n" << std::flush;
+    return std::nullopt;
   }
-  const std::string job_id = submitted->job.id();
-  {
-    std::lock_guard<std::mutex> lock(interrupt.mu);
-    interrupt.job_id = job_id;
-  }
-  if (interrupt.requested.load()) (void)client->Cancel(job_id, "interrupted (zpipe run)");
-  view_out << "submitted job " << job_id << " (" << spec->name() << ")\n" << std::flush;
 
-  // Follow it with the `submit --follow` view, keeping every iteration summary.
-  std::vector<v1::IterationSummary> iterations;
-  CliContext follow((*cluster)->address(), OutputFormat::kTable, view_out, ctx.err(),
-                    view_terminal);
-  follow.SetToken((*cluster)->client_token(), "the local cluster");
-  int code = FollowJob(follow, "run", job_id, /*live=*/view_terminal, /*quiet=*/false,
-                       [&](const v1::JobEvent& e) {
-                         if (e.has_iteration()) iterations.push_back(e.iteration());
-                       });
-
-  absl::StatusOr<v1::Job> job = client->Get(job_id);
-  if (!job.ok()) {
-    ctx.err() << "zpipe run: " << job.status().message() << "\n";
-    return code == kExitOk ? kExitJobFailed : code;
+  // Follows the job with the `submit --follow` view, keeping every iteration summary; how the
+  // job ended, as an exit code.
+  int Follow() {
+    CliContext follow(cluster_->address(), OutputFormat::kTable, view_, ctx_.err(), view_terminal_);
+    follow.SetToken(cluster_->client_token(), "the local cluster");
+    return FollowJob(follow, "run", job_id_, /*live=*/view_terminal_, /*quiet=*/false,
+                     [&](const v1::JobEvent& e) {
+                       if (e.has_iteration()) iterations_.push_back(e.iteration());
+                     });
   }
-  TimelineFiles timeline;
-  if (!iterations.empty()) timeline = WriteTimelineFiles(*client, job_id, out_dir, stem);
-  RunSummary summary = Summarize(*job, iterations);
-  summary.local_threads = workers * threads;
-  summary.cores = UsableCores();
-  if (!checkpoint_root.empty() && job->state() == v1::JOB_STATE_SUCCEEDED) {
-    const fs::path model_out = fs::path(out_dir) / absl::StrCat(spec->name(), ".model.pt");
+
+  // The summary (with the timeline files and the trained model) on stdout; `code` is how the
+  // job ended.
+  int Report(int code) {
+    absl::StatusOr<v1::Job> job = client_->Get(job_id_);
+    if (!job.ok()) {
+      ctx_.err() << "zpipe run: " << job.status().message() << "\n";
+      return code == kExitOk ? kExitJobFailed : code;
+    }
+    TimelineFiles timeline;
+    if (!iterations_.empty()) {
+      timeline = WriteTimelineFiles(*client_, job_id_, request_.out_dir, request_.stem);
+    }
+    RunSummary summary = Summarize(*job, iterations_);
+    summary.local_threads = request_.cluster.workers * request_.cluster.threads;
+    summary.cores = UsableCores();
+    if (!checkpoint_root_.empty() && job->state() == v1::JOB_STATE_SUCCEEDED) {
+      ExportTrainedModel(summary);
+    }
+    if (ctx_.json()) {
+      PrintDocument(ctx_, Json::parse(SummaryJson(summary, timeline).dump()));
+    } else {
+      PrintSummary(ctx_.out(), summary, timeline);
+    }
+    ctx_.out() << std::flush;
+    cluster_->Shutdown();
+    if (interrupt_.requested.load() && code == kExitOk) code = kExitJobFailed;
+    return code;
+  }
+
+  // OUT/NAME.model.pt from the job's latest checkpoint, or why not, into `summary`.
+  void ExportTrainedModel(RunSummary& summary) {
+    const fs::path model_out =
+        fs::path(request_.out_dir) / absl::StrCat(request_.spec.name(), ".model.pt");
     absl::StatusOr<std::string> exported =
-        ExportModel(options.worker_bin, checkpoint_root, model_out);
+        ExportModel(request_.cluster.worker_bin, checkpoint_root_, model_out);
     if (exported.ok()) {
       summary.model_file = model_out.string();
     } else {
       summary.model_error = std::string(exported.status().message());
     }
   }
-  if (ctx.json()) {
-    PrintDocument(ctx, Json::parse(SummaryJson(summary, timeline).dump()));
-    ctx.out() << std::flush;
-  } else {
-    PrintSummary(ctx.out(), summary, timeline);
-    ctx.out() << std::flush;
+
+  template <typename F>
+  void Publish(F change) {
+    std::lock_guard<std::mutex> lock(interrupt_.mu);
+    change();
   }
-  (*cluster)->Shutdown();
-  if (interrupt.requested.load() && code == kExitOk) code = kExitJobFailed;
-  return code;
+
+  CliContext& ctx_;
+  RunRequest request_;
+  Interrupt interrupt_;
+  SignalThread signals_;
+  // The live view: stdout in text mode; with -o json, stderr (stdout is the summary's).
+  std::ostream& view_;
+  const bool view_terminal_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::string job_id_;
+  fs::path checkpoint_root_;  // empty: the model trains no weights worth handing back
+  std::vector<v1::IterationSummary> iterations_;
+};
+
+}  // namespace
+
+int RunRunCommand(CliContext& ctx, const std::vector<std::string>& argv) {
+  RunRequest request;
+  if (std::optional<int> exit = ReadRequest(ctx, argv, request)) return *exit;
+  LocalRun run(ctx, std::move(request));
+  return run.Run();
 }
 
 }  // namespace zpipe::cli

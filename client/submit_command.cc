@@ -15,25 +15,6 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe submit FILE.yaml|FILE.json|- [--id ID] [--wait | --follow] [--dry-run] "
-    "[--upload]\n"
-    "       zpipe submit FILE.yaml|FILE.json|- --parse-only\n"
-    "  (or -f FILE / --file FILE; - reads the job file from standard input, its relative paths\n"
-    "  as written); -o name prints only the job id\n"
-    "  --id ID    job id (makes the submit idempotent); default: the coordinator picks one\n"
-    "  --wait     wait until the job ends; exit 0 if it succeeded, 1 if it failed or was "
-    "cancelled\n"
-    "  --follow   like --wait, showing live progress (per-rank F/B/W bars on a terminal)\n"
-    "  --dry-run  validate and plan only; print the predicted statistics, create nothing\n"
-    "  --upload   send the job's model and token files (model.torchscript.path, data.path,\n"
-    "             eval.path; relative to the job file's folder) to the coordinator, which\n"
-    "             hands them to the workers: for workers that share no folder with you\n"
-    "  --parse-only  read the job file only, asking no coordinator: print the spec it makes\n"
-    "             (defaults not yet resolved), or the error as submit would; with -o json\n"
-    "             {\"spec\": ...} or {\"code\": ..., \"message\": ...} (the Python client reads job\n"
-    "             files this way)\n";
-
 // Uploads every file the spec names that is not already an artifact reference and names it by
 // its reference instead; what was sent goes to stderr, so `-o json` output stays one document.
 absl::Status UploadFiles(CliContext& ctx, const std::string& job_file, v1::JobSpec& spec) {
@@ -87,20 +68,19 @@ int PrintParsedSpec(CliContext& ctx, const std::string& job_file) {
 
 int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("submit");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv, kUsage)) return *exit;
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "submit", args, argv)) return *exit;
   if (args.positionals().size() + (args.Has("--file") ? 1 : 0) != 1)
-    return ctx.Usage("submit", "expected exactly one job file", kUsage);
+    return ctx.Usage("submit", "expected exactly one job file");
   const std::string job_file = args.Has("--file") ? args.Get("--file") : args.positionals()[0];
   const bool wait = args.Has("--wait");
   const bool follow = args.Has("--follow");
   const bool dry_run = args.Has("--dry-run");
-  if (wait && follow) return ctx.Usage("submit", "--wait and --follow exclude each other", kUsage);
+  if (wait && follow) return ctx.Usage("submit", "--wait and --follow exclude each other");
   if (dry_run && (wait || follow))
-    return ctx.Usage("submit", "--dry-run creates no job to wait for", kUsage);
+    return ctx.Usage("submit", "--dry-run creates no job to wait for");
   if (args.Has("--parse-only")) {
     if (wait || follow || dry_run || args.Has("--upload") || args.Has("--id")) {
-      return ctx.Usage("submit", "--parse-only reads the job file only; it takes no other flag",
-                       kUsage);
+      return ctx.Usage("submit", "--parse-only reads the job file only; it takes no other flag");
     }
     return PrintParsedSpec(ctx, job_file);
   }

@@ -2,10 +2,10 @@
 #include "client/trace_command.h"
 
 #include <fstream>
+#include <limits>
 #include <ostream>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/command_table.h"
@@ -15,13 +15,6 @@
 
 namespace zpipe::cli {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: zpipe trace JOB_ID [--iteration N] [--format chrome|svg] [--predicted] -f FILE\n"
-    "  the executed timeline of one iteration (default: the latest complete one) on all ranks,\n"
-    "  aligned to the coordinator's clock; chrome = Trace Event JSON (open in ui.perfetto.dev),\n"
-    "  svg = picture (--predicted: the plan's predicted timeline instead). Format defaults to\n"
-    "  the file's extension (.svg), else chrome; -f - writes to stdout (also --file FILE).\n";
 
 std::string Render(const JobTrace& trace, const std::string& format, bool predicted_svg) {
   if (format == "svg") {
@@ -50,23 +43,20 @@ absl::Status WriteTrace(const JobTrace& trace, const std::string& format, const 
 
 int RunTraceCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("trace");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "trace", args, argv, kUsage)) return *exit;
-  if (args.positionals().size() != 1) return ctx.Usage("trace", "expected one job id", kUsage);
-  if (!args.Has("--file")) return ctx.Usage("trace", "-f FILE is required", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "trace", args, argv)) return *exit;
+  if (args.positionals().size() != 1) return ctx.Usage("trace", "expected one job id");
+  if (!args.Has("--file")) return ctx.Usage("trace", "-f FILE is required");
   const std::string path = args.Get("--file");
   std::optional<int> iteration;
   if (args.Has("--iteration")) {
-    int n = 0;
-    if (!absl::SimpleAtoi(args.Get("--iteration"), &n) || n < 0) {
-      return ctx.Usage("trace", "--iteration: expected a number >= 0", kUsage);
-    }
-    iteration = n;
+    absl::StatusOr<int64_t> n = args.Integer("--iteration", 0, std::numeric_limits<int>::max());
+    if (!n.ok()) return ctx.Usage("trace", n.status().message());
+    iteration = static_cast<int>(*n);
   }
   std::string format = args.Get("--format");
   if (format.empty()) format = absl::EndsWith(path, ".svg") ? "svg" : "chrome";
   if (format != "chrome" && format != "svg") {
-    return ctx.Usage("trace", absl::StrCat("--format: expected chrome or svg, got '", format, "'"),
-                     kUsage);
+    return ctx.Usage("trace", absl::StrCat("--format: expected chrome or svg, got '", format, "'"));
   }
   absl::StatusOr<JobTrace> trace = ctx.client().Trace(args.positionals()[0], iteration);
   if (!trace.ok()) return ctx.Fail("trace", trace.status());

@@ -11,12 +11,6 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe version [--client]\n"
-    "  this zpipe's version, git commit and the LibTorch (and CUDA) it was built with, then the\n"
-    "  coordinator's (exit 3 when it cannot be reached); --client asks no coordinator.\n"
-    "  zpipe --version prints the first line alone.\n";
-
 std::string Line(const std::string& who, const v1::ServerInfo& info) {
   return absl::StrCat(who, ": zpipe ", info.version(), " (commit ", info.commit(), ", torch ",
                       info.torch().empty() ? "unknown" : info.torch(), ", cuda ",
@@ -38,8 +32,8 @@ std::string ClientVersionLine() { return Line("client", ClientBuildInfo()); }
 
 int RunVersionCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("version");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "version", args, argv, kUsage)) return *exit;
-  if (!args.positionals().empty()) return ctx.Usage("version", "takes no arguments", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "version", args, argv)) return *exit;
+  if (!args.positionals().empty()) return ctx.Usage("version", "takes no arguments");
   const v1::ServerInfo client = ClientBuildInfo();
   absl::StatusOr<v1::ServerInfo> server =
       args.Has("--client") ? absl::StatusOr<v1::ServerInfo>(absl::CancelledError())

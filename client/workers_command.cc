@@ -12,12 +12,6 @@
 namespace zpipe::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: zpipe workers [--all] [-o wide]\n"
-    "  --all      also list workers lost recently\n"
-    "  -o wide    also the host, the full GPU name, the CUDA runtime and the last heartbeat\n"
-    "             (--wide is the same); -o name prints only the worker names\n";
-
 std::string Lower(std::string name, const std::string& prefix) {
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -78,8 +72,8 @@ std::string Cuda(const v1::Worker& w) {
 
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("workers");
-  if (std::optional<int> exit = ParseCommandArgs(ctx, "workers", args, argv, kUsage)) return *exit;
-  if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments", kUsage);
+  if (std::optional<int> exit = ParseCommandArgs(ctx, "workers", args, argv)) return *exit;
+  if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments");
   absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
   if (!workers.ok()) return ctx.Fail("workers", workers.status());
   if (ctx.json()) {

@@ -20,5 +20,5 @@ if(TARGET zpipe_worker_comm_nccl AND ZPIPE_TORCH_CUDA)
   set_property(GLOBAL PROPERTY ZPIPE_DAEMON_HAS_NCCL ON)
 endif()
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
-target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon)
+target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon zpipe::flags)
 # grpc++'s health service lives in the core library; reflection is not needed here.

@@ -8,7 +8,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <iostream>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -16,11 +17,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "flags/flags.h"
 #include "util/log.h"
 #include "worker/daemon/model_export.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace {
+
+using zpipe::util::NamedFile;
+using zpipe::worker::DaemonOptions;
 
 // print() in a TorchScript model: into the worker's log, one line per line printed, so it shows
 // in `zpipe logs` while the job runs (LibTorch's default writes to std::cout, which no one reads).
@@ -32,75 +37,138 @@ void ModelPrint(const std::string& text) {
   }
 }
 
+// What the command line (and the environment under it) says, before it becomes DaemonOptions.
+struct WorkerFlags {
+  DaemonOptions options;
+  std::string device = "cpu";
+  std::string transport = "tcp";
+  std::string metrics_listen;
+  std::string health_listen;
+  std::string token_file;
+  // TLS files and where each came from: a flag wins over its environment variable.
+  NamedFile tls_ca{"--tls-ca", ""};
+  NamedFile tls_cert{"--tls-cert", ""};
+  NamedFile tls_key{"--tls-key", ""};
+  int threads = 1;
+  bool require_tls = false;
+};
+
+// The environment's defaults: ZPIPE_COORDINATOR, ZPIPE_TOKEN, ZPIPE_TRANSPORT, ZPIPE_TLS_CA,
+// ZPIPE_TLS_CERT, ZPIPE_TLS_KEY and ZPIPE_REQUIRE_TLS=1. Flags parsed after this override them.
+void ApplyEnvironment(WorkerFlags& f) {
+  if (const char* env = std::getenv("ZPIPE_COORDINATOR")) f.options.coordinator = env;
+  if (const char* env = std::getenv("ZPIPE_TOKEN")) {
+    f.options.token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  if (const char* env = std::getenv("ZPIPE_TRANSPORT"); env != nullptr && *env != '\0') {
+    f.transport = env;
+  }
+  for (auto [file, env_name] :
+       {std::pair{&f.tls_ca, "ZPIPE_TLS_CA"}, std::pair{&f.tls_cert, "ZPIPE_TLS_CERT"},
+        std::pair{&f.tls_key, "ZPIPE_TLS_KEY"}}) {
+    const char* env = std::getenv(env_name);
+    if (env != nullptr && *env != '\0') *file = {env_name, env};
+  }
+  const char* require_env = std::getenv("ZPIPE_REQUIRE_TLS");
+  f.require_tls = require_env != nullptr && std::string(require_env) == "1";
+}
+
+// Which coordinator, and how to trust it and be trusted by it.
+void AddConnectionFlags(CLI::App& app, WorkerFlags& f) {
+  using zpipe::flags::AddText;
+  AddText(app, "--coordinator", &f.options.coordinator, "ADDR",
+          "coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)");
+  AddText(app, "--token-file", &f.token_file, "FILE",
+          "the worker token the coordinator requires (the first line of FILE that is not blank "
+          "or #; default $ZPIPE_TOKEN)");
+  zpipe::flags::AddSwitch(app, "--require-tls", &f.require_tls,
+                          "refuse to send the token to another machine without TLS (also "
+                          "ZPIPE_REQUIRE_TLS=1); without it, a warning");
+  struct TlsFlag {
+    const char* name;
+    NamedFile* file;
+    const char* help;
+  };
+  for (const TlsFlag& t :
+       {TlsFlag{"--tls-ca", &f.tls_ca,
+                "talk TLS to the coordinator, verifying it with this PEM CA (default "
+                "$ZPIPE_TLS_CA; without either, plaintext)"},
+        TlsFlag{"--tls-cert", &f.tls_cert,
+                "with --tls-key: this PEM client certificate, for a coordinator with "
+                "--tls-client-ca (default $ZPIPE_TLS_CERT)"},
+        TlsFlag{"--tls-key", &f.tls_key, "the key of --tls-cert (default $ZPIPE_TLS_KEY)"}}) {
+    zpipe::flags::AddValue(app, t.name, "FILE", t.help, [t](const std::string& v) {
+      *t.file = {t.name, v};
+    });
+  }
+}
+
+// What this worker is and what its jobs may use.
+void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
+  using zpipe::flags::AddText;
+  AddText(app, "--name", &f.options.name, "NAME", "stable worker name (default HOST/DEVICE)");
+  AddText(app, "--device", &f.device, "cpu|cpu:N|cuda:N",
+          "cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N");
+  zpipe::flags::AddInteger(app, "--threads", &f.threads, 1, std::numeric_limits<int>::max(),
+                           "intra-op threads for LibTorch (default 1)");
+  AddText(app, "--host", &f.options.host, "ADDR",
+          "address peers reach this worker on (default 127.0.0.1)");
+  zpipe::flags::AddDuration(app, "--comm-timeout", &f.options.comm_timeout,
+                            "how long without progress before a peer counts as gone: seconds "
+                            "(60) or a duration (1m; default 60)");
+  AddText(app, "--transport", &f.transport, "tcp",
+          "what carries a CPU job's activations, gradients and all-reduces: tcp, ZeroPipe's own "
+          "streams (the only one; gloo was removed when LibTorch moved to the PyTorch wheel; "
+          "default $ZPIPE_TRANSPORT or tcp)");
+  zpipe::flags::AddList(app, "--data-root", &f.options.data_roots, "DIR",
+                        "jobs may name model, data and checkpoint paths only under DIR (after "
+                        "resolving symlinks and ..); repeatable (default: the working directory "
+                        "only)");
+  AddText(app, "--artifact-cache", &f.options.artifact_cache, "DIR",
+          "where artifacts uploaded with `zpipe submit --upload` are kept, verified by SHA-256 "
+          "and reused (default: .zpipe-artifacts under the first --data-root)");
+  zpipe::flags::AddInteger(app, "--log-lines", &f.options.log_lines, 1, 1000000,
+                           "a running rank's newest log lines kept for the coordinator while it "
+                           "cannot be reached (`zpipe logs`; default 1000)");
+  zpipe::flags::AddDuration(app, "--reconnect-max-backoff", &f.options.reconnect_max_backoff,
+                            "longest wait between attempts to reach the coordinator, e.g. 2s, "
+                            "500ms (default 2s); running jobs go on meanwhile",
+                            absl::Milliseconds(10), absl::Minutes(10));
+  AddText(app, "--metrics-listen", &f.metrics_listen, "HOST:PORT",
+          "serve Prometheus /metrics there (default: off)");
+  AddText(app, "--health-listen", &f.health_listen, "HOST:PORT",
+          "serve grpc.health.v1 there, for probes (default: off)");
+}
+
 constexpr char kUsage[] =
-    "usage: zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
-    "                    [--threads N] [--host ADDR] [--comm-timeout SECONDS] [--transport "
-    "tcp]\n"
-    "  --coordinator  coordinator gRPC address (default $ZPIPE_COORDINATOR or localhost:50051)\n"
-    "  --name         stable worker name (default HOST/DEVICE)\n"
-    "  --device       cpu (default), cpu:N for the N-th CPU process on a host, or cuda:N\n"
-    "  --threads      intra-op threads for LibTorch (default 1)\n"
-    "  --host         address peers reach this worker on (default 127.0.0.1)\n"
-    "  --comm-timeout seconds without progress before a peer counts as gone (default 60)\n"
-    "  --transport    what carries a CPU job's activations, gradients and all-reduces: tcp,\n"
-    "                 ZeroPipe's own streams (the only one; gloo was removed when LibTorch\n"
-    "                 moved to the PyTorch wheel)\n"
-    "  --token-file FILE           the worker token the coordinator requires (the first line\n"
-    "                              of FILE that is not blank or #; default $ZPIPE_TOKEN)\n"
-    "  --require-tls               refuse to send the token to another machine without TLS\n"
-    "                              (also ZPIPE_REQUIRE_TLS=1); without it, a warning\n"
-    "  --tls-ca FILE               talk TLS to the coordinator, verifying it with this PEM CA\n"
-    "                              (default $ZPIPE_TLS_CA; without either, plaintext)\n"
-    "  --tls-cert FILE             with --tls-key: this PEM client certificate, for a\n"
-    "  --tls-key FILE              coordinator with --tls-client-ca (default $ZPIPE_TLS_CERT,\n"
-    "                              $ZPIPE_TLS_KEY)\n"
-    "  --data-root DIR             jobs may name model, data and checkpoint paths only under\n"
-    "                              DIR (after resolving symlinks and ..); repeatable (default:\n"
-    "                              the working directory only)\n"
-    "  --artifact-cache DIR        where artifacts uploaded with `zpipe submit --upload` are\n"
-    "                              kept, verified by SHA-256 and reused (default:\n"
-    "                              .zpipe-artifacts under the first --data-root)\n"
-    "  --log-lines N               a running rank's newest log lines kept for the coordinator\n"
-    "                              while it cannot be reached (`zpipe logs`; default 1000)\n"
-    "  --reconnect-max-backoff D   longest wait between attempts to reach the coordinator,\n"
-    "                              e.g. 2s, 500ms (default 2s); running jobs go on meanwhile\n"
-    "  --metrics-listen HOST:PORT  serve Prometheus /metrics there (default: off)\n"
-    "  --health-listen HOST:PORT   serve grpc.health.v1 there, for probes (default: off)\n";
+    "zpipe-worker --coordinator ADDR [--name NAME] [--device cpu|cpu:N|cuda:N]\n"
+    "                    [--threads N] [--host ADDR] [--comm-timeout D] [--transport tcp]";
 
-constexpr char kExportUsage[] =
-    "usage: zpipe-worker export --checkpoint DIR/NAME [--model FILE] -o FILE\n"
-    "  Writes the trained model of the job whose checkpoints are under DIR/NAME (the latest\n"
-    "  complete one): a TorchScript job's module with the trained weights (torch.jit.load), or\n"
-    "  a GPT job's state dict (torch.load). --model overrides the model file recorded in the\n"
-    "  checkpoint.\n";
+// A flag's value that the parse let through but the worker cannot use: exit 2, as a bad flag.
+int Usage(const std::string& error) {
+  std::fprintf(stderr, "zpipe-worker: %s\nusage: %s\nRun 'zpipe-worker --help' for its flags.\n",
+               error.c_str(), kUsage);
+  return 2;
+}
 
-int Export(int argc, char** argv) {
+// `zpipe-worker export`: the trained model of a job from its checkpoints.
+int Export(const std::vector<std::string>& argv) {
   std::string root, model, out;
-  for (int i = 2; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") {
-      std::fputs(kExportUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "zpipe-worker export: %s: missing value\n%s", flag.c_str(),
-                   kExportUsage);
-      return 2;
-    }
-    const std::string value = argv[++i];
-    if (flag == "--checkpoint") {
-      root = value;
-    } else if (flag == "--model") {
-      model = value;
-    } else if (flag == "-o" || flag == "--out") {
-      out = value;
-    } else {
-      std::fprintf(stderr, "zpipe-worker export: unknown flag %s\n%s", flag.c_str(), kExportUsage);
-      return 2;
-    }
+  std::unique_ptr<CLI::App> app = zpipe::flags::NewApp(
+      "zpipe-worker export", "zpipe-worker export --checkpoint DIR/NAME [--model FILE] -o FILE",
+      "  Writes the trained model of the job whose checkpoints are under DIR/NAME (the latest\n"
+      "  complete one): a TorchScript job's module with the trained weights (torch.jit.load), or\n"
+      "  a GPT job's state dict (torch.load).");
+  zpipe::flags::AddText(*app, "--checkpoint", &root, "DIR/NAME", "the job's checkpoints");
+  zpipe::flags::AddText(*app, "--model", &model, "FILE",
+                        "overrides the model file recorded in the checkpoint");
+  zpipe::flags::AddText(*app, "-o,--out", &out, "FILE", "where the model goes");
+  if (std::optional<int> exit = zpipe::flags::ParseMain(*app, argv, std::cout, std::cerr)) {
+    return *exit;
   }
   if (root.empty() || out.empty()) {
-    std::fprintf(stderr, "zpipe-worker export: --checkpoint and -o are required\n%s", kExportUsage);
+    std::fprintf(stderr, "zpipe-worker export: --checkpoint and -o are required\n%s",
+                 zpipe::flags::UsageLine(*app).c_str());
     return 2;
   }
   auto result = zpipe::worker::ExportTrainedModel(root, model, out);
@@ -114,122 +182,8 @@ int Export(int argc, char** argv) {
   return 0;
 }
 
-int Usage(const std::string& error) {
-  std::fprintf(stderr, "zpipe-worker: %s\n%s", error.c_str(), kUsage);
-  return 2;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Line-buffered stdout (stderr is unbuffered already): whatever a library writes there reaches
-  // a log collector (systemd, kubectl logs, a pipe) as it happens, not when a 4 KB buffer fills.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // The worker's own form of the shared log (util/log.h): "zpipe-worker: LINE", as written.
-  zpipe::SetLogFormat({.prefix = "zpipe-worker: ", .timestamp = false, .sanitize = false});
-  if (argc >= 2 && std::string(argv[1]) == "export") return Export(argc, argv);
-  zpipe::worker::DaemonOptions options;
-  if (const char* env = std::getenv("ZPIPE_COORDINATOR")) options.coordinator = env;
-  if (const char* env = std::getenv("ZPIPE_TOKEN")) {
-    options.token = std::string(absl::StripAsciiWhitespace(env));
-  }
-  std::string device = "cpu";
-  std::string transport = "tcp";
-  if (const char* env = std::getenv("ZPIPE_TRANSPORT"); env != nullptr && *env != '\0')
-    transport = env;
-  std::string metrics_listen, health_listen;
-  // TLS files: a flag wins over its environment variable.
-  zpipe::util::NamedFile tls_ca{"--tls-ca", ""}, tls_cert{"--tls-cert", ""},
-      tls_key{"--tls-key", ""};
-  for (auto [file, env_name] :
-       {std::pair{&tls_ca, "ZPIPE_TLS_CA"}, std::pair{&tls_cert, "ZPIPE_TLS_CERT"},
-        std::pair{&tls_key, "ZPIPE_TLS_KEY"}}) {
-    const char* env = std::getenv(env_name);
-    if (env != nullptr && *env != '\0') *file = {env_name, env};
-  }
-  int threads = 1;
-  const char* require_env = std::getenv("ZPIPE_REQUIRE_TLS");
-  bool require_tls = require_env != nullptr && std::string(require_env) == "1";
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    std::string value;
-    const size_t eq = flag.find('=');
-    if (flag == "-h" || flag == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (flag == "--require-tls") {  // a switch: no value
-      require_tls = true;
-      continue;
-    }
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return Usage(flag + ": missing value");
-    }
-    if (flag == "--coordinator") {
-      options.coordinator = value;
-    } else if (flag == "--name") {
-      options.name = value;
-    } else if (flag == "--device") {
-      device = value;
-    } else if (flag == "--threads") {
-      if (!absl::SimpleAtoi(value, &threads) || threads < 1)
-        return Usage("--threads: must be >= 1");
-    } else if (flag == "--host") {
-      options.host = value;
-    } else if (flag == "--transport") {
-      transport = value;
-    } else if (flag == "--metrics-listen") {
-      metrics_listen = value;
-    } else if (flag == "--token-file") {
-      std::ifstream in(value);
-      if (!in) return Usage("--token-file: cannot read " + value);
-      options.token.clear();
-      for (std::string line; options.token.empty() && std::getline(in, line);) {
-        absl::string_view t = absl::StripAsciiWhitespace(line);
-        if (!t.empty() && t[0] != '#') options.token = std::string(t);
-      }
-      if (options.token.empty()) return Usage("--token-file: " + value + " holds no token");
-    } else if (flag == "--tls-ca" || flag == "--tls-cert" || flag == "--tls-key") {
-      zpipe::util::NamedFile& f = flag == "--tls-ca"     ? tls_ca
-                                  : flag == "--tls-cert" ? tls_cert
-                                                         : tls_key;
-      f = {flag, value};
-    } else if (flag == "--data-root") {
-      options.data_roots.push_back(value);
-    } else if (flag == "--artifact-cache") {
-      options.artifact_cache = value;
-    } else if (flag == "--log-lines") {
-      int lines = 0;
-      if (!absl::SimpleAtoi(value, &lines) || lines < 1 || lines > 1000000)
-        return Usage("--log-lines: must be in [1, 1000000]");
-      options.log_lines = static_cast<size_t>(lines);
-    } else if (flag == "--health-listen") {
-      health_listen = value;
-    } else if (flag == "--reconnect-max-backoff") {
-      absl::Duration d;
-      double secs = 0;
-      if (absl::SimpleAtod(value, &secs)) {
-        d = absl::Seconds(secs);
-      } else if (!absl::ParseDuration(value, &d)) {
-        return Usage("--reconnect-max-backoff: not a duration (e.g. 2s, 500ms)");
-      }
-      if (d < absl::Milliseconds(10) || d > absl::Minutes(10)) {
-        return Usage("--reconnect-max-backoff: must be 10ms..10m");
-      }
-      options.reconnect_max_backoff = d;
-    } else if (flag == "--comm-timeout") {
-      double secs = 0;
-      if (!absl::SimpleAtod(value, &secs) || secs <= 0) return Usage("--comm-timeout: must be > 0");
-      options.comm_timeout = absl::Seconds(secs);
-    } else {
-      return Usage("unknown flag " + flag);
-    }
-  }
+// --transport: tcp only; gloo is gone and says why.
+std::optional<int> CheckTransport(const std::string& transport) {
   if (transport == "gloo") {
     return Usage(
         "--transport gloo (or $ZPIPE_TRANSPORT=gloo) is gone: LibTorch now comes from the PyTorch "
@@ -240,30 +194,46 @@ int main(int argc, char** argv) {
   if (transport != "tcp") {
     return Usage("--transport (or $ZPIPE_TRANSPORT): tcp, not '" + transport + "'");
   }
+  return std::nullopt;
+}
 
-  auto tls = zpipe::util::LoadTlsClientPem(tls_ca, tls_cert, tls_key);
+// The token (--token-file over $ZPIPE_TOKEN), TLS, and the plaintext-token check.
+std::optional<int> ResolveCredentials(WorkerFlags& f) {
+  if (!f.token_file.empty()) {
+    absl::StatusOr<std::string> token = zpipe::flags::ReadTokenFile(f.token_file);
+    if (!token.ok()) return Usage("--token-file: cannot read " + f.token_file);
+    if (token->empty()) return Usage("--token-file: " + f.token_file + " holds no token");
+    f.options.token = *token;
+  }
+  auto tls = zpipe::util::LoadTlsClientPem(f.tls_ca, f.tls_cert, f.tls_key);
   if (!tls.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(tls.status().message()).c_str());
     return 2;
   }
   if (std::string problem = zpipe::util::PlaintextTokenProblem(
-          "zpipe-worker", options.coordinator, !options.token.empty(), tls->has_value(),
-          require_tls, "--tls-ca");
+          "zpipe-worker", f.options.coordinator, !f.options.token.empty(), tls->has_value(),
+          f.require_tls, "--tls-ca");
       !problem.empty()) {
     std::fprintf(stderr, "%s\n", problem.c_str());
-    if (require_tls) return 2;
+    if (f.require_tls) return 2;
   }
-  options.tls = *std::move(tls);
+  f.options.tls = *std::move(tls);
+  return std::nullopt;
+}
+
+// --device as DaemonOptions (a CUDA device LibTorch cannot see is refused), and the default name
+// HOST/DEVICE.
+std::optional<int> ResolveDevice(WorkerFlags& f) {
+  DaemonOptions& o = f.options;
+  const std::string& device = f.device;
   if (device == "cpu") {
-    options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
-  } else if (device.rfind("cpu:", 0) == 0 &&
-             absl::SimpleAtoi(device.substr(4), &options.device_index) &&
-             options.device_index >= 0) {
-    options.device_kind = zpipe::v1::DEVICE_KIND_CPU;
-  } else if (device.rfind("cuda:", 0) == 0 &&
-             absl::SimpleAtoi(device.substr(5), &options.device_index) &&
-             options.device_index >= 0) {
-    options.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
+    o.device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  } else if (device.rfind("cpu:", 0) == 0 && absl::SimpleAtoi(device.substr(4), &o.device_index) &&
+             o.device_index >= 0) {
+    o.device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  } else if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &o.device_index) &&
+             o.device_index >= 0) {
+    o.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
     if (!torch::cuda::is_available()) {
       std::fprintf(stderr, "zpipe-worker: --device %s: this LibTorch build has no CUDA device\n",
                    device.c_str());
@@ -272,48 +242,56 @@ int main(int argc, char** argv) {
   } else {
     return Usage("--device: expected cpu, cpu:N or cuda:N, got '" + device + "'");
   }
-  if (options.name.empty()) {
+  if (o.name.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    options.name = absl::StrCat(host, "/", device == "cpu" ? "cpu0" : device);
-    for (char& c : options.name) {
+    o.name = absl::StrCat(host, "/", device == "cpu" ? "cpu0" : device);
+    for (char& c : o.name) {
       if (c == ':') c = '-';
     }
   }
-  options.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  torch::set_num_threads(threads);
+  return std::nullopt;
+}
 
+// The worker's own /metrics and grpc.health.v1 ports, when asked for.
+struct Endpoints {
   std::unique_ptr<zpipe::worker::WorkerMetrics> metrics;
-  if (!metrics_listen.empty()) {
-    auto m = zpipe::worker::NewPrometheusWorkerMetrics(metrics_listen, options.name);
+  std::unique_ptr<grpc::Server> health;
+};
+
+std::optional<int> StartEndpoints(WorkerFlags& f, Endpoints& endpoints) {
+  if (!f.metrics_listen.empty()) {
+    auto m = zpipe::worker::NewPrometheusWorkerMetrics(f.metrics_listen, f.options.name);
     if (!m.ok()) {
       std::fprintf(stderr, "zpipe-worker: %s\n", std::string(m.status().message()).c_str());
       return 2;
     }
-    metrics = *std::move(m);
-    options.metrics = metrics.get();
+    endpoints.metrics = *std::move(m);
+    f.options.metrics = endpoints.metrics.get();
   }
   // grpc.health.v1 for Kubernetes probes: SERVING while the process runs.
-  std::unique_ptr<grpc::Server> health;
-  if (!health_listen.empty()) {
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    // gRPC serves its default health service only next to a synchronous service; this one
-    // answers UNIMPLEMENTED to everything.
-    static zpipe::v1::WorkerService::Service placeholder;
-    builder.RegisterService(&placeholder);
-    int bound = 0;
-    builder.AddListeningPort(health_listen, grpc::InsecureServerCredentials(), &bound);
-    health = builder.BuildAndStart();
-    if (health == nullptr || bound == 0) {
-      std::fprintf(stderr, "zpipe-worker: --health-listen %s: cannot listen\n",
-                   health_listen.c_str());
-      return 2;
-    }
-    health->GetHealthCheckService()->SetServingStatus(true);
+  if (f.health_listen.empty()) return std::nullopt;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // gRPC serves its default health service only next to a synchronous service; this one
+  // answers UNIMPLEMENTED to everything.
+  static zpipe::v1::WorkerService::Service placeholder;
+  builder.RegisterService(&placeholder);
+  int bound = 0;
+  builder.AddListeningPort(f.health_listen, grpc::InsecureServerCredentials(), &bound);
+  endpoints.health = builder.BuildAndStart();
+  if (endpoints.health == nullptr || bound == 0) {
+    std::fprintf(stderr, "zpipe-worker: --health-listen %s: cannot listen\n",
+                 f.health_listen.c_str());
+    return 2;
   }
+  endpoints.health->GetHealthCheckService()->SetServingStatus(true);
+  return std::nullopt;
+}
 
-  // SIGTERM / SIGINT: a watcher thread turns the signal into a clean Stop().
+// Runs the daemon until it leaves: SIGTERM / SIGINT, taken by a watcher thread, become a clean
+// Leave().
+int RunDaemon(const DaemonOptions& options, Endpoints& endpoints) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -332,10 +310,41 @@ int main(int argc, char** argv) {
   watcher.detach();
   absl::Status st = daemon.Run();
   zpipe::SetLogSink(nullptr);
-  if (health != nullptr) health->Shutdown();
+  if (endpoints.health != nullptr) endpoints.health->Shutdown();
   if (!st.ok()) {
     std::fprintf(stderr, "zpipe-worker: %s\n", std::string(st.message()).c_str());
     return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;  // 2: a bad --data-root
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Line-buffered stdout (stderr is unbuffered already): whatever a library writes there reaches
+  // a log collector (systemd, kubectl logs, a pipe) as it happens, not when a 4 KB buffer fills.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // The worker's own form of the shared log (util/log.h): "zpipe-worker: LINE", as written.
+  zpipe::SetLogFormat({.prefix = "zpipe-worker: ", .timestamp = false, .sanitize = false});
+  std::vector<std::string> args = zpipe::flags::Args(argc, argv);
+  if (!args.empty() && args[0] == "export") return Export({args.begin() + 1, args.end()});
+  WorkerFlags f;
+  ApplyEnvironment(f);
+  std::unique_ptr<CLI::App> app = zpipe::flags::NewApp(
+      "zpipe-worker", kUsage,
+      "  registers with the coordinator and runs the job ranks it is assigned;\n"
+      "  `zpipe-worker export --help`: a job's trained model from its checkpoints");
+  AddConnectionFlags(*app, f);
+  AddWorkerFlags(*app, f);
+  if (std::optional<int> exit = zpipe::flags::ParseMain(*app, args, std::cout, std::cerr)) {
+    return *exit;
+  }
+  if (std::optional<int> exit = CheckTransport(f.transport)) return *exit;
+  if (std::optional<int> exit = ResolveCredentials(f)) return *exit;
+  if (std::optional<int> exit = ResolveDevice(f)) return *exit;
+  f.options.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  torch::set_num_threads(f.threads);
+  Endpoints endpoints;
+  if (std::optional<int> exit = StartEndpoints(f, endpoints)) return *exit;
+  return RunDaemon(f.options, endpoints);
 }
