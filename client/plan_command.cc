@@ -560,7 +560,7 @@ std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) 
 
 using Json = nlohmann::ordered_json;
 
-// A number as core's plan JSON writes it (core/plan_export.h): an integer when it is one
+// A number as core's plan JSON writes it (render/plan_export.h): an integer when it is one
 // ("span_lower_bound":33), else the shortest text that reads back the same; null for NaN.
 Json Number(double v) {
   if (!std::isfinite(v)) return nullptr;
