@@ -163,26 +163,27 @@ Result Run(const Example& ex, Mode mode) {
       worker::ExecutorConfig config;
       config.microbatch_size = ex.microbatch_size;
       config.timeout = absl::Seconds(120);
-      config.optimizer = "adamw";
+      config.optimizer = worker::Optimizer::kAdamW;
       config.lr = ex.gpt ? 3e-3 : 1e-3;
       auto exec = worker::Executor::Make(plan, rank, 0, config, std::move(stages), **comm,
                                          data.get(), nullptr, nullptr);
       if (!exec.ok()) return fail(exec.status());
       std::unique_ptr<worker::JobCheckpointer> ckpt;
       if (mode != Mode::kNone) {
-        zpipe::v1::Assignment a;
-        a.set_job_id("bench");
-        a.set_pipeline_rank(rank);
-        a.set_pipeline_size(ex.p);
-        a.set_data_size(1);
-        a.set_global_rank(rank);
-        a.mutable_spec()->set_name(ex.name);
-        a.mutable_spec()->mutable_train()->set_iterations(total);
-        a.mutable_spec()->mutable_checkpoint()->set_every(g_every);
-        a.mutable_spec()->mutable_checkpoint()->set_dir(dir.string());
-        a.mutable_spec()->mutable_checkpoint()->set_keep(2);
+        worker::JobConfig job;
+        job.job_id = "bench";
+        job.rank = worker::RankPosition{.pipeline_rank = rank,
+                                        .pipeline_size = ex.p,
+                                        .data_rank = 0,
+                                        .data_size = 1,
+                                        .global_rank = rank};
+        job.plan = plan;
+        job.settings.name = ex.name;
+        job.settings.train.iterations = total;
+        job.settings.checkpoint = worker::CheckpointConfig{
+            .dir = dir.string(), .every = g_every, .keep = 2, .skip_errors = false};
         auto made = worker::JobCheckpointer::Make(
-            a, plan, worker::JobCheckpointerOptions{.background = mode == Mode::kAsync});
+            job, worker::JobCheckpointerOptions{.background = mode == Mode::kAsync});
         if (!made.ok()) return fail(made.status());
         ckpt = *std::move(made);
       }

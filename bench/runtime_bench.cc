@@ -351,7 +351,7 @@ RunResult RunPipeline(const RunSpec& r, const core::Plan& plan) {
       ExecutorConfig config;
       config.microbatch_size = r.microbatch_size;
       config.timeout = absl::Seconds(60);
-      config.optimizer = r.gpt_threads > 0 ? "adamw" : "sgd";
+      config.optimizer = r.gpt_threads > 0 ? worker::Optimizer::kAdamW : worker::Optimizer::kSgd;
       config.max_grad_norm = r.gpt_threads > 0 ? 1.0 : 0;
       worker::ActionSink* sink = nullptr;
 #ifdef ZPIPE_BENCH_WITH_DAEMON

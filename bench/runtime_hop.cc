@@ -243,7 +243,7 @@ std::vector<double> ExecutorRounds(int rank, worker::Communicator& comm, size_t 
   std::vector<std::unique_ptr<worker::model::Stage>> stages;
   stages.push_back(std::make_unique<EchoStage>(rank, static_cast<int64_t>(bytes / 4)));
   worker::ExecutorConfig config;
-  config.optimizer = "sgd";
+  config.optimizer = worker::Optimizer::kSgd;
   config.max_grad_norm = 0;
   HopSink sink(m);
   auto exec = Must(worker::Executor::Make(plan, rank, 0, config, std::move(stages), comm, nullptr,

@@ -102,8 +102,8 @@ struct JobSpec {
   std::string optimizer;  // "" = adamw
   double lr = 0;
   uint64_t seed = 0;
-  double bucket_mb = 0;         // 0 = 25
-  std::optional<bool> overlap;  // nullopt = true
+  double bucket_mb = 0;         // 0 = kDefaultBucketMb
+  std::optional<bool> overlap;  // nullopt = kDefaultOverlap
   int checkpoint_every = 0;
   std::string checkpoint_dir;
   int checkpoint_keep = 0;  // 0 = keep all
@@ -118,9 +118,13 @@ struct JobSpec {
 
   int data_parallel() const { return data == 0 ? 1 : data; }
   int world_size() const { return pipeline * data_parallel(); }
-  double bucket_mb_or_default() const { return bucket_mb == 0 ? 25.0 : bucket_mb; }
-  bool overlap_or_default() const { return overlap.value_or(true); }
+  // Defaults that ResolveSpecDefaults (spec_defaults.h) writes into a stored spec and that the
+  // accessors below give a spec not resolved yet: defined once, here.
+  static constexpr double kDefaultBucketMb = 25;
+  static constexpr bool kDefaultOverlap = true;
   static constexpr double kDefaultReplanThreshold = 0.01;
+  double bucket_mb_or_default() const { return bucket_mb == 0 ? kDefaultBucketMb : bucket_mb; }
+  bool overlap_or_default() const { return overlap.value_or(kDefaultOverlap); }
   double replan_threshold_or_default() const {
     return replan_threshold.value_or(kDefaultReplanThreshold);
   }

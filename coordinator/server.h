@@ -47,6 +47,8 @@ class Metrics;
 // (tests/worker/reconnect_e2e_test.cc); nothing is acknowledged before it is stored.
 inline constexpr absl::Duration kShutdownGrace = absl::Milliseconds(200);
 
+// The coordinator's flags (main.cc). A default the job manager has too is the manager's
+// (ManagerOptions), so the two cannot drift apart.
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = pick a free one
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty = disabled
@@ -55,7 +57,7 @@ struct ServerOptions {
   std::string health_listen;
   RelayLimits http_limits;  // connection limits of the HTTP port (tls_relay.h)
   std::string db = "zpipe-coordinator.db";        // SQLite file, or ":memory:"
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_timeout = ManagerOptions{}.heartbeat_timeout;
   // After a restart, how long RUNNING jobs wait for their workers (ManagerOptions). Workers
   // re-register within 1 s of the coordinator's return (reconnect_e2e_test measures it; about
   // 0.3 s on loopback), and a Kubernetes Service routes to the new pod only once its startup
@@ -64,8 +66,9 @@ struct ServerOptions {
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
   // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
-  int max_pending_jobs = 1000;       // a new job beyond this many PENDING ones is refused
-  int max_pending_jobs_per_client = 100;  // ... or beyond this many of its submitter's
+  // A new job beyond this many PENDING ones is refused, or beyond this many of its submitter's.
+  int max_pending_jobs = ManagerOptions{}.max_pending_jobs;
+  int max_pending_jobs_per_client = ManagerOptions{}.max_pending_jobs_per_client;
   RendezvousLimits rendezvous;       // per-job key and byte quota, and the total cap
   size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)

@@ -24,8 +24,8 @@ JobSpec ResolveSpecDefaults(JobSpec spec) {
   if (!t.clip_grad_norm) t.clip_grad_norm = 1.0;
   if (t.decay.empty()) t.decay = "constant";
   if (t.precision.empty()) t.precision = "fp32";
-  if (spec.bucket_mb == 0) spec.bucket_mb = 25;
-  if (!spec.overlap) spec.overlap = true;
+  spec.bucket_mb = spec.bucket_mb_or_default();
+  spec.overlap = spec.overlap_or_default();
   // A section is there when any of its fields is set (the validator's reading, ValidateData).
   if (spec.data_file != DataConfig{}) {
     if (spec.data_file.dtype.empty()) spec.data_file.dtype = "uint16";
@@ -37,7 +37,7 @@ JobSpec ResolveSpecDefaults(JobSpec spec) {
     spec.checkpoint_on_error = CheckpointOnError::kFail;
   }
   if (spec.restart_backoff.empty()) spec.restart_backoff = "2s";
-  if (!spec.replan_threshold) spec.replan_threshold = JobSpec::kDefaultReplanThreshold;
+  spec.replan_threshold = spec.replan_threshold_or_default();
   return spec;
 }
 

@@ -33,3 +33,11 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe)
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(worker_capabilities_e2e_test zpipe zpipe-worker zpipe-coordinator)
 endif()
+
+# The coordinator's resolved assignments through the worker's edge (in process: both libraries).
+if(TARGET zpipe::coordinator AND TARGET zpipe::worker_daemon)
+  zpipe_add_test(NAME worker_assignment_edge_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/assignment_edge_test.cc
+                 DEPS zpipe::coordinator zpipe::worker_daemon LABELS worker)
+  target_include_directories(worker_assignment_edge_test PRIVATE ${PROJECT_SOURCE_DIR})
+endif()

@@ -76,18 +76,19 @@ absl::Status DataRoots::Check(absl::string_view field, const std::string& path) 
       "); start zpipe-worker with --data-root DIR to allow it"));
 }
 
-absl::Status DataRoots::CheckJob(const zpipe::v1::JobSpec& spec) const {
-  if (spec.model().has_torchscript()) {
-    if (absl::Status st = Check("model.torchscript.path", spec.model().torchscript().path());
-        !st.ok()) {
-      return st;
-    }
+absl::Status DataRoots::CheckJob(const JobSettings& job) const {
+  if (const auto* ts = std::get_if<TorchScriptSource>(&job.model)) {
+    if (absl::Status st = Check("model.torchscript.path", ts->path); !st.ok()) return st;
   }
-  if (absl::Status st = Check("data.path", spec.data().path()); !st.ok()) return st;
-  if (absl::Status st = Check("eval.path", spec.eval().path()); !st.ok()) return st;
-  if (spec.checkpoint().every() > 0) {
+  if (job.data) {
+    if (absl::Status st = Check("data.path", job.data->path); !st.ok()) return st;
+  }
+  if (job.eval) {
+    if (absl::Status st = Check("eval.path", job.eval->path); !st.ok()) return st;
+  }
+  if (job.checkpoint) {
     // An empty dir puts checkpoints in the working directory.
-    const std::string& dir = spec.checkpoint().dir();
+    const std::string& dir = job.checkpoint->dir;
     if (absl::Status st = Check("checkpoint.dir", dir.empty() ? "." : dir); !st.ok()) return st;
   }
   return absl::OkStatus();

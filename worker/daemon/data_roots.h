@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "zpipe/v1/job.pb.h"
+#include "worker/daemon/job_config.h"
 
 namespace zpipe::worker {
 
@@ -36,9 +36,9 @@ class DataRoots {
   // allow it" otherwise. An empty path is OK (the field is not set).
   absl::Status Check(absl::string_view field, const std::string& path) const;
 
-  // Check() for every path `spec` makes the worker touch: model.torchscript.path, data.path,
+  // Check() for every path `job` makes the worker touch: model.torchscript.path, data.path,
   // eval.path and, when checkpoints are on, checkpoint.dir. The first refusal.
-  absl::Status CheckJob(const zpipe::v1::JobSpec& spec) const;
+  absl::Status CheckJob(const JobSettings& job) const;
 
   const std::vector<std::filesystem::path>& roots() const { return roots_; }
 

@@ -83,21 +83,21 @@ TEST_F(DataRootsTest, DefaultIsTheWorkingDirectoryAndRelativePathsAreAgainstIt) 
 TEST_F(DataRootsTest, CheckJobCoversModelDataEvalAndCheckpoints) {
   auto roots = DataRoots::Make({P("data")});
   ASSERT_TRUE(roots.ok());
-  v1::JobSpec spec;
-  spec.mutable_model()->mutable_torchscript()->set_path(P("data/model.pt"));
-  spec.mutable_data()->set_path(P("data/train.bin"));
-  spec.mutable_eval()->set_path(P("data/eval.bin"));
-  spec.mutable_checkpoint()->set_dir(P("elsewhere"));
-  EXPECT_TRUE(roots->CheckJob(spec).ok());  // checkpoints off: the dir is never touched
-  spec.mutable_checkpoint()->set_every(2);
-  EXPECT_THAT(roots->CheckJob(spec).message(), HasSubstr("checkpoint.dir"));
-  spec.mutable_checkpoint()->set_dir(P("data/ckpt"));
-  EXPECT_TRUE(roots->CheckJob(spec).ok());
-  spec.mutable_eval()->set_path(P("elsewhere/eval.bin"));
-  EXPECT_THAT(roots->CheckJob(spec).message(), HasSubstr("eval.path"));
-  spec.mutable_eval()->clear_path();
-  spec.mutable_model()->mutable_torchscript()->set_path("/etc/passwd");
-  EXPECT_THAT(roots->CheckJob(spec).message(), HasSubstr("model.torchscript.path '/etc/passwd'"));
+  JobSettings job;
+  job.model = TorchScriptSource{.path = P("data/model.pt"), .cuts = {}};
+  job.data = TokenDataConfig{.path = P("data/train.bin"), .dtype = "uint16", .shuffle_seed = {}};
+  job.eval = EvalConfig{.path = P("data/eval.bin"), .every = 1, .batches = 1};
+  EXPECT_TRUE(roots->CheckJob(job).ok());  // checkpoints off: no dir is touched
+  job.checkpoint =
+      CheckpointConfig{.dir = P("elsewhere"), .every = 2, .keep = 0, .skip_errors = false};
+  EXPECT_THAT(roots->CheckJob(job).message(), HasSubstr("checkpoint.dir"));
+  job.checkpoint->dir = P("data/ckpt");
+  EXPECT_TRUE(roots->CheckJob(job).ok());
+  job.eval->path = P("elsewhere/eval.bin");
+  EXPECT_THAT(roots->CheckJob(job).message(), HasSubstr("eval.path"));
+  job.eval.reset();
+  job.model = TorchScriptSource{.path = "/etc/passwd", .cuts = {}};
+  EXPECT_THAT(roots->CheckJob(job).message(), HasSubstr("model.torchscript.path '/etc/passwd'"));
 }
 
 TEST_F(DataRootsTest, ARootThatIsNotADirectoryIsRefusedNamingTheFlag) {

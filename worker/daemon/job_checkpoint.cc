@@ -1,7 +1,5 @@
 #include "worker/daemon/job_checkpoint.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -104,22 +102,16 @@ absl::StatusOr<CheckpointManifest> CheckpointManifest::FromJson(absl::string_vie
   }
 }
 
-CheckpointManifest CheckpointManifest::ForJob(const zpipe::v1::Assignment& a,
-                                              const core::Plan& plan) {
+CheckpointManifest CheckpointManifest::ForJob(const JobConfig& job) {
   CheckpointManifest m;
-  m.job_name = a.spec().name();
-  m.job_id = a.job_id();
-  m.schedule = a.spec().schedule().kind();
-  m.pipeline = plan.num_ranks();
-  m.data = std::max(1, a.data_size());
-  m.stages = plan.num_stages();
-  m.optimizer = a.spec().train().optimizer().empty() ? "adamw" : a.spec().train().optimizer();
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  if (!google::protobuf::util::MessageToJsonString(a.spec().model(), &m.model_json, options).ok()) {
-    m.model_json = "{}";
-  }
+  m.job_name = job.settings.name;
+  m.job_id = job.job_id;
+  m.schedule = job.settings.schedule;
+  m.pipeline = job.plan.num_ranks();
+  m.data = job.rank.data_size;
+  m.stages = job.plan.num_stages();
+  m.optimizer = std::string(OptimizerName(job.settings.train.optimizer));
+  m.model_json = job.settings.model_json;
   return m;
 }
 
@@ -139,13 +131,12 @@ std::string DescribeMismatch(const CheckpointManifest& saved, const CheckpointMa
   return absl::StrJoin(diffs, "; ");
 }
 
-absl::StatusOr<fs::path> CheckpointRoot(const zpipe::v1::JobSpec& spec) {
-  const std::string& name = spec.name();
+absl::StatusOr<fs::path> CheckpointRoot(const std::string& dir, const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec.name '", name, "' cannot name a checkpoint directory under spec.checkpoint.dir"));
   }
-  return fs::path(spec.checkpoint().dir()) / name;
+  return fs::path(dir) / name;
 }
 
 namespace {
@@ -264,49 +255,58 @@ absl::StatusOr<std::vector<fs::path>> PruneCheckpoints(const fs::path& root, int
 }
 
 absl::StatusOr<std::unique_ptr<JobCheckpointer>> JobCheckpointer::Make(
-    const zpipe::v1::Assignment& a, const core::Plan& plan, JobCheckpointerOptions options) {
-  if (a.spec().checkpoint().every() <= 0) return std::unique_ptr<JobCheckpointer>();
-  absl::StatusOr<fs::path> root = CheckpointRoot(a.spec());
+    const JobConfig& job, JobCheckpointerOptions options) {
+  if (!job.settings.checkpoint) return std::unique_ptr<JobCheckpointer>();
+  const CheckpointConfig& config = *job.settings.checkpoint;
+  absl::StatusOr<fs::path> root = CheckpointRoot(config.dir, job.settings.name);
   if (!root.ok()) return root.status();
+  const core::Plan& plan = job.plan;
   std::unique_ptr<JobCheckpointer> c(new JobCheckpointer());
-  c->assignment_ = a;
-  c->job_ = CheckpointManifest::ForJob(a, plan);
+  c->job_id_ = job.job_id;
+  c->rendezvous_prefix_ = job.rendezvous_prefix;
+  c->rank_ = job.rank;
+  c->job_ = CheckpointManifest::ForJob(job);
   c->root_ = *root;
-  c->every_ = a.spec().checkpoint().every();
-  c->iterations_ = a.spec().train().iterations();
-  c->keep_ = std::max(0, a.spec().checkpoint().keep());
-  c->skip_errors_ = a.spec().checkpoint().on_error() == zpipe::v1::CHECKPOINT_ON_ERROR_SKIP;
+  c->every_ = config.every;
+  c->iterations_ = job.settings.train.iterations;
+  c->keep_ = config.keep;
+  c->skip_errors_ = config.skip_errors;
   c->background_ = options.background;
-  c->writer_ = a.data_rank() == 0;
+  c->writer_ = job.rank.data_rank == 0;
   c->writes_manifest_ =
-      c->writer_ && plan.placement.RankOf(plan.num_stages() - 1) == a.pipeline_rank();
+      c->writer_ && plan.placement.RankOf(plan.num_stages() - 1) == job.rank.pipeline_rank;
   for (int ch = 0; ch < plan.placement.chunks_per_rank(); ++ch) {
-    c->stages_.push_back(plan.placement.StageOf(a.pipeline_rank(), ch));
+    c->stages_.push_back(plan.placement.StageOf(job.rank.pipeline_rank, ch));
   }
   if (c->writer_) {
-    // Fail now, not after the first `every` iterations, when the directory is unusable.
-    std::error_code ec;
-    fs::create_directories(c->root_, ec);
-    if (ec) {
-      return absl::FailedPreconditionError(absl::StrCat("spec.checkpoint.dir: cannot create '",
-                                                        c->root_.string(), "': ", FsError(ec),
-                                                        " (it must be writable by every worker)"));
-    }
-    const fs::path probe = c->root_ / absl::StrCat(".write-test-rank-", a.pipeline_rank());
-    if (absl::Status st = WriteFileAtomically(probe, ""); !st.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("spec.checkpoint.dir: cannot write in '",
-                                                        c->root_.string(), "': ", st.message()));
-    }
-    fs::remove(probe, ec);
+    if (absl::Status st = c->ProbeRoot(); !st.ok()) return st;
   }
   return c;
 }
 
+absl::Status JobCheckpointer::ProbeRoot() const {
+  // Fail now, not after the first `every` iterations, when the directory is unusable.
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("spec.checkpoint.dir: cannot create '",
+                                                      root_.string(), "': ", FsError(ec),
+                                                      " (it must be writable by every worker)"));
+  }
+  const fs::path probe = root_ / absl::StrCat(".write-test-rank-", rank_.pipeline_rank);
+  if (absl::Status st = WriteFileAtomically(probe, ""); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("spec.checkpoint.dir: cannot write in '",
+                                                      root_.string(), "': ", st.message()));
+  }
+  fs::remove(probe, ec);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> JobCheckpointer::Resume(Executor& executor, KeyValueStore& store,
                                             absl::Duration timeout) {
-  const std::string key = absl::StrCat(assignment_.rendezvous_prefix(), kResumeKey);
+  const std::string key = absl::StrCat(rendezvous_prefix_, kResumeKey);
   std::string decision;  // "none", "resume <K>" or "error <message>"
-  if (assignment_.global_rank() == 0) {
+  if (rank_.global_rank == 0) {
     absl::StatusOr<std::optional<ResumePoint>> point = FindResumePoint(root_, job_, iterations_);
     if (!point.ok()) {
       decision = absl::StrCat("error ", point.status().message().substr(0, 64 * 1024));
@@ -329,23 +329,22 @@ absl::StatusOr<int> JobCheckpointer::Resume(Executor& executor, KeyValueStore& s
   if (absl::ConsumePrefix(&rest, "error ")) return absl::FailedPreconditionError(rest);
   int k = 0;
   if (!absl::ConsumePrefix(&rest, "resume ") || !absl::SimpleAtoi(rest, &k)) {
-    Log(absl::StrCat("job ", assignment_.job_id(), ": no checkpoint to resume under ",
-                     root_.string(), "; starting at iteration 0"));
+    Log(absl::StrCat("job ", job_id_, ": no checkpoint to resume under ", root_.string(),
+                     "; starting at iteration 0"));
     return 0;
   }
   const fs::path dir = root_ / IterDirName(k);
   if (absl::Status st = LoadStageCheckpoints(executor, dir); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("resuming from checkpoint: ", st.message()));
   }
-  Log(absl::StrCat("job ", assignment_.job_id(), ": rank ", assignment_.pipeline_rank(), "/",
-                   assignment_.data_rank(), " resumed from ", dir.string(),
-                   "; starting at iteration ", k));
+  Log(absl::StrCat("job ", job_id_, ": rank ", rank_.pipeline_rank, "/", rank_.data_rank,
+                   " resumed from ", dir.string(), "; starting at iteration ", k));
   return k;
 }
 
 JobCheckpointer::~JobCheckpointer() {
   if (absl::Status st = writer_thread_.Wait(); !st.ok()) {
-    Log(absl::StrCat("job ", assignment_.job_id(), ": ", st.message()));
+    Log(absl::StrCat("job ", job_id_, ": ", st.message()));
   }
 }
 
@@ -360,7 +359,7 @@ absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<Stage
         absl::StrCat("checkpoint: cannot create '", dir.string(), "': ", FsError(ec)));
   }
   // Incomplete until this rank's marker is back: a rewrite never looks complete half-way.
-  const fs::path marker = dir / MarkerName(assignment_.pipeline_rank());
+  const fs::path marker = dir / MarkerName(rank_.pipeline_rank);
   fs::remove(marker, ec);
   if (writes_manifest_) fs::remove(dir / kManifest, ec);
   if (absl::Status st = WriteStageSnapshots(stages, dir); !st.ok()) {
@@ -370,8 +369,8 @@ absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<Stage
     return absl::Status(st.code(), absl::StrCat("checkpoint: ", st.message()));
   }
   json m;
-  m["job_id"] = assignment_.job_id();
-  m["pipeline_rank"] = assignment_.pipeline_rank();
+  m["job_id"] = job_id_;
+  m["pipeline_rank"] = rank_.pipeline_rank;
   m["stages"] = stages_;
   m["iteration"] = completed;
   if (absl::Status st = WriteFileAtomically(marker, m.dump() + "\n"); !st.ok()) {
@@ -384,14 +383,14 @@ absl::Status JobCheckpointer::Write(const fs::path& dir, const std::vector<Stage
     if (absl::Status st = WriteFileAtomically(dir / kManifest, manifest.ToJson()); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("checkpoint: ", st.message()));
     }
-    Log(absl::StrCat("job ", assignment_.job_id(), ": checkpoint ", dir.string(), " written",
+    Log(absl::StrCat("job ", job_id_, ": checkpoint ", dir.string(), " written",
                      loss ? absl::StrCat(" (loss ", *loss, ")") : ""));
   }
   // Every writer prunes after its own write, so the last one to finish sees this checkpoint
   // complete. Pruning problems never fail the job.
   absl::StatusOr<std::vector<fs::path>> removed = PruneCheckpoints(root_, keep_);
   if (!removed.ok()) {
-    Log(absl::StrCat("job ", assignment_.job_id(), ": ", removed.status().message()));
+    Log(absl::StrCat("job ", job_id_, ": ", removed.status().message()));
   }
   return absl::OkStatus();
 }
@@ -412,7 +411,7 @@ absl::Status JobCheckpointer::Collect(absl::Status result, Step& step) const {
   if (result.ok()) return result;
   if (!skip_errors_) return result;
   Log(absl::StrCat(
-      "job ", assignment_.job_id(), ": rank ", assignment_.pipeline_rank(),
+      "job ", job_id_, ": rank ", rank_.pipeline_rank,
       ": checkpoint skipped (checkpoint.on_error: skip), training goes on: ", result.message()));
   absl::StrAppend(&step.skipped, step.skipped.empty() ? "" : "; ", result.message());
   return absl::OkStatus();

@@ -47,9 +47,9 @@
 #include "core/plan.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/daemon/checkpoint_writer.h"
+#include "worker/daemon/job_config.h"
 #include "worker/executor/checkpoint.h"
 #include "worker/executor/executor.h"
-#include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::worker {
 
@@ -61,7 +61,7 @@ struct CheckpointManifest {
   int data = 0;      // d
   int stages = 0;    // S
   std::string optimizer;
-  std::string model_json;  // the job's ModelSpec in proto JSON (field names as in the .proto)
+  std::string model_json;  // the job's ModelSpec in proto JSON (JobSettings::model_json)
   int iteration = 0;       // K: iterations done; the resumed job starts at iteration K
   std::optional<double> loss;
 
@@ -69,15 +69,17 @@ struct CheckpointManifest {
   // InvalidArgument when `json` is not a manifest.
   static absl::StatusOr<CheckpointManifest> FromJson(absl::string_view json);
   // This job's manifest (iteration 0, no loss).
-  static CheckpointManifest ForJob(const zpipe::v1::Assignment& assignment, const core::Plan& plan);
+  static CheckpointManifest ForJob(const JobConfig& job);
 };
 
 // Empty when a checkpoint with `saved` can be loaded by a job with `job`; else every difference,
 // e.g. "model.gpt.hidden is 32 in the checkpoint, 64 in this job".
 std::string DescribeMismatch(const CheckpointManifest& saved, const CheckpointManifest& job);
 
-// DIR/NAME. InvalidArgument for a name that cannot name a directory ("." or "..").
-absl::StatusOr<std::filesystem::path> CheckpointRoot(const zpipe::v1::JobSpec& spec);
+// DIR/NAME for checkpoint.dir `dir` and spec.name `name`. InvalidArgument for a name that cannot
+// name a directory ("." or "..").
+absl::StatusOr<std::filesystem::path> CheckpointRoot(const std::string& dir,
+                                                     const std::string& name);
 
 // A failed checkpoint write marked permanent (permanent_error.h) when another attempt would meet
 // the same disk: full (ENOSPC, EDQUOT, EFBIG), refusing (EACCES, EPERM, EROFS), or the path is
@@ -116,11 +118,11 @@ struct JobCheckpointerOptions {
 // One rank's side of checkpointing a job.
 class JobCheckpointer {
  public:
-  // nullptr when the job does not checkpoint (checkpoint.every == 0). On ranks that write
+  // nullptr when the job does not checkpoint (no job.settings.checkpoint). On ranks that write
   // (data rank 0), creates DIR/NAME and checks it is writable: an error then names the path.
-  static absl::StatusOr<std::unique_ptr<JobCheckpointer>> Make(
-      const zpipe::v1::Assignment& assignment, const core::Plan& plan,
-      JobCheckpointerOptions options = {});
+  // Checkpoints follow `job.plan`'s placement (a re-plan keeps it).
+  static absl::StatusOr<std::unique_ptr<JobCheckpointer>> Make(const JobConfig& job,
+                                                               JobCheckpointerOptions options = {});
   // Waits for the write in flight; an error it had is logged only (call Finish to see it).
   ~JobCheckpointer();
 
@@ -155,13 +157,17 @@ class JobCheckpointer {
 
  private:
   JobCheckpointer() = default;
+  // Creates root_ and writes a probe file into it.
+  absl::Status ProbeRoot() const;
   // The write of one checkpoint (on the writer's thread): stage files, marker, manifest, prune.
   absl::Status Write(const std::filesystem::path& dir, const std::vector<StageSnapshot>& stages,
                      int completed, std::optional<double> loss) const;
   // Applies on_error to a finished write's result: OK, an error (fail), or noted in `step`.
   absl::Status Collect(absl::Status result, Step& step) const;
 
-  zpipe::v1::Assignment assignment_;
+  std::string job_id_;
+  std::string rendezvous_prefix_;  // of the job attempt's rendezvous keys
+  RankPosition rank_;
   CheckpointManifest job_;
   std::filesystem::path root_;
   int every_ = 0;

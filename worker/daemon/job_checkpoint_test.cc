@@ -45,27 +45,27 @@ core::Plan OneRankPlan() {
   return *plan;
 }
 
-zpipe::v1::Assignment OneRankAssignment(const fs::path& dir, int every, int iterations,
-                                        int hidden = 16) {
-  zpipe::v1::Assignment a;
-  a.set_job_id("job-1");
-  a.set_pipeline_size(1);
-  a.set_data_size(1);
-  a.set_rendezvous_prefix("job-1/a1/");
-  auto* spec = a.mutable_spec();
-  spec->set_name("ckpt-job");
-  auto* gpt = spec->mutable_model()->mutable_gpt();
-  gpt->set_layers(4);
-  gpt->set_hidden(hidden);
-  gpt->set_heads(2);
-  gpt->set_seq_len(8);
-  gpt->set_vocab(32);
-  spec->mutable_schedule()->set_kind("1f1b");
-  spec->mutable_train()->set_iterations(iterations);
-  spec->mutable_train()->set_optimizer("adamw");
-  spec->mutable_checkpoint()->set_every(every);
-  spec->mutable_checkpoint()->set_dir(dir.string());
-  return a;
+// A GPT job of one rank checkpointing every `every` iterations (none at 0) under `dir`.
+JobConfig OneRankJob(const fs::path& dir, int every, int iterations, int hidden = 16) {
+  JobConfig job;
+  job.job_id = "job-1";
+  job.rendezvous_prefix = "job-1/a1/";
+  job.plan = OneRankPlan();
+  JobSettings& s = job.settings;
+  s.name = "ckpt-job";
+  s.schedule = "1f1b";
+  const model::GptConfig gpt{.layers = 4, .hidden = hidden, .heads = 2, .seq_len = 8, .vocab = 32};
+  s.model = GptSource{gpt};
+  // As job_proto.cc renders the model spec.
+  s.model_json = absl::StrCat(R"({"gpt":{"layers":4,"hidden":)", hidden,
+                              R"(,"heads":2,"seq_len":8,"vocab":32}})");
+  s.train.iterations = iterations;
+  s.train.optimizer = Optimizer::kAdamW;
+  if (every > 0) {
+    s.checkpoint =
+        CheckpointConfig{.dir = dir.string(), .every = every, .keep = 0, .skip_errors = false};
+  }
+  return job;
 }
 
 // A one-stage executor for `a`'s model.
@@ -76,26 +76,21 @@ struct OneRank {
   std::optional<model::SyntheticTokenData> data;
 };
 
-std::unique_ptr<OneRank> MakeOneRank(const zpipe::v1::Assignment& a, uint64_t seed) {
+std::unique_ptr<OneRank> MakeOneRank(const JobConfig& job, uint64_t seed) {
   auto out = std::make_unique<OneRank>();
   CommunicatorOptions opts;
   opts.pipeline_size = 1;
   auto comm = NewTcpCommunicator(opts, *out->store);
   EXPECT_TRUE(comm.ok()) << comm.status();
   out->comm = *std::move(comm);
-  const auto& g = a.spec().model().gpt();
-  const model::GptConfig config{.layers = g.layers(),
-                                .hidden = g.hidden(),
-                                .heads = g.heads(),
-                                .seq_len = g.seq_len(),
-                                .vocab = g.vocab()};
+  const model::GptConfig& config = std::get<GptSource>(job.settings.model).config;
   model::StageOptions so;
   so.seed = seed;
   auto stage = model::MakeGptStage(config, so);
   EXPECT_TRUE(stage.ok()) << stage.status();
   std::vector<std::unique_ptr<model::Stage>> stages;
   stages.push_back(*std::move(stage));
-  auto data = model::SyntheticTokenData::Make(1, g.vocab(), g.seq_len(), 2);
+  auto data = model::SyntheticTokenData::Make(1, config.vocab, config.seq_len, 2);
   EXPECT_TRUE(data.ok());
   out->data.emplace(*std::move(data));
   ExecutorConfig ec;
@@ -165,8 +160,8 @@ class FileSizeLimit {
 
 TEST(JobCheckpointTest, SavesEveryNAndAtTheEndAndResumesFromTheLatest) {
   TempDir dir;
-  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 5);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  const JobConfig a = OneRankJob(dir.path(), 2, 5);
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   ASSERT_NE(*ckpt, nullptr);
   auto rank = MakeOneRank(a, 1);
@@ -201,8 +196,8 @@ TEST(JobCheckpointTest, SavesEveryNAndAtTheEndAndResumesFromTheLatest) {
 
   // The same job, longer: a fresh rank (another init seed) resumes at 5 and goes on as if never
   // stopped; a run from the iter-4 checkpoint reproduces iteration 4's loss exactly.
-  zpipe::v1::Assignment longer = OneRankAssignment(dir.path(), 2, 7);
-  auto ckpt2 = JobCheckpointer::Make(longer, OneRankPlan());
+  JobConfig longer = OneRankJob(dir.path(), 2, 7);
+  auto ckpt2 = JobCheckpointer::Make(longer);
   ASSERT_TRUE(ckpt2.ok()) << ckpt2.status();
   auto fresh = MakeOneRank(longer, 99);
   auto resumed = (*ckpt2)->Resume(*fresh->exec, *fresh->store, absl::Seconds(5));
@@ -215,30 +210,30 @@ TEST(JobCheckpointTest, SavesEveryNAndAtTheEndAndResumesFromTheLatest) {
   // iter-5 and iter-7 lose their marker (a crash mid-save): the latest complete one is iter-6.
   fs::remove(root / "iter-7" / "rank-0.done");
   fs::remove(root / "iter-5" / "manifest.json");
-  auto point = FindResumePoint(root, CheckpointManifest::ForJob(longer, OneRankPlan()), 7);
+  auto point = FindResumePoint(root, CheckpointManifest::ForJob(longer), 7);
   ASSERT_TRUE(point.ok()) << point.status();
   ASSERT_TRUE(point->has_value());
   EXPECT_EQ((*point)->manifest.iteration, 6);
   EXPECT_EQ((*point)->dir, root / "iter-6");
   // A job of 4 iterations resumes at 4 at the latest.
-  point = FindResumePoint(root, CheckpointManifest::ForJob(a, OneRankPlan()), 4);
+  point = FindResumePoint(root, CheckpointManifest::ForJob(a), 4);
   ASSERT_TRUE(point.ok() && point->has_value());
   EXPECT_EQ((*point)->manifest.iteration, 4);
 }
 
 TEST(JobCheckpointTest, OtherRanksFollowGlobalRankZerosDecision) {
   TempDir dir;
-  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 2);
+  JobConfig a = OneRankJob(dir.path(), 1, 2);
   auto rank = MakeOneRank(a, 1);
-  auto writer = JobCheckpointer::Make(a, OneRankPlan());
+  auto writer = JobCheckpointer::Make(a);
   ASSERT_TRUE(writer.ok()) << writer.status();
   Train(*rank, **writer, 0, 2);
   // A replica (data rank 1) of a job with d = 2: it writes nothing and waits for the decision.
-  zpipe::v1::Assignment replica = OneRankAssignment(dir.path(), 1, 3);
-  replica.set_data_size(2);
-  replica.set_data_rank(1);
-  replica.set_global_rank(1);
-  auto follower = JobCheckpointer::Make(replica, OneRankPlan());
+  JobConfig replica = OneRankJob(dir.path(), 1, 3);
+  replica.rank.data_size = 2;
+  replica.rank.data_rank = 1;
+  replica.rank.global_rank = 1;
+  auto follower = JobCheckpointer::Make(replica);
   ASSERT_TRUE(follower.ok()) << follower.status();
   auto other = MakeOneRank(replica, 5);
   absl::StatusOr<int> waited =
@@ -259,15 +254,15 @@ TEST(JobCheckpointTest, OtherRanksFollowGlobalRankZerosDecision) {
 
 TEST(JobCheckpointTest, AMismatchedCheckpointFailsNamingWhatDiffers) {
   TempDir dir;
-  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 1, /*hidden=*/16);
+  const JobConfig a = OneRankJob(dir.path(), 1, 1, /*hidden=*/16);
   auto rank = MakeOneRank(a, 1);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   Train(*rank, **ckpt, 0, 1);
 
-  zpipe::v1::Assignment wide = OneRankAssignment(dir.path(), 1, 3, /*hidden=*/32);
-  wide.mutable_spec()->mutable_train()->set_optimizer("sgd");
-  auto ckpt2 = JobCheckpointer::Make(wide, OneRankPlan());
+  JobConfig wide = OneRankJob(dir.path(), 1, 3, /*hidden=*/32);
+  wide.settings.train.optimizer = Optimizer::kSgd;
+  auto ckpt2 = JobCheckpointer::Make(wide);
   ASSERT_TRUE(ckpt2.ok()) << ckpt2.status();
   auto other = MakeOneRank(wide, 1);
   auto k = (*ckpt2)->Resume(*other->exec, *other->store, absl::Seconds(1));
@@ -290,7 +285,7 @@ TEST(JobCheckpointTest, AnUnusableDirectoryFailsAtTheStartNamingThePath) {
   TempDir dir;
   std::ofstream(dir.path() / "a-file") << "x";
   const fs::path bad = dir.path() / "a-file" / "ckpts";
-  auto ckpt = JobCheckpointer::Make(OneRankAssignment(bad, 1, 1), OneRankPlan());
+  auto ckpt = JobCheckpointer::Make(OneRankJob(bad, 1, 1));
   ASSERT_FALSE(ckpt.ok());
   EXPECT_EQ(ckpt.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(ckpt.status().message().find((bad / "ckpt-job").string()), std::string::npos)
@@ -301,18 +296,18 @@ TEST(JobCheckpointTest, AnUnusableDirectoryFailsAtTheStartNamingThePath) {
 
 TEST(JobCheckpointTest, OffWithoutEveryAndNamesThatCannotBeDirectories) {
   TempDir dir;
-  auto off = JobCheckpointer::Make(OneRankAssignment(dir.path(), 0, 1), OneRankPlan());
+  auto off = JobCheckpointer::Make(OneRankJob(dir.path(), 0, 1));
   ASSERT_TRUE(off.ok());
   EXPECT_EQ(*off, nullptr);
-  zpipe::v1::Assignment dots = OneRankAssignment(dir.path(), 1, 1);
-  dots.mutable_spec()->set_name("..");
-  auto bad = JobCheckpointer::Make(dots, OneRankPlan());
+  JobConfig dots = OneRankJob(dir.path(), 1, 1);
+  dots.settings.name = "..";
+  auto bad = JobCheckpointer::Make(dots);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
 }
 
 TEST(JobCheckpointTest, ManifestRoundTripsAndMismatchIsEmptyForTheSameModel) {
-  zpipe::v1::Assignment a = OneRankAssignment("/x", 1, 1);
-  CheckpointManifest m = CheckpointManifest::ForJob(a, OneRankPlan());
+  JobConfig a = OneRankJob("/x", 1, 1);
+  CheckpointManifest m = CheckpointManifest::ForJob(a);
   m.iteration = 3;
   m.loss = 2.5;
   auto back = CheckpointManifest::FromJson(m.ToJson());
@@ -321,18 +316,18 @@ TEST(JobCheckpointTest, ManifestRoundTripsAndMismatchIsEmptyForTheSameModel) {
   EXPECT_EQ(back->loss, 2.5);
   EXPECT_EQ(DescribeMismatch(*back, m), "");
   // Schedule, p, d, lr and iterations may change between runs.
-  a.mutable_spec()->mutable_schedule()->set_kind("zb-h1");
-  a.mutable_spec()->mutable_train()->set_lr(1);
-  a.set_data_size(4);
-  EXPECT_EQ(DescribeMismatch(*back, CheckpointManifest::ForJob(a, OneRankPlan())), "");
+  a.settings.schedule = "zb-h1";
+  a.settings.train.lr = 1;
+  a.rank.data_size = 4;
+  EXPECT_EQ(DescribeMismatch(*back, CheckpointManifest::ForJob(a)), "");
   EXPECT_FALSE(CheckpointManifest::FromJson("{}").ok());
   EXPECT_FALSE(CheckpointManifest::FromJson("not json").ok());
 }
 
 TEST(JobCheckpointTest, ABackgroundWriteHoldsTheSameBytesAsASynchronousSave) {
   TempDir dir, sync_dir;
-  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 3);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  const JobConfig a = OneRankJob(dir.path(), 1, 3);
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   auto rank = MakeOneRank(a, 1);
   ASSERT_TRUE(rank->exec->RunIteration(0).ok());
@@ -353,8 +348,7 @@ TEST(JobCheckpointTest, ABackgroundWriteHoldsTheSameBytesAsASynchronousSave) {
                                         << foreground.size() << " bytes, contents differ";
   // And the synchronous mode of the checkpointer writes those bytes too.
   TempDir dir2;
-  auto sync_ckpt = JobCheckpointer::Make(OneRankAssignment(dir2.path(), 1, 3), OneRankPlan(),
-                                         {.background = false});
+  auto sync_ckpt = JobCheckpointer::Make(OneRankJob(dir2.path(), 1, 3), {.background = false});
   ASSERT_TRUE(sync_ckpt.ok()) << sync_ckpt.status();
   auto again = MakeOneRank(a, 1);
   ASSERT_TRUE(again->exec->RunIteration(0).ok());
@@ -364,8 +358,8 @@ TEST(JobCheckpointTest, ABackgroundWriteHoldsTheSameBytesAsASynchronousSave) {
 
 TEST(JobCheckpointTest, AFailedWriteFailsNamingTheFileAndTheOsErrorAndLeavesNoTemporaryFile) {
   TempDir dir;
-  const zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 5);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  const JobConfig a = OneRankJob(dir.path(), 2, 5);
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   auto rank = MakeOneRank(a, 1);
   const fs::path root = dir.path() / "ckpt-job";
@@ -409,9 +403,9 @@ TEST(JobCheckpointTest, AFailedWriteFailsNamingTheFileAndTheOsErrorAndLeavesNoTe
 
 TEST(JobCheckpointTest, OnErrorSkipReportsTheFailureAndTheNextCheckpointIsComplete) {
   TempDir dir;
-  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 2, 6);
-  a.mutable_spec()->mutable_checkpoint()->set_on_error(zpipe::v1::CHECKPOINT_ON_ERROR_SKIP);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  JobConfig a = OneRankJob(dir.path(), 2, 6);
+  a.settings.checkpoint->skip_errors = true;
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   auto rank = MakeOneRank(a, 1);
   std::string skipped;
@@ -450,7 +444,7 @@ void FakeCheckpoint(const fs::path& root, int k, bool complete) {
   fs::create_directories(dir);
   std::ofstream(dir / "stage-0.pt") << "x";
   if (!complete) return;
-  CheckpointManifest m = CheckpointManifest::ForJob(OneRankAssignment("/x", 1, 9), OneRankPlan());
+  CheckpointManifest m = CheckpointManifest::ForJob(OneRankJob("/x", 1, 9));
   m.iteration = k;
   std::ofstream(dir / "manifest.json") << m.ToJson();
   std::ofstream(dir / "rank-0.done") << "{}";
@@ -504,9 +498,9 @@ TEST(JobCheckpointTest, PruneKeepsTheNewestCompleteOnesAndIncompleteOnesNewerTha
 
 TEST(JobCheckpointTest, KeepLeavesTheNewestCheckpointsOfARun) {
   TempDir dir;
-  zpipe::v1::Assignment a = OneRankAssignment(dir.path(), 1, 5);
-  a.mutable_spec()->mutable_checkpoint()->set_keep(2);
-  auto ckpt = JobCheckpointer::Make(a, OneRankPlan());
+  JobConfig a = OneRankJob(dir.path(), 1, 5);
+  a.settings.checkpoint->keep = 2;
+  auto ckpt = JobCheckpointer::Make(a);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   auto rank = MakeOneRank(a, 1);
   Train(*rank, **ckpt, 0, 5);

@@ -1,6 +1,7 @@
 #include "worker/daemon/job_log.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_split.h"
@@ -72,17 +73,11 @@ void JobLog::End() {
 }
 
 void JobLog::Write(absl::Time time, std::string_view line) {
-  const int64_t seconds = absl::ToUnixSeconds(time);
-  const auto nanos =
-      static_cast<int32_t>(absl::ToInt64Nanoseconds(time - absl::FromUnixSeconds(seconds)));
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_) return;
   for (absl::string_view part : absl::StrSplit(absl::string_view(line.data(), line.size()), '\n')) {
     if (!part.empty() && part.back() == '\r') part.remove_suffix(1);
-    zpipe::v1::LogLine& out = lines_.emplace_back();
-    out.mutable_time()->set_seconds(seconds);
-    out.mutable_time()->set_nanos(nanos);
-    out.set_text(CleanLogLine(std::string_view(part.data(), part.size())));
+    lines_.push_back({time, CleanLogLine(std::string_view(part.data(), part.size()))});
     if (lines_.size() > max_lines_) {
       lines_.pop_front();
       ++dropped_;
@@ -90,19 +85,19 @@ void JobLog::Write(absl::Time time, std::string_view line) {
   }
 }
 
-std::optional<zpipe::v1::WorkerMessage> JobLog::Take() {
+std::optional<JobLogBatch> JobLog::Take() {
   std::lock_guard<std::mutex> lock(mu_);
   if (lines_.empty() && dropped_ == 0) return std::nullopt;
   if (job_id_.empty()) return std::nullopt;
-  zpipe::v1::WorkerMessage message;
-  zpipe::v1::JobLogBatch* batch = message.mutable_log();
-  batch->set_job_id(job_id_);
-  batch->set_pipeline_rank(pipeline_rank_);
-  batch->set_data_rank(data_rank_);
-  batch->set_dropped_lines(std::exchange(dropped_, 0));
-  for (zpipe::v1::LogLine& line : lines_) *batch->add_lines() = std::move(line);
+  JobLogBatch batch;
+  batch.job_id = job_id_;
+  batch.pipeline_rank = pipeline_rank_;
+  batch.data_rank = data_rank_;
+  batch.dropped_lines = std::exchange(dropped_, 0);
+  batch.lines.assign(std::make_move_iterator(lines_.begin()),
+                     std::make_move_iterator(lines_.end()));
   lines_.clear();
-  return message;
+  return batch;
 }
 
 }  // namespace zpipe::worker

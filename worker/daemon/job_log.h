@@ -15,13 +15,27 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/time/time.h"
 #include "util/log.h"
-#include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::worker {
 
 inline constexpr size_t kMaxLogLineBytes = 4096;
+
+// The lines of one rank taken at once, oldest first (sent as worker.proto JobLogBatch).
+struct JobLogBatch {
+  struct Line {
+    absl::Time time;   // when the worker wrote it
+    std::string text;  // CleanLogLine'd, without its newline
+  };
+  std::string job_id;
+  int pipeline_rank = 0;
+  int data_rank = 0;
+  std::vector<Line> lines;
+  uint64_t dropped_lines = 0;  // lines of this rank dropped to stay within the bound before these
+};
 
 // `text` as valid UTF-8 of at most kMaxLogLineBytes bytes (see above).
 std::string CleanLogLine(std::string_view text);
@@ -37,8 +51,8 @@ class JobLog : public LogSink {
   void End();
   // Splits `line` at newlines; each part is kept while a job runs.
   void Write(absl::Time time, std::string_view line) override;
-  // The waiting lines as a WorkerMessage{log}, or nullopt when none wait (and none were dropped).
-  std::optional<zpipe::v1::WorkerMessage> Take();
+  // The waiting lines, or nullopt when none wait (and none were dropped).
+  std::optional<JobLogBatch> Take();
 
  private:
   const size_t max_lines_;
@@ -47,7 +61,7 @@ class JobLog : public LogSink {
   std::string job_id_;
   int pipeline_rank_ = 0;
   int data_rank_ = 0;
-  std::deque<zpipe::v1::LogLine> lines_;
+  std::deque<JobLogBatch::Line> lines_;
   uint64_t dropped_ = 0;
 };
 

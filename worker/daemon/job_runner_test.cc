@@ -10,7 +10,7 @@ namespace {
 
 TEST(CanRunCudaJobsTest, ACpuWorkerSaysItWasStartedForTheCpu) {
   JobRunnerOptions o;
-  o.device_kind = zpipe::v1::DEVICE_KIND_CPU;
+  o.device_kind = DeviceKind::kCpu;
   const absl::Status st = CanRunCudaJobs(o);
   ASSERT_TRUE(absl::IsFailedPrecondition(st));
   EXPECT_NE(st.message().find("started for the CPU"), std::string::npos) << st;
@@ -19,7 +19,7 @@ TEST(CanRunCudaJobsTest, ACpuWorkerSaysItWasStartedForTheCpu) {
 
 TEST(CanRunCudaJobsTest, ACudaWorkerSaysWhatItLacks) {
   JobRunnerOptions o;
-  o.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
+  o.device_kind = DeviceKind::kCuda;
   o.device_index = 0;
   const absl::Status st = CanRunCudaJobs(o);
   if (!TorchHasCuda()) {
@@ -41,7 +41,7 @@ TEST(CanRunCudaJobsTest, ACudaWorkerSaysWhatItLacks) {
 TEST(CanRunCudaJobsTest, ADeviceIndexBeyondTheVisibleOnesIsRefused) {
   if (!TorchHasCuda()) GTEST_SKIP() << "a CPU-only LibTorch is refused before the index";
   JobRunnerOptions o;
-  o.device_kind = zpipe::v1::DEVICE_KIND_CUDA;
+  o.device_kind = DeviceKind::kCuda;
   o.device_index = 1000;
   const absl::Status st = CanRunCudaJobs(o);
   ASSERT_TRUE(absl::IsFailedPrecondition(st));

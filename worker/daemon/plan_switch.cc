@@ -15,7 +15,7 @@ std::string AnswerKey(int version, int global_rank) {
 
 }  // namespace
 
-void PlanUpdateChannel::Deliver(const zpipe::v1::PlanUpdate& update) {
+void PlanUpdateChannel::Deliver(const PlanUpdate& update) {
   std::lock_guard<std::mutex> lock(mu_);
   if (handler_) {
     handler_(update);
@@ -28,7 +28,7 @@ void PlanUpdateChannel::Attach(Handler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   handler_ = std::move(handler);
   if (!handler_) return;
-  for (const zpipe::v1::PlanUpdate& u : std::exchange(kept_, {})) handler_(u);
+  for (const PlanUpdate& u : std::exchange(kept_, {})) handler_(u);
 }
 
 PlanSwitcher::PlanSwitcher(KeyValueStore& store, const core::Plan& current, int version,
@@ -49,16 +49,16 @@ int PlanSwitcher::version() const {
   return version_;
 }
 
-void PlanSwitcher::Offer(const zpipe::v1::PlanUpdate& update) {
+void PlanSwitcher::Offer(const PlanUpdate& update) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (update.attempt() != attempt_ || update.plan_version() <= version_) return;
-  const bool in_time = started_ < update.switch_iteration();
+  if (update.attempt != attempt_ || update.plan_version <= version_) return;
+  const bool in_time = started_ < update.switch_iteration;
   // Under the lock: the job thread cannot start the switch iteration between this answer and
   // pending_ being set.
   absl::Status st =
-      store_.Set(AnswerKey(update.plan_version(), global_rank_), in_time ? "ok" : "late");
+      store_.Set(AnswerKey(update.plan_version, global_rank_), in_time ? "ok" : "late");
   if (!st.ok()) {
-    std::fprintf(stderr, "zpipe-worker: plan v%d: cannot answer: %s\n", update.plan_version(),
+    std::fprintf(stderr, "zpipe-worker: plan v%d: cannot answer: %s\n", update.plan_version,
                  st.ToString().c_str());
     return;
   }
@@ -66,38 +66,38 @@ void PlanSwitcher::Offer(const zpipe::v1::PlanUpdate& update) {
 }
 
 absl::StatusOr<std::optional<PlanSwitch>> PlanSwitcher::BeforeIteration(int iteration) {
-  zpipe::v1::PlanUpdate u;
+  PlanUpdate u;
   {
     std::lock_guard<std::mutex> lock(mu_);
     started_ = iteration;
-    if (!pending_ || iteration < pending_->switch_iteration()) return std::nullopt;
+    if (!pending_ || iteration < pending_->switch_iteration) return std::nullopt;
     u = *std::move(pending_);
     pending_.reset();
   }
   std::vector<std::string> keys;
-  for (int g = 0; g < world_size_; ++g) keys.push_back(AnswerKey(u.plan_version(), g));
+  for (int g = 0; g < world_size_; ++g) keys.push_back(AnswerKey(u.plan_version, g));
   absl::StatusOr<std::vector<std::string>> answers = store_.Wait(keys, absl::Now() + timeout_);
   if (!answers.ok()) {
     return absl::Status(
         answers.status().code(),
-        absl::StrCat("plan v", u.plan_version(), " at iteration ", iteration,
+        absl::StrCat("plan v", u.plan_version, " at iteration ", iteration,
                      ": waiting for every rank's answer: ", answers.status().message()));
   }
   for (const std::string& a : *answers) {
     if (a != "ok") return std::nullopt;  // a rank was late: every rank keeps the current plan
   }
-  absl::StatusOr<core::Plan> plan = core::ParsePlanText(u.plan_text());
+  absl::StatusOr<core::Plan> plan = core::ParsePlanText(u.plan_text);
   if (!plan.ok()) {
     return absl::InternalError(
-        absl::StrCat("plan v", u.plan_version(), ": ", plan.status().message()));
+        absl::StrCat("plan v", u.plan_version, ": ", plan.status().message()));
   }
   if (plan->num_ranks() != num_ranks_ || plan->num_stages() != num_stages_ ||
       plan->num_microbatches != num_microbatches_ || plan->placement.chunks_per_rank() != chunks_) {
     return absl::InternalError(
-        absl::StrCat("plan v", u.plan_version(), " has another shape than the running plan"));
+        absl::StrCat("plan v", u.plan_version, " has another shape than the running plan"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  version_ = u.plan_version();
+  version_ = u.plan_version;
   return PlanSwitch{*std::move(plan), version_};
 }
 

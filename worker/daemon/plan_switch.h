@@ -22,21 +22,30 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "worker/comm/key_value_store.h"
-#include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::worker {
 
+// "Run plan `plan_version` (plan_text) from iteration `switch_iteration` on", for one attempt of
+// the running job (worker.proto PlanUpdate, converted in job_proto.h).
+struct PlanUpdate {
+  int attempt = 0;
+  int plan_version = 0;
+  int switch_iteration = 0;
+  std::string plan_text;  // the full lowered plan; parsed when every rank agreed to switch
+};
+
 class PlanUpdateChannel {
  public:
-  using Handler = std::function<void(const zpipe::v1::PlanUpdate&)>;
+  using Handler = std::function<void(const PlanUpdate&)>;
   // Hands `update` to the attached handler (on this thread), or keeps it until one attaches.
-  void Deliver(const zpipe::v1::PlanUpdate& update);
+  void Deliver(const PlanUpdate& update);
   // Attaches `handler` (and hands it what was kept); Attach(nullptr) detaches, after which no
   // handler call is running or will run.
   void Attach(Handler handler);
@@ -44,7 +53,7 @@ class PlanUpdateChannel {
  private:
   std::mutex mu_;
   Handler handler_;
-  std::vector<zpipe::v1::PlanUpdate> kept_;
+  std::vector<PlanUpdate> kept_;
 };
 
 struct PlanSwitch {
@@ -61,7 +70,7 @@ class PlanSwitcher {
 
   // An update from the coordinator (session thread). Answers it in the store; errors from the
   // store are logged and leave the update unanswered (the job then fails at the wait).
-  void Offer(const zpipe::v1::PlanUpdate& update);
+  void Offer(const PlanUpdate& update);
 
   // On the job thread, before iteration `iteration` starts. Returns the plan to run from this
   // iteration on, or nullopt to keep the current one. Errors: the wait for the other ranks'
@@ -81,7 +90,7 @@ class PlanSwitcher {
   mutable std::mutex mu_;
   int version_;                                   // guarded by mu_
   int started_ = -1;                              // the iteration started last; guarded by mu_
-  std::optional<zpipe::v1::PlanUpdate> pending_;  // answered "ok"; guarded by mu_
+  std::optional<PlanUpdate> pending_;             // answered "ok"; guarded by mu_
 };
 
 }  // namespace zpipe::worker

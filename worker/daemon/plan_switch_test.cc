@@ -25,14 +25,11 @@ core::Plan MakePlan(const char* schedule, double w) {
   return planned->plan;
 }
 
-zpipe::v1::PlanUpdate Update(const core::Plan& plan, int version, int at) {
-  zpipe::v1::PlanUpdate u;
-  u.set_job_id("j");
-  u.set_attempt(1);
-  u.set_plan_version(version);
-  u.set_plan_text(core::PlanToText(plan));
-  u.set_switch_iteration(at);
-  return u;
+PlanUpdate Update(const core::Plan& plan, int version, int at) {
+  return PlanUpdate{.attempt = 1,
+                    .plan_version = version,
+                    .switch_iteration = at,
+                    .plan_text = core::PlanToText(plan)};
 }
 
 TEST(PlanSwitch, EveryRankInTimeSwitchesAtTheIteration) {
@@ -108,8 +105,8 @@ TEST(PlanSwitch, OtherAttemptsAndOldVersionsAreIgnored) {
   const core::Plan old_plan = MakePlan("zb-v", 1), new_plan = MakePlan("zb-v", 2);
   auto store = NewInMemoryStore();
   PlanSwitcher rank0(*store, old_plan, 3, 1, 0, 1, absl::Seconds(1));
-  zpipe::v1::PlanUpdate other = Update(new_plan, 4, 1);
-  other.set_attempt(2);
+  PlanUpdate other = Update(new_plan, 4, 1);
+  other.attempt = 2;
   rank0.Offer(other);
   rank0.Offer(Update(new_plan, 3, 1));  // not newer than the running version
   EXPECT_FALSE(*rank0.BeforeIteration(1));
@@ -118,12 +115,12 @@ TEST(PlanSwitch, OtherAttemptsAndOldVersionsAreIgnored) {
 
 TEST(PlanSwitch, ChannelKeepsUpdatesUntilAttached) {
   PlanUpdateChannel channel;
-  zpipe::v1::PlanUpdate u;
-  u.set_plan_version(7);
+  PlanUpdate u;
+  u.plan_version = 7;
   channel.Deliver(u);
   std::vector<int> seen;
-  channel.Attach([&](const zpipe::v1::PlanUpdate& x) { seen.push_back(x.plan_version()); });
-  u.set_plan_version(8);
+  channel.Attach([&](const PlanUpdate& x) { seen.push_back(x.plan_version); });
+  u.plan_version = 8;
   channel.Deliver(u);
   channel.Attach(nullptr);
   channel.Deliver(u);  // kept for a later handler, not delivered

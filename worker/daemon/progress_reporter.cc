@@ -76,6 +76,44 @@ void ProgressReporter::Flush() {
   SendQueued(batch);
 }
 
+bool ProgressReporter::ReportIteration(const IterationReport& r) {
+  zpipe::v1::WorkerMessage msg;
+  zpipe::v1::IterationReport* report = msg.mutable_iteration();
+  report->set_job_id(job_id_);
+  report->set_iteration(r.iteration);
+  const IterationSummary& s = r.summary;
+  zpipe::v1::RankIterationStats* out = report->mutable_stats();
+  out->set_pipeline_rank(pipeline_rank_);
+  out->set_data_rank(data_rank_);
+  out->set_duration_s(s.duration_s);
+  out->set_busy_s(s.busy_s);
+  out->set_idle_s(s.idle_s);
+  out->set_forward_s(s.forward_s);
+  out->set_backward_s(s.backward_s);
+  out->set_weight_s(s.weight_s);
+  out->set_bubble_ratio(s.bubble_ratio);
+  out->set_reduce_s(s.reduce_s);
+  out->set_exposed_reduce_s(s.exposed_reduce_s);
+  out->set_p2p_wait_s(s.p2p_wait_s);
+  out->set_tokens(s.tokens);
+  out->set_step_s(s.step_s);
+  out->set_overlapped_step_s(s.overlapped_step_s);
+  out->set_checkpoint_stall_s(absl::ToDoubleSeconds(r.checkpoint_stall));
+  out->set_checkpoint_error(r.checkpoint_error);
+  out->set_plan_version(r.plan_version);
+  if (s.loss) report->set_loss(*s.loss);
+  if (r.eval_loss) report->set_eval_loss(*r.eval_loss);
+  return send_(msg);
+}
+
+bool ProgressReporter::ReportFinished() {
+  zpipe::v1::WorkerMessage done;
+  done.mutable_finished()->set_job_id(job_id_);
+  done.mutable_finished()->set_pipeline_rank(pipeline_rank_);
+  done.mutable_finished()->set_data_rank(data_rank_);
+  return send_(done);
+}
+
 void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
   std::lock_guard<std::mutex> lock(send_mu_);
   for (size_t begin = 0; begin < batch.size(); begin += options_.batch_size) {

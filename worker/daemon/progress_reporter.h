@@ -1,5 +1,6 @@
-// ProgressReporter: the executor's ActionSink, batching executed actions (compute, sends,
-// receives, reductions) to the coordinator as ProgressBatch messages.
+// ProgressReporter: a running rank's JobReporter (job_reporter.h) over the coordinator stream.
+// Executed actions (compute, sends, receives, reductions) go out batched as ProgressBatch
+// messages; iteration reports and the rank's end as IterationReport and RankFinished.
 //
 // OnAction() never blocks compute: it appends to a bounded queue under a short lock. A separate
 // thread flushes the queue every `flush_interval` or `batch_size` events as one ProgressBatch
@@ -17,12 +18,13 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "worker/daemon/job_reporter.h"
 #include "worker/executor/executor.h"
 #include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::worker {
 
-class ProgressReporter : public ActionSink {
+class ProgressReporter : public JobReporter {
  public:
   struct Options {
     size_t capacity = 1 << 16;
@@ -41,7 +43,9 @@ class ProgressReporter : public ActionSink {
 
   void OnAction(const ActionRecord& record) override;
   // Sends everything queued now (blocks until sent).
-  void Flush();
+  void Flush() override;
+  bool ReportIteration(const IterationReport& report) override;
+  bool ReportFinished() override;
 
   uint64_t dropped() const { return dropped_.load(); }
   uint64_t sent() const { return sent_.load(); }

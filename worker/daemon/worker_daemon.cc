@@ -14,7 +14,10 @@
 #include "absl/time/clock.h"
 #include "util/log.h"
 #include "worker/daemon/capabilities.h"
+#include "worker/daemon/grpc_store.h"
+#include "worker/daemon/job_proto.h"
 #include "worker/daemon/permanent_error.h"
+#include "worker/daemon/progress_reporter.h"
 
 namespace zpipe::worker {
 namespace {
@@ -143,7 +146,7 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
 
 void WorkerDaemon::SendJobLog() {
   std::lock_guard<std::mutex> lock(log_send_mu_);
-  if (std::optional<zpipe::v1::WorkerMessage> lines = job_log_.Take()) Send(*lines);
+  if (std::optional<JobLogBatch> lines = job_log_.Take()) Send(LogBatchToProto(*lines));
 }
 
 void WorkerDaemon::JoinJobIfDone(bool wait) {
@@ -209,61 +212,84 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
                    " d=", assignment.data_size(), ", ", assignment.spec().train().iterations(),
                    " iterations"));
   job_thread_ = std::thread([this, assignment, cancelled, done, plan_updates] {
-    JobRunnerOptions jo;
-    jo.hostname = options_.host;
-    jo.comm_timeout = options_.comm_timeout;
-    jo.metrics = options_.metrics;
-    jo.instance_id = instance_id_;
-    jo.token = options_.token;
-    jo.device_kind = options_.device_kind;
-    jo.device_index = options_.device_index;
-    jo.data_roots = &*data_roots_;
-    jo.plan_updates = plan_updates.get();
-    if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
-    zpipe::v1::Assignment local = assignment;  // artifact references -> local copies
-    absl::Status st = ResolveArtifacts(*local.mutable_spec());
-    if (st.ok()) {
-      st = RunAssignment(
-          local, *stub_, [this](const zpipe::v1::WorkerMessage& m) { return Send(m); }, jo,
-          *cancelled);
-    }
-    if (st.ok()) {
-      Log(absl::StrCat("job ", assignment.job_id(), ": rank finished"));
-      zpipe::v1::RankFinished finished;
-      finished.set_job_id(assignment.job_id());
-      finished.set_pipeline_rank(assignment.pipeline_rank());
-      finished.set_data_rank(assignment.data_rank());
-      std::lock_guard<std::mutex> lock(mu_);
-      finished_ = finished;
-    } else if (cancelled->load()) {
-      Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
-    } else {
-      Log(absl::StrCat("job ", assignment.job_id(), ": failed: ", st.ToString()));
-    }
-    // The rank's last lines (its failure included) go before the failure report.
-    job_log_.End();
-    SendJobLog();
-    if (!st.ok() && !cancelled->load()) {
-      zpipe::v1::WorkerMessage msg;
-      auto* f = msg.mutable_failure();
-      f->set_job_id(assignment.job_id());
-      f->set_pipeline_rank(assignment.pipeline_rank());
-      f->set_data_rank(assignment.data_rank());
-      f->set_message(std::string(st.message()));
-      f->set_permanent(IsPermanent(st));  // a full checkpoint disk: not worth a restart
-      Send(msg);
-    }
-    if (options_.metrics != nullptr) {
-      options_.metrics->OnJobEnd(assignment.job_id(), st.ok());
-      options_.metrics->SetBusy(false);
-    }
+    RunJobThread(assignment, *cancelled, plan_updates.get());
     done->store(true);
     cv_.notify_all();  // an early heartbeat: this worker no longer runs the job
   });
 }
 
+void WorkerDaemon::RunJobThread(const zpipe::v1::Assignment& assignment,
+                                const std::atomic<bool>& cancelled,
+                                PlanUpdateChannel* plan_updates) {
+  if (options_.metrics != nullptr) options_.metrics->SetBusy(true);
+  const absl::Status st = RunAssignment(assignment, cancelled, plan_updates);
+  if (st.ok()) {
+    Log(absl::StrCat("job ", assignment.job_id(), ": rank finished"));
+    zpipe::v1::RankFinished finished;
+    finished.set_job_id(assignment.job_id());
+    finished.set_pipeline_rank(assignment.pipeline_rank());
+    finished.set_data_rank(assignment.data_rank());
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = finished;
+  } else if (cancelled.load()) {
+    Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
+  } else {
+    Log(absl::StrCat("job ", assignment.job_id(), ": failed: ", st.ToString()));
+  }
+  // The rank's last lines (its failure included) go before the failure report.
+  job_log_.End();
+  SendJobLog();
+  if (!st.ok() && !cancelled.load()) {
+    zpipe::v1::WorkerMessage msg;
+    auto* f = msg.mutable_failure();
+    f->set_job_id(assignment.job_id());
+    f->set_pipeline_rank(assignment.pipeline_rank());
+    f->set_data_rank(assignment.data_rank());
+    f->set_message(std::string(st.message()));
+    f->set_permanent(IsPermanent(st));  // a full checkpoint disk: not worth a restart
+    Send(msg);
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnJobEnd(assignment.job_id(), st.ok());
+    options_.metrics->SetBusy(false);
+  }
+}
+
+absl::Status WorkerDaemon::RunAssignment(const zpipe::v1::Assignment& assignment,
+                                         const std::atomic<bool>& cancelled,
+                                         PlanUpdateChannel* plan_updates) {
+  zpipe::v1::Assignment local = assignment;  // artifact references -> local copies
+  if (absl::Status st = ResolveArtifacts(*local.mutable_spec()); !st.ok()) return st;
+  // The edge: from here on the job is its domain view.
+  absl::StatusOr<JobConfig> job = FromAssignment(local);
+  if (!job.ok()) return job.status();
+  JobRunnerOptions jo;
+  jo.hostname = options_.host;
+  jo.comm_timeout = options_.comm_timeout;
+  jo.metrics = options_.metrics;
+  jo.device_kind = DeviceKindFromProto(options_.device_kind);
+  jo.device_index = options_.device_index;
+  jo.data_roots = &*data_roots_;
+  jo.plan_updates = plan_updates;
+  std::unique_ptr<KeyValueStore> rendezvous =
+      NewGrpcRendezvousStore(*stub_, job->job_id, {instance_id_, options_.token});
+  ProgressReporter reporter(job->job_id, job->rank.pipeline_rank, job->rank.data_rank,
+                            [this](const zpipe::v1::WorkerMessage& m) { return Send(m); });
+  return RunJob(*job, *rendezvous, reporter, jo, cancelled);
+}
+
 absl::Status WorkerDaemon::ResolveArtifacts(zpipe::v1::JobSpec& spec) {
   return artifacts_->Resolve(spec, *artifact_source_);
+}
+
+JobProfile WorkerDaemon::Profile(const zpipe::v1::JobSpec& spec) {
+  zpipe::v1::JobSpec local = spec;  // artifact references -> local copies
+  absl::Status st = ResolveArtifacts(local);
+  absl::StatusOr<JobSettings> settings = st.ok() ? JobSettingsFromProto(local) : st;
+  if (settings.ok()) return ProfileJob(*settings, *data_roots_);
+  JobProfile failed;
+  failed.error = std::string(settings.status().message());
+  return failed;
 }
 
 void WorkerDaemon::CancelJob(const std::string& job_id) {
@@ -410,14 +436,8 @@ void WorkerDaemon::StartProfile(const zpipe::v1::ProfileRequest& request) {
   Log(absl::StrCat("job ", request.job_id(), ": timing the model's blocks"));
   std::thread([this, request] {
     zpipe::v1::WorkerMessage reply;
-    zpipe::v1::ProfileRequest local = request;  // artifact references -> local copies
-    if (absl::Status st = ResolveArtifacts(*local.mutable_spec()); !st.ok()) {
-      reply.mutable_profile_result()->set_job_id(request.job_id());
-      reply.mutable_profile_result()->set_attempt(request.attempt());
-      reply.mutable_profile_result()->set_error(std::string(st.message()));
-    } else {
-      *reply.mutable_profile_result() = ProfileJob(local, *data_roots_);
-    }
+    *reply.mutable_profile_result() =
+        ProfileResultToProto(request.job_id(), request.attempt(), Profile(request.spec()));
     if (!reply.profile_result().error().empty()) {
       Log(absl::StrCat("job ", request.job_id(),
                        ": profile failed: ", reply.profile_result().error()));
@@ -440,7 +460,7 @@ bool WorkerDaemon::ReadCommands(Stream& stream) {
         if (job_id_ == msg.plan_update().job_id()) channel = job_plan_updates_;
       }
       // Answered at once (a rendezvous write), so a rank past the switch iteration says so.
-      if (channel != nullptr) channel->Deliver(msg.plan_update());
+      if (channel != nullptr) channel->Deliver(PlanUpdateFromProto(msg.plan_update()));
     } else if (msg.has_cancel()) {
       CancelJob(msg.cancel().job_id());
     } else if (msg.has_shutdown()) {

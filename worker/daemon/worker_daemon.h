@@ -125,6 +125,14 @@ class WorkerDaemon {
   // result) that cannot be written now goes to the outbox and counts as sent.
   bool Send(const zpipe::v1::WorkerMessage& msg);
   void StartJob(const zpipe::v1::Assignment& assignment);
+  // The job's thread: runs the assignment, then reports how it ended.
+  void RunJobThread(const zpipe::v1::Assignment& assignment, const std::atomic<bool>& cancelled,
+                    PlanUpdateChannel* plan_updates);
+  // Converts the assignment at the edge (job_proto.h) and runs it (job_runner.h).
+  absl::Status RunAssignment(const zpipe::v1::Assignment& assignment,
+                             const std::atomic<bool>& cancelled, PlanUpdateChannel* plan_updates);
+  // A profile request's answer for `spec` (ProfileJob); errors go in its `error`.
+  JobProfile Profile(const zpipe::v1::JobSpec& spec);
   void CancelJob(const std::string& job_id);
   void JoinJobIfDone(bool wait);
   // Sends the running job's log lines that wait (to the outbox when the coordinator is away).

@@ -137,7 +137,7 @@ absl::StatusOr<RunResult> RunPipeline(const Case& c, const RunOptions& o) {
   ro.gpt = SmallGpt(lowered->num_stages());
   ro.init_seed = o.init_seed;
   ro.config.microbatch_size = kMicrobatchSize;
-  ro.config.optimizer = c.optimizer;
+  ro.config.optimizer = ParseOptimizer(c.optimizer).value();
   ro.config.lr = 3e-3;
   ro.grad_sync.bucket_bytes = 4096;
   auto data = model::SyntheticTokenData::Make(kSeed, ro.gpt.vocab, ro.gpt.seq_len, kMicrobatchSize);
@@ -275,7 +275,7 @@ SingleRank MakeSingleRank(int hidden, const std::string& optimizer) {
   std::vector<std::unique_ptr<model::Stage>> stages;
   stages.push_back(*std::move(stage));
   ExecutorConfig config;
-  config.optimizer = optimizer;
+  config.optimizer = ParseOptimizer(optimizer).value();
   auto exec =
       Executor::Make(*plan, 0, 0, config, std::move(stages), *out.comm, nullptr, nullptr, nullptr);
   EXPECT_TRUE(exec.ok()) << exec.status();

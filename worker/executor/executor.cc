@@ -827,10 +827,6 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   }
   if (config.microbatch_size < 1)
     return absl::InvalidArgumentError("executor: microbatch_size < 1");
-  if (config.precision != "fp32" && config.precision != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("executor: precision '", config.precision, "' is not fp32 or bf16"));
-  }
   absl::StatusOr<std::unique_ptr<DeviceTimer>> timer = NewDeviceTimer(config.device);
   if (!timer.ok()) return timer.status();
   auto impl = std::make_unique<Impl>();
@@ -845,7 +841,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   impl->grad_sync = grad_sync;
   impl->sink = sink;
   impl->timer = *std::move(timer);
-  impl->bf16 = config.precision == "bf16";
+  impl->bf16 = config.precision == Precision::kBf16;
   for (const auto& st : impl->stages) {
     for (const torch::Tensor& p : st->parameters()) impl->params.push_back(p);
   }
@@ -856,25 +852,26 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Make(
   impl->wall_offset_s = WallMinusSteady();
   if (!impl->params.empty()) {
     try {
-      if (config.optimizer == "adamw" || config.optimizer.empty()) {
-        impl->optimizer = std::make_unique<torch::optim::AdamW>(
-            impl->params, torch::optim::AdamWOptions(config.lr)
-                              .weight_decay(config.weight_decay_or_default())
-                              .betas({config.beta1, config.beta2})
-                              .eps(config.eps));
-      } else if (config.optimizer == "adam") {
-        impl->optimizer = std::make_unique<torch::optim::Adam>(
-            impl->params, torch::optim::AdamOptions(config.lr)
-                              .weight_decay(config.weight_decay_or_default())
-                              .betas({config.beta1, config.beta2})
-                              .eps(config.eps));
-      } else if (config.optimizer == "sgd") {
-        impl->optimizer = std::make_unique<torch::optim::SGD>(
-            impl->params,
-            torch::optim::SGDOptions(config.lr).weight_decay(config.weight_decay_or_default()));
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("executor: unknown optimizer '", config.optimizer, "'"));
+      switch (config.optimizer) {
+        case Optimizer::kAdamW:
+          impl->optimizer = std::make_unique<torch::optim::AdamW>(
+              impl->params, torch::optim::AdamWOptions(config.lr)
+                                .weight_decay(config.weight_decay_or_default())
+                                .betas({config.beta1, config.beta2})
+                                .eps(config.eps));
+          break;
+        case Optimizer::kAdam:
+          impl->optimizer = std::make_unique<torch::optim::Adam>(
+              impl->params, torch::optim::AdamOptions(config.lr)
+                                .weight_decay(config.weight_decay_or_default())
+                                .betas({config.beta1, config.beta2})
+                                .eps(config.eps));
+          break;
+        case Optimizer::kSgd:
+          impl->optimizer = std::make_unique<torch::optim::SGD>(
+              impl->params,
+              torch::optim::SGDOptions(config.lr).weight_decay(config.weight_decay_or_default()));
+          break;
       }
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("executor: optimizer: ", e.what()));

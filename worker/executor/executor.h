@@ -39,6 +39,7 @@
 #include "core/plan.h"
 #include "worker/comm/communicator.h"
 #include "worker/executor/lr_schedule.h"
+#include "worker/executor/train_enums.h"
 #include "worker/model/data.h"
 #include "worker/model/stage.h"
 
@@ -50,7 +51,7 @@ struct ExecutorConfig {
   int microbatch_size = 1;
   int recv_lookahead = 4;                      // receives kept posted ahead of the current action
   absl::Duration timeout = absl::Seconds(60);  // per wait on a receive, send or reduction
-  std::string optimizer = "adamw";             // "adamw", "adam" or "sgd"
+  Optimizer optimizer = Optimizer::kAdamW;
   double lr = 3e-4;
   // Per-iteration learning rate; unset = `lr` throughout.
   std::optional<LrSchedule> lr_schedule;
@@ -58,7 +59,7 @@ struct ExecutorConfig {
   // Unset = torch's defaults: 0.01 for adamw, 0 for adam and sgd.
   std::optional<double> weight_decay;
   double weight_decay_or_default() const {
-    return weight_decay.value_or(optimizer == "adamw" || optimizer.empty() ? 0.01 : 0.0);
+    return weight_decay.value_or(optimizer == Optimizer::kAdamW ? 0.01 : 0.0);
   }
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   // Clip the global gradient norm (every stage of every pipeline rank) to this, with
@@ -75,9 +76,9 @@ struct ExecutorConfig {
   // CUDA device compute actions are timed with CUDA events (device_timer.h); tensors crossing to
   // a communicator on another device (the TCP streams with CUDA stages) are staged through its device.
   torch::Device device = torch::kCPU;
-  // "fp32", or "bf16": forward passes under bf16 autocast, with fp32 parameters (master
-  // weights), fp32 optimizer state and fp32 gradients (so gradient buckets reduce in fp32).
-  std::string precision = "fp32";
+  // kBf16: forward passes under bf16 autocast, with fp32 parameters (master weights), fp32
+  // optimizer state and fp32 gradients (so gradient buckets reduce in fp32).
+  Precision precision = Precision::kFp32;
 };
 
 // One executed action: compute (F, B, W, BW), a send or receive of the plan (SEND_* / RECV_*, as

@@ -440,7 +440,7 @@ TEST(ExecutorTest, PooledReceiveBuffersAreNeverReusedWhileAStageHoldsThem) {
     std::vector<std::unique_ptr<model::Stage>> stages;
     stages.push_back(std::make_unique<KeepingStage>(rank, 4096));
     ExecutorConfig config;
-    config.optimizer = "sgd";
+    config.optimizer = Optimizer::kSgd;
     config.max_grad_norm = 0;
     config.timeout = absl::Seconds(30);
     auto exec = Executor::Make(*plan, rank, 0, config, std::move(stages), **comm, nullptr, nullptr,
@@ -554,7 +554,7 @@ std::vector<absl::Status> RunWidths(core::ScheduleKind kind, int p, int bad_stag
       }
       ExecutorConfig config;
       config.microbatch_size = WidthStage::kB;
-      config.optimizer = "sgd";
+      config.optimizer = Optimizer::kSgd;
       config.max_grad_norm = 0;
       config.timeout = absl::Seconds(20);
       auto exec = Executor::Make(*plan, rank, 0, config, std::move(stages), **comm, nullptr,

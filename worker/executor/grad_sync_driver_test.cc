@@ -132,7 +132,7 @@ std::vector<std::vector<IterationSummary>> RunReplicas(const Replicas& r, const 
       auto driver = NewGradSyncDriver(lowered, 0, stages, gso, **comm);
       if (!driver.ok()) return fail(driver.status());
       ExecutorConfig config;
-      config.optimizer = "sgd";
+      config.optimizer = Optimizer::kSgd;
       config.max_grad_norm = 0;  // the step overlaps
       auto exec = Executor::Make(lowered, 0, dr, config, std::move(stages), **comm, nullptr,
                                  driver->get(), nullptr);

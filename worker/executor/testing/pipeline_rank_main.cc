@@ -128,7 +128,9 @@ int Main(int argc, char** argv) {
                             .vocab = integer("vocab")};
   ro.init_seed = integer("seed");
   ro.config.microbatch_size = integer("microbatch-size");
-  ro.config.precision = flags["precision"];
+  absl::StatusOr<Precision> precision = ParsePrecision(flags["precision"]);
+  if (!precision.ok()) return Fail(absl::StrCat("--precision: ", precision.status().message()));
+  ro.config.precision = *precision;
   if (!absl::SimpleAtod(flags["lr"], &ro.config.lr)) return Fail("--lr: not a number");
   absl::StatusOr<torch::Device> device = ParseDevice(flags["device"]);
   if (!device.ok()) return Fail(std::string(device.status().message()));
