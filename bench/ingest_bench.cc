@@ -49,6 +49,7 @@
 #include "client/client.h"
 #include "core/plan.h"
 #include "flags/flags.h"
+#include "wire/compute_op.h"
 #include "zpipe/v1/worker.grpc.pb.h"
 
 namespace {
@@ -173,24 +174,8 @@ class SimWorker {
       absl::StatusOr<zpipe::core::Plan> plan = zpipe::core::ParsePlanText(a.plan_text());
       if (!plan.ok()) return false;
       for (const zpipe::core::Action& act : plan->ranks[a.pipeline_rank()]) {
-        zpipe::v1::ComputeOp op;
-        switch (act.kind) {
-          case zpipe::core::ActionKind::kForward:
-            op = zpipe::v1::COMPUTE_OP_F;
-            break;
-          case zpipe::core::ActionKind::kBackwardInput:
-            op = zpipe::v1::COMPUTE_OP_B;
-            break;
-          case zpipe::core::ActionKind::kBackwardWeight:
-            op = zpipe::v1::COMPUTE_OP_W;
-            break;
-          case zpipe::core::ActionKind::kBackwardFull:
-            op = zpipe::v1::COMPUTE_OP_BW;
-            break;
-          default:
-            continue;
-        }
-        actions_.push_back({op, act.stage, act.microbatch});
+        if (!zpipe::core::IsCompute(act.kind)) continue;  // compute progress only
+        actions_.push_back({zpipe::wire::ComputeOpOf(act.kind), act.stage, act.microbatch});
       }
       job_id_ = a.job_id();
       pipeline_rank_ = a.pipeline_rank();

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "spec/gpt_config.h"
 
 namespace zpipe::coordinator {
 
@@ -23,14 +24,9 @@ absl::string_view DeviceKindName(DeviceKind kind);  // "cpu", "cuda"
 // checkpoint.on_error (CheckpointOnError in job.proto); kUnset = fail.
 enum class CheckpointOnError { kUnset, kFail, kSkip };
 
-struct GptConfig {
-  int layers = 0;
-  int hidden = 0;
-  int heads = 0;
-  int seq_len = 0;
-  int vocab = 0;
-  friend bool operator==(const GptConfig&, const GptConfig&) = default;
-};
+// The GPT model section is the type the worker builds stages from (spec/gpt_config.h), with the
+// one validator both sides use.
+using spec::GptConfig;
 
 // Sizes are per pipeline rank (1/p of the model); see SyntheticModel in job.proto.
 struct SyntheticConfig {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/planning.h"
 #include "core/status_field.h"
+#include "spec/gpt_config.h"
 
 namespace zpipe::coordinator {
 namespace {
@@ -19,7 +20,8 @@ struct StageShape {
   double forward_ms, backward_ms, weight_ms, activation_kb, params_mb;
 };
 
-StageShape ShapeFor(const JobSpec& spec, int num_stages, int v) {
+// Stage `stage` of `num_stages` (v per rank).
+StageShape ShapeFor(const JobSpec& spec, int num_stages, int v, int stage) {
   if (const auto* s = std::get_if<SyntheticConfig>(&spec.model)) {
     return {s->forward_ms / v, s->backward_ms / v, s->weight_ms / v, s->activation_kb,
             s->params_mb / v};
@@ -30,7 +32,9 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v) {
   }
   const auto& g = std::get<GptConfig>(spec.model);
   const double b = spec.microbatch_size, s = g.seq_len, h = g.hidden;
-  const double layers = static_cast<double>(g.layers) / num_stages;
+  // The worker's split (spec::StageLayers): L need not be a multiple of S, and then the first
+  // L % S stages hold one layer more and cost that much more.
+  const double layers = spec::StageLayers(g.layers, num_stages, stage).size();
   // Per layer forward: 24 b s h^2 (QKV, projection, MLP) + 4 b s^2 h (attention scores).
   const double flops = layers * (24 * b * s * h * h + 4 * b * s * s * h);
   const double rate = spec.device == DeviceKind::kCuda ? kCudaFlopsPerMs : kCpuFlopsPerMs;
@@ -87,16 +91,21 @@ absl::Status PlanningError(const JobSpec& spec, const absl::Status& st) {
 }  // namespace
 
 core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int v) {
-  const StageShape shape = ShapeFor(spec, num_stages, v);
-  core::StageCost c;
-  c.f = shape.forward_ms;
-  c.b = shape.backward_ms;
-  c.w = shape.weight_ms;
-  c.mem_f = 1.0 / v;
-  c.mem_b = 0;
-  c.mem_w = -c.mem_f;
-  const double comm = shape.activation_kb * 1024.0 / kLinkBytesPerMs;
-  return core::CostModel::Uniform(num_stages, c, comm);
+  core::CostModel cost;
+  // Every stage's output activation has the same size, so one communication cost.
+  cost.comm = ShapeFor(spec, num_stages, v, 0).activation_kb * 1024.0 / kLinkBytesPerMs;
+  for (int s = 0; s < num_stages; ++s) {
+    const StageShape shape = ShapeFor(spec, num_stages, v, s);
+    core::StageCost c;
+    c.f = shape.forward_ms;
+    c.b = shape.backward_ms;
+    c.w = shape.weight_ms;
+    c.mem_f = 1.0 / v;
+    c.mem_b = 0;
+    c.mem_w = -c.mem_f;
+    cost.stages.push_back(c);
+  }
+  return cost;
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
@@ -119,8 +128,13 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
     const int v = placement.chunks_per_rank();
     core::PlanInputs in;
     in.cost = CostModelFor(spec, stages, v);
-    StageShape shape = ShapeFor(spec, stages, v);
-    out->stages.assign(stages, StageInfo{shape.activation_kb, shape.params_mb});
+    out->stages.clear();
+    for (int s = 0; s < stages; ++s) {
+      const StageShape stage_shape = ShapeFor(spec, stages, v, s);
+      out->stages.push_back(StageInfo{stage_shape.activation_kb, stage_shape.params_mb});
+    }
+    // Buckets and the reduce time follow the largest stage, the first (StageLayers).
+    StageShape shape = ShapeFor(spec, stages, v, 0);
     if (layout != nullptr && static_cast<int>(layout->stages.size()) == stages &&
         layout->stages[0].forward_ms > 0) {
       // Measured: per-stage times; communication from the largest boundary activation.

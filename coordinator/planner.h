@@ -2,7 +2,7 @@
 // predicted statistics.
 //
 // The planner supplies what is job-specific: the cost model (synthetic: from the *_ms fields;
-// GPT: FLOP-proportional, uniform per stage; TorchScript: measured per stage), the gradient
+// GPT: FLOP-proportional, per stage by its layers; TorchScript: measured per stage), the gradient
 // buckets and the reduce time; core::PlanSchedule (core/planning.h) does the rest (generate,
 // validate, lower, grad-sync plan, simulate). Times are in milliseconds; memory in M_F units
 // (one rank's share of one microbatch's activations; a stage holds 1/v of it).

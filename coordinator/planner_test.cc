@@ -50,6 +50,40 @@ TEST(PlannerTest, PlansThroughTheCoreChain) {
   EXPECT_EQ(without_reduce, *lowered);
 }
 
+JobSpec Gpt(int layers, const std::string& schedule, int p, int m) {
+  JobSpec spec;
+  spec.model = GptConfig{layers, /*hidden=*/64, /*heads=*/4, /*seq_len=*/32, /*vocab=*/128};
+  spec.pipeline = p;
+  spec.schedule = schedule;
+  spec.microbatches = m;
+  spec.microbatch_size = 2;
+  spec.iterations = 1;
+  return spec;
+}
+
+// GPT stages cost what their layers cost: equal when the layers split evenly, and with an uneven
+// split the first L % S stages (one layer more, as the worker cuts them) cost that much more.
+TEST(PlannerTest, GptStagesAreCostedByTheirLayers) {
+  const core::CostModel even = CostModelFor(Gpt(8, "zb-v", 2, 4), 4, 2);
+  ASSERT_EQ(even.num_stages(), 4);
+  for (const core::StageCost& c : even.stages) EXPECT_EQ(c.f, even.stages[0].f);
+
+  // 6 layers on 4 stages: 2, 2, 1, 1.
+  const JobSpec uneven = Gpt(6, "zb-v", 2, 4);
+  const core::CostModel cost = CostModelFor(uneven, 4, 2);
+  ASSERT_EQ(cost.num_stages(), 4);
+  EXPECT_DOUBLE_EQ(cost.stages[0].f, 2 * cost.stages[2].f);
+  EXPECT_DOUBLE_EQ(cost.stages[1].w, 2 * cost.stages[3].w);
+  EXPECT_DOUBLE_EQ(cost.stages[0].f, even.stages[0].f);  // 2 layers either way
+  EXPECT_EQ(cost.comm, even.comm);
+
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(uneven);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->plan.num_stages(), 4);
+  ASSERT_EQ((*plan)->stages.size(), 4u);
+  EXPECT_DOUBLE_EQ((*plan)->stages[0].params_mb, 2 * (*plan)->stages[3].params_mb);
+}
+
 // Errors core attributes to a request field come back naming the spec's field.
 TEST(PlannerTest, ErrorsNameTheSpecField) {
   struct Case {

@@ -1,6 +1,9 @@
 #include "coordinator/progress_tracker.h"
 
 #include <algorithm>
+#include <optional>
+
+#include "wire/compute_op.h"
 
 namespace zpipe::coordinator {
 
@@ -68,7 +71,8 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
     int current = rank.iteration.load(kRelaxed);
     int f = rank.f.load(kRelaxed), b = rank.b.load(kRelaxed), w = rank.w.load(kRelaxed);
     for (size_t i = 0; i < n; ++i) {
-      if (IsTimelineOnlyOp(ev.ops[i])) {
+      const std::optional<core::ActionKind> kind = wire::ActionKindOf(ev.ops[i]);
+      if (kind && !core::IsCompute(*kind)) {  // timeline only
         ++skipped;
         continue;
       }
@@ -77,8 +81,7 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
           stage >= job->placement.num_stages() || job->placement.RankOf(stage) != pipeline_rank) {
         continue;
       }
-      if (!IsProgressOp(ev.ops[i])) continue;
-      const Op op = static_cast<Op>(ev.ops[i]);
+      if (!kind) continue;  // an op this build does not know: dropped
       if (it > current) {
         current = it;
         f = b = w = 0;
@@ -87,20 +90,20 @@ int ProgressTracker::AddEvents(const std::string& job_id, const std::string& wor
       }
       std::atomic<uint8_t>& phase = rank.phases[job->placement.ChunkOf(stage) * job->m + mb];
       uint8_t next = phase.load(kRelaxed);
-      switch (op) {
-        case Op::kF:
+      switch (*kind) {
+        case core::ActionKind::kForward:
           ++f;
           next = std::max<uint8_t>(next, static_cast<uint8_t>(Phase::kForward));
           break;
-        case Op::kB:
+        case core::ActionKind::kBackwardInput:
           ++b;
           next = std::max<uint8_t>(next, static_cast<uint8_t>(Phase::kBackward));
           break;
-        case Op::kW:
+        case core::ActionKind::kBackwardWeight:
           ++w;
           next = static_cast<uint8_t>(Phase::kDone);
           break;
-        case Op::kBW:
+        case core::ActionKind::kBackwardFull:
           ++b;
           ++w;
           next = static_cast<uint8_t>(Phase::kDone);

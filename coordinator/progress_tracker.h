@@ -34,21 +34,6 @@
 
 namespace zpipe::coordinator {
 
-// Values match v1::ComputeOp. Only kF..kBW are progress; the send, receive and reduce events a
-// batch may also carry are for the executed timeline (TraceStore) and skipped here, not dropped.
-enum class Op : uint8_t {
-  kF = 1,
-  kB = 2,
-  kW = 3,
-  kBW = 4,
-  kSendAct = 5,
-  kRecvAct = 6,
-  kSendGrad = 7,
-  kRecvGrad = 8,
-  kReduce = 9,
-};
-inline bool IsProgressOp(int32_t op) { return op >= 1 && op <= 4; }
-inline bool IsTimelineOnlyOp(int32_t op) { return op >= 5 && op <= 9; }
 // Values match v1::MicrobatchPhase.
 enum class Phase : uint8_t { kNone = 0, kForward = 1, kBackward = 2, kDone = 3 };
 
@@ -70,10 +55,14 @@ struct JobProgressView {
   std::vector<RankProgressView> ranks;  // by global rank
 };
 
-// Columnar events from one ProgressBatch; all spans have equal length.
+// Columnar events from one ProgressBatch; all spans have equal length. Views of the message's
+// own arrays (no copy at ingest rate), so `ops` holds the v1::ComputeOp values as they arrived,
+// read as core::ActionKind through wire::ActionKindOf. Only compute kinds (F, B, W, BW) are
+// progress; the send, receive and reduce events a batch may also carry are for the executed
+// timeline (TraceStore) and skipped here, not dropped; unknown values are dropped.
 struct ProgressEvents {
   absl::Span<const int32_t> iterations;
-  absl::Span<const int32_t> ops;  // Op values
+  absl::Span<const int32_t> ops;  // v1::ComputeOp values
   absl::Span<const int32_t> stages;
   absl::Span<const int32_t> microbatches;
 };

@@ -8,40 +8,16 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/measured_bubble.h"
 #include "util/log.h"
+#include "wire/compute_op.h"
 
 namespace zpipe::coordinator {
 namespace {
-
-// The timeline kind of a progress event's op (an Op value), or nullopt for an unknown op.
-std::optional<core::ActionKind> TimelineKind(int32_t op) {
-  switch (static_cast<Op>(op)) {
-    case Op::kF:
-      return core::ActionKind::kForward;
-    case Op::kB:
-      return core::ActionKind::kBackwardInput;
-    case Op::kW:
-      return core::ActionKind::kBackwardWeight;
-    case Op::kBW:
-      return core::ActionKind::kBackwardFull;
-    case Op::kSendAct:
-      return core::ActionKind::kSendAct;
-    case Op::kRecvAct:
-      return core::ActionKind::kRecvAct;
-    case Op::kSendGrad:
-      return core::ActionKind::kSendGrad;
-    case Op::kRecvGrad:
-      return core::ActionKind::kRecvGrad;
-    case Op::kReduce:
-      return core::ActionKind::kReduce;
-  }
-  return std::nullopt;
-}
 
 // Event k of `batch` as a timeline action, or nullopt when it does not go on the timeline: an
 // unknown op, or a send, receive or reduction without its peer / chunk / bucket (`with_extras`).
 std::optional<core::Action> TimelineAction(const ProgressBatchData& batch, size_t k,
                                            bool with_extras) {
-  std::optional<core::ActionKind> kind = TimelineKind(batch.events.ops[k]);
+  std::optional<core::ActionKind> kind = wire::ActionKindOf(batch.events.ops[k]);
   if (!kind) return std::nullopt;
   if (*kind == core::ActionKind::kReduce) {
     if (!with_extras) return std::nullopt;

@@ -10,6 +10,9 @@
 namespace zpipe::coordinator {
 namespace {
 
+// The GPT section's checks are the worker's own (spec/gpt_config.h).
+using ::zpipe::spec::ValidateGptConfig;
+
 absl::Status Bad(absl::string_view path, absl::string_view reason) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
 }
@@ -37,24 +40,6 @@ bool NameChar(char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' ||
   do {                                                 \
     if (absl::Status s_ = (expr); !s_.ok()) return s_; \
   } while (0)
-
-absl::Status ValidateGpt(const GptConfig& g, int stages) {
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.layers", g.layers, 1, 4096));
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.hidden", g.hidden, 1, 65536));
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.heads", g.heads, 1, 1024));
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.seq_len", g.seq_len, 1, 1 << 20));
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.model.gpt.vocab", g.vocab, 2, 10'000'000));
-  if (g.hidden % g.heads != 0) {
-    return Bad("spec.model.gpt.hidden",
-               absl::StrCat("must be a multiple of heads (", g.heads, "), got ", g.hidden));
-  }
-  if (g.layers % stages != 0) {
-    return Bad("spec.model.gpt.layers",
-               absl::StrCat(g.layers, " layers cannot be split evenly into ", stages,
-                            " stages (pipeline x chunks); use a multiple of ", stages));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status ValidateSynthetic(const SyntheticConfig& s) {
   ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.model.synthetic.forward_ms", s.forward_ms, 0, 60000, true));
@@ -234,7 +219,7 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
     return Bad("spec.model", "one of gpt, synthetic or torchscript is required");
   }
   if (const auto* gpt = std::get_if<GptConfig>(&spec.model)) {
-    ZPIPE_RETURN_IF_ERROR(ValidateGpt(*gpt, spec.pipeline * v));
+    ZPIPE_RETURN_IF_ERROR(ValidateGptConfig(*gpt, spec.pipeline * v));
   } else if (const auto* ts = std::get_if<TorchScriptConfig>(&spec.model)) {
     ZPIPE_RETURN_IF_ERROR(ValidateTorchScript(*ts, spec.pipeline * v));
   } else {

@@ -236,9 +236,9 @@ class VGreedy {
     int nb[2] = {0, 0};  // next microbatch to backward, per chunk
     std::deque<int> wq;  // pending Ws, as stage * m + microbatch, in B order
   };
-  enum Kind { kNone, kF, kB, kW };
+  // A compute action a rank could start next; no kind = no candidate.
   struct Cand {
-    Kind kind = kNone;
+    std::optional<ActionKind> kind;
     int chunk = 0;
     int mb = 0;
     double ready = kInf;
@@ -264,7 +264,7 @@ class VGreedy {
            st.mem0 + pb_.mf[s] + slots * pb_.mf[pb_.StageOf(r, 1)] <= pb_.limit + pb_.eps;
   }
   bool TryStart(int r, double now);
-  void Start(int r, double now, Kind kind, int stage, int mb);
+  void Start(int r, double now, ActionKind kind, int stage, int mb);
 
   bool TryStartFixed(int r, double now);
 
@@ -358,7 +358,8 @@ bool VGreedy::TryStartFixed(int r, double now) {
     if (st.mem + dmem <= pb_.limit + pb_.eps) {
       if (due <= now) {
         ++pos;
-        Start(r, now, fwd ? kF : kB, a.stage, a.microbatch);
+        Start(r, now, fwd ? ActionKind::kForward : ActionKind::kBackwardInput, a.stage,
+              a.microbatch);
         return true;
       }
     } else {
@@ -371,7 +372,7 @@ bool VGreedy::TryStartFixed(int r, double now) {
   // gap. The other ranks may wait instead, to pass the returning backwards on sooner.
   const double w_wait = r == 0 ? 0 : pol_.w_wait;
   if (due < kInf && due - now < w_wait * pb_.w[w_key / pb_.m]) return false;
-  Start(r, now, kW, w_key / pb_.m, w_key % pb_.m);
+  Start(r, now, ActionKind::kBackwardWeight, w_key / pb_.m, w_key % pb_.m);
   return true;
 }
 
@@ -382,14 +383,14 @@ bool VGreedy::TryStart(int r, double now) {
   for (int c = 0; c < 2; ++c) {
     const int s = pb_.StageOf(r, c);
     if (st.nf[c] < pb_.m && Admissible(r, c, s)) {
-      fc[c] = {kF, c, st.nf[c], FReady(s, st.nf[c])};
+      fc[c] = {ActionKind::kForward, c, st.nf[c], FReady(s, st.nf[c])};
     }
-    if (st.nb[c] < pb_.m) bc[c] = {kB, c, st.nb[c], BReady(s, st.nb[c])};
+    if (st.nb[c] < pb_.m) bc[c] = {ActionKind::kBackwardInput, c, st.nb[c], BReady(s, st.nb[c])};
   }
   // The ready one of a pair, or the preferred chunk (0 = chunk 1 first) when both are.
   auto pick = [&](const Cand(&cands)[2], int order) -> const Cand* {
-    const bool r0 = cands[0].kind != kNone && cands[0].ready <= now;
-    const bool r1 = cands[1].kind != kNone && cands[1].ready <= now;
+    const bool r0 = cands[0].kind.has_value() && cands[0].ready <= now;
+    const bool r1 = cands[1].kind.has_value() && cands[1].ready <= now;
     if (!r0 && !r1) return nullptr;
     if (r0 != r1) return r0 ? &cands[0] : &cands[1];
     return order == 0 ? &cands[1] : &cands[0];
@@ -397,16 +398,16 @@ bool VGreedy::TryStart(int r, double now) {
   const Cand* bsel = pick(bc, pol_.b_order);
   const Cand* fsel = pick(fc, pol_.f_order);
   const Cand* sel = pol_.forward_first ? (fsel ? fsel : bsel) : (bsel ? bsel : fsel);
-  if (sel && sel->kind == kF && sel->chunk == 0 && pol_.f0_wait > 0) {
+  if (sel && sel->kind == ActionKind::kForward && sel->chunk == 0 && pol_.f0_wait > 0) {
     double due = kInf;
-    if (fc[1].kind != kNone) due = std::min(due, fc[1].ready);
+    if (fc[1].kind.has_value()) due = std::min(due, fc[1].ready);
     for (const Cand& c : bc) {
-      if (c.kind != kNone) due = std::min(due, c.ready);
+      if (c.kind.has_value()) due = std::min(due, c.ready);
     }
     if (due > now && due - now < pol_.f0_wait * pb_.f[pb_.StageOf(r, 0)]) return false;
   }
   if (sel) {
-    Start(r, now, sel->kind, pb_.StageOf(r, sel->chunk), sel->mb);
+    Start(r, now, *sel->kind, pb_.StageOf(r, sel->chunk), sel->mb);
     return true;
   }
   if (st.wq.empty()) return false;
@@ -414,21 +415,21 @@ bool VGreedy::TryStart(int r, double now) {
   if (pol_.w_wait > 0) {
     double due = kInf;
     for (int c = 0; c < 2; ++c) {
-      if (fc[c].kind != kNone) due = std::min(due, fc[c].ready);
-      if (bc[c].kind != kNone) due = std::min(due, bc[c].ready);
+      if (fc[c].kind.has_value()) due = std::min(due, fc[c].ready);
+      if (bc[c].kind.has_value()) due = std::min(due, bc[c].ready);
     }
     if (due < kInf && due - now < pol_.w_wait * pb_.w[w_key / pb_.m]) return false;
   }
-  Start(r, now, kW, w_key / pb_.m, w_key % pb_.m);
+  Start(r, now, ActionKind::kBackwardWeight, w_key / pb_.m, w_key % pb_.m);
   return true;
 }
 
-void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
+void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
   RankState& st = ranks_[r];
   const int chunk = s < pb_.p ? 0 : 1;
   double end = now;
   switch (kind) {
-    case kF:
+    case ActionKind::kForward:
       end += pb_.f[s];
       st.mem += pb_.mf[s];
       if (chunk == 0) st.mem0 += pb_.mf[s];
@@ -437,7 +438,7 @@ void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
       (*out_)[r].push_back(Action::F(s, i));
       if (s < pb_.S - 1) events_.push({end + pb_.Edge(s), pb_.RankOf(s + 1)});
       break;
-    case kB:
+    case ActionKind::kBackwardInput:
       end += pb_.b[s];
       st.mem += pb_.mb[s];
       if (chunk == 0) st.mem0 += pb_.mb[s];
@@ -447,14 +448,14 @@ void VGreedy::Start(int r, double now, Kind kind, int s, int i) {
       (*out_)[r].push_back(Action::B(s, i));
       if (s > 0) events_.push({end + pb_.Edge(s - 1), pb_.RankOf(s - 1)});
       break;
-    case kW:
+    case ActionKind::kBackwardWeight:
       end += pb_.w[s];
       st.mem += pb_.mw[s];
       if (chunk == 0) st.mem0 += pb_.mw[s];
       st.wq.pop_front();
       (*out_)[r].push_back(Action::W(s, i));
       break;
-    case kNone:
+    default:  // VGreedy starts only F, B and W
       return;
   }
   st.free = end;

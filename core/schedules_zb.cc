@@ -298,24 +298,29 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
     const bool f_now = f_allowed && rf <= t;
     const bool b_now = b_allowed && rb <= t;
 
-    enum class Pick { kNone, kF, kB, kW } pick = Pick::kNone;
+    std::optional<ActionKind> pick;  // none: the rank waits
     if (!st.started_b) {
       if (f_now) {
         const bool delays_b = rb < kInf && t + c.f > rb + policy.warmup_slack * c.f;
-        pick = !delays_b ? Pick::kF : (b_now ? Pick::kB : Pick::kNone);
+        if (!delays_b) {
+          pick = ActionKind::kForward;
+        } else if (b_now) {
+          pick = ActionKind::kBackwardInput;
+        }
       } else if (b_now) {
-        pick = Pick::kB;
+        pick = ActionKind::kBackwardInput;
       }
     } else if (b_now && f_now) {
-      pick = (policy.b_first || !st.last_was_b) ? Pick::kB : Pick::kF;
+      pick = (policy.b_first || !st.last_was_b) ? ActionKind::kBackwardInput
+                                                 : ActionKind::kForward;
     } else if (b_now) {
-      pick = Pick::kB;
+      pick = ActionKind::kBackwardInput;
     } else if (f_now) {
-      pick = Pick::kF;
+      pick = ActionKind::kForward;
     }
-    if (pick == Pick::kNone && !st.pending_w.empty() && pr.Fits(st.mem + c.mem_w)) {
+    if (!pick && !st.pending_w.empty() && pr.Fits(st.mem + c.mem_w)) {
       if (f_left && !f_fits) {
-        pick = Pick::kW;  // recycle memory for the next F
+        pick = ActionKind::kBackwardWeight;  // recycle memory for the next F
       } else {
         // The idle gap until an F or B could start. An input whose producer has not been
         // scheduled yet cannot arrive before that producer's duration plus T_comm.
@@ -329,12 +334,12 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
         const bool drain = !f_left && !b_left;
         const size_t lag = policy.w_lag.empty() ? 0 : policy.w_lag[r];
         if (next - t >= policy.w_gap * c.w && (drain || st.pending_w.size() > lag)) {
-          pick = Pick::kW;
+          pick = ActionKind::kBackwardWeight;
         }
       }
     }
 
-    if (pick == Pick::kNone) {
+    if (!pick) {
       // Wait for the earliest known arrival; unknown ones wake the rank when they are scheduled.
       double next_wake = kInf;
       if (rf > t) next_wake = std::min(next_wake, rf);
@@ -344,7 +349,7 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
     }
 
     Action action;
-    if (pick == Pick::kF) {
+    if (pick == ActionKind::kForward) {
       const int i = st.next_f++;
       action = Action::F(r, i);
       st.mem += c.mem_f;
@@ -356,7 +361,7 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
         ready_b[pr.Index(r, i)] = end;  // the loss closes the forward locally
       }
       st.last_was_b = false;
-    } else if (pick == Pick::kB) {
+    } else if (pick == ActionKind::kBackwardInput) {
       const int i = st.next_b++;
       action = Action::B(r, i);
       st.mem += c.mem_b;

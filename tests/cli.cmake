@@ -4,7 +4,8 @@ if(TARGET zpipe-coordinator AND TARGET zpipe)
   add_library(zpipe_test_cli_support STATIC
     ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc ${CMAKE_CURRENT_LIST_DIR}/cli/fake_worker.cc)
   target_include_directories(zpipe_test_cli_support PUBLIC ${PROJECT_SOURCE_DIR})
-  target_link_libraries(zpipe_test_cli_support PUBLIC zpipe::core zpipe::proto absl::status absl::time)
+  target_link_libraries(zpipe_test_cli_support PUBLIC zpipe::core zpipe::proto zpipe::wire
+                        absl::status absl::time)
 
   zpipe_add_test(NAME cli_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli/cli_test.cc
                  DEPS zpipe_test_cli_support zpipe::client nlohmann_json::nlohmann_json GTest::gmock

@@ -56,7 +56,7 @@ std::vector<BadSpec> BadSpecs() {
       {"long name", [=](R& r) { spec(r)->set_name(std::string(200, 'a')); }, "spec.name"},
       {"no model", [=](R& r) { spec(r)->clear_model(); }, "spec.model"},
       {"gpt layers 0", [=](R& r) { gpt(r)->set_layers(0); }, "spec.model.gpt.layers"},
-      {"gpt layers not multiple of p*v", [=](R& r) { *r.mutable_spec() = Gpt(7, 2); },
+      {"gpt layers fewer than p", [=](R& r) { *r.mutable_spec() = Gpt(1, 2); },
        "spec.model.gpt.layers"},
       {"gpt layers vs V stages", [=](R& r) { *r.mutable_spec() = Gpt(6, 4, "zb-v"); },
        "spec.model.gpt.layers"},
@@ -290,8 +290,9 @@ TEST(SpecValidation, EachBadFieldIsRejectedWithItsPath) {
 TEST(SpecValidation, ValidSpecsAreAccepted) {
   auto server = StartCoordinator();
   auto stub = v1::CoordinatorService::NewStub(Connect(server->port()));
-  std::vector<v1::JobSpec> good = {SyntheticSpec(), Gpt(8, 2), Gpt(4, 4, "gpipe"),
-                                   SyntheticSpec(4, 8, 1, 2)};
+  // Gpt(7, 2) and Gpt(6, 2, "zb-v"): uneven splits (4 + 3 layers; 2, 2, 1, 1 on V stages).
+  std::vector<v1::JobSpec> good = {SyntheticSpec(), Gpt(8, 2), Gpt(4, 4, "gpipe"), Gpt(7, 2),
+                                   Gpt(6, 2, "zb-v"), SyntheticSpec(4, 8, 1, 2)};
   v1::JobSpec interleaved = SyntheticSpec(2, 4);
   interleaved.mutable_schedule()->set_kind("interleaved");
   good.push_back(interleaved);

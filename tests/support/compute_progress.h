@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/plan.h"
+#include "wire/compute_op.h"
 #include "zpipe/v1/worker.pb.h"
 
 namespace zpipe::testing {
@@ -16,25 +17,9 @@ namespace zpipe::testing {
 inline void AddComputeProgress(const std::vector<core::Action>& actions, int iteration,
                                v1::ProgressBatch* batch) {
   for (const core::Action& action : actions) {
-    v1::ComputeOp op;
-    switch (action.kind) {
-      case core::ActionKind::kForward:
-        op = v1::COMPUTE_OP_F;
-        break;
-      case core::ActionKind::kBackwardInput:
-        op = v1::COMPUTE_OP_B;
-        break;
-      case core::ActionKind::kBackwardWeight:
-        op = v1::COMPUTE_OP_W;
-        break;
-      case core::ActionKind::kBackwardFull:
-        op = v1::COMPUTE_OP_BW;
-        break;
-      default:
-        continue;
-    }
+    if (!core::IsCompute(action.kind)) continue;
     batch->add_iterations(iteration);
-    batch->add_ops(op);
+    batch->add_ops(wire::ComputeOpOf(action.kind));
     batch->add_stages(action.stage);
     batch->add_microbatches(action.microbatch);
   }

@@ -1,6 +1,6 @@
 // zpipe-worker end to end: a real coordinator and real worker processes train over loopback on
-// the TCP streams; a worker killed mid-job fails the job with a reason naming it, and the
-// survivors go back to idle and run the next job.
+// the TCP streams (GPT layers split evenly or not over the stages); a worker killed mid-job fails
+// the job with a reason naming it, and the survivors go back to idle and run the next job.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -72,11 +72,14 @@ std::vector<double> WatchLosses(Client& client, const std::string& id) {
   return losses;
 }
 
-void TrainsWithFallingLoss(const std::string& schedule, int p, int m) {
+// `layers`: 0 = 2 per pipeline rank.
+void TrainsWithFallingLoss(const std::string& schedule, int p, int m, int layers = 0) {
   Cluster cluster(p);
   ASSERT_TRUE(cluster.WaitIdle(p));
   const std::string id = absl::StrCat("gpt-", schedule, "-p", p);
-  auto submitted = cluster.client().Submit(GptSpec(schedule, p, m, 30), id);
+  v1::JobSpec spec = GptSpec(schedule, p, m, 30);
+  if (layers > 0) spec.mutable_model()->mutable_gpt()->set_layers(layers);
+  auto submitted = cluster.client().Submit(spec, id);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   std::vector<double> losses = WatchLosses(cluster.client(), id);
   auto job = cluster.WaitTerminal(id);
@@ -91,6 +94,9 @@ void TrainsWithFallingLoss(const std::string& schedule, int p, int m) {
 TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4); }
 
 TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
+
+// The layers need not split evenly: 5 layers on ZB-V's 4 stages hold 2, 1, 1, 1.
+TEST(WorkerE2eTest, GptUnevenSplitTrains) { TrainsWithFallingLoss("zb-v", 2, 4, /*layers=*/5); }
 
 // The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--transport gloo)
 // train the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).

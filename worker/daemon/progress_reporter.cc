@@ -5,35 +5,9 @@
 
 #include "absl/strings/str_format.h"
 #include "util/log.h"
+#include "wire/compute_op.h"
 
 namespace zpipe::worker {
-namespace {
-
-zpipe::v1::ComputeOp OpOf(core::ActionKind kind) {
-  switch (kind) {
-    case core::ActionKind::kForward:
-      return zpipe::v1::COMPUTE_OP_F;
-    case core::ActionKind::kBackwardInput:
-      return zpipe::v1::COMPUTE_OP_B;
-    case core::ActionKind::kBackwardWeight:
-      return zpipe::v1::COMPUTE_OP_W;
-    case core::ActionKind::kBackwardFull:
-      return zpipe::v1::COMPUTE_OP_BW;
-    case core::ActionKind::kSendAct:
-      return zpipe::v1::COMPUTE_OP_SEND_ACT;
-    case core::ActionKind::kRecvAct:
-      return zpipe::v1::COMPUTE_OP_RECV_ACT;
-    case core::ActionKind::kSendGrad:
-      return zpipe::v1::COMPUTE_OP_SEND_GRAD;
-    case core::ActionKind::kRecvGrad:
-      return zpipe::v1::COMPUTE_OP_RECV_GRAD;
-    case core::ActionKind::kReduce:
-      return zpipe::v1::COMPUTE_OP_REDUCE;
-  }
-  return zpipe::v1::COMPUTE_OP_UNSPECIFIED;
-}
-
-}  // namespace
 
 ProgressReporter::ProgressReporter(std::string job_id, int pipeline_rank, int data_rank,
                                    SendFn send, Options options)
@@ -130,7 +104,7 @@ void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
     for (size_t k = begin; k < end; ++k) {
       const ActionRecord& r = batch[k];
       p->add_iterations(r.iteration);
-      p->add_ops(OpOf(r.action.kind));
+      p->add_ops(wire::ComputeOpOf(r.action.kind));
       p->add_stages(r.action.stage);
       p->add_microbatches(r.action.microbatch);
       p->add_start_times(r.start_s);

@@ -196,7 +196,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{core::ScheduleKind::kZbV, 2, 4, 2}, Case{core::ScheduleKind::kZb2p, 2, 4, 2},
         Case{core::ScheduleKind::kInterleaved1F1B, 2, 4, 2},
         Case{core::ScheduleKind::kVMin, 2, 6, 2}, Case{core::ScheduleKind::kDualPipeV, 2, 4, 2},
-        Case{core::ScheduleKind::kZbV, 4, 8, 2}, Case{core::ScheduleKind::kZbH1, 4, 8, 2}),
+        Case{core::ScheduleKind::kZbV, 4, 8, 2}, Case{core::ScheduleKind::kZbH1, 4, 8, 2},
+        // 4 layers on 3 stages: an uneven split (2, 1, 1), data parallel.
+        Case{core::ScheduleKind::kZbH1, 3, 6, 2}),
     CaseName);
 
 TEST(ExecutorTest, DataParallelLossCurveMatchesReferenceWithOverlapOnAndOff) {

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "worker/grad_sync/model_params.h"
+#include "worker/model/param_info.h"
 
 namespace zpipe::worker {
 namespace {
@@ -110,12 +110,12 @@ absl::StatusOr<std::unique_ptr<GradSyncDriver>> NewGradSyncDriver(
     const core::Plan& plan, int pipeline_rank,
     const std::vector<std::unique_ptr<model::Stage>>& stages, const GradSyncOptions& options,
     Communicator& comm) {
-  std::vector<std::vector<ParamInfo>> params;
-  for (const auto& st : stages) params.push_back(ParamsFromModel(st->params()));
+  std::vector<std::vector<model::ParamInfo>> params;
+  for (const auto& st : stages) params.push_back(st->params());
   auto sync = GradSync::Create(plan, pipeline_rank, std::move(params), options, comm);
   if (!sync.ok()) return sync.status();
   for (const auto& st : stages) {
-    if (absl::Status s = (*sync)->AttachGrads(st->stage(), TensorsFromModel(st->params()));
+    if (absl::Status s = (*sync)->AttachGrads(st->stage(), model::ParamTensors(st->params()));
         !s.ok()) {
       return s;
     }

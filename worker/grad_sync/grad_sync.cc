@@ -13,13 +13,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int ContributionsIn(const ParamInfo& p, bool in_b, bool in_w) {
-  return p.uses_per_microbatch * ((in_b && p.grads_in_b ? 1 : 0) + (in_w && p.grads_in_w ? 1 : 0));
-}
+using model::ParamInfo;
+
+// A parameter without a tensor has nothing to reduce, like an empty one.
+int64_t Numel(const ParamInfo& p) { return p.tensor.defined() ? p.tensor.numel() : 0; }
 
 }  // namespace
 
-std::vector<BucketLayout> PackBuckets(int stage, const std::vector<ParamInfo>& params,
+std::vector<BucketLayout> PackBuckets(int stage, const std::vector<model::ParamInfo>& params,
                                       int64_t bucket_bytes) {
   std::vector<int> order(params.size());
   std::iota(order.begin(), order.end(), 0);
@@ -32,8 +33,9 @@ std::vector<BucketLayout> PackBuckets(int stage, const std::vector<ParamInfo>& p
   std::vector<BucketLayout> out;
   for (int i : order) {
     const ParamInfo& p = params[i];
-    if (p.numel <= 0) continue;
-    if (out.empty() || (out.back().numel > 0 && out.back().numel + p.numel > cap)) {
+    const int64_t numel = Numel(p);
+    if (numel <= 0) continue;
+    if (out.empty() || (out.back().numel > 0 && out.back().numel + numel > cap)) {
       BucketLayout b;
       b.stage = stage;
       b.index = static_cast<int>(out.size());
@@ -42,15 +44,15 @@ std::vector<BucketLayout> PackBuckets(int stage, const std::vector<ParamInfo>& p
     BucketLayout& b = out.back();
     b.params.push_back(i);
     b.offsets.push_back(b.numel);
-    b.numel += p.numel;
-    b.grads_in_b = b.grads_in_b || p.grads_in_b;
-    b.grads_in_w = b.grads_in_w || p.grads_in_w;
+    b.numel += numel;
+    b.grads_in_b = b.grads_in_b || p.phase == model::GradPhase::kB;
+    b.grads_in_w = b.grads_in_w || p.phase == model::GradPhase::kW;
   }
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
-    const core::Plan& plan, int rank, std::vector<std::vector<ParamInfo>> params_by_chunk,
+    const core::Plan& plan, int rank, std::vector<std::vector<model::ParamInfo>> params_by_chunk,
     const GradSyncOptions& options, Communicator& comm) {
   const core::Placement& pl = plan.placement;
   if (rank < 0 || rank >= pl.num_ranks() || static_cast<int>(plan.ranks.size()) != pl.num_ranks()) {
@@ -79,10 +81,10 @@ absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
   for (int c = 0; c < chunks; ++c) {
     const int stage = pl.StageOf(rank, c);
     for (const ParamInfo& p : params_by_chunk[c]) {
-      if (p.numel < 0 || p.uses_per_microbatch < 1) {
+      if (p.accumulations_per_microbatch < 1) {
         return absl::InvalidArgumentError(
             absl::StrCat("grad sync: parameter '", p.name, "' of stage ", stage,
-                         " needs numel >= 0 and uses_per_microbatch >= 1"));
+                         " needs accumulations_per_microbatch >= 1"));
       }
     }
     packed[c] = PackBuckets(stage, params_by_chunk[c], options.bucket_bytes);
@@ -112,8 +114,8 @@ absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
       const ParamInfo& p = params_by_chunk[a.chunk][b.params[i]];
       gs->param_slot_[a.chunk][b.params[i]] = slot;
       gs->param_offset_[a.chunk][b.params[i]] = b.offsets[i];
-      per_b += ContributionsIn(p, true, false);
-      per_w += ContributionsIn(p, false, true);
+      per_b += model::Accumulations(p, core::ActionKind::kBackwardInput);
+      per_w += model::Accumulations(p, core::ActionKind::kBackwardWeight);
     }
     int expected = 0;
     for (const core::Action& x : stripped.ranks[rank]) {
@@ -166,7 +168,7 @@ absl::StatusOr<torch::Tensor> GradSync::GradView(int stage, int param) const {
   }
   const int slot = param_slot_[c][param];
   if (slot < 0) return torch::zeros({0}, torch::TensorOptions().device(comm_.device()));
-  return buffers_[slot].narrow(0, param_offset_[c][param], params_[c][param].numel);
+  return buffers_[slot].narrow(0, param_offset_[c][param], Numel(params_[c][param]));
 }
 
 absl::Status GradSync::AttachGrads(int stage, const std::vector<torch::Tensor>& params) {
@@ -182,12 +184,13 @@ absl::Status GradSync::AttachGrads(int stage, const std::vector<torch::Tensor>& 
   }
   for (size_t i = 0; i < params.size(); ++i) {
     torch::Tensor p = params[i];
-    if (p.numel() != params_[c][i].numel || p.scalar_type() != torch::kFloat32 ||
+    const int64_t numel = Numel(params_[c][i]);
+    if (p.numel() != numel || p.scalar_type() != torch::kFloat32 ||
         p.device() != comm_.device()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "grad sync: parameter '", params_[c][i].name, "' of stage ", stage, " has ", p.numel(),
           " elements of ", c10::toString(p.scalar_type()), " on ", p.device().str(), "; expected ",
-          params_[c][i].numel, " float32 on ", comm_.device().str()));
+          numel, " float32 on ", comm_.device().str()));
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {

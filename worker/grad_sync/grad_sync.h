@@ -7,12 +7,14 @@
 // contribution as it is issued; at zero the bucket's all-reduce (average over the DP group) is
 // launched at once, exactly once.
 //
-// What a contribution is: one accumulation into one parameter's gradient. A parameter that
-// accumulates during B (`grads_in_b`: LayerNorm, embeddings, biases) contributes in every B and BW
-// of its stage; one that accumulates during W (`grads_in_w`: split linear weights) in every W and
-// BW; each such action contributes `uses_per_microbatch` times (tied or reused weights). So a
-// bucket expects sum over its parameters of uses x (number of contributing actions of its stage
-// on this rank), i.e. m x uses per parameter for a plan that runs every microbatch once.
+// What a contribution is: one accumulation into one parameter's gradient. Parameters are the
+// model's own descriptions (model::ParamInfo, worker/model/param_info.h). A parameter that
+// accumulates during B (phase kB: LayerNorm, embeddings) contributes in every B and BW of its
+// stage; one that accumulates during W (phase kW: split linear weights and biases) in every W and
+// BW; each such action contributes `accumulations_per_microbatch` times (tied or reused weights):
+// model::Accumulations. So a bucket expects sum over its parameters of accumulations x (number of
+// contributing actions of its stage on this rank), i.e. m x accumulations per parameter for a
+// plan that runs every microbatch once.
 //
 // Launch order: buckets launch in the order of the REDUCE actions core::PlanGradSync derives from
 // the plan and this layout (after each bucket's last contributing action, ties in layout order).
@@ -41,25 +43,20 @@
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "worker/comm/communicator.h"
+#include "worker/model/param_info.h"
 
 namespace zpipe::worker {
 
-// What grad sync needs to know about one parameter of a stage. The model exposes one list per
-// stage in a fixed order (the index is how the executor names the parameter).
-struct ParamInfo {
-  std::string name;
-  int64_t numel = 0;
-  int layer = 0;                // position in the model; buckets fill from the last layer back
-  bool grads_in_b = false;      // accumulates during B (and BW)
-  bool grads_in_w = true;       // accumulates during W (and BW)
-  int uses_per_microbatch = 1;  // accumulations per contributing action
-};
+// A stage's parameters are its model::ParamInfo list (Stage::params()), in the model's fixed
+// order: the index in that list is how the executor names a parameter. Grad sync reads a
+// parameter's name, size (tensor.numel()), layer (buckets fill from the last layer back), phase
+// and accumulations_per_microbatch.
 
 // One bucket of one stage: its parameters' gradients, packed back to back.
 struct BucketLayout {
   int stage = 0;
   int index = 0;                 // within the stage, in reverse layer order
-  std::vector<int> params;       // indices into the stage's ParamInfo list, in packing order
+  std::vector<int> params;       // indices into the stage's params() list, in packing order
   std::vector<int64_t> offsets;  // element offset of each of `params` in the flat buffer
   int64_t numel = 0;
   bool grads_in_b = false;  // some parameter accumulates during B
@@ -69,7 +66,7 @@ struct BucketLayout {
 // Packs `params` of `stage` in reverse layer order (later layers first; within a layer, the
 // later-listed parameter first) into buckets of at most `bucket_bytes` of float32. A parameter
 // larger than that gets a bucket of its own; parameters with numel 0 are left out.
-std::vector<BucketLayout> PackBuckets(int stage, const std::vector<ParamInfo>& params,
+std::vector<BucketLayout> PackBuckets(int stage, const std::vector<model::ParamInfo>& params,
                                       int64_t bucket_bytes);
 
 struct GradSyncOptions {
@@ -109,7 +106,7 @@ class GradSync {
   // plan.placement.StageOf(rank, c)). INVALID_ARGUMENT for shape mismatches; FAILED_PRECONDITION
   // when a bucket would receive no contribution from the plan (it could never fire).
   static absl::StatusOr<std::unique_ptr<GradSync>> Create(
-      const core::Plan& plan, int rank, std::vector<std::vector<ParamInfo>> params_by_chunk,
+      const core::Plan& plan, int rank, std::vector<std::vector<model::ParamInfo>> params_by_chunk,
       const GradSyncOptions& options, Communicator& comm);
 
   ~GradSync();
@@ -174,7 +171,7 @@ class GradSync {
   Communicator& comm_;
   core::Placement placement_;
   int rank_ = 0;
-  std::vector<std::vector<ParamInfo>> params_;      // [chunk][param]
+  std::vector<std::vector<model::ParamInfo>> params_;  // [chunk][param]
   std::vector<std::vector<int>> param_slot_;        // [chunk][param] -> slot (-1: none)
   std::vector<std::vector<int64_t>> param_offset_;  // [chunk][param] -> offset in its bucket
   std::vector<std::vector<int>> stage_slots_;       // [chunk] -> slots in layout order

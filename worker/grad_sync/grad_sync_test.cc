@@ -19,12 +19,14 @@
 #include "core/lowering.h"
 #include "core/schedule.h"
 #include "worker/comm/tcp_communicator.h"
-#include "worker/grad_sync/model_params.h"
+#include "worker/model/param_info.h"
 
 namespace zpipe::worker {
 namespace {
 
 using core::ActionKind;
+using model::GradPhase;
+using model::ParamInfo;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kP = 2;
@@ -35,12 +37,22 @@ constexpr int64_t kBucketBytes = 400 * sizeof(float);
 // Three layers per stage: split-linear weights (W), biases and a LayerNorm (B), and one weight
 // used twice per microbatch. With 400-float buckets that packs into three buckets per stage:
 // {L2.ln, L2.b, L2.w, L1.b}, {L1.w, L0.b}, {L0.w}.
+ParamInfo Param(std::string name, int64_t numel, int layer, GradPhase phase, int uses = 1) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.tensor = torch::zeros({numel});
+  p.phase = phase;
+  p.accumulations_per_microbatch = uses;
+  p.layer = layer;
+  return p;
+}
+
 std::vector<ParamInfo> StageParams() {
   return {
-      {"L0.w", 300, 0, false, true, 1}, {"L0.b", 40, 0, true, false, 1},
-      {"L1.w", 300, 1, false, true, 2}, {"L1.b", 40, 1, true, false, 1},
-      {"L2.w", 300, 2, false, true, 1}, {"L2.b", 40, 2, true, false, 1},
-      {"L2.ln", 20, 2, true, false, 1},
+      Param("L0.w", 300, 0, GradPhase::kW),    Param("L0.b", 40, 0, GradPhase::kB),
+      Param("L1.w", 300, 1, GradPhase::kW, 2), Param("L1.b", 40, 1, GradPhase::kB),
+      Param("L2.w", 300, 2, GradPhase::kW),    Param("L2.b", 40, 2, GradPhase::kB),
+      Param("L2.ln", 20, 2, GradPhase::kB),
   };
 }
 
@@ -77,13 +89,6 @@ std::unique_ptr<Communicator> Connect(int pr, int dr, KeyValueStore& store,
   return comm.ok() ? *std::move(comm) : nullptr;
 }
 
-bool Contributes(const ParamInfo& p, ActionKind kind) {
-  return (p.grads_in_b &&
-          (kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardFull)) ||
-         (p.grads_in_w &&
-          (kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackwardFull));
-}
-
 // One DP replica of one pipeline rank: owns real parameter tensors whose .grad are bucket views.
 struct Replica {
   int pr = 0, dr = 0;
@@ -105,8 +110,8 @@ struct Replica {
     reference.assign(pl.chunks_per_rank(), {});
     for (int c = 0; c < pl.chunks_per_rank(); ++c) {
       for (const ParamInfo& info : StageParams()) {
-        params[c].push_back(torch::zeros({info.numel}));
-        reference[c].push_back(torch::zeros({info.numel}));
+        params[c].push_back(torch::zeros_like(info.tensor));
+        reference[c].push_back(torch::zeros_like(info.tensor));
       }
       if (absl::Status s = sync->AttachGrads(pl.StageOf(pr, c), params[c]); !s.ok()) return s;
     }
@@ -160,11 +165,7 @@ struct Replica {
       for (auto [bucket, p] : by_bucket) order.push_back(p);
       if (reverse_within_action) std::reverse(order.begin(), order.end());
       for (int p : order) {
-        const ParamInfo& info = infos[p];
-        if (!Contributes(info, a.kind)) continue;
-        const int uses =
-            info.uses_per_microbatch *
-            (a.kind == ActionKind::kBackwardFull && info.grads_in_b && info.grads_in_w ? 2 : 1);
+        const int uses = model::Accumulations(infos[p], a.kind);
         for (int u = 0; u < uses; ++u) {
           const int occurrence = seen[{a.stage, p}]++;
           if (skip == std::make_tuple(a.stage, p, occurrence)) continue;
@@ -212,7 +213,11 @@ TEST(PackBucketsTest, ReverseLayerOrderWithinTheSizeCap) {
     EXPECT_EQ(buckets[i].index, i);
   }
   // A parameter over the cap gets a bucket of its own; empty parameters are left out.
-  const auto big = PackBuckets(0, {{"a", 10, 0}, {"huge", 1000, 1}, {"none", 0, 2}}, kBucketBytes);
+  const auto big = PackBuckets(
+      0,
+      {Param("a", 10, 0, GradPhase::kW), Param("huge", 1000, 1, GradPhase::kW),
+       Param("none", 0, 2, GradPhase::kW)},
+      kBucketBytes);
   ASSERT_EQ(big.size(), 2u);
   EXPECT_EQ(big[0].params, (std::vector<int>{1}));
   EXPECT_EQ(big[1].params, (std::vector<int>{0}));
@@ -238,13 +243,16 @@ TEST(GradSyncTest, ExpectedContributionsCountBAndWAndUses) {
   }
 }
 
-TEST(GradSyncTest, BucketWithoutAnyGradientIsRefused) {
+// Every parameter's gradient arrives in B or in W, so a bucket can only starve when the plan has
+// no backward of its stage: it could never fire, and is refused when grad sync is made.
+TEST(GradSyncTest, BucketWithoutAnyContributionIsRefused) {
   auto store = NewInMemoryStore();
   auto comm = NewTcpCommunicator(CommunicatorOptions{}, *store);
   ASSERT_TRUE(comm.ok());
-  const core::Plan plan = MakePlan(core::ScheduleKind::k1F1B);
-  auto gs = GradSync::Create(plan, 0, {{{"frozen", 10, 0, false, false, 1}}}, {}, **comm);
-  EXPECT_FALSE(gs.ok());
+  core::Plan plan = core::EmptyPlan("forward-only", core::Placement::Linear(1), 1);
+  plan.ranks[0].push_back(core::Action::F(0, 0));
+  auto gs = GradSync::Create(plan, 0, {{Param("w", 10, 0, GradPhase::kW)}}, {}, **comm);
+  EXPECT_TRUE(absl::IsFailedPrecondition(gs.status())) << gs.status();
 }
 
 struct World {
@@ -478,31 +486,26 @@ TEST(GradSyncTest, ExpectLaunchedAgreesWithThePlansReduceActions) {
   }
 }
 
-TEST(ModelParamsTest, MapsPhaseUsesLayerAndSize) {
-  std::vector<model::ParamInfo> params(2);
+// The model's parameter list is grad sync's: phase and size come from it as they are, and the
+// embeddings (layer -1) pack last, in reverse layer order.
+TEST(PackBucketsTest, TakesTheModelsParameters) {
+  std::vector<ParamInfo> params(2);
   params[0].name = "embed.weight";
   params[0].tensor = torch::zeros({3, 4});
-  params[0].phase = model::GradPhase::kB;
+  params[0].phase = GradPhase::kB;
   params[0].accumulations_per_microbatch = 2;
   params[0].layer = -1;
   params[1].name = "layers.0.fc1.weight";
   params[1].tensor = torch::zeros({5});
-  params[1].phase = model::GradPhase::kW;
+  params[1].phase = GradPhase::kW;
   params[1].layer = 0;
-  const std::vector<ParamInfo> infos = ParamsFromModel(params);
-  ASSERT_EQ(infos.size(), 2u);
-  EXPECT_EQ(infos[0].name, "embed.weight");
-  EXPECT_EQ(infos[0].numel, 12);
-  EXPECT_TRUE(infos[0].grads_in_b);
-  EXPECT_FALSE(infos[0].grads_in_w);
-  EXPECT_EQ(infos[0].uses_per_microbatch, 2);
-  EXPECT_EQ(infos[0].layer, -1);
-  EXPECT_TRUE(infos[1].grads_in_w && !infos[1].grads_in_b);
-  EXPECT_EQ(TensorsFromModel(params)[1].numel(), 5);
-  // Embeddings (layer -1) pack last: reverse layer order.
-  const auto buckets = PackBuckets(0, infos, 1 << 20);
+  EXPECT_EQ(model::ParamTensors(params)[1].numel(), 5);
+  const auto buckets = PackBuckets(0, params, 1 << 20);
   ASSERT_EQ(buckets.size(), 1u);
   EXPECT_EQ(buckets[0].params, (std::vector<int>{1, 0}));
+  EXPECT_EQ(buckets[0].offsets, (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(buckets[0].numel, 17);
+  EXPECT_TRUE(buckets[0].grads_in_b && buckets[0].grads_in_w);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -13,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/plan.h"
 #include "worker/model/boundary.h"
 #include "worker/model/split_backward.h"
 
@@ -20,7 +20,7 @@ namespace zpipe::worker::model {
 namespace {
 
 constexpr uint64_t kSeed = 0x5eed'b10c;  // token ids, targets and output gradients
-enum Pass { kF, kB, kW };
+using core::ActionKind;
 
 using Clock = std::chrono::steady_clock;
 double Ms(Clock::time_point from, Clock::time_point to) {
@@ -86,7 +86,7 @@ class TrainingStateGuard {
 };
 
 struct BlockRun {
-  std::array<double, 3> ms{};        // F, B, W
+  double f_ms = 0, b_ms = 0, w_ms = 0;
   std::vector<torch::Tensor> output;  // detached: the next block's inputs
 };
 
@@ -98,7 +98,7 @@ class BlockProfiler {
   // F, B and W of one microbatch; `xs`: the previous block's outputs (detached) or token ids.
   absl::StatusOr<BlockRun> Run(const std::vector<torch::Tensor>& xs, const torch::Tensor& targets,
                                at::Generator& gen) {
-    Pass pass = kF;
+    ActionKind pass = ActionKind::kForward;  // the pass running, for errors
     try {
       return RunPasses(xs, targets, gen, pass);
     } catch (const c10::Error& e) {
@@ -112,7 +112,7 @@ class BlockProfiler {
   // As a stage runs its first block: the tensors needing grad are views of one leaf (boundary.h).
   absl::StatusOr<BlockRun> RunPasses(const std::vector<torch::Tensor>& xs,
                                      const torch::Tensor& targets, at::Generator& gen,
-                                     Pass& pass) {
+                                     ActionKind& pass) {
     const bool last = k_ == model_.num_blocks() - 1;
     const int b = static_cast<int>(targets.size(0));
     std::vector<torch::Tensor> args = xs;
@@ -125,7 +125,7 @@ class BlockProfiler {
     }
     BlockRun run;
 
-    pass = kF;
+    pass = ActionKind::kForward;
     const Clock::time_point f0 = Clock::now();
     torch::jit::IValue out =
         model_.block(k_).forward(std::vector<torch::jit::IValue>(args.begin(), args.end()));
@@ -156,11 +156,11 @@ class BlockProfiler {
       (void)root.item<float>();  // the stage reports the loss inside F
     }
     const Clock::time_point f1 = Clock::now();
-    run.ms[kF] = Ms(f0, f1);
+    run.f_ms = Ms(f0, f1);
     for (const torch::Tensor& y : ys) run.output.push_back(y.detach());
 
     torch::Tensor grad_output;  // the loss: dLoss = 1
-    pass = kB;
+    pass = ActionKind::kBackwardInput;
     const Clock::time_point b0 = Clock::now();
     if (!last) {
       const BoundarySpec spec = model_.Boundary(k_ + 1, b);
@@ -179,20 +179,19 @@ class BlockProfiler {
     absl::StatusOr<torch::Tensor> grad_input = (*split)->RunInput(grad_output);
     if (!grad_input.ok()) return Prefixed(pass, grad_input.status());
     const Clock::time_point b1 = Clock::now();
-    run.ms[kB] = Ms(b0, b1);
+    run.b_ms = Ms(b0, b1);
 
-    pass = kW;
+    pass = ActionKind::kBackwardWeight;
     if (absl::Status st = (*split)->RunWeight(); !st.ok()) return Prefixed(pass, st);
-    run.ms[kW] = Ms(b1, Clock::now());
+    run.w_ms = Ms(b1, Clock::now());
     return run;
   }
 
-  std::string Where(Pass pass, absl::string_view what) const {
-    static constexpr const char* kNames[] = {"F", "B", "W"};
-    return absl::StrCat("profile: block ", k_, " ('", model_.block_name(k_), "') ", kNames[pass],
-                        ": ", what);
+  std::string Where(ActionKind pass, absl::string_view what) const {
+    return absl::StrCat("profile: block ", k_, " ('", model_.block_name(k_), "') ",
+                        core::ActionKindName(pass), ": ", what);
   }
-  absl::Status Prefixed(Pass pass, const absl::Status& st) const {
+  absl::Status Prefixed(ActionKind pass, const absl::Status& st) const {
     return absl::Status(st.code(), Where(pass, st.message()));
   }
 
@@ -234,7 +233,10 @@ absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& mod
   }
 
   at::Generator gen = at::detail::createCPUGenerator(kSeed);
-  std::vector<std::array<std::vector<double>, 3>> ms(n);
+  struct Samples {
+    std::vector<double> f, b, w;
+  };
+  std::vector<Samples> ms(n);
   for (int rep = 0; rep < warmup + reps; ++rep) {
     torch::Tensor ids, targets;
     try {
@@ -248,7 +250,9 @@ absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& mod
       absl::StatusOr<BlockRun> run = profilers[k].Run(x, targets, gen);
       if (!run.ok()) return run.status();
       if (rep >= warmup) {
-        for (int pass : {kF, kB, kW}) ms[k][pass].push_back(run->ms[pass]);
+        ms[k].f.push_back(run->f_ms);
+        ms[k].b.push_back(run->b_ms);
+        ms[k].w.push_back(run->w_ms);
       }
       costs[k].activation_bytes = 0;
       for (const torch::Tensor& y : run->output) costs[k].activation_bytes += Bytes(y);
@@ -256,9 +260,9 @@ absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& mod
     }
   }
   for (int k = 0; k < n; ++k) {
-    costs[k].f_ms = Median(ms[k][kF]);
-    costs[k].b_ms = Median(ms[k][kB]);
-    costs[k].w_ms = Median(ms[k][kW]);
+    costs[k].f_ms = Median(ms[k].f);
+    costs[k].b_ms = Median(ms[k].b);
+    costs[k].w_ms = Median(ms[k].w);
   }
   return costs;
 }

@@ -37,7 +37,7 @@ struct Block {
 // The parameters of a contiguous slice of the model. Linear objects live at stable addresses
 // (blocks are reserved up front) because the split-linear backward refers to them by pointer.
 struct Parts {
-  LayerRange range;
+  spec::LayerRange range;
   bool has_embedding = false;
   bool has_head = false;
   torch::Tensor tok_emb, pos_emb;
@@ -87,7 +87,7 @@ class PartsBuilder {
 
 // GPT-2 style init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero biases,
 // unit LayerNorm gains.
-void BuildParts(const GptConfig& c, LayerRange range, bool has_embedding, bool has_head,
+void BuildParts(const GptConfig& c, spec::LayerRange range, bool has_embedding, bool has_head,
                 uint64_t seed, torch::Device device, torch::Dtype dtype, Parts* parts) {
   torch::NoGradGuard no_grad;
   PartsBuilder b(seed, device, dtype, parts);
@@ -253,7 +253,7 @@ class GptStage final : public internal::StageBase {
  public:
   GptStage(const GptConfig& config, const StageOptions& options)
       : StageBase(options), config_(config) {
-    BuildParts(config, StageLayers(config.layers, options.num_stages, options.stage),
+    BuildParts(config, spec::StageLayers(config.layers, options.num_stages, options.stage),
                options.stage == 0, options.stage == options.num_stages - 1, options.seed,
                options.device, options.dtype, &parts_);
   }
@@ -376,38 +376,9 @@ class GptStage final : public internal::StageBase {
 
 }  // namespace
 
-absl::Status ValidateGptConfig(const GptConfig& c, int num_stages) {
-  auto bad = [](absl::string_view field, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("model.gpt.", field, ": ", why));
-  };
-  if (c.layers < 1) return bad("layers", "must be >= 1");
-  if (c.hidden < 1) return bad("hidden", "must be >= 1");
-  if (c.heads < 1) return bad("heads", "must be >= 1");
-  if (c.hidden % c.heads != 0) {
-    return bad("hidden", absl::StrCat(c.hidden, " is not a multiple of heads (", c.heads, ")"));
-  }
-  if (c.seq_len < 1) return bad("seq_len", "must be >= 1");
-  if (c.vocab < 2) return bad("vocab", "must be >= 2");
-  if (num_stages < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("stages: ", num_stages, " must be >= 1"));
-  }
-  if (num_stages > c.layers) {
-    return bad("layers", absl::StrCat(c.layers, " layers cannot fill ", num_stages,
-                                      " pipeline stages (p * v); use at least ", num_stages,
-                                      " layers or fewer stages"));
-  }
-  return absl::OkStatus();
-}
-
-LayerRange StageLayers(int layers, int num_stages, int stage) {
-  const int base = layers / num_stages, extra = layers % num_stages;
-  const int begin = stage * base + std::min(stage, extra);
-  return LayerRange{begin, begin + base + (stage < extra ? 1 : 0)};
-}
-
 absl::StatusOr<std::unique_ptr<Stage>> MakeGptStage(const GptConfig& config,
                                                     const StageOptions& options) {
-  if (absl::Status s = ValidateGptConfig(config, options.num_stages); !s.ok()) return s;
+  if (absl::Status s = spec::ValidateGptConfig(config, options.num_stages); !s.ok()) return s;
   if (options.stage < 0 || options.stage >= options.num_stages) {
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", options.stage, " not in 0..", options.num_stages - 1));
@@ -434,12 +405,13 @@ absl::StatusOr<std::unique_ptr<GptReference>> GptReference::Make(const GptConfig
                                                                  uint64_t seed,
                                                                  torch::Device device,
                                                                  torch::Dtype dtype) {
-  if (absl::Status s = ValidateGptConfig(config, 1); !s.ok()) return s;
+  if (absl::Status s = spec::ValidateGptConfig(config, 1); !s.ok()) return s;
   return GuardTorch(0, "init", -1, [&]() -> absl::StatusOr<std::unique_ptr<GptReference>> {
     auto impl = std::make_unique<Impl>();
     impl->config = config;
     impl->device = device;
-    BuildParts(config, LayerRange{0, config.layers}, true, true, seed, device, dtype, &impl->parts);
+    BuildParts(config, spec::LayerRange{0, config.layers}, true, true, seed, device, dtype,
+               &impl->parts);
     return std::unique_ptr<GptReference>(new GptReference(std::move(impl)));
   });
 }

@@ -3,10 +3,10 @@
 // Model: token + position embedding, L blocks of (LayerNorm -> causal self-attention -> residual,
 // LayerNorm -> MLP(GELU) -> residual), final LayerNorm, LM head (no bias), mean cross-entropy.
 // Stage 0 holds the embeddings, stage S-1 the final LayerNorm, head and loss; layers are split as
-// evenly as possible (StageLayers). Every parameter is initialised from a generator seeded by
-// (job seed, its global name), and global names contain the global layer index, so a stage's
-// parameters equal the corresponding ones of the unpartitioned GptReference bit for bit, for any
-// S and placement.
+// evenly as possible (spec::StageLayers; L need not be a multiple of S). Every parameter is
+// initialised from a generator seeded by (job seed, its global name), and global names contain
+// the global layer index, so a stage's parameters equal the corresponding ones of the
+// unpartitioned GptReference bit for bit, for any S and placement.
 //
 // Every Linear (attention qkv/proj, MLP fc1/fc2, head) is a "split linear": its backward during B
 // computes only the input gradient and queues a closure (capturing the layer input and output
@@ -22,32 +22,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "spec/gpt_config.h"
 #include "worker/model/stage.h"
 
 namespace zpipe::worker::model {
 
-// docs/design.md "Job spec", `model.gpt`.
-struct GptConfig {
-  int layers = 0;  // transformer blocks L
-  int hidden = 0;  // width H, a multiple of heads
-  int heads = 0;
-  int seq_len = 0;  // maximum tokens per sample (position embedding size)
-  int vocab = 0;
-};
+// The model's shape, its validator and the layer split are the job spec's (spec/gpt_config.h),
+// shared with the coordinator, which validates specs and costs stages by the same rules.
+using spec::GptConfig;
 
-// OK when every field is positive, hidden % heads == 0, vocab >= 2 and
-// 1 <= num_stages <= layers; otherwise InvalidArgument naming the field.
-absl::Status ValidateGptConfig(const GptConfig& config, int num_stages);
-
-// Blocks [begin, end) of stage `stage`: L / S each, the first L % S stages one more.
-struct LayerRange {
-  int begin = 0;
-  int end = 0;
-  int size() const { return end - begin; }
-};
-LayerRange StageLayers(int layers, int num_stages, int stage);
-
-// Stage `options.stage` of `options.num_stages`. InvalidArgument on a bad config or stage index.
+// Stage `options.stage` of `options.num_stages`. InvalidArgument on a bad config
+// (spec::ValidateGptConfig) or stage index.
 absl::StatusOr<std::unique_ptr<Stage>> MakeGptStage(const GptConfig& config,
                                                     const StageOptions& options);
 

@@ -46,33 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/plan.h"
+#include "worker/model/param_info.h"
 
 namespace zpipe::worker::model {
-
-// When a parameter's gradient is accumulated.
-enum class GradPhase {
-  kB,  // during B (LayerNorm, embeddings): autograd accumulates it with the input gradient
-  kW,  // during W (split linear weights and biases): a queued closure accumulates it
-};
-
-inline const char* GradPhaseName(GradPhase phase) { return phase == GradPhase::kB ? "B" : "W"; }
-
-struct ParamInfo {
-  std::string name;  // global name, identical to the reference model's ("layers.3.mlp.fc1.weight")
-  torch::Tensor tensor;  // the parameter itself (shares storage and .grad with the stage's)
-  GradPhase phase = GradPhase::kW;
-  int accumulations_per_microbatch = 1;  // .grad accumulations per microbatch (B, W or BW)
-  int layer = 0;  // position in the whole model: -1 embeddings, 0..L-1 blocks, L final/head
-};
-
-// Accumulations into `p`'s .grad that one compute action of `kind` (B, W or BW) on one
-// microbatch issues: what the executor counts down per bucket. 0 for F and non-compute actions.
-inline int Accumulations(const ParamInfo& p, core::ActionKind kind) {
-  const bool now = kind == core::ActionKind::kBackwardFull ||
-                   (kind == core::ActionKind::kBackwardInput && p.phase == GradPhase::kB) ||
-                   (kind == core::ActionKind::kBackwardWeight && p.phase == GradPhase::kW);
-  return now ? p.accumulations_per_microbatch : 0;
-}
 
 // Shape and dtype of a tensor crossing a stage boundary (for pre-posted receives).
 struct TensorSpec {
