@@ -9,6 +9,7 @@ namespace zpipe::render {
 using core::Action;
 using core::ActionKind;
 using core::ActionKindName;
+using core::ActionTiming;
 using core::IsComm;
 using core::PlacementKindName;
 using core::Plan;
