@@ -57,7 +57,7 @@ std::string CleanLogLine(std::string_view text) {
 }
 
 void JobLog::Begin(const std::string& job_id, int pipeline_rank, int data_rank) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   active_ = true;
   job_id_ = job_id;
   pipeline_rank_ = pipeline_rank;
@@ -67,7 +67,7 @@ void JobLog::Begin(const std::string& job_id, int pipeline_rank, int data_rank) 
 }
 
 void JobLog::End() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   active_ = false;
 }
 
@@ -75,7 +75,7 @@ void JobLog::Write(absl::Time time, std::string_view line) {
   const int64_t seconds = absl::ToUnixSeconds(time);
   const auto nanos =
       static_cast<int32_t>(absl::ToInt64Nanoseconds(time - absl::FromUnixSeconds(seconds)));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!active_) return;
   for (absl::string_view part : absl::StrSplit(absl::string_view(line.data(), line.size()), '\n')) {
     if (!part.empty() && part.back() == '\r') part.remove_suffix(1);
@@ -91,7 +91,7 @@ void JobLog::Write(absl::Time time, std::string_view line) {
 }
 
 std::optional<zpipe::v1::WorkerMessage> JobLog::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (lines_.empty() && dropped_ == 0) return std::nullopt;
   if (job_id_.empty()) return std::nullopt;
   zpipe::v1::WorkerMessage message;

@@ -11,11 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/synchronization/mutex.h"
 #include "worker/daemon/log.h"
 #include "zpipe/v1/worker.pb.h"
 
@@ -42,13 +42,13 @@ class JobLog : public LogSink {
 
  private:
   const size_t max_lines_;
-  std::mutex mu_;
-  bool active_ = false;
-  std::string job_id_;
-  int pipeline_rank_ = 0;
-  int data_rank_ = 0;
-  std::deque<zpipe::v1::LogLine> lines_;
-  uint64_t dropped_ = 0;
+  absl::Mutex mu_;
+  bool active_ ABSL_GUARDED_BY(mu_) = false;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int pipeline_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int data_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<zpipe::v1::LogLine> lines_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zpipe::worker

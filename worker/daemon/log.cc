@@ -2,16 +2,17 @@
 
 #include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <string>
 
+#include "absl/base/const_init.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 namespace zpipe::worker {
 namespace {
 
-std::mutex sink_mu;
-LogSink* sink = nullptr;  // guarded by sink_mu
+ABSL_CONST_INIT absl::Mutex sink_mu(absl::kConstInit);
+LogSink* sink ABSL_GUARDED_BY(sink_mu) = nullptr;
 
 }  // namespace
 
@@ -21,12 +22,12 @@ void Log(std::string_view line) {
   std::fwrite(out.data(), 1, out.size(), stderr);
   std::fflush(stderr);
   // Held while writing so that SetLogSink(nullptr) returns only once no Write is in flight.
-  std::lock_guard<std::mutex> lock(sink_mu);
+  absl::MutexLock lock(&sink_mu);
   if (sink != nullptr) sink->Write(now, line);
 }
 
 void SetLogSink(LogSink* new_sink) {
-  std::lock_guard<std::mutex> lock(sink_mu);
+  absl::MutexLock lock(&sink_mu);
   sink = new_sink;
 }
 
