@@ -92,8 +92,6 @@ TEST(WorkerE2eTest, GptZbVPipeline2Trains) { TrainsWithFallingLoss("zb-v", 2, 4)
 
 TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4, 8); }
 
-// The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--transport gloo)
-// train the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
 // A CPU job runs on ZeroPipe's TCP streams, and every rank says so in its log.
 TEST(WorkerE2eTest, CpuJobsRunOnTheTcpStreamsAndSaySo) {
   testing::LocalCluster cluster(3, ClusterOptions());
