@@ -113,16 +113,12 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(absl::string_view text,
 
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(TokenFiles files) {
   std::unique_ptr<Authenticator> auth(new Authenticator(std::move(files)));
-  absl::StatusOr<std::vector<Key>> keys = auth->Load();
-  if (!keys.ok()) return keys.status();
-  auth->keys_ = std::make_shared<const std::vector<Key>>(*std::move(keys));
+  if (absl::Status st = auth->Reload(); !st.ok()) return st;
   return auth;
 }
 
 std::unique_ptr<Authenticator> Authenticator::Open() {
-  std::unique_ptr<Authenticator> auth(new Authenticator(TokenFiles{}));
-  auth->keys_ = std::make_shared<const std::vector<Key>>();
-  return auth;
+  return std::unique_ptr<Authenticator>(new Authenticator(TokenFiles{}));
 }
 
 absl::StatusOr<std::vector<Authenticator::Key>> Authenticator::Load() const {

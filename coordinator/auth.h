@@ -97,7 +97,9 @@ class Authenticator {
 
   const TokenFiles files_;
   mutable absl::Mutex mu_;
-  std::shared_ptr<const std::vector<Key>> keys_ ABSL_GUARDED_BY(mu_);
+  // Replaced whole by Reload(); a reader keeps the set it took.
+  std::shared_ptr<const std::vector<Key>> keys_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<const std::vector<Key>>();
 };
 
 // OK when `principal` may make `call`, which needs `role`: kClient calls accept client and admin

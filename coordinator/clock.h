@@ -35,7 +35,7 @@ class FakeClock : public Clock {
 
  private:
   mutable absl::Mutex mu_;
-  absl::Time now_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe::coordinator

@@ -39,7 +39,7 @@ bool JobEventLog::EventsAfter(const std::string& job_id, uint64_t after,
 
 bool JobEventLog::WaitForEventAfter(const std::string& job_id, uint64_t after,
                                     absl::Time deadline) const {
-  auto ready = [&]() {
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     if (closed_) return true;
     auto it = logs_.find(job_id);
     return it != logs_.end() && it->second.last > after;

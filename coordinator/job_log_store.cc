@@ -89,7 +89,7 @@ LogRead JobLogStore::Read(const std::string& job_id, const LogQuery& query) cons
 
 bool JobLogStore::WaitForLinesAfter(const std::string& job_id, uint64_t after,
                                     absl::Time deadline) const {
-  auto ready = [&]() {
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     if (closed_) return true;
     auto it = jobs_.find(job_id);
     return it != jobs_.end() && it->second.last_sequence > after;

@@ -93,7 +93,7 @@ TEST_F(JobManagerTest, SchedulesWhenEnoughWorkersAndFailsOnHeartbeatLoss) {
 }
 
 TEST_F(JobManagerTest, AFailureBlamesThePeerWhoseSessionClosedAfterIt) {
-  // w1 is killed: w0's Gloo connection breaks first, w1's session closes a moment later. The
+  // w1 is killed: w0's stream to w1 breaks first, w1's session closes a moment later. The
   // reason names w1, the rank that died, then what w0 saw.
   ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
   const std::string w0 = AddWorker("a", &c0_);

@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<std::string>> Rendezvous::Wait(
     if (absl::Status st = CheckKey(key); !st.ok()) return st;
   }
   bool closed = false;
-  auto ready = [&]() {
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) {
       closed = true;

@@ -1,4 +1,4 @@
-// Rendezvous: a per-job key/value store that workers use to bootstrap Gloo and NCCL.
+// Rendezvous: a per-job key/value store that workers use to bootstrap their TCP streams and NCCL.
 //
 // A job's namespace is opened when the job is accepted and closed when it reaches a terminal
 // state; closing drops its keys and fails pending waits with Cancelled. Waits use the real time

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/artifact_store.h"
@@ -133,7 +134,7 @@ class CoordinatorServer {
   absl::Notification stop_;
   std::thread liveness_;
   absl::Mutex shutdown_mu_;
-  bool shut_down_ = false;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
 
 }  // namespace zpipe::coordinator

@@ -30,8 +30,10 @@ class SqliteJobStore : public JobStore {
   explicit SqliteJobStore(sqlite3* db) : db_(db) {}
   // Adds the columns a database made by an older coordinator lacks.
   absl::Status Migrate();
+  // Held across each use of the connection, so a statement's steps and the error message read
+  // after a failure never interleave with another thread's (SQLite serialises single calls only).
   absl::Mutex mu_;
-  sqlite3* db_;  // owned
+  sqlite3* const db_ ABSL_GUARDED_BY(mu_);  // owned
 };
 
 }  // namespace zpipe::coordinator

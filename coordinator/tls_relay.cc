@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<TlsRelay>> TlsRelay::Start(const std::string& hos
 
 TlsRelay::~TlsRelay() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (Connection& c : connections_) shutdown(c.client_fd, SHUT_RDWR);  // wakes Serve
   }
@@ -203,7 +203,7 @@ void TlsRelay::AcceptLoop() {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     if (poll(fds, 2, 200) < 0 && errno != EINTR) return;
     if (fds[1].revents != 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ReapDone();
     if (stopping_) return;
     EnforceDeadlines();

@@ -60,8 +60,7 @@ class SessionConnection : public WorkerConnection {
       WorkerCommand command;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](SessionConnection* c) { return c->stopping_ || !c->queue_.empty(); }, this));
+        mu_.Await(absl::Condition(this, &SessionConnection::HasWorkOrStopping));
         if (queue_.empty()) return;
         command = std::move(queue_.front());
         queue_.pop_front();
@@ -75,6 +74,10 @@ class SessionConnection : public WorkerConnection {
         return;
       }
     }
+  }
+
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !queue_.empty();
   }
 
   grpc::ServerContext* ctx_;

@@ -1,5 +1,5 @@
 # A real multi-host run: coordinator and three workers in their own network namespaces (veth pairs
-# to a bridge), training over Gloo, then one worker's link taken down mid-job. Needs root and
+# to a bridge), training over ZeroPipe's TCP streams, then one worker's link taken down mid-job. Needs root and
 # iproute2; skips (exit 77) without them. See tests/netns/multihost.sh.
 if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe)
   add_test(NAME netns_multihost_test

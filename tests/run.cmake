@@ -1,5 +1,5 @@
 # `zpipe run --local` end to end: the built zpipe starting a real zpipe-coordinator and real
-# zpipe-worker processes (synthetic models over Gloo on loopback). Label: run.
+# zpipe-worker processes (synthetic models over the TCP streams on loopback). Label: run.
 # RUN_SERIAL: the tests compare measured bubbles and reduce overlap with the simulator's, which
 # other tests competing for the cores would distort.
 if(TARGET zpipe AND TARGET zpipe-coordinator AND TARGET zpipe-worker)

@@ -1,5 +1,5 @@
 # Worker daemon end-to-end: a real zpipe-coordinator and real zpipe-worker processes on loopback
-# training through Gloo.
+# training over ZeroPipe's TCP streams.
 if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
   zpipe_add_test(NAME worker_e2e_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/worker_e2e_test.cc
                  ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc

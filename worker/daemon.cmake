@@ -9,7 +9,7 @@ find_package(nlohmann_json REQUIRED)
 zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zpipe::worker_comm
                        zpipe::worker_comm_factory
                        zpipe::proto zpipe::wire zpipe::artifact zpipe::core zpipe::util ${TORCH_LIBRARIES}
-                       absl::status absl::statusor
+                       absl::status absl::statusor absl::synchronization
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
                        nlohmann_json::nlohmann_json TEST_DEPS GTest::gmock)
 # Capability reporting (daemon/capabilities.cc) asks the CUDA runtime and NCCL where the NCCL

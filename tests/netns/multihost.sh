@@ -4,11 +4,11 @@
 #
 #   hub netns:   br0  <- vc, v0, v1, v2 (veth ends)
 #   coordinator: eth0 10.213.0.1/24     (also runs the zpipe CLI)
-#   worker w0:   eth0 10.213.0.10/24    (--host 10.213.0.10; Gloo binds and advertises it)
+#   worker w0:   eth0 10.213.0.10/24    (--host 10.213.0.10; its TCP streams bind and advertise it)
 #   worker w1:   eth0 10.213.0.11/24
 #   worker w2:   eth0 10.213.0.12/24
 #
-# 1. trains a small GPT job with p=3 (one pipeline rank per worker namespace) over Gloo and checks
+# 1. trains a small GPT job with p=3 (one pipeline rank per worker namespace) over the TCP streams and checks
 #    it SUCCEEDED with falling loss and ranks on three different hosts;
 # 2. starts a long synthetic p=3 job, waits until iterations progress, takes the hub side of the
 #    veth of the worker holding pipeline rank 1 down, and checks the job goes FAILED with a reason

@@ -30,7 +30,7 @@ WORKERS = 2
 
 
 def synthetic_job(name, iterations=3, forward_ms=5):
-    """A small synthetic p = 2 ZB-V job: real Gloo activations, actions that sleep."""
+    """A small synthetic p = 2 ZB-V job: real activations on the TCP streams, actions that sleep."""
     return {
         "name": name,
         "model": {"synthetic": {"forward_ms": forward_ms, "backward_ms": forward_ms,

@@ -98,8 +98,6 @@ TEST(WorkerE2eTest, GptOneF1BPipeline4Trains) { TrainsWithFallingLoss("1f1b", 4,
 // The layers need not split evenly: 5 layers on ZB-V's 4 stages hold 2, 1, 1, 1.
 TEST(WorkerE2eTest, GptUnevenSplitTrains) { TrainsWithFallingLoss("zb-v", 2, 4, /*layers=*/5); }
 
-// The point-to-point path moves bytes, not numbers: workers on Gloo's buffers (--transport gloo)
-// train the same losses, bit for bit, as workers on ZeroPipe's own streams (the default).
 // A CPU job runs on ZeroPipe's TCP streams, and every rank says so in its log.
 TEST(WorkerE2eTest, CpuJobsRunOnTheTcpStreamsAndSaySo) {
   testing::LocalCluster cluster(3, ClusterOptions());

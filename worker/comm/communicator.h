@@ -10,9 +10,12 @@
 // can, but no implementation relies on them (NCCL cannot), so callers must post in matched order.
 // All-reduces must be issued in the same order on every member of a DP group.
 //
-// Implementations: NewTcpCommunicator (CPU, ZeroPipe's TCP streams; tcp_communicator.h) and
-// NewNcclCommunicator
-// (CUDA; nccl/nccl_communicator.h, built with ZPIPE_WITH_NCCL).
+// Thread-safety: Send, Recv, Flush and AllReduceAverage may be called from several threads at
+// once (the matched order above is then the callers' to keep); Barrier from one thread at a time.
+//
+// Implementations, chosen by device in factory/communicator_factory.h: TcpStreamCommunicator
+// (CPU, ZeroPipe's TCP streams; NewTcpCommunicator in tcp_communicator.h) and NcclCommunicator
+// (CUDA; NewNcclCommunicator in nccl/nccl_communicator.h, built with ZPIPE_WITH_NCCL).
 #ifndef ZPIPE_WORKER_COMM_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_COMMUNICATOR_H_
 
@@ -103,10 +106,12 @@ class Communicator {
   std::unique_ptr<CommHandle> Recv(at::IntArrayRef shape, at::ScalarType dtype, int peer, int tag,
                                    torch::Tensor* out);
 
-  // A transport may queue sends and receives to post them off the caller's thread. Queued ones are posted once the caller calls
-  // Flush() (handed to the transport's own thread: call it before computing) or waits on any
-  // handle of this communicator (posted on the waiting thread, which has nothing better to do).
-  // A transport that posts at once (NCCL) has nothing to flush.
+  // A transport may queue sends and receives to post them off the caller's thread. Queued ones
+  // are posted once the caller calls Flush() (handed to the transport's own thread: call it
+  // before computing) or waits on any handle of this communicator (posted on the waiting thread,
+  // which has nothing better to do). The two transports post at once (the TCP streams write a
+  // send on the caller's thread or hand it to their pump; NCCL enqueues on its stream), so they
+  // have nothing to flush.
   virtual void Flush() {}
 
   // In place: `buffer` (contiguous float32 on this communicator's device) becomes the average

@@ -3,9 +3,7 @@
 #include <pthread.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/comm/completion.h"
 #include "worker/comm/tcp_p2p.h"
 
@@ -32,21 +31,21 @@ struct ReduceOp {
   std::shared_ptr<Completion> done;
 };
 
-class TcpCommunicator final : public Communicator {
+// The Communicator over ZeroPipe's TCP streams; its contract is tcp_communicator.h's.
+class TcpStreamCommunicator final : public Communicator {
  public:
-  TcpCommunicator(const CommunicatorOptions& options, KeyValueStore& store,
+  TcpStreamCommunicator(const CommunicatorOptions& options, KeyValueStore& store,
                   std::unique_ptr<internal::TcpP2p> tcp, std::unique_ptr<internal::TcpP2p> dp_tcp)
       : options_(options), store_(store), tcp_(std::move(tcp)), dp_tcp_(std::move(dp_tcp)) {
     if (options.data_size > 1) reduce_thread_ = std::thread([this] { RunReduces(); });
   }
 
-  ~TcpCommunicator() override {
+  ~TcpStreamCommunicator() override {
     // A running all-reduce is cancelled rather than waited for (its peers see the streams close).
     if (dp_tcp_ != nullptr) dp_tcp_->Shutdown();
     {
-      std::lock_guard<std::mutex> lock(reduce_mu_);
-      reduce_stop_ = true;
-      reduce_cv_.notify_one();
+      absl::MutexLock lock(&reduce_mu_);
+      reduce_stop_ = true;  // wakes RunReduces (its Await)
     }
     if (reduce_thread_.joinable()) reduce_thread_.join();
     tcp_.reset();
@@ -91,12 +90,11 @@ class TcpCommunicator final : public Communicator {
       return internal::MakeHandle(done);
     }
     {
-      std::lock_guard<std::mutex> lock(reduce_mu_);
+      absl::MutexLock lock(&reduce_mu_);
       if (reduce_stop_) {
         done->Finish(absl::CancelledError("all-reduce: communicator is shutting down"));
       } else {
-        reduce_queue_.push_back({std::move(buffer), done});
-        reduce_cv_.notify_one();
+        reduce_queue_.push_back({std::move(buffer), done});  // wakes RunReduces (its Await)
       }
     }
     return internal::MakeHandle(done);
@@ -153,8 +151,8 @@ class TcpCommunicator final : public Communicator {
     for (;;) {
       ReduceOp op;
       {
-        std::unique_lock<std::mutex> lock(reduce_mu_);
-        reduce_cv_.wait(lock, [&] { return reduce_stop_ || !reduce_queue_.empty(); });
+        absl::MutexLock lock(&reduce_mu_);
+        reduce_mu_.Await(absl::Condition(this, &TcpStreamCommunicator::ReduceWorkOrStop));
         if (reduce_stop_) {
           for (ReduceOp& left : reduce_queue_) {
             left.done->Finish(
@@ -179,19 +177,25 @@ class TcpCommunicator final : public Communicator {
     }
   }
 
+  bool ReduceWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(reduce_mu_) {
+    return reduce_stop_ || !reduce_queue_.empty();
+  }
+
   const CommunicatorOptions options_;
   KeyValueStore& store_;  // barriers on the streams
-  int barriers_ = 0;      // barriers so far (every rank calls them in the same order)
+  // Barriers so far (every rank calls them in the same order). Barrier() is called from one
+  // thread at a time (the Communicator contract: with no collective in flight).
+  int barriers_ = 0;
   // Point-to-point on the pipeline group's streams (null when p = 1).
   std::unique_ptr<internal::TcpP2p> tcp_;
   // All-reduces on the DP group's streams (null when d = 1).
   std::unique_ptr<internal::TcpP2p> dp_tcp_;
-  torch::Tensor reduce_scratch_;  // the reduce thread's
+  torch::Tensor reduce_scratch_;  // only the reduce thread touches it
 
-  std::mutex reduce_mu_;
-  std::condition_variable reduce_cv_;
-  bool reduce_stop_ = false;
-  std::deque<ReduceOp> reduce_queue_;
+  // The all-reduce queue, between the callers of AllReduceAverage and the reduce thread.
+  absl::Mutex reduce_mu_;
+  bool reduce_stop_ ABSL_GUARDED_BY(reduce_mu_) = false;
+  std::deque<ReduceOp> reduce_queue_ ABSL_GUARDED_BY(reduce_mu_);
   std::thread reduce_thread_;
 };
 
@@ -236,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewTcpCommunicator(
                                absl::StrCat(o.key_prefix, "dp-tcp/", o.pipeline_rank, "/"));
   if (!dp_tcp.ok()) return dp_tcp.status();
   return std::unique_ptr<Communicator>(
-      new TcpCommunicator(options, store, *std::move(tcp), *std::move(dp_tcp)));
+      new TcpStreamCommunicator(options, store, *std::move(tcp), *std::move(dp_tcp)));
 }
 
 }  // namespace zpipe::worker

@@ -1,4 +1,5 @@
-// The CPU communicator, what every test uses: ZeroPipe's own TCP streams (tcp_p2p.h).
+// TcpStreamCommunicator: the CPU communicator, what every test uses: ZeroPipe's own TCP streams
+// (tcp_p2p.h). Made by NewTcpCommunicator below, or by the factory for a CPU stage.
 //
 // Activations and gradients between pipeline ranks travel on one TCP connection per pair of
 // ranks: a message is one write, and the thread that waits for a receive reads its bytes itself.
@@ -11,6 +12,8 @@
 // Handles are independent (a slow peer never delays another's traffic) and Send never blocks. A
 // handle's end time is when the transport finished it. All-reduces run in issue order on one
 // dedicated thread, so they overlap the caller's compute. Tensors must be CPU tensors.
+// Thread-safety as communicator.h says: each direction of each pair has its own lock, and the
+// all-reduce queue one more.
 //
 // There is no Gloo path: LibTorch comes from the PyTorch wheel, which carries Gloo inside
 // libtorch_cpu but ships no Gloo headers, and a second Gloo (Debian's) in the same process is what

@@ -21,7 +21,6 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -32,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/comm/completion.h"
 
 namespace zpipe::worker::internal {
@@ -86,7 +86,8 @@ struct Op {
   size_t nbytes = 0;
   std::shared_ptr<Completion> done = std::make_shared<Completion>();
   // Receives: when a thread first waited for it (the no-progress limit runs from there), and how
-  // many threads wait for it now. Guarded by the pair's recv_mu.
+  // many threads wait for it now. `first_wait` is guarded by the pair's Conn::recv_mu (an Op
+  // belongs to one pair; the annotation cannot name another object's lock).
   std::optional<Clock::time_point> first_wait;
   std::atomic<int> waiters{0};
 
@@ -104,29 +105,35 @@ absl::Status Broken(const Op& op, int peer, int err) {
 }
 
 // One stream to one peer. Each direction has its own lock and queue; the two are never held
-// together.
+// together. `peer` and `fd` are fixed once made; the fd is closed by the State.
 struct Conn {
-  int peer = -1;
-  int fd = -1;
+  Conn(int peer, int fd, Clock::time_point now)
+      : peer(peer), fd(fd), send_progress(now), recv_progress(now) {}
 
-  std::mutex send_mu;
-  std::deque<std::shared_ptr<Op>> sends;  // in posting order; the head may be partly written
-  size_t sent = 0;                        // bytes of the head's header and payload written
-  Header send_header{};
-  absl::Status send_failed;              // once set, every send on this pair fails with it
-  Clock::time_point send_progress;       // last byte written
+  const int peer;
+  const int fd;
+
+  absl::Mutex send_mu;
+  // In posting order; the head may be partly written.
+  std::deque<std::shared_ptr<Op>> sends ABSL_GUARDED_BY(send_mu);
+  size_t sent ABSL_GUARDED_BY(send_mu) = 0;  // bytes of the head's header and payload written
+  Header send_header ABSL_GUARDED_BY(send_mu){};
+  // Once set, every send on this pair fails with it.
+  absl::Status send_failed ABSL_GUARDED_BY(send_mu);
+  Clock::time_point send_progress ABSL_GUARDED_BY(send_mu);  // last byte written
   std::atomic<bool> pump_wanted{false};  // sends are left that the socket did not take
 
-  std::mutex recv_mu;
-  std::deque<std::shared_ptr<Op>> recvs;  // posted, in order; the head may be partly read
-  size_t received = 0;                    // bytes of the head's header and payload read
-  Header recv_header{};
-  absl::Status recv_failed;
-  Clock::time_point recv_progress;  // last byte read
-  std::atomic<int> posted{0};       // recvs.size(), readable without the lock
+  absl::Mutex recv_mu;
+  // Posted, in order; the head may be partly read.
+  std::deque<std::shared_ptr<Op>> recvs ABSL_GUARDED_BY(recv_mu);
+  size_t received ABSL_GUARDED_BY(recv_mu) = 0;  // bytes of the head's header and payload read
+  Header recv_header ABSL_GUARDED_BY(recv_mu){};
+  absl::Status recv_failed ABSL_GUARDED_BY(recv_mu);
+  Clock::time_point recv_progress ABSL_GUARDED_BY(recv_mu);  // last byte read
+  std::atomic<int> posted{0};  // recvs.size(), readable without the lock
 
-  // Writes what the socket takes now. Holding send_mu. An error means the stream is broken.
-  absl::Status WriteLocked() {
+  // Writes what the socket takes now. An error means the stream is broken.
+  absl::Status WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_mu) {
     while (!sends.empty()) {
       Op& op = *sends.front();
       if (sent == 0) send_header = {kMessageMagic, static_cast<uint32_t>(op.tag), op.nbytes};
@@ -160,9 +167,9 @@ struct Conn {
     return absl::OkStatus();
   }
 
-  // Reads what the socket has for the posted receives, straight into their tensors. Holding
-  // recv_mu. An error means the stream is broken.
-  absl::Status ReadLocked() {
+  // Reads what the socket has for the posted receives, straight into their tensors. An error
+  // means the stream is broken.
+  absl::Status ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(recv_mu) {
     while (!recvs.empty()) {
       Op& op = *recvs.front();
       iovec iov[2];
@@ -262,7 +269,7 @@ class Pump {
         Conn& c = *polled[i];
         absl::Status st;
         {
-          std::lock_guard<std::mutex> lock(c.send_mu);
+          absl::MutexLock lock(&c.send_mu);
           st = c.WriteLocked();
           if (c.sends.empty()) c.pump_wanted = false;
         }
@@ -298,7 +305,7 @@ struct TcpP2p::State {
   void Fail(Conn& c, absl::Status status) {
     std::deque<std::shared_ptr<Op>> ops;
     {
-      std::lock_guard<std::mutex> lock(c.send_mu);
+      absl::MutexLock lock(&c.send_mu);
       if (c.send_failed.ok()) c.send_failed = status;
       ops.swap(c.sends);
       c.sent = 0;
@@ -307,7 +314,7 @@ struct TcpP2p::State {
     for (auto& op : ops) op->done->Finish(status);
     ops.clear();
     {
-      std::lock_guard<std::mutex> lock(c.recv_mu);
+      absl::MutexLock lock(&c.recv_mu);
       if (c.recv_failed.ok()) c.recv_failed = status;
       ops.swap(c.recvs);
       c.posted = 0;
@@ -323,7 +330,7 @@ struct TcpP2p::State {
       if (c == nullptr || c->posted.load() == 0) continue;
       absl::Status st;
       {
-        std::lock_guard<std::mutex> lock(c->recv_mu);
+        absl::MutexLock lock(&c->recv_mu);
         st = c->ReadLocked();
       }
       if (!st.ok()) Fail(*c, std::move(st));
@@ -390,7 +397,7 @@ class P2pHandle final : public CommHandle {
       // The no-progress limit: from the first wait, or the pair's last byte if later.
       Clock::time_point limit;
       {
-        std::lock_guard<std::mutex> lock(conn().recv_mu);
+        absl::MutexLock lock(&conn().recv_mu);
         if (!op_->first_wait) op_->first_wait = now;
         limit = std::max(*op_->first_wait, conn().recv_progress) + state_->timeout;
       }
@@ -414,7 +421,7 @@ class P2pHandle final : public CommHandle {
       if (now >= deadline) return Pending();
       Clock::time_point limit;
       {
-        std::lock_guard<std::mutex> lock(conn().send_mu);
+        absl::MutexLock lock(&conn().send_mu);
         limit = conn().send_progress + state_->timeout;
       }
       if (now >= limit) {
@@ -684,10 +691,7 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   const auto now = Clock::now();
   for (int j = 0; j < o.size; ++j) {
     if (j == o.rank) continue;
-    auto c = std::make_unique<Conn>();
-    c->peer = j;
-    c->fd = std::exchange(peers.fds[j], -1);
-    c->send_progress = c->recv_progress = now;
+    auto c = std::make_unique<Conn>(j, std::exchange(peers.fds[j], -1), now);
     Tune(c->fd);
     conns.push_back(c.get());
     state->conns[j] = std::move(c);
@@ -749,7 +753,7 @@ std::unique_ptr<CommHandle> TcpP2p::Send(torch::Tensor tensor, int peer, int tag
   absl::Status st;
   bool wake_pump = false;
   {
-    std::lock_guard<std::mutex> lock(c.send_mu);
+    absl::MutexLock lock(&c.send_mu);
     if (!c.send_failed.ok()) {
       FailLate(*op, c.send_failed);
       return handle;
@@ -773,7 +777,7 @@ std::unique_ptr<CommHandle> TcpP2p::Recv(torch::Tensor into, int peer, int tag) 
   auto handle = std::make_unique<P2pHandle>(op, state_);
   if (op->nbytes == 0) return handle;
   Conn& c = *state_->conns[peer];
-  std::lock_guard<std::mutex> lock(c.recv_mu);
+  absl::MutexLock lock(&c.recv_mu);
   if (!c.recv_failed.ok()) {
     FailLate(*op, c.recv_failed);
     return handle;

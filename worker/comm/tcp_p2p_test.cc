@@ -1,6 +1,6 @@
-// ZeroPipe's own point-to-point streams (tcp_p2p.h) beneath the Communicator: what only this path
-// does. Both paths' shared behaviour is tested through the communicator in
-// gloo_communicator_test.cc. Every rank is a thread, over loopback.
+// ZeroPipe's own point-to-point streams (tcp_p2p.h) beneath the Communicator: what only this layer
+// does. What the communicator does with them is tested through it in tcp_communicator_test.cc.
+// Every rank is a thread, over loopback.
 #include "worker/comm/tcp_p2p.h"
 
 #include <arpa/inet.h>

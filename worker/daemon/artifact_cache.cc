@@ -80,7 +80,7 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& sha256, Artifa
   if (!artifact::IsSha256Hex(sha256)) {
     return absl::InvalidArgumentError(absl::StrCat("'", sha256, "' is not a SHA-256 digest"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const fs::path path = dir_ / sha256;
   if (fs::exists(path)) {
     if (DigestOf(path) == sha256) {

@@ -19,12 +19,12 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "zpipe/v1/job.pb.h"
 
 namespace grpc {
@@ -67,7 +67,7 @@ class ArtifactCache {
  private:
   explicit ArtifactCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
   const std::filesystem::path dir_;
-  std::mutex mu_;  // one Get at a time
+  absl::Mutex mu_;  // one Get at a time (it guards the folder's files, not a member)
 };
 
 }  // namespace zpipe::worker

@@ -58,7 +58,7 @@ std::string CleanLogLine(std::string_view text) {
 }
 
 void JobLog::Begin(const std::string& job_id, int pipeline_rank, int data_rank) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   active_ = true;
   job_id_ = job_id;
   pipeline_rank_ = pipeline_rank;
@@ -68,12 +68,12 @@ void JobLog::Begin(const std::string& job_id, int pipeline_rank, int data_rank) 
 }
 
 void JobLog::End() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   active_ = false;
 }
 
 void JobLog::Write(absl::Time time, std::string_view line) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!active_) return;
   for (absl::string_view part : absl::StrSplit(absl::string_view(line.data(), line.size()), '\n')) {
     if (!part.empty() && part.back() == '\r') part.remove_suffix(1);
@@ -86,7 +86,7 @@ void JobLog::Write(absl::Time time, std::string_view line) {
 }
 
 std::optional<JobLogBatch> JobLog::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (lines_.empty() && dropped_ == 0) return std::nullopt;
   if (job_id_.empty()) return std::nullopt;
   JobLogBatch batch;

@@ -11,12 +11,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "util/log.h"
 
@@ -56,13 +56,13 @@ class JobLog : public LogSink {
 
  private:
   const size_t max_lines_;
-  std::mutex mu_;
-  bool active_ = false;
-  std::string job_id_;
-  int pipeline_rank_ = 0;
-  int data_rank_ = 0;
-  std::deque<JobLogBatch::Line> lines_;
-  uint64_t dropped_ = 0;
+  absl::Mutex mu_;
+  bool active_ ABSL_GUARDED_BY(mu_) = false;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int pipeline_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int data_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<JobLogBatch::Line> lines_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zpipe::worker

@@ -16,7 +16,7 @@ std::string AnswerKey(int version, int global_rank) {
 }  // namespace
 
 void PlanUpdateChannel::Deliver(const PlanUpdate& update) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (handler_) {
     handler_(update);
   } else {
@@ -25,7 +25,7 @@ void PlanUpdateChannel::Deliver(const PlanUpdate& update) {
 }
 
 void PlanUpdateChannel::Attach(Handler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   handler_ = std::move(handler);
   if (!handler_) return;
   for (const PlanUpdate& u : std::exchange(kept_, {})) handler_(u);
@@ -45,12 +45,12 @@ PlanSwitcher::PlanSwitcher(KeyValueStore& store, const core::Plan& current, int 
       version_(version) {}
 
 int PlanSwitcher::version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return version_;
 }
 
 void PlanSwitcher::Offer(const PlanUpdate& update) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (update.attempt != attempt_ || update.plan_version <= version_) return;
   const bool in_time = started_ < update.switch_iteration;
   // Under the lock: the job thread cannot start the switch iteration between this answer and
@@ -68,7 +68,7 @@ void PlanSwitcher::Offer(const PlanUpdate& update) {
 absl::StatusOr<std::optional<PlanSwitch>> PlanSwitcher::BeforeIteration(int iteration) {
   PlanUpdate u;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     started_ = iteration;
     if (!pending_ || iteration < pending_->switch_iteration) return std::nullopt;
     u = *std::move(pending_);
@@ -96,7 +96,7 @@ absl::StatusOr<std::optional<PlanSwitch>> PlanSwitcher::BeforeIteration(int iter
     return absl::InternalError(
         absl::StrCat("plan v", u.plan_version, " has another shape than the running plan"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   version_ = u.plan_version;
   return PlanSwitch{*std::move(plan), version_};
 }

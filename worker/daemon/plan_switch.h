@@ -20,12 +20,12 @@
 #define ZPIPE_WORKER_DAEMON_PLAN_SWITCH_H_
 
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "worker/comm/key_value_store.h"
@@ -51,9 +51,10 @@ class PlanUpdateChannel {
   void Attach(Handler handler);
 
  private:
-  std::mutex mu_;
-  Handler handler_;
-  std::vector<PlanUpdate> kept_;
+  // Held while the handler runs, so Attach(nullptr) returns only once no call is running.
+  absl::Mutex mu_;
+  Handler handler_ ABSL_GUARDED_BY(mu_);
+  std::vector<PlanUpdate> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 struct PlanSwitch {
@@ -87,10 +88,11 @@ class PlanSwitcher {
   const int global_rank_;
   const int world_size_;
   const absl::Duration timeout_;
-  mutable std::mutex mu_;
-  int version_;                                   // guarded by mu_
-  int started_ = -1;                              // the iteration started last; guarded by mu_
-  std::optional<PlanUpdate> pending_;             // answered "ok"; guarded by mu_
+  // Serialises an answer (Offer) with the start of an iteration (BeforeIteration).
+  mutable absl::Mutex mu_;
+  int version_ ABSL_GUARDED_BY(mu_);
+  int started_ ABSL_GUARDED_BY(mu_) = -1;  // the iteration started last
+  std::optional<PlanUpdate> pending_ ABSL_GUARDED_BY(mu_);  // answered "ok"
 };
 
 }  // namespace zpipe::worker

@@ -20,31 +20,25 @@ ProgressReporter::ProgressReporter(std::string job_id, int pipeline_rank, int da
 
 ProgressReporter::~ProgressReporter() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    absl::MutexLock lock(&mu_);
+    stop_ = true;  // wakes Loop (its Await)
   }
-  cv_.notify_all();
   thread_.join();
 }
 
 void ProgressReporter::OnAction(const ActionRecord& record) {
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.size() >= options_.capacity) {
-      ++dropped_;
-      return;
-    }
-    queue_.push_back(record);
-    wake = queue_.size() >= options_.batch_size;
+  absl::MutexLock lock(&mu_);
+  if (queue_.size() >= options_.capacity) {
+    ++dropped_;
+    return;
   }
-  if (wake) cv_.notify_one();
+  queue_.push_back(record);  // a full batch wakes Loop (its Await)
 }
 
 void ProgressReporter::Flush() {
   std::vector<ActionRecord> batch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     batch.swap(queue_);
   }
   SendQueued(batch);
@@ -89,7 +83,7 @@ bool ProgressReporter::ReportFinished() {
 }
 
 void ProgressReporter::SendQueued(std::vector<ActionRecord>& batch) {
-  std::lock_guard<std::mutex> lock(send_mu_);
+  absl::MutexLock lock(&send_mu_);
   for (size_t begin = 0; begin < batch.size(); begin += options_.batch_size) {
     const size_t end = std::min(batch.size(), begin + options_.batch_size);
     zpipe::v1::WorkerMessage msg;
@@ -126,9 +120,9 @@ void ProgressReporter::Loop() {
   std::vector<ActionRecord> batch;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.flush_interval),
-                   [&] { return stop_ || queue_.size() >= options_.batch_size; });
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &ProgressReporter::FlushDue),
+                           options_.flush_interval);
       batch.swap(queue_);
       if (stop_ && batch.empty()) break;
     }

@@ -10,13 +10,12 @@
 #define ZPIPE_WORKER_DAEMON_PROGRESS_REPORTER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/daemon/job_reporter.h"
 #include "worker/executor/executor.h"
@@ -52,18 +51,23 @@ class ProgressReporter : public JobReporter {
 
  private:
   void Loop();
-  void SendQueued(std::vector<ActionRecord>& batch);
+  void SendQueued(std::vector<ActionRecord>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A batch is full or the reporter stops: the thread should not wait out the interval.
+  bool FlushDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || queue_.size() >= options_.batch_size;
+  }
 
   const std::string job_id_;
   const int pipeline_rank_;
   const int data_rank_;
   const SendFn send_;
   const Options options_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<ActionRecord> queue_;
-  bool stop_ = false;
-  std::mutex send_mu_;
+  absl::Mutex mu_;
+  std::vector<ActionRecord> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Held while a batch is sent, so batches go out in the order they were taken (Flush and the
+  // thread both send). Never held with mu_.
+  absl::Mutex send_mu_;
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> sent_{0};
   std::thread thread_;

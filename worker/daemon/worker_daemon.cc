@@ -90,24 +90,24 @@ WorkerDaemon::~WorkerDaemon() {
 }
 
 void WorkerDaemon::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;
   if (job_cancelled_) job_cancelled_->store(true);
   if (session_ctx_ != nullptr) session_ctx_->TryCancel();
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void WorkerDaemon::Leave(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopping_) return;
   }
   zpipe::v1::WorkerMessage bye;
   bye.mutable_leaving()->set_reason(reason);
   bool told = false;
   {
-    std::lock_guard<std::mutex> wlock(write_mu_);
+    absl::MutexLock wlock(&write_mu_);
     // Half-close after the goodbye instead of cancelling right away: a cancel may discard a
     // written message that has not left yet, and the coordinator would then see only "its
     // session closed". It answers the half-close by ending the session.
@@ -119,8 +119,11 @@ void WorkerDaemon::Leave(const std::string& reason) {
   }
   if (told) {
     Log(absl::StrCat("told the coordinator this worker is leaving (", reason, ")"));
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(2), [this] { return stream_ == nullptr; });
+    auto session_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stream_ == nullptr;
+    };
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&session_ended), absl::Seconds(2));
   }
   Stop();
 }
@@ -128,7 +131,7 @@ void WorkerDaemon::Leave(const std::string& reason) {
 WorkerDaemon::Stream* WorkerDaemon::WriteNow(const zpipe::v1::WorkerMessage& msg) {
   Stream* stream;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stream = stream_;
   }
   // In order: nothing overtakes what already waits in the outbox.
@@ -137,7 +140,7 @@ WorkerDaemon::Stream* WorkerDaemon::WriteNow(const zpipe::v1::WorkerMessage& msg
 }
 
 bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
-  std::lock_guard<std::mutex> wlock(write_mu_);
+  absl::MutexLock wlock(&write_mu_);
   if (WriteNow(msg) != nullptr) return true;
   if (ReportedJob(msg) == nullptr) return false;
   outbox_.Push(msg);
@@ -145,20 +148,20 @@ bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
 }
 
 void WorkerDaemon::SendJobLog() {
-  std::lock_guard<std::mutex> lock(log_send_mu_);
+  absl::MutexLock lock(&log_send_mu_);
   if (std::optional<JobLogBatch> lines = job_log_.Take()) Send(LogBatchToProto(*lines));
 }
 
 void WorkerDaemon::JoinJobIfDone(bool wait) {
   std::thread t;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!job_thread_.joinable()) return;
     if (!wait && !(job_done_ && job_done_->load())) return;
     t = std::move(job_thread_);
   }
   t.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (job_done_ && job_done_->load()) {
     job_id_.clear();
     job_cancelled_.reset();
@@ -178,12 +181,12 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   while (absl::Now() < deadline) {
     JoinJobIfDone(/*wait=*/false);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_ || job_id_.empty() || job_id_ == assignment.job_id()) break;
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!job_id_.empty()) {
     if (job_id_ == assignment.job_id()) return;  // a repeated delivery after a reconnect
     Log(absl::StrCat("job ", assignment.job_id(), ": refused, still running job ", job_id_));
@@ -214,7 +217,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   job_thread_ = std::thread([this, assignment, cancelled, done, plan_updates] {
     RunJobThread(assignment, *cancelled, plan_updates.get());
     done->store(true);
-    cv_.notify_all();  // an early heartbeat: this worker no longer runs the job
+    cv_.SignalAll();  // an early heartbeat: this worker no longer runs the job
   });
 }
 
@@ -229,7 +232,7 @@ void WorkerDaemon::RunJobThread(const zpipe::v1::Assignment& assignment,
     finished.set_job_id(assignment.job_id());
     finished.set_pipeline_rank(assignment.pipeline_rank());
     finished.set_data_rank(assignment.data_rank());
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     finished_ = finished;
   } else if (cancelled.load()) {
     Log(absl::StrCat("job ", assignment.job_id(), ": cancelled"));
@@ -293,7 +296,7 @@ JobProfile WorkerDaemon::Profile(const zpipe::v1::JobSpec& spec) {
 }
 
 void WorkerDaemon::CancelJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (job_id_ == job_id && job_cancelled_) {
     Log(absl::StrCat("job ", job_id, ": cancel received"));
     job_cancelled_->store(true);
@@ -306,7 +309,7 @@ bool WorkerDaemon::AwaitChannel(absl::Duration timeout) {
     const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
     if (state == GRPC_CHANNEL_READY) return true;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) return false;
     }
     const absl::Time now = absl::Now();
@@ -328,7 +331,7 @@ zpipe::v1::RegisterWorkerRequest WorkerDaemon::RegistrationRequest() {
   req.set_instance_id(instance_id_);
   *req.mutable_capabilities() = capabilities_;
   JoinJobIfDone(/*wait=*/false);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!job_id_.empty()) {
     req.set_running_job_id(job_id_);
     req.set_running_pipeline_rank(job_pipeline_rank_);
@@ -346,7 +349,7 @@ void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
                                     const zpipe::v1::RegisterWorkerResponse& resp) {
   std::optional<zpipe::v1::RankFinished> finished;
   if (req.running_job_finished()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finished_.has_value() && finished_->job_id() == req.running_job_id()) {
       finished = std::move(finished_);
       finished_.reset();
@@ -360,7 +363,7 @@ void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
     CancelJob(req.running_job_id());
   }
   // Reports waiting for the coordinator: only those of the job it took back still matter.
-  std::lock_guard<std::mutex> wlock(write_mu_);
+  absl::MutexLock wlock(&write_mu_);
   const size_t dropped = outbox_.RetainJob(resp.resume_running_job() ? req.running_job_id() : "");
   if (dropped > 0) {
     Log(absl::StrCat("dropped ", dropped,
@@ -380,7 +383,7 @@ bool WorkerDaemon::OpenSession(const std::string& worker_id, grpc::ClientContext
                                Stream& stream) {
   // Hello first, then what waited in the outbox, then new messages (the stream is published
   // only after both, under the write lock).
-  std::lock_guard<std::mutex> wlock(write_mu_);
+  absl::MutexLock wlock(&write_mu_);
   zpipe::v1::WorkerMessage hello;
   hello.mutable_hello()->set_worker_id(worker_id);
   hello.mutable_hello()->set_instance_id(instance_id_);
@@ -398,7 +401,7 @@ bool WorkerDaemon::OpenSession(const std::string& worker_id, grpc::ClientContext
         "sent ", flushed, " reports that waited for the coordinator",
         dropped > 0 ? absl::StrCat("; ", dropped, " were dropped (outbox full)") : ""));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stopping_) return false;
   session_ctx_ = &ctx;
   stream_ = &stream;
@@ -406,14 +409,15 @@ bool WorkerDaemon::OpenSession(const std::string& worker_id, grpc::ClientContext
 }
 
 void WorkerDaemon::SendHeartbeats(absl::Duration interval, const std::atomic<bool>& session_over) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_ && !session_over.load()) {
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(interval));
-    if (stopping_ || session_over.load()) break;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || session_over.load()) break;
+      cv_.WaitWithTimeout(&mu_, interval);
+      if (stopping_ || session_over.load()) break;
+    }
     // A finished job thread is joined first, so the heartbeat says this worker is free.
-    lock.unlock();
     JoinJobIfDone(/*wait=*/false);
-    lock.lock();
     zpipe::v1::WorkerMessage hb;
     {
       // Full precision: the coordinator estimates this worker's clock offset from it.
@@ -423,11 +427,12 @@ void WorkerDaemon::SendHeartbeats(absl::Duration interval, const std::atomic<boo
       hb.mutable_heartbeat()->mutable_time()->set_nanos(
           static_cast<int32_t>(absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(seconds))));
     }
-    hb.mutable_heartbeat()->set_job_id(job_id_);
-    lock.unlock();
+    {
+      absl::MutexLock lock(&mu_);
+      hb.mutable_heartbeat()->set_job_id(job_id_);
+    }
     SendJobLog();
     Send(hb);
-    lock.lock();
   }
 }
 
@@ -456,7 +461,7 @@ bool WorkerDaemon::ReadCommands(Stream& stream) {
     } else if (msg.has_plan_update()) {
       std::shared_ptr<PlanUpdateChannel> channel;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (job_id_ == msg.plan_update().job_id()) channel = job_plan_updates_;
       }
       // Answered at once (a rendezvous write), so a rank past the switch iteration says so.
@@ -498,16 +503,15 @@ absl::Status WorkerDaemon::RunSession(bool* registered) {
   std::thread heartbeats([&] { SendHeartbeats(interval, session_over); });
   const bool shutdown = ReadCommands(*stream);
   session_over = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   heartbeats.join();
   {
-    std::lock_guard<std::mutex> wlock(write_mu_);
-    std::lock_guard<std::mutex> lock(mu_);
-    stream_ = nullptr;
+    absl::MutexLock wlock(&write_mu_);
+    absl::MutexLock lock(&mu_);
+    stream_ = nullptr;  // wakes Leave(), which waits for the session to end (its Await)
     session_ctx_ = nullptr;
     writes_done_ = false;
   }
-  cv_.notify_all();  // Leave() waits for the session to end
   if (!shutdown) ctx.TryCancel();
   grpc::Status st = stream->Finish();
   if (shutdown) {
@@ -547,7 +551,7 @@ absl::Status WorkerDaemon::Run() {
   absl::Duration backoff = options_.reconnect_backoff;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
     // Wait (up to the longest backoff) for gRPC's reconnect loop to reach the coordinator, so
@@ -571,7 +575,7 @@ absl::Status WorkerDaemon::Run() {
       backoff = options_.reconnect_backoff;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
     const bool tls_failure = util::LooksLikeTlsFailure(st.message());
@@ -594,9 +598,9 @@ absl::Status WorkerDaemon::Run() {
     // An attempt that already waited (for the channel, or in a session) needs no more; one
     // refused at once waits out the backoff, which doubles up to --reconnect-max-backoff.
     const absl::Duration pause = backoff - (absl::Now() - attempt_start);
-    std::unique_lock<std::mutex> lock(mu_);
     if (pause > absl::ZeroDuration()) {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(pause), [&] { return stopping_; });
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), pause);
     }
     backoff = std::min(backoff * 2, options_.reconnect_max_backoff);  // exponential, capped
   }

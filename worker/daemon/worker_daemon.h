@@ -19,15 +19,14 @@
 #define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "util/tls_files.h"
 #include "worker/comm/communicator.h"
@@ -119,8 +118,8 @@ class WorkerDaemon {
   // Times the model's blocks on a thread of its own and sends the ProfileResult.
   void StartProfile(const zpipe::v1::ProfileRequest& request);
   // Writes `msg` to the open session when nothing waits in the outbox and the stream is not
-  // half-closed; the stream it wrote to, or null. The caller holds write_mu_.
-  Stream* WriteNow(const zpipe::v1::WorkerMessage& msg);
+  // half-closed; the stream it wrote to, or null.
+  Stream* WriteNow(const zpipe::v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Writes `msg` to the session; a job report (iteration, progress, finished, failure, profile
   // result) that cannot be written now goes to the outbox and counts as sent.
   bool Send(const zpipe::v1::WorkerMessage& msg);
@@ -154,32 +153,39 @@ class WorkerDaemon {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<zpipe::v1::WorkerService::Stub> stub_;
 
-  std::mutex mu_;  // guards everything below
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  grpc::ClientContext* session_ctx_ = nullptr;
-  Stream* stream_ = nullptr;
-  std::mutex write_mu_;  // orders writes to the stream; guards the outbox
-  // Set by Leave() once it half-closed the stream: nothing may be written to it after that
-  // (guarded by write_mu_; cleared when the session ends).
-  bool writes_done_ = false;
-  ReportOutbox outbox_;
-  JobLog job_log_;  // thread-safe
+  // Three locks, always taken in this order: log_send_mu_, write_mu_, mu_.
+  //
   // Held from taking the job's lines to sending them, so batches leave in the order they were
-  // taken (the heartbeat thread and the job's thread both send them). Taken before write_mu_.
-  std::mutex log_send_mu_;
+  // taken (the heartbeat thread and the job's thread both send them).
+  absl::Mutex log_send_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);
+  // Orders writes to the stream; guards the outbox.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Set by Leave() once it half-closed the stream: nothing may be written to it after that
+  // (cleared when the session ends).
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
+  ReportOutbox outbox_ ABSL_GUARDED_BY(write_mu_);
+  JobLog job_log_;  // thread-safe
+
+  // The session and the running job. The heartbeat thread waits on cv_ for its interval, woken
+  // early by Stop(), the session's end or the job's end.
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* session_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The open session's stream (set and cleared holding write_mu_ too).
+  Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   // The running job.
-  std::string job_id_;
-  int job_pipeline_rank_ = 0;
-  int job_data_rank_ = 0;
-  std::thread job_thread_;
-  std::shared_ptr<std::atomic<bool>> job_cancelled_;
-  std::shared_ptr<PlanUpdateChannel> job_plan_updates_;  // re-plans for job_id_
-  std::shared_ptr<std::atomic<bool>> job_done_;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int job_pipeline_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int job_data_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread job_thread_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<std::atomic<bool>> job_cancelled_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<PlanUpdateChannel> job_plan_updates_ ABSL_GUARDED_BY(mu_);  // for job_id_
+  std::shared_ptr<std::atomic<bool>> job_done_ ABSL_GUARDED_BY(mu_);
   // The rank this worker last finished, until a registration has told the coordinator so
   // (its RankFinished may have been lost with the coordinator).
-  std::optional<zpipe::v1::RankFinished> finished_;
+  std::optional<zpipe::v1::RankFinished> finished_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe::worker

@@ -8,10 +8,10 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace zpipe::worker {
 namespace {
@@ -71,7 +71,7 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
 
   void OnIteration(const std::string& job_id, int pipeline_rank, int data_rank,
                    const IterationSummary& s) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ExpireLocked(absl::Now());
     const std::map<std::string, std::string> labels = {
         {"job_id", job_id},
@@ -108,7 +108,7 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
   }
 
   void OnJobEnd(const std::string& job_id, bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     jobs_.Add({{"result", ok ? "finished" : "failed"}}).Increment();
     if (auto it = jobs_series_.find(job_id); it != jobs_series_.end()) it->second.ended = now;
@@ -117,7 +117,7 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
 
   void SetBusy(bool busy) override {
     busy_state_.Set(busy ? 1 : 0);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ExpireLocked(absl::Now());
   }
 
@@ -129,7 +129,7 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
   };
 
   // Removes the series of jobs that ended `retention_` ago or more.
-  void ExpireLocked(absl::Time now) {
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (auto it = jobs_series_.begin(); it != jobs_series_.end();) {
       if (it->second.ended && now - *it->second.ended >= retention_) {
         for (auto& [metric, remove] : it->second.removers) remove();
@@ -140,12 +140,12 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
     }
   }
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::string worker_;
   const absl::Duration retention_;
-  std::map<std::string, JobSeries> jobs_series_;  // guarded by mu_
+  std::map<std::string, JobSeries> jobs_series_ ABSL_GUARDED_BY(mu_);
   prometheus::Family<prometheus::Counter>& iterations_;
   prometheus::Family<prometheus::Counter>& busy_;
   prometheus::Family<prometheus::Counter>& idle_;

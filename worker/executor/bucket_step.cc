@@ -33,59 +33,58 @@ BucketStepper::BucketStepper(torch::optim::Optimizer& optimizer, absl::Duration 
 BucketStepper::~BucketStepper() {
   Abandon();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    stop_ = true;  // wakes Loop (its Await)
   }
   thread_.join();
 }
 
 void BucketStepper::Submit(std::vector<torch::Tensor> params, CommHandle* reduced) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back({std::move(params), reduced});
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back({std::move(params), reduced});  // wakes Loop (its Await)
 }
 
 BucketStepper::Drained BucketStepper::Drain() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &BucketStepper::Idle));
   return std::exchange(result_, Drained());
 }
 
 void BucketStepper::Abandon() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   queue_.clear();
-  abandon_ = true;
-  cv_.notify_all();
-  idle_cv_.wait(lock, [&] { return !busy_; });
+  abandon_ = true;  // the thread's AwaitReduced sees it within a slice
+  mu_.Await(absl::Condition(this, &BucketStepper::NotBusy));
   abandon_ = false;
   result_ = Drained();
 }
 
-void BucketStepper::Loop() {
-  pthread_setname_np(pthread_self(), "zp-step");
+bool BucketStepper::AwaitReduced(const Job& job) {
   // A bucket's reduce is waited for in slices, so Abandon never waits out a stuck one.
   constexpr absl::Duration kSlice = absl::Milliseconds(20);
-  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Time deadline = absl::Now() + timeout_;
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
+    absl::Status s = job.reduced->Wait(std::min(kSlice, deadline - absl::Now()));
+    if (job.reduced->Test()) return s.ok();
+    absl::MutexLock check(&mu_);
+    if (abandon_ || stop_ || absl::Now() >= deadline) return false;
+  }
+}
 
-    bool reduced_ok = false;
-    const absl::Time deadline = absl::Now() + timeout_;
-    for (;;) {
-      absl::Status s = job.reduced->Wait(std::min(kSlice, deadline - absl::Now()));
-      if (job.reduced->Test()) {
-        reduced_ok = s.ok();
-        break;
-      }
-      std::lock_guard<std::mutex> check(mu_);
-      if (abandon_ || stop_ || absl::Now() >= deadline) break;
+void BucketStepper::Loop() {
+  pthread_setname_np(pthread_self(), "zp-step");
+  for (;;) {
+    Job job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &BucketStepper::HasWorkOrStop));
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
     }
+
+    const bool reduced_ok = AwaitReduced(job);
     absl::Status step_status;
     double seconds = 0;
     if (reduced_ok) {
@@ -98,8 +97,8 @@ void BucketStepper::Loop() {
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
 
-    lock.lock();
-    busy_ = false;
+    absl::MutexLock lock(&mu_);
+    busy_ = false;  // wakes Drain and Abandon (their Await)
     if (!abandon_) {
       result_.seconds += seconds;
       if (!step_status.ok()) {
@@ -109,7 +108,6 @@ void BucketStepper::Loop() {
         ++result_.buckets;
       }
     }
-    if (queue_.empty()) idle_cv_.notify_all();
   }
 }
 

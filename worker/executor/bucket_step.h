@@ -20,14 +20,13 @@
 
 #include <torch/torch.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 
@@ -68,17 +67,25 @@ class BucketStepper {
     CommHandle* reduced = nullptr;
   };
   void Loop();
+  // Waits for `job`'s reduce, in slices, until it completes, Abandon or the destructor, or the
+  // timeout; true when it completed OK.
+  bool AwaitReduced(const Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What the thread waits for (Loop), and what Drain and Abandon wait for.
+  bool HasWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !queue_.empty();
+  }
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; }
+  bool NotBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !busy_; }
 
   torch::optim::Optimizer& optimizer_;
   const absl::Duration timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;       // new work, abandon, stop
-  std::condition_variable idle_cv_;  // the queue ran dry
-  std::deque<Job> queue_;
-  bool busy_ = false;     // the thread holds a job
-  bool abandon_ = false;  // the job in progress should stop waiting
-  bool stop_ = false;
-  Drained result_;
+  absl::Mutex mu_;
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;     // the thread holds a job
+  bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // the job in progress should stop waiting
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Drained result_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

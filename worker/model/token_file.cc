@@ -200,7 +200,7 @@ TokenBatch TokenFileData::Microbatch(int64_t iteration, int dp_rank, int mb) con
 }
 
 std::shared_ptr<const std::vector<int64_t>> TokenFileData::Permutation(uint64_t pass) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = cache_.begin(); it != cache_.end(); ++it) {
     if (it->pass == pass) {
       CachedPass hit = std::move(*it);

@@ -34,7 +34,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/model/data.h"
 
 namespace zpipe::worker::model {
@@ -129,12 +129,13 @@ class TokenFileData : public TokenData {
   TokenFile file_;
   int64_t windows_;
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   struct CachedPass {
     uint64_t pass;
     std::shared_ptr<const std::vector<int64_t>> perm;
   };
-  mutable std::vector<CachedPass> cache_;  // at most 2, most recently used last
+  // At most 2, most recently used last.
+  mutable std::vector<CachedPass> cache_ ABSL_GUARDED_BY(mu_);
 };
 
 // Fixed evaluation batches from a token file: Batch(k) row j is window (k·b + j) mod N.

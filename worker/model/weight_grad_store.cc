@@ -7,7 +7,7 @@
 namespace zpipe::worker::model {
 
 absl::Status WeightGradStore::Open(int mb) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!pending_.try_emplace(mb).second) {
     return absl::FailedPreconditionError(
         absl::StrCat("stage ", stage_, " microbatch ", mb,
@@ -17,7 +17,7 @@ absl::Status WeightGradStore::Open(int mb) {
 }
 
 absl::Status WeightGradStore::Push(int mb, Closure closure, std::vector<int> params) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = pending_.find(mb);
   if (it == pending_.end()) {
     return absl::FailedPreconditionError(
@@ -29,7 +29,7 @@ absl::Status WeightGradStore::Push(int mb, Closure closure, std::vector<int> par
 }
 
 absl::StatusOr<std::vector<WeightGradStore::Work>> WeightGradStore::Take(int mb) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = pending_.find(mb);
   if (it == pending_.end()) {
     return absl::FailedPreconditionError(
@@ -42,27 +42,27 @@ absl::StatusOr<std::vector<WeightGradStore::Work>> WeightGradStore::Take(int mb)
 }
 
 void WeightGradStore::Drop(int mb) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   pending_.erase(mb);
 }
 
 void WeightGradStore::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   pending_.clear();
 }
 
 bool WeightGradStore::Contains(int mb) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return pending_.count(mb) > 0;
 }
 
 int WeightGradStore::pending_microbatches() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(pending_.size());
 }
 
 int WeightGradStore::pending_closures() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [mb, closures] : pending_) n += static_cast<int>(closures.size());
   return n;

@@ -15,11 +15,12 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace zpipe::worker::model {
 
@@ -58,8 +59,8 @@ class WeightGradStore {
 
  private:
   const int stage_;
-  mutable std::mutex mu_;
-  std::map<int, std::vector<Work>> pending_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<int, std::vector<Work>> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe::worker::model

@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -17,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/comm/completion.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
@@ -71,6 +70,10 @@ class NcclComm {
   cudaStream_t stream() const { return stream_; }
   ncclComm_t comm() const { return comm_; }  // valid while !IsGone()
 
+  // Called once each while NewNcclCommunicator makes the communicator: CreateStream on its
+  // thread, SetComm on the thread that creates the NCCL communicators, which that function waits
+  // for before anything uses comm(). stream_ and comm_ are fixed after that.
+
   absl::Status CreateStream() {
     cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
@@ -82,13 +85,13 @@ class NcclComm {
   void SetComm(ncclComm_t comm) { comm_ = comm; }
 
   bool IsGone() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return aborted_ || closed_;
   }
 
   // The communicator's asynchronous error (a peer failed), if any.
   std::optional<std::string> AsyncError() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (aborted_ || closed_ || comm_ == nullptr) return std::nullopt;
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return std::nullopt;
@@ -98,7 +101,7 @@ class NcclComm {
 
   // Kills outstanding operations (a peer is gone or too slow); later operations fail.
   void Abort() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (aborted_ || closed_ || comm_ == nullptr) return;
     DeviceGuard guard(device_);
     ncclCommAbort(comm_);
@@ -108,7 +111,7 @@ class NcclComm {
   // Frees the communicator: destroy when its stream is idle, abort otherwise (destroy would
   // wait for a peer that may never come).
   void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     if (aborted_ || comm_ == nullptr) return;
@@ -126,9 +129,10 @@ class NcclComm {
   const int device_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
-  std::mutex mu_;
-  bool aborted_ = false;
-  bool closed_ = false;
+  // Serialises Abort, Close and the error poll (NCCL's abort and destroy must not race).
+  absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Maps GPU event times to the host's steady clock: one reference event synchronised once.
@@ -190,14 +194,14 @@ class NcclHandle final : public CommHandle {
   bool Test() override { return Poll().has_value(); }
 
   CommTimes times() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return times_;
   }
 
  private:
   // The final status once the operation is over; nullopt while it runs.
   std::optional<absl::Status> Poll() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (result_.has_value()) return result_;
     DeviceGuard guard(op_->comm->device());
     const cudaError_t q = cudaEventQuery(op_->end);
@@ -229,7 +233,7 @@ class NcclHandle final : public CommHandle {
     return std::nullopt;
   }
 
-  absl::Status Finish(absl::Status s) {
+  absl::Status Finish(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto now = Clock::now();
     if (times_.start == Clock::time_point{}) times_.start = op_->launched;
     if (times_.end == Clock::time_point{}) times_.end = now;
@@ -239,9 +243,9 @@ class NcclHandle final : public CommHandle {
 
   std::shared_ptr<NcclOp> op_;
   const Clock::duration op_timeout_;
-  mutable std::mutex mu_;
-  std::optional<absl::Status> result_;
-  CommTimes times_;
+  mutable absl::Mutex mu_;  // one poll at a time (Wait, Test and times() may race)
+  std::optional<absl::Status> result_ ABSL_GUARDED_BY(mu_);
+  CommTimes times_ ABSL_GUARDED_BY(mu_);
 };
 
 // A communicator to create: which key carries its id, our rank in it, and its place in the
@@ -256,14 +260,16 @@ struct CommSpec {
   std::shared_ptr<NcclComm> comm;
 };
 
+// Shared by NewNcclCommunicator and the thread that creates the communicators (which may outlive
+// it: see the watchdog there). `specs` and `device` are written before the thread starts; the
+// thread then owns `specs` until it sets `done`.
 struct InitState {
   std::vector<CommSpec> specs;
   int device = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  bool abandoned = false;
-  absl::Status status;
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;  // the caller gave up waiting
+  absl::Status status ABSL_GUARDED_BY(mu);
 };
 
 class NcclCommunicator final : public Communicator {
@@ -287,7 +293,7 @@ class NcclCommunicator final : public Communicator {
     for (auto& [peer, c] : in_) c->Close();
     if (far_ != nullptr) far_->Close();
     if (dp_ != nullptr) dp_->Close();
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     inflight_.clear();
   }
 
@@ -399,7 +405,7 @@ class NcclCommunicator final : public Communicator {
       return internal::FinishedHandle(absl::UnavailableError(
           absl::StrCat(what, ": the communicator ", comm->name(), " was aborted earlier")));
     }
-    std::lock_guard<std::mutex> lock(mu_);  // NCCL calls on one communicator are serialised
+    absl::MutexLock lock(&mu_);  // NCCL calls on one communicator are serialised
     DeviceGuard guard(options_.device_index);
     auto op = std::make_shared<NcclOp>();
     op->comm = comm;
@@ -447,8 +453,9 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<NcclComm> far_;                 // whole pipeline group; null when p <= 3
   std::shared_ptr<NcclComm> dp_;                  // null when d = 1
   std::shared_ptr<TimeBase> base_;
-  std::mutex mu_;
-  std::vector<std::shared_ptr<NcclOp>> inflight_;
+  absl::Mutex mu_;  // held while launching, so NCCL calls on one communicator are serialised
+  std::vector<std::shared_ptr<NcclOp>> inflight_ ABSL_GUARDED_BY(mu_);
+  // Barriers so far; Barrier() is called from one thread at a time (communicator.h).
   int barrier_generation_ = 0;
 };
 
@@ -560,18 +567,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
       }
       spec.comm->SetComm(comm);
     }
-    std::lock_guard<std::mutex> lock(state->mu);
-    state->done = true;
+    absl::MutexLock lock(&state->mu);
+    state->done = true;  // wakes the caller's Await
     state->status = status;
     if (state->abandoned) {
       for (CommSpec& spec : state->specs) spec.comm->Close();
     }
-    state->cv.notify_all();
   }).detach();
   {
-    std::unique_lock<std::mutex> lock(state->mu);
-    const bool done = state->cv.wait_for(lock, absl::ToChronoNanoseconds(deadline - absl::Now()),
-                                         [&] { return state->done; });
+    absl::MutexLock lock(&state->mu);
+    const bool done = state->mu.AwaitWithTimeout(absl::Condition(&state->done),
+                                                 deadline - absl::Now());
     if (!done) {
       state->abandoned = true;
       return absl::DeadlineExceededError(absl::StrCat(

@@ -15,8 +15,9 @@
 // the operation completed on the GPU and the compute stream is ordered after it. The tensor is
 // kept referenced until its operation completes, so the caching allocator cannot reuse it early.
 //
-// Tensors are CUDA tensors on `CommunicatorOptions::device_index`. Unlike the TCP streams, the store must
-// outlive the communicator (Barrier goes through it).
+// Tensors are CUDA tensors on `CommunicatorOptions::device_index`. As with the TCP streams, the
+// store must outlive the communicator (Barrier goes through it). Thread-safety as communicator.h
+// says: launches are serialised under one lock, so NCCL calls never race on a communicator.
 #ifndef ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 #define ZPIPE_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 
