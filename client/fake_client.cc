@@ -15,7 +15,7 @@ class FakeClient::FakeJobWatch : public JobWatch {
       : fake_(fake), job_id_(std::move(job_id)), last_(after) {}
 
   absl::StatusOr<std::optional<v1::JobEvent>> Next() override {
-    std::unique_lock<std::mutex> lock(fake_.mu_);
+    absl::MutexLock lock(&fake_.mu_);
     if (absl::Status s = fake_.CheckReachable(); !s.ok()) return s;
     auto it = fake_.jobs_.find(job_id_);
     if (it == fake_.jobs_.end())
@@ -43,14 +43,14 @@ class FakeClient::FakeJobWatch : public JobWatch {
           ended_ = true;
         return std::optional<v1::JobEvent>(events[i]);
       }
-      fake_.changed_.wait(lock);
+      fake_.changed_.Wait(&fake_.mu_);
     }
   }
 
   void Cancel() override {
-    std::lock_guard<std::mutex> lock(fake_.mu_);
+    absl::MutexLock lock(&fake_.mu_);
     cancelled_ = true;
-    fake_.changed_.notify_all();
+    fake_.changed_.SignalAll();
   }
 
   uint64_t last_sequence() const override { return last_; }
@@ -62,7 +62,7 @@ class FakeClient::FakeJobWatch : public JobWatch {
   size_t next_ = 0;
   bool sent_snapshot_ = false;
   bool ended_ = false;
-  bool cancelled_ = false;
+  bool cancelled_ ABSL_GUARDED_BY(fake_.mu_) = false;  // Cancel() runs on another thread
 };
 
 absl::Status FakeClient::CheckReachable() const {
@@ -71,16 +71,16 @@ absl::Status FakeClient::CheckReachable() const {
 }
 
 void FakeClient::SetUnavailable(bool unavailable) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   unavailable_ = unavailable;
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void FakeClient::AppendLocked(JobEntry& entry, v1::JobEvent event) {
   const uint64_t last = entry.events.empty() ? 0 : entry.events.back().sequence();
   event.set_sequence(event.has_progress() ? last : last + 1);
   entry.events.push_back(std::move(event));
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 bool FakeClient::ChangeStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason) {
@@ -96,13 +96,13 @@ bool FakeClient::ChangeStateLocked(JobEntry& entry, v1::JobState state, const st
 
 bool FakeClient::SetState(const std::string& job_id, v1::JobState state,
                           const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   return it != jobs_.end() && ChangeStateLocked(it->second, state, reason);
 }
 
 bool FakeClient::EditJob(const std::string& job_id, const std::function<void(v1::Job&)>& edit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
   edit(it->second.job);
@@ -110,7 +110,7 @@ bool FakeClient::EditJob(const std::string& job_id, const std::function<void(v1:
 }
 
 bool FakeClient::AddEvent(const std::string& job_id, v1::JobEvent event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
   if (event.has_iteration()) *it->second.job.mutable_latest_summary() = event.iteration();
@@ -120,18 +120,18 @@ bool FakeClient::AddEvent(const std::string& job_id, v1::JobEvent event) {
 }
 
 void FakeClient::SetPlan(const std::string& job_id, JobPlan plan) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   plans_[job_id] = std::move(plan);
 }
 
 void FakeClient::SetWorkers(std::vector<v1::Worker> workers) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   workers_ = std::move(workers);
 }
 
 absl::StatusOr<SubmitResult> FakeClient::Submit(const v1::JobSpec& spec, const std::string& job_id,
                                                 bool validate_only) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   if (spec.parallel().pipeline() < 1) {
     return absl::InvalidArgumentError("spec.parallel.pipeline: must be >= 1");
@@ -158,7 +158,7 @@ absl::StatusOr<SubmitResult> FakeClient::Submit(const v1::JobSpec& spec, const s
 }
 
 absl::StatusOr<v1::Job> FakeClient::Get(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
@@ -166,7 +166,7 @@ absl::StatusOr<v1::Job> FakeClient::Get(const std::string& job_id) {
 }
 
 absl::StatusOr<JobPage> FakeClient::List(const ListJobsOptions& options) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   size_t start = 0;
   if (!options.page_token.empty() && !absl::SimpleAtoi(options.page_token, &start)) {
@@ -190,7 +190,7 @@ absl::StatusOr<JobPage> FakeClient::List(const ListJobsOptions& options) {
 }
 
 absl::StatusOr<v1::Job> FakeClient::Cancel(const std::string& job_id, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
@@ -210,7 +210,7 @@ std::unique_ptr<JobWatch> FakeClient::Watch(const std::string& job_id, WatchOpti
 }
 
 absl::StatusOr<JobPlan> FakeClient::Plan(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   if (!jobs_.count(job_id))
     return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
@@ -221,7 +221,7 @@ absl::StatusOr<JobPlan> FakeClient::Plan(const std::string& job_id) {
 }
 
 absl::StatusOr<std::vector<v1::Worker>> FakeClient::Workers(bool include_dead) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
   std::vector<v1::Worker> out;
   for (const v1::Worker& w : workers_) {

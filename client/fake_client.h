@@ -5,14 +5,14 @@
 #ifndef ZPIPE_CLIENT_FAKE_CLIENT_H_
 #define ZPIPE_CLIENT_FAKE_CLIENT_H_
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 
 namespace zpipe {
@@ -52,18 +52,19 @@ class FakeClient : public Client {
     std::vector<v1::JobEvent> events;  // everything after the job's creation, in order
   };
 
-  absl::Status CheckReachable() const;
-  void AppendLocked(JobEntry& entry, v1::JobEvent event);
-  bool ChangeStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason);
+  absl::Status CheckReachable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendLocked(JobEntry& entry, v1::JobEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ChangeStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  bool unavailable_ = false;
-  int next_id_ = 1;
-  std::map<std::string, JobEntry> jobs_;
-  std::vector<std::string> order_;  // submission order
-  std::map<std::string, JobPlan> plans_;
-  std::vector<v1::Worker> workers_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // signalled when an event is appended or a watch is cancelled
+  bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
+  int next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
+  std::map<std::string, JobPlan> plans_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe

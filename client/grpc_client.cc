@@ -6,11 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
-#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "zpipe/v1/artifact.grpc.pb.h"
@@ -65,7 +66,7 @@ class GrpcJobWatch : public JobWatch {
       absl::Status status = FromGrpc(reader_->Finish());
       reader_.reset();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         ctx_.reset();
         if (cancelled_) return absl::CancelledError("watch cancelled");
       }
@@ -90,7 +91,7 @@ class GrpcJobWatch : public JobWatch {
   }
 
   void Cancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     cancelled_ = true;
     if (ctx_ != nullptr) ctx_->TryCancel();
   }
@@ -103,7 +104,7 @@ class GrpcJobWatch : public JobWatch {
     request.set_job_id(job_id_);
     request.set_after_sequence(last_sequence_);
     request.set_progress_interval_ms(options_.progress_interval_ms);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::CancelledError("watch cancelled");
     ctx_ = std::make_unique<grpc::ClientContext>();
     AddToken(*ctx_, token_);
@@ -125,9 +126,9 @@ class GrpcJobWatch : public JobWatch {
   uint64_t last_sequence_;
   bool delivered_any_ = false;
   bool done_ = false;
-  std::mutex mu_;  // guards ctx_ and cancelled_ against Cancel() from another thread
-  bool cancelled_ = false;
-  std::unique_ptr<grpc::ClientContext> ctx_;
+  absl::Mutex mu_;  // ctx_ and cancelled_ against Cancel() from another thread
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::ClientContext> ctx_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader_;
 };
 

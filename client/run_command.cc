@@ -29,13 +29,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/cli.h"
 #include "client/command_table.h"
 #include "client/job_file.h"
@@ -61,10 +62,10 @@ namespace fs = std::filesystem;
 struct Interrupt {
   std::atomic<bool> requested{false};
   std::atomic<bool> done{false};
-  std::mutex mu;
-  std::string job_id;  // once submitted
-  Client* client = nullptr;
-  LocalCluster* cluster = nullptr;
+  absl::Mutex mu;
+  std::string job_id ABSL_GUARDED_BY(mu);  // once submitted
+  Client* client ABSL_GUARDED_BY(mu) = nullptr;
+  LocalCluster* cluster ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 // Takes SIGINT/SIGTERM/SIGHUP (blocked in every thread) synchronously until `stop`.
@@ -78,7 +79,7 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
     if (sig <= 0 && !hard_timeout) continue;
     if (state.requested.load() || hard_timeout) {
       // Second signal, or the cancel is taking too long: no more manners.
-      std::lock_guard<std::mutex> lock(state.mu);
+      absl::MutexLock lock(&state.mu);
       if (state.done.load()) return;
       err << "\nzpipe run: stopping every local process now\n" << std::flush;
       if (state.cluster != nullptr) state.cluster->KillAllNow();
@@ -89,7 +90,7 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
     std::string job_id;
     Client* client = nullptr;
     {
-      std::lock_guard<std::mutex> lock(state.mu);
+      absl::MutexLock lock(&state.mu);
       job_id = state.job_id;
       client = state.client;
     }
@@ -103,7 +104,7 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
       if (!cancelled.ok() && cancelled.status().code() != absl::StatusCode::kFailedPrecondition) {
         err << "zpipe run: cancel failed (" << cancelled.status().message()
             << "); stopping everything\n";
-        std::lock_guard<std::mutex> lock(state.mu);
+        absl::MutexLock lock(&state.mu);
         if (state.done.load()) return;
         if (state.cluster != nullptr) state.cluster->KillAllNow();
         std::_Exit(kExitJobFailed);
@@ -280,7 +281,7 @@ class LocalRun {
         view_(ctx.json() ? ctx.err() : ctx.out()),
         view_terminal_(ctx.json() ? isatty(STDERR_FILENO) != 0 : ctx.out_is_terminal()) {}
   ~LocalRun() {
-    std::lock_guard<std::mutex> lock(interrupt_.mu);
+    absl::MutexLock lock(&interrupt_.mu);
     interrupt_.cluster = nullptr;
     interrupt_.client = nullptr;
   }
@@ -306,12 +307,18 @@ class LocalRun {
       return kExitUnreachable;
     }
     cluster_ = *std::move(cluster);
-    Publish([&] { interrupt_.cluster = cluster_.get(); });
+    {
+      absl::MutexLock lock(&interrupt_.mu);  // published to the signal thread
+      interrupt_.cluster = cluster_.get();
+    }
     ClientOptions client_options;
     client_options.rpc_timeout = absl::Seconds(30);
     client_options.token = cluster_->client_token();
     client_ = Client::Create(cluster_->address(), client_options);
-    Publish([&] { interrupt_.client = client_.get(); });
+    {
+      absl::MutexLock lock(&interrupt_.mu);  // published to the signal thread
+      interrupt_.client = client_.get();
+    }
     if (absl::Status s = WaitForWorkers(*client_, *cluster_, workers, absl::Minutes(3), interrupt_);
         !s.ok()) {
       ctx_.err() << "zpipe run: " << s.message() << "\n";
@@ -345,7 +352,10 @@ class LocalRun {
       return local.Fail("run", LocateInJobFile(submitted.status(), request_.job_file));
     }
     job_id_ = submitted->job.id();
-    Publish([&] { interrupt_.job_id = job_id_; });
+    {
+      absl::MutexLock lock(&interrupt_.mu);  // published to the signal thread
+      interrupt_.job_id = job_id_;
+    }
     if (interrupt_.requested.load()) (void)client_->Cancel(job_id_, "interrupted (zpipe run)");
     view_ << "submitted job " << job_id_ << " (" << spec.name() << ")\n" << std::flush;
     return std::nullopt;
@@ -402,12 +412,6 @@ class LocalRun {
     } else {
       summary.model_error = std::string(exported.status().message());
     }
-  }
-
-  template <typename F>
-  void Publish(F change) {
-    std::lock_guard<std::mutex> lock(interrupt_.mu);
-    change();
   }
 
   CliContext& ctx_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -399,9 +398,8 @@ absl::Status RankRun::SwitchPlanIfDue(int it) {
   }
   if (absl::Status st = exec_->SetPlan(*switched_plan_, driver.get()); !st.ok()) return st;
   if (driver != nullptr) grad_sync_ = std::move(driver);
-  std::fprintf(stderr, "zpipe-worker: job %s rank %d.%d: plan v%d from iteration %d\n",
-               job_.job_id.c_str(), job_.rank.pipeline_rank, job_.rank.data_rank, (*next)->version,
-               it);
+  LogInfo("job ", job_.job_id, " rank ", job_.rank.pipeline_rank, ".", job_.rank.data_rank,
+          ": plan v", (*next)->version, " from iteration ", it);
   return absl::OkStatus();
 }
 

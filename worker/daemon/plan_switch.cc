@@ -1,10 +1,10 @@
 #include "worker/daemon/plan_switch.h"
 
-#include <cstdio>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "util/log.h"
 
 namespace zpipe::worker {
 namespace {
@@ -58,8 +58,7 @@ void PlanSwitcher::Offer(const PlanUpdate& update) {
   absl::Status st =
       store_.Set(AnswerKey(update.plan_version, global_rank_), in_time ? "ok" : "late");
   if (!st.ok()) {
-    std::fprintf(stderr, "zpipe-worker: plan v%d: cannot answer: %s\n", update.plan_version,
-                 st.ToString().c_str());
+    LogWarning("plan v", update.plan_version, ": cannot answer: ", st.ToString());
     return;
   }
   if (in_time) pending_ = update;

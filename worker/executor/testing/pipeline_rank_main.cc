@@ -7,25 +7,21 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
+#include <iostream>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
+#include "flags/flags.h"
 #include "worker/comm/file_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
 
 namespace zpipe::worker {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: zpipe-pipeline-rank --store DIR [--rank R] [--pipeline P] [--schedule zb-h1]\n"
-    "         [--microbatches M] [--iterations N] [--device cpu|cuda:N] [--precision fp32|bf16]\n"
-    "         [--layers L] [--hidden H] [--heads A] [--seq-len T] [--vocab V]\n"
-    "         [--microbatch-size B] [--lr LR] [--seed S] [--out FILE]\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "zpipe-pipeline-rank: %s\n", message.c_str());
@@ -73,82 +69,86 @@ int RunIterations(Executor& exec, int iterations, std::FILE* out) {
   return 0;
 }
 
+// The command line; defaults as scripts/gpu-check expects them.
+struct Flags {
+  std::string store, out, schedule = "zb-h1", device = "cpu", precision = "fp32";
+  int rank = 0, pipeline = 1, microbatches = 4, iterations = 5;
+  int layers = 4, hidden = 64, heads = 4, seq_len = 32, vocab = 128, microbatch_size = 2;
+  int seed = 7;
+  double lr = 0.001;
+};
+
+std::unique_ptr<CLI::App> NewFlagsApp(Flags& f) {
+  auto app = flags::NewApp(
+      "zpipe-pipeline-rank", "zpipe-pipeline-rank --store DIR [--rank R] [--pipeline P] [flags]",
+      "One pipeline rank of a GPT job without a coordinator: the ranks meet through --store and "
+      "print one JSON object per iteration.");
+  constexpr int kMax = 1 << 20;
+  flags::AddText(*app, "--store", &f.store, "DIR", "the directory the ranks meet in (required)");
+  flags::AddInteger(*app, "--rank", &f.rank, 0, kMax, "this process's pipeline rank", "R");
+  flags::AddInteger(*app, "--pipeline", &f.pipeline, 1, kMax, "pipeline ranks", "P");
+  flags::AddText(*app, "--schedule", &f.schedule, "KIND", "the schedule (zb-h1, zb-v, ...)");
+  flags::AddInteger(*app, "--microbatches", &f.microbatches, 1, kMax, "microbatches", "M");
+  flags::AddInteger(*app, "--iterations", &f.iterations, 0, kMax, "iterations to run");
+  flags::AddText(*app, "--device", &f.device, "cpu|cuda:N", "where the stages run");
+  flags::AddText(*app, "--precision", &f.precision, "fp32|bf16", "the compute precision");
+  flags::AddInteger(*app, "--layers", &f.layers, 1, kMax, "GPT layers", "L");
+  flags::AddInteger(*app, "--hidden", &f.hidden, 1, kMax, "GPT hidden size", "H");
+  flags::AddInteger(*app, "--heads", &f.heads, 1, kMax, "attention heads", "A");
+  flags::AddInteger(*app, "--seq-len", &f.seq_len, 1, kMax, "tokens per sequence", "T");
+  flags::AddInteger(*app, "--vocab", &f.vocab, 2, kMax, "vocabulary size", "V");
+  flags::AddInteger(*app, "--microbatch-size", &f.microbatch_size, 1, kMax,
+                    "sequences per microbatch", "B");
+  flags::AddNumber(*app, "--lr", &f.lr, "the learning rate");
+  flags::AddInteger(*app, "--seed", &f.seed, 0, std::numeric_limits<int>::max(),
+                    "the initialisation and data seed", "S");
+  flags::AddText(*app, "--out", &f.out, "FILE", "write the JSON lines here instead of stdout");
+  return app;
+}
+
 int Main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {{"rank", "0"},
-                                              {"pipeline", "1"},
-                                              {"schedule", "zb-h1"},
-                                              {"microbatches", "4"},
-                                              {"iterations", "5"},
-                                              {"device", "cpu"},
-                                              {"precision", "fp32"},
-                                              {"layers", "4"},
-                                              {"hidden", "64"},
-                                              {"heads", "4"},
-                                              {"seq-len", "32"},
-                                              {"vocab", "128"},
-                                              {"microbatch-size", "2"},
-                                              {"lr", "0.001"},
-                                              {"seed", "7"},
-                                              {"store", ""},
-                                              {"out", ""}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg.rfind("--", 0) != 0 || i + 1 >= argc || !flags.count(arg.substr(2))) {
-      std::fputs(kUsage, stderr);
-      return Fail(absl::StrCat("bad argument '", arg, "'"));
-    }
-    flags[arg.substr(2)] = argv[++i];
+  Flags flags;
+  auto app = NewFlagsApp(flags);
+  if (std::optional<int> rc =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
+    return *rc;
   }
-  auto integer = [&](const char* name) {
-    int v = 0;
-    if (!absl::SimpleAtoi(flags[name], &v)) {
-      std::fprintf(stderr, "zpipe-pipeline-rank: --%s: '%s' is not an integer\n", name,
-                   flags[name].c_str());
-      std::exit(2);
-    }
-    return v;
-  };
-  if (flags["store"].empty()) return Fail("--store DIR is required");
-  auto kind = core::ParseScheduleKind(flags["schedule"]);
+  if (flags.store.empty()) return Fail("--store DIR is required");
+  auto kind = core::ParseScheduleKind(flags.schedule);
   if (!kind.ok()) return Fail(std::string(kind.status().message()));
-  const int p = integer("pipeline"), rank = integer("rank"), m = integer("microbatches");
-  auto lowered = testing::LoweredPlan(*kind, p, m);
+  auto lowered = testing::LoweredPlan(*kind, flags.pipeline, flags.microbatches);
   if (!lowered.ok()) return Fail(std::string(lowered.status().message()));
 
   testing::RankOptions ro;
   ro.key_prefix = "pipeline-rank/";
-  ro.gpt = model::GptConfig{.layers = integer("layers"),
-                            .hidden = integer("hidden"),
-                            .heads = integer("heads"),
-                            .seq_len = integer("seq-len"),
-                            .vocab = integer("vocab")};
-  ro.init_seed = integer("seed");
-  ro.config.microbatch_size = integer("microbatch-size");
-  absl::StatusOr<Precision> precision = ParsePrecision(flags["precision"]);
+  ro.gpt = model::GptConfig{.layers = flags.layers,
+                            .hidden = flags.hidden,
+                            .heads = flags.heads,
+                            .seq_len = flags.seq_len,
+                            .vocab = flags.vocab};
+  ro.init_seed = flags.seed;
+  ro.config.microbatch_size = flags.microbatch_size;
+  absl::StatusOr<Precision> precision = ParsePrecision(flags.precision);
   if (!precision.ok()) return Fail(absl::StrCat("--precision: ", precision.status().message()));
   ro.config.precision = *precision;
-  if (!absl::SimpleAtod(flags["lr"], &ro.config.lr)) return Fail("--lr: not a number");
-  absl::StatusOr<torch::Device> device = ParseDevice(flags["device"]);
+  ro.config.lr = flags.lr;
+  absl::StatusOr<torch::Device> device = ParseDevice(flags.device);
   if (!device.ok()) return Fail(std::string(device.status().message()));
   ro.config.device = *device;
   auto data = model::SyntheticTokenData::Make(ro.init_seed, ro.gpt.vocab, ro.gpt.seq_len,
                                               ro.config.microbatch_size);
   if (!data.ok()) return Fail(std::string(data.status().message()));
-  auto store = NewFileStore(flags["store"]);
+  auto store = NewFileStore(flags.store);
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  auto made = testing::MakePipelineRank(*lowered, rank, 0, ro, **store, &*data, nullptr);
+  auto made = testing::MakePipelineRank(*lowered, flags.rank, 0, ro, **store, &*data, nullptr);
   if (!made.ok()) return Fail(std::string(made.status().message()));
 
   std::FILE* out = stdout;
-  if (!flags["out"].empty()) {
-    out = std::fopen(flags["out"].c_str(), "w");
-    if (out == nullptr) return Fail(absl::StrCat("cannot write ", flags["out"]));
+  if (!flags.out.empty()) {
+    out = std::fopen(flags.out.c_str(), "w");
+    if (out == nullptr) return Fail(absl::StrCat("cannot write ", flags.out));
   }
-  const int rc = RunIterations(*made->exec, integer("iterations"), out);
+  const int rc = RunIterations(*made->exec, flags.iterations, out);
   if (out != stdout) std::fclose(out);
   return rc;
 }
