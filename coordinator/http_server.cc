@@ -15,6 +15,7 @@
 #include "coordinator/trace_proto.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "util/process_metrics.h"
 #include "zpipe/v1/coordinator.pb.h"
 
 namespace zpipe::coordinator {
@@ -73,9 +74,12 @@ class HttpServer::Handler : public CivetHandler {
     const std::string path = info->local_uri != nullptr ? info->local_uri : "/";
     const std::string query = info->query_string != nullptr ? info->query_string : "";
     if (path == "/metrics") {
-      prometheus::TextSerializer serializer;
+      std::vector<prometheus::MetricFamily> families = registry_->Collect();
+      for (prometheus::MetricFamily& f : util::ProcessMetricFamilies()) {
+        families.push_back(std::move(f));
+      }
       Reply(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
-            serializer.Serialize(registry_->Collect()));
+            prometheus::TextSerializer().Serialize(families));
       return true;
     }
     if (path == "/healthz") {

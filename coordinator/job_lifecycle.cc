@@ -112,7 +112,7 @@ void JobLifecycle::SetState(JobRecord& job, JobState to, std::string reason) {
 void JobLifecycle::Finish(JobRecord& job, JobState to, std::string reason) {
   Recovery::CloseAttempt(job, reason, clock_.Now());
   SetState(job, to, std::move(reason));
-  metrics_.JobFinished(job.id, clock_.Now());
+  metrics_.JobFinished(job.id, to, clock_.Now());
   Release(job, /*cancel=*/to != JobState::kSucceeded);
   rendezvous_.Close(job.id);
   if (auto run = runs_.find(job.id); run != runs_.end()) run->second.finished.clear();

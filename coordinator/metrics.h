@@ -29,7 +29,7 @@ class Metrics {
   virtual void SetJobCount(JobState state, int64_t count) = 0;        // zpipe_jobs{state}
   virtual void SetWorkerCount(WorkerState state, int64_t count) = 0;  // zpipe_workers{state}
   virtual void CountRpc(absl::string_view method, absl::StatusCode code) = 0;  // zpipe_rpcs_total
-  // A job lost a rank and was restarted automatically (zpipe_job_restarts_total).
+  // A job lost a rank and was restarted automatically (zpipe_job_restarts_total{job_id}).
   virtual void JobRestarted(const std::string& /*job_id*/) {}
   // The job store refused a write (zpipe_store_write_errors_total).
   virtual void CountStoreWriteError() {}
@@ -51,9 +51,10 @@ class Metrics {
   // "abandoned"); `plan_version` is the version running after it.
   virtual void ObservePlanSwitch(const std::string& /*job_id*/, absl::string_view /*phase*/,
                                  int /*plan_version*/) {}
-  // The job reached a terminal state at `now`: its series stay for a retention period (so the
-  // last scrape sees the final values), then ExpireJobs drops them.
-  virtual void JobFinished(const std::string& /*job_id*/, absl::Time /*now*/) {}
+  // The job reached terminal state `state` at `now` (zpipe_job_state{job_id,state}): its series
+  // stay for a retention period (so the last scrape sees the final values, and an alert can name
+  // the job), then ExpireJobs drops them.
+  virtual void JobFinished(const std::string& /*job_id*/, JobState /*state*/, absl::Time /*now*/) {}
   // Drops the series of jobs finished long enough before `now`. Called periodically.
   virtual void ExpireJobs(absl::Time /*now*/) {}
 };

@@ -35,7 +35,11 @@ constexpr MetricDef kWorkers{"zpipe_workers", "Registered workers, by state"};
 constexpr MetricDef kRpcs{"zpipe_rpcs_total", "gRPC calls handled, by method and status code"};
 constexpr MetricDef kRestarts{
     "zpipe_job_restarts_total",
-    "Automatic restarts of jobs that lost a rank (spec restart.max_restarts)"};
+    "Automatic restarts of a job that lost a rank (spec restart.max_restarts)"};
+constexpr MetricDef kJobState{
+    "zpipe_job_state",
+    "1 for a job that has ended, labelled with how: succeeded, failed or cancelled (kept as long "
+    "as the job's other series)"};
 constexpr MetricDef kStoreErrors{"zpipe_store_write_errors_total",
                                  "Job store writes that failed (a full disk); each is retried"};
 constexpr MetricDef kStoreUnsaved{
@@ -129,7 +133,7 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
       jobs_(Build<prometheus::Gauge>(registry, kJobs)),
       workers_(Build<prometheus::Gauge>(registry, kWorkers)),
       rpcs_(Build<prometheus::Counter>(registry, kRpcs)),
-      restarts_(Build<prometheus::Counter>(registry, kRestarts).Add({})),
+      restarts_(Build<prometheus::Counter>(registry, kRestarts)),
       store_errors_(Build<prometheus::Counter>(registry, kStoreErrors).Add({})),
       store_unsaved_(Build<prometheus::Gauge>(registry, kStoreUnsaved).Add({})),
       busy_(Build<prometheus::Counter>(registry, kBusy)),
@@ -151,7 +155,8 @@ PrometheusMetrics::PrometheusMetrics(prometheus::Registry& registry,
       loss_(Build<prometheus::Gauge>(registry, kLoss)),
       eval_loss_(Build<prometheus::Gauge>(registry, kEvalLoss)),
       plan_version_(Build<prometheus::Gauge>(registry, kPlanVersion)),
-      plan_switches_(Build<prometheus::Counter>(registry, kPlanSwitches)) {
+      plan_switches_(Build<prometheus::Counter>(registry, kPlanSwitches)),
+      job_state_(Build<prometheus::Gauge>(registry, kJobState)) {
   // Every state is exported from the start, so dashboards see zeros rather than gaps.
   for (JobState s : kAllJobStates) SetJobCount(s, 0);
   // The info-metric idiom: one series at 1 whose labels say what is running.
@@ -196,9 +201,11 @@ void PrometheusMetrics::CountRpc(absl::string_view method, absl::StatusCode code
 
 PrometheusMetrics::JobSeries* PrometheusMetrics::JobLocked(const std::string& job_id) {
   if (removed_.contains(job_id)) return nullptr;
-  auto [it, created] = job_series_.try_emplace(job_id);
-  JobSeries& j = it->second;
-  if (created) {
+  JobSeries& j = job_series_[job_id];
+  if (j.bubble == nullptr) {
+    // A job that ended before it reported anything has only its state: a late report must not
+    // start its series.
+    if (j.finished) return nullptr;
     const prometheus::Labels labels{{"job_id", job_id}};
     j.bubble = &job_bubble_.Add(labels);
     j.overlap = &job_overlap_.Add(labels);
@@ -303,17 +310,23 @@ void PrometheusMetrics::ObserveJobIteration(const std::string& job_id,
   }
 }
 
-void PrometheusMetrics::JobRestarted(const std::string& /*job_id*/) { restarts_.Increment(); }
-
-void PrometheusMetrics::JobFinished(const std::string& job_id, absl::Time now) {
+void PrometheusMetrics::JobRestarted(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  auto it = job_series_.find(job_id);
-  if (it == job_series_.end()) {
-    RemoveLocked(job_id);  // nothing exported; a late report must not start any
-    return;
-  }
-  if (it->second.finished) return;
-  it->second.finished = now;
+  JobSeries* job = JobLocked(job_id);
+  if (job == nullptr) return;
+  if (job->restarts == nullptr) job->restarts = &restarts_.Add({{"job_id", job_id}});
+  job->restarts->Increment();
+}
+
+void PrometheusMetrics::JobFinished(const std::string& job_id, JobState state, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (removed_.contains(job_id)) return;
+  JobSeries& job = job_series_[job_id];  // only the state, for a job that never reported
+  if (job.finished) return;
+  job.finished = now;
+  job.state = &job_state_.Add(
+      {{"job_id", job_id}, {"state", absl::AsciiStrToLower(JobStateName(state))}});
+  job.state->Set(1);
   finished_order_.push_back(job_id);
   while (static_cast<int>(finished_order_.size()) > std::max(0, options_.max_finished_jobs)) {
     const std::string oldest = finished_order_.front();
@@ -366,15 +379,19 @@ void PrometheusMetrics::RemoveLocked(const std::string& job_id) {
       rank_iterations_.Remove(r.iterations);
       tokens_.Remove(r.tokens);
     }
-    job_bubble_.Remove(j.bubble);
+    if (j.bubble != nullptr) {
+      job_bubble_.Remove(j.bubble);
+      job_overlap_.Remove(j.overlap);
+      duration_.Remove(j.duration);
+      iterations_.Remove(j.iterations);
+    }
     if (j.bubble_predicted != nullptr) job_bubble_predicted_.Remove(j.bubble_predicted);
-    job_overlap_.Remove(j.overlap);
-    duration_.Remove(j.duration);
-    iterations_.Remove(j.iterations);
     if (j.loss != nullptr) loss_.Remove(j.loss);
     if (j.eval_loss != nullptr) eval_loss_.Remove(j.eval_loss);
     if (j.plan_version != nullptr) plan_version_.Remove(j.plan_version);
     for (auto& [phase, c] : j.plan_switches) plan_switches_.Remove(c);
+    if (j.restarts != nullptr) restarts_.Remove(j.restarts);
+    if (j.state != nullptr) job_state_.Remove(j.state);
     job_series_.erase(it);
   }
   if (removed_.insert(job_id).second) removed_order_.push_back(job_id);

@@ -2,8 +2,8 @@
 // that serves it on /metrics.
 //
 // Cluster: zpipe_jobs{state}, zpipe_workers{state} (states lower case: "running", "idle"),
-// zpipe_rpcs_total{method,code}, zpipe_job_restarts_total, zpipe_store_write_errors_total,
-// zpipe_store_unsaved_jobs (jobs whose latest change the full or failing store has not taken).
+// zpipe_rpcs_total{method,code}, zpipe_store_write_errors_total, zpipe_store_unsaved_jobs (jobs
+// whose latest change the full or failing store has not taken), zpipe_build_info.
 // Per job and rank (labels job_id, pipeline_rank, data_rank; base units; updated as each rank's
 // iteration report arrives):
 //   zpipe_busy_seconds_total{op="F"|"B"|"W"}  compute time by op (a fused BW counts as B)
@@ -26,6 +26,9 @@
 //   zpipe_iterations_total                    iterations every rank has reported
 //   zpipe_loss                                training loss, mean over data-parallel replicas
 //                                             (none for synthetic models: they compute no loss)
+//   zpipe_job_restarts_total                  automatic restarts (restart.max_restarts)
+//   zpipe_job_state{state}                    1 once the job ended: "succeeded", "failed" or
+//                                             "cancelled" (what ZPipeJobFailed fires on)
 // Never a microbatch or iteration label.
 //
 // Bounded: a finished job's series stay `finished_job_retention` after JobFinished (so scrapes see
@@ -80,7 +83,7 @@ class PrometheusMetrics : public Metrics {
                            const std::optional<PredictedBubble>& predicted) override;
   void ObservePlanSwitch(const std::string& job_id, absl::string_view phase,
                          int plan_version) override;
-  void JobFinished(const std::string& job_id, absl::Time now) override;
+  void JobFinished(const std::string& job_id, JobState state, absl::Time now) override;
   void ExpireJobs(absl::Time now) override;
 
   // Jobs whose series are exported now (for tests).
@@ -115,6 +118,8 @@ class PrometheusMetrics : public Metrics {
     prometheus::Counter* iterations = nullptr;
     prometheus::Gauge* plan_version = nullptr;                  // from the first re-plan on
     std::map<std::string, prometheus::Counter*> plan_switches;  // by phase
+    prometheus::Counter* restarts = nullptr;                    // from the first restart on
+    prometheus::Gauge* state = nullptr;                         // once finished
     int last_iteration = -1;
     std::optional<absl::Time> finished;
   };
@@ -128,7 +133,7 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Counter>& rpcs_;
-  prometheus::Counter& restarts_;
+  prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Counter& store_errors_;
   prometheus::Gauge& store_unsaved_;
   // Per job and rank.
@@ -153,6 +158,7 @@ class PrometheusMetrics : public Metrics {
   prometheus::Family<prometheus::Gauge>& eval_loss_;
   prometheus::Family<prometheus::Gauge>& plan_version_;
   prometheus::Family<prometheus::Counter>& plan_switches_;
+  prometheus::Family<prometheus::Gauge>& job_state_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);

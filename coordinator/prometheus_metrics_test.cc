@@ -133,7 +133,7 @@ TEST_F(PrometheusMetricsTest, PlanSwitchesCountByPhaseAndSetTheVersion) {
   EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_switches_total{job_id=\"j\",phase=\"applied\"}"), 1);
   EXPECT_DOUBLE_EQ(Sample("zpipe_job_plan_switches_total{job_id=\"j\",phase=\"abandoned\"}"), 1);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  m.JobFinished("j", t0);
+  m.JobFinished("j", JobState::kSucceeded, t0);
   m.ExpireJobs(t0 + absl::Minutes(11));
   EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"j\"")) << Text();
 }
@@ -142,7 +142,7 @@ TEST_F(PrometheusMetricsTest, FinishedJobsExpireAfterRetention) {
   PrometheusMetrics m(registry_, {absl::Minutes(10), 100});
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   m.ObserveRankIteration("j", 0, Stats(0));
-  m.JobFinished("j", t0);
+  m.JobFinished("j", JobState::kSucceeded, t0);
   m.ExpireJobs(t0 + absl::Minutes(9));
   EXPECT_EQ(m.exported_jobs(), 1);
   EXPECT_GT(Sample(std::string("zpipe_idle_seconds_total") + kRank0), 0);
@@ -158,12 +158,39 @@ TEST_F(PrometheusMetricsTest, AtMostMaxFinishedJobsAreKept) {
   PrometheusMetrics m(registry_, {absl::Hours(1), 2});
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   for (const char* id : {"a", "b", "c", "running"}) m.ObserveRankIteration(id, 0, Stats(0));
-  m.JobFinished("a", t0);
-  m.JobFinished("b", t0);
-  m.JobFinished("c", t0);
+  m.JobFinished("a", JobState::kSucceeded, t0);
+  m.JobFinished("b", JobState::kFailed, t0);
+  m.JobFinished("c", JobState::kCancelled, t0);
   EXPECT_EQ(m.exported_jobs(), 3);  // b, c and the running one
   EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"a\""));
   EXPECT_TRUE(absl::StrContains(Text(), "job_id=\"running\""));
+}
+
+// An alert can name the job that ended and how (ZPipeJobFailed fires on zpipe_job_state), also
+// for a job that failed before it reported an iteration; restarts are counted per job. Both go
+// with the job's other series.
+TEST_F(PrometheusMetricsTest, JobStateAndRestartsAreLabelledWithTheJob) {
+  PrometheusMetrics m(registry_, {absl::Minutes(10), 100});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  m.ObserveRankIteration("ran", 0, Stats(0));
+  m.JobRestarted("ran");
+  m.JobRestarted("ran");
+  m.JobFinished("ran", JobState::kFailed, t0);
+  m.JobFinished("never-ran", JobState::kFailed, t0);
+  m.JobFinished("cancelled", JobState::kCancelled, t0);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_restarts_total{job_id=\"ran\"}"), 2);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_state{job_id=\"ran\",state=\"failed\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_state{job_id=\"never-ran\",state=\"failed\"}"), 1);
+  EXPECT_DOUBLE_EQ(Sample("zpipe_job_state{job_id=\"cancelled\",state=\"cancelled\"}"), 1);
+  // A job with only its state has no iteration series (ZPipeIterationStalled would see a counter
+  // that never moves), and a late report does not start them.
+  m.ObserveRankIteration("never-ran", 0, Stats(0));
+  EXPECT_FALSE(absl::StrContains(Text(), "zpipe_iterations_total{job_id=\"never-ran\"}"));
+  EXPECT_FALSE(absl::StrContains(Text(), "job_id=\"never-ran\",pipeline_rank"));
+  m.ExpireJobs(t0 + absl::Minutes(11));
+  EXPECT_EQ(m.exported_jobs(), 0);
+  EXPECT_FALSE(absl::StrContains(Text(), "zpipe_job_state{")) << Text();
+  EXPECT_FALSE(absl::StrContains(Text(), "zpipe_job_restarts_total{")) << Text();
 }
 
 }  // namespace

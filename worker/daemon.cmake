@@ -11,7 +11,7 @@ zpipe_worker_component(daemon DEPS zpipe::worker_executor zpipe::worker_model zp
                        zpipe::proto zpipe::wire zpipe::artifact zpipe::core zpipe::util ${TORCH_LIBRARIES}
                        absl::status absl::statusor absl::synchronization
                        absl::time absl::strings prometheus-cpp::pull prometheus-cpp::core
-                       nlohmann_json::nlohmann_json TEST_DEPS GTest::gmock)
+                       nlohmann_json::nlohmann_json zpipe::process_metrics TEST_DEPS GTest::gmock)
 # Capability reporting (daemon/capabilities.cc) asks the CUDA runtime and NCCL where the NCCL
 # communicator is built; ZPIPE_WITH_NCCL comes with it.
 if(TARGET zpipe_worker_comm_nccl AND ZPIPE_TORCH_CUDA)

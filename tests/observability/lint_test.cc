@@ -87,7 +87,9 @@ TEST(DashboardLint, CoversThePanelsTheIssueAsksFor) {
   for (const auto& p : AllPanels(d)) absl::StrAppend(&all, p.value("title", ""), "\n");
   for (const char* want : {"measured vs predicted", "Bubble ratio per rank", "Reduce overlap",
                            "Exposed reduce", "Iteration time", "Tokens per second", "Loss",
-                           "P2P wait", "Jobs by state", "Workers by state", "Optimizer step"}) {
+                           "P2P wait", "Jobs by state", "Workers by state", "Optimizer step",
+                           "CPU per process", "Resident memory per process",
+                           "Open file descriptors per process", "Threads per process"}) {
     EXPECT_TRUE(absl::StrContains(all, want)) << "no panel titled like '" << want << "':\n" << all;
   }
 }

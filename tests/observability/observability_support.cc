@@ -122,6 +122,11 @@ ObservedCluster::~ObservedCluster() {
   coordinator_->Wait(10);
 }
 
+void ObservedCluster::StopWorker(int i) {
+  workers_.at(i)->Signal(SIGTERM);
+  workers_.at(i)->Wait(10);
+}
+
 bool ObservedCluster::WaitIdle(int n, double timeout_s) {
   return WaitForIdleWorkers(*client_, n, timeout_s);
 }
@@ -224,6 +229,8 @@ std::string Substitute(const std::string& expr, const Selection& s) {
                                     {"$namespace", s.namespace_},
                                     {"${coordinator}", s.coordinator},
                                     {"$coordinator", s.coordinator},
+                                    {"${workers}", s.workers},
+                                    {"$workers", s.workers},
                                     {"${job_id}", s.job_id},
                                     {"$job_id", s.job_id},
                                     {"${rank}", s.rank},

@@ -36,6 +36,8 @@ class ObservedCluster {
   bool WaitForSeries(const std::string& series_prefix, double timeout_s = 60);
   // Cancels the job (if still running) and waits for a terminal state.
   void CancelAndWait(const std::string& job_id);
+  // Stops worker `i` with SIGTERM (it leaves: a job it holds fails at once) and waits for it.
+  void StopWorker(int i);
 
   int coordinator_metrics_port() const { return coordinator_metrics_port_; }
   const std::vector<int>& worker_metrics_ports() const { return worker_metrics_ports_; }
@@ -76,6 +78,7 @@ struct Selection {
   // $namespace: none outside Kubernetes, so Grafana's empty value (matches an absent label).
   std::string namespace_ = "";
   std::string coordinator = "zpipe-coordinator";  // $coordinator: the scrape job's name
+  std::string workers = "zpipe-worker";           // $workers: the workers' scrape job
 };
 std::string Substitute(const std::string& expr, const Selection& s);
 

@@ -72,6 +72,13 @@ class Prometheus {
     if (j.is_discarded()) return absl::InternalError(absl::StrCat("bad JSON: ", *body));
     return j;
   }
+  // /api/v1/alerts: the alerts pending or firing now.
+  absl::StatusOr<json> Alerts() {
+    auto body = HttpGet(port_, "/api/v1/alerts");
+    if (!body.ok()) return body.status();
+    return json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  }
+
   // /api/v1/rules?type=alert: the alerting rules Prometheus loaded, by group.
   absl::StatusOr<json> AlertRules() {
     auto body = HttpGet(port_, "/api/v1/rules?type=alert");
@@ -207,6 +214,8 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
     for (const auto& x : (*values)["data"]) got.insert(x.get<std::string>());
     if (label == "job_id") {
       EXPECT_TRUE(got.contains(job)) << q << " -> " << values->dump();
+    } else if (v["name"] == "workers") {  // the workers' scrape job
+      EXPECT_EQ(got, (std::set<std::string>{"zpipe-worker"})) << q << " -> " << values->dump();
     } else if (label == "job") {  // $coordinator: the coordinator's scrape job, no worker's
       EXPECT_EQ(got, (std::set<std::string>{"zpipe-coordinator"})) << q << " -> " << values->dump();
     } else if (label == "pipeline_rank") {
@@ -291,7 +300,37 @@ TEST(PrometheusDashboard, EveryPanelQueryReturnsDataFromARealJob) {
                                            "ZPipeExposedReduceHigh", "ZPipeJobRestarting"}))
       << alert_rules->dump();
 
-  cluster.CancelAndWait(job);
+  // The process row shows the coordinator and both workers.
+  json processes = prom.QueryUntilNonEmpty(
+      Substitute("count(process_resident_memory_bytes{namespace=~\"$namespace\", "
+                 "job=~\"$coordinator|$workers\"} > 0)",
+                 selection),
+      10);
+  EXPECT_EQ(Scalar(processes), 3) << processes.dump();
+
+  // A worker leaves mid-job: the job fails, and ZPipeJobFailed fires for it, naming it.
+  cluster.StopWorker(1);
+  const auto alert_deadline = Clock::now() + std::chrono::seconds(30);
+  json fired;
+  while (fired.is_null() && Clock::now() < alert_deadline) {
+    auto alerts = prom.Alerts();
+    if (alerts.ok()) {
+      for (const auto& a : (*alerts)["data"]["alerts"]) {
+        if (a["labels"].value("alertname", "") == "ZPipeJobFailed" &&
+            a.value("state", "") == "firing") {
+          fired = a;
+        }
+      }
+    }
+    if (fired.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_FALSE(fired.is_null()) << "ZPipeJobFailed did not fire after job " << job << " failed\n"
+                                << prom.Log();
+  std::printf("fired: %s\n", fired.dump().c_str());
+  EXPECT_EQ(fired["labels"].value("job_id", ""), job) << fired.dump();
+  EXPECT_EQ(fired["labels"].value("state", ""), "failed") << fired.dump();
+  EXPECT_EQ(fired["annotations"].value("summary", ""), absl::StrCat("ZeroPipe job ", job, " failed"))
+      << fired.dump();
 }
 
 }  // namespace

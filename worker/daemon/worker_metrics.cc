@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "util/process_metrics.h"
 
 namespace zpipe::worker {
 namespace {
@@ -66,7 +67,10 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
                         .Help("1 while the worker runs a job rank, else 0")
                         .Register(*registry_)
                         .Add({{"worker", worker}})) {
-    if (exposer_) exposer_->RegisterCollectable(registry_);
+    if (exposer_) {
+      exposer_->RegisterCollectable(registry_);
+      exposer_->RegisterCollectable(process_);
+    }
   }
 
   void OnIteration(const std::string& job_id, int pipeline_rank, int data_rank,
@@ -143,6 +147,8 @@ class PrometheusWorkerMetrics : public WorkerMetrics {
   absl::Mutex mu_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
+  // process_* (the exposer holds only a weak_ptr).
+  std::shared_ptr<util::ProcessCollector> process_ = std::make_shared<util::ProcessCollector>();
   std::string worker_;
   const absl::Duration retention_;
   std::map<std::string, JobSeries> jobs_series_ ABSL_GUARDED_BY(mu_);
