@@ -22,7 +22,7 @@ if(TARGET zpipe)
   zpipe_add_test(NAME cli_plan_test
                  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli/plan_cli_test.cc
                          ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
-                 DEPS nlohmann_json::nlohmann_json LABELS cli)
+                 DEPS nlohmann_json::nlohmann_json absl::strings LABELS cli)
   target_include_directories(cli_plan_test PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(cli_plan_test PRIVATE ZPIPE_CLI_BIN="$<TARGET_FILE:zpipe>")
   add_dependencies(cli_plan_test zpipe)

@@ -1,12 +1,17 @@
 // The built `zpipe` binary's local `zpipe plan`, run as a subprocess: what only the binary's
 // argument handling decides (global options before the command). No coordinator needed.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/cli/subprocess.h"
 
@@ -65,6 +70,40 @@ TEST(PlanCliTest, FileWritesTheFileAndDashOTakesOnlyAFormat) {
   EXPECT_NE(r.err.find("--output FILE is deprecated"), std::string::npos) << r.err;
   EXPECT_TRUE(std::ifstream(path).good());
   std::remove(path.c_str());
+}
+
+// Issue 34: local commands are quick as a process because they start nothing: no thread, no
+// socket (so no gRPC channel and no TLS). strace -f records every clone and socket call of the
+// process and its children.
+TEST(PlanCliTest, LocalCommandsStartNoThreadOrSocket) {
+  std::string strace;
+  for (const char* dir : {"/usr/bin", "/bin", "/usr/local/bin"}) {
+    const std::string path = absl::StrCat(dir, "/strace");
+    if (access(path.c_str(), X_OK) == 0) strace = path;
+  }
+  if (strace.empty()) GTEST_SKIP() << "no strace (scripts/setup installs it)";
+  const std::string trace =
+      absl::StrCat(::testing::TempDir(), "/zpipe-local-", getpid(), ".strace");
+  const std::vector<std::vector<std::string>> commands = {
+      {"plan", "--schedule", "zb-v", "-p", "32", "-m", "256", "--budget", "0"},
+      {"plan", "--schedule", "all", "-p", "4", "-m", "8", "-o", "json"},
+      {"completion", "bash"},
+      {"version", "--client"},
+      {"--help"}};
+  for (const auto& command : commands) {
+    std::vector<std::string> argv = {
+        strace, "-f", "-qq", "-e", "trace=clone,clone3,fork,vfork,socket,connect", "-o", trace,
+        ZPIPE_CLI_BIN};
+    argv.insert(argv.end(), command.begin(), command.end());
+    const ProcessResult r = RunProcess(argv, {{"ZPIPE_COORDINATOR", ""}}, 60);
+    const std::string line = absl::StrJoin(command, " ");
+    ASSERT_EQ(r.exit_code, 0) << "zpipe " << line << ": " << r.err;
+    std::ifstream in(trace);
+    std::stringstream calls;
+    calls << in.rdbuf();
+    EXPECT_EQ(calls.str(), "") << "zpipe " << line << " made these calls:\n" << calls.str();
+  }
+  std::filesystem::remove(trace);
 }
 
 }  // namespace
