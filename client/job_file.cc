@@ -153,122 +153,166 @@ std::string EnumChoices(const EnumDescriptor& e) {
 
 absl::Status SetMessage(const SpecNode& node, absl::string_view path, Message& msg);
 
+// Where SetScalar writes a value: `field` of `msg` (appended to, when repeated), from `node`.
+struct ScalarTarget {
+  const SpecNode& node;
+  const std::string& path;
+  const FieldDescriptor& field;
+  Message& msg;
+  const Reflection& refl;
+  bool repeated;
+
+  // The error for a value that is not what the field takes.
+  absl::Status Wrong(absl::string_view expected) const {
+    return Error(node.line,
+                 absl::StrCat("field '", path, "' expects ", expected, ", got ", Describe(node)));
+  }
+};
+
+// What a scalar field expects, for the error about a list or map in its place.
+std::string ScalarExpected(const FieldDescriptor& field) {
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      return "a string";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return absl::StrCat("one of: ", EnumChoices(*field.enum_type()));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return "a number";
+    default:
+      return "an integer";
+  }
+}
+
+absl::Status SetStringScalar(const ScalarTarget& to) {
+  const std::string& t = to.node.text;
+  if (!to.node.quoted && (IsBoolText(t) || IsIntText(t) || IsFloatText(t))) {
+    return to.Wrong("a string (quote it to use it as text)");
+  }
+  if (size_t bad = 0; !IsUtf8(t, &bad)) {
+    return Error(to.node.line,
+                 absl::StrFormat("field '%s' is not UTF-8 text (byte 0x%02X at offset %d of "
+                                 "the value); save the job file as UTF-8",
+                                 to.path, static_cast<unsigned char>(t[bad]), bad));
+  }
+  to.repeated ? to.refl.AddString(&to.msg, &to.field, t) : to.refl.SetString(&to.msg, &to.field, t);
+  return absl::OkStatus();
+}
+
+absl::Status SetBoolScalar(const ScalarTarget& to) {
+  const std::string& t = to.node.text;
+  if (to.node.quoted || !IsBoolText(t)) return to.Wrong("true or false");
+  const bool v = absl::AsciiStrToLower(t) == "true";
+  to.repeated ? to.refl.AddBool(&to.msg, &to.field, v) : to.refl.SetBool(&to.msg, &to.field, v);
+  return absl::OkStatus();
+}
+
+absl::Status SetEnumScalar(const ScalarTarget& to) {
+  const EnumDescriptor& e = *to.field.enum_type();
+  const EnumValueDescriptor* v = nullptr;
+  if (!IsBoolText(to.node.text)) v = FindEnumValue(e, to.node.text);
+  if (v == nullptr) return to.Wrong(absl::StrCat("one of: ", EnumChoices(e)));
+  to.repeated ? to.refl.AddEnum(&to.msg, &to.field, v) : to.refl.SetEnum(&to.msg, &to.field, v);
+  return absl::OkStatus();
+}
+
+// A double or float field.
+absl::Status SetRealScalar(const ScalarTarget& to) {
+  const std::string& t = to.node.text;
+  double v;
+  if (to.node.quoted || !IsFloatText(t) || !absl::SimpleAtod(t, &v)) return to.Wrong("a number");
+  if (to.field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+    to.repeated ? to.refl.AddDouble(&to.msg, &to.field, v)
+                : to.refl.SetDouble(&to.msg, &to.field, v);
+  } else {
+    to.repeated ? to.refl.AddFloat(&to.msg, &to.field, static_cast<float>(v))
+                : to.refl.SetFloat(&to.msg, &to.field, static_cast<float>(v));
+  }
+  return absl::OkStatus();
+}
+
+// An int32 or int64 field.
+absl::Status SetSignedScalar(const ScalarTarget& to) {
+  const std::string& t = to.node.text;
+  const bool is32 = to.field.cpp_type() == FieldDescriptor::CPPTYPE_INT32;
+  int64_t v;
+  if (to.node.quoted || !absl::SimpleAtoi(t, &v)) {
+    if (!to.node.quoted && IsDigitsText(t)) {
+      return to.Wrong(is32 ? "a 32-bit integer, in [-2147483648, 2147483647]"
+                           : "a 64-bit integer, in [-9223372036854775808, 9223372036854775807]");
+    }
+    return to.Wrong("an integer");
+  }
+  if (is32) {
+    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+      return to.Wrong("a 32-bit integer, in [-2147483648, 2147483647]");
+    }
+    to.repeated ? to.refl.AddInt32(&to.msg, &to.field, static_cast<int32_t>(v))
+                : to.refl.SetInt32(&to.msg, &to.field, static_cast<int32_t>(v));
+  } else {
+    to.repeated ? to.refl.AddInt64(&to.msg, &to.field, v) : to.refl.SetInt64(&to.msg, &to.field, v);
+  }
+  return absl::OkStatus();
+}
+
+// A uint32 or uint64 field.
+absl::Status SetUnsignedScalar(const ScalarTarget& to) {
+  const std::string& t = to.node.text;
+  const bool is32 = to.field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32;
+  uint64_t v;
+  if (to.node.quoted || absl::StartsWith(t, "-") || !absl::SimpleAtoi(t, &v)) {
+    if (!to.node.quoted && IsDigitsText(t) && !absl::StartsWith(t, "-")) {
+      return to.Wrong(is32 ? "a 32-bit non-negative integer, in [0, 4294967295]"
+                           : "a 64-bit non-negative integer, in [0, 18446744073709551615]");
+    }
+    return to.Wrong("a non-negative integer");
+  }
+  if (is32) {
+    if (v > std::numeric_limits<uint32_t>::max()) {
+      return to.Wrong("a 32-bit non-negative integer, in [0, 4294967295]");
+    }
+    to.repeated ? to.refl.AddUInt32(&to.msg, &to.field, static_cast<uint32_t>(v))
+                : to.refl.SetUInt32(&to.msg, &to.field, static_cast<uint32_t>(v));
+  } else {
+    to.repeated ? to.refl.AddUInt64(&to.msg, &to.field, v)
+                : to.refl.SetUInt64(&to.msg, &to.field, v);
+  }
+  return absl::OkStatus();
+}
+
 // Sets one scalar (or, for repeated fields, appends one element) of `field` from `node`.
 absl::Status SetScalar(const SpecNode& node, const std::string& path, const FieldDescriptor& field,
                        Message& msg) {
-  const Reflection& refl = *msg.GetReflection();
-  const bool repeated = field.is_repeated();
-  auto wrong = [&](absl::string_view expected) {
-    return Error(node.line,
-                 absl::StrCat("field '", path, "' expects ", expected, ", got ", Describe(node)));
-  };
+  const ScalarTarget to{node, path, field, msg, *msg.GetReflection(), field.is_repeated()};
   if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-    if (node.kind != SpecNode::Kind::kMap) return wrong("a map");
-    Message* child = repeated ? refl.AddMessage(&msg, &field) : refl.MutableMessage(&msg, &field);
+    if (node.kind != SpecNode::Kind::kMap) return to.Wrong("a map");
+    Message* child =
+        to.repeated ? to.refl.AddMessage(&msg, &field) : to.refl.MutableMessage(&msg, &field);
     return SetMessage(node, path, *child);
   }
-  if (node.kind != SpecNode::Kind::kScalar) {
-    switch (field.cpp_type()) {
-      case FieldDescriptor::CPPTYPE_STRING:
-        return wrong("a string");
-      case FieldDescriptor::CPPTYPE_BOOL:
-        return wrong("true or false");
-      case FieldDescriptor::CPPTYPE_ENUM:
-        return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-      case FieldDescriptor::CPPTYPE_FLOAT:
-        return wrong("a number");
-      default:
-        return wrong("an integer");
-    }
-  }
-  const std::string& t = node.text;
+  if (node.kind != SpecNode::Kind::kScalar) return to.Wrong(ScalarExpected(field));
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_STRING:
-      if (!node.quoted && (IsBoolText(t) || IsIntText(t) || IsFloatText(t))) {
-        return wrong("a string (quote it to use it as text)");
-      }
-      if (size_t bad = 0; !IsUtf8(t, &bad)) {
-        return Error(node.line,
-                     absl::StrFormat("field '%s' is not UTF-8 text (byte 0x%02X at offset %d of "
-                                     "the value); save the job file as UTF-8",
-                                     path, static_cast<unsigned char>(t[bad]), bad));
-      }
-      repeated ? refl.AddString(&msg, &field, t) : refl.SetString(&msg, &field, t);
-      return absl::OkStatus();
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      if (node.quoted || !IsBoolText(t)) return wrong("true or false");
-      const bool v = absl::AsciiStrToLower(t) == "true";
-      repeated ? refl.AddBool(&msg, &field, v) : refl.SetBool(&msg, &field, v);
-      return absl::OkStatus();
-    }
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const EnumValueDescriptor* v = nullptr;
-      if (!IsBoolText(t)) v = FindEnumValue(*field.enum_type(), t);
-      if (v == nullptr) return wrong(absl::StrCat("one of: ", EnumChoices(*field.enum_type())));
-      repeated ? refl.AddEnum(&msg, &field, v) : refl.SetEnum(&msg, &field, v);
-      return absl::OkStatus();
-    }
+      return SetStringScalar(to);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return SetBoolScalar(to);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnumScalar(to);
     case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      double v;
-      if (node.quoted || !IsFloatText(t) || !absl::SimpleAtod(t, &v)) return wrong("a number");
-      if (field.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-        repeated ? refl.AddDouble(&msg, &field, v) : refl.SetDouble(&msg, &field, v);
-      } else {
-        repeated ? refl.AddFloat(&msg, &field, static_cast<float>(v))
-                 : refl.SetFloat(&msg, &field, static_cast<float>(v));
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return SetRealScalar(to);
     case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_INT64: {
-      int64_t v;
-      if (node.quoted || !absl::SimpleAtoi(t, &v)) {
-        if (!node.quoted && IsDigitsText(t)) {
-          return wrong(field.cpp_type() == FieldDescriptor::CPPTYPE_INT32
-                           ? "a 32-bit integer, in [-2147483648, 2147483647]"
-                           : "a 64-bit integer, in [-9223372036854775808, 9223372036854775807]");
-        }
-        return wrong("an integer");
-      }
-      if (field.cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
-        if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-          return wrong("a 32-bit integer, in [-2147483648, 2147483647]");
-        }
-        repeated ? refl.AddInt32(&msg, &field, static_cast<int32_t>(v))
-                 : refl.SetInt32(&msg, &field, static_cast<int32_t>(v));
-      } else {
-        repeated ? refl.AddInt64(&msg, &field, v) : refl.SetInt64(&msg, &field, v);
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_INT64:
+      return SetSignedScalar(to);
     case FieldDescriptor::CPPTYPE_UINT32:
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      uint64_t v;
-      if (node.quoted || absl::StartsWith(t, "-") || !absl::SimpleAtoi(t, &v)) {
-        if (!node.quoted && IsDigitsText(t) && !absl::StartsWith(t, "-")) {
-          return wrong(field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32
-                           ? "a 32-bit non-negative integer, in [0, 4294967295]"
-                           : "a 64-bit non-negative integer, in [0, 18446744073709551615]");
-        }
-        return wrong("a non-negative integer");
-      }
-      if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
-        if (v > std::numeric_limits<uint32_t>::max()) {
-          return wrong("a 32-bit non-negative integer, in [0, 4294967295]");
-        }
-        repeated ? refl.AddUInt32(&msg, &field, static_cast<uint32_t>(v))
-                 : refl.SetUInt32(&msg, &field, static_cast<uint32_t>(v));
-      } else {
-        repeated ? refl.AddUInt64(&msg, &field, v) : refl.SetUInt64(&msg, &field, v);
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return SetUnsignedScalar(to);
     case FieldDescriptor::CPPTYPE_MESSAGE:
       break;
   }
-  return wrong("a supported value");
+  return to.Wrong("a supported value");
 }
 
 // Fields whose file form differs from the plain proto mapping.

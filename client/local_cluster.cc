@@ -17,6 +17,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -69,6 +70,83 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// A new directory, only its owner may enter, for this run's files under $TMPDIR (or /tmp).
+absl::StatusOr<std::string> MakeRunDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/zpipe-run-XXXXXX");
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", std::strerror(errno)));
+  }
+  return std::string(buf.data());
+}
+
+// The run's client token and the files in the run directory that hand the tokens out.
+struct RunTokens {
+  std::string client_token;
+  std::string client_tokens;      // the coordinator's --client-tokens
+  std::string worker_tokens;      // the coordinator's --worker-tokens
+  std::string worker_token_file;  // each worker's --token-file
+};
+
+// Throwaway tokens for this run only: another user's process on this machine cannot use the
+// cluster (or pose as one of its workers) without reading them from our private directory.
+absl::StatusOr<RunTokens> WriteRunTokens(const std::string& dir) {
+  absl::StatusOr<std::string> client_token = RandomToken();
+  if (!client_token.ok()) return client_token.status();
+  absl::StatusOr<std::string> worker_token = RandomToken();
+  if (!worker_token.ok()) return worker_token.status();
+  RunTokens tokens{.client_token = *client_token,
+                   .client_tokens = dir + "/client.tokens",
+                   .worker_tokens = dir + "/worker.tokens",
+                   .worker_token_file = dir + "/worker.token"};
+  for (const auto& [path, text] :
+       {std::pair{tokens.client_tokens, absl::StrCat("zpipe-run:", *client_token, "\n")},
+        std::pair{tokens.worker_tokens, absl::StrCat("local-workers:", *worker_token, "\n")},
+        std::pair{tokens.worker_token_file, absl::StrCat(*worker_token, "\n")}}) {
+    if (absl::Status st = WritePrivateFile(path, text); !st.ok()) return st;
+  }
+  return tokens;
+}
+
+void AddFlag(std::vector<std::string>& argv, const char* flag, std::string value) {
+  argv.push_back(flag);
+  argv.push_back(std::move(value));
+}
+
+// Port 0: the coordinator binds a free port and logs it ("serving on port N").
+std::vector<std::string> CoordinatorArgv(const LocalClusterOptions& options, const std::string& dir,
+                                         const RunTokens& tokens) {
+  std::vector<std::string> argv = {options.coordinator_bin};
+  AddFlag(argv, "--listen", "127.0.0.1:0");
+  AddFlag(argv, "--metrics-listen", options.metrics_listen);
+  AddFlag(argv, "--db", dir + "/coordinator.db");
+  AddFlag(argv, "--client-tokens", tokens.client_tokens);
+  AddFlag(argv, "--worker-tokens", tokens.worker_tokens);
+  argv.insert(argv.end(), options.coordinator_flags.begin(), options.coordinator_flags.end());
+  return argv;
+}
+
+// Worker i, on device i, allowed to read data under `roots`.
+std::vector<std::string> WorkerArgv(const LocalClusterOptions& options, int i,
+                                    const std::string& address,
+                                    const std::vector<std::string>& roots,
+                                    const RunTokens& tokens) {
+  std::vector<std::string> argv = {options.worker_bin};
+  AddFlag(argv, "--coordinator", address);
+  AddFlag(argv, "--name", absl::StrCat("local-", i));
+  AddFlag(argv, "--device", absl::StrCat(options.device, ":", i));
+  AddFlag(argv, "--threads", absl::StrCat(options.threads));
+  AddFlag(argv, "--comm-timeout", "30");
+  AddFlag(argv, "--token-file", tokens.worker_token_file);
+  for (const std::string& root : roots) {
+    if (!root.empty()) AddFlag(argv, "--data-root", root);
+  }
+  argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
+  return argv;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> FindBinary(const std::string& name, const char* env_var,
@@ -102,47 +180,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options, absl::Duration timeout) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->options_ = options;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/zpipe-run-XXXXXX");
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp ", pattern, ": ", std::strerror(errno)));
-  }
-  c->dir_ = buf.data();
+  absl::StatusOr<std::string> dir = MakeRunDir();
+  if (!dir.ok()) return dir.status();
+  c->dir_ = *dir;
+  absl::StatusOr<RunTokens> tokens = WriteRunTokens(c->dir_);
+  if (!tokens.ok()) return tokens.status();
+  c->client_token_ = tokens->client_token;
 
-  // Throwaway tokens for this run only: another user's process on this machine cannot use the
-  // cluster (or pose as one of its workers) without reading them from our private directory.
-  absl::StatusOr<std::string> client_token = RandomToken();
-  if (!client_token.ok()) return client_token.status();
-  absl::StatusOr<std::string> worker_token = RandomToken();
-  if (!worker_token.ok()) return worker_token.status();
-  c->client_token_ = *client_token;
-  const std::string client_tokens = c->dir_ + "/client.tokens";
-  const std::string worker_tokens = c->dir_ + "/worker.tokens";
-  const std::string worker_token_file = c->dir_ + "/worker.token";
-  for (const auto& [path, text] :
-       {std::pair{client_tokens, absl::StrCat("zpipe-run:", *client_token, "\n")},
-        std::pair{worker_tokens, absl::StrCat("local-workers:", *worker_token, "\n")},
-        std::pair{worker_token_file, absl::StrCat(*worker_token, "\n")}}) {
-    if (absl::Status st = WritePrivateFile(path, text); !st.ok()) return st;
-  }
-
-  // Port 0: the coordinator binds a free port and logs it ("serving on port N").
-  std::vector<std::string> coordinator_argv = {options.coordinator_bin,
-                                               "--listen",
-                                               "127.0.0.1:0",
-                                               "--metrics-listen",
-                                               options.metrics_listen,
-                                               "--db",
-                                               c->dir_ + "/coordinator.db",
-                                               "--client-tokens",
-                                               client_tokens,
-                                               "--worker-tokens",
-                                               worker_tokens};
-  coordinator_argv.insert(coordinator_argv.end(), options.coordinator_flags.begin(),
-                          options.coordinator_flags.end());
-  absl::Status s = c->Spawn("coordinator", coordinator_argv);
+  absl::Status s = c->Spawn("coordinator", CoordinatorArgv(options, c->dir_, *tokens));
   if (!s.ok()) return s;
   const std::regex serving("serving on port ([0-9]+)");
   const absl::Time deadline = absl::Now() + timeout;
@@ -161,30 +206,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+
   std::error_code ec;
   std::vector<std::string> roots = {std::filesystem::current_path(ec).string(), c->dir_};
   roots.insert(roots.end(), options.data_roots.begin(), options.data_roots.end());
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> argv = {options.worker_bin,
-                                     "--coordinator",
-                                     c->address_,
-                                     "--name",
-                                     absl::StrCat("local-", i),
-                                     "--device",
-                                     absl::StrCat(options.device, ":", i),
-                                     "--threads",
-                                     absl::StrCat(options.threads),
-                                     "--comm-timeout",
-                                     "30",
-                                     "--token-file",
-                                     worker_token_file};
-    for (const std::string& root : roots) {
-      if (root.empty()) continue;
-      argv.push_back("--data-root");
-      argv.push_back(root);
-    }
-    argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
-    s = c->Spawn(absl::StrCat("worker-", i), argv);
+    s = c->Spawn(absl::StrCat("worker-", i), WorkerArgv(options, i, c->address_, roots, *tokens));
     if (!s.ok()) return s;
   }
   return c;

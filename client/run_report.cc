@@ -24,10 +24,8 @@ std::string Seconds(double s) {
   return absl::StrFormat("%.2f s", s);
 }
 
-}  // namespace
-
-void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& timeline) {
-  out << "\n";
+// The job line and what the run produced: loss, layout, model file, evaluations.
+void PrintOutcome(std::ostream& out, const RunSummary& s) {
   out << absl::StrFormat("job %s %s: %s, p=%d d=%d m=%d, %d iterations", s.job_id, s.state,
                          s.schedule, s.pipeline, s.data, s.microbatches, s.iterations);
   if (s.wall_s > 0) out << absl::StrFormat(" in %.1f s", s.wall_s);
@@ -58,7 +56,10 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
                            s.eval_losses.front().second, s.eval_losses.back().second,
                            static_cast<int>(s.eval_losses.size()));
   }
-  if (s.steady_iterations == 0) return;
+}
+
+// The steady iterations' time, throughput, bubble and reductions.
+void PrintTimings(std::ostream& out, const RunSummary& s) {
   out << absl::StrFormat("  iteration     %s (median of iterations %d..%d)\n",
                          Seconds(s.iteration_s), s.iterations - s.steady_iterations + 1,
                          s.iterations);
@@ -83,6 +84,10 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         Seconds(s.reduce_total_s), Pct(*s.reduce_overlap), Pct(s.reduce_overlap_predicted),
         Seconds(s.reduce_exposed_s));
   }
+}
+
+// What the traced iteration tells: where its bubble came from, and replica drift.
+void PrintTraceFindings(std::ostream& out, const TimelineFiles& timeline) {
   if (timeline.bubble.has_value()) {
     const BubbleAttribution& b = *timeline.bubble;
     out << absl::StrFormat(
@@ -100,9 +105,12 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
         timeline.iteration + 1, Seconds(timeline.exposure->replica_wait_s),
         Seconds(timeline.exposure->exposed_s));
   }
-  // Per rank; reduce columns only when something was reduced (d > 1), step columns only when an
-  // optimizer stepped (not for synthetic models), the overlapped one only when a bucket was
-  // stepped during the iteration.
+}
+
+// Per rank; reduce columns only when something was reduced (d > 1), step columns only when an
+// optimizer stepped (not for synthetic models), the overlapped one only when a bucket was
+// stepped during the iteration.
+void PrintRankTable(std::ostream& out, const RunSummary& s) {
   const bool reduced = s.reduce_overlap.has_value();
   bool stepped = false, overlapped = false;
   for (const RankSummary& r : s.ranks) {
@@ -131,6 +139,17 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
   t.Print(table);
   std::istringstream lines(table.str());
   for (std::string line; std::getline(lines, line);) out << "  " << line << "\n";
+}
+
+}  // namespace
+
+void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& timeline) {
+  out << "\n";
+  PrintOutcome(out, s);
+  if (s.steady_iterations == 0) return;
+  PrintTimings(out, s);
+  PrintTraceFindings(out, timeline);
+  PrintRankTable(out, s);
   if (!timeline.chrome.empty()) {
     out << "  timeline      iteration " << timeline.iteration + 1 << ": " << timeline.chrome
         << " (Perfetto), " << timeline.svg << "\n";
@@ -138,6 +157,62 @@ void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& t
     out << "  timeline      not written: " << util::SanitizeForTerminal(timeline.error) << "\n";
   }
 }
+
+namespace {
+
+nlohmann::json RanksJson(const RunSummary& s) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankSummary& r : s.ranks) {
+    ranks.push_back({{"pipeline_rank", r.pipeline_rank},
+                     {"data_rank", r.data_rank},
+                     {"busy_s", r.busy_s},
+                     {"bubble_measured", r.bubble_measured},
+                     {"bubble_predicted", r.bubble_predicted},
+                     {"reduce_s", r.reduce_s},
+                     {"exposed_reduce_s", r.exposed_reduce_s},
+                     {"step_s", r.step_s},
+                     {"overlapped_step_s", r.overlapped_step_s}});
+  }
+  return ranks;
+}
+
+nlohmann::json LayoutJson(const v1::ModelLayout& layout) {
+  nlohmann::json j = {{"source", layout.source()},
+                      {"cuts", nlohmann::json::array()},
+                      {"stages", nlohmann::json::array()}};
+  for (int c : layout.cuts()) j["cuts"].push_back(c);
+  for (const v1::StageLayout& st : layout.stages()) {
+    j["stages"].push_back({{"stage", st.stage()},
+                           {"first_block", st.first_block()},
+                           {"end_block", st.end_block()},
+                           {"forward_ms", st.forward_ms()},
+                           {"backward_ms", st.backward_ms()},
+                           {"weight_ms", st.weight_ms()}});
+  }
+  return j;
+}
+
+// The traced iteration's findings, under "bubble" and "reduce" of `j`.
+void AddTraceFindings(const TimelineFiles& timeline, nlohmann::json& j) {
+  if (timeline.bubble.has_value()) {
+    const BubbleAttribution& b = *timeline.bubble;
+    j["bubble"]["traced"] = {{"iteration", timeline.iteration},
+                             {"measured", b.measured},
+                             {"predicted", b.predicted},
+                             {"replayed", b.replayed},
+                             {"actions", b.actions()},
+                             {"runtime", b.runtime()},
+                             {"comm_s", b.comm_s}};
+  }
+  if (timeline.exposure.has_value()) {
+    j["reduce"]["traced"] = {{"iteration", timeline.iteration},
+                             {"total_s", timeline.exposure->reduce_s},
+                             {"exposed_s", timeline.exposure->exposed_s},
+                             {"replica_wait_s", timeline.exposure->replica_wait_s}};
+  }
+}
+
+}  // namespace
 
 nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   nlohmann::json j;
@@ -168,56 +243,15 @@ nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline) {
   if (s.cores > 0) {
     j["machine"] = {{"compute_threads", s.local_threads}, {"cores", s.cores}};
   }
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const RankSummary& r : s.ranks) {
-    ranks.push_back({{"pipeline_rank", r.pipeline_rank},
-                     {"data_rank", r.data_rank},
-                     {"busy_s", r.busy_s},
-                     {"bubble_measured", r.bubble_measured},
-                     {"bubble_predicted", r.bubble_predicted},
-                     {"reduce_s", r.reduce_s},
-                     {"exposed_reduce_s", r.exposed_reduce_s},
-                     {"step_s", r.step_s},
-                     {"overlapped_step_s", r.overlapped_step_s}});
-  }
-  j["ranks"] = std::move(ranks);
+  j["ranks"] = RanksJson(s);
   j["reduce"] = {{"total_s", s.reduce_total_s},
                  {"exposed_s", s.reduce_exposed_s},
                  {"overlap", s.reduce_overlap.has_value() ? nlohmann::json(*s.reduce_overlap)
                                                           : nlohmann::json()},
                  {"overlap_predicted", s.reduce_overlap_predicted}};
-  if (timeline.bubble.has_value()) {
-    const BubbleAttribution& b = *timeline.bubble;
-    j["bubble"]["traced"] = {{"iteration", timeline.iteration},
-                             {"measured", b.measured},
-                             {"predicted", b.predicted},
-                             {"replayed", b.replayed},
-                             {"actions", b.actions()},
-                             {"runtime", b.runtime()},
-                             {"comm_s", b.comm_s}};
-  }
-  if (timeline.exposure.has_value()) {
-    j["reduce"]["traced"] = {{"iteration", timeline.iteration},
-                             {"total_s", timeline.exposure->reduce_s},
-                             {"exposed_s", timeline.exposure->exposed_s},
-                             {"replica_wait_s", timeline.exposure->replica_wait_s}};
-  }
+  AddTraceFindings(timeline, j);
   j["model"] = {{"file", s.model_file}, {"error", s.model_error}};
-  if (!s.layout.source().empty()) {
-    nlohmann::json layout = {{"source", s.layout.source()},
-                             {"cuts", nlohmann::json::array()},
-                             {"stages", nlohmann::json::array()}};
-    for (int c : s.layout.cuts()) layout["cuts"].push_back(c);
-    for (const v1::StageLayout& st : s.layout.stages()) {
-      layout["stages"].push_back({{"stage", st.stage()},
-                                  {"first_block", st.first_block()},
-                                  {"end_block", st.end_block()},
-                                  {"forward_ms", st.forward_ms()},
-                                  {"backward_ms", st.backward_ms()},
-                                  {"weight_ms", st.weight_ms()}});
-    }
-    j["layout"] = std::move(layout);
-  }
+  if (!s.layout.source().empty()) j["layout"] = LayoutJson(s.layout);
   j["timeline"] = {{"iteration", timeline.iteration},
                    {"chrome", timeline.chrome},
                    {"svg", timeline.svg},

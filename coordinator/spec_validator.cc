@@ -164,30 +164,19 @@ absl::Status ValidateTrain(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateJobId(absl::string_view id) {
-  if (id.empty() || id.size() > 64) {
-    return Bad("job_id", absl::StrCat("must be 1..64 characters, got ", id.size()));
-  }
-  if (!absl::ascii_isalnum(id[0])) return Bad("job_id", "must start with a letter or digit");
-  for (char c : id) {
-    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '.' || c == '_' || c == '-')) {
-      return Bad("job_id", "may only contain a-z, 0-9, '.', '_' and '-'");
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateSpecFields(const JobSpec& spec) {
+absl::Status ValidateName(const JobSpec& spec) {
   if (spec.name.empty() || spec.name.size() > 128) {
     return Bad("spec.name", absl::StrCat("must be 1..128 characters, got ", spec.name.size()));
   }
   for (char c : spec.name) {
     if (!NameChar(c)) return Bad("spec.name", "may only contain A-Z, a-z, 0-9, '.', '_' and '-'");
   }
+  return absl::OkStatus();
+}
 
-  // Parallelism and schedule first: the model checks need p * v.
+// Parallelism and schedule; returns the chunks per rank (v) of the schedule's placement, which
+// the model and batch checks need.
+absl::StatusOr<int> ValidateParallelAndSchedule(const JobSpec& spec) {
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.parallel.pipeline", spec.pipeline, 1, kMaxPipeline));
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.parallel.data", spec.data, 0, kMaxData));
   if (spec.world_size() > kMaxWorldSize) {
@@ -213,20 +202,26 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
     ZPIPE_RETURN_IF_ERROR(
         DoubleIn("spec.schedule.replan_threshold", *spec.replan_threshold, 0, 1, false));
   }
-  const int v = core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
+  return core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
+}
 
+// Exactly one model section, for `num_stages` stages, and the data it trains on.
+absl::Status ValidateModel(const JobSpec& spec, int num_stages) {
   if (std::holds_alternative<std::monostate>(spec.model)) {
     return Bad("spec.model", "one of gpt, synthetic or torchscript is required");
   }
   if (const auto* gpt = std::get_if<GptConfig>(&spec.model)) {
-    ZPIPE_RETURN_IF_ERROR(ValidateGptConfig(*gpt, spec.pipeline * v));
+    ZPIPE_RETURN_IF_ERROR(ValidateGptConfig(*gpt, num_stages));
   } else if (const auto* ts = std::get_if<TorchScriptConfig>(&spec.model)) {
-    ZPIPE_RETURN_IF_ERROR(ValidateTorchScript(*ts, spec.pipeline * v));
+    ZPIPE_RETURN_IF_ERROR(ValidateTorchScript(*ts, num_stages));
   } else {
     ZPIPE_RETURN_IF_ERROR(ValidateSynthetic(std::get<SyntheticConfig>(spec.model)));
   }
-  ZPIPE_RETURN_IF_ERROR(ValidateData(spec));
+  return ValidateData(spec);
+}
 
+// `v`: chunks per rank.
+absl::Status ValidateBatch(const JobSpec& spec, int v) {
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.batch.microbatches", spec.microbatches, 1, kMaxMicrobatches));
   if (static_cast<int64_t>(spec.pipeline) * v * spec.microbatches > kMaxStageMicrobatches) {
     return Bad("spec.batch.microbatches",
@@ -234,8 +229,10 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
                             static_cast<int64_t>(spec.pipeline) * v * spec.microbatches,
                             " exceeds ", kMaxStageMicrobatches));
   }
-  ZPIPE_RETURN_IF_ERROR(IntIn("spec.batch.microbatch_size", spec.microbatch_size, 1, 65536));
+  return IntIn("spec.batch.microbatch_size", spec.microbatch_size, 1, 65536);
+}
 
+absl::Status ValidateIterationsAndOptimizer(const JobSpec& spec) {
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.train.iterations", spec.iterations, 1, 10'000'000));
   if (!(spec.optimizer.empty() || spec.optimizer == "sgd" || spec.optimizer == "adam" ||
         spec.optimizer == "adamw")) {
@@ -243,11 +240,10 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
                absl::StrCat("unknown optimizer '", spec.optimizer.substr(0, 64),
                             "' (expected sgd, adam or adamw)"));
   }
-  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.train.lr", spec.lr, 0, 10, true));
-  ZPIPE_RETURN_IF_ERROR(ValidateTrain(spec));
+  return DoubleIn("spec.train.lr", spec.lr, 0, 10, true);
+}
 
-  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.grad_sync.bucket_mb", spec.bucket_mb, 0, 4096, false));
-
+absl::Status ValidateCheckpointAndRestart(const JobSpec& spec) {
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.checkpoint.every", spec.checkpoint_every, 0, 10'000'000));
   if (spec.checkpoint_every > 0 && spec.checkpoint_dir.empty()) {
     return Bad("spec.checkpoint.dir", "is required when checkpoint.every > 0");
@@ -256,12 +252,38 @@ absl::Status ValidateSpecFields(const JobSpec& spec) {
     return Bad("spec.checkpoint.dir", "must be at most 4096 characters");
   }
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.checkpoint.keep", spec.checkpoint_keep, 0, 1'000'000));
-
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.restart.max_restarts", spec.max_restarts, 0, 1000));
   if (absl::StatusOr<absl::Duration> backoff = RestartBackoff(spec); !backoff.ok()) {
     return backoff.status();
   }
   return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view id) {
+  if (id.empty() || id.size() > 64) {
+    return Bad("job_id", absl::StrCat("must be 1..64 characters, got ", id.size()));
+  }
+  if (!absl::ascii_isalnum(id[0])) return Bad("job_id", "must start with a letter or digit");
+  for (char c : id) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '.' || c == '_' || c == '-')) {
+      return Bad("job_id", "may only contain a-z, 0-9, '.', '_' and '-'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSpecFields(const JobSpec& spec) {
+  ZPIPE_RETURN_IF_ERROR(ValidateName(spec));
+  // Parallelism and schedule first: the model checks need p * v.
+  absl::StatusOr<int> v = ValidateParallelAndSchedule(spec);
+  if (!v.ok()) return v.status();
+  ZPIPE_RETURN_IF_ERROR(ValidateModel(spec, spec.pipeline * *v));
+  ZPIPE_RETURN_IF_ERROR(ValidateBatch(spec, *v));
+  ZPIPE_RETURN_IF_ERROR(ValidateIterationsAndOptimizer(spec));
+  ZPIPE_RETURN_IF_ERROR(ValidateTrain(spec));
+  ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.grad_sync.bucket_mb", spec.bucket_mb, 0, 4096, false));
+  return ValidateCheckpointAndRestart(spec);
 }
 
 }  // namespace zpipe::coordinator

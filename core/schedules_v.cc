@@ -563,172 +563,241 @@ struct VBuilt {
   double most_idle = 0;
 };
 
-std::optional<VBuilt> BalancedV(const VProblem& pb, const VFill& fill) {
-  const int p = pb.p, m = pb.m, S = pb.S;
-  std::vector<double> f_end(size_t(S) * m, kUnset), b_end(size_t(S) * m, kUnset);
-  std::vector<std::array<int, 2>> nf(p, {0, 0}), nb(p, {0, 0});
-  std::vector<std::deque<Action>> pending(p);
-  std::vector<double> now(p, 0), mem(p, 0);
-  VBuilt out;
-  out.orders.assign(p, {});
-  out.idle.assign(p, 0);
-  auto at = [m](int s, int i) { return size_t(s) * m + i; };
+// Builds one balanced-idle V plan (see VFill); each step below appends to every rank's order.
+class BalancedVBuilder {
+ public:
+  BalancedVBuilder(const VProblem& pb, const VFill& fill)
+      : pb_(pb),
+        fill_(fill),
+        f_end_(size_t(pb.S) * pb.m, kUnset),
+        b_end_(size_t(pb.S) * pb.m, kUnset),
+        nf_(pb.p, {0, 0}),
+        nb_(pb.p, {0, 0}),
+        pending_(pb.p),
+        now_(pb.p, 0),
+        mem_(pb.p, 0) {
+    out_.orders.assign(pb.p, {});
+    out_.idle.assign(pb.p, 0);
+  }
+
+  // The plan, or nullopt when an input is never placed or memory overflows.
+  std::optional<VBuilt> Build() {
+    if (!WarmUp() || !CatchUp()) return std::nullopt;
+    for (int round = 0; round < 2 * pb_.m; ++round) {
+      if (!RoundOfBackwards() || !RoundOfForwards()) return std::nullopt;
+    }
+    if (!Drain()) return std::nullopt;
+    return std::move(out_);
+  }
+
+ private:
   // When the input of rank r's next F (or B) of `chunk` arrives from another rank: kUnset while
   // its producer is not placed, -kInf when there is none.
-  auto arrival = [&](int r, int chunk, bool backward) {
-    const int s = pb.StageOf(r, chunk);
-    const int i = backward ? nb[r][chunk] : nf[r][chunk];
-    if (i >= m) return kUnset;
+  double Arrival(int r, int chunk, bool backward) const {
+    const int s = pb_.StageOf(r, chunk);
+    const int i = backward ? nb_[r][chunk] : nf_[r][chunk];
+    if (i >= pb_.m) return kUnset;
     if (!backward) {
-      if (s == 0 || pb.RankOf(s - 1) == r) return -kInf;
-      const double t = f_end[at(s - 1, i)];
-      return t == kUnset ? kUnset : t + pb.Edge(s - 1);
+      if (s == 0 || pb_.RankOf(s - 1) == r) return -kInf;
+      const double t = f_end_[pb_.Idx(s - 1, i)];
+      return t == kUnset ? kUnset : t + pb_.Edge(s - 1);
     }
-    if (s == S - 1 || pb.RankOf(s + 1) == r) return -kInf;
-    const double t = b_end[at(s + 1, i)];
-    return t == kUnset ? kUnset : t + pb.Edge(s);
-  };
-  // Appends rank r's next action; false when its input is not placed or memory overflows.
-  auto put = [&](int r, ActionKind kind, int chunk) {
-    Action a;
-    double start = now[r];
-    if (kind == ActionKind::kBackwardWeight) {
-      a = pending[r].front();
-      pending[r].pop_front();
-    } else {
-      const bool backward = kind == ActionKind::kBackwardInput;
-      const int s = pb.StageOf(r, chunk);
-      const int i = backward ? nb[r][chunk] : nf[r][chunk];
-      if (i >= m) return false;
-      if (backward && f_end[at(s, i)] == kUnset) return false;
-      const double t = arrival(r, chunk, backward);
-      if (t == kUnset) return false;
-      start = std::max(start, t);
-      if (backward && s + 1 < S && pb.RankOf(s + 1) == r) {
-        if (b_end[at(s + 1, i)] == kUnset) return false;
-        start = std::max(start, b_end[at(s + 1, i)]);
-      }
-      if (!backward && s > 0 && pb.RankOf(s - 1) == r) {
-        if (f_end[at(s - 1, i)] == kUnset) return false;
-        start = std::max(start, f_end[at(s - 1, i)]);
-      }
-      a = backward ? Action::B(s, i) : Action::F(s, i);
-      (backward ? nb : nf)[r][chunk]++;
-      if (backward) pending[r].push_back(Action::W(s, i));
-    }
-    double len = pb.w[r], delta = pb.mw[r];
-    if (a.kind == ActionKind::kForward) len = pb.f[r], delta = pb.mf[r];
-    if (a.kind == ActionKind::kBackwardInput) len = pb.b[r], delta = pb.mb[r];
-    mem[r] += delta;
-    if (mem[r] > pb.limit + pb.eps) return false;
-    if (!out.orders[r].empty()) {
-      out.idle[r] += start - now[r];
-      out.most_idle = std::max(out.most_idle, out.idle[r]);
-    }
-    now[r] = start + len;
-    if (a.kind == ActionKind::kForward) f_end[at(a.stage, a.microbatch)] = now[r];
-    if (a.kind == ActionKind::kBackwardInput) b_end[at(a.stage, a.microbatch)] = now[r];
-    out.orders[r].push_back(a);
-    return true;
-  };
-  // Ws until `delta` more memory fits; false when none is left.
-  auto make_room = [&](int r, double delta) {
-    while (mem[r] + delta > pb.limit + pb.eps) {
-      if (pending[r].empty() || !put(r, ActionKind::kBackwardWeight, 0)) return false;
-    }
-    return true;
-  };
-  // Ws into rank r's wait for an input arriving at `t`, as described above.
-  auto fill_wait = [&](int r, double t, bool unaffordable_too) {
-    if (t == kUnset || t == -kInf) return true;
-    while (!pending[r].empty() && t >= now[r] + pb.w[r]) {
-      if (!put(r, ActionKind::kBackwardWeight, 0)) return false;
-    }
-    double afford = out.most_idle;
-    if (!fill.allowance.empty()) afford = std::max(afford, fill.allowance[r]);
-    if (!pending[r].empty() && unaffordable_too && t - now[r] > afford - out.idle[r]) {
-      return put(r, ActionKind::kBackwardWeight, 0);
-    }
-    return true;
-  };
-
-  // Warm-up. Microbatch 0's chunk-0 F everywhere; then, from the last rank down, each rank's
-  // chunk-1 F of microbatch 0, preceded by as many more chunk-0 Fs (on it and every earlier
-  // rank) as fit before that F's input arrives and leave room for the rank's later Fs.
-  for (int r = 0; r < p; ++r) {
-    if (!put(r, ActionKind::kForward, 0)) return std::nullopt;
+    if (s == pb_.S - 1 || pb_.RankOf(s + 1) == r) return -kInf;
+    const double t = b_end_[pb_.Idx(s + 1, i)];
+    return t == kUnset ? kUnset : t + pb_.Edge(s);
   }
-  for (int r = p - 1; r >= 0; --r) {
-    if (r < p - 1) {
-      const double t = f_end[at(pb.StageOf(r + 1, 1), 0)] + pb.Edge(pb.StageOf(r + 1, 1));
-      while (mem[r] + pb.mf[r] * (2 + 2 * r) <= pb.limit + pb.eps && now[r] + pb.f[r] <= t &&
-             nf[0][0] < m) {
-        for (int j = 0; j <= r; ++j) {
-          if (!put(j, ActionKind::kForward, 0)) return std::nullopt;
+
+  // Appends rank r's next action; false when its input is not placed or memory overflows.
+  bool Put(int r, ActionKind kind, int chunk) {
+    Action a;
+    double start = now_[r];
+    if (kind == ActionKind::kBackwardWeight) {
+      a = pending_[r].front();
+      pending_[r].pop_front();
+    } else if (!TakeNext(r, kind == ActionKind::kBackwardInput, chunk, &a, &start)) {
+      return false;
+    }
+    return Place(r, a, start);
+  }
+
+  // Rank r's next F or B of `chunk` and the earliest it may start (raised from `*start`); false
+  // when there is none left or an input is not placed yet. Queues a B's W.
+  bool TakeNext(int r, bool backward, int chunk, Action* a, double* start) {
+    const int s = pb_.StageOf(r, chunk);
+    const int i = backward ? nb_[r][chunk] : nf_[r][chunk];
+    if (i >= pb_.m) return false;
+    if (backward && f_end_[pb_.Idx(s, i)] == kUnset) return false;
+    const double t = Arrival(r, chunk, backward);
+    if (t == kUnset) return false;
+    *start = std::max(*start, t);
+    // The same-rank inputs: the local turn-around of the V.
+    if (backward && s + 1 < pb_.S && pb_.RankOf(s + 1) == r) {
+      if (b_end_[pb_.Idx(s + 1, i)] == kUnset) return false;
+      *start = std::max(*start, b_end_[pb_.Idx(s + 1, i)]);
+    }
+    if (!backward && s > 0 && pb_.RankOf(s - 1) == r) {
+      if (f_end_[pb_.Idx(s - 1, i)] == kUnset) return false;
+      *start = std::max(*start, f_end_[pb_.Idx(s - 1, i)]);
+    }
+    *a = backward ? Action::B(s, i) : Action::F(s, i);
+    (backward ? nb_ : nf_)[r][chunk]++;
+    if (backward) pending_[r].push_back(Action::W(s, i));
+    return true;
+  }
+
+  // Times `a` on rank r from `start` and appends it; false when memory overflows.
+  bool Place(int r, const Action& a, double start) {
+    double len = pb_.w[r], delta = pb_.mw[r];
+    if (a.kind == ActionKind::kForward) len = pb_.f[r], delta = pb_.mf[r];
+    if (a.kind == ActionKind::kBackwardInput) len = pb_.b[r], delta = pb_.mb[r];
+    mem_[r] += delta;
+    if (mem_[r] > pb_.limit + pb_.eps) return false;
+    if (!out_.orders[r].empty()) {
+      out_.idle[r] += start - now_[r];
+      out_.most_idle = std::max(out_.most_idle, out_.idle[r]);
+    }
+    now_[r] = start + len;
+    if (a.kind == ActionKind::kForward) f_end_[pb_.Idx(a.stage, a.microbatch)] = now_[r];
+    if (a.kind == ActionKind::kBackwardInput) b_end_[pb_.Idx(a.stage, a.microbatch)] = now_[r];
+    out_.orders[r].push_back(a);
+    return true;
+  }
+
+  // Ws until `delta` more memory fits; false when none is left.
+  bool MakeRoom(int r, double delta) {
+    while (mem_[r] + delta > pb_.limit + pb_.eps) {
+      if (pending_[r].empty() || !Put(r, ActionKind::kBackwardWeight, 0)) return false;
+    }
+    return true;
+  }
+
+  // Ws into rank r's wait for an input arriving at `t`, as VFill describes.
+  bool FillWait(int r, double t, bool unaffordable_too) {
+    if (t == kUnset || t == -kInf) return true;
+    while (!pending_[r].empty() && t >= now_[r] + pb_.w[r]) {
+      if (!Put(r, ActionKind::kBackwardWeight, 0)) return false;
+    }
+    double afford = out_.most_idle;
+    if (!fill_.allowance.empty()) afford = std::max(afford, fill_.allowance[r]);
+    if (!pending_[r].empty() && unaffordable_too && t - now_[r] > afford - out_.idle[r]) {
+      return Put(r, ActionKind::kBackwardWeight, 0);
+    }
+    return true;
+  }
+
+  // Microbatch 0's chunk-0 F everywhere; then, from the last rank down, each rank's chunk-1 F of
+  // microbatch 0, preceded by as many more chunk-0 Fs (on it and every earlier rank) as fit
+  // before that F's input arrives and leave room for the rank's later Fs.
+  bool WarmUp() {
+    const int p = pb_.p;
+    for (int r = 0; r < p; ++r) {
+      if (!Put(r, ActionKind::kForward, 0)) return false;
+    }
+    for (int r = p - 1; r >= 0; --r) {
+      if (r < p - 1) {
+        const int next = pb_.StageOf(r + 1, 1);
+        const double t = f_end_[pb_.Idx(next, 0)] + pb_.Edge(next);
+        while (mem_[r] + pb_.mf[r] * (2 + 2 * r) <= pb_.limit + pb_.eps &&
+               now_[r] + pb_.f[r] <= t && nf_[0][0] < pb_.m) {
+          for (int j = 0; j <= r; ++j) {
+            if (!Put(j, ActionKind::kForward, 0)) return false;
+          }
         }
       }
+      if (!Put(r, ActionKind::kForward, 1)) return false;
     }
-    if (!put(r, ActionKind::kForward, 1)) return std::nullopt;
-  }
-  // Then each rank catches up with the one before it, the later ranks taking chunk-0 and
-  // chunk-1 Fs in turn.
-  int chunk = 0;
-  for (int r = 1; r < p; ++r) {
-    for (int idle_turns = 0; nf[r][0] + nf[r][1] < nf[r - 1][0] + nf[r - 1][1] ||
-                             (nf[r][1] <= nf[r - 1][1] && nf[r - 1][1] < m);
-         chunk = 1 - chunk) {
-      bool placed = false;
-      for (int j = p - 1; j >= r; --j) {
-        if (nf[j][chunk] >= m) continue;
-        if (!put(j, ActionKind::kForward, chunk)) return std::nullopt;
-        placed = true;
-      }
-      idle_turns = placed ? 0 : idle_turns + 1;
-      if (idle_turns > 1) return std::nullopt;
-    }
+    return true;
   }
 
-  for (int round = 0; round < 2 * m; ++round) {
-    for (int r = 0; r < p; ++r) {
-      if (!make_room(r, pb.mb[r])) return std::nullopt;
+  // Each rank catches up with the one before it, the later ranks taking chunk-0 and chunk-1 Fs
+  // in turn.
+  bool CatchUp() {
+    const int p = pb_.p, m = pb_.m;
+    int chunk = 0;
+    for (int r = 1; r < p; ++r) {
+      for (int idle_turns = 0; nf_[r][0] + nf_[r][1] < nf_[r - 1][0] + nf_[r - 1][1] ||
+                               (nf_[r][1] <= nf_[r - 1][1] && nf_[r - 1][1] < m);
+           chunk = 1 - chunk) {
+        bool placed = false;
+        for (int j = p - 1; j >= r; --j) {
+          if (nf_[j][chunk] >= m) continue;
+          if (!Put(j, ActionKind::kForward, chunk)) return false;
+          placed = true;
+        }
+        idle_turns = placed ? 0 : idle_turns + 1;
+        if (idle_turns > 1) return false;
+      }
     }
-    // Chunk-0 Bs run back from the last rank, chunk-1 Bs forward from rank 0.
+    return true;
+  }
+
+  // Every rank's next B: the chunk-0 B once its input is known, else the chunk-1 B. Chunk-0 Bs
+  // run back from the last rank, chunk-1 Bs forward from rank 0.
+  bool RoundOfBackwards() {
+    const int p = pb_.p, m = pb_.m;
+    for (int r = 0; r < p; ++r) {
+      if (!MakeRoom(r, pb_.mb[r])) return false;
+    }
     std::vector<int> chunk0, chunk1;
     for (int r = 0; r < p; ++r) {
       const bool take0 =
-          nb[r][0] < nb[r][1] && (r == p - 1 || nb[r][1] >= m || arrival(r, 0, true) != kUnset);
+          nb_[r][0] < nb_[r][1] && (r == p - 1 || nb_[r][1] >= m || Arrival(r, 0, true) != kUnset);
       (take0 ? chunk0 : chunk1).push_back(r);
     }
     std::vector<std::pair<int, int>> turn;
     for (auto it = chunk0.rbegin(); it != chunk0.rend(); ++it) turn.push_back({*it, 0});
     for (int r : chunk1) turn.push_back({r, 1});
     for (const auto& [r, c] : turn) {
-      if (!fill_wait(r, arrival(r, c, true), c == 0 || fill.fill_before_b)) return std::nullopt;
-      if (!put(r, ActionKind::kBackwardInput, c)) return std::nullopt;
+      if (!FillWait(r, Arrival(r, c, true), c == 0 || fill_.fill_before_b)) return false;
+      if (!Put(r, ActionKind::kBackwardInput, c)) return false;
     }
+    return true;
+  }
+
+  // Every rank's next F, of whichever chunk can go.
+  bool RoundOfForwards() {
+    const int p = pb_.p, m = pb_.m;
     for (int r = 0; r < p; ++r) {
-      if (nf[r][1] >= m) continue;
+      if (nf_[r][1] >= m) continue;
       int c = -1;
-      if (nf[r][1] >= nf[r][0]) {
+      if (nf_[r][1] >= nf_[r][0]) {
         c = 0;
-      } else if (r == p - 1 || arrival(r, 1, false) != kUnset) {
+      } else if (r == p - 1 || Arrival(r, 1, false) != kUnset) {
         c = 1;
-      } else if (nf[r][0] < m && (r == 0 || arrival(r, 0, false) != kUnset)) {
+      } else if (nf_[r][0] < m && (r == 0 || Arrival(r, 0, false) != kUnset)) {
         c = 0;
       }
       if (c < 0) continue;
-      if (!make_room(r, pb.mf[r])) return std::nullopt;
-      if (!fill_wait(r, arrival(r, c, false), fill.fill_before_f)) return std::nullopt;
-      if (!put(r, ActionKind::kForward, c)) return std::nullopt;
+      if (!MakeRoom(r, pb_.mf[r])) return false;
+      if (!FillWait(r, Arrival(r, c, false), fill_.fill_before_f)) return false;
+      if (!Put(r, ActionKind::kForward, c)) return false;
     }
+    return true;
   }
-  for (int r = 0; r < p; ++r) {
-    while (!pending[r].empty()) {
-      if (!put(r, ActionKind::kBackwardWeight, 0)) return std::nullopt;
+
+  // The Ws held back; false when some rank has not run everything.
+  bool Drain() {
+    const int m = pb_.m;
+    for (int r = 0; r < pb_.p; ++r) {
+      while (!pending_[r].empty()) {
+        if (!Put(r, ActionKind::kBackwardWeight, 0)) return false;
+      }
+      if (nf_[r][0] < m || nf_[r][1] < m || nb_[r][0] < m || nb_[r][1] < m) return false;
     }
-    if (nf[r][0] < m || nf[r][1] < m || nb[r][0] < m || nb[r][1] < m) return std::nullopt;
+    return true;
   }
-  return out;
+
+  const VProblem& pb_;
+  const VFill& fill_;
+  std::vector<double> f_end_, b_end_;        // per (stage, microbatch); kUnset until placed
+  std::vector<std::array<int, 2>> nf_, nb_;  // per rank and chunk: next microbatch to place
+  std::vector<std::deque<Action>> pending_;  // per rank: deferred Ws, in B order
+  std::vector<double> now_, mem_;            // per rank: end of its last action, its memory
+  VBuilt out_;
+};
+
+std::optional<VBuilt> BalancedV(const VProblem& pb, const VFill& fill) {
+  return BalancedVBuilder(pb, fill).Build();
 }
 
 // Every member of the balanced-idle V family worth trying: each F/B fill switch, first with no
@@ -766,208 +835,289 @@ GreedyPolicy RandomPolicy(SearchRng& rng) {
   return pol;
 }
 
-absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
-                                     absl::string_view name) {
-  const VProblem pb(req, memory_limit);
-  if (absl::Status st = CheckGreedyLimit(pb, name); !st.ok()) return st;
-  Orders best_orders, orders;
-  Score best;
-  auto consider = [&](const Score& score) {
-    if (score.peak > pb.limit + pb.eps || !score.Better(best)) return;
-    best = score;
-    best_orders = orders;
-  };
-  const bool dualpipe = pb.m >= 2 * pb.p;
-  const std::vector<GreedyPolicy> policies = Policies();
-  constexpr double kRefillWaits[] = {0.0, 0.25, 0.5, 0.75, 1.0};
-  const int64_t actions = int64_t{6} * pb.p * pb.m;
-  const int64_t all_runs =
-      (dualpipe ? kDualPipeVariants : 0) +
-      2 * (int64_t(policies.size()) + std::size(kRefillWaits) * (1 + (dualpipe ? 4 : 0)));
-  const bool short_pass = all_runs * actions > kGreedyWork;
-  const absl::Span<const int> short_policies =
-      name == "zb-v" ? absl::Span<const int>(kShortPoliciesZbV) : kShortPoliciesTight;
-  int64_t work = SearchWork(req.search.budget_seconds);
+// The generator behind ZB-V, V-Half and V-Min (see the top of this file): DualPipeV's orders, the
+// greedy policies and the best order with its Ws placed anew, then with a budget the search, and
+// last the balanced-idle construction. Keeps the best plan within the memory limit.
+class GreedyVSearch {
+ public:
+  GreedyVSearch(const ScheduleRequest& req, const VProblem& pb, double memory_limit,
+                absl::string_view name)
+      : req_(req),
+        pb_(pb),
+        memory_limit_(memory_limit),
+        name_(name),
+        dualpipe_(pb.m >= 2 * pb.p),
+        actions_(int64_t{6} * pb.p * pb.m),
+        short_policies_(name == "zb-v" ? absl::Span<const int>(kShortPoliciesZbV)
+                                       : kShortPoliciesTight),
+        work_(SearchWork(req.search.budget_seconds)) {
+    const int64_t all_runs =
+        (dualpipe_ ? kDualPipeVariants : 0) +
+        2 * (int64_t(policies_.size()) + std::size(kRefillWaits) * (1 + (dualpipe_ ? 4 : 0)));
+    short_pass_ = all_runs * actions_ > kGreedyWork;
+  }
+
+  absl::StatusOr<Plan> Run() && {
+    // A search ends with the balanced-idle construction; its work is set aside here, so that the
+    // rest of the search runs as it would without it.
+    const int64_t balanced_work = std::min(work_, int64_t{64} * 2 * actions_);
+    work_ -= balanced_work;
+    std::vector<Orders> dualpipe_orders = TryDualPipeV();
+    TryPolicies();
+    if (!best_orders_.empty()) RefillWs(std::move(dualpipe_orders));
+    if (best_orders_.empty()) {
+      return WithField(absl::FailedPreconditionError(absl::StrCat(
+                           name_, ": found no schedule within the memory limit ", memory_limit_,
+                           " (the memory deltas need B and W to free what F allocates)")),
+                       "memory_limit");
+    }
+    const double bound = SpanLowerBound(Placement::VShape(pb_.p), pb_.m, req_.cost, memory_limit_,
+                                        /*split_backward=*/true);
+    if (work_ > 0 && !AtBound(best_.rank_span, bound)) Search(bound);
+    if (balanced_work > 0 && Evaluate(pb_, best_orders_, &best_)) TryBalanced(balanced_work);
+    return MakePlan(name_, pb_, std::move(best_orders_));
+  }
+
+ private:
+  static constexpr double kRefillWaits[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+
+  // Keeps `orders_` when `score` is the best so far within the memory limit.
+  void Consider(const Score& score) {
+    if (score.peak > pb_.limit + pb_.eps || !score.Better(best_)) return;
+    best_ = score;
+    best_orders_ = orders_;
+  }
+  void ConsiderOrders(Orders orders) {
+    orders_ = std::move(orders);
+    Score score;
+    if (Evaluate(pb_, orders_, &score)) Consider(score);
+  }
   // Whether a candidate runs: always in the full pass, in the short one when listed, else while
   // the search budget lasts.
-  auto admit = [&](bool listed, int64_t cost) {
-    if (!short_pass || listed) return true;
-    if (work < cost) return false;
-    work -= cost;
+  bool Admit(bool listed, int64_t cost) {
+    if (!short_pass_ || listed) return true;
+    if (work_ < cost) return false;
+    work_ -= cost;
     return true;
-  };
-  auto run_greedy = [&](const GreedyPolicy& pol, const Orders* fb_order) {
-    VGreedy greedy = fb_order ? VGreedy(pb, pol, *fb_order) : VGreedy(pb, pol);
+  }
+  void RunGreedy(const GreedyPolicy& pol, const Orders* fb_order) {
+    VGreedy greedy = fb_order ? VGreedy(pb_, pol, *fb_order) : VGreedy(pb_, pol);
     Score score;
-    if (greedy.Run(&orders, &score, best.rank_span)) consider(score);  // else stuck or behind
-  };
-  // A search ends with the balanced-idle construction; its work is set aside here, so that the
-  // rest of the search runs as it would without it.
-  const int64_t balanced_work = std::min(work, int64_t{64} * 2 * actions);
-  work -= balanced_work;
+    if (greedy.Run(&orders_, &score, best_.rank_span)) Consider(score);  // else stuck or behind
+  }
+
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
   // m >= 2p it competes as one more candidate. It is cheap, so it goes first and sets the bar
-  // at which the greedy runs give up.
-  std::vector<Orders> dualpipe_orders;
-  if (dualpipe) {
+  // at which the greedy runs give up. Returns the orders, for RefillWs.
+  std::vector<Orders> TryDualPipeV() {
+    std::vector<Orders> dualpipe_orders;
+    if (!dualpipe_) return dualpipe_orders;
     for (int variant = 0; variant < kDualPipeVariants; ++variant) {
-      dualpipe_orders.push_back(DualPipeVOrders(pb, variant));
-      orders = dualpipe_orders.back();
-      Score score;
-      if (Evaluate(pb, orders, &score)) consider(score);
+      dualpipe_orders.push_back(DualPipeVOrders(pb_, variant));
+      ConsiderOrders(dualpipe_orders.back());
+    }
+    return dualpipe_orders;
+  }
+
+  void TryPolicies() {
+    for (size_t k = 0; k < policies_.size(); ++k) {
+      const bool listed = std::find(short_policies_.begin(), short_policies_.end(), int(k)) !=
+                          short_policies_.end();
+      if (Admit(listed, 2 * actions_)) RunGreedy(policies_[k], nullptr);
     }
   }
-  for (size_t k = 0; k < policies.size(); ++k) {
-    const bool listed =
-        std::find(short_policies.begin(), short_policies.end(), int(k)) != short_policies.end();
-    if (admit(listed, 2 * actions)) run_greedy(policies[k], nullptr);
-  }
+
   // The best F/B order found so far and DualPipeV's, with their Ws placed anew: a W in an order
   // can hold up a backward that arrives while it runs, or be missing where a gap needs filling.
   // This step is what brings ZB-V to (p=16) and below (p=32) the ZB paper's Table 8.
-  if (!best_orders.empty()) {
-    std::vector<Orders> bases = {best_orders};
+  void RefillWs(std::vector<Orders> dualpipe_orders) {
+    std::vector<Orders> bases = {best_orders_};
     for (Orders& base : dualpipe_orders) bases.push_back(std::move(base));
     for (size_t b = 0; b < bases.size(); ++b) {
       for (double w_wait : kRefillWaits) {
         const bool listed =
             b == 0 && std::find(std::begin(kShortRefillWaits), std::end(kShortRefillWaits),
                                 w_wait) != std::end(kShortRefillWaits);
-        if (!admit(listed, 2 * actions)) continue;
+        if (!Admit(listed, 2 * actions_)) continue;
         GreedyPolicy pol;
         pol.w_wait = w_wait;
-        run_greedy(pol, &bases[b]);
+        RunGreedy(pol, &bases[b]);
       }
     }
   }
-  if (best_orders.empty()) {
-    return WithField(absl::FailedPreconditionError(absl::StrCat(
-                         name, ": found no schedule within the memory limit ", memory_limit,
-                         " (the memory deltas need B and W to free what F allocates)")),
-                     "memory_limit");
-  }
-  const double bound = SpanLowerBound(Placement::VShape(pb.p), pb.m, req.cost, memory_limit,
-                                      /*split_backward=*/true);
-  if (work > 0 && !AtBound(best.rank_span, bound)) {
-    // The search: a third of what is left on random policies and on the best order's Ws placed
-    // anew with random waits, the rest on local moves.
-    SearchRng rng(req.search.seed);
-    int64_t variants = std::min(work / 3, kMaxRandomPolicies * 2 * actions);
-    for (; variants >= 2 * actions && !AtBound(best.rank_span, bound); variants -= 2 * actions) {
-      work -= 2 * actions;
+
+  // The search: a third of what is left on random policies and on the best order's Ws placed
+  // anew with random waits, the rest on local moves.
+  void Search(double bound) {
+    SearchRng rng(req_.search.seed);
+    int64_t variants = std::min(work_ / 3, kMaxRandomPolicies * 2 * actions_);
+    for (; variants >= 2 * actions_ && !AtBound(best_.rank_span, bound); variants -= 2 * actions_) {
+      work_ -= 2 * actions_;
       if (rng.Uniform(3) == 0) {
         GreedyPolicy pol;
         pol.w_wait = 1.2 * rng.Real();
-        const Orders base = best_orders;
-        run_greedy(pol, &base);
+        const Orders base = best_orders_;
+        RunGreedy(pol, &base);
       } else {
-        run_greedy(RandomPolicy(rng), nullptr);
+        RunGreedy(RandomPolicy(rng), nullptr);
       }
     }
-    const OrderProblem problem(Placement::VShape(pb.p), pb.m, req.cost, memory_limit);
-    if (std::optional<OrderScore> score = problem.Evaluate(best_orders)) {
-      ImproveOrders(problem, best_orders, *score, work, rng.Next(), bound);
+    const OrderProblem problem(Placement::VShape(pb_.p), pb_.m, req_.cost, memory_limit_);
+    if (std::optional<OrderScore> score = problem.Evaluate(best_orders_)) {
+      ImproveOrders(problem, best_orders_, *score, work_, rng.Next(), bound);
     }
   }
-  if (balanced_work > 0 && Evaluate(pb, best_orders, &best)) {
-    int64_t left = balanced_work;
-    RunBalancedV(pb, left, 2 * actions, [&](Orders built) {
-      orders = std::move(built);
-      Score score;
-      if (Evaluate(pb, orders, &score)) consider(score);
-    });
+
+  void TryBalanced(int64_t balanced_work) {
+    RunBalancedV(pb_, balanced_work, 2 * actions_,
+                 [&](Orders built) { ConsiderOrders(std::move(built)); });
   }
-  return MakePlan(name, pb, std::move(best_orders));
+
+  const ScheduleRequest& req_;
+  const VProblem& pb_;
+  const double memory_limit_;
+  const absl::string_view name_;
+  const bool dualpipe_;
+  const int64_t actions_;  // simulated actions of one evaluation
+  const std::vector<GreedyPolicy> policies_ = Policies();
+  const absl::Span<const int> short_policies_;
+  bool short_pass_ = false;  // the greedy pass runs the short list only
+  int64_t work_;             // what is left of the search budget
+  Orders orders_;            // the candidate under consideration
+  Orders best_orders_;
+  Score best_;
+};
+
+absl::StatusOr<Plan> GenerateGreedyV(const ScheduleRequest& req, double memory_limit,
+                                     absl::string_view name) {
+  const VProblem pb(req, memory_limit);
+  if (absl::Status st = CheckGreedyLimit(pb, name); !st.ok()) return st;
+  return GreedyVSearch(req, pb, memory_limit, name).Run();
 }
 
 // ------------------------------------------------------------------------------------------
 // DualPipeV: DeepSeek's step structure, serialised without F/B overlap.
 
-Orders DualPipeVOrders(const VProblem& pb, int b_first) {
-  const bool b1_first = b_first & 1, b0_first = b_first & 2;
-  const int p = pb.p, m = pb.m;
-  Orders orders(p);
-  for (int r = 0; r < p; ++r) {
-    std::vector<Action>& out = orders[r];
-    const int s0 = pb.StageOf(r, 0), s1 = pb.StageOf(r, 1);
-    int nf0 = 0, nf1 = 0, nb0 = 0, nb1 = 0;
-    std::deque<Action> wq;  // deferred weight gradients, FIFO
-    auto f0 = [&] { out.push_back(Action::F(s0, nf0++)); };
-    auto f1 = [&] { out.push_back(Action::F(s1, nf1++)); };
-    // A backward; `defer` queues its W (zero-bubble), otherwise W runs right after it.
-    auto bwd = [&](int chunk, bool defer) {
-      const Action bact = chunk == 0 ? Action::B(s0, nb0++) : Action::B(s1, nb1++);
-      out.push_back(bact);
-      const Action wact = Action::W(bact.stage, bact.microbatch);
-      if (defer) {
-        wq.push_back(wact);
-      } else {
-        out.push_back(wact);
-      }
-    };
-    auto w = [&] {
-      out.push_back(wq.front());
-      wq.pop_front();
-    };
+// One rank's DualPipeV order, built by DeepSeek's eight steps.
+class DualPipeVRank {
+ public:
+  DualPipeVRank(const VProblem& pb, int r, int b_first)
+      : p_(pb.p),
+        m_(pb.m),
+        r_(r),
+        s0_(pb.StageOf(r, 0)),
+        s1_(pb.StageOf(r, 1)),
+        b1_first_(b_first & 1),
+        b0_first_(b_first & 2) {}
+
+  std::vector<Action> Build() && {
+    WarmUp();
+    Steady();
+    CoolDown();
+    return std::move(out_);
+  }
+
+ private:
+  void F0() { out_.push_back(Action::F(s0_, nf0_++)); }
+  void F1() { out_.push_back(Action::F(s1_, nf1_++)); }
+  // A backward; `defer` queues its W (zero-bubble), otherwise W runs right after it.
+  void Backward(int chunk, bool defer) {
+    const Action bact = chunk == 0 ? Action::B(s0_, nb0_++) : Action::B(s1_, nb1_++);
+    out_.push_back(bact);
+    const Action wact = Action::W(bact.stage, bact.microbatch);
+    if (defer) {
+      wq_.push_back(wact);
+    } else {
+      out_.push_back(wact);
+    }
+  }
+  void W() {
+    out_.push_back(wq_.front());
+    wq_.pop_front();
+  }
+  // The pairs DualPipe overlaps, in the order the variant asks for. Backward first keeps the
+  // peak at the 2p chunks of the warm-up.
+  void PairF0B1() {
+    if (b1_first_) {
+      Backward(1, false);
+      F0();
+    } else {
+      F0();
+      Backward(1, false);
+    }
+  }
+  void PairF1B0() {
+    if (b0_first_) {
+      Backward(0, false);
+      F1();
+    } else {
+      F1();
+      Backward(0, false);
+    }
+  }
+
+  // Steps 1 to 3.
+  void WarmUp() {
     // 1: chunk-0 warm-up, deeper on ranks nearer the ends of the V.
-    for (int k = 0; k < 2 * (p - r - 1); ++k) f0();
+    for (int k = 0; k < 2 * (p_ - r_ - 1); ++k) F0();
     // 2: alternate chunk-0 and chunk-1 forwards.
-    for (int k = 0; k < r + 1; ++k) {
-      f0();
-      f1();
+    for (int k = 0; k < r_ + 1; ++k) {
+      F0();
+      F1();
     }
     // 3: B1 W1 F1 (zero bubble: the W right after its B, before the next forward).
-    for (int k = 0; k < p - r - 1; ++k) {
-      bwd(1, /*defer=*/true);
-      w();
-      f1();
+    for (int k = 0; k < p_ - r_ - 1; ++k) {
+      Backward(1, /*defer=*/true);
+      W();
+      F1();
     }
+  }
+
+  // Steps 4 and 5.
+  void Steady() {
     // 4: main phase, pairs (F0, B1) and (F1, B0) that DualPipe overlaps.
-    const int main_steps = m - 2 * p + r + 1;
+    const int main_steps = m_ - 2 * p_ + r_ + 1;
     for (int k = 0; k < main_steps; ++k) {
-      // Backward first keeps the peak at the 2p chunks of the warm-up.
-      if (b1_first) {
-        bwd(1, false);
-        f0();
-      } else {
-        f0();
-        bwd(1, false);
-      }
-      if (b0_first) {
-        bwd(0, false);
-        f1();
-      } else {
-        f1();
-        bwd(0, false);
-      }
+      PairF0B1();
+      PairF1B0();
     }
     // 5: B1, then the pair (F1, B0).
-    for (int k = 0; k < p - r - 1; ++k) {
-      bwd(1, false);
-      if (b0_first) {
-        bwd(0, false);
-        f1();
-      } else {
-        f1();
-        bwd(0, false);
-      }
+    for (int k = 0; k < p_ - r_ - 1; ++k) {
+      Backward(1, false);
+      PairF1B0();
     }
+  }
+
+  // Steps 6 to 8.
+  void CoolDown() {
     // 6: B1 B0; the second half defers W (exactly r + 1 deferred).
     bool defer = false;
-    for (int k = 0; k < r + 1; ++k) {
-      if (k == (r + 1) / 2 && r % 2 == 1) defer = true;
-      bwd(1, defer);
-      if (k == (r + 1) / 2 && r % 2 == 0) defer = true;
-      bwd(0, defer);
+    for (int k = 0; k < r_ + 1; ++k) {
+      if (k == (r_ + 1) / 2 && r_ % 2 == 1) defer = true;
+      Backward(1, defer);
+      if (k == (r_ + 1) / 2 && r_ % 2 == 0) defer = true;
+      Backward(0, defer);
     }
     // 7: W then B0 (deferred).
-    for (int k = 0; k < p - r - 1; ++k) {
-      w();
-      bwd(0, true);
+    for (int k = 0; k < p_ - r_ - 1; ++k) {
+      W();
+      Backward(0, true);
     }
     // 8: drain the remaining Ws.
-    while (!wq.empty()) w();
+    while (!wq_.empty()) W();
   }
+
+  const int p_, m_, r_;
+  const int s0_, s1_;  // the rank's chunk-0 and chunk-1 stages
+  const bool b1_first_, b0_first_;
+  int nf0_ = 0, nf1_ = 0, nb0_ = 0, nb1_ = 0;  // next microbatch per kind and chunk
+  std::deque<Action> wq_;                      // deferred weight gradients, FIFO
+  std::vector<Action> out_;
+};
+
+Orders DualPipeVOrders(const VProblem& pb, int b_first) {
+  Orders orders(pb.p);
+  for (int r = 0; r < pb.p; ++r) orders[r] = DualPipeVRank(pb, r, b_first).Build();
   return orders;
 }
 

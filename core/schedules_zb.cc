@@ -249,11 +249,47 @@ struct Policy {
   std::vector<int> w_lag;
 };
 
-// The memory-bounded list scheduler. Returns the per-rank orders, or nullopt if the policy got
-// stuck (only possible with memory deltas that the minimum-memory check does not cover).
-std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
-  const int p = pr.p, m = pr.m;
-  const CostModel& cost = *pr.cost;
+// The memory-bounded list scheduler. Run() returns the per-rank orders, or nullopt if the policy
+// got stuck (only possible with memory deltas that the minimum-memory check does not cover).
+class ListScheduler {
+ public:
+  ListScheduler(const Problem& pr, const Policy& policy)
+      : pr_(pr),
+        policy_(policy),
+        cost_(*pr.cost),
+        ranks_(pr.p),
+        ready_f_(pr.p * pr.m, kInf),
+        ready_b_(pr.p * pr.m, kInf),
+        orders_(pr.p),
+        wake_(pr.p),
+        remaining_(3 * pr.p * pr.m) {
+    for (int i = 0; i < pr.m; ++i) ready_f_[pr.Index(0, i)] = 0;
+    for (auto& o : orders_) o.reserve(3 * pr.m);
+    for (int r = 0; r < pr.p; ++r) wake_.Set(r, 0);
+  }
+
+  std::optional<Orders> Run() && {
+    while (remaining_ > 0) {
+      const int r = wake_.Earliest();
+      const double t = wake_.at(r);
+      if (t == kInf) break;  // every rank is blocked: stuck
+      wake_.Set(r, kInf);
+      const Rank& st = ranks_[r];
+      if (st.next_f == pr_.m && st.next_b == pr_.m && st.pending_w.empty()) continue;
+      const Choices ch = ChoicesOf(r, t);
+      std::optional<ActionKind> pick = PickForwardOrBackward(r, ch, t);  // none: the rank waits
+      if (!pick && WantsW(r, ch, t)) pick = ActionKind::kBackwardWeight;
+      if (!pick) {
+        Wait(r, ch, t);
+        continue;
+      }
+      Start(r, *pick, t);
+    }
+    if (remaining_ > 0) return std::nullopt;
+    return std::move(orders_);
+  }
+
+ private:
   struct Rank {
     int next_f = 0, next_b = 0;
     std::deque<int> pending_w;
@@ -262,113 +298,116 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
     bool started_b = false;
     bool last_was_b = false;
   };
-  std::vector<Rank> ranks(p);
-  // When the inputs of F(r, i) / B(r, i) arrive from the neighbour rank; kInf while unknown.
-  std::vector<double> ready_f(p * m, kInf), ready_b(p * m, kInf);
-  for (int i = 0; i < m; ++i) ready_f[pr.Index(0, i)] = 0;
-  Orders orders(p);
-  for (auto& o : orders) o.reserve(3 * m);
-
-  // When each rank next needs to decide (kInf: blocked until a neighbour makes an input known).
-  // A rank only ever needs its earliest pending wake-up.
-  WakeTimes wake(p);
-  for (int r = 0; r < p; ++r) wake.Set(r, 0);
-  auto wake_at = [&](int q, double time) {
-    const double at = std::max(time, ranks[q].free_at);
-    if (at < wake.at(q)) wake.Set(q, at);
+  // What rank r may run next at time t.
+  struct Choices {
+    bool f_left = false;                // an F is left to run
+    bool f_fits = false;                // and its memory fits
+    bool f_allowed = false;             // and the in-flight cap allows it
+    bool b_left = false;                // a B is left whose F has run
+    bool b_allowed = false;             // and its memory fits
+    double rf = kInf, rb = kInf;        // when an allowed F / B's input arrives (kInf: unknown)
+    bool f_now = false, b_now = false;  // it has arrived
   };
-  int remaining = 3 * p * m;
 
-  while (remaining > 0) {
-    const int r = wake.Earliest();
-    const double t = wake.at(r);
-    if (t == kInf) break;  // every rank is blocked: stuck
-    wake.Set(r, kInf);
-    Rank& st = ranks[r];
-    if (st.next_f == m && st.next_b == m && st.pending_w.empty()) continue;
-    const StageCost& c = cost.stages[r];
+  // Rank q may need to decide at `time`: keeps its earliest pending wake-up.
+  void WakeAt(int q, double time) {
+    const double at = std::max(time, ranks_[q].free_at);
+    if (at < wake_.at(q)) wake_.Set(q, at);
+  }
 
-    const bool f_left = st.next_f < m;
-    const bool f_fits = pr.Fits(st.mem + c.mem_f);
-    const bool f_allowed = f_left && f_fits && st.next_f - st.next_b < policy.cap[r];
-    const bool b_left = st.next_b < st.next_f;
-    const bool b_allowed = b_left && pr.Fits(st.mem + c.mem_b);
-    const double rf = f_allowed ? ready_f[pr.Index(r, st.next_f)] : kInf;
-    const double rb = b_allowed ? ready_b[pr.Index(r, st.next_b)] : kInf;
-    const bool f_now = f_allowed && rf <= t;
-    const bool b_now = b_allowed && rb <= t;
+  Choices ChoicesOf(int r, double t) const {
+    const Rank& st = ranks_[r];
+    const StageCost& c = cost_.stages[r];
+    Choices ch;
+    ch.f_left = st.next_f < pr_.m;
+    ch.f_fits = pr_.Fits(st.mem + c.mem_f);
+    ch.f_allowed = ch.f_left && ch.f_fits && st.next_f - st.next_b < policy_.cap[r];
+    ch.b_left = st.next_b < st.next_f;
+    ch.b_allowed = ch.b_left && pr_.Fits(st.mem + c.mem_b);
+    ch.rf = ch.f_allowed ? ready_f_[pr_.Index(r, st.next_f)] : kInf;
+    ch.rb = ch.b_allowed ? ready_b_[pr_.Index(r, st.next_b)] : kInf;
+    ch.f_now = ch.f_allowed && ch.rf <= t;
+    ch.b_now = ch.b_allowed && ch.rb <= t;
+    return ch;
+  }
 
-    std::optional<ActionKind> pick;  // none: the rank waits
+  // The policy's choice between a ready F and a ready B; none when neither should run.
+  std::optional<ActionKind> PickForwardOrBackward(int r, const Choices& ch, double t) const {
+    const Rank& st = ranks_[r];
+    const StageCost& c = cost_.stages[r];
     if (!st.started_b) {
-      if (f_now) {
-        const bool delays_b = rb < kInf && t + c.f > rb + policy.warmup_slack * c.f;
-        if (!delays_b) {
-          pick = ActionKind::kForward;
-        } else if (b_now) {
-          pick = ActionKind::kBackwardInput;
-        }
-      } else if (b_now) {
-        pick = ActionKind::kBackwardInput;
+      // The warm-up: Fs, unless one would delay the first B by more than the slack.
+      if (ch.f_now) {
+        const bool delays_b = ch.rb < kInf && t + c.f > ch.rb + policy_.warmup_slack * c.f;
+        if (!delays_b) return ActionKind::kForward;
+        if (ch.b_now) return ActionKind::kBackwardInput;
+        return std::nullopt;
       }
-    } else if (b_now && f_now) {
-      pick = (policy.b_first || !st.last_was_b) ? ActionKind::kBackwardInput
+      if (ch.b_now) return ActionKind::kBackwardInput;
+      return std::nullopt;
+    }
+    if (ch.b_now && ch.f_now) {
+      return (policy_.b_first || !st.last_was_b) ? ActionKind::kBackwardInput
                                                  : ActionKind::kForward;
-    } else if (b_now) {
-      pick = ActionKind::kBackwardInput;
-    } else if (f_now) {
-      pick = ActionKind::kForward;
     }
-    if (!pick && !st.pending_w.empty() && pr.Fits(st.mem + c.mem_w)) {
-      if (f_left && !f_fits) {
-        pick = ActionKind::kBackwardWeight;  // recycle memory for the next F
-      } else {
-        // The idle gap until an F or B could start. An input whose producer has not been
-        // scheduled yet cannot arrive before that producer's duration plus T_comm.
-        double next = kInf;
-        if (f_allowed) {
-          next = std::min(next, rf < kInf ? rf : t + cost.stages[r - 1].f + cost.comm);
-        }
-        if (b_allowed) {
-          next = std::min(next, rb < kInf ? rb : t + cost.stages[r + 1].b + cost.comm);
-        }
-        const bool drain = !f_left && !b_left;
-        const size_t lag = policy.w_lag.empty() ? 0 : policy.w_lag[r];
-        if (next - t >= policy.w_gap * c.w && (drain || st.pending_w.size() > lag)) {
-          pick = ActionKind::kBackwardWeight;
-        }
-      }
-    }
+    if (ch.b_now) return ActionKind::kBackwardInput;
+    if (ch.f_now) return ActionKind::kForward;
+    return std::nullopt;
+  }
 
-    if (!pick) {
-      // Wait for the earliest known arrival; unknown ones wake the rank when they are scheduled.
-      double next_wake = kInf;
-      if (rf > t) next_wake = std::min(next_wake, rf);
-      if (rb > t) next_wake = std::min(next_wake, rb);
-      if (next_wake < kInf) wake.Set(r, next_wake);
-      continue;
+  // Whether rank r, with no F or B to run, runs one of its deferred Ws now.
+  bool WantsW(int r, const Choices& ch, double t) const {
+    const Rank& st = ranks_[r];
+    const StageCost& c = cost_.stages[r];
+    if (st.pending_w.empty() || !pr_.Fits(st.mem + c.mem_w)) return false;
+    if (ch.f_left && !ch.f_fits) return true;  // recycle memory for the next F
+    // The idle gap until an F or B could start. An input whose producer has not been
+    // scheduled yet cannot arrive before that producer's duration plus T_comm.
+    double next = kInf;
+    if (ch.f_allowed) {
+      next = std::min(next, ch.rf < kInf ? ch.rf : t + cost_.stages[r - 1].f + cost_.comm);
     }
+    if (ch.b_allowed) {
+      next = std::min(next, ch.rb < kInf ? ch.rb : t + cost_.stages[r + 1].b + cost_.comm);
+    }
+    const bool drain = !ch.f_left && !ch.b_left;
+    const size_t lag = policy_.w_lag.empty() ? 0 : policy_.w_lag[r];
+    return next - t >= policy_.w_gap * c.w && (drain || st.pending_w.size() > lag);
+  }
 
+  // Wait for the earliest known arrival; unknown ones wake the rank when they are scheduled.
+  void Wait(int r, const Choices& ch, double t) {
+    double next_wake = kInf;
+    if (ch.rf > t) next_wake = std::min(next_wake, ch.rf);
+    if (ch.rb > t) next_wake = std::min(next_wake, ch.rb);
+    if (next_wake < kInf) wake_.Set(r, next_wake);
+  }
+
+  // Starts rank r's next action of `kind` at t and tells the neighbour its input's arrival.
+  void Start(int r, ActionKind kind, double t) {
+    Rank& st = ranks_[r];
+    const StageCost& c = cost_.stages[r];
     Action action;
-    if (pick == ActionKind::kForward) {
+    if (kind == ActionKind::kForward) {
       const int i = st.next_f++;
       action = Action::F(r, i);
       st.mem += c.mem_f;
       const double end = t + c.f;
-      if (r + 1 < p) {
-        ready_f[pr.Index(r + 1, i)] = end + cost.comm;
-        wake_at(r + 1, end + cost.comm);
+      if (r + 1 < pr_.p) {
+        ready_f_[pr_.Index(r + 1, i)] = end + cost_.comm;
+        WakeAt(r + 1, end + cost_.comm);
       } else {
-        ready_b[pr.Index(r, i)] = end;  // the loss closes the forward locally
+        ready_b_[pr_.Index(r, i)] = end;  // the loss closes the forward locally
       }
       st.last_was_b = false;
-    } else if (pick == ActionKind::kBackwardInput) {
+    } else if (kind == ActionKind::kBackwardInput) {
       const int i = st.next_b++;
       action = Action::B(r, i);
       st.mem += c.mem_b;
       st.pending_w.push_back(i);
       if (r > 0) {
-        ready_b[pr.Index(r - 1, i)] = t + c.b + cost.comm;
-        wake_at(r - 1, t + c.b + cost.comm);
+        ready_b_[pr_.Index(r - 1, i)] = t + c.b + cost_.comm;
+        WakeAt(r - 1, t + c.b + cost_.comm);
       }
       st.started_b = true;
       st.last_was_b = true;
@@ -377,13 +416,27 @@ std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
       st.pending_w.pop_front();
       st.mem += c.mem_w;
     }
-    orders[r].push_back(action);
-    st.free_at = t + cost.Duration(action);
-    wake.Set(r, st.free_at);
-    --remaining;
+    orders_[r].push_back(action);
+    st.free_at = t + cost_.Duration(action);
+    wake_.Set(r, st.free_at);
+    --remaining_;
   }
-  if (remaining > 0) return std::nullopt;
-  return orders;
+
+  const Problem& pr_;
+  const Policy& policy_;
+  const CostModel& cost_;
+  std::vector<Rank> ranks_;
+  // When the inputs of F(r, i) / B(r, i) arrive from the neighbour rank; kInf while unknown.
+  std::vector<double> ready_f_, ready_b_;
+  Orders orders_;
+  // When each rank next needs to decide (kInf: blocked until a neighbour makes an input known).
+  // A rank only ever needs its earliest pending wake-up.
+  WakeTimes wake_;
+  int remaining_;  // actions not started yet
+};
+
+std::optional<Orders> ListSchedule(const Problem& pr, const Policy& policy) {
+  return ListScheduler(pr, policy).Run();
 }
 
 // Knobs of the balanced-idle construction (BalancedSchedule).
@@ -419,150 +472,215 @@ struct Balanced {
 // must (memory), where a whole W fits the wait for the input, or where waiting would make the
 // rank idle longer than the most idle rank so far. Idle time is what the span pays for, and the
 // most idle rank sets it, so Ws the other ranks do not need now are held back for the drain.
-// Returns nullopt when the memory limit leaves no move.
-std::optional<Balanced> BalancedSchedule(const Problem& pr, const FillPolicy& fp) {
-  const int p = pr.p, m = pr.m;
-  const CostModel& cost = *pr.cost;
-  std::vector<int> nf(p, 0), nb(p, 0), nw(p, 0);
-  std::vector<double> free_at(p, 0), mem(p, 0), idle(p, 0);
-  std::vector<double> end_f(size_t(p) * m, 0), end_b(size_t(p) * m, 0);
-  double most_idle = 0;
-  Orders orders(p);
-  for (auto& o : orders) o.reserve(3 * m);
+// Build() returns nullopt when the memory limit leaves no move.
+class BalancedBuilder {
+ public:
+  BalancedBuilder(const Problem& pr, const FillPolicy& fp)
+      : pr_(pr),
+        fp_(fp),
+        cost_(*pr.cost),
+        nf_(pr.p, 0),
+        nb_(pr.p, 0),
+        nw_(pr.p, 0),
+        free_at_(pr.p, 0),
+        mem_(pr.p, 0),
+        idle_(pr.p, 0),
+        end_f_(size_t(pr.p) * pr.m, 0),
+        end_b_(size_t(pr.p) * pr.m, 0),
+        orders_(pr.p) {
+    for (auto& o : orders_) o.reserve(3 * pr.m);
+  }
+
+  std::optional<Balanced> Build() && {
+    if (!WarmUp()) return std::nullopt;
+    for (int i = 1; i < pr_.m; ++i) {
+      if (!NextMicrobatch()) return std::nullopt;
+    }
+    for (int r = 0; r < pr_.p; ++r) {
+      while (nw_[r] < pr_.m) Put(r, ActionKind::kBackwardWeight);
+    }
+    if (!WithinMemory()) return std::nullopt;
+    return Balanced{std::move(orders_), std::move(idle_), most_idle_};
+  }
+
+ private:
   // How long rank r may idle in all.
-  auto afford = [&](int r) {
-    return fp.rank_allowance.empty() ? most_idle : std::max(most_idle, fp.rank_allowance[r]);
-  };
+  double Afford(int r) const {
+    return fp_.rank_allowance.empty() ? most_idle_ : std::max(most_idle_, fp_.rank_allowance[r]);
+  }
 
   // Appends the rank's next action of `kind`, timed as core::Simulate would.
-  auto put = [&](int r, ActionKind kind) {
-    const StageCost& c = cost.stages[r];
+  void Put(int r, ActionKind kind) {
+    const StageCost& c = cost_.stages[r];
     Action action;
-    double start = free_at[r];
+    double start = free_at_[r];
     if (kind == ActionKind::kForward) {
-      const int i = nf[r]++;
+      const int i = nf_[r]++;
       action = Action::F(r, i);
-      if (r > 0) start = std::max(start, end_f[pr.Index(r - 1, i)] + cost.comm);
-      end_f[pr.Index(r, i)] = start + c.f;
+      if (r > 0) start = std::max(start, end_f_[pr_.Index(r - 1, i)] + cost_.comm);
+      end_f_[pr_.Index(r, i)] = start + c.f;
     } else if (kind == ActionKind::kBackwardInput) {
-      const int i = nb[r]++;
+      const int i = nb_[r]++;
       action = Action::B(r, i);
-      if (r + 1 < p) start = std::max(start, end_b[pr.Index(r + 1, i)] + cost.comm);
-      end_b[pr.Index(r, i)] = start + c.b;
+      if (r + 1 < pr_.p) start = std::max(start, end_b_[pr_.Index(r + 1, i)] + cost_.comm);
+      end_b_[pr_.Index(r, i)] = start + c.b;
     } else {
-      action = Action::W(r, nw[r]++);
+      action = Action::W(r, nw_[r]++);
     }
-    if (!orders[r].empty()) {
-      idle[r] += start - free_at[r];
-      most_idle = std::max(most_idle, idle[r]);
+    if (!orders_[r].empty()) {
+      idle_[r] += start - free_at_[r];
+      most_idle_ = std::max(most_idle_, idle_[r]);
     }
-    mem[r] += cost.MemoryDelta(action);
-    free_at[r] = start + cost.Duration(action);
-    orders[r].push_back(action);
-  };
+    mem_[r] += cost_.MemoryDelta(action);
+    free_at_[r] = start + cost_.Duration(action);
+    orders_[r].push_back(action);
+  }
+
   // Runs Ws until `delta` more memory fits; false when none is left to run.
-  auto make_room = [&](int r, double delta) {
-    while (!pr.Fits(mem[r] + delta)) {
-      if (nw[r] >= nb[r]) return false;
-      put(r, ActionKind::kBackwardWeight);
+  bool MakeRoom(int r, double delta) {
+    while (!pr_.Fits(mem_[r] + delta)) {
+      if (nw_[r] >= nb_[r]) return false;
+      Put(r, ActionKind::kBackwardWeight);
     }
     return true;
-  };
+  }
+
   // Fills the wait of rank r for an input arriving at `arrival` with Ws, as described above.
-  auto fill_wait = [&](int r, double arrival) {
-    const double w = cost.stages[r].w;
-    while (nw[r] < nb[r] && free_at[r] + w <= arrival) put(r, ActionKind::kBackwardWeight);
-    if (nw[r] < nb[r] && free_at[r] < arrival) {
-      const bool affordable = arrival - free_at[r] <= afford(r) - idle[r] + fp.allowance * w;
-      if (!affordable || fp.fill_affordable) put(r, ActionKind::kBackwardWeight);
+  void FillWait(int r, double arrival) {
+    const double w = cost_.stages[r].w;
+    while (nw_[r] < nb_[r] && free_at_[r] + w <= arrival) Put(r, ActionKind::kBackwardWeight);
+    if (nw_[r] < nb_[r] && free_at_[r] < arrival) {
+      const bool affordable = arrival - free_at_[r] <= Afford(r) - idle_[r] + fp_.allowance * w;
+      if (!affordable || fp_.fill_affordable) Put(r, ActionKind::kBackwardWeight);
     }
-  };
-  auto forward = [&](int r) {
-    if (!make_room(r, cost.stages[r].mem_f)) return false;
-    if (r > 0) fill_wait(r, end_f[pr.Index(r - 1, nf[r])] + cost.comm);
-    put(r, ActionKind::kForward);
-    return true;
-  };
-  auto backward = [&](int r) {
-    if (!make_room(r, cost.stages[r].mem_b)) return false;
-    if (r + 1 < p) fill_wait(r, end_b[pr.Index(r + 1, nb[r])] + cost.comm);
-    if (r == 0 && nf[0] == m) {
-      while (nw[0] < nb[0]) put(0, ActionKind::kBackwardWeight);
-    }
-    put(r, ActionKind::kBackwardInput);
-    return true;
-  };
-
-  // Warm-up: microbatch 0's F everywhere, then as many Fs per rank as fit before microbatch 0's B
-  // comes back (estimated from the last rank down), fewer on each later rank.
-  std::vector<int> extra(p, 0);
-  for (int r = 0; r < p; ++r) {
-    if (!forward(r)) return std::nullopt;
-  }
-  double b_back = end_f[pr.Index(p - 1, 0)] + cost.stages[p - 1].b;
-  for (int r = p - 2; r >= 0; --r) {
-    const StageCost& c = cost.stages[r];
-    double at = free_at[r], room = mem[r];
-    while (nf[r] + extra[r] < m && pr.Fits(room + c.mem_f)) {
-      if (fp.tight_warmup ? at + c.f > b_back + cost.comm : at >= b_back + cost.comm) break;
-      room += c.mem_f;
-      at += c.f;
-      ++extra[r];
-    }
-    b_back = std::max(at, b_back + cost.comm) + c.b;
-  }
-  for (int r = 1; r < p; ++r) {
-    while (extra[r] > 0 && extra[r] >= extra[r - 1] && nf[r] + extra[r] < m) --extra[r];
-  }
-  for (int r = 0; r < p; ++r) {
-    for (int k = 0; k < extra[r]; ++k) {
-      if (!forward(r)) return std::nullopt;
-    }
-  }
-  for (int r = p - 1; r >= 0; --r) {
-    if (!backward(r)) return std::nullopt;
   }
 
-  std::vector<int> want(p);
-  for (int i = 1; i < m; ++i) {
-    for (int r = 0; r < p; ++r) {
-      want[r] = nf[r] < m ? 1 : 0;
-      if (want[r] == 0 || !fp.hold_f || r + 1 == p || nf[r] < nf[r + 1] + 2) continue;
-      const StageCost& c = cost.stages[r];
-      const StageCost& next = cost.stages[r + 1];
-      const double next_needs = free_at[r + 1] + next.f + next.b + cost.comm;
-      if (free_at[r] >= next_needs) {
-        want[r] = 0;
-        continue;
-      }
-      // The Ws that memory would force before the F.
-      double w_time = 0, room = mem[r] + c.mem_f;
-      for (int k = nw[r]; !pr.Fits(room) && k < nb[r]; ++k) {
-        w_time += c.w;
-        room += c.mem_w;
-      }
-      if (free_at[r] + c.f + w_time <= next_needs) continue;
-      if (next_needs - free_at[r] <= afford(r) - idle[r]) want[r] = 0;
+  bool Forward(int r) {
+    if (!MakeRoom(r, cost_.stages[r].mem_f)) return false;
+    if (r > 0) FillWait(r, end_f_[pr_.Index(r - 1, nf_[r])] + cost_.comm);
+    Put(r, ActionKind::kForward);
+    return true;
+  }
+
+  bool Backward(int r) {
+    if (!MakeRoom(r, cost_.stages[r].mem_b)) return false;
+    if (r + 1 < pr_.p) FillWait(r, end_b_[pr_.Index(r + 1, nb_[r])] + cost_.comm);
+    if (r == 0 && nf_[0] == pr_.m) {
+      while (nw_[0] < nb_[0]) Put(0, ActionKind::kBackwardWeight);
     }
-    for (int r = p - 2; r >= 0; --r) want[r] = std::min(want[r], want[r + 1]);
+    Put(r, ActionKind::kBackwardInput);
+    return true;
+  }
+
+  // Microbatch 0's F everywhere, then the extra Fs of WarmUpExtras, then microbatch 0's B.
+  bool WarmUp() {
+    const int p = pr_.p;
     for (int r = 0; r < p; ++r) {
-      if (want[r] > 0 && !forward(r)) return std::nullopt;
+      if (!Forward(r)) return false;
+    }
+    const std::vector<int> extra = WarmUpExtras();
+    for (int r = 0; r < p; ++r) {
+      for (int k = 0; k < extra[r]; ++k) {
+        if (!Forward(r)) return false;
+      }
     }
     for (int r = p - 1; r >= 0; --r) {
-      if (nb[r] >= nf[r] || !backward(r)) return std::nullopt;
+      if (!Backward(r)) return false;
     }
+    return true;
   }
-  for (int r = 0; r < p; ++r) {
-    while (nw[r] < m) put(r, ActionKind::kBackwardWeight);
-  }
-  for (int r = 0; r < p; ++r) {
-    double running = 0;
-    for (const Action& a : orders[r]) {
-      running += cost.MemoryDelta(a);
-      if (!pr.Fits(running)) return std::nullopt;
+
+  // Per rank, as many more Fs as fit before microbatch 0's B comes back (estimated from the last
+  // rank down), fewer on each later rank.
+  std::vector<int> WarmUpExtras() const {
+    const int p = pr_.p, m = pr_.m;
+    std::vector<int> extra(p, 0);
+    double b_back = end_f_[pr_.Index(p - 1, 0)] + cost_.stages[p - 1].b;
+    for (int r = p - 2; r >= 0; --r) {
+      const StageCost& c = cost_.stages[r];
+      double at = free_at_[r], room = mem_[r];
+      while (nf_[r] + extra[r] < m && pr_.Fits(room + c.mem_f)) {
+        if (fp_.tight_warmup ? at + c.f > b_back + cost_.comm : at >= b_back + cost_.comm) break;
+        room += c.mem_f;
+        at += c.f;
+        ++extra[r];
+      }
+      b_back = std::max(at, b_back + cost_.comm) + c.b;
     }
+    for (int r = 1; r < p; ++r) {
+      while (extra[r] > 0 && extra[r] >= extra[r - 1] && nf_[r] + extra[r] < m) --extra[r];
+    }
+    return extra;
   }
-  return Balanced{std::move(orders), std::move(idle), most_idle};
+
+  // One more microbatch's Fs (on the ranks that want one) and Bs.
+  bool NextMicrobatch() {
+    const int p = pr_.p;
+    const std::vector<int> want = WantForwards();
+    for (int r = 0; r < p; ++r) {
+      if (want[r] > 0 && !Forward(r)) return false;
+    }
+    for (int r = p - 1; r >= 0; --r) {
+      if (nb_[r] >= nf_[r] || !Backward(r)) return false;
+    }
+    return true;
+  }
+
+  // Per rank, 1 when it takes its next F this microbatch: while it has Fs left, unless hold_f
+  // holds it (see FillPolicy) or a later rank holds its own.
+  std::vector<int> WantForwards() const {
+    const int p = pr_.p;
+    std::vector<int> want(p);
+    for (int r = 0; r < p; ++r) {
+      want[r] = nf_[r] < pr_.m ? 1 : 0;
+      if (want[r] == 0 || !fp_.hold_f || r + 1 == p || nf_[r] < nf_[r + 1] + 2) continue;
+      if (HoldsForward(r)) want[r] = 0;
+    }
+    for (int r = p - 2; r >= 0; --r) want[r] = std::min(want[r], want[r + 1]);
+    return want;
+  }
+
+  // Whether rank r, two or more Fs ahead of rank r + 1, skips its F: the F (and the Ws memory
+  // forces before it) would delay rank r + 1's F + B, and rank r can afford the wait.
+  bool HoldsForward(int r) const {
+    const StageCost& c = cost_.stages[r];
+    const StageCost& next = cost_.stages[r + 1];
+    const double next_needs = free_at_[r + 1] + next.f + next.b + cost_.comm;
+    if (free_at_[r] >= next_needs) return true;
+    // The Ws that memory would force before the F.
+    double w_time = 0, room = mem_[r] + c.mem_f;
+    for (int k = nw_[r]; !pr_.Fits(room) && k < nb_[r]; ++k) {
+      w_time += c.w;
+      room += c.mem_w;
+    }
+    if (free_at_[r] + c.f + w_time <= next_needs) return false;
+    return next_needs - free_at_[r] <= Afford(r) - idle_[r];
+  }
+
+  // Whether every rank's running memory stays within the limit.
+  bool WithinMemory() const {
+    for (int r = 0; r < pr_.p; ++r) {
+      double running = 0;
+      for (const Action& a : orders_[r]) {
+        running += cost_.MemoryDelta(a);
+        if (!pr_.Fits(running)) return false;
+      }
+    }
+    return true;
+  }
+
+  const Problem& pr_;
+  const FillPolicy& fp_;
+  const CostModel& cost_;
+  std::vector<int> nf_, nb_, nw_;             // per rank: Fs, Bs and Ws placed
+  std::vector<double> free_at_, mem_, idle_;  // per rank
+  std::vector<double> end_f_, end_b_;         // per (rank, microbatch)
+  double most_idle_ = 0;
+  Orders orders_;
+};
+
+std::optional<Balanced> BalancedSchedule(const Problem& pr, const FillPolicy& fp) {
+  return BalancedBuilder(pr, fp).Build();
 }
 
 // Runs the balanced-idle construction with `fp`, then again with each rank allowed the idle time
@@ -685,86 +803,124 @@ FillPolicy RandomFill(SearchRng& rng) {
 // Runs the first `greedy_runs` candidates (the greedy pass), then, with a search budget, the rest
 // of them, random variants and local moves; keeps the best-scoring plan. `pr` is the request's
 // own problem.
+class BestOfSearch {
+ public:
+  BestOfSearch(const Problem& pr, const std::vector<Candidate>& candidates, absl::string_view name,
+               const SearchOptions& search)
+      : pr_(pr),
+        candidates_(candidates),
+        name_(name),
+        search_(search),
+        actions_(3L * pr.p * pr.m),
+        run_cost_(2 * actions_),
+        work_(SearchWork(search.budget_seconds)) {}
+
+  absl::StatusOr<Plan> Run(size_t greedy_runs, int polish_evaluations) && {
+    // A search ends with the balanced-idle construction, each combination of its switches; its
+    // work is set aside here.
+    int64_t balanced_work = std::min(work_, 8 * 16 * run_cost_);
+    work_ -= balanced_work;
+    RunCandidates(greedy_runs);
+    if (!best_) RunFallback();
+    if (!best_) {
+      return WithField(absl::FailedPreconditionError(absl::StrCat(
+                           name_, ": no schedule fits the memory limit ", pr_.limit,
+                           " with p = ", pr_.p, ", m = ", pr_.m, "; raise the memory limit")),
+                       "memory_limit");
+    }
+    Polish(pr_, *best_, best_score_, polish_evaluations);
+    const double bound = SpanLowerBound(Placement::Linear(pr_.p), pr_.m, *pr_.cost, pr_.limit,
+                                        /*split_backward=*/true);
+    if (work_ > 0 && !candidates_.empty() && !AtBound(best_score_.span, bound)) Search(bound);
+    if (balanced_work > 0) RunBalancedFamily(balanced_work);
+    Plan plan = EmptyPlan(std::string(name_), Placement::Linear(pr_.p), pr_.m);
+    plan.ranks = std::move(*best_);
+    return plan;
+  }
+
+ private:
+  // Keeps `orders` when they score best so far.
+  void Consider(std::optional<Orders> orders) {
+    if (!orders) return;
+    std::optional<Score> score = Evaluate(pr_, *orders);
+    if (!score) return;  // cannot happen: the scheduler's own timeline is a witness
+    if (!best_ || *score < best_score_) {
+      best_score_ = *score;
+      best_ = std::move(orders);
+    }
+  }
+  void RunCandidate(const Candidate& candidate) {
+    Consider(ListSchedule(*candidate.problem, candidate.policy));
+  }
+
+  // The first `greedy_runs` candidates, then the rest while the search budget lasts.
+  void RunCandidates(size_t greedy_runs) {
+    for (size_t k = 0; k < candidates_.size(); ++k) {
+      if (k >= greedy_runs) {
+        if (work_ < run_cost_) break;
+        work_ -= run_cost_;
+      }
+      RunCandidate(candidates_[k]);
+    }
+  }
+
+  // Every policy got stuck (memory deltas where a B or W needs room, all of it taken by Fs).
+  // One microbatch in flight per rank always fits a limit that passed CheckMinimumMemory.
+  void RunFallback() {
+    best_ = ListSchedule(pr_, Policy{std::vector<int>(pr_.p, 1), kInf, true, 0, {}});
+    if (best_) best_score_ = Evaluate(pr_, *best_).value_or(Score{});
+  }
+
+  // The search: a third of what is left on random policies, then critical-path polishing and
+  // local moves on the best plan.
+  void Search(double bound) {
+    SearchRng rng(search_.seed);
+    int64_t variants = std::min(work_ / 3, kMaxRandomPolicies * run_cost_);
+    // Random list-scheduler policies and random members of the balanced-idle family in turn.
+    while (variants >= run_cost_ && !AtBound(best_score_.span, bound)) {
+      const int64_t before = variants;
+      if (rng.Uniform(2) == 0) {
+        RunBalanced(pr_, RandomFill(rng), variants, run_cost_,
+                    [this](std::optional<Orders> orders) { Consider(std::move(orders)); });
+      } else {
+        variants -= run_cost_;
+        RunCandidate(RandomCandidate(candidates_, rng));
+      }
+      work_ -= before - variants;
+    }
+    const int polish = static_cast<int>(std::min<int64_t>(work_ / 4 / actions_, 1 << 20));
+    work_ -= int64_t{polish} * actions_;
+    Polish(pr_, *best_, best_score_, polish);
+    const OrderProblem problem(Placement::Linear(pr_.p), pr_.m, *pr_.cost, pr_.limit);
+    if (std::optional<OrderScore> score = problem.Evaluate(*best_)) {
+      ImproveOrders(problem, *best_, *score, work_, rng.Next(), bound);
+    }
+  }
+
+  // The balanced-idle construction with each combination of its switches.
+  void RunBalancedFamily(int64_t balanced_work) {
+    best_score_ = Evaluate(pr_, *best_).value_or(best_score_);
+    for (int k = 0; k < 8; ++k) {
+      RunBalanced(pr_, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0, {}}, balanced_work,
+                  run_cost_, [this](std::optional<Orders> orders) { Consider(std::move(orders)); });
+    }
+  }
+
+  const Problem& pr_;
+  const std::vector<Candidate>& candidates_;
+  const absl::string_view name_;
+  const SearchOptions& search_;
+  const int64_t actions_;
+  const int64_t run_cost_;  // a list-scheduler run and its evaluation
+  int64_t work_;            // what is left of the search budget
+  std::optional<Orders> best_;
+  Score best_score_;
+};
+
 absl::StatusOr<Plan> BestOf(const Problem& pr, const std::vector<Candidate>& candidates,
                             size_t greedy_runs, int polish_evaluations, absl::string_view name,
                             const SearchOptions& search = {}) {
-  std::optional<Orders> best;
-  Score best_score;
-  const int64_t actions = 3L * pr.p * pr.m;
-  const int64_t run_cost = 2 * actions;  // a list-scheduler run and its evaluation
-  int64_t work = SearchWork(search.budget_seconds);
-  auto consider = [&](std::optional<Orders> orders) {
-    if (!orders) return;
-    std::optional<Score> score = Evaluate(pr, *orders);
-    if (!score) return;  // cannot happen: the scheduler's own timeline is a witness
-    if (!best || *score < best_score) {
-      best_score = *score;
-      best = std::move(orders);
-    }
-  };
-  auto run = [&](const Candidate& candidate) {
-    consider(ListSchedule(*candidate.problem, candidate.policy));
-  };
-  // A search ends with the balanced-idle construction, each combination of its switches; its
-  // work is set aside here.
-  int64_t balanced_work = std::min(work, 8 * 16 * run_cost);
-  work -= balanced_work;
-  for (size_t k = 0; k < candidates.size(); ++k) {
-    if (k >= greedy_runs) {
-      if (work < run_cost) break;
-      work -= run_cost;
-    }
-    run(candidates[k]);
-  }
-  if (!best) {
-    // Every policy got stuck (memory deltas where a B or W needs room, all of it taken by Fs).
-    // One microbatch in flight per rank always fits a limit that passed CheckMinimumMemory.
-    best = ListSchedule(pr, Policy{std::vector<int>(pr.p, 1), kInf, true, 0, {}});
-    if (best) best_score = Evaluate(pr, *best).value_or(Score{});
-  }
-  if (!best) {
-    return WithField(absl::FailedPreconditionError(absl::StrCat(
-                         name, ": no schedule fits the memory limit ", pr.limit, " with p = ", pr.p,
-                         ", m = ", pr.m, "; raise the memory limit")),
-                     "memory_limit");
-  }
-  Polish(pr, *best, best_score, polish_evaluations);
-  const double bound =
-      SpanLowerBound(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit, /*split_backward=*/true);
-  if (work > 0 && !candidates.empty() && !AtBound(best_score.span, bound)) {
-    // The search: a third of what is left on random policies, then critical-path polishing and
-    // local moves on the best plan.
-    SearchRng rng(search.seed);
-    int64_t variants = std::min(work / 3, kMaxRandomPolicies * run_cost);
-    // Random list-scheduler policies and random members of the balanced-idle family in turn.
-    while (variants >= run_cost && !AtBound(best_score.span, bound)) {
-      const int64_t before = variants;
-      if (rng.Uniform(2) == 0) {
-        RunBalanced(pr, RandomFill(rng), variants, run_cost, consider);
-      } else {
-        variants -= run_cost;
-        run(RandomCandidate(candidates, rng));
-      }
-      work -= before - variants;
-    }
-    const int polish = static_cast<int>(std::min<int64_t>(work / 4 / actions, 1 << 20));
-    work -= int64_t{polish} * actions;
-    Polish(pr, *best, best_score, polish);
-    const OrderProblem problem(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit);
-    if (std::optional<OrderScore> score = problem.Evaluate(*best)) {
-      ImproveOrders(problem, *best, *score, work, rng.Next(), bound);
-    }
-  }
-  if (balanced_work > 0) {
-    best_score = Evaluate(pr, *best).value_or(best_score);
-    for (int k = 0; k < 8; ++k) {
-      RunBalanced(pr, FillPolicy{(k & 1) != 0, (k & 2) != 0, (k & 4) == 0, 0, {}}, balanced_work,
-                  run_cost, consider);
-    }
-  }
-  Plan plan = EmptyPlan(std::string(name), Placement::Linear(pr.p), pr.m);
-  plan.ranks = std::move(*best);
-  return plan;
+  return BestOfSearch(pr, candidates, name, search).Run(greedy_runs, polish_evaluations);
 }
 
 absl::StatusOr<Problem> MakeProblem(const ScheduleRequest& req, double memory_limit,

@@ -62,6 +62,12 @@ class Simulation {
   // with release_during_w its bucket's share of the way through its chunk's last W.
   double ReduceIssue(int r, const Action& reduce) const;
   std::string DescribeBlocked(int r);
+  // The steps of Run: fresh state; every rank advanced as far as it goes (an error naming the
+  // stuck ranks when some cannot finish); then the spans, and the bubbles and reduce overlap.
+  void Reset();
+  absl::Status AdvanceAll();
+  void MeasureSpans();
+  void MeasureBubblesAndReductions();
 
   const Plan& plan_;
   const CostModel& cost_;
@@ -346,11 +352,7 @@ double Intersection(const std::vector<ActionTiming>& a, const std::vector<Action
   return total;
 }
 
-absl::StatusOr<SimResult> Simulation::Run() {
-  if (absl::Status st = CheckRanges(); !st.ok()) return st;
-  if (options_.check_dependencies_exist) {
-    if (absl::Status st = CheckDependenciesExist(); !st.ok()) return st;
-  }
+void Simulation::Reset() {
   cursor_.assign(p_, 0);
   now_.assign(p_, 0);
   reduce_free_.assign(p_, 0);
@@ -370,7 +372,9 @@ absl::StatusOr<SimResult> Simulation::Run() {
   result_.peak_memory.assign(p_, 0);
   result_.reduce_total.assign(p_, 0);
   result_.reduce_exposed.assign(p_, 0);
+}
 
+absl::Status Simulation::AdvanceAll() {
   // Each pass advances every rank as far as it can; a pass without progress with work left
   // is a deadlock. Start times depend only on a rank's previous action and on dependencies,
   // so the order in which ranks are advanced does not change the result.
@@ -388,7 +392,10 @@ absl::StatusOr<SimResult> Simulation::Run() {
   if (!blocked.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
   }
+  return absl::OkStatus();
+}
 
+void Simulation::MeasureSpans() {
   // span (docs/design.md): the longest of the ranks' own spans, each from the start of its first
   // action to the end of its last (compute and reductions; comm occupies no rank time).
   double span_max = 0;
@@ -401,6 +408,7 @@ absl::StatusOr<SimResult> Simulation::Run() {
     for (size_t k = 0; k < actions.size(); ++k) {
       ActionTiming& t = result_.timings[r][k];
       if (IsRecv(actions[k].kind) && !options_.blocking_recv) {
+        // A posted receive ends when its message arrives.
         const Action& a = actions[k];
         const double arrival = (a.kind == ActionKind::kRecvAct ? act_arrival_ : grad_arrival_)
                                    .at(a.stage, a.microbatch);
@@ -416,6 +424,9 @@ absl::StatusOr<SimResult> Simulation::Run() {
   }
   result_.span = span_max;
   result_.global_makespan = global_last >= global_first ? global_last - global_first : 0;
+}
+
+void Simulation::MeasureBubblesAndReductions() {
   const double span = result_.span;
   result_.idle.resize(p_);
   result_.rank_bubble.resize(p_);
@@ -439,6 +450,17 @@ absl::StatusOr<SimResult> Simulation::Run() {
   result_.bubble_rate = span > 0 ? 1 - busy_sum / (p_ * span) : 0;
   result_.reduce_overlap =
       result_.total_reduce > 0 ? 1 - result_.total_exposed_reduce / result_.total_reduce : 1;
+}
+
+absl::StatusOr<SimResult> Simulation::Run() {
+  if (absl::Status st = CheckRanges(); !st.ok()) return st;
+  if (options_.check_dependencies_exist) {
+    if (absl::Status st = CheckDependenciesExist(); !st.ok()) return st;
+  }
+  Reset();
+  if (absl::Status st = AdvanceAll(); !st.ok()) return st;
+  MeasureSpans();
+  MeasureBubblesAndReductions();
   return std::move(result_);
 }
 

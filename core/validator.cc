@@ -151,89 +151,115 @@ class Validator {
     return absl::OkStatus();
   }
 
+  // Lowered plans: every cross-rank edge has one SEND after its producer and one RECV before its
+  // consumer, and between two ranks the k-th send and the k-th receive carry the same tensor.
   absl::Status CheckComm() {
     const int p = pl_.num_ranks();
-    // Every cross-rank edge: one SEND after its producer, one RECV before its consumer.
-    using Key = std::tuple<ActionKind, int, int>;  // (SEND kind, stage, mb)
-    std::map<Key, std::pair<int, size_t>> sends, recvs;
-    std::vector<std::vector<std::vector<Key>>> send_order(p, std::vector<std::vector<Key>>(p)),
-        recv_order(p, std::vector<std::vector<Key>>(p));
+    sends_.clear();
+    recvs_.clear();
+    send_order_.assign(p, std::vector<std::vector<CommKey>>(p));
+    recv_order_.assign(p, std::vector<std::vector<CommKey>>(p));
     for (int r = 0; r < p; ++r) {
       const auto& actions = plan_.ranks[r];
       for (size_t k = 0; k < actions.size(); ++k) {
         const Action& a = actions[k];
         if (IsSend(a.kind)) {
-          const Key key{a.kind, a.stage, a.microbatch};
-          if (!sends.emplace(key, std::pair{r, k}).second) return Bad(r, k, a, "sent twice");
-          const bool act = a.kind == ActionKind::kSendAct;
-          const int from = pl_.RankOf(a.stage);
-          const int next_stage = act ? a.stage + 1 : a.stage - 1;
-          if (next_stage < 0 || next_stage >= pl_.num_stages()) {
-            return Bad(r, k, a, "no stage consumes this tensor");
-          }
-          if (from != r) return Bad(r, k, a, "sent by a rank that does not hold the stage");
-          if (pl_.RankOf(next_stage) != a.peer) {
-            return Bad(r, k, a,
-                       absl::StrCat("stage ", next_stage, " is on rank ", pl_.RankOf(next_stage)));
-          }
-          const Slot& producer =
-              act ? SlotOf(f_, a.stage, a.microbatch)
-                  : (SlotOf(bw_, a.stage, a.microbatch).count ? SlotOf(bw_, a.stage, a.microbatch)
-                                                              : SlotOf(b_, a.stage, a.microbatch));
-          if (producer.index > k) return Bad(r, k, a, "sent before it is produced");
-          send_order[r][a.peer].push_back(key);
+          if (absl::Status st = CheckSend(r, k, a); !st.ok()) return st;
         } else if (IsRecv(a.kind)) {
-          const ActionKind send_kind =
-              a.kind == ActionKind::kRecvAct ? ActionKind::kSendAct : ActionKind::kSendGrad;
-          const Key key{send_kind, a.stage, a.microbatch};
-          if (!recvs.emplace(key, std::pair{r, k}).second) return Bad(r, k, a, "received twice");
-          const bool act = a.kind == ActionKind::kRecvAct;
-          const int consumer_stage = act ? a.stage + 1 : a.stage - 1;
-          if (consumer_stage < 0 || consumer_stage >= pl_.num_stages() ||
-              pl_.RankOf(consumer_stage) != r) {
-            return Bad(r, k, a, "received by a rank that does not consume it");
-          }
-          if (pl_.RankOf(a.stage) != a.peer) return Bad(r, k, a, "wrong peer");
-          const Slot& consumer = act ? SlotOf(f_, consumer_stage, a.microbatch)
-                                     : (SlotOf(bw_, consumer_stage, a.microbatch).count
-                                            ? SlotOf(bw_, consumer_stage, a.microbatch)
-                                            : SlotOf(b_, consumer_stage, a.microbatch));
-          if (consumer.index < k) return Bad(r, k, a, "received after its consumer ran");
-          recv_order[a.peer][r].push_back(key);
+          if (absl::Status st = CheckRecv(r, k, a); !st.ok()) return st;
         }
       }
     }
-    // Every cross-rank edge is covered.
+    if (absl::Status st = CheckEdgesCovered(); !st.ok()) return st;
+    return CheckPairOrder();
+  }
+
+  // The slot of the backward of (stage, mb): its BW when it has one, else its B.
+  Slot& BackwardSlotOf(int stage, int mb) {
+    return SlotOf(bw_, stage, mb).count ? SlotOf(bw_, stage, mb) : SlotOf(b_, stage, mb);
+  }
+
+  // SEND `a`, action k of rank r: sent once, by the producer's rank after the producer, to the
+  // consumer's rank.
+  absl::Status CheckSend(int r, size_t k, const Action& a) {
+    const CommKey key{a.kind, a.stage, a.microbatch};
+    if (!sends_.emplace(key, std::pair{r, k}).second) return Bad(r, k, a, "sent twice");
+    const bool act = a.kind == ActionKind::kSendAct;
+    const int from = pl_.RankOf(a.stage);
+    const int next_stage = act ? a.stage + 1 : a.stage - 1;
+    if (next_stage < 0 || next_stage >= pl_.num_stages()) {
+      return Bad(r, k, a, "no stage consumes this tensor");
+    }
+    if (from != r) return Bad(r, k, a, "sent by a rank that does not hold the stage");
+    if (pl_.RankOf(next_stage) != a.peer) {
+      return Bad(r, k, a,
+                 absl::StrCat("stage ", next_stage, " is on rank ", pl_.RankOf(next_stage)));
+    }
+    const Slot& producer =
+        act ? SlotOf(f_, a.stage, a.microbatch) : BackwardSlotOf(a.stage, a.microbatch);
+    if (producer.index > k) return Bad(r, k, a, "sent before it is produced");
+    send_order_[r][a.peer].push_back(key);
+    return absl::OkStatus();
+  }
+
+  // RECV `a`, action k of rank r: received once, from the producer's rank, by the consumer's
+  // rank before the consumer.
+  absl::Status CheckRecv(int r, size_t k, const Action& a) {
+    const ActionKind send_kind =
+        a.kind == ActionKind::kRecvAct ? ActionKind::kSendAct : ActionKind::kSendGrad;
+    const CommKey key{send_kind, a.stage, a.microbatch};
+    if (!recvs_.emplace(key, std::pair{r, k}).second) return Bad(r, k, a, "received twice");
+    const bool act = a.kind == ActionKind::kRecvAct;
+    const int consumer_stage = act ? a.stage + 1 : a.stage - 1;
+    if (consumer_stage < 0 || consumer_stage >= pl_.num_stages() ||
+        pl_.RankOf(consumer_stage) != r) {
+      return Bad(r, k, a, "received by a rank that does not consume it");
+    }
+    if (pl_.RankOf(a.stage) != a.peer) return Bad(r, k, a, "wrong peer");
+    const Slot& consumer = act ? SlotOf(f_, consumer_stage, a.microbatch)
+                               : BackwardSlotOf(consumer_stage, a.microbatch);
+    if (consumer.index < k) return Bad(r, k, a, "received after its consumer ran");
+    recv_order_[a.peer][r].push_back(key);
+    return absl::OkStatus();
+  }
+
+  // Every cross-rank edge has its SEND and its RECV.
+  absl::Status CheckEdgesCovered() const {
     for (int s = 0; s < pl_.num_stages(); ++s) {
       for (int i = 0; i < plan_.num_microbatches; ++i) {
         for (ActionKind kind : {ActionKind::kSendAct, ActionKind::kSendGrad}) {
           const int other = kind == ActionKind::kSendAct ? s + 1 : s - 1;
           if (other < 0 || other >= pl_.num_stages() || pl_.RankOf(other) == pl_.RankOf(s))
             continue;
-          const Key key{kind, s, i};
+          const CommKey key{kind, s, i};
           const Action a = Action::Comm(kind, s, i, pl_.RankOf(other));
-          if (!sends.count(key)) {
+          if (!sends_.count(key)) {
             return absl::FailedPreconditionError(
                 absl::StrCat("missing '", ActionToString(a), "' on rank ", pl_.RankOf(s)));
           }
-          if (!recvs.count(key)) {
+          if (!recvs_.count(key)) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "missing receive of '", ActionToString(a), "' on rank ", pl_.RankOf(other)));
           }
         }
       }
     }
-    // Pairwise ordering rule.
+    return absl::OkStatus();
+  }
+
+  // Pairwise ordering rule: the k-th SEND a->b and the k-th RECV on b from a match.
+  absl::Status CheckPairOrder() const {
+    const int p = pl_.num_ranks();
+    auto name = [](const CommKey& key) {
+      return absl::StrCat(std::get<0>(key) == ActionKind::kSendAct ? "ACT" : "GRAD", " s",
+                          std::get<1>(key), " mb", std::get<2>(key));
+    };
     for (int a = 0; a < p; ++a) {
       for (int b = 0; b < p; ++b) {
-        const auto& so = send_order[a][b];
-        const auto& ro = recv_order[a][b];
+        const auto& so = send_order_[a][b];
+        const auto& ro = recv_order_[a][b];
         for (size_t k = 0; k < std::min(so.size(), ro.size()); ++k) {
           if (so[k] != ro[k]) {
-            auto name = [](const Key& key) {
-              return absl::StrCat(std::get<0>(key) == ActionKind::kSendAct ? "ACT" : "GRAD", " s",
-                                  std::get<1>(key), " mb", std::get<2>(key));
-            };
             return absl::FailedPreconditionError(absl::StrCat(
                 "comm order: send #", k, " from rank ", a, " to rank ", b, " carries ", name(so[k]),
                 " but receive #", k, " on rank ", b, " expects ", name(ro[k])));
@@ -284,6 +310,11 @@ class Validator {
   const ValidateOptions& options_;
   const Placement& pl_;
   std::vector<Slot> f_, b_, w_, bw_;
+  // CheckComm's ledger. A tensor is keyed by its SEND's kind, its stage and its microbatch.
+  using CommKey = std::tuple<ActionKind, int, int>;
+  std::map<CommKey, std::pair<int, size_t>> sends_, recvs_;  // where it is sent / received
+  // [sender][receiver]: the tensors in the order the sender sends / the receiver receives them.
+  std::vector<std::vector<std::vector<CommKey>>> send_order_, recv_order_;
 };
 
 }  // namespace

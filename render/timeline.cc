@@ -176,6 +176,135 @@ double TickStep(double span, int target) {
   return 10 * mag;
 }
 
+// Where RenderSvg draws: margins, the rows of each rank's lane, and the time scale.
+struct SvgLayout {
+  static constexpr int kLeft = 60, kRight = 20, kTop = 50, kAxis = 30, kLegend = 30;
+  int width = 0;
+  int row_h = 0;      // a compute row
+  int reduce_h = 0;   // a SEND, RECV or REDUCE track
+  bool comm = false;  // the plan communicates: SEND and RECV tracks
+  // Offsets in a rank's lane: the compute row at 0, then the tracks.
+  int send_y = 0, recv_y = 0, reduce_y = 0;
+  int lane = 0;  // a rank's lane, tracks and gap included
+  int height = 0;
+  double t0 = 0, length = 0;  // the drawn extent
+  double sx = 0;              // pixels per time unit
+  int chunks = 1;
+
+  double X(double t) const { return kLeft + (t - t0) * sx; }
+};
+
+// Per rank: the compute row, then (when the plan communicates) a SEND and a RECV track, then
+// the REDUCE track. Sends and receives in flight at once overlap on their track (translucent).
+SvgLayout LayOutSvg(const Plan& plan, const SimResult& sim, const SvgOptions& options) {
+  SvgLayout l;
+  l.width = std::max(300, options.width);
+  l.row_h = std::max(12, options.row_height);
+  l.reduce_h = std::max(4, l.row_h / 5);
+  l.comm = HasComm(plan);
+  l.send_y = l.row_h + 2;
+  l.recv_y = l.send_y + l.reduce_h + 1;
+  l.reduce_y = l.comm ? l.recv_y + l.reduce_h + 1 : l.row_h + 2;
+  l.lane = l.reduce_y + l.reduce_h + 4;
+  l.height = SvgLayout::kTop + plan.num_ranks() * l.lane + SvgLayout::kAxis + SvgLayout::kLegend;
+  const Extent extent = DrawnExtent(plan, sim);
+  l.t0 = extent.first;
+  l.length = std::max(extent.length, 1e-12);
+  l.sx = (l.width - SvgLayout::kLeft - SvgLayout::kRight) / l.length;
+  l.chunks = plan.placement.chunks_per_rank();
+  return l;
+}
+
+// Rank r's label, background and track names, then one box per action.
+void DrawRankLane(const Plan& plan, const SimResult& sim, const SvgLayout& l, int r,
+                  std::string& out) {
+  const int left = SvgLayout::kLeft;
+  const int y = SvgLayout::kTop + r * l.lane;
+  absl::StrAppendFormat(&out,
+                        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
+                        "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
+                        left - 6, y + l.row_h / 2 + 4, r, left, y, l.length * l.sx, l.row_h);
+  if (l.comm) {
+    absl::StrAppendFormat(&out,
+                          "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"6\">send"
+                          "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" "
+                          "font-size=\"6\">recv</text><text x=\"%d\" y=\"%d\" "
+                          "text-anchor=\"end\" font-size=\"6\">reduce</text>\n",
+                          left - 6, y + l.send_y + l.reduce_h, left - 6, y + l.recv_y + l.reduce_h,
+                          left - 6, y + l.reduce_y + l.reduce_h);
+  }
+  const auto& actions = plan.ranks[r];
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const Action& a = actions[k];
+    const bool reduce = a.kind == ActionKind::kReduce;
+    const bool send = IsSend(a.kind), recv = IsRecv(a.kind);
+    const ActionTiming& t = sim.timings[r][k];
+    const double x = l.X(t.start);
+    const double w = std::max(0.5, (t.end - t.start) * l.sx);
+    const int ry = y + (reduce ? l.reduce_y : send ? l.send_y : recv ? l.recv_y : 0);
+    const int rh = reduce || send || recv ? l.reduce_h : l.row_h;
+    absl::StrAppendFormat(
+        &out,
+        "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s "
+        "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
+        x, ry, w, rh, Lighten(KindColor(a.kind), ChunkShade(ChunkOf(plan, a), l.chunks)),
+        send || recv ? " fill-opacity=\"0.6\"" : "", XmlEscape(ActionToString(a)), t.start, t.end);
+    if (IsCompute(a.kind) && w >= 14) {
+      absl::StrAppendFormat(&out,
+                            "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
+                            "font-size=\"9\">%d</text>\n",
+                            x + w / 2, y + l.row_h / 2 + 3, a.microbatch);
+    }
+  }
+}
+
+// The time axis at `axis_y`, with about ten ticks.
+void DrawTimeAxis(const SvgLayout& l, int axis_y, std::string& out) {
+  const int left = SvgLayout::kLeft;
+  absl::StrAppendFormat(&out,
+                        "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n",
+                        left, axis_y, left + l.length * l.sx, axis_y);
+  const double step = TickStep(l.length, 10);
+  for (double t = 0; t <= l.length + 1e-9; t += step) {
+    const double x = left + t * l.sx;
+    absl::StrAppendFormat(&out,
+                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>"
+                          "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
+  }
+}
+
+// The legend on the line at `ly`: each kind drawn, and the shading of later chunks.
+void DrawLegend(const SvgLayout& l, int ly, std::string& out) {
+  int lx = SvgLayout::kLeft;
+  std::vector<ActionKind> kinds = {ActionKind::kForward, ActionKind::kBackwardInput,
+                                   ActionKind::kBackwardWeight, ActionKind::kBackwardFull};
+  if (l.comm) kinds.insert(kinds.end(), {ActionKind::kSendAct, ActionKind::kRecvAct});
+  kinds.push_back(ActionKind::kReduce);
+  for (ActionKind kind : kinds) {
+    const char* name = kind == ActionKind::kForward          ? "F forward"
+                       : kind == ActionKind::kBackwardInput  ? "B input grad"
+                       : kind == ActionKind::kBackwardWeight ? "W weight grad"
+                       : kind == ActionKind::kBackwardFull   ? "BW full backward"
+                       : kind == ActionKind::kSendAct        ? "send"
+                       : kind == ActionKind::kRecvAct        ? "recv"
+                                                             : "reduce";
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                          lx, ly - 10, KindColor(kind), lx + 16, ly, name);
+    lx += 130;
+  }
+  if (l.chunks > 1) {
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
+                          lx, ly - 10, Lighten(KindColor(ActionKind::kForward), ChunkShade(1, 2)),
+                          lx + 16, ly,
+                          l.chunks == 2 ? "lighter: chunk 1" : "lighter: later chunks");
+  }
+}
+
 }  // namespace
 
 std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptions& options) {
@@ -230,23 +359,7 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
 }
 
 std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& options) {
-  const int left = 60, right = 20, top = 50, axis = 30, legend = 30;
-  const int width = std::max(300, options.width);
-  const int row_h = std::max(12, options.row_height);
-  const int reduce_h = std::max(4, row_h / 5);
-  const int p = plan.num_ranks();
-  // Per rank: the compute row, then (when the plan communicates) a SEND and a RECV track, then
-  // the REDUCE track. Sends and receives in flight at once overlap on their track (translucent).
-  const bool comm = HasComm(plan);
-  const int send_y = row_h + 2, recv_y = send_y + reduce_h + 1;
-  const int reduce_y = comm ? recv_y + reduce_h + 1 : row_h + 2;
-  const int lane = reduce_y + reduce_h + 4;
-  const int height = top + p * lane + axis + legend;
-  const Extent extent = DrawnExtent(plan, sim);
-  const double t0 = extent.first;
-  const double length = std::max(extent.length, 1e-12);
-  const double sx = (width - left - right) / length;
-  const int chunks = plan.placement.chunks_per_rank();
+  const SvgLayout l = LayOutSvg(plan, sim, options);
   const std::string title = absl::StrFormat(
       "%s — bubble rate %.2f%%",
       options.title.empty() ? (plan.schedule.empty() ? "plan" : plan.schedule) : options.title,
@@ -256,89 +369,11 @@ std::string RenderSvg(const Plan& plan, const SimResult& sim, const SvgOptions& 
       "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n"
       "<title>%s</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>\n",
-      width, height, width, height, XmlEscape(title), left, XmlEscape(title));
-  for (int r = 0; r < p; ++r) {
-    const int y = top + r * lane;
-    absl::StrAppendFormat(
-        &out,
-        "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n"
-        "<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#eeeeee\"/>\n",
-        left - 6, y + row_h / 2 + 4, r, left, y, length * sx, row_h);
-    if (comm) {
-      absl::StrAppendFormat(&out,
-                            "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"6\">send"
-                            "</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" "
-                            "font-size=\"6\">recv</text><text x=\"%d\" y=\"%d\" "
-                            "text-anchor=\"end\" font-size=\"6\">reduce</text>\n",
-                            left - 6, y + send_y + reduce_h, left - 6, y + recv_y + reduce_h,
-                            left - 6, y + reduce_y + reduce_h);
-    }
-    const auto& actions = plan.ranks[r];
-    for (size_t k = 0; k < actions.size(); ++k) {
-      const Action& a = actions[k];
-      const bool reduce = a.kind == ActionKind::kReduce;
-      const bool send = IsSend(a.kind), recv = IsRecv(a.kind);
-      const ActionTiming& t = sim.timings[r][k];
-      const double x = left + (t.start - t0) * sx;
-      const double w = std::max(0.5, (t.end - t.start) * sx);
-      const int ry = y + (reduce ? reduce_y : send ? send_y : recv ? recv_y : 0);
-      const int rh = reduce || send || recv ? reduce_h : row_h;
-      absl::StrAppendFormat(
-          &out,
-          "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"%s "
-          "stroke=\"white\" stroke-width=\"0.5\"><title>%s [%g, %g]</title></rect>\n",
-          x, ry, w, rh, Lighten(KindColor(a.kind), ChunkShade(ChunkOf(plan, a), chunks)),
-          send || recv ? " fill-opacity=\"0.6\"" : "", XmlEscape(ActionToString(a)), t.start,
-          t.end);
-      if (IsCompute(a.kind) && w >= 14) {
-        absl::StrAppendFormat(&out,
-                              "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\" "
-                              "font-size=\"9\">%d</text>\n",
-                              x + w / 2, y + row_h / 2 + 3, a.microbatch);
-      }
-    }
-  }
-  // Time axis.
-  const int axis_y = top + p * lane + 4;
-  absl::StrAppendFormat(&out,
-                        "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>\n",
-                        left, axis_y, left + length * sx, axis_y);
-  const double step = TickStep(length, 10);
-  for (double t = 0; t <= length + 1e-9; t += step) {
-    const double x = left + t * sx;
-    absl::StrAppendFormat(&out,
-                          "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"black\"/>"
-                          "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                          x, axis_y, x, axis_y + 4, x, axis_y + 16, t);
-  }
-  // Legend.
-  const int ly = axis_y + axis;
-  int lx = left;
-  std::vector<ActionKind> kinds = {ActionKind::kForward, ActionKind::kBackwardInput,
-                                   ActionKind::kBackwardWeight, ActionKind::kBackwardFull};
-  if (comm) kinds.insert(kinds.end(), {ActionKind::kSendAct, ActionKind::kRecvAct});
-  kinds.push_back(ActionKind::kReduce);
-  for (ActionKind kind : kinds) {
-    const char* name = kind == ActionKind::kForward          ? "F forward"
-                       : kind == ActionKind::kBackwardInput  ? "B input grad"
-                       : kind == ActionKind::kBackwardWeight ? "W weight grad"
-                       : kind == ActionKind::kBackwardFull   ? "BW full backward"
-                       : kind == ActionKind::kSendAct        ? "send"
-                       : kind == ActionKind::kRecvAct        ? "recv"
-                                                             : "reduce";
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                          lx, ly - 10, KindColor(kind), lx + 16, ly, name);
-    lx += 130;
-  }
-  if (chunks > 1) {
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                          lx, ly - 10, Lighten(KindColor(ActionKind::kForward), ChunkShade(1, 2)),
-                          lx + 16, ly, chunks == 2 ? "lighter: chunk 1" : "lighter: later chunks");
-  }
+      l.width, l.height, l.width, l.height, XmlEscape(title), SvgLayout::kLeft, XmlEscape(title));
+  for (int r = 0; r < plan.num_ranks(); ++r) DrawRankLane(plan, sim, l, r, out);
+  const int axis_y = SvgLayout::kTop + plan.num_ranks() * l.lane + 4;
+  DrawTimeAxis(l, axis_y, out);
+  DrawLegend(l, axis_y + SvgLayout::kAxis, out);
   absl::StrAppend(&out, "</svg>\n");
   return out;
 }

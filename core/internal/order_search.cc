@@ -99,6 +99,230 @@ Move Propose(const Orders& orders, const OrderTimeline& tl, SearchRng& rng) {
   return {r, k, std::clamp(rng.Uniform(2) == 0 ? k - d : k + d, 0, n - 1)};
 }
 
+// The end times of the Fs and of the Bs (or BWs) placed so far, per (stage, microbatch), and the
+// rules core::Simulate starts an action by.
+class EndTimes {
+ public:
+  // `edge` (the latency of stage s -> s + 1) must outlive this.
+  EndTimes(int stages, int microbatches, const std::vector<double>& edge)
+      : S_(stages),
+        m_(microbatches),
+        edge_(edge),
+        f_(size_t(stages) * microbatches, kUnset),
+        b_(size_t(stages) * microbatches, kUnset) {}
+
+  // When `kind` of (stage s, microbatch i) may start on a rank free from `free_at`; nullopt while
+  // one of its inputs is not placed.
+  std::optional<double> Ready(ActionKind kind, int s, int i, double free_at) const {
+    const size_t idx = size_t(s) * m_ + i;
+    double ready = free_at;
+    if (kind == ActionKind::kForward) {
+      if (s > 0) {
+        const double dep = f_[idx - m_];
+        if (dep == kUnset) return std::nullopt;
+        ready = std::max(ready, dep + edge_[s - 1]);
+      }
+    } else if (kind == ActionKind::kBackwardWeight) {
+      const double dep = b_[idx];
+      if (dep == kUnset) return std::nullopt;
+      ready = std::max(ready, dep);
+    } else {  // B or BW
+      const double dep = f_[idx];
+      if (dep == kUnset) return std::nullopt;
+      ready = std::max(ready, dep);
+      if (s + 1 < S_) {
+        const double up = b_[idx + m_];
+        if (up == kUnset) return std::nullopt;
+        ready = std::max(ready, up + edge_[s]);
+      }
+    }
+    return ready;
+  }
+
+  // Records that `a` ended at `end` (Ws need not be recorded).
+  void Record(const Action& a, double end) {
+    const size_t idx = size_t(a.stage) * m_ + a.microbatch;
+    if (a.kind == ActionKind::kForward) f_[idx] = end;
+    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) b_[idx] = end;
+  }
+
+ private:
+  int S_, m_;
+  const std::vector<double>& edge_;
+  std::vector<double> f_, b_;
+};
+
+// Sizes `timeline` to the shape of the first p ranks of `orders`, all zeros.
+void ResetTimeline(int p, const Orders& orders, OrderTimeline* timeline) {
+  timeline->start.resize(p);
+  timeline->end.resize(p);
+  for (int r = 0; r < p; ++r) {
+    timeline->start[r].assign(orders[r].size(), 0);
+    timeline->end[r].assign(orders[r].size(), 0);
+  }
+}
+
+// The score of the first p ranks of `orders`, which started at `first` and ended at `last`.
+OrderScore ScoreOf(int p, const Orders& orders, const std::vector<double>& first,
+                   const std::vector<double>& last) {
+  OrderScore score;
+  double lo = kInf, hi = 0;
+  for (int r = 0; r < p; ++r) {
+    if (orders[r].empty()) continue;
+    const double span = last[r] - first[r];
+    score.span = std::max(score.span, span);
+    score.total += span;
+    lo = std::min(lo, first[r]);
+    hi = std::max(hi, last[r]);
+  }
+  score.makespan = lo <= hi ? hi - lo : 0;
+  return score;
+}
+
+// One OrderProblem::Recreate: the actions of `base` before the cut kept, the rest in queues, then
+// placed one at a time, each the best candidate among every rank's best.
+class Recreation {
+ public:
+  Recreation(int p, const CostModel& cost, double limit, double tol,
+             const std::vector<int>& rank_of, EndTimes ends,
+             const OrderProblem::RecreateWeights& weights, SearchRng& rng, int64_t* checks)
+      : p_(p),
+        cost_(cost),
+        limit_(limit),
+        tol_(tol),
+        rank_of_(rank_of),
+        weights_(weights),
+        rng_(rng),
+        checks_(checks),
+        ends_(std::move(ends)),
+        free_at_(p, 0),
+        mem_(p, 0),
+        queues_(p),
+        best_(p),
+        dirty_(p, 1) {}
+
+  // Copies into `out` every action of `base` that starts before `cut` in `timeline` and queues
+  // the rest; returns how many were queued.
+  size_t KeepBeforeCut(const Orders& base, const OrderTimeline& timeline, double cut, Orders* out) {
+    size_t left = 0;
+    for (int r = 0; r < p_; ++r) {
+      std::vector<Action>& order = (*out)[r];
+      order.reserve(base[r].size());
+      for (size_t k = 0; k < base[r].size(); ++k) {
+        const Action& a = base[r][k];
+        if (timeline.start[r][k] < cut) {
+          order.push_back(a);
+          mem_[r] += cost_.MemoryDelta(a);
+          free_at_[r] = timeline.end[r][k];
+          ends_.Record(a, timeline.end[r][k]);
+          continue;
+        }
+        auto it = std::find_if(queues_[r].begin(), queues_[r].end(), [&](const Queue& q) {
+          return q.stage == a.stage && q.kind == a.kind;
+        });
+        if (it == queues_[r].end()) it = queues_[r].insert(queues_[r].end(), {a.stage, a.kind, {}});
+        it->microbatches.push_back(a.microbatch);
+        ++left;
+      }
+      for (Queue& q : queues_[r]) std::reverse(q.microbatches.begin(), q.microbatches.end());
+    }
+    return left;
+  }
+
+  // Places the `left` queued actions into `out`; false when none fits (the rest would deadlock).
+  bool PlaceRest(size_t left, Orders* out) {
+    for (; left > 0; --left) {
+      const int r = BestRank();
+      if (r < 0) return false;
+      Place(r, out);
+    }
+    return true;
+  }
+
+ private:
+  // Per rank, the actions to place: one queue per (stage, kind), in their order in `base`.
+  struct Queue {
+    int stage;
+    ActionKind kind;
+    std::vector<int> microbatches;  // next at the back
+  };
+  // Each rank's best candidate, kept until something it depends on changes: its own last action
+  // (free time, memory) or an input from the neighbouring stage's rank.
+  struct Best {
+    Queue* queue = nullptr;
+    double key = kInf, start = 0;
+  };
+
+  double Weight(ActionKind kind) const {
+    return kind == ActionKind::kForward          ? weights_.f
+           : kind == ActionKind::kBackwardWeight ? weights_.w
+                                                 : weights_.b;
+  }
+
+  void Refresh(int r) {
+    Best b;
+    for (Queue& q : queues_[r]) {
+      if (q.microbatches.empty()) continue;
+      ++*checks_;
+      const std::optional<double> ready =
+          ends_.Ready(q.kind, q.stage, q.microbatches.back(), free_at_[r]);
+      if (!ready) continue;
+      const Action a{q.kind, q.stage, q.microbatches.back()};
+      if (mem_[r] + cost_.MemoryDelta(a) > limit_ + tol_) continue;
+      const double d = cost_.Duration(a);
+      const double key = *ready + d * (Weight(q.kind) + weights_.jitter * rng_.Real());
+      if (key < b.key) b = {&q, key, *ready};
+    }
+    best_[r] = b;
+    dirty_[r] = 0;
+  }
+
+  // The rank whose best candidate has the lowest key; -1 when no rank has one.
+  int BestRank() {
+    int best_rank = -1;
+    *checks_ += p_ / 4 + 1;  // the scan below
+    for (int r = 0; r < p_; ++r) {
+      if (dirty_[r]) Refresh(r);
+      if (best_[r].queue != nullptr && (best_rank < 0 || best_[r].key < best_[best_rank].key)) {
+        best_rank = r;
+      }
+    }
+    return best_rank;
+  }
+
+  // Appends rank r's best candidate to its order and marks the ranks it may unblock.
+  void Place(int r, Orders* out) {
+    Queue* queue = best_[r].queue;
+    const Action a{queue->kind, queue->stage, queue->microbatches.back()};
+    queue->microbatches.pop_back();
+    const double end = best_[r].start + cost_.Duration(a);
+    (*out)[r].push_back(a);
+    mem_[r] += cost_.MemoryDelta(a);
+    free_at_[r] = end;
+    dirty_[r] = 1;
+    ends_.Record(a, end);
+    if (a.kind == ActionKind::kForward && a.stage + 1 < int(rank_of_.size())) {
+      dirty_[rank_of_[a.stage + 1]] = 1;
+    }
+    if ((a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) &&
+        a.stage > 0) {
+      dirty_[rank_of_[a.stage - 1]] = 1;
+    }
+  }
+
+  const int p_;
+  const CostModel& cost_;
+  const double limit_, tol_;
+  const std::vector<int>& rank_of_;
+  const OrderProblem::RecreateWeights& weights_;
+  SearchRng& rng_;
+  int64_t* checks_;
+  EndTimes ends_;
+  std::vector<double> free_at_, mem_;  // per rank
+  std::vector<std::vector<Queue>> queues_;
+  std::vector<Best> best_;
+  std::vector<char> dirty_;
+};
 }  // namespace
 
 int CriticalRank(const OrderTimeline& tl) {
@@ -137,19 +361,12 @@ std::optional<OrderScore> OrderProblem::Evaluate(const Orders& orders,
                                                  OrderTimeline* timeline) const {
   const int p = p_;
   const CostModel& cost = *cost_;
-  std::vector<double> end_f(size_t(S_) * m_, kUnset), end_b(size_t(S_) * m_, kUnset);
+  EndTimes ends(S_, m_, edge_);
   std::vector<size_t> cursor(p, 0);
   std::vector<double> free_at(p, 0), first(p, kInf), mem(p, 0);
   size_t left = 0;
   for (const auto& o : orders) left += o.size();
-  if (timeline != nullptr) {
-    timeline->start.resize(p);
-    timeline->end.resize(p);
-    for (int r = 0; r < p; ++r) {
-      timeline->start[r].assign(orders[r].size(), 0);
-      timeline->end[r].assign(orders[r].size(), 0);
-    }
-  }
+  if (timeline != nullptr) ResetTimeline(p, orders, timeline);
   // Alternate sweep direction: forward sweeps carry F chains, backward sweeps carry B chains.
   for (bool forward = true; left > 0; forward = !forward) {
     size_t done = 0;
@@ -158,41 +375,17 @@ std::optional<OrderScore> OrderProblem::Evaluate(const Orders& orders,
       const auto& order = orders[r];
       while (cursor[r] < order.size()) {
         const Action& a = order[cursor[r]];
-        const int s = a.stage;
-        const size_t idx = size_t(s) * m_ + a.microbatch;
-        double ready = free_at[r];
-        if (a.kind == ActionKind::kForward) {
-          if (s > 0) {
-            const double dep = end_f[idx - m_];
-            if (dep == kUnset) break;
-            ready = std::max(ready, dep + edge_[s - 1]);
-          }
-        } else if (a.kind == ActionKind::kBackwardWeight) {
-          const double dep = end_b[idx];
-          if (dep == kUnset) break;
-          ready = std::max(ready, dep);
-        } else {  // B or BW
-          const double dep = end_f[idx];
-          if (dep == kUnset) break;
-          ready = std::max(ready, dep);
-          if (s + 1 < S_) {
-            const double up = end_b[idx + m_];
-            if (up == kUnset) break;
-            ready = std::max(ready, up + edge_[s]);
-          }
-        }
+        const std::optional<double> ready = ends.Ready(a.kind, a.stage, a.microbatch, free_at[r]);
+        if (!ready) break;
         mem[r] += cost.MemoryDelta(a);
         if (mem[r] > limit_ + tol_) return std::nullopt;
-        const double end = ready + cost.Duration(a);
-        if (a.kind == ActionKind::kForward) end_f[idx] = end;
-        if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
-          end_b[idx] = end;
-        }
+        const double end = *ready + cost.Duration(a);
+        ends.Record(a, end);
         if (timeline != nullptr) {
-          timeline->start[r][cursor[r]] = ready;
+          timeline->start[r][cursor[r]] = *ready;
           timeline->end[r][cursor[r]] = end;
         }
-        first[r] = std::min(first[r], ready);
+        first[r] = std::min(first[r], *ready);
         free_at[r] = end;
         ++cursor[r];
         ++done;
@@ -201,137 +394,17 @@ std::optional<OrderScore> OrderProblem::Evaluate(const Orders& orders,
     if (done == 0) return std::nullopt;
     left -= done;
   }
-  OrderScore score;
-  double lo = kInf, hi = 0;
-  for (int r = 0; r < p; ++r) {
-    if (orders[r].empty()) continue;
-    const double span = free_at[r] - first[r];
-    score.span = std::max(score.span, span);
-    score.total += span;
-    lo = std::min(lo, first[r]);
-    hi = std::max(hi, free_at[r]);
-  }
-  score.makespan = lo <= hi ? hi - lo : 0;
-  return score;
+  return ScoreOf(p, orders, first, free_at);
 }
 
 bool OrderProblem::Recreate(const Orders& base, const OrderTimeline& timeline, double cut,
                             const RecreateWeights& weights, SearchRng& rng, Orders* out,
                             int64_t* checks) const {
-  const int p = p_;
-  const CostModel& cost = *cost_;
-  std::vector<double> end_f(size_t(S_) * m_, kUnset), end_b(size_t(S_) * m_, kUnset);
-  std::vector<double> free_at(p, 0), mem(p, 0);
-  out->assign(p, {});
-  // Per rank, the actions to place: one queue per (stage, kind), in their order in `base`.
-  struct Queue {
-    int stage;
-    ActionKind kind;
-    std::vector<int> microbatches;  // next at the back
-  };
-  std::vector<std::vector<Queue>> queues(p);
-  size_t left = 0;
-  for (int r = 0; r < p; ++r) {
-    std::vector<Action>& order = (*out)[r];
-    order.reserve(base[r].size());
-    for (size_t k = 0; k < base[r].size(); ++k) {
-      const Action& a = base[r][k];
-      const size_t idx = size_t(a.stage) * m_ + a.microbatch;
-      if (timeline.start[r][k] < cut) {
-        order.push_back(a);
-        mem[r] += cost.MemoryDelta(a);
-        free_at[r] = timeline.end[r][k];
-        if (a.kind == ActionKind::kForward) end_f[idx] = timeline.end[r][k];
-        if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
-          end_b[idx] = timeline.end[r][k];
-        }
-        continue;
-      }
-      auto it = std::find_if(queues[r].begin(), queues[r].end(), [&](const Queue& q) {
-        return q.stage == a.stage && q.kind == a.kind;
-      });
-      if (it == queues[r].end()) it = queues[r].insert(queues[r].end(), {a.stage, a.kind, {}});
-      it->microbatches.push_back(a.microbatch);
-      ++left;
-    }
-    for (Queue& q : queues[r]) std::reverse(q.microbatches.begin(), q.microbatches.end());
-  }
-  auto weight = [&](ActionKind kind) {
-    return kind == ActionKind::kForward          ? weights.f
-           : kind == ActionKind::kBackwardWeight ? weights.w
-                                                 : weights.b;
-  };
-  // Each rank's best candidate, kept until something it depends on changes: its own last action
-  // (free time, memory) or an input from the neighbouring stage's rank.
-  struct Best {
-    Queue* queue = nullptr;
-    double key = kInf, start = 0;
-  };
-  std::vector<Best> best(p);
-  std::vector<char> dirty(p, 1);
-  auto refresh = [&](int r) {
-    Best b;
-    for (Queue& q : queues[r]) {
-      if (q.microbatches.empty()) continue;
-      ++*checks;
-      const int s = q.stage;
-      const size_t idx = size_t(s) * m_ + q.microbatches.back();
-      double ready = free_at[r];
-      if (q.kind == ActionKind::kForward) {
-        if (s > 0) {
-          if (end_f[idx - m_] == kUnset) continue;
-          ready = std::max(ready, end_f[idx - m_] + edge_[s - 1]);
-        }
-      } else if (q.kind == ActionKind::kBackwardWeight) {
-        if (end_b[idx] == kUnset) continue;
-        ready = std::max(ready, end_b[idx]);
-      } else {
-        if (end_f[idx] == kUnset) continue;
-        ready = std::max(ready, end_f[idx]);
-        if (s + 1 < S_) {
-          if (end_b[idx + m_] == kUnset) continue;
-          ready = std::max(ready, end_b[idx + m_] + edge_[s]);
-        }
-      }
-      const Action a{q.kind, s, q.microbatches.back()};
-      if (mem[r] + cost.MemoryDelta(a) > limit_ + tol_) continue;
-      const double d = cost.Duration(a);
-      const double key = ready + d * (weight(q.kind) + weights.jitter * rng.Real());
-      if (key < b.key) b = {&q, key, ready};
-    }
-    best[r] = b;
-    dirty[r] = 0;
-  };
-  for (; left > 0; --left) {
-    int best_rank = -1;
-    *checks += p / 4 + 1;  // the scan below
-    for (int r = 0; r < p; ++r) {
-      if (dirty[r]) refresh(r);
-      if (best[r].queue != nullptr && (best_rank < 0 || best[r].key < best[best_rank].key)) {
-        best_rank = r;
-      }
-    }
-    if (best_rank < 0) return false;
-    Queue* best_queue = best[best_rank].queue;
-    const double best_start = best[best_rank].start;
-    const Action a{best_queue->kind, best_queue->stage, best_queue->microbatches.back()};
-    best_queue->microbatches.pop_back();
-    const size_t idx = size_t(a.stage) * m_ + a.microbatch;
-    const double end = best_start + cost.Duration(a);
-    (*out)[best_rank].push_back(a);
-    mem[best_rank] += cost.MemoryDelta(a);
-    free_at[best_rank] = end;
-    dirty[best_rank] = 1;
-    if (a.kind == ActionKind::kForward) {
-      end_f[idx] = end;
-      if (a.stage + 1 < S_) dirty[rank_of_[a.stage + 1]] = 1;
-    }
-    if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
-      end_b[idx] = end;
-      if (a.stage > 0) dirty[rank_of_[a.stage - 1]] = 1;
-    }
-  }
-  return true;
+  out->assign(p_, {});
+  Recreation recreation(p_, *cost_, limit_, tol_, rank_of_, EndTimes(S_, m_, edge_), weights, rng,
+                        checks);
+  const size_t left = recreation.KeepBeforeCut(base, timeline, cut, out);
+  return recreation.PlaceRest(left, out);
 }
 
 uint64_t SearchRng::Next() {
@@ -352,20 +425,107 @@ int64_t SearchWork(double budget_seconds) {
 
 namespace {
 
+// The moves of one Improve phase on `orders`: proposed from their timeline, then kept or undone.
+// Each try charges one evaluation to `work`.
+class MoveSearch {
+ public:
+  MoveSearch(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t& work,
+             SearchRng& rng, int swap_one_in)
+      : problem_(problem),
+        orders_(orders),
+        score_(score),
+        work_(work),
+        rng_(rng),
+        swap_one_in_(swap_one_in),
+        cost_(std::max<int64_t>(problem.actions(), 1)) {
+    for (const auto& order : orders) {
+      for (const Action& a : order) microbatches_ = std::max(microbatches_, a.microbatch + 1);
+    }
+  }
+
+  // The work one try costs.
+  int64_t cost() const { return cost_; }
+
+  // Times `orders` afresh; false when they do not complete within memory.
+  bool Retime() { return problem_.Evaluate(orders_, &tl_).has_value(); }
+
+  // Proposes the next moves; HasMoves() is false when nothing applies.
+  void ProposeMoves() {
+    moves_.clear();
+    if (swap_one_in_ > 0 && rng_.Uniform(swap_one_in_) == 0) {
+      ProposeSwap();
+      return;
+    }
+    if (rng_.Uniform(2) == 0) {
+      // Chains of the later microbatches more often: the drain is where they pace the span.
+      const int back = std::min(microbatches_, 1 + rng_.Uniform(std::max(1, microbatches_ / 2)));
+      moves_ = ChainMove(orders_, microbatches_ - back, 1 + rng_.Uniform(3), rng_.Uniform(2) == 0);
+    } else if (const Move mv = Propose(orders_, tl_, rng_); mv.from != mv.to) {
+      moves_.push_back(mv);
+    }
+  }
+  bool HasMoves() const { return !moves_.empty(); }
+
+  // Applies the proposed moves; keeps them when the orders still complete within memory (and,
+  // with `improving`, score no worse than before or than `threshold`), else undoes them.
+  bool TryMoves(bool improving, const OrderScore* threshold = nullptr) {
+    work_ -= cost_;
+    for (const Move& mv : moves_) MoveAction(orders_[mv.rank], mv.from, mv.to);
+    std::optional<OrderScore> s = problem_.Evaluate(orders_, &trial_tl_);
+    if (s && (!improving || *s <= score_ || (threshold != nullptr && *s <= *threshold))) {
+      score_ = *s;
+      std::swap(tl_, trial_tl_);
+      return true;
+    }
+    for (auto it = moves_.rbegin(); it != moves_.rend(); ++it) {
+      MoveAction(orders_[it->rank], it->to, it->from);
+    }
+    return false;
+  }
+
+  // A restart from the plan now in `orders`: a few random feasible moves, whatever they score.
+  void Kick() {
+    Retime();
+    for (int k = 0, kicks = 2 + rng_.Uniform(6); k < kicks && work_ >= cost_; ++k) {
+      ProposeMoves();
+      if (!moves_.empty()) TryMoves(/*improving=*/false);
+    }
+  }
+
+ private:
+  // Swap two actions a few places apart on one rank: two moves.
+  void ProposeSwap() {
+    const int r =
+        rng_.Uniform(2) == 0 ? CriticalRank(tl_) : rng_.Uniform(static_cast<int>(orders_.size()));
+    const int n = static_cast<int>(orders_[r].size());
+    if (n < 3) return;
+    const int i = rng_.Uniform(n - 1);
+    const int j = std::min(n - 1, i + 2 + rng_.Uniform(6));
+    moves_.push_back({r, i, j});
+    moves_.push_back({r, j - 1, i});
+  }
+
+  const OrderProblem& problem_;
+  Orders& orders_;
+  OrderScore& score_;  // of `orders_`
+  int64_t& work_;
+  SearchRng& rng_;
+  const int swap_one_in_;
+  const int64_t cost_;
+  int microbatches_ = 0;
+  OrderTimeline tl_, trial_tl_;  // of `orders_`, and of the last try
+  std::vector<Move> moves_;
+};
+
 // One phase of ImproveOrders on `work`; returns the work it left unspent. With `history` = 1
 // a move is kept when the score does not get worse; with more, also when it is no worse than
 // the score `history` steps ago (late acceptance). `swap_one_in` > 0: one proposal in that many
 // swaps two actions a few places apart on one rank.
 int64_t Improve(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                 SearchRng& rng, double span_bound, size_t history, int swap_one_in) {
-  OrderTimeline tl, trial_tl;
-  if (!problem.Evaluate(orders, &tl)) return work;
-  const int64_t cost = std::max<int64_t>(problem.actions(), 1);
-  int microbatches = 0;
-  for (const auto& order : orders) {
-    for (const Action& a : order) microbatches = std::max(microbatches, a.microbatch + 1);
-  }
-  std::vector<Move> moves;
+  MoveSearch search(problem, orders, score, work, rng, swap_one_in);
+  if (!search.Retime()) return work;
+  const int64_t cost = search.cost();
   // Iterated local search: moves that do not make the current plan worse are kept; after
   // kRestartAfter moves without a strict gain the search restarts from the best plan with a few
   // random (feasible) moves, and gives up after kMaxRestarts restarts in a row gained nothing.
@@ -374,67 +534,25 @@ int64_t Improve(const OrderProblem& problem, Orders& orders, OrderScore& score, 
   int stalled = 0, restarts = 0;
   std::vector<OrderScore> late(history, score);
   int64_t step = 0;
-  auto propose = [&] {
-    moves.clear();
-    if (swap_one_in > 0 && rng.Uniform(swap_one_in) == 0) {
-      // Swap two actions a few places apart on one rank: two moves.
-      const int r =
-          rng.Uniform(2) == 0 ? CriticalRank(tl) : rng.Uniform(static_cast<int>(orders.size()));
-      const int n = static_cast<int>(orders[r].size());
-      if (n < 3) return;
-      const int i = rng.Uniform(n - 1);
-      const int j = std::min(n - 1, i + 2 + rng.Uniform(6));
-      moves.push_back({r, i, j});
-      moves.push_back({r, j - 1, i});
-      return;
-    }
-    if (rng.Uniform(2) == 0) {
-      // Chains of the later microbatches more often: the drain is where they pace the span.
-      const int back = std::min(microbatches, 1 + rng.Uniform(std::max(1, microbatches / 2)));
-      moves = ChainMove(orders, microbatches - back, 1 + rng.Uniform(3), rng.Uniform(2) == 0);
-    } else if (const Move mv = Propose(orders, tl, rng); mv.from != mv.to) {
-      moves.push_back(mv);
-    }
-  };
-  // Applies `moves`; keeps them when the orders still complete within memory (and, with
-  // `improving`, do not score worse), else undoes them.
-  auto try_moves = [&](bool improving, const OrderScore* threshold = nullptr) {
-    work -= cost;
-    for (const Move& mv : moves) MoveAction(orders[mv.rank], mv.from, mv.to);
-    std::optional<OrderScore> s = problem.Evaluate(orders, &trial_tl);
-    if (s && (!improving || *s <= score || (threshold != nullptr && *s <= *threshold))) {
-      score = *s;
-      std::swap(tl, trial_tl);
-      return true;
-    }
-    for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
-      MoveAction(orders[it->rank], it->to, it->from);
-    }
-    return false;
-  };
   while (work >= cost && !AtBound(best_score.span, span_bound)) {
     if (stalled >= kRestartAfter) {
       if (++restarts > kMaxRestarts) break;
       orders = best;
       score = best_score;
-      problem.Evaluate(orders, &tl);
-      for (int k = 0, kicks = 2 + rng.Uniform(6); k < kicks && work >= cost; ++k) {
-        propose();
-        if (!moves.empty()) try_moves(/*improving=*/false);
-      }
+      search.Kick();
       stalled = 0;
       std::fill(late.begin(), late.end(), score);
       continue;
     }
-    propose();
-    if (moves.empty()) {
+    search.ProposeMoves();
+    if (!search.HasMoves()) {
       work -= cost / 16 + 1;  // looking for a move is not free either
       continue;
     }
     ++stalled;
     const OrderScore before = score;
     const size_t slot = static_cast<size_t>(step++ % late.size());
-    if (try_moves(/*improving=*/true, &late[slot]) && score < before) stalled = 0;
+    if (search.TryMoves(/*improving=*/true, &late[slot]) && score < before) stalled = 0;
     late[slot] = score;
     if (score < best_score) {
       best = orders;
