@@ -174,6 +174,27 @@ std::string FormatTime(int64_t seconds_since_epoch) {
   return buf;
 }
 
+absl::StatusOr<PageArgs> ParsePageArgs(const Args& args) {
+  PageArgs page;
+  if (args.Has("--limit")) {
+    absl::StatusOr<int64_t> limit = args.Integer("--limit", 1, 1000);
+    if (!limit.ok()) return limit.status();
+    page.limit = static_cast<int>(*limit);
+  }
+  page.token = args.Get("--continue");
+  if (!page.token.empty() && !page.limit) {
+    return absl::InvalidArgumentError("--continue TOKEN goes with --limit N");
+  }
+  return page;
+}
+
+void PrintNextPageHint(CliContext& ctx, const std::string& command_line, const PageArgs& page,
+                       const std::string& next_token) {
+  if (next_token.empty() || !page.limit) return;
+  ctx.err() << "more: zpipe " << command_line << " --limit " << *page.limit << " --continue "
+            << util::SanitizeForTerminal(next_token) << "\n";
+}
+
 std::string JobLine(const v1::Job& job) {
   std::string line = absl::StrCat(job.id(), " ", JobStateName(job.state()));
   const v1::JobProgress& p = job.progress();

@@ -154,6 +154,19 @@ int RunConfigCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);
 
+// --limit N and --continue TOKEN of a listing that pages (list, workers).
+struct PageArgs {
+  std::optional<int> limit;  // nullopt: every page
+  std::string token;         // --continue
+};
+// INVALID_ARGUMENT naming the flag: --limit out of 1..1000, --continue without --limit.
+absl::StatusOr<PageArgs> ParsePageArgs(const Args& args);
+// After a page: when `next_token` is set, says on stderr how to ask for the next one
+// ("more: zpipe COMMAND ... --limit N --continue TOKEN"; `command_line` is the command and the
+// flags that select what is listed).
+void PrintNextPageHint(CliContext& ctx, const std::string& command_line, const PageArgs& page,
+                       const std::string& next_token);
+
 // Follows `job_id` until it is terminal, rendering its events (progress_view.cc), and returns
 // kExitOk if it SUCCEEDED, kExitJobFailed if it FAILED or was CANCELLED. `live` draws per-rank
 // bars in place (a terminal); otherwise one plain line per state change / iteration.

@@ -73,7 +73,9 @@ class CliCommandsTest : public ::testing::Test {
       return f_.Watch(id, o);
     }
     absl::StatusOr<JobPlan> Plan(const std::string& id) override { return f_.Plan(id); }
-    absl::StatusOr<std::vector<v1::Worker>> Workers(bool d) override { return f_.Workers(d); }
+    absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& o) override {
+      return f_.ListWorkers(o);
+    }
     absl::Status Logs(const std::string&, const LogsOptions&,
                       const std::function<bool(const v1::LogLine&)>& on_line,
                       uint64_t*) override {
@@ -216,6 +218,51 @@ TEST_F(CliCommandsTest, WorkersTable) {
 
 // What workers can run: GPU, its memory, LibTorch (+cuda / +cpu) and NCCL, within 100 columns;
 // --wide adds the CUDA runtime, host and last heartbeat; "?" for a worker that reported nothing.
+// Every listing pages (issue 30: a flood of registrations made `workers --all` take 11 s):
+// --limit N prints one page and says on stderr how to get the next; -o json carries the token.
+TEST_F(CliCommandsTest, WorkersAndListPageWithLimitAndContinue) {
+  std::vector<v1::Worker> workers;
+  for (const char* name : {"w3", "w1", "w5", "w2", "w4"}) {
+    v1::Worker w;
+    w.set_name(name);
+    w.set_state(v1::WORKER_STATE_IDLE);
+    workers.push_back(w);
+  }
+  fake_.SetWorkers(workers);
+  Result first = Run(RunWorkersCommand, {"--limit", "2"}, OutputFormat::kName);
+  ASSERT_EQ(first.code, kExitOk) << first.err;
+  EXPECT_EQ(first.out, "w1\nw2\n");
+  EXPECT_EQ(first.err, "more: zpipe workers --limit 2 --continue w2\n");
+  Result second = Run(RunWorkersCommand, {"--limit", "2", "--continue", "w2"}, OutputFormat::kJson);
+  ASSERT_EQ(second.code, kExitOk) << second.err;
+  json page = json::parse(second.out);
+  ASSERT_EQ(page["workers"].size(), 2u);
+  EXPECT_EQ(page["workers"][0]["name"], "w3");
+  EXPECT_EQ(page["next_page_token"], "w4");
+  Result last = Run(RunWorkersCommand, {"--limit", "2", "--continue", "w4"}, OutputFormat::kName);
+  EXPECT_EQ(last.out, "w5\n");
+  EXPECT_EQ(last.err, "") << "no more pages";
+  Result all = Run(RunWorkersCommand, {}, OutputFormat::kName);
+  EXPECT_EQ(all.out, "w1\nw2\nw3\nw4\nw5\n");
+
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(fake_.Submit(Spec(), id, false).ok());
+  Result jobs = Run(RunListCommand, {"--limit", "2"}, OutputFormat::kName);
+  ASSERT_EQ(jobs.code, kExitOk) << jobs.err;
+  EXPECT_EQ(jobs.out, "a\nb\n");
+  EXPECT_THAT(jobs.err, HasSubstr("more: zpipe list --limit 2 --continue "));
+  const std::string token = jobs.err.substr(jobs.err.rfind(' ') + 1);
+  Result rest = Run(RunListCommand, {"--limit", "2", "--continue", token.substr(0, token.size() - 1)},
+                    OutputFormat::kName);
+  EXPECT_EQ(rest.out, "c\n");
+
+  Result bad = Run(RunWorkersCommand, {"--limit", "0"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_THAT(bad.err, HasSubstr("--limit"));
+  Result lonely = Run(RunListCommand, {"--continue", "x"});
+  EXPECT_EQ(lonely.code, kExitUsage);
+  EXPECT_THAT(lonely.err, HasSubstr("--continue TOKEN goes with --limit N"));
+}
+
 TEST_F(CliCommandsTest, WorkersTableShowsCapabilities) {
   v1::Worker gpu;
   gpu.set_name("host-a/cuda1");

@@ -27,6 +27,20 @@ absl::StatusOr<std::vector<v1::Job>> Client::ListAll(const std::vector<v1::JobSt
   }
 }
 
+absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_dead) {
+  std::vector<v1::Worker> all;
+  ListWorkersOptions options;
+  options.include_dead = include_dead;
+  options.page_size = 1000;
+  while (true) {
+    absl::StatusOr<WorkerPage> page = ListWorkers(options);
+    if (!page.ok()) return page.status();
+    for (v1::Worker& worker : page->workers) all.push_back(std::move(worker));
+    if (page->next_page_token.empty()) return all;
+    options.page_token = page->next_page_token;
+  }
+}
+
 absl::Status Client::Watch(const std::string& job_id, const WatchOptions& options,
                            const std::function<bool(const v1::JobEvent&)>& on_event) {
   std::unique_ptr<JobWatch> watch = Watch(job_id, options);

@@ -71,6 +71,17 @@ struct JobPage {
   std::string next_page_token;  // empty = last page
 };
 
+struct ListWorkersOptions {
+  bool include_dead = false;  // also workers declared dead recently
+  int page_size = 0;          // 0 = the coordinator's default (500)
+  std::string page_token;     // empty = first page
+};
+
+struct WorkerPage {
+  std::vector<v1::Worker> workers;  // by name
+  std::string next_page_token;      // empty = last page
+};
+
 // A job's plan as the coordinator made it: core's plan (all pipeline ranks) and its predicted
 // statistics under the job's cost model.
 struct JobPlan {
@@ -167,7 +178,10 @@ class Client {
 
   // The job's plan; FAILED_PRECONDITION while it has none yet (PENDING).
   virtual absl::StatusOr<JobPlan> Plan(const std::string& job_id) = 0;
-  virtual absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead = false) = 0;
+  // One page of registered workers, by name.
+  virtual absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& options) = 0;
+  // Every registered worker (and recently dead one with `include_dead`), following the pages.
+  absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead = false);
   // The executed timeline of `iteration` (nullopt = the latest one every rank completed).
   // NOT_FOUND for an unknown job or an iteration the coordinator no longer holds (it keeps the
   // last few); FAILED_PRECONDITION before the first iteration completes. The default

@@ -20,6 +20,17 @@ FlagSpec Value(absl::string_view name, ValueKind kind, absl::string_view value_n
   return {.name = name, .value = kind, .help = help, .value_name = value_name, .more = more};
 }
 
+// --limit and --continue of a listing that pages. FlagSpec holds views: `help` must be a literal.
+FlagSpec Limit(absl::string_view help) {
+  return Value("--limit", ValueKind::kText, "N", help,
+               ": then, when there are more, how to ask for the next ones (on stderr; -o json: "
+               "next_page_token)");
+}
+FlagSpec Continue() {
+  return Value("--continue", ValueKind::kText, "TOKEN", "the page after the one that gave TOKEN",
+               "(with --limit)");
+}
+
 FlagSpec OutFile() {
   return {
       .name = "--file", .short_name = "-f", .value = ValueKind::kFile, .help = "the file to write"};
@@ -236,14 +247,15 @@ std::vector<CommandSpec> MakeCommands() {
                .formats = "json yaml name",
                .run = RunStatusCommand});
   c.push_back({.name = "list",
-               .synopsis = "list [--state S,...]",
+               .synopsis = "list [--state S,...] [--limit N [--continue TOKEN]]",
                .summary = "list jobs, oldest first",
                .flags = {{.name = "--state",
                           .value = ValueKind::kChoice,
                           .choices = kStates,
                           .help = "only jobs in these states",
                           .value_name = "STATE[,STATE...]",
-                          .more = ": pending, scheduling, running, succeeded, failed, cancelled"}},
+                          .more = ": pending, scheduling, running, succeeded, failed, cancelled"},
+                         Limit("at most N jobs (1 to 1000)"), Continue()},
                .formats = "wide json yaml name",
                .run = RunListCommand,
                .notes = "-o wide adds when each job started and ended and why it ended; -o name "
@@ -267,12 +279,13 @@ std::vector<CommandSpec> MakeCommands() {
                               "succeeded, 1 if it failed or was cancelled"});
   c.push_back(Logs());
   c.push_back({.name = "workers",
-               .synopsis = "workers [--all] [-o wide]",
+               .synopsis = "workers [--all] [-o wide] [--limit N [--continue TOKEN]]",
                .summary = "list registered workers",
                .flags = {Switch("--all", "include dead workers", "(lost recently)"),
                          Switch("--wide", "more columns (as -o wide)",
                                 ": the host, the full GPU name, the CUDA runtime and the last "
-                                "heartbeat")},
+                                "heartbeat"),
+                         Limit("at most N workers (1 to 1000)"), Continue()},
                .formats = "wide json yaml name",
                .run = RunWorkersCommand,
                .notes = "-o name prints only the worker names"});

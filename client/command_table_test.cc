@@ -127,7 +127,9 @@ class OutputFormatTest : public ::testing::Test {
       return f_.Watch(id, o);
     }
     absl::StatusOr<JobPlan> Plan(const std::string& id) override { return f_.Plan(id); }
-    absl::StatusOr<std::vector<v1::Worker>> Workers(bool d) override { return f_.Workers(d); }
+    absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& o) override {
+      return f_.ListWorkers(o);
+    }
 
    private:
     FakeClient& f_;

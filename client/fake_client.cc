@@ -220,14 +220,25 @@ absl::StatusOr<JobPlan> FakeClient::Plan(const std::string& job_id) {
   return it->second;
 }
 
-absl::StatusOr<std::vector<v1::Worker>> FakeClient::Workers(bool include_dead) {
+absl::StatusOr<WorkerPage> FakeClient::ListWorkers(const ListWorkersOptions& options) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckReachable(); !s.ok()) return s;
-  std::vector<v1::Worker> out;
-  for (const v1::Worker& w : workers_) {
-    if (include_dead || w.state() != v1::WORKER_STATE_DEAD) out.push_back(w);
+  // As the coordinator: by name, after the page token (the previous page's last name).
+  std::vector<v1::Worker> sorted = workers_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const v1::Worker& a, const v1::Worker& b) { return a.name() < b.name(); });
+  const int page_size = options.page_size <= 0 ? 500 : std::min(options.page_size, 1000);
+  WorkerPage page;
+  for (const v1::Worker& w : sorted) {
+    if (!options.include_dead && w.state() == v1::WORKER_STATE_DEAD) continue;
+    if (!options.page_token.empty() && w.name() <= options.page_token) continue;
+    if (static_cast<int>(page.workers.size()) == page_size) {
+      page.next_page_token = page.workers.back().name();
+      break;
+    }
+    page.workers.push_back(w);
   }
-  return out;
+  return page;
 }
 
 }  // namespace zpipe

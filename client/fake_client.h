@@ -42,7 +42,7 @@ class FakeClient : public Client {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason) override;
   std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override;
   absl::StatusOr<JobPlan> Plan(const std::string& job_id) override;
-  absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead) override;
+  absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& options) override;
   using Client::Watch;
 
  private:

@@ -340,15 +340,20 @@ class GrpcClient : public Client {
     }
   }
 
-  absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_dead) override {
+  absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& options) override {
     v1::ListWorkersRequest request;
-    request.set_include_dead(include_dead);
+    request.set_include_dead(options.include_dead);
+    request.set_page_size(options.page_size);
+    request.set_page_token(options.page_token);
     v1::ListWorkersResponse response;
     grpc::ClientContext ctx;
     Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->ListWorkers(&ctx, request, &response)); !s.ok()) return s;
-    return std::vector<v1::Worker>(std::make_move_iterator(response.mutable_workers()->begin()),
-                                   std::make_move_iterator(response.mutable_workers()->end()));
+    WorkerPage page;
+    page.workers.assign(std::make_move_iterator(response.mutable_workers()->begin()),
+                        std::make_move_iterator(response.mutable_workers()->end()));
+    page.next_page_token = response.next_page_token();
+    return page;
   }
 
   absl::StatusOr<v1::ServerInfo> ServerInfo() override {

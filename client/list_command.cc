@@ -1,6 +1,7 @@
-// `zpipe list [--state STATE[,STATE...]]`: jobs, oldest first.
+// `zpipe list [--state STATE[,STATE...]] [--limit N [--continue TOKEN]]`: jobs, oldest first.
 #include <ostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
@@ -21,10 +22,34 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       states.push_back(*state);
     }
   }
-  absl::StatusOr<std::vector<v1::Job>> jobs = ctx.client().ListAll(states);
+  absl::StatusOr<PageArgs> paging = ParsePageArgs(args);
+  if (!paging.ok()) return ctx.Usage("list", paging.status().message());
+  absl::StatusOr<std::vector<v1::Job>> jobs;
+  std::string next_token;
+  if (paging->limit) {
+    ListJobsOptions options;
+    options.states = states;
+    options.page_size = *paging->limit;
+    options.page_token = paging->token;
+    absl::StatusOr<JobPage> page = ctx.client().List(options);
+    if (page.ok()) {
+      jobs = std::move(page->jobs);
+      next_token = page->next_page_token;
+    } else {
+      jobs = page.status();
+    }
+  } else {
+    jobs = ctx.client().ListAll(states);
+  }
   if (!jobs.ok()) return ctx.Fail("list", jobs.status());
+  const std::string command_line =
+      args.Has("--state") ? absl::StrCat("list --state ", args.Get("--state")) : "list";
+  // After the page, whichever way it is printed.
+  absl::Cleanup hint = [&] { PrintNextPageHint(ctx, command_line, *paging, next_token); };
   if (ctx.json()) {
-    PrintDocument(ctx, JobListJson(*jobs));
+    Json doc = JobListJson(*jobs);
+    if (!next_token.empty()) doc["next_page_token"] = next_token;
+    PrintDocument(ctx, doc);
     return kExitOk;
   }
   if (ctx.names()) {

@@ -1,7 +1,8 @@
-// `zpipe workers [--all] [--wide]`: the coordinator's worker registry, with what each worker
-// reported it can run (WorkerCapabilities).
+// `zpipe workers [--all] [--wide] [--limit N [--continue TOKEN]]`: the coordinator's worker
+// registry, with what each worker reported it can run (WorkerCapabilities).
 #include <ostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -74,10 +75,34 @@ int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("workers");
   if (std::optional<int> exit = ParseCommandArgs(ctx, "workers", args, argv)) return *exit;
   if (!args.positionals().empty()) return ctx.Usage("workers", "takes no arguments");
-  absl::StatusOr<std::vector<v1::Worker>> workers = ctx.client().Workers(args.Has("--all"));
+  absl::StatusOr<PageArgs> paging = ParsePageArgs(args);
+  if (!paging.ok()) return ctx.Usage("workers", paging.status().message());
+  absl::StatusOr<std::vector<v1::Worker>> workers;
+  std::string next_token;
+  if (paging->limit) {
+    ListWorkersOptions options;
+    options.include_dead = args.Has("--all");
+    options.page_size = *paging->limit;
+    options.page_token = paging->token;
+    absl::StatusOr<WorkerPage> page = ctx.client().ListWorkers(options);
+    if (page.ok()) {
+      workers = std::move(page->workers);
+      next_token = page->next_page_token;
+    } else {
+      workers = page.status();
+    }
+  } else {
+    workers = ctx.client().Workers(args.Has("--all"));
+  }
   if (!workers.ok()) return ctx.Fail("workers", workers.status());
+  // After the page, whichever way it is printed.
+  absl::Cleanup hint = [&] {
+    PrintNextPageHint(ctx, args.Has("--all") ? "workers --all" : "workers", *paging, next_token);
+  };
   if (ctx.json()) {
-    PrintDocument(ctx, WorkerListJson(*workers));
+    Json doc = WorkerListJson(*workers);
+    if (!next_token.empty()) doc["next_page_token"] = next_token;
+    PrintDocument(ctx, doc);
     return kExitOk;
   }
   if (ctx.names()) {

@@ -225,9 +225,9 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext* ctx,
                                                  v1::ListWorkersResponse* resp) {
   absl::StatusOr<Principal> caller = Caller(ctx, "list workers");
   if (!caller.ok()) return Done("ListWorkers", caller.status());
-  for (const WorkerInfo& w : manager_.Workers(req->include_dead())) {
-    *resp->add_workers() = WorkerInfoToProto(w);
-  }
+  WorkerPage page = manager_.WorkersPage(req->include_dead(), req->page_size(), req->page_token());
+  for (const WorkerInfo& w : page.workers) *resp->add_workers() = WorkerInfoToProto(w);
+  resp->set_next_page_token(page.next_page_token);
   return Done("ListWorkers", absl::OkStatus());
 }
 

@@ -34,6 +34,7 @@ JobLifecycle::JobLifecycle(Clock& clock, Metrics& metrics, const ManagerOptions&
       rendezvous_(rendezvous),
       events_(events),
       recovery_grace_(options.recovery_grace),
+      workers_(options.workers),
       recovery_(options.failure_grace, options.recovery_grace) {}
 
 void JobLifecycle::Restore(std::vector<JobRecord> loaded) {

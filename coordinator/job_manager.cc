@@ -119,6 +119,12 @@ std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
   return sessions_.List(include_dead);
 }
 
+WorkerPage JobManager::WorkersPage(bool include_dead, int page_size,
+                                   const std::string& page_token) const {
+  return sessions_.ListPage(include_dead, page_size <= 0 ? 500 : std::min(page_size, 1000),
+                            page_token);
+}
+
 absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
                                             std::optional<int> iteration) {
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = Plan(job_id);

@@ -84,6 +84,9 @@ class JobManager {
   // workers stopped) but the store's error is returned; cancelling again answers OK once stored.
   absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
   std::vector<WorkerInfo> Workers(bool include_dead) const;
+  // A page of Workers by name: page_size 0 = 500, capped at 1000; `page_token` from the previous
+  // page's next_page_token.
+  WorkerPage WorkersPage(bool include_dead, int page_size, const std::string& page_token) const;
   // The executed timeline of `iteration` (nullopt = the latest complete one); see
   // TraceStore::Get for the errors.
   absl::StatusOr<TraceView> Trace(const std::string& job_id, std::optional<int> iteration);

@@ -15,6 +15,7 @@
 #include "coordinator/job_log_store.h"
 #include "coordinator/planner.h"
 #include "coordinator/progress_tracker.h"
+#include "coordinator/worker_registry.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/trace_store.h"
 
@@ -38,6 +39,8 @@ struct ManagerOptions {
   RendezvousLimits rendezvous;
   // The newest log lines kept per rank of a job (JobLogStore; --log-lines).
   size_t log_lines_per_rank = JobLogStore::kDefaultLinesPerRank;
+  // Live and dead workers kept (--max-workers, --max-dead-workers, --dead-worker-retention).
+  WorkerLimits workers;
 };
 
 // A job as clients see it.

@@ -66,6 +66,7 @@ void AddServiceFlags(CLI::App& app, ServerOptions& o) {
 // What one client, one job or all of them may hold. Sizes take a unit, counts do not; all but the
 // totals fit gRPC's int.
 void AddLimitFlags(CLI::App& app, ServerOptions& o) {
+  using zpipe::flags::AddDuration;
   using zpipe::flags::AddInteger;
   using zpipe::flags::AddSize;
   constexpr int64_t kInt = std::numeric_limits<int>::max();
@@ -88,6 +89,16 @@ void AddLimitFlags(CLI::App& app, ServerOptions& o) {
       ->group(kLimits);
   AddSize(app, "--rendezvous-total-bytes", &o.rendezvous.total_bytes, kInt64,
           "rendezvous keys + values all jobs together may hold (default 1GiB)")
+      ->group(kLimits);
+  AddInteger(app, "--max-workers", &o.workers.max_workers, 1, kInt,
+             "a new worker is refused while N are live (default 10000)")
+      ->group(kLimits);
+  AddInteger(app, "--max-dead-workers", &o.workers.max_dead_workers, 0, kInt,
+             "dead workers remembered for `zpipe workers --all`, the longest dead forgotten first "
+             "(default 1000)")
+      ->group(kLimits);
+  AddDuration(app, "--dead-worker-retention", &o.workers.dead_retention,
+              "how long a dead worker stays listed (default 15m)")
       ->group(kLimits);
   AddInteger(app, "--log-lines", &o.log_lines, 1, kInt,
              "newest worker log lines kept per rank of a job, in memory (`zpipe logs`; default "

@@ -72,6 +72,7 @@ ManagerOptions ManagerOptionsFor(const ServerOptions& options) {
   mopts.max_pending_jobs_per_client = options.max_pending_jobs_per_client;
   mopts.rendezvous = options.rendezvous;
   mopts.log_lines_per_rank = options.log_lines;
+  mopts.workers = options.workers;
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
                                  ? options.heartbeat_interval
                                  : options.heartbeat_timeout / 5;

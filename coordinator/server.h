@@ -72,6 +72,7 @@ struct ServerOptions {
   int max_pending_jobs_per_client = ManagerOptions{}.max_pending_jobs_per_client;
   RendezvousLimits rendezvous;       // per-job key and byte quota, and the total cap
   size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
+  WorkerLimits workers;  // --max-workers, --max-dead-workers, --dead-worker-retention
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
   ServerTlsFiles tls;     // none = plaintext on both ports
   bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS

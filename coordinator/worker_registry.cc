@@ -1,6 +1,7 @@
 // WorkerRegistry: registrations, sessions, heartbeats and worker states.
 #include "coordinator/worker_registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -92,6 +93,20 @@ absl::Status WorkerRegistry::CheckNameFree(const WorkerRegistration& reg) const 
         "back once the old session is gone)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::CheckCapacity(const WorkerRegistration& reg) const {
+  if (auto it = workers_.find(reg.name);
+      it != workers_.end() && it->second.info.state != WorkerState::kDead) {
+    return absl::OkStatus();  // replaces a live worker: no more live ones than before
+  }
+  int live = 0;
+  for (const auto& [name, w] : workers_) live += w.info.state != WorkerState::kDead;
+  if (live < limits_.max_workers) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the coordinator has ", live, " live workers, its limit (--max-workers ",
+      limits_.max_workers, "): worker '", reg.name,
+      "' is refused; stop workers that should not be here, or raise --max-workers"));
 }
 
 RegisteredWorker& WorkerRegistry::Add(const WorkerRegistration& reg, absl::Time now) {
@@ -201,14 +216,25 @@ std::vector<RegisteredWorker*> WorkerRegistry::SilentWorkers(absl::Time now,
 }
 
 void WorkerRegistry::ForgetDead(absl::Time now) {
+  std::vector<std::pair<absl::Time, std::string>> dead;  // (last seen, name)
   for (auto it = workers_.begin(); it != workers_.end();) {
     const WorkerInfo& info = it->second.info;
-    if (info.state == WorkerState::kDead && now - info.last_seen > kDeadWorkerRetention) {
+    if (info.state == WorkerState::kDead && now - info.last_seen > limits_.dead_retention) {
       names_by_id_.erase(info.worker_id);
       it = workers_.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    if (info.state == WorkerState::kDead) dead.emplace_back(info.last_seen, it->first);
+    ++it;
+  }
+  const size_t keep = static_cast<size_t>(std::max(0, limits_.max_dead_workers));
+  if (dead.size() <= keep) return;
+  // The longest dead go first.
+  std::sort(dead.begin(), dead.end());
+  for (size_t i = 0; i < dead.size() - keep; ++i) {
+    auto it = workers_.find(dead[i].second);
+    names_by_id_.erase(it->second.info.worker_id);
+    workers_.erase(it);
   }
 }
 
@@ -331,6 +357,22 @@ std::vector<WorkerInfo> WorkerRegistry::List(bool include_dead) const {
     if (include_dead || w.info.state != WorkerState::kDead) out.push_back(w.info);
   }
   return out;
+}
+
+WorkerPage WorkerRegistry::ListPage(bool include_dead, int page_size,
+                                    const std::string& page_token) const {
+  WorkerPage page;
+  auto it = workers_.begin();
+  if (!page_token.empty()) it = workers_.upper_bound(page_token);
+  for (; it != workers_.end(); ++it) {
+    if (!include_dead && it->second.info.state == WorkerState::kDead) continue;
+    if (static_cast<int>(page.workers.size()) == page_size) {
+      page.next_page_token = page.workers.back().registration.name;
+      break;
+    }
+    page.workers.push_back(it->second.info);
+  }
+  return page;
 }
 
 std::array<int64_t, 3> WorkerRegistry::CountByState() const {

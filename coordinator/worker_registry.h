@@ -8,11 +8,16 @@
 // heartbeat timeout is due to be declared dead (SilentWorkers); declaring it dead closes its
 // stream and returns the job id it held, for the caller to deal with. A worker whose stream ends
 // keeps a BUSY rank until then, so it can reconnect; an IDLE one is dead at once. Dead workers
-// stay listed for kDeadWorkerRetention, then are forgotten (ForgetDead).
+// stay listed for WorkerLimits::dead_retention, then are forgotten (ForgetDead).
 //
 // Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock). The
 // WorkerConnection pointers are borrowed: valid from Attach until Detach or until the registry
 // closes them (replacement, death).
+//
+// Bounded (WorkerLimits): at most max_workers live workers (a registration under a new name beyond
+// that is refused), at most max_dead_workers dead ones remembered (the longest dead forgotten
+// first), each at most dead_retention; so a flood of registrations under new names cannot grow
+// the coordinator without bound.
 #ifndef ZPIPE_COORDINATOR_WORKER_REGISTRY_H_
 #define ZPIPE_COORDINATOR_WORKER_REGISTRY_H_
 
@@ -41,9 +46,22 @@ struct RegisteredWorker {
   WorkerConnection* connection = nullptr;
 };
 
+// The coordinator's --max-workers, --max-dead-workers and --dead-worker-retention.
+struct WorkerLimits {
+  int max_workers = 10000;
+  int max_dead_workers = 1000;
+  absl::Duration dead_retention = absl::Minutes(15);
+};
+
+// One page of a listing by name: `workers`, and the token for the next page ("" = the last).
+struct WorkerPage {
+  std::vector<WorkerInfo> workers;
+  std::string next_page_token;
+};
+
 class WorkerRegistry {
  public:
-  static constexpr absl::Duration kDeadWorkerRetention = absl::Minutes(15);
+  explicit WorkerRegistry(WorkerLimits limits = {}) : limits_(limits) {}
 
   // InvalidArgument naming the field when a registration is malformed or too large to keep.
   static absl::Status Validate(const WorkerRegistration& registration);
@@ -51,6 +69,9 @@ class WorkerRegistry {
   // AlreadyExists while another connected, live worker holds the name, unless `registration`
   // carries that worker's instance_id (the same process reconnecting).
   absl::Status CheckNameFree(const WorkerRegistration& registration) const;
+  // ResourceExhausted, naming --max-workers, when `registration` would be a new live worker (its
+  // name not held by a live one) while max_workers are live.
+  absl::Status CheckCapacity(const WorkerRegistration& registration) const;
   // Replaces any entry of the same name (closing its stream with Aborted) by a new IDLE one with a
   // fresh id, registered and last seen at `now`. It reports `running_job_id` as still running
   // (being torn down) unless `running_job_finished`. Valid until the next call that adds or
@@ -76,7 +97,8 @@ class WorkerRegistry {
   std::string MarkDead(RegisteredWorker& worker, const std::string& reason);
   // Live workers silent for longer than `timeout` at `now`, by name.
   std::vector<RegisteredWorker*> SilentWorkers(absl::Time now, absl::Duration timeout);
-  // Forgets workers dead for longer than kDeadWorkerRetention.
+  // Forgets workers dead for longer than dead_retention, and the longest dead beyond
+  // max_dead_workers.
   void ForgetDead(absl::Time now);
 
   // The worker takes rank (pipeline_rank, data_rank) of `job_id`: BUSY.
@@ -111,10 +133,15 @@ class WorkerRegistry {
   // NotFound for an unknown id.
   absl::StatusOr<std::string> NameOf(const std::string& worker_id) const;
   std::vector<WorkerInfo> List(bool include_dead) const;
+  // Up to `page_size` (>= 1) workers by name, after `page_token` ("" = from the first). The
+  // token is a cursor, the last name of the previous page, so a page stays right while workers
+  // come and go.
+  WorkerPage ListPage(bool include_dead, int page_size, const std::string& page_token) const;
   // Workers per WorkerState (indexed by its value).
   std::array<int64_t, 3> CountByState() const;
 
  private:
+  const WorkerLimits limits_;
   std::map<std::string, RegisteredWorker> workers_;            // by name
   absl::flat_hash_map<std::string, std::string> names_by_id_;  // worker_id -> name
   uint64_t next_id_ = 1;

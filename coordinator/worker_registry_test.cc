@@ -6,6 +6,7 @@
 #include <array>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/testing/fake_connection.h"
 #include "gtest/gtest.h"
 
@@ -119,9 +120,9 @@ TEST(WorkerRegistryTest, HeartbeatsKeepWorkersAliveAndSayWhenATeardownIsDone) {
 
   // Listed while dead for a while, then forgotten.
   EXPECT_EQ(registry.List(false).size(), 0u);
-  registry.ForgetDead(kT0 + absl::Seconds(6) + WorkerRegistry::kDeadWorkerRetention);
+  registry.ForgetDead(kT0 + absl::Seconds(6) + WorkerLimits{}.dead_retention);
   EXPECT_EQ(registry.List(true).size(), 1u);
-  registry.ForgetDead(kT0 + absl::Seconds(7) + WorkerRegistry::kDeadWorkerRetention);
+  registry.ForgetDead(kT0 + absl::Seconds(7) + WorkerLimits{}.dead_retention);
   EXPECT_EQ(registry.List(true).size(), 0u);
   EXPECT_TRUE(absl::IsNotFound(registry.NameOf(a.info.worker_id).status()));
 }
@@ -195,6 +196,67 @@ TEST(WorkerRegistryTest, IdleForMatchesTheDeviceKindAndListsLiveWorkers) {
   ASSERT_EQ(idle.size(), 1u);
   EXPECT_EQ(idle[0]->info.registration.name, "gpu");
   EXPECT_FALSE(registry.NameByInstance("").has_value());
+}
+
+// A flood of registrations under new names (issue 30: 13,869 of them grew the coordinator by
+// 0.7 GB, never returned): live workers are capped, dead ones are remembered up to a count and a
+// time, the longest dead forgotten first; a live worker re-registering is never refused.
+TEST(WorkerRegistryTest, LiveAndDeadWorkersAreBounded) {
+  WorkerRegistry registry(WorkerLimits{.max_workers = 3, .max_dead_workers = 2,
+                                       .dead_retention = absl::Minutes(5)});
+  std::vector<FakeConnection> connections(8);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = absl::StrCat("w", i);
+    ASSERT_TRUE(registry.CheckCapacity(Named(name)).ok());
+    ids.push_back(registry.Add(Named(name), kT0 + absl::Seconds(i)).info.worker_id);
+    ASSERT_TRUE(registry.Attach(ids.back(), "", &connections[i], kT0).ok());
+  }
+  const absl::Status refused = registry.CheckCapacity(Named("w3"));
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_EQ(refused.message(),
+            "the coordinator has 3 live workers, its limit (--max-workers 3): worker 'w3' is "
+            "refused; stop workers that should not be here, or raise --max-workers");
+  EXPECT_TRUE(registry.CheckCapacity(Named("w1")).ok()) << "a live name re-registering";
+
+  // All three die, one after another: a new one fits again, and two dead are remembered.
+  for (int i = 0; i < 3; ++i) {
+    registry.Detach(ids[i], &connections[i]);  // idle: dead at once
+    registry.ByName(absl::StrCat("w", i))->info.last_seen = kT0 + absl::Seconds(10 + i);
+  }
+  EXPECT_TRUE(registry.CheckCapacity(Named("w3")).ok());
+  registry.ForgetDead(kT0 + absl::Minutes(1));
+  std::vector<std::string> dead;
+  for (const WorkerInfo& w : registry.List(true)) dead.push_back(w.registration.name);
+  EXPECT_EQ(dead, (std::vector<std::string>{"w1", "w2"})) << "w0, dead longest, is forgotten";
+  EXPECT_TRUE(absl::IsNotFound(registry.NameOf(ids[0]).status()));
+  registry.ForgetDead(kT0 + absl::Seconds(11) + absl::Minutes(5) + absl::Seconds(1));
+  ASSERT_EQ(registry.List(true).size(), 1u);
+  EXPECT_EQ(registry.List(true)[0].registration.name, "w2");
+}
+
+TEST(WorkerRegistryTest, PagesListWorkersByName) {
+  WorkerRegistry registry;
+  for (const char* name : {"c", "a", "e", "b", "d"}) registry.Add(Named(name), kT0);
+  FakeConnection c;
+  RegisteredWorker& b = *registry.ByName("b");
+  ASSERT_TRUE(registry.Attach(b.info.worker_id, "", &c, kT0).ok());
+  registry.Detach(b.info.worker_id, &c);  // dead
+  auto names = [](const WorkerPage& page) {
+    std::vector<std::string> out;
+    for (const WorkerInfo& w : page.workers) out.push_back(w.registration.name);
+    return out;
+  };
+  WorkerPage first = registry.ListPage(/*include_dead=*/false, 2, "");
+  EXPECT_EQ(names(first), (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(first.next_page_token, "c");
+  // A worker joining before the cursor does not shift the next page.
+  registry.Add(Named("aa"), kT0);
+  WorkerPage second = registry.ListPage(false, 2, first.next_page_token);
+  EXPECT_EQ(names(second), (std::vector<std::string>{"d", "e"}));
+  EXPECT_EQ(second.next_page_token, "");
+  EXPECT_EQ(names(registry.ListPage(true, 10, "")),
+            (std::vector<std::string>{"a", "aa", "b", "c", "d", "e"}));
 }
 
 }  // namespace

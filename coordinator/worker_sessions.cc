@@ -38,6 +38,10 @@ absl::StatusOr<RegisterResult> WorkerSessions::Register(const WorkerRegistration
   if (lifecycle_.shut_down()) return absl::UnavailableError("coordinator is shutting down");
   const absl::Time now = clock_.Now();
   if (absl::Status st = lifecycle_.workers().CheckNameFree(reg); !st.ok()) return st;
+  if (absl::Status st = lifecycle_.workers().CheckCapacity(reg); !st.ok()) {
+    LogWarning("refused worker registration: ", st.message());
+    return st;
+  }
   // The rank this name holds in an active job, whether from the live registry or (after a
   // coordinator restart) only from the job records.
   auto [held_job, held_slot] = lifecycle_.queue().ActiveRankOf(reg.name);
@@ -198,6 +202,13 @@ std::vector<WorkerInfo> WorkerSessions::List(bool include_dead) const {
   const JobLifecycle& lifecycle = lifecycle_;
   absl::ReaderMutexLock lock(&lifecycle.mu());
   return lifecycle.workers().List(include_dead);
+}
+
+WorkerPage WorkerSessions::ListPage(bool include_dead, int page_size,
+                                    const std::string& page_token) const {
+  const JobLifecycle& lifecycle = lifecycle_;
+  absl::ReaderMutexLock lock(&lifecycle.mu());
+  return lifecycle.workers().ListPage(include_dead, page_size, page_token);
 }
 
 }  // namespace zpipe::coordinator

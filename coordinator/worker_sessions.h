@@ -67,6 +67,8 @@ class WorkerSessions {
   absl::StatusOr<std::string> WorkerName(const std::string& worker_id) const
       ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
   std::vector<WorkerInfo> List(bool include_dead) const ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
+  WorkerPage ListPage(bool include_dead, int page_size, const std::string& page_token) const
+      ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
 
  private:
   // The registering worker's name holds rank `slot` of active `job` (nullptr: none): it continues

@@ -438,5 +438,12 @@ class Client:
         recently, as --all): name,
         state ("idle", "busy", "dead"), device_kind, device_index, host, memory_bytes, job_id,
         pipeline_rank, data_rank, last_heartbeat_time, capabilities, ..."""
-        response = self._call(self._stub.ListWorkers, pb.ListWorkersRequest(include_dead=include_dead))
-        return [to_dict(w) for w in response.workers]
+        workers, token = [], ""
+        while True:  # every page (the coordinator serves at most 1000 workers a call)
+            page = self._call(self._stub.ListWorkers,
+                              pb.ListWorkersRequest(include_dead=include_dead, page_size=1000,
+                                                    page_token=token))
+            workers.extend(to_dict(w) for w in page.workers)
+            token = page.next_page_token
+            if not token:
+                return workers

@@ -64,10 +64,11 @@ class CliTest : public ::testing::Test {
   void StartCoordinator(const std::string& db = ":memory:", bool keep_port = false) {
     if (!keep_port) port_ = FreePort();
     address_ = absl::StrCat("127.0.0.1:", port_);
-    coordinator_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
-                                 absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()),
-                                 "--db=" + db, "--heartbeat-timeout=5s"});
+    std::vector<std::string> argv = {ZPIPE_COORDINATOR_BIN, absl::StrCat("--listen=", address_),
+                                     absl::StrCat("--metrics-listen=127.0.0.1:", FreePort()),
+                                     "--db=" + db, "--heartbeat-timeout=5s"};
+    argv.insert(argv.end(), coordinator_args_.begin(), coordinator_args_.end());
+    coordinator_ = std::make_unique<Subprocess>(argv);
     std::unique_ptr<Client> client = Client::Create(address_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!client->Workers().ok()) {
@@ -140,6 +141,7 @@ class CliTest : public ::testing::Test {
   int port_ = 0;
   std::string address_;
   std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::string> coordinator_args_;  // more flags for the next StartCoordinator
   std::vector<std::unique_ptr<FakeWorker>> workers_;
 };
 
@@ -253,6 +255,44 @@ TEST_F(CliTest, WorkersListsRegisteredWorkers) {
   ASSERT_EQ(table.exit_code, 0);
   EXPECT_THAT(table.out, HasSubstr("fake-1"));
   EXPECT_THAT(table.out, HasSubstr("LIBTORCH"));
+}
+
+// Issue 30: 13,869 registrations under new names made `zpipe workers --all` take 11 s and grew
+// the coordinator for good. Live workers are capped (--max-workers, refused naming the flag, the
+// coordinator carries on), dead ones remembered up to --max-dead-workers, and lists page.
+TEST_F(CliTest, RegistrationsAreCappedAndWorkersListsPage) {
+  coordinator_->Signal(SIGTERM);
+  coordinator_->Wait(20);
+  coordinator_args_ = {"--max-workers=4", "--max-dead-workers=2"};
+  StartCoordinator();
+  AddWorkers(4, FakeWorkerOptions::Mode::kHold);
+  FakeWorkerOptions extra;
+  extra.name = "one-too-many";
+  FakeWorker refused(address_, extra);
+  const absl::Status st = refused.Start();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("--max-workers 4"));
+
+  ProcessResult page = RunZpipe({"workers", "--limit", "3", "-o", "name"});
+  ASSERT_EQ(page.exit_code, 0) << page.err;
+  EXPECT_EQ(page.out, "fake-0\nfake-1\nfake-2\n");
+  EXPECT_EQ(page.err, "more: zpipe workers --limit 3 --continue fake-2\n");
+  ProcessResult rest = RunZpipe({"workers", "--limit", "3", "--continue", "fake-2", "-o", "name"});
+  EXPECT_EQ(rest.out, "fake-3\n");
+
+  // Three leave: at most two dead are remembered, and a new name fits again.
+  for (int i = 0; i < 3; ++i) workers_[i]->Stop();
+  // Which dead one goes depends on their last heartbeats (the longest silent first).
+  std::vector<std::string> all;
+  for (int tries = 0; tries < 400; ++tries) {
+    all = absl::StrSplit(RunZpipe({"workers", "--all", "-o", "name"}).out, '\n',
+                         absl::SkipEmpty());
+    if (all.size() == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(all.size(), 3u) << absl::StrJoin(all, " ");
+  EXPECT_THAT(all, ::testing::Contains("fake-3"));
+  EXPECT_TRUE(refused.Start().ok());
 }
 
 TEST_F(CliTest, SubmitWaitSucceedsWithWorkers) {
