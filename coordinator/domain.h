@@ -308,6 +308,9 @@ struct WorkerRegistration {
   int running_data_rank = 0;
   // The worker already finished every iteration of that rank (its RankFinished may be lost).
   bool running_job_finished = false;
+  // The worker's rank of that job failed while the coordinator was away (its RankFailure
+  // follows on the session).
+  bool running_job_failed = false;
   // Random per worker process (worker.proto "Identity"); empty from workers that send none.
   std::string instance_id;
   // nullopt from workers older than capability reporting (offered CPU jobs only).

@@ -145,6 +145,10 @@ absl::Status RankReports::Failed(const std::string& worker_id, const std::string
                       absl::StrCat(failed, " (not restarted: a restart cannot fix this)"));
     return absl::OkStatus();
   }
+  // After a restart, a rank whose worker has not come back yet may be the cause: wait for it.
+  if (lifecycle_.recovery().AwaitingReconnect(job->id)) {
+    if (lifecycle_.recovery().DeferFailure(*job, failed, clock_.Now())) return absl::OkStatus();
+  }
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
   if (std::optional<std::string> lost =

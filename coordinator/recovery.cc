@@ -75,14 +75,26 @@ std::optional<std::string> Recovery::BlameLostRank(const JobRecord& job,
 }
 
 bool Recovery::DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now) {
-  if (job.state != JobState::kRunning || failure_grace_ <= absl::ZeroDuration()) return false;
+  if (job.state != JobState::kRunning) return false;
   JobRecovery& r = jobs_[job.id];
-  if (!r.pending_failure) {
-    r.pending_failure = JobRecovery::PendingFailure{failed, now + failure_grace_};
-    LogInfo("job ", job.id, ": ", failed, "; waiting up to ", absl::FormatDuration(failure_grace_),
-            " for a lost peer to blame");
+  if (r.pending_failure) return true;
+  if (r.reconnect_deadline && now < *r.reconnect_deadline) {
+    r.pending_failure = JobRecovery::PendingFailure{failed, *r.reconnect_deadline};
+    LogInfo("job ", job.id, ": ", failed, "; waiting up to ",
+            absl::FormatDuration(*r.reconnect_deadline - now),
+            " for the workers that have not reconnected since the restart");
+    return true;
   }
+  if (failure_grace_ <= absl::ZeroDuration()) return false;
+  r.pending_failure = JobRecovery::PendingFailure{failed, now + failure_grace_};
+  LogInfo("job ", job.id, ": ", failed, "; waiting up to ", absl::FormatDuration(failure_grace_),
+          " for a lost peer to blame");
   return true;
+}
+
+bool Recovery::AwaitingReconnect(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it != jobs_.end() && it->second.reconnect_deadline.has_value();
 }
 
 const std::string* Recovery::PendingFailure(const std::string& job_id) const {
@@ -93,18 +105,33 @@ const std::string* Recovery::PendingFailure(const std::string& job_id) const {
 
 std::optional<std::string> Recovery::DueLoss(const JobRecord& job, absl::Time now) {
   JobRecovery& r = jobs_[job.id];
+  if (r.reconnect_deadline) {
+    std::optional<RankSlot> missing;
+    for (const RankSlot& slot : job.ranks) {
+      if (!r.reconnected.contains(slot.data_rank * job.spec.pipeline + slot.pipeline_rank)) {
+        missing = slot;
+        break;
+      }
+    }
+    if (!missing) {
+      r.reconnect_deadline.reset();  // every worker is back: a pending failure is its own
+      if (r.pending_failure) return r.pending_failure->reason;
+    } else if (now >= *r.reconnect_deadline) {
+      r.reconnect_deadline.reset();
+      std::string reason = absl::StrCat(
+          "coordinator restarted and ",
+          RankName(missing->worker_name, missing->pipeline_rank, missing->data_rank),
+          " did not reconnect within ", absl::FormatDuration(recovery_grace_));
+      // A survivor's failure (its receive from the missing rank broke) is the effect.
+      if (r.pending_failure) absl::StrAppend(&reason, "; then ", r.pending_failure->reason);
+      return reason;
+    } else {
+      return std::nullopt;
+    }
+  }
   if (r.pending_failure && now >= r.pending_failure->deadline) {
     // No peer was lost: the reporting rank's own failure is the cause.
     return r.pending_failure->reason;
-  }
-  if (!r.reconnect_deadline || now < *r.reconnect_deadline) return std::nullopt;
-  r.reconnect_deadline.reset();
-  for (const RankSlot& slot : job.ranks) {
-    const int g = slot.data_rank * job.spec.pipeline + slot.pipeline_rank;
-    if (r.reconnected.contains(g)) continue;
-    return absl::StrCat("coordinator restarted and ",
-                        RankName(slot.worker_name, slot.pipeline_rank, slot.data_rank),
-                        " did not reconnect within ", absl::FormatDuration(recovery_grace_));
   }
   return std::nullopt;
 }

@@ -61,13 +61,16 @@ class Recovery {
                                                   const WorkerRegistry& workers);
   // `failed` was reported by a rank of `job`. True when it waits for a lost peer to blame (a
   // RUNNING job with a failure_grace; only the first report is kept); false when the job should
-  // lose the rank at once.
+  // lose the rank at once. A job reloaded after a restart whose workers are not all back waits
+  // until they are, or until recovery_grace ends: a peer not back by then is the one to blame.
   bool DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now);
+  // A job reloaded after a restart, some of whose workers have not come back yet.
+  bool AwaitingReconnect(const std::string& job_id) const;
   // The failure the job waits on, or null.
   const std::string* PendingFailure(const std::string& job_id) const;
-  // Why RUNNING `job` loses a rank at `now`: its pending failure's grace ran out (no peer to
-  // blame), or it was reloaded and a worker did not come back in time (reported once). nullopt
-  // when nothing is due.
+  // Why RUNNING `job` loses a rank at `now`: it was reloaded and a worker did not come back in
+  // time (reported once; with a pending failure as its effect), or its pending failure's grace
+  // ran out (no peer to blame). nullopt when nothing is due.
   std::optional<std::string> DueLoss(const JobRecord& job, absl::Time now);
 
   // A RESTARTING job whose backoff is not over at `now` (it holds its device kind's queue).

@@ -153,5 +153,33 @@ TEST(RecoveryTest, ReconcileRequeuesSchedulingAndWaitsForRunningWorkers) {
   EXPECT_EQ(recovery.DueLoss(redispatched, kT0 + absl::Seconds(10)), std::nullopt);
 }
 
+// Issue 30: the coordinator killed, then a worker: the survivor's failure ("connection reset")
+// reaches the restarted coordinator while the dead worker simply never comes back. The failure
+// waits for the workers still missing; one missing at the deadline is the cause. When all come
+// back, the failure is its reporter's own.
+TEST(RecoveryTest, AFailureAfterARestartWaitsForTheMissingWorkersAndBlamesThem) {
+  Recovery recovery(absl::Seconds(3), absl::Seconds(10));
+  JobRecord job = RunningJob();
+  recovery.Reconcile(job, kT0);
+  recovery.Reconnected("j", 0);  // a is back, with a failure to report
+  EXPECT_TRUE(recovery.AwaitingReconnect("j"));
+  const std::string failed = "worker a (pipeline rank 0, data rank 0) failed: connection reset";
+  EXPECT_TRUE(recovery.DeferFailure(job, failed, kT0 + absl::Seconds(1)));
+  // Past the failure grace, still within the recovery grace: b may yet come back.
+  EXPECT_EQ(recovery.DueLoss(job, kT0 + absl::Seconds(5)), std::nullopt);
+  EXPECT_EQ(recovery.DueLoss(job, kT0 + absl::Seconds(10)),
+            "coordinator restarted and worker b (pipeline rank 1, data rank 0) did not reconnect "
+            "within 10s; then " + failed);
+
+  JobRecord both = RunningJob();
+  both.id = "both";
+  recovery.Reconcile(both, kT0);
+  recovery.Reconnected("both", 0);
+  EXPECT_TRUE(recovery.DeferFailure(both, failed, kT0 + absl::Seconds(1)));
+  recovery.Reconnected("both", 1);  // b is back too: the failure is a's own
+  EXPECT_EQ(recovery.DueLoss(both, kT0 + absl::Seconds(2)), failed);
+  EXPECT_FALSE(recovery.AwaitingReconnect("both"));
+}
+
 }  // namespace
 }  // namespace zpipe::coordinator

@@ -61,6 +61,7 @@ absl::StatusOr<WorkerRegistration> RegistrationFromProto(const v1::RegisterWorke
   r.running_pipeline_rank = p.running_pipeline_rank();
   r.running_data_rank = p.running_data_rank();
   r.running_job_finished = p.running_job_finished();
+  r.running_job_failed = p.running_job_failed();
   r.instance_id = p.instance_id();
   if (p.has_capabilities()) r.capabilities = CapabilitiesFromProto(p.capabilities());
   return r;

@@ -79,13 +79,16 @@ std::string WorkerSessions::ClaimHeldRank(const WorkerRegistration& reg, Registe
     return absl::StrCat(rank, " re-registered without the job (it restarted and lost its state)");
   }
   // Also when it finished its rank meanwhile (running_job_finished): it then sends its buffered
-  // reports and RankFinished again, and the rank completes the usual way.
+  // reports and RankFinished again, and the rank completes the usual way. And when its rank failed
+  // meanwhile (running_job_failed): its RankFailure follows, and is judged with the other ranks
+  // (RankReports::Failed), so a peer that died is blamed rather than this survivor.
   result->resume_running_job = true;
   WorkerRegistry::Reserve(entry, job->id, slot->pipeline_rank, slot->data_rank);
   lifecycle_.recovery().Reconnected(job->id,
                                     slot->data_rank * job->spec.pipeline + slot->pipeline_rank);
   LogInfo("job ", job->id, ": ", rank,
           reg.running_job_finished ? " re-registered; it finished its rank meanwhile"
+          : reg.running_job_failed ? " re-registered; its rank failed meanwhile"
                                    : " re-registered and continues");
   return "";
 }

@@ -219,6 +219,58 @@ TEST(RecoveryE2eTest, CoordinatorStoppedWithSigtermAndStartedAgain) {
   CoordinatorGoesAway(SIGTERM, std::chrono::milliseconds(500));
 }
 
+// Issue 30: with the coordinator killed first and then a worker, the failure reason named the
+// surviving rank (its "connection reset" arrived, the dead one never came back). The reason must
+// name the rank that died, whichever rank that is, with the survivor's failure as its effect.
+void CoordinatorThenWorkerKilled(int victim_rank) {
+  TempDir dir;
+  testing::LocalClusterOptions options = Options(dir.path());
+  // The dead worker is waited for this long after the restart before it is blamed.
+  options.coordinator_args = {"--recovery-grace", "5s"};
+  testing::LocalCluster cluster(2, options);
+  ASSERT_TRUE(cluster.WaitIdle(2));
+  ASSERT_TRUE(cluster.client().Submit(GptSpec("blame", 100000), "blame").ok());  // no restarts
+  ASSERT_TRUE(WaitIterations(cluster.client(), "blame", 3));
+  absl::StatusOr<v1::Job> running = cluster.client().Get("blame");
+  ASSERT_TRUE(running.ok()) << running.status();
+  std::string victim;
+  for (const v1::RankAssignment& r : running->ranks()) {
+    if (r.pipeline_rank() == victim_rank) victim = r.worker_name();
+  }
+  ASSERT_FALSE(victim.empty()) << running->DebugString();
+  const int victim_index = victim == "w0" ? 0 : 1;
+
+  cluster.StopCoordinator(SIGKILL);
+  cluster.worker(victim_index).Signal(SIGKILL);
+  cluster.worker(victim_index).Wait(30);
+  // The survivor's receive from the dead rank fails meanwhile (--comm-timeout 10 s at most).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  cluster.StartCoordinator();
+  absl::StatusOr<v1::Job> job = cluster.WaitTerminal("blame", 120);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::printf("coordinator killed, then %s (pipeline rank %d): %s\n", victim.c_str(), victim_rank,
+              job->reason().c_str());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->reason();
+  // "coordinator restarted and worker w1 (pipeline rank 1, ...) did not reconnect within 5s; then
+  // worker w0 (pipeline rank 0, ...) failed: ..." : the dead rank first, the survivor as effect.
+  const std::string survivor = victim == "w0" ? "w1" : "w0";
+  const size_t dead_at = job->reason().find(absl::StrCat("worker ", victim, " (pipeline rank ",
+                                                          victim_rank, ", data rank 0)"));
+  const size_t survivor_at = job->reason().find(absl::StrCat("worker ", survivor, " ("));
+  ASSERT_NE(dead_at, std::string::npos) << "the dead rank is not named: " << job->reason();
+  EXPECT_TRUE(survivor_at == std::string::npos || dead_at < survivor_at)
+      << "the survivor is blamed first: " << job->reason();
+  EXPECT_NE(job->reason().find("did not reconnect"), std::string::npos) << job->reason();
+}
+
+TEST(RecoveryE2eTest, CoordinatorThenTheLastRanksWorkerKilledBlamesThatRank) {
+  CoordinatorThenWorkerKilled(1);
+}
+
+TEST(RecoveryE2eTest, CoordinatorThenTheFirstRanksWorkerKilledBlamesThatRank) {
+  CoordinatorThenWorkerKilled(0);
+}
+
 TEST(RecoveryE2eTest, WorkerKilledJobRestartsOnTheSpareFromItsCheckpointBitIdentical) {
   TempDir dir;
   testing::LocalCluster cluster(3, Options(dir.path()));  // w2 is the spare

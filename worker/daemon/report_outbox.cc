@@ -103,6 +103,12 @@ bool ReportOutbox::HasFinished(const std::string& job_id) const {
   });
 }
 
+bool ReportOutbox::HasFailure(const std::string& job_id) const {
+  return std::any_of(messages_.begin(), messages_.end(), [&](const zpipe::v1::WorkerMessage& m) {
+    return m.has_failure() && m.failure().job_id() == job_id;
+  });
+}
+
 uint64_t ReportOutbox::TakeDropped() { return std::exchange(dropped_, 0); }
 
 void ReportOutbox::Erase(std::deque<zpipe::v1::WorkerMessage>::iterator it, bool dropped) {

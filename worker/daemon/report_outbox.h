@@ -39,6 +39,7 @@ class ReportOutbox {
   // Keeps only the reports about `job_id` ("" keeps none); returns how many were removed.
   size_t RetainJob(const std::string& job_id);
   bool HasFinished(const std::string& job_id) const;
+  bool HasFailure(const std::string& job_id) const;
   // Reports dropped for room since the last call.
   uint64_t TakeDropped();
 

@@ -201,6 +201,7 @@ void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
   }
   job_id_ = assignment.job_id();
   finished_.reset();
+  failed_.reset();
   job_pipeline_rank_ = assignment.pipeline_rank();
   job_data_rank_ = assignment.data_rank();
   job_cancelled_ = std::make_shared<std::atomic<bool>>(false);
@@ -250,6 +251,10 @@ void WorkerDaemon::RunJobThread(const zpipe::v1::Assignment& assignment,
     f->set_data_rank(assignment.data_rank());
     f->set_message(std::string(st.message()));
     f->set_permanent(IsPermanent(st));  // a full checkpoint disk: not worth a restart
+    {
+      absl::MutexLock lock(&mu_);
+      failed_ = *f;
+    }
     Send(msg);
   }
   if (options_.metrics != nullptr) {
@@ -341,6 +346,11 @@ zpipe::v1::RegisterWorkerRequest WorkerDaemon::RegistrationRequest() {
     req.set_running_pipeline_rank(finished_->pipeline_rank());
     req.set_running_data_rank(finished_->data_rank());
     req.set_running_job_finished(true);
+  } else if (failed_.has_value()) {
+    req.set_running_job_id(failed_->job_id());
+    req.set_running_pipeline_rank(failed_->pipeline_rank());
+    req.set_running_data_rank(failed_->data_rank());
+    req.set_running_job_failed(true);
   }
   return req;
 }
@@ -348,15 +358,20 @@ zpipe::v1::RegisterWorkerRequest WorkerDaemon::RegistrationRequest() {
 void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
                                     const zpipe::v1::RegisterWorkerResponse& resp) {
   std::optional<zpipe::v1::RankFinished> finished;
-  if (req.running_job_finished()) {
+  std::optional<zpipe::v1::RankFailure> failed;
+  if (req.running_job_finished() || req.running_job_failed()) {
     absl::MutexLock lock(&mu_);
     if (finished_.has_value() && finished_->job_id() == req.running_job_id()) {
       finished = std::move(finished_);
       finished_.reset();
     }
+    if (failed_.has_value() && failed_->job_id() == req.running_job_id()) {
+      failed = std::move(failed_);
+      failed_.reset();
+    }
   }
   if (!req.running_job_id().empty() && !resp.resume_running_job()) {
-    if (!req.running_job_finished()) {
+    if (!req.running_job_finished() && !req.running_job_failed()) {
       Log(absl::StrCat("job ", req.running_job_id(),
                        ": coordinator did not take it back; abandoning"));
     }
@@ -375,6 +390,12 @@ void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
       !outbox_.HasFinished(finished->job_id())) {
     zpipe::v1::WorkerMessage again;
     *again.mutable_finished() = *finished;
+    outbox_.Push(std::move(again));
+  }
+  // Likewise a rank that failed: its RankFailure, unless it still waits in the outbox.
+  if (failed.has_value() && resp.resume_running_job() && !outbox_.HasFailure(failed->job_id())) {
+    zpipe::v1::WorkerMessage again;
+    *again.mutable_failure() = *failed;
     outbox_.Push(std::move(again));
   }
 }

@@ -186,6 +186,9 @@ class WorkerDaemon {
   // The rank this worker last finished, until a registration has told the coordinator so
   // (its RankFinished may have been lost with the coordinator).
   std::optional<zpipe::v1::RankFinished> finished_ ABSL_GUARDED_BY(mu_);
+  // The last rank that failed, until a coordinator took its failure back (or a new job starts):
+  // a coordinator that restarted meanwhile hears it again at registration.
+  std::optional<zpipe::v1::RankFailure> failed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zpipe::worker
