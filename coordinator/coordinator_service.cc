@@ -34,6 +34,16 @@ absl::StatusOr<Principal> CoordinatorServiceImpl::Caller(grpc::ServerContext* ct
   return CallerOf(auth_, *ctx, Role::kClient, call);
 }
 
+absl::Status CoordinatorServiceImpl::StillAllowed(grpc::ServerContext* ctx,
+                                                  absl::string_view call) const {
+  if (!auth_.enabled()) return absl::OkStatus();
+  absl::StatusOr<Principal> still = Caller(ctx, call);
+  if (still.ok()) return absl::OkStatus();
+  return absl::Status(still.status().code(),
+                      absl::StrCat("stream closed: ", still.status().message(),
+                                   " (the token files were reloaded without it)"));
+}
+
 grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                                const v1::SubmitJobRequest* req,
                                                v1::SubmitJobResponse* resp) {
@@ -167,10 +177,15 @@ absl::Status CoordinatorServiceImpl::Watch(grpc::ServerContext* ctx, const v1::W
 
   uint64_t progress_version = manager_.ProgressVersion(id);
   absl::Time next_progress = absl::Now() + interval;
+  absl::Time next_auth_check = absl::Now() + kStreamAuthInterval;
   while (!terminal) {
     if (ctx->IsCancelled()) return gone;
+    if (absl::Now() >= next_auth_check) {  // a token revoked meanwhile closes the stream
+      if (absl::Status st = StillAllowed(ctx, "watch jobs"); !st.ok()) return st;
+      next_auth_check = absl::Now() + kStreamAuthInterval;
+    }
     if (log.closed()) return absl::UnavailableError("coordinator shutting down");
-    if (log.WaitForEventAfter(id, cursor, next_progress)) {
+    if (log.WaitForEventAfter(id, cursor, std::min(next_progress, next_auth_check))) {
       if (absl::Status st = catch_up(); !st.ok()) return st;
       if (terminal) break;
     }
@@ -295,8 +310,18 @@ grpc::Status CoordinatorServiceImpl::GetJobLogs(
     } while (i < batch.lines.size());
     return true;
   };
-  return Done("GetJobLogs",
-              StreamJobLogs(manager_, request, write, [ctx] { return ctx->IsCancelled(); }));
+  // A token revoked while the stream follows closes it (checked every kStreamAuthInterval).
+  absl::Status revoked;
+  absl::Time next_auth_check = absl::Now() + kStreamAuthInterval;
+  auto stop = [&] {
+    if (ctx->IsCancelled()) return true;
+    if (absl::Now() < next_auth_check) return false;
+    next_auth_check = absl::Now() + kStreamAuthInterval;
+    revoked = StillAllowed(ctx, "read job logs");
+    return !revoked.ok();
+  };
+  absl::Status streamed = StreamJobLogs(manager_, request, write, stop);
+  return Done("GetJobLogs", revoked.ok() ? streamed : revoked);
 }
 
 }  // namespace zpipe::coordinator

@@ -50,6 +50,11 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
 
   // The caller, when its token's role may make `call` (a client-role call).
   absl::StatusOr<Principal> Caller(grpc::ServerContext* ctx, absl::string_view call) const;
+  // For a stream already open: OK while its token still may make `call`; once a reload (SIGHUP)
+  // removed the token, the error that closes the stream ("stream closed: ...").
+  absl::Status StillAllowed(grpc::ServerContext* ctx, absl::string_view call) const;
+  // How often an open stream checks StillAllowed.
+  static constexpr absl::Duration kStreamAuthInterval = absl::Milliseconds(500);
 
   JobManager& manager_;
   Metrics& metrics_;

@@ -535,6 +535,64 @@ TEST_F(AuthTest, RevokedWorkerTokenClosesItsSessionWithinAHeartbeat) {
   EXPECT_THAT(worker.last_error().error_message(), ::testing::HasSubstr("session closed"));
 }
 
+// Issue 30: likewise a client token removed by a reload no longer keeps the streams it opened:
+// a following WatchJob and a following GetJobLogs end UNAUTHENTICATED within about 0.5 s, while
+// another client's watch carries on.
+TEST_F(AuthTest, RevokedClientTokenClosesItsOpenStreams) {
+  ASSERT_TRUE(Submit(alice_, "watched").ok());  // pending forever: no workers
+  struct Stream {
+    grpc::ClientContext ctx;
+    grpc::Status status;
+    absl::Time ended = absl::InfiniteFuture();
+    std::thread reader;
+  };
+  Stream watch, logs, bobs;
+  auto follow_watch = [&](Stream& s, const std::string& token) {
+    AddToken(s.ctx, token);
+    v1::WatchJobRequest req;
+    req.set_job_id("watched");
+    s.reader = std::thread([&s, req, this] {
+      auto reader = client_->WatchJob(&s.ctx, req);
+      v1::JobEvent event;
+      while (reader->Read(&event)) {
+      }
+      s.status = reader->Finish();
+      s.ended = absl::Now();
+    });
+  };
+  follow_watch(watch, alice_);
+  follow_watch(bobs, bob_);
+  AddToken(logs.ctx, alice_);
+  v1::GetJobLogsRequest logs_req;
+  logs_req.set_job_id("watched");
+  logs_req.set_follow(true);
+  logs.reader = std::thread([&logs, logs_req, this] {
+    auto reader = client_->GetJobLogs(&logs.ctx, logs_req);
+    v1::GetJobLogsResponse resp;
+    while (reader->Read(&resp)) {
+    }
+    logs.status = reader->Finish();
+    logs.ended = absl::Now();
+  });
+  absl::SleepFor(absl::Seconds(1));  // the streams are open and stay open
+
+  WriteText(tokens_.client, absl::StrCat("bob:", bob_, "\n"));  // alice is gone
+  ASSERT_TRUE(server_->ReloadTokens().ok());
+  const absl::Time reloaded = absl::Now();
+  watch.reader.join();
+  logs.reader.join();
+  for (Stream* s : {&watch, &logs}) {
+    EXPECT_EQ(s->status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s->status.error_message();
+    EXPECT_THAT(s->status.error_message(), ::testing::HasSubstr("stream closed"));
+    EXPECT_LT(s->ended - reloaded, absl::Milliseconds(500 + 500)) << "interval + slack";
+  }
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_EQ(bobs.ended, absl::InfiniteFuture()) << "bob's token is still valid";
+  bobs.ctx.TryCancel();
+  bobs.reader.join();
+}
+
 TEST_F(AuthTest, SessionOfAnotherWorkersRegistrationIsRefused) {
   std::unique_ptr<TestWorker> victim = Worker("victim", worker_);
   ASSERT_TRUE(victim->Start());
