@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# `pip install ./python` works offline: a fresh venv that sees the project venv's packages (grpcio,
-# protobuf, PyYAML, through a .pth file, as a user's environment would have them), pip with
-# --no-index (no network at all), then the client imported from outside the source tree. A copy of
-# python/ is installed so the build leaves nothing in the checkout. ctest: python_client_install.
+# `pip install ./python` works offline and leaves the source tree as it was: a fresh venv that sees
+# the project venv's packages (grpcio, protobuf, PyYAML, through a .pth file, as a user's
+# environment would have them), pip with --no-index (no network at all), installed straight from
+# the checkout's python/, then `git status` of python/ (ignored files included) compared with
+# before; the client imported from outside the source tree. Then the wheel scripts/build-wheel
+# makes, installed into a second venv. ctest: python_client_install.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 py=$("$root/scripts/find-python" grpc google.protobuf yaml)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r "$root/python" "$tmp/src"
-"$py" -m venv "$tmp/venv"
+tree_state() { git -C "$root" status --porcelain --ignored -- python; }
+before=$(tree_state)
 deps=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-"$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
-  { read -r site; echo "$deps" >"$site/zpipe-project-venv.pth"; }
-"$tmp/venv/bin/python" -m pip install --quiet --no-index --no-build-isolation "$tmp/src"
+new_venv() {  # new_venv DIR: a venv that also sees the project venv's packages
+  "$py" -m venv "$1"
+  "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
+    { read -r site; echo "$deps" >"$site/zpipe-project-venv.pth"; }
+}
+new_venv "$tmp/venv"
+"$tmp/venv/bin/python" -m pip install --quiet --no-index --no-build-isolation "$root/python"
+after=$(tree_state)
+if [[ $after != "$before" ]]; then
+  echo "install_test: pip install ./python changed the source tree:" >&2
+  diff <(echo "$before") <(echo "$after") >&2 || true
+  exit 1
+fi
 cd "$tmp"
 "$tmp/venv/bin/python" - <<'PY'
 import zeropipe
@@ -32,3 +44,10 @@ import sys
 assert "torch" not in sys.modules, "the client must not need torch"
 print("install_test: zeropipe installed and imported from", zeropipe.__file__)
 PY
+
+# The wheel scripts/build-wheel makes installs and imports the same way.
+wheel=$("$root/scripts/build-wheel" "$tmp/dist")
+new_venv "$tmp/venv2"
+"$tmp/venv2/bin/python" -m pip install --quiet --no-index --no-deps "$wheel"
+(cd "$tmp" && "$tmp/venv2/bin/python" -c 'import zeropipe, sys; assert zeropipe.__file__.startswith(sys.prefix); print("install_test: wheel", zeropipe.__file__)')
+[[ $(tree_state) == "$before" ]] || { echo "install_test: build-wheel changed the source tree" >&2; exit 1; }
