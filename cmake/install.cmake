@@ -6,9 +6,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
-# Headers live under include/zeropipe/ and are included by their path in the tree
-# ("client/client.h", "core/plan.h", "util/tls_files.h", "zpipe/v1/job.pb.h"), so installed and
-# in-tree code read alike without claiming generic names like include/core/ for the whole system.
+# Headers live under include/zeropipe/: a consumer includes them with the project's prefix,
+# <zeropipe/client/client.h>, <zeropipe/core/plan.h>, and so claims no generic name like core/ on
+# the system's include path. Among themselves they keep their paths in the tree ("core/plan.h",
+# "zpipe/v1/job.pb.h"), so the package's targets put include/zeropipe/ on the path as well.
 set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
 
 # The binaries users run (README "The services", deploy/docker/collect-runtime).
@@ -42,7 +43,7 @@ if(TARGET zpipe_client)
   set_target_properties(zpipe_client PROPERTIES EXPORT_NAME client)
   install(TARGETS zpipe_core zpipe_util zpipe_render zpipe_proto zpipe_client EXPORT ZeroPipeTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
-          INCLUDES DESTINATION ${ZPIPE_INSTALL_INCLUDEDIR})
+          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${ZPIPE_INSTALL_INCLUDEDIR})
 
   # The public headers: client.h and job_file.h (not client/internal/, not the CLI's), every core
   # header client.h can reach (core/internal/ stays private), util's TLS files (client.h's

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "client/client.h"
-#include "client/job_file.h"
-#include "core/plan.h"
-#include "render/plan_export.h"
+#include <zeropipe/client/client.h>
+#include <zeropipe/client/job_file.h>
+#include <zeropipe/core/plan.h>
+#include <zeropipe/render/plan_export.h>
 
 int main(int argc, char** argv) {
   if (argc != 3) {
