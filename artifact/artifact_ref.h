@@ -1,5 +1,5 @@
 // Artifact references: how a job spec names a file that was uploaded to the coordinator
-// (`zpipe submit --upload`, README "Giving ZeroPipe your model and data") instead of a path on the
+// (`zpipe submit --upload`, docs/operations.md "Giving ZeroPipe your model and data") instead of a path on the
 // workers: `artifact:sha256:<64 lower-case hex digits>`, the SHA-256 of the file's bytes. The
 // fields that may hold one are the files a worker reads: model.torchscript.path, data.path and
 // eval.path (never checkpoint.dir, which is written). A path that does not start with

@@ -250,9 +250,9 @@ TEST_F(CliCommandsTest, WorkersAndListPageWithLimitAndContinue) {
   ASSERT_EQ(jobs.code, kExitOk) << jobs.err;
   EXPECT_EQ(jobs.out, "a\nb\n");
   EXPECT_THAT(jobs.err, HasSubstr("more: zpipe list --limit 2 --continue "));
-  const std::string token = jobs.err.substr(jobs.err.rfind(' ') + 1);
-  Result rest = Run(RunListCommand, {"--limit", "2", "--continue", token.substr(0, token.size() - 1)},
-                    OutputFormat::kName);
+  std::string token = jobs.err.substr(jobs.err.rfind(' ') + 1);
+  token.pop_back();  // the newline
+  Result rest = Run(RunListCommand, {"--limit", "2", "--continue", token}, OutputFormat::kName);
   EXPECT_EQ(rest.out, "c\n");
 
   Result bad = Run(RunWorkersCommand, {"--limit", "0"});
@@ -324,7 +324,7 @@ TEST_F(CliCommandsTest, WorkersTableShowsCapabilities) {
   const json j = json::parse(r.out);
   EXPECT_EQ(j["workers"][0]["capabilities"]["nccl_version"], "2.20.5");
   EXPECT_EQ(j["workers"][0]["capabilities"]["devices"][1]["name"], "NVIDIA H100 80GB HBM3");
-  // The README's vocabulary: numbers as numbers, lower-case states and kinds, null when unset.
+  // docs/json.md's vocabulary: numbers as numbers, lower-case states and kinds, null when unset.
   EXPECT_EQ(j["workers"][0]["memory_bytes"], 512ull << 30);
   EXPECT_EQ(j["workers"][0]["capabilities"]["devices"][1]["total_memory_bytes"], 80ull << 30);
   EXPECT_EQ(j["workers"][0]["state"], "busy");
@@ -355,7 +355,7 @@ TEST_F(CliCommandsTest, PlanForAJob) {
   EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p", "--rank", "2"}).code, kExitUsage);
 }
 
-// -o json of a job (status, list, cancel, submit, watch): README "JSON output".
+// -o json of a job (status, list, cancel, submit, watch): docs/guide.md "JSON output".
 TEST_F(CliCommandsTest, JobJsonSpeaksTheDocumentedVocabulary) {
   v1::JobSpec spec = Spec();
   spec.mutable_model()->mutable_synthetic()->set_forward_ms(1.5);
@@ -502,7 +502,8 @@ TEST_F(CliCommandsTest, UnknownFlagsExitTwoNamingThem) {
 TEST_F(CliCommandsTest, ExitCodeForEveryStatusCode) {
   EXPECT_EQ(ExitCodeFor(absl::OkStatus()), kExitOk);
   EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("spec.x: bad")), kExitUsage);
-  // README: "1 ... the operation was refused": another spec under an existing id is refused.
+  // docs/guide.md, exit codes: "1 ... the operation was refused": another spec under an existing
+  // id is refused.
   EXPECT_EQ(ExitCodeFor(absl::AlreadyExistsError("job 'a' already exists")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::NotFoundError("job 'a' not found")), kExitJobFailed);
   EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("finished")), kExitJobFailed);

@@ -4,7 +4,7 @@
 // its scripts from it: a command or a flag added here is known to all four at once, and one
 // missing here is known to none.
 //
-// The flag conventions every command follows (README "CLI"):
+// The flag conventions every command follows (docs/guide.md "The `zpipe` CLI"):
 //   -o, --output FORMAT   only ever the output format: text, wide, json, yaml or name (the ones a
 //                         command prints; `table` is the old name of text);
 //   -f, --file FILE       a file a command writes or reads, where a positional does not say it

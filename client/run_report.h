@@ -16,7 +16,7 @@ namespace zpipe::cli {
 // optimizer-step columns when any rank stepped an optimizer.
 void PrintSummary(std::ostream& out, const RunSummary& s, const TimelineFiles& timeline);
 
-// The -o json report (README: "zpipe run -o json").
+// The -o json report (docs/guide.md "Running a job locally").
 nlohmann::json SummaryJson(const RunSummary& s, const TimelineFiles& timeline);
 
 }  // namespace zpipe::cli

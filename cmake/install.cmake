@@ -12,7 +12,7 @@ set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
 # "zpipe/v1/job.pb.h"), so the package's targets put include/zeropipe/ on the path as well.
 set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
 
-# The binaries users run (README "The services", deploy/docker/collect-runtime).
+# The binaries users run (docs/operations.md "The services", deploy/docker/collect-runtime).
 foreach(binary zpipe zpipe-coordinator)
   if(TARGET ${binary})
     install(TARGETS ${binary} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
@@ -77,10 +77,13 @@ if(TARGET zpipe_client)
           DESTINATION ${ZPIPE_INSTALL_CMAKEDIR} COMPONENT development)
 endif()
 
-# What the binaries' users read and run: the licence and README, the example job files, and the
-# Grafana dashboard with the Prometheus rules.
+# What the binaries' users read and run: the licence, README and docs/ (whose links are relative,
+# so they keep working there), the example job files, and the Grafana dashboard with the
+# Prometheus rules.
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/README.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime
+        FILES_MATCHING PATTERN "*.md")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples ${PROJECT_SOURCE_DIR}/dashboards
         DESTINATION ${CMAKE_INSTALL_DATADIR}/zeropipe COMPONENT runtime
         PATTERN alerts_test.yml EXCLUDE)

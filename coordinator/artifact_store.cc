@@ -36,7 +36,8 @@ absl::Status OverCap(absl::string_view what, uint64_t size, uint64_t cap) {
   return absl::ResourceExhaustedError(absl::StrCat(
       what, " ", Bytes(size), " is over the coordinator's cap of ", Bytes(cap),
       " per job (zpipe-coordinator --artifact-max-job-bytes); put larger files on a volume the "
-      "workers share (README, \"Giving ZeroPipe your model and data\") or raise the cap"));
+      "workers share (docs/operations.md, \"Giving ZeroPipe your model and data\") or raise the "
+      "cap"));
 }
 
 std::string RandomName() {

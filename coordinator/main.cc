@@ -131,9 +131,9 @@ int Serve(const ServerOptions& options) {
     (void)(*server)->ReloadTokens();  // logs the outcome; a bad file keeps the old tokens
   }
   zpipe::LogInfo("received signal ", sig);
-  // Under 1 s in all (README "Reliability"): every acknowledged change is already stored, so a
-  // call cut off here was never acknowledged and its client retries it; sessions and watches
-  // would only ever end at the deadline.
+  // Under 1 s in all (docs/operations.md "Failures and recovery"): every acknowledged change is
+  // already stored, so a call cut off here was never acknowledged and its client retries it;
+  // sessions and watches would only ever end at the deadline.
   (*server)->Shutdown(zpipe::coordinator::kShutdownGrace);
   return 0;
 }

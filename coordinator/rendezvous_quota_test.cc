@@ -60,7 +60,7 @@ TEST(RendezvousQuotaTest, KeyQuotaRefusesNewKeysButNotOverwrites) {
 }
 
 TEST(RendezvousQuotaTest, DefaultsAreDocumented) {
-  // README "Security" and zpipe-coordinator --help state these.
+  // docs/operations.md "Security" and zpipe-coordinator --help state these.
   EXPECT_EQ(RendezvousLimits{}.job_bytes, size_t{64} << 20);
   EXPECT_EQ(RendezvousLimits{}.job_keys, 16384u);
 }

@@ -65,7 +65,7 @@ struct ServerOptions {
   // probe passed (every 2 s): 10 s leaves room for both several times over.
   absl::Duration recovery_grace = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0 = timeout / 5
-  // Limits (README "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
+  // Limits (docs/operations.md "Security"): each refusal is RESOURCE_EXHAUSTED naming its flag.
   int max_message_bytes = 16 << 20;  // larger requests are refused by gRPC itself
   // A new job beyond this many PENDING ones is refused, or beyond this many of its submitter's.
   int max_pending_jobs = ManagerOptions{}.max_pending_jobs;

@@ -1,4 +1,4 @@
-// ResolveSpecDefaults against the defaults README's "Job spec" table documents.
+// ResolveSpecDefaults against the defaults docs/reference.md "Job spec" table documents.
 #include "coordinator/spec_defaults.h"
 
 #include "coordinator/spec_validator.h"

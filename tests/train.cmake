@@ -43,7 +43,7 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_errors PROPERTIES LABELS "train" TIMEOUT 600
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
-  # `zpipe submit --upload` (README "Giving ZeroPipe your model and data"): a coordinator and two
+  # `zpipe submit --upload` (docs/operations.md "Giving ZeroPipe your model and data"): a coordinator and two
   # workers in folders that share nothing with the client's; the uploaded model and token file
   # train to SUCCEEDED, a second job is a cache hit on the workers, the size cap, a wrong digest,
   # and the artifacts' deletion after their jobs end.

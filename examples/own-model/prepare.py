@@ -1,4 +1,4 @@
-"""Step 1 of "Train your own model" (README): export the transformer of model.py as TorchScript
+"""Step 1 of "Train your own model" (docs/guide.md): export the transformer of model.py as TorchScript
 and turn a text file into byte-level token files.
 
 usage: prepare.py [--text FILE] [--out DIR]

@@ -1,4 +1,4 @@
-"""Step 3 of "Train your own model" (README): load the trained model ZeroPipe wrote and sample
+"""Step 3 of "Train your own model" (docs/guide.md): load the trained model ZeroPipe wrote and sample
 text from it.
 
 usage: sample.py MODEL.pt [--prompt TEXT] [--tokens N] [--temperature T]

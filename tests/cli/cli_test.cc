@@ -186,7 +186,8 @@ TEST_F(CliTest, ResubmitIsIdempotent) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(Parse(again)["created"], false);
   ProcessResult different = RunZpipe({"submit", JobFile(5), "--id", "same"});
-  // ALREADY_EXISTS: the coordinator refused it (README: "1 ... the operation was refused").
+  // ALREADY_EXISTS: the coordinator refused it (docs/guide.md, exit codes: "1 ... the operation
+  // was refused").
   EXPECT_EQ(different.exit_code, 1) << different.err;
   EXPECT_THAT(different.err, HasSubstr("already exists"));
 }
@@ -203,7 +204,7 @@ TEST_F(CliTest, ThePrintedResolvedSpecIsTheSameJobAsTheFile) {
   ProcessResult status = RunZpipe({"status", "raw", "-o", "json"});
   ASSERT_EQ(status.exit_code, 0) << status.err;
   const json spec = Parse(status)["spec"];
-  // Every default README's job spec table documents, as the coordinator filled it in.
+  // Every default docs/reference.md's job spec table documents, as the coordinator filled it in.
   EXPECT_EQ(spec["parallel"]["data"], 1);
   EXPECT_EQ(spec["train"]["optimizer"], "sgd");      // the file's
   EXPECT_EQ(spec["train"]["weight_decay"], 0.0);     // 0.01 only for adamw
@@ -303,7 +304,8 @@ TEST_F(CliTest, SubmitWaitSucceedsWithWorkers) {
   EXPECT_EQ(j["state"], "succeeded");
   EXPECT_EQ(j["progress"]["iterations_done"], 3);
   ASSERT_EQ(j["ranks"].size(), 2u);
-  // README "JSON output": numbers as numbers, times as RFC 3339, defaults resolved, null unset.
+  // docs/guide.md "JSON output": numbers as numbers, times as RFC 3339, defaults resolved, null
+  // unset.
   EXPECT_TRUE(j["predicted"]["num_actions"].is_number_integer()) << j["predicted"];
   EXPECT_TRUE(j["predicted"]["makespan_ms"].is_number()) << j["predicted"];
   EXPECT_TRUE(j["create_time"].is_string());
@@ -705,9 +707,10 @@ TEST_F(CliTest, UnreachableCoordinatorExitsThree) {
   }
 }
 
-// README "Exit codes", 1: a job that fails ends `submit --wait`, `submit --follow` and `watch`
-// with 1 (as a cancelled one does: WaitOnJobThatGetsCancelledExitsOne), in table and JSON output;
-// cancelling the failed job is refused with 1.
+// docs/guide.md "The `zpipe` CLI", exit codes, 1: a job that fails ends `submit --wait`,
+// `submit --follow` and `watch` with 1 (as a cancelled one does:
+// WaitOnJobThatGetsCancelledExitsOne), in table and JSON output; cancelling the failed job is
+// refused with 1.
 TEST_F(CliTest, FailedJobExitsOne) {
   AddWorkers(2, FakeWorkerOptions::Mode::kHold);
   Subprocess wait(Zpipe({"submit", JobFile(), "--id", "doomed", "--wait"}));
@@ -731,7 +734,7 @@ TEST_F(CliTest, FailedJobExitsOne) {
   EXPECT_THAT(cancel.err, HasSubstr("zpipe cancel: "));
 }
 
-// README "Exit codes", 0 for every command that succeeds, -o json included.
+// docs/guide.md "The `zpipe` CLI", exit codes, 0 for every command that succeeds, -o json included.
 TEST_F(CliTest, SuccessExitsZeroForEveryCommand) {
   AddWorkers(2, FakeWorkerOptions::Mode::kRun);
   ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "ok", "--wait"}).exit_code, 0);

@@ -373,7 +373,7 @@ class ClientE2ETest(unittest.TestCase):
 
     def test_cli_json_is_the_python_clients_vocabulary(self):
         # `zpipe -o json` and the Python client print the same objects for the same job and
-        # workers (README "JSON output"; client/json_output.h and zeropipe/client.py).
+        # workers (docs/guide.md "JSON output"; client/json_output.h and zeropipe/client.py).
         cli = os.environ.get("ZPIPE_CLI_BIN")
         if not cli:
             self.skipTest("set ZPIPE_CLI_BIN")

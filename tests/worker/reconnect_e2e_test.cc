@@ -1,7 +1,7 @@
 // Coordinator restarts, timed (issue 30), with a real zpipe-coordinator and real zpipe-worker
 // processes on loopback:
 // - workers re-register within 1 s of a restarted coordinator starting to listen, however long
-//   it was away (so --recovery-grace can be short: README "Reliability");
+//   it was away (so --recovery-grace can be short: docs/operations.md "Failures and recovery");
 // - SIGTERM stops a coordinator with connected workers and a running job in under 1 s, and what
 //   it acknowledged (a job submitted just before, the running job's progress) is in its store
 //   when it comes back.

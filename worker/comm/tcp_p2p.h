@@ -5,7 +5,7 @@
 // Why not Gloo's unbound buffers: a Gloo send is two socket writes (a ready notice, then the
 // payload, once the peer's own notice came back), and a receive is read by Gloo's device loop,
 // which then wakes the thread waiting for it. Inside a pipeline on two cores that hand-over took
-// 130-300 us per hop (README "Runtime performance"), most of the measured bubble's excess over the
+// 130-300 us per hop (docs/performance.md "Runtime performance"), most of the measured bubble's excess over the
 // plan, and a 250 KB all-reduce between two replicas 0.9 ms. Here a message is one write of a
 // 16-byte header and the payload, issued on the sender's own thread, and the bytes are read by the
 // thread that waits for them, straight into the receive's tensor: one wake-up from the kernel, no

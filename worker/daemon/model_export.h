@@ -5,8 +5,8 @@
 // every parameter replaced by the trained value from the latest complete checkpoint under
 // DIR/NAME; loadable with torch.jit.load. Built-in GPT jobs: a LibTorch archive holding every
 // parameter under its global name (e.g. "layers.3.mlp.fc1.weight"), readable in Python with
-// torch.jit.load(FILE).state_dict()-style access to its attributes (see the README). Synthetic jobs
-// have no weights worth exporting.
+// torch.jit.load(FILE).state_dict()-style access to its attributes (see docs/guide.md). Synthetic
+// jobs have no weights worth exporting.
 #ifndef ZPIPE_WORKER_DAEMON_MODEL_EXPORT_H_
 #define ZPIPE_WORKER_DAEMON_MODEL_EXPORT_H_
 

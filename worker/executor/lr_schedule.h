@@ -4,7 +4,7 @@
 //   constant: lr
 //   cosine:   min_lr + (lr - min_lr) * 0.5 * (1 + cos(pi * (t - warmup) / (T - warmup)))
 //   linear:   min_lr + (lr - min_lr) * (1 - (t - warmup) / (T - warmup))
-// The same formulas as the README and job.proto, so a reference loop can reproduce them.
+// The same formulas as docs/reference.md and job.proto, so a reference loop can reproduce them.
 #ifndef ZPIPE_WORKER_EXECUTOR_LR_SCHEDULE_H_
 #define ZPIPE_WORKER_EXECUTOR_LR_SCHEDULE_H_
 
