@@ -555,25 +555,72 @@ struct FdSet {
   }
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
-                                                        KeyValueStore& store) {
-  if (o.size < 2 || o.rank < 0 || o.rank >= o.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(o.group, " streams: rank ", o.rank, " does not fit a group of ", o.size));
+// A stream to `a`, tried again every 10 ms (the peer may not listen yet) until `deadline`; -1
+// when it passes first.
+int DialUntil(const addrinfo& a, Clock::time_point deadline) {
+  for (;;) {
+    const int fd = ::socket(a.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && ::connect(fd, a.ai_addr, a.ai_addrlen) == 0) return fd;
+    if (fd >= 0) ::close(fd);
+    if (Clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const auto deadline = Clock::now() + absl::ToChronoNanoseconds(o.timeout);
-  const uint32_t group = Fnv1a(o.key_prefix);
+}
+
+// One rank's part in setting up the group's streams, one per pair, all within o.timeout: it
+// listens and publishes its address, connects to the lower ranks and accepts the higher ones.
+// Every fd it opened is closed with it unless taken out of peer_fds(). `o` (size >= 2, rank in
+// range) and `store` outlive it.
+class Rendezvous {
+ public:
+  Rendezvous(const TcpP2pOptions& o, KeyValueStore& store)
+      : o_(o),
+        store_(store),
+        deadline_(Clock::now() + absl::ToChronoNanoseconds(o.timeout)),
+        group_(Fnv1a(o.key_prefix)) {}
+
+  // Binds a port of the kernel's choosing on ListenAddress and publishes "host port" under this
+  // rank's key.
+  absl::Status Listen();
+  // Connects to every lower rank at the address it published, and introduces this rank.
+  absl::Status ConnectLower();
+  // Accepts a stream from every higher rank (after Listen).
+  absl::Status AcceptHigher();
+
+  // By peer rank: the connected streams, -1 for this rank.
+  std::vector<int>& peer_fds() { return peers_.fds; }
+
+ private:
+  int listen_fd() const { return listener_.fds[0]; }
+
+  // Names the ranks that did not `how` (ranks not yet connected, or `missing` when given).
+  absl::Status TimedOut(absl::string_view how, std::vector<int> missing = {}) const;
+  // Connects to lower rank `j`, which published `address`.
+  absl::Status ConnectTo(int j, const std::string& address);
+  // FAILED_PRECONDITION when a higher rank not yet connected says in the store that it is on Gloo.
+  absl::Status CheckHigherNotOnGloo();
+  // Takes the next stream from the listener; true when it is a higher rank of this group that was
+  // not connected yet.
+  bool AcceptOne();
+
+  const TcpP2pOptions& o_;
+  KeyValueStore& store_;
+  const Clock::time_point deadline_;
+  const uint32_t group_;  // in every hello: both ends belong to the same job attempt and group
+  FdSet listener_{{-1}};
+  FdSet peers_{std::vector<int>(o_.size, -1)};
+};
+
+absl::Status Rendezvous::Listen() {
   socklen_t len = 0;
-  auto addr = ListenAddress(o, &len);
+  auto addr = ListenAddress(o_, &len);
   if (!addr.ok()) return addr.status();
 
-  FdSet listener{{::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)}};
-  const int lfd = listener.fds[0];
+  listener_.fds[0] = ::socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int lfd = listen_fd();
   if (lfd < 0) {
     const int err = errno;
-    return absl::UnavailableError(Errno(absl::StrCat(o.group, " streams: socket"), err));
+    return absl::UnavailableError(Errno(absl::StrCat(o_.group, " streams: socket"), err));
   }
   if (addr->ss_family == AF_INET) {
     reinterpret_cast<sockaddr_in&>(*addr).sin_port = 0;
@@ -581,108 +628,118 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
     reinterpret_cast<sockaddr_in6&>(*addr).sin6_port = 0;
   }
   if (::bind(lfd, reinterpret_cast<const sockaddr*>(&*addr), len) != 0 ||
-      ::listen(lfd, o.size) != 0) {
+      ::listen(lfd, o_.size) != 0) {
     const int err = errno;
     return absl::UnavailableError(
-        Errno(absl::StrCat(o.group, " streams: listening on ", Describe(*addr)), err));
+        Errno(absl::StrCat(o_.group, " streams: listening on ", Describe(*addr)), err));
   }
 
   sockaddr_storage bound{};
   socklen_t bound_len = sizeof(bound);
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &bound_len);
-  if (absl::Status s = store.Set(absl::StrCat(o.key_prefix, o.rank), Describe(bound)); !s.ok()) {
-    return s;
-  }
+  return store_.Set(absl::StrCat(o_.key_prefix, o_.rank), Describe(bound));
+}
 
-  FdSet peers{std::vector<int>(o.size, -1)};
-  // Lower ranks are connected to, higher ones accepted: one stream per pair.
+absl::Status Rendezvous::TimedOut(absl::string_view how, std::vector<int> missing) const {
+  if (missing.empty()) {
+    for (int j = 0; j < o_.size; ++j) {
+      if (j != o_.rank && peers_.fds[j] < 0) missing.push_back(j);
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      o_.group, " streams: rank ", o_.rank, " of ", o_.size, ": ",
+      missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " did not ", how,
+      " within ", absl::FormatDuration(o_.timeout), "; is every rank of the job running?"));
+}
+
+absl::Status Rendezvous::ConnectLower() {
   std::vector<std::string> keys;
-  for (int j = 0; j < o.rank; ++j) keys.push_back(absl::StrCat(o.key_prefix, j));
-  // Names the ranks that did not `how` (ranks not yet connected, or `missing` when given).
-  auto timed_out = [&](absl::string_view how, std::vector<int> missing = {}) {
-    if (missing.empty()) {
-      for (int j = 0; j < o.size; ++j) {
-        if (j != o.rank && peers.fds[j] < 0) missing.push_back(j);
-      }
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        o.group, " streams: rank ", o.rank, " of ", o.size, ": ",
-        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "), " did not ", how,
-        " within ", absl::FormatDuration(o.timeout), "; is every rank of the job running?"));
-  };
-  if (!keys.empty()) {
-    auto values = store.Wait(keys, absl::Now() + absl::FromChrono(deadline - Clock::now()));
-    if (absl::IsDeadlineExceeded(values.status())) {
-      return timed_out("publish an address", UnsetKeys(store, keys));  // keys[j]: rank j
-    }
-    if (!values.ok()) return values.status();
-    for (int j = 0; j < o.rank; ++j) {
-      if ((*values)[j] == kGlooP2pMarker) {
-        return MixedTransports(o, /*tcp=*/o.rank, /*gloo=*/j);
-      }
-      std::vector<std::string> parts = absl::StrSplit((*values)[j], ' ');
-      int port = 0;
-      if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            o.group, " streams: rank ", j, " published '", (*values)[j], "', not 'host port'"));
-      }
-      addrinfo hints{};
-      hints.ai_socktype = SOCK_STREAM;
-      hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-      addrinfo* res = nullptr;
-      if (::getaddrinfo(parts[0].c_str(), parts[1].c_str(), &hints, &res) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            o.group, " streams: rank ", j, " published a bad address '", (*values)[j], "'"));
-      }
-      int fd = -1;
-      for (;;) {
-        fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
-        if (fd >= 0) ::close(fd);
-        fd = -1;
-        if (Clock::now() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      ::freeaddrinfo(res);
-      if (fd < 0) return timed_out("accept a connection");
-      peers.fds[j] = fd;
-      Hello hello{kHelloMagic, o.rank, o.size, group};
-      if (!ExchangeExactly(fd, /*out=*/true, reinterpret_cast<char*>(&hello), sizeof(hello),
-                           deadline)) {
-        return absl::UnavailableError(absl::StrCat(o.group, " streams: introducing rank ", o.rank,
-                                                   " to rank ", j, " failed"));
-      }
-    }
+  for (int j = 0; j < o_.rank; ++j) keys.push_back(absl::StrCat(o_.key_prefix, j));
+  if (keys.empty()) return absl::OkStatus();
+  auto values = store_.Wait(keys, absl::Now() + absl::FromChrono(deadline_ - Clock::now()));
+  if (absl::IsDeadlineExceeded(values.status())) {
+    return TimedOut("publish an address", UnsetKeys(store_, keys));  // keys[j]: rank j
   }
-  for (int left = o.size - 1 - o.rank; left > 0;) {
-    // Waits in slices: a higher rank that is on Gloo never connects, but says so in the store.
-    const auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(100));
-    if (!PollUntil(lfd, POLLIN, slice)) {
-      for (int j = o.rank + 1; j < o.size; ++j) {
-        if (peers.fds[j] >= 0) continue;
-        auto v = store.Get(absl::StrCat(o.key_prefix, j));
-        if (v.ok() && *v == kGlooP2pMarker) return MixedTransports(o, /*tcp=*/o.rank, /*gloo=*/j);
-      }
-      if (Clock::now() >= deadline) return timed_out("connect");
-      continue;
-    }
-    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // A rank writes its hello as it connects; a client that sends nothing holds us up briefly.
-    const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(2));
-    Hello hello{};
-    if (!ExchangeExactly(fd, /*out=*/false, reinterpret_cast<char*>(&hello), sizeof(hello),
-                         hello_deadline) ||
-        hello.magic != kHelloMagic || hello.group != group || hello.size != o.size ||
-        hello.rank <= o.rank || hello.rank >= o.size || peers.fds[hello.rank] >= 0) {
-      ::close(fd);  // not one of ours (a stray client, another job's rank): ignore it
-      continue;
-    }
-    peers.fds[hello.rank] = fd;
-    --left;
+  if (!values.ok()) return values.status();
+  for (int j = 0; j < o_.rank; ++j) {
+    if (absl::Status s = ConnectTo(j, (*values)[j]); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
 
-  auto state = std::make_shared<State>();
+absl::Status Rendezvous::ConnectTo(int j, const std::string& address) {
+  if (address == kGlooP2pMarker) return MixedTransports(o_, /*tcp=*/o_.rank, /*gloo=*/j);
+  std::vector<std::string> parts = absl::StrSplit(address, ' ');
+  int port = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
+    return absl::InvalidArgumentError(absl::StrCat(o_.group, " streams: rank ", j, " published '",
+                                                   address, "', not 'host port'"));
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(parts[0].c_str(), parts[1].c_str(), &hints, &res) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o_.group, " streams: rank ", j, " published a bad address '", address, "'"));
+  }
+  const int fd = DialUntil(*res, deadline_);
+  ::freeaddrinfo(res);
+  if (fd < 0) return TimedOut("accept a connection");
+  peers_.fds[j] = fd;
+  Hello hello{kHelloMagic, o_.rank, o_.size, group_};
+  if (!ExchangeExactly(fd, /*out=*/true, reinterpret_cast<char*>(&hello), sizeof(hello),
+                       deadline_)) {
+    return absl::UnavailableError(
+        absl::StrCat(o_.group, " streams: introducing rank ", o_.rank, " to rank ", j, " failed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rendezvous::AcceptHigher() {
+  for (int left = o_.size - 1 - o_.rank; left > 0;) {
+    // Waits in slices: a higher rank that is on Gloo never connects, but says so in the store.
+    const auto slice = std::min(deadline_, Clock::now() + std::chrono::milliseconds(100));
+    if (!PollUntil(listen_fd(), POLLIN, slice)) {
+      if (absl::Status s = CheckHigherNotOnGloo(); !s.ok()) return s;
+      if (Clock::now() >= deadline_) return TimedOut("connect");
+      continue;
+    }
+    if (AcceptOne()) --left;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rendezvous::CheckHigherNotOnGloo() {
+  for (int j = o_.rank + 1; j < o_.size; ++j) {
+    if (peers_.fds[j] >= 0) continue;
+    auto v = store_.Get(absl::StrCat(o_.key_prefix, j));
+    if (v.ok() && *v == kGlooP2pMarker) return MixedTransports(o_, /*tcp=*/o_.rank, /*gloo=*/j);
+  }
+  return absl::OkStatus();
+}
+
+bool Rendezvous::AcceptOne() {
+  const int fd = ::accept4(listen_fd(), nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return false;
+  // A rank writes its hello as it connects; a client that sends nothing holds us up briefly.
+  const auto hello_deadline = std::min(deadline_, Clock::now() + std::chrono::seconds(2));
+  Hello hello{};
+  if (!ExchangeExactly(fd, /*out=*/false, reinterpret_cast<char*>(&hello), sizeof(hello),
+                       hello_deadline) ||
+      hello.magic != kHelloMagic || hello.group != group_ || hello.size != o_.size ||
+      hello.rank <= o_.rank || hello.rank >= o_.size || peers_.fds[hello.rank] >= 0) {
+    ::close(fd);  // not one of ours (a stray client, another job's rank): ignore it
+    return false;
+  }
+  peers_.fds[hello.rank] = fd;
+  return true;
+}
+
+// The group over `peer_fds` (by peer rank, taken: left -1): a tuned Conn per peer and the pump
+// that writes what their sockets do not take at once.
+std::shared_ptr<TcpP2p::State> NewState(const TcpP2pOptions& o, std::vector<int>& peer_fds) {
+  auto state = std::make_shared<TcpP2p::State>();
   state->group = o.group;
   state->rank = o.rank;
   state->timeout = absl::ToChronoNanoseconds(o.timeout);
@@ -691,14 +748,30 @@ absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
   const auto now = Clock::now();
   for (int j = 0; j < o.size; ++j) {
     if (j == o.rank) continue;
-    auto c = std::make_unique<Conn>(j, std::exchange(peers.fds[j], -1), now);
+    auto c = std::make_unique<Conn>(j, std::exchange(peer_fds[j], -1), now);
     Tune(c->fd);
     conns.push_back(c.get());
     state->conns[j] = std::move(c);
   }
   state->pump = std::make_unique<Pump>(
       std::move(conns), [s = state.get()](Conn& c, absl::Status st) { s->Fail(c, std::move(st)); });
-  return std::unique_ptr<TcpP2p>(new TcpP2p(std::move(state)));
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpP2p>> TcpP2p::Connect(const TcpP2pOptions& o,
+                                                        KeyValueStore& store) {
+  if (o.size < 2 || o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.group, " streams: rank ", o.rank, " does not fit a group of ", o.size));
+  }
+  // Lower ranks are connected to, higher ones accepted: one stream per pair.
+  Rendezvous rendezvous(o, store);
+  if (absl::Status s = rendezvous.Listen(); !s.ok()) return s;
+  if (absl::Status s = rendezvous.ConnectLower(); !s.ok()) return s;
+  if (absl::Status s = rendezvous.AcceptHigher(); !s.ok()) return s;
+  return std::unique_ptr<TcpP2p>(new TcpP2p(NewState(o, rendezvous.peer_fds())));
 }
 
 TcpP2p::TcpP2p(std::shared_ptr<State> state) : state_(std::move(state)) {}

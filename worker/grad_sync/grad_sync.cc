@@ -18,6 +18,92 @@ using model::ParamInfo;
 // A parameter without a tensor has nothing to reduce, like an empty one.
 int64_t Numel(const ParamInfo& p) { return p.tensor.defined() ? p.tensor.numel() : 0; }
 
+// INVALID_ARGUMENT unless `rank` is a rank of `plan` and `params_by_chunk` has one list per chunk
+// the plan places on a rank.
+absl::Status CheckShapes(const core::Plan& plan, int rank,
+                         const std::vector<std::vector<ParamInfo>>& params_by_chunk) {
+  const core::Placement& pl = plan.placement;
+  if (rank < 0 || rank >= pl.num_ranks() || static_cast<int>(plan.ranks.size()) != pl.num_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad sync: rank ", rank, " is not a rank of the plan"));
+  }
+  if (static_cast<int>(params_by_chunk.size()) != pl.chunks_per_rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("grad sync: parameters for ",
+                                                   params_by_chunk.size(), " chunks, the plan has ",
+                                                   pl.chunks_per_rank(), " per rank"));
+  }
+  return absl::OkStatus();
+}
+
+// `plan` without its REDUCE actions (a lowered plan has them): PlanGradSync places its own.
+core::Plan WithoutReduces(const core::Plan& plan) {
+  core::Plan stripped = plan;
+  for (auto& actions : stripped.ranks) {
+    std::erase_if(actions,
+                  [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
+  }
+  return stripped;
+}
+
+// This rank's chunks packed into buckets, and the same buckets as PlanGradSync takes them.
+struct PackedChunks {
+  std::vector<std::vector<BucketLayout>> buckets;  // [chunk][bucket]
+  core::GradSyncLayout layout;  // by stage; other ranks' stages stay empty: not ours to plan
+};
+
+// Packs every local chunk of `rank`. INVALID_ARGUMENT for a parameter that would never count as
+// accumulated.
+absl::StatusOr<PackedChunks> PackChunks(const core::Placement& pl, int rank,
+                                        const std::vector<std::vector<ParamInfo>>& params_by_chunk,
+                                        int64_t bucket_bytes) {
+  PackedChunks out;
+  out.buckets.resize(pl.chunks_per_rank());
+  out.layout.buckets.resize(pl.num_stages());
+  for (int c = 0; c < pl.chunks_per_rank(); ++c) {
+    const int stage = pl.StageOf(rank, c);
+    for (const ParamInfo& p : params_by_chunk[c]) {
+      if (p.accumulations_per_microbatch < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("grad sync: parameter '", p.name, "' of stage ", stage,
+                         " needs accumulations_per_microbatch >= 1"));
+      }
+    }
+    out.buckets[c] = PackBuckets(stage, params_by_chunk[c], bucket_bytes);
+    for (const BucketLayout& b : out.buckets[c]) {
+      out.layout.buckets[stage].push_back(core::BucketSpec{b.grads_in_b, b.grads_in_w, 1});
+    }
+  }
+  return out;
+}
+
+// What one compute action on one microbatch contributes to a bucket.
+struct PerAction {
+  int b = 0;  // one B
+  int w = 0;  // one W (a BW brings b + w)
+};
+
+// `bucket`'s contributions; `params` are its chunk's parameters.
+PerAction ContributionsOf(const BucketLayout& bucket, const std::vector<ParamInfo>& params) {
+  PerAction per;
+  for (int i : bucket.params) {
+    per.b += model::Accumulations(params[i], core::ActionKind::kBackwardInput);
+    per.w += model::Accumulations(params[i], core::ActionKind::kBackwardWeight);
+  }
+  return per;
+}
+
+// The contributions a bucket of `stage` receives over one iteration of a rank's `actions`.
+int ExpectedContributions(const std::vector<core::Action>& actions, int stage, PerAction per) {
+  int expected = 0;
+  for (const core::Action& x : actions) {
+    if (x.stage != stage) continue;
+    if (x.kind == core::ActionKind::kBackwardInput) expected += per.b;
+    if (x.kind == core::ActionKind::kBackwardWeight) expected += per.w;
+    if (x.kind == core::ActionKind::kBackwardFull) expected += per.b + per.w;
+  }
+  return expected;
+}
+
 }  // namespace
 
 std::vector<BucketLayout> PackBuckets(int stage, const std::vector<model::ParamInfo>& params,
@@ -54,85 +140,46 @@ std::vector<BucketLayout> PackBuckets(int stage, const std::vector<model::ParamI
 absl::StatusOr<std::unique_ptr<GradSync>> GradSync::Create(
     const core::Plan& plan, int rank, std::vector<std::vector<model::ParamInfo>> params_by_chunk,
     const GradSyncOptions& options, Communicator& comm) {
+  if (absl::Status s = CheckShapes(plan, rank, params_by_chunk); !s.ok()) return s;
   const core::Placement& pl = plan.placement;
-  if (rank < 0 || rank >= pl.num_ranks() || static_cast<int>(plan.ranks.size()) != pl.num_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grad sync: rank ", rank, " is not a rank of the plan"));
-  }
-  if (static_cast<int>(params_by_chunk.size()) != pl.chunks_per_rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("grad sync: parameters for ",
-                                                   params_by_chunk.size(), " chunks, the plan has ",
-                                                   pl.chunks_per_rank(), " per rank"));
-  }
+  const core::Plan stripped = WithoutReduces(plan);
+  auto packed = PackChunks(pl, rank, params_by_chunk, options.bucket_bytes);
+  if (!packed.ok()) return packed.status();
+  auto sync_plan = core::PlanGradSync(stripped, packed->layout, options.overlap);
+  if (!sync_plan.ok()) return sync_plan.status();
+
   std::unique_ptr<GradSync> gs(new GradSync(options, comm));
   gs->placement_ = pl;
   gs->rank_ = rank;
   const int chunks = pl.chunks_per_rank();
-
-  // Pack every local chunk and count, per bucket, what one B and one W of its stage contribute.
-  std::vector<std::vector<BucketLayout>> packed(chunks);
-  core::Plan stripped = plan;
-  for (auto& actions : stripped.ranks) {
-    std::erase_if(actions,
-                  [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
-  }
-  core::GradSyncLayout layout;
-  layout.buckets.resize(pl.num_stages());  // other ranks' stages stay empty: not ours to plan
-  for (int c = 0; c < chunks; ++c) {
-    const int stage = pl.StageOf(rank, c);
-    for (const ParamInfo& p : params_by_chunk[c]) {
-      if (p.accumulations_per_microbatch < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("grad sync: parameter '", p.name, "' of stage ", stage,
-                         " needs accumulations_per_microbatch >= 1"));
-      }
-    }
-    packed[c] = PackBuckets(stage, params_by_chunk[c], options.bucket_bytes);
-    for (const BucketLayout& b : packed[c]) {
-      layout.buckets[stage].push_back(core::BucketSpec{b.grads_in_b, b.grads_in_w, 1});
-    }
-  }
-  auto sync_plan = core::PlanGradSync(stripped, layout, options.overlap);
-  if (!sync_plan.ok()) return sync_plan.status();
-
-  // Slots follow this rank's REDUCE order.
   gs->param_slot_.resize(chunks);
   gs->param_offset_.resize(chunks);
   gs->stage_slots_.resize(chunks);
   for (int c = 0; c < chunks; ++c) {
     gs->param_slot_[c].assign(params_by_chunk[c].size(), -1);
     gs->param_offset_[c].assign(params_by_chunk[c].size(), 0);
-    gs->stage_slots_[c].assign(packed[c].size(), -1);
+    gs->stage_slots_[c].assign(packed->buckets[c].size(), -1);
   }
+  // Slots follow this rank's REDUCE order.
   for (const core::Action& a : sync_plan->plan.ranks[rank]) {
     if (a.kind != core::ActionKind::kReduce) continue;
     const int slot = static_cast<int>(gs->buckets_.size());
-    BucketLayout b = packed[a.chunk][a.bucket];
+    BucketLayout b = packed->buckets[a.chunk][a.bucket];
     gs->stage_slots_[a.chunk][a.bucket] = slot;
-    int per_b = 0, per_w = 0;
     for (size_t i = 0; i < b.params.size(); ++i) {
-      const ParamInfo& p = params_by_chunk[a.chunk][b.params[i]];
       gs->param_slot_[a.chunk][b.params[i]] = slot;
       gs->param_offset_[a.chunk][b.params[i]] = b.offsets[i];
-      per_b += model::Accumulations(p, core::ActionKind::kBackwardInput);
-      per_w += model::Accumulations(p, core::ActionKind::kBackwardWeight);
     }
-    int expected = 0;
-    for (const core::Action& x : stripped.ranks[rank]) {
-      if (x.stage != b.stage) continue;
-      if (x.kind == core::ActionKind::kBackwardInput) expected += per_b;
-      if (x.kind == core::ActionKind::kBackwardWeight) expected += per_w;
-      if (x.kind == core::ActionKind::kBackwardFull) expected += per_b + per_w;
-    }
+    const PerAction per = ContributionsOf(b, params_by_chunk[a.chunk]);
     BucketRecord rec;
     rec.chunk = a.chunk;
     rec.stage = b.stage;
     rec.bucket = a.bucket;
     rec.numel = b.numel;
-    rec.expected = expected;
+    rec.expected = ExpectedContributions(stripped.ranks[rank], b.stage, per);
     gs->records_.push_back(rec);
-    gs->per_b_.push_back(per_b);
-    gs->per_w_.push_back(per_w);
+    gs->per_b_.push_back(per.b);
+    gs->per_w_.push_back(per.w);
     gs->buffers_.push_back(torch::zeros(
         {b.numel}, torch::TensorOptions().dtype(torch::kFloat32).device(comm.device())));
     gs->buckets_.push_back(std::move(b));

@@ -261,7 +261,7 @@ struct CommSpec {
 };
 
 // Shared by NewNcclCommunicator and the thread that creates the communicators (which may outlive
-// it: see the watchdog there). `specs` and `device` are written before the thread starts; the
+// it: see CreateComms). `specs` and `device` are written before the thread starts; the
 // thread then owns `specs` until it sets `done`.
 struct InitState {
   std::vector<CommSpec> specs;
@@ -459,11 +459,9 @@ class NcclCommunicator final : public Communicator {
   int barrier_generation_ = 0;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
-    const CommunicatorOptions& options, KeyValueStore& store, NcclOptions nccl) {
-  const CommunicatorOptions& o = options;
+// INVALID_ARGUMENT unless the ranks fit the group sizes and options.device_index is a CUDA device
+// here; UNAVAILABLE when there is no CUDA device at all.
+absl::Status CheckRanksAndDevice(const CommunicatorOptions& o) {
   if (o.pipeline_size < 1 || o.data_size < 1 || o.pipeline_rank < 0 ||
       o.pipeline_rank >= o.pipeline_size || o.data_rank < 0 || o.data_rank >= o.data_size) {
     return absl::InvalidArgumentError(
@@ -478,56 +476,73 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
     return absl::InvalidArgumentError(
         absl::StrCat("nccl: cuda:", o.device_index, " does not exist (", devices, " devices)"));
   }
-  DeviceGuard guard(o.device_index);
-  const absl::Time deadline = absl::Now() + o.timeout;
-  const int r = o.pipeline_rank, p = o.pipeline_size;
+  return absl::OkStatus();
+}
 
-  // Directed pair communicators with the pipeline neighbours, then the DP communicator. The
-  // creation order is global (pairs before DP, then by ranks), so blocking inits cannot deadlock.
-  auto state = std::make_shared<InitState>();
-  state->device = o.device_index;
-  std::map<int, std::shared_ptr<NcclComm>> out, in;
+// The communicators of one rank, by what they carry (as NcclCommunicator takes them).
+struct RankComms {
+  std::map<int, std::shared_ptr<NcclComm>> out;  // peer -> directed comm this -> peer
+  std::map<int, std::shared_ptr<NcclComm>> in;   // peer -> directed comm peer -> this
+  std::shared_ptr<NcclComm> far;                 // whole pipeline group; null when p <= 3
+  std::shared_ptr<NcclComm> dp;                  // null when d = 1
+};
+
+// Appends the spec of a communicator called `name` on `device` to `specs`; returns the
+// communicator (not created yet).
+std::shared_ptr<NcclComm> AddSpec(std::vector<CommSpec>& specs, int device,
+                                  std::tuple<int, int, int, int> order, std::string key, int nranks,
+                                  int rank, bool creates_id, std::string name) {
+  CommSpec spec;
+  spec.order = order;
+  spec.key = std::move(key);
+  spec.nranks = nranks;
+  spec.rank = rank;
+  spec.creates_id = creates_id;
+  spec.comm = std::make_shared<NcclComm>(std::move(name), device);
+  specs.push_back(std::move(spec));
+  return specs.back().comm;
+}
+
+// Lists in `specs` the communicators of rank (o.pipeline_rank, o.data_rank): directed pair
+// communicators with the pipeline neighbours, then the DP communicator, in the global creation
+// order (pairs before DP, then by ranks), so blocking inits cannot deadlock.
+RankComms PlanComms(const CommunicatorOptions& o, std::vector<CommSpec>& specs) {
+  const int r = o.pipeline_rank, p = o.pipeline_size, device = o.device_index;
+  RankComms comms;
   std::set<int> neighbours;
   if (p > 1) {
     neighbours.insert((r + 1) % p);
     neighbours.insert((r + p - 1) % p);
   }
-  auto add = [&](std::tuple<int, int, int, int> order, std::string key, int nranks, int rank,
-                 bool creates, std::string name) {
-    CommSpec spec;
-    spec.order = order;
-    spec.key = std::move(key);
-    spec.nranks = nranks;
-    spec.rank = rank;
-    spec.creates_id = creates;
-    spec.comm = std::make_shared<NcclComm>(std::move(name), o.device_index);
-    state->specs.push_back(std::move(spec));
-    return state->specs.back().comm;
-  };
   for (int n : neighbours) {
-    out[n] = add({0, o.data_rank, r, n},
-                 absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", r, "-", n), 2, 0, true,
-                 absl::StrCat("p2p ", r, "->", n));
-    in[n] = add({0, o.data_rank, n, r},
-                absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", n, "-", r), 2, 1, false,
-                absl::StrCat("p2p ", n, "->", r));
+    comms.out[n] = AddSpec(specs, device, {0, o.data_rank, r, n},
+                           absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", r, "-", n), 2,
+                           0, true, absl::StrCat("p2p ", r, "->", n));
+    comms.in[n] = AddSpec(specs, device, {0, o.data_rank, n, r},
+                          absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/", n, "-", r), 2, 1,
+                          false, absl::StrCat("p2p ", n, "->", r));
   }
   // Non-neighbours (e.g. the executor's gradient-norm gather on rank 0) share one communicator of
   // the whole pipeline group; it sorts before the pairs.
-  std::shared_ptr<NcclComm> far;
   if (p > 3) {
-    far = add({0, o.data_rank, -1, -1}, absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/all"),
-              p, r, r == 0, absl::StrCat("pipeline group ", o.data_rank));
+    comms.far = AddSpec(specs, device, {0, o.data_rank, -1, -1},
+                        absl::StrCat(o.key_prefix, "nccl/pp/", o.data_rank, "/all"), p, r, r == 0,
+                        absl::StrCat("pipeline group ", o.data_rank));
   }
-  std::shared_ptr<NcclComm> dp;
   if (o.data_size > 1) {
-    dp = add({1, r, 0, 0}, absl::StrCat(o.key_prefix, "nccl/dp/", r), o.data_size, o.data_rank,
-             o.data_rank == 0, absl::StrCat("data-parallel group of pipeline rank ", r));
+    comms.dp = AddSpec(specs, device, {1, r, 0, 0}, absl::StrCat(o.key_prefix, "nccl/dp/", r),
+                       o.data_size, o.data_rank, o.data_rank == 0,
+                       absl::StrCat("data-parallel group of pipeline rank ", r));
   }
-  std::sort(state->specs.begin(), state->specs.end(),
+  std::sort(specs.begin(), specs.end(),
             [](const CommSpec& a, const CommSpec& b) { return a.order < b.order; });
+  return comms;
+}
 
-  for (CommSpec& spec : state->specs) {
+// Creates every communicator's stream; for those whose id this rank creates, makes the id and
+// publishes it in `store` under the spec's key.
+absl::Status PublishIds(std::vector<CommSpec>& specs, KeyValueStore& store) {
+  for (CommSpec& spec : specs) {
     if (absl::Status s = spec.comm->CreateStream(); !s.ok()) return s;
     if (!spec.creates_id) continue;
     if (ncclResult_t res = ncclGetUniqueId(&spec.id); res != ncclSuccess) {
@@ -538,7 +553,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
         spec.key, absl::string_view(reinterpret_cast<const char*>(&spec.id), sizeof(spec.id)));
     if (!s.ok()) return s;
   }
-  for (CommSpec& spec : state->specs) {
+  return absl::OkStatus();
+}
+
+// Reads from `store` the unique ids the other ranks published, waiting for them until `deadline`.
+absl::Status FetchIds(std::vector<CommSpec>& specs, KeyValueStore& store, absl::Time deadline) {
+  for (CommSpec& spec : specs) {
     if (spec.creates_id) continue;
     auto values = store.Wait({spec.key}, deadline);
     if (!values.ok()) {
@@ -552,55 +572,86 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
     }
     std::memcpy(&spec.id, values->front().data(), sizeof(ncclUniqueId));
   }
+  return absl::OkStatus();
+}
 
-  // ncclCommInitRank blocks until every member joins; a watchdog bounds it by the deadline.
-  std::thread([state] {
-    cudaSetDevice(state->device);
-    absl::Status status;
-    for (CommSpec& spec : state->specs) {
-      ncclComm_t comm = nullptr;
-      ncclResult_t res = ncclCommInitRank(&comm, spec.nranks, spec.id, spec.rank);
-      if (res != ncclSuccess) {
-        status = absl::UnavailableError(
-            absl::StrCat("nccl: creating the ", spec.comm->name(), ": ", ncclGetErrorString(res)));
-        break;
-      }
-      spec.comm->SetComm(comm);
+// The body of the thread that creates the NCCL communicators, in `state.specs` order: each
+// ncclCommInitRank blocks until every member joins. Closes them itself when the caller has given
+// up waiting.
+void InitRanks(InitState& state) {
+  cudaSetDevice(state.device);
+  absl::Status status;
+  for (CommSpec& spec : state.specs) {
+    ncclComm_t comm = nullptr;
+    ncclResult_t res = ncclCommInitRank(&comm, spec.nranks, spec.id, spec.rank);
+    if (res != ncclSuccess) {
+      status = absl::UnavailableError(
+          absl::StrCat("nccl: creating the ", spec.comm->name(), ": ", ncclGetErrorString(res)));
+      break;
     }
-    absl::MutexLock lock(&state->mu);
-    state->done = true;  // wakes the caller's Await
-    state->status = status;
-    if (state->abandoned) {
-      for (CommSpec& spec : state->specs) spec.comm->Close();
-    }
-  }).detach();
-  {
-    absl::MutexLock lock(&state->mu);
-    const bool done = state->mu.AwaitWithTimeout(absl::Condition(&state->done),
-                                                 deadline - absl::Now());
-    if (!done) {
-      state->abandoned = true;
-      return absl::DeadlineExceededError(absl::StrCat(
-          "nccl: communicators of rank (", r, ", ", o.data_rank, ") not created within ",
-          absl::FormatDuration(o.timeout), "; a peer died or never joined"));
-    }
-    if (!state->status.ok()) {
-      for (CommSpec& spec : state->specs) spec.comm->Close();
-      return state->status;
-    }
+    spec.comm->SetComm(comm);
   }
+  absl::MutexLock lock(&state.mu);
+  state.done = true;  // wakes the caller's Await
+  state.status = status;
+  if (state.abandoned) {
+    for (CommSpec& spec : state.specs) spec.comm->Close();
+  }
+}
 
+// Creates the communicators of `state` (ids in place) on a thread of their own, and waits for it
+// until `deadline`: a watchdog, since ncclCommInitRank waits for peers that may have died. On a
+// timeout the thread is left to finish and close them.
+absl::Status CreateComms(std::shared_ptr<InitState> state, const CommunicatorOptions& o,
+                         absl::Time deadline) {
+  std::thread([state] { InitRanks(*state); }).detach();
+  absl::MutexLock lock(&state->mu);
+  const bool done =
+      state->mu.AwaitWithTimeout(absl::Condition(&state->done), deadline - absl::Now());
+  if (!done) {
+    state->abandoned = true;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "nccl: communicators of rank (", o.pipeline_rank, ", ", o.data_rank,
+        ") not created within ", absl::FormatDuration(o.timeout), "; a peer died or never joined"));
+  }
+  if (!state->status.ok()) {
+    for (CommSpec& spec : state->specs) spec.comm->Close();
+    return state->status;
+  }
+  return absl::OkStatus();
+}
+
+// The time base of `device`'s events, taken now that the device is idle.
+absl::StatusOr<std::shared_ptr<TimeBase>> NewTimeBase(int device) {
   auto base = std::make_shared<TimeBase>();
-  base->device = o.device_index;
+  base->device = device;
   if (cudaError_t e = cudaEventCreate(&base->ref); e != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("nccl: ", cudaGetErrorString(e)));
   }
   cudaEventRecord(base->ref, cudaStreamLegacy);
   cudaEventSynchronize(base->ref);
   base->host = Clock::now();
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(options, store, std::move(nccl), std::move(out), std::move(in),
-                           std::move(far), std::move(dp), std::move(base)));
+  return base;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(
+    const CommunicatorOptions& options, KeyValueStore& store, NcclOptions nccl) {
+  if (absl::Status s = CheckRanksAndDevice(options); !s.ok()) return s;
+  DeviceGuard guard(options.device_index);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  auto state = std::make_shared<InitState>();
+  state->device = options.device_index;
+  RankComms comms = PlanComms(options, state->specs);
+  if (absl::Status s = PublishIds(state->specs, store); !s.ok()) return s;
+  if (absl::Status s = FetchIds(state->specs, store, deadline); !s.ok()) return s;
+  if (absl::Status s = CreateComms(state, options, deadline); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<TimeBase>> base = NewTimeBase(options.device_index);
+  if (!base.ok()) return base.status();
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      options, store, std::move(nccl), std::move(comms.out), std::move(comms.in),
+      std::move(comms.far), std::move(comms.dp), *std::move(base)));
 }
 
 }  // namespace zpipe::worker
