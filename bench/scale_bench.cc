@@ -5,22 +5,27 @@
 // WorkerService: registers, holds a Session stream with heartbeats at the coordinator's default
 // interval, takes an assignment, reports its rank's compute actions (F, B, W of the plan, with
 // start and end times) as they "happen" during each iteration, flushed every --flush like the
-// worker daemon's progress reporter, one IterationReport per iteration, then RankFinished. Unlike the fake worker it holds
-// no thread: workers are gRPC callback reactors, --workers-per-channel of them share a connection,
-// and a few ticker threads drive their clocks. The coordinator runs as its own process (killed on
-// every exit path, and by the kernel if this process dies) so its CPU time and memory come from
-// /proc without the load generator's share.
+// worker daemon's progress reporter, one IterationReport per iteration, then RankFinished. Unlike
+// the fake worker it holds no thread: workers are gRPC callback reactors, --workers-per-channel of
+// them share a connection, and a few ticker threads drive their clocks. The coordinator runs as
+// its own process (killed on every exit path, and by the kernel if this process dies) so its CPU
+// time and memory come from /proc without the load generator's share.
 //
 // Per size it prints: coordinator CPU seconds (and cores) over the run, peak RSS and threads;
-// the round trip of a WorkerService call on the workers' own connections once per heartbeat
-// interval per connection (the Session protocol acknowledges no heartbeat, so this is its stand-
-// in: the same connections, server threads and JobManager lock); GetJob latency from a client
-// thread polling the running jobs; progress events/s written by the workers and accepted by the
-// coordinator's streams; submit -> every rank assigned; workers the coordinator declared dead.
+// heartbeat sending: from when a heartbeat was due to when its write completed (the Session
+// protocol acknowledges no heartbeat; a stream is FIFO, so a heartbeat waits behind what its
+// worker sent before, and HTTP/2 flow control holds writes back once the coordinator's reader of
+// that stream is a window behind; a reader less far behind holds them in its buffers, which only
+// the timeouts column sees); a unary WorkerService call on the workers' connections once
+// per heartbeat interval per connection (same connections and server, no stream backlog); GetJob
+// latency from a client thread polling the running jobs; progress events/s (and messages/s)
+// whose writes completed; submit -> every rank assigned; workers the coordinator declared dead
+// (or whose session it ended), with when the first was, and the generator's own heartbeat
+// lateness, so that a timeout can be blamed on the coordinator rather than on this process.
 //
 // Usage: zpipe_scale_bench [--sizes 256,1024,4096] [--duration 20s] [--pipeline 4] [--data 4]
 //          [--microbatches 8] [--iteration 1s] [--flush 200ms] [--workers-per-channel 64]
-//          [--check] [--coordinator-bin PATH]
+//          [--tickers 2] [--check] [--coordinator-bin PATH] [--coordinator-log FILE]
 // --check: exit 1 unless every job SUCCEEDED and no worker was declared dead (the smoke test).
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -81,6 +86,7 @@ struct Options {
   int tickers = 2;
   bool check = false;
   std::string coordinator_bin = ZPIPE_COORDINATOR_BIN;
+  std::string coordinator_log;  // empty: /dev/null
 };
 
 bool ParseOptions(int argc, char** argv, Options& o) {
@@ -108,6 +114,8 @@ bool ParseOptions(int argc, char** argv, Options& o) {
   flags::AddSwitch(*app, "--check", &o.check,
                    "exit 1 unless every job succeeded and no worker was declared dead");
   flags::AddText(*app, "--coordinator-bin", &o.coordinator_bin, "FILE", "the coordinator to run");
+  flags::AddText(*app, "--coordinator-log", &o.coordinator_log, "FILE",
+                 "the coordinator's stdout and stderr, appended (default: discarded)");
   if (std::optional<int> exit =
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     if (*exit == 0) std::exit(0);  // --help
@@ -199,7 +207,8 @@ class Samples {
 // and SIGKILLed by the kernel should this process die first (PR_SET_PDEATHSIG).
 class CoordinatorProcess {
  public:
-  CoordinatorProcess(const std::string& bin, const std::string& address, int max_workers) {
+  CoordinatorProcess(const std::string& bin, const std::string& address, int max_workers,
+                     const std::string& log) {
     const std::string listen = "--listen=" + address;
     const std::string metrics = absl::StrCat("--metrics-listen=127.0.0.1:", FreePort());
     const std::string max = absl::StrCat("--max-workers=", max_workers);
@@ -208,7 +217,8 @@ class CoordinatorProcess {
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
-      int null_fd = open("/dev/null", O_WRONLY);
+      int null_fd = log.empty() ? open("/dev/null", O_WRONLY)
+                                : open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(null_fd, 1);
       dup2(null_fd, 2);
       execl(bin.c_str(), bin.c_str(), listen.c_str(), metrics.c_str(), max.c_str(),
@@ -284,12 +294,16 @@ class JobTimes {
 // What every simulated worker adds to.
 struct Shared {
   std::atomic<uint64_t> events_written{0};  // progress events whose write completed
+  std::atomic<uint64_t> messages_written{0};  // messages of any kind whose write completed
   std::atomic<int> registered{0};
   std::atomic<int> register_failed{0};
   std::atomic<int> sessions_ended_early{0};  // ended by the coordinator, not by us
   std::atomic<int> sessions_done{0};
+  std::atomic<int64_t> first_early_end_ns{0};  // steady clock; 0 = none
   std::atomic<int> ranks_finished{0};
   std::atomic<int64_t> max_heartbeat_late_us{0};  // the generator's own lateness
+  Samples heartbeat_write_ms;  // due -> write done, while `measuring`
+  std::atomic<bool> measuring{false};
   std::mutex mu;
   std::condition_variable cv;
   std::string first_error;  // guarded by mu
@@ -315,7 +329,11 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
  public:
   SimWorker(v1::WorkerService::Stub& stub, Shared& shared, std::string name, int index,
             absl::Duration iteration)
-      : stub_(stub), shared_(shared), name_(std::move(name)), index_(index), iteration_(iteration) {}
+      : stub_(stub),
+        shared_(shared),
+        name_(std::move(name)),
+        index_(index),
+        iteration_(iteration) {}
 
   // Registers, then opens the session; asynchronous (shared.registered / register_failed).
   void Start() {
@@ -342,6 +360,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
 
   void Tick(Clock::time_point now) {
     std::vector<v1::WorkerMessage> due;
+    Clock::time_point heartbeat_due;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!open_ || stopping_) return;
@@ -349,8 +368,10 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
         const int64_t late_us =
             std::chrono::duration_cast<std::chrono::microseconds>(now - next_heartbeat_).count();
         int64_t max = shared_.max_heartbeat_late_us.load();
-        while (late_us > max && !shared_.max_heartbeat_late_us.compare_exchange_weak(max, late_us)) {
+        while (late_us > max &&
+               !shared_.max_heartbeat_late_us.compare_exchange_weak(max, late_us)) {
         }
+        heartbeat_due = next_heartbeat_;
         next_heartbeat_ = now + absl::ToChronoNanoseconds(shared_.heartbeat_interval);
         v1::WorkerMessage& m = due.emplace_back();
         m.mutable_heartbeat()->set_job_id(job_id_);
@@ -360,21 +381,30 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
         DueProgress(now, due);
       }
     }
-    for (v1::WorkerMessage& m : due) Enqueue(std::move(m));
+    for (v1::WorkerMessage& m : due) {
+      const bool heartbeat = m.has_heartbeat();
+      Enqueue(std::move(m), heartbeat ? heartbeat_due : now);
+    }
   }
 
   void OnWriteDone(bool ok) override {
     v1::WorkerMessage* next = nullptr;
     {
       std::lock_guard<std::mutex> lock(write_mu_);
-      if (ok && out_.front().has_progress()) {
-        shared_.events_written.fetch_add(out_.front().progress().iterations_size(),
+      const v1::WorkerMessage& m = out_.front().message;
+      if (ok) shared_.messages_written.fetch_add(1, std::memory_order_relaxed);
+      if (ok && m.has_progress()) {
+        shared_.events_written.fetch_add(m.progress().iterations_size(),
                                          std::memory_order_relaxed);
       }
-      if (ok && out_.front().has_finished()) ++shared_.ranks_finished;
+      if (ok && m.has_heartbeat() && shared_.measuring) {
+        shared_.heartbeat_write_ms.Add(
+            std::chrono::duration<double, std::milli>(Clock::now() - out_.front().due).count());
+      }
+      if (ok && m.has_finished()) ++shared_.ranks_finished;
       out_.pop_front();
       if (ok && !out_.empty()) {
-        next = &out_.front();
+        next = &out_.front().message;
       } else {
         writing_ = false;
         if (!ok) write_broken_ = true;
@@ -402,6 +432,9 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
       early = !stopping_;
     }
     if (early) {
+      int64_t none = 0;
+      shared_.first_early_end_ns.compare_exchange_strong(
+          none, Clock::now().time_since_epoch().count());
       ++shared_.sessions_ended_early;
       shared_.Error(absl::StrCat(name_, ": session ended by the coordinator: ", s.error_message()));
     }
@@ -411,6 +444,14 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
     }
     ++shared_.sessions_done;
     shared_.Notify();
+  }
+
+  // Messages queued and not yet written on a stream still open, and how long the oldest has
+  // waited since it was due.
+  std::pair<size_t, double> Backlog(Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (out_.empty() || write_broken_) return {0, 0.0};
+    return {out_.size(), std::chrono::duration<double>(now - out_.front().due).count()};
   }
 
   // Until OnDone has run (after Stop, or a session that never opened).
@@ -461,15 +502,15 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
     shared_.Notify();
   }
 
-  void Enqueue(v1::WorkerMessage m) {
+  void Enqueue(v1::WorkerMessage m, Clock::time_point due = Clock::now()) {
     v1::WorkerMessage* start = nullptr;
     {
       std::lock_guard<std::mutex> lock(write_mu_);
       if (write_broken_) return;
-      out_.push_back(std::move(m));  // deque: references to the front stay valid
+      out_.push_back({std::move(m), due});  // deque: references to the front stay valid
       if (!writing_) {
         writing_ = true;
-        start = &out_.front();
+        start = &out_.front().message;
       }
     }
     if (start != nullptr) StartWrite(start);
@@ -561,7 +602,11 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   v1::CoordinatorMessage in_;  // the read in flight; touched only by OnReadDone
 
   std::mutex write_mu_;
-  std::deque<v1::WorkerMessage> out_;  // front: the write in flight
+  struct Outgoing {
+    v1::WorkerMessage message;
+    Clock::time_point due;  // when the simulated worker meant to send it
+  };
+  std::deque<Outgoing> out_;  // front: the write in flight
   bool writing_ = false;
   bool write_broken_ = false;
 
@@ -582,10 +627,16 @@ struct Row {
   double cpu_s = 0, wall_s = 0;  // coordinator CPU over the run (register .. all finished)
   long rss_peak_kb = -1;
   long threads_peak = -1;
-  std::vector<double> ping_ms, getjob_ms, schedule_s;
-  double events_per_s = 0;
+  std::vector<double> ping_ms, getjob_ms, schedule_s, heartbeat_write_ms;
+  double events_per_s = 0, messages_per_s = 0;
+  double generator_cpu_s = 0;  // this process, over the run
   int declared_dead = 0, sessions_ended_early = 0, jobs_succeeded = 0, register_failed = 0;
   double max_heartbeat_late_s = 0;
+  // Seconds from the last submit to the first session the coordinator ended; the window measured.
+  std::optional<double> first_early_end_s;
+  int workers_with_backlog = 0;  // when the jobs had ended: messages not yet written
+  double oldest_backlog_s = 0;
+  double window_from_s = 0, window_to_s = 0;
   std::string error;
 };
 
@@ -624,7 +675,7 @@ Row RunSize(const Options& o, int n_workers) {
   const int ranks = o.pipeline * o.data;
   row.jobs = n_workers / ranks;
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  CoordinatorProcess coordinator(o.coordinator_bin, address, n_workers + 16);
+  CoordinatorProcess coordinator(o.coordinator_bin, address, n_workers + 16, o.coordinator_log);
   std::unique_ptr<zpipe::Client> client = zpipe::Client::Create(address);
   for (int i = 0; !client->Workers().ok(); ++i) {
     if (i > 300 || coordinator.exited()) {
@@ -646,6 +697,7 @@ Row RunSize(const Options& o, int n_workers) {
   shared.heartbeat_interval = heartbeat_timeout / 5;
 
   const double cpu0 = ProcessCpuSeconds(coordinator.pid());
+  const double generator_cpu0 = ProcessCpuSeconds(getpid());
   const auto t0 = Clock::now();
   const int n_channels = (n_workers + o.workers_per_channel - 1) / o.workers_per_channel;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -653,7 +705,8 @@ Row RunSize(const Options& o, int n_workers) {
   for (int c = 0; c < n_channels; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("zpipe.bench.connection", c);  // distinct args: a connection of its own
-    channels.push_back(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     stubs.push_back(v1::WorkerService::NewStub(channels.back()));
   }
   std::vector<std::unique_ptr<SimWorker>> workers;
@@ -757,7 +810,9 @@ Row RunSize(const Options& o, int n_workers) {
   WaitFor(shared, absl::Seconds(10), [&] { return shared.jobs.FullyAssigned(ranks) >= row.jobs; });
   const auto m0 = Clock::now();
   const uint64_t events0 = shared.events_written;
+  const uint64_t messages0 = shared.messages_written;
   measuring = true;
+  shared.measuring = true;
   const auto measure_until =
       submitted + absl::ToChronoNanoseconds(std::max(absl::Seconds(1), o.duration - o.iteration));
   while (Clock::now() < measure_until) {
@@ -765,12 +820,30 @@ Row RunSize(const Options& o, int n_workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   measuring = false;
+  shared.measuring = false;
   const auto m1 = Clock::now();
+  row.window_from_s = std::chrono::duration<double>(m0 - submitted).count();
+  row.window_to_s = std::chrono::duration<double>(m1 - submitted).count();
   row.events_per_s =
       (shared.events_written - events0) / std::chrono::duration<double>(m1 - m0).count();
-  // Then until every rank finished, with time to spare.
-  WaitFor(shared, o.duration + absl::Seconds(60),
-          [&] { return shared.ranks_finished >= row.jobs * ranks; });
+  row.messages_per_s =
+      (shared.messages_written - messages0) / std::chrono::duration<double>(m1 - m0).count();
+  // Then until every rank finished, or every job has ended (a failed job's ranks never finish).
+  auto all_ended = [&] {
+    absl::StatusOr<std::vector<v1::Job>> jobs = client->ListAll();
+    return jobs.ok() && static_cast<int>(jobs->size()) == row.jobs &&
+           std::all_of(jobs->begin(), jobs->end(), [](const v1::Job& j) {
+             return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+                    j.state() == v1::JOB_STATE_CANCELLED;
+           });
+  };
+  auto next_list = Clock::now();
+  WaitFor(shared, o.duration + absl::Seconds(60), [&] {
+    if (shared.ranks_finished >= row.jobs * ranks) return true;
+    if (Clock::now() < next_list) return false;
+    next_list = Clock::now() + std::chrono::seconds(2);
+    return all_ended();
+  });
   sample_process();
   stop_pollers = true;
   getjob_poller.join();
@@ -792,15 +865,26 @@ Row RunSize(const Options& o, int n_workers) {
       all.ok()) {
     for (const v1::Worker& w : *all) row.declared_dead += w.state() == v1::WORKER_STATE_DEAD;
   }
+  for (auto& w : workers) {
+    const auto [queued, age] = w->Backlog(Clock::now());
+    row.workers_with_backlog += queued > 0;
+    row.oldest_backlog_s = std::max(row.oldest_backlog_s, age);
+  }
   row.cpu_s = ProcessCpuSeconds(coordinator.pid()) - cpu0;
   row.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  row.generator_cpu_s = ProcessCpuSeconds(getpid()) - generator_cpu0;
   sample_process();
   row.rss_peak_kb = rss_peak;
   row.threads_peak = threads_peak;
   row.sessions_ended_early = shared.sessions_ended_early;
   row.max_heartbeat_late_s = shared.max_heartbeat_late_us / 1e6;
+  if (const int64_t ns = shared.first_early_end_ns; ns != 0) {
+    row.first_early_end_s =
+        std::chrono::duration<double>(Clock::time_point(Clock::duration(ns)) - submitted).count();
+  }
   row.getjob_ms = getjob_ms.Take();
   row.ping_ms = ping_ms.Take();
+  row.heartbeat_write_ms = shared.heartbeat_write_ms.Take();
   row.schedule_s = shared.jobs.ScheduleSeconds(ranks);
   if (submit_failed > 0 && row.error.empty()) row.error = shared.first_error;
   if (row.error.empty() && !shared.first_error.empty()) row.error = shared.first_error;
@@ -826,9 +910,10 @@ int main(int argc, char** argv) {
       o.workers_per_channel, o.pipeline, o.data, o.microbatches, absl::FormatDuration(o.duration),
       absl::FormatDuration(o.iteration), absl::FormatDuration(o.flush), load_before,
       zpipe::bench::LoadAverage());
-  std::cout << absl::StrFormat("%7s %5s %8s %6s %7s %6s %15s %15s %10s %13s %9s %6s\n", "workers",
-                               "jobs", "CPU s", "cores", "RSS MB", "thr", "hb-path p50/p99",
-                               "GetJob p50/p99", "events/s", "sched p50/max", "hb t/o", "ok");
+  std::cout << absl::StrFormat("%7s %5s %7s %5s %6s %5s %17s %15s %15s %9s %13s %6s %7s\n",
+                               "workers", "jobs", "CPU s", "cores", "RSS MB", "thr",
+                               "hb sent p50/p99", "hb-path p50/p99", "GetJob p50/p99",
+                               "events/s", "sched p50/max", "hb t/o", "ok");
   bool all_ok = true, goal_met = false;
   for (const Row& r : rows) {
     auto pair = [](const std::vector<double>& v, const char* fmt) {
@@ -841,11 +926,24 @@ int main(int argc, char** argv) {
                      : absl::StrFormat("%.2f/%.2f s", Percentile(r.schedule_s, 0.5),
                                        Percentile(r.schedule_s, 1.0));
     std::cout << absl::StrFormat(
-        "%7d %5d %8.1f %6.2f %7.0f %6ld %15s %15s %10.0f %13s %9d %3d/%-3d\n", r.workers, r.jobs,
-        r.cpu_s, r.wall_s > 0 ? r.cpu_s / r.wall_s : 0.0, r.rss_peak_kb / 1024.0, r.threads_peak,
+        "%7d %5d %7.1f %5.2f %6.0f %5ld %17s %15s %15s %9.0f %13s %6d %3d/%-3d\n", r.workers,
+        r.jobs, r.cpu_s, r.wall_s > 0 ? r.cpu_s / r.wall_s : 0.0, r.rss_peak_kb / 1024.0,
+        r.threads_peak, pair(r.heartbeat_write_ms, "%.0f") + " ms",
         pair(r.ping_ms, "%.1f") + " ms", pair(r.getjob_ms, "%.1f") + " ms", r.events_per_s, sched,
         r.declared_dead + r.sessions_ended_early, r.jobs_succeeded, r.jobs);
     if (!r.error.empty()) std::cout << "   " << r.workers << " workers: " << r.error << "\n";
+    if (r.first_early_end_s) {
+      std::cout << absl::StrFormat(
+          "%*s the first session the coordinator ended: %.1f s after the last submit (measured "
+          "window: %.1f .. %.1f s)\n",
+          7, "", *r.first_early_end_s, r.window_from_s, r.window_to_s);
+    }
+    if (r.workers_with_backlog > 0) {
+      std::cout << absl::StrFormat(
+          "%*s %d live workers still had messages the coordinator had not taken when the jobs "
+          "had ended (oldest due %.1f s before)\n",
+          7, "", r.workers_with_backlog, r.oldest_backlog_s);
+    }
     const bool ok = r.error.empty() && r.declared_dead == 0 && r.sessions_ended_early == 0 &&
                     r.jobs_succeeded == r.jobs;
     all_ok = all_ok && ok;
@@ -853,15 +951,19 @@ int main(int argc, char** argv) {
         Percentile(r.getjob_ms, 0.99) < 50 && r.rss_peak_kb >= 0 && r.rss_peak_kb < 2L << 20) {
       goal_met = true;
     }
-    std::cout << absl::StrFormat("%*s generator's heartbeat lateness max %.2f s (timeout 10 s)\n",
-                                 7, "", r.max_heartbeat_late_s);
+    std::cout << absl::StrFormat(
+        "%*s %.0f messages/s from the workers; generator: %.1f CPU s, heartbeats due late by "
+        "%.2f s at most (timeout 10 s)\n",
+        7, "", r.messages_per_s, r.generator_cpu_s, r.max_heartbeat_late_s);
   }
   std::cout << "goal (4,096 workers, 256 running jobs: GetJob p99 < 50 ms, RSS < 2 GB, no "
                "heartbeat timeout, every job succeeded): "
             << (goal_met ? "met" : "NOT met") << "\n"
             << "CPU s / cores: coordinator CPU over the whole run (register .. every job ended); "
-               "RSS: peak (VmHWM); thr: peak threads;\nhb-path: a WorkerService call on the "
-               "workers' connections (heartbeats are not acknowledged); hb t/o: workers declared "
-               "dead\nor sessions the coordinator ended; sched: submit -> every rank assigned\n";
+               "RSS: peak (VmHWM); thr: peak threads;\nhb sent: a heartbeat's due time -> its "
+               "write done (behind the stream's earlier messages, under HTTP/2 flow "
+               "control);\nhb-path: a unary WorkerService call on the workers' connections "
+               "(heartbeats are not acknowledged);\nhb t/o: workers declared dead or sessions the "
+               "coordinator ended; sched: submit -> every rank assigned\n";
   return o.check && !all_ok ? 1 : 0;
 }
