@@ -5,7 +5,8 @@ if(TARGET zpipe-coordinator)
   add_executable(zpipe_scale_bench ${CMAKE_CURRENT_LIST_DIR}/scale_bench.cc)
   target_include_directories(zpipe_scale_bench PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(zpipe_scale_bench PRIVATE zpipe::flags zpipe::client zpipe::core
-                        zpipe::proto zpipe::wire absl::strings absl::str_format absl::time)
+                        zpipe::proto zpipe::wire absl::strings absl::str_format
+                        absl::synchronization absl::time)
   target_compile_definitions(zpipe_scale_bench PRIVATE
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(zpipe_scale_bench zpipe-coordinator)

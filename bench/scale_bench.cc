@@ -40,7 +40,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -49,17 +48,18 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "bench/machine_state.h"
 #include "client/client.h"
@@ -190,17 +190,17 @@ double Percentile(std::vector<double> v, double q) {
 class Samples {
  public:
   void Add(double v) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     v_.push_back(v);
   }
   std::vector<double> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return std::move(v_);
   }
 
  private:
-  std::mutex mu_;
-  std::vector<double> v_;
+  absl::Mutex mu_;
+  std::vector<double> v_ ABSL_GUARDED_BY(mu_);
 };
 
 // The coordinator process: started on construction, SIGTERMed (then SIGKILLed) on destruction,
@@ -255,18 +255,18 @@ class CoordinatorProcess {
 class JobTimes {
  public:
   void Submitted(const std::string& job) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     jobs_[job].submitted = Clock::now();
   }
   void Assigned(const std::string& job) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Times& t = jobs_[job];
     ++t.assigned;
     t.last_assigned = Clock::now();
   }
   // Seconds from submit to the last rank's assignment, for jobs whose `ranks` ranks all got one.
   std::vector<double> ScheduleSeconds(int ranks) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::vector<double> out;
     for (const auto& [job, t] : jobs_) {
       if (t.assigned >= ranks && t.submitted != Clock::time_point()) {
@@ -276,7 +276,7 @@ class JobTimes {
     return out;
   }
   int FullyAssigned(int ranks) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     int n = 0;
     for (const auto& [job, t] : jobs_) n += t.assigned >= ranks;
     return n;
@@ -287,8 +287,8 @@ class JobTimes {
     Clock::time_point submitted, last_assigned;
     int assigned = 0;
   };
-  std::mutex mu_;
-  std::map<std::string, Times> jobs_;
+  absl::Mutex mu_;
+  std::map<std::string, Times> jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 // What every simulated worker adds to.
@@ -304,20 +304,24 @@ struct Shared {
   std::atomic<int64_t> max_heartbeat_late_us{0};  // the generator's own lateness
   Samples heartbeat_write_ms;  // due -> write done, while `measuring`
   std::atomic<bool> measuring{false};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string first_error;  // guarded by mu
+  absl::Mutex mu;
+  absl::CondVar cv;  // signalled when a worker registered, failed to, or ended
+  std::string first_error ABSL_GUARDED_BY(mu);
   JobTimes jobs;
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration flush;
 
+  std::string FirstError() {
+    absl::MutexLock lock(&mu);
+    return first_error;
+  }
   void Error(const std::string& e) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     if (first_error.empty()) first_error = e;
   }
   void Notify() {
-    std::lock_guard<std::mutex> lock(mu);
-    cv.notify_all();
+    absl::MutexLock lock(&mu);
+    cv.SignalAll();
   }
 };
 
@@ -351,7 +355,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   // Ends the session (the coordinator sees the stream cancelled).
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
     reg_ctx_.TryCancel();
@@ -362,7 +366,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
     std::vector<v1::WorkerMessage> due;
     Clock::time_point heartbeat_due;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!open_ || stopping_) return;
       if (now >= next_heartbeat_) {
         const int64_t late_us =
@@ -390,7 +394,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   void OnWriteDone(bool ok) override {
     v1::WorkerMessage* next = nullptr;
     {
-      std::lock_guard<std::mutex> lock(write_mu_);
+      absl::MutexLock lock(&write_mu_);
       const v1::WorkerMessage& m = out_.front().message;
       if (ok) shared_.messages_written.fetch_add(1, std::memory_order_relaxed);
       if (ok && m.has_progress()) {
@@ -418,7 +422,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
     if (in_.has_assignment()) {
       Assign(in_.assignment());
     } else if (in_.has_cancel()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (job_id_ == in_.cancel().job_id()) job_id_.clear();
     }
     StartRead(&in_);
@@ -427,7 +431,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   void OnDone(const grpc::Status& s) override {
     bool early;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       open_ = false;
       early = !stopping_;
     }
@@ -439,7 +443,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
       shared_.Error(absl::StrCat(name_, ": session ended by the coordinator: ", s.error_message()));
     }
     {
-      std::lock_guard<std::mutex> lock(done_mu_);
+      absl::MutexLock lock(&done_mu_);
       done_ = true;
     }
     ++shared_.sessions_done;
@@ -449,14 +453,14 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   // Messages queued and not yet written on a stream still open, and how long the oldest has
   // waited since it was due.
   std::pair<size_t, double> Backlog(Clock::time_point now) {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    absl::MutexLock lock(&write_mu_);
     if (out_.empty() || write_broken_) return {0, 0.0};
     return {out_.size(), std::chrono::duration<double>(now - out_.front().due).count()};
   }
 
   // Until OnDone has run (after Stop, or a session that never opened).
   bool done() {
-    std::lock_guard<std::mutex> lock(done_mu_);
+    absl::MutexLock lock(&done_mu_);
     return done_;
   }
 
@@ -471,16 +475,16 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
       ++shared_.register_failed;
       shared_.Error(absl::StrCat(name_, ": register: ", s.error_message()));
       {
-        std::lock_guard<std::mutex> lock(done_mu_);
+        absl::MutexLock lock(&done_mu_);
         done_ = true;
       }
       shared_.Notify();
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) {
-        std::lock_guard<std::mutex> done_lock(done_mu_);
+        absl::MutexLock done_lock(&done_mu_);
         done_ = true;
         return;
       }
@@ -505,7 +509,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   void Enqueue(v1::WorkerMessage m, Clock::time_point due = Clock::now()) {
     v1::WorkerMessage* start = nullptr;
     {
-      std::lock_guard<std::mutex> lock(write_mu_);
+      absl::MutexLock lock(&write_mu_);
       if (write_broken_) return;
       out_.push_back({std::move(m), due});  // deque: references to the front stay valid
       if (!writing_) {
@@ -522,7 +526,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
       shared_.Error(absl::StrCat(name_, ": unusable plan: ", plan.status().message()));
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     actions_.clear();
     for (const zpipe::core::Action& act : plan->ranks[a.pipeline_rank()]) {
       if (zpipe::core::IsCompute(act.kind)) actions_.push_back(act);
@@ -541,7 +545,8 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
 
   // The events of the current iteration that are done by `now` (spread evenly over it), then,
   // for each iteration that ended, its report, and after the last one RankFinished.
-  void DueProgress(Clock::time_point now, std::vector<v1::WorkerMessage>& due) {
+  void DueProgress(Clock::time_point now, std::vector<v1::WorkerMessage>& due)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto it_time = absl::ToChronoNanoseconds(iteration_);
     while (!job_id_.empty()) {
       const double frac =
@@ -601,25 +606,32 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   grpc::ClientContext ctx_;
   v1::CoordinatorMessage in_;  // the read in flight; touched only by OnReadDone
 
-  std::mutex write_mu_;
+  absl::Mutex write_mu_;
   struct Outgoing {
     v1::WorkerMessage message;
     Clock::time_point due;  // when the simulated worker meant to send it
   };
-  std::deque<Outgoing> out_;  // front: the write in flight
-  bool writing_ = false;
-  bool write_broken_ = false;
+  std::deque<Outgoing> out_ ABSL_GUARDED_BY(write_mu_);  // front: the write in flight
+  bool writing_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool write_broken_ ABSL_GUARDED_BY(write_mu_) = false;
 
-  std::mutex mu_;  // the simulated worker's state
-  bool open_ = false, stopping_ = false;
-  Clock::time_point next_heartbeat_, next_flush_, it_start_;
-  std::string job_id_;  // empty when idle
-  std::vector<zpipe::core::Action> actions_;
-  int pipeline_rank_ = 0, data_rank_ = 0, pipeline_size_ = 1, iterations_ = 0, it_ = 0;
-  size_t sent_in_it_ = 0;
+  absl::Mutex mu_;  // the simulated worker's state; taken before done_mu_
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Clock::time_point next_heartbeat_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point next_flush_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point it_start_ ABSL_GUARDED_BY(mu_);
+  std::string job_id_ ABSL_GUARDED_BY(mu_);  // empty when idle
+  std::vector<zpipe::core::Action> actions_ ABSL_GUARDED_BY(mu_);
+  int pipeline_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int data_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int pipeline_size_ ABSL_GUARDED_BY(mu_) = 1;
+  int iterations_ ABSL_GUARDED_BY(mu_) = 0;
+  int it_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t sent_in_it_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::mutex done_mu_;
-  bool done_ = false;
+  absl::Mutex done_mu_;
+  bool done_ ABSL_GUARDED_BY(done_mu_) = false;
 };
 
 struct Row {
@@ -663,8 +675,8 @@ bool WaitFor(Shared& shared, absl::Duration timeout, F done) {
   const auto deadline = Clock::now() + absl::ToChronoNanoseconds(timeout);
   while (!done()) {
     if (Clock::now() >= deadline) return false;
-    std::unique_lock<std::mutex> lock(shared.mu);
-    shared.cv.wait_for(lock, std::chrono::milliseconds(50));
+    absl::MutexLock lock(&shared.mu);
+    shared.cv.WaitWithTimeout(&shared.mu, absl::Milliseconds(50));
   }
   return true;
 }
@@ -742,7 +754,7 @@ Row RunSize(const Options& o, int n_workers) {
       shared.register_failed > 0) {
     row.register_failed = shared.register_failed;
     row.error = absl::StrCat(shared.registered.load(), " of ", n_workers,
-                             " workers registered; first error: ", shared.first_error);
+                             " workers registered; first error: ", shared.FirstError());
     stop_all();
     return row;
   }
@@ -886,8 +898,7 @@ Row RunSize(const Options& o, int n_workers) {
   row.ping_ms = ping_ms.Take();
   row.heartbeat_write_ms = shared.heartbeat_write_ms.Take();
   row.schedule_s = shared.jobs.ScheduleSeconds(ranks);
-  if (submit_failed > 0 && row.error.empty()) row.error = shared.first_error;
-  if (row.error.empty() && !shared.first_error.empty()) row.error = shared.first_error;
+  if (row.error.empty()) row.error = shared.FirstError();
   stop_all();
   return row;
 }
@@ -916,10 +927,10 @@ int main(int argc, char** argv) {
                                "events/s", "sched p50/max", "hb t/o", "ok");
   bool all_ok = true, goal_met = false;
   for (const Row& r : rows) {
-    auto pair = [](const std::vector<double>& v, const char* fmt) {
+    auto pair = [](const std::vector<double>& v, int decimals) {
       if (v.empty()) return std::string("n/a");
-      return absl::StrCat(absl::StrFormat(fmt, Percentile(v, 0.5)), "/",
-                          absl::StrFormat(fmt, Percentile(v, 0.99)));
+      return absl::StrFormat("%.*f/%.*f", decimals, Percentile(v, 0.5), decimals,
+                             Percentile(v, 0.99));
     };
     auto sched = r.schedule_s.empty()
                      ? std::string("n/a")
@@ -928,8 +939,8 @@ int main(int argc, char** argv) {
     std::cout << absl::StrFormat(
         "%7d %5d %7.1f %5.2f %6.0f %5ld %17s %15s %15s %9.0f %13s %6d %3d/%-3d\n", r.workers,
         r.jobs, r.cpu_s, r.wall_s > 0 ? r.cpu_s / r.wall_s : 0.0, r.rss_peak_kb / 1024.0,
-        r.threads_peak, pair(r.heartbeat_write_ms, "%.0f") + " ms",
-        pair(r.ping_ms, "%.1f") + " ms", pair(r.getjob_ms, "%.1f") + " ms", r.events_per_s, sched,
+        r.threads_peak, pair(r.heartbeat_write_ms, 0) + " ms",
+        pair(r.ping_ms, 1) + " ms", pair(r.getjob_ms, 1) + " ms", r.events_per_s, sched,
         r.declared_dead + r.sessions_ended_early, r.jobs_succeeded, r.jobs);
     if (!r.error.empty()) std::cout << "   " << r.workers << " workers: " << r.error << "\n";
     if (r.first_early_end_s) {
