@@ -941,7 +941,7 @@ int main(int argc, char** argv) {
         r.jobs, r.cpu_s, r.wall_s > 0 ? r.cpu_s / r.wall_s : 0.0, r.rss_peak_kb / 1024.0,
         r.threads_peak, pair(r.heartbeat_write_ms, 0) + " ms",
         pair(r.ping_ms, 1) + " ms", pair(r.getjob_ms, 1) + " ms", r.events_per_s, sched,
-        r.declared_dead + r.sessions_ended_early, r.jobs_succeeded, r.jobs);
+        std::max(r.declared_dead, r.sessions_ended_early), r.jobs_succeeded, r.jobs);
     if (!r.error.empty()) std::cout << "   " << r.workers << " workers: " << r.error << "\n";
     if (r.first_early_end_s) {
       std::cout << absl::StrFormat(
@@ -974,7 +974,8 @@ int main(int argc, char** argv) {
                "RSS: peak (VmHWM); thr: peak threads;\nhb sent: a heartbeat's due time -> its "
                "write done (behind the stream's earlier messages, under HTTP/2 flow "
                "control);\nhb-path: a unary WorkerService call on the workers' connections "
-               "(heartbeats are not acknowledged);\nhb t/o: workers declared dead or sessions the "
-               "coordinator ended; sched: submit -> every rank assigned\n";
+               "(heartbeats are not acknowledged);\nhb t/o: workers the coordinator declared "
+               "dead (sessions it ended; its list of dead workers is capped by "
+               "--max-dead-workers);\nsched: submit -> every rank assigned\n";
   return o.check && !all_ok ? 1 : 0;
 }
