@@ -69,21 +69,9 @@ struct FakeWorker::State {
       absl::SleepFor(options.iteration_time);
       if (!StillRunning(a.job_id()) || !Write(m)) return;
       v1::WorkerMessage report;
-      v1::IterationReport* r = report.mutable_iteration();
-      r->set_job_id(a.job_id());
-      r->set_iteration(it);
-      v1::RankIterationStats* s = r->mutable_stats();
-      const double d = absl::ToDoubleSeconds(options.iteration_time);
-      s->set_pipeline_rank(a.pipeline_rank());
-      s->set_data_rank(a.data_rank());
-      s->set_duration_s(d);
-      s->set_busy_s(0.8 * d);
-      s->set_idle_s(0.2 * d);
-      s->set_forward_s(0.3 * d);
-      s->set_backward_s(0.3 * d);
-      s->set_weight_s(0.2 * d);
-      s->set_bubble_ratio(0.2);
-      if (a.pipeline_rank() == a.pipeline_size() - 1) r->set_loss(5.0 / (1 + it));
+      *report.mutable_iteration() =
+          MakeIterationReport(a.job_id(), it, a.pipeline_rank(), a.data_rank(),
+                              a.pipeline_size(), absl::ToDoubleSeconds(options.iteration_time));
       if (!StillRunning(a.job_id()) || !Write(report)) return;
     }
     v1::WorkerMessage done;
