@@ -134,6 +134,7 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunDeleteCommand(CliContext& ctx, const std::vector<std::string>& args);  // delete ID...
 int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& args);     // logs ID [--follow]

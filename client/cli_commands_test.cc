@@ -69,6 +69,9 @@ class CliCommandsTest : public ::testing::Test {
     absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override {
       return f_.Cancel(id, r);
     }
+    absl::StatusOr<v1::JobState> Delete(const std::string& id, bool force) override {
+      return f_.Delete(id, force);
+    }
     std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override {
       return f_.Watch(id, o);
     }
@@ -167,6 +170,27 @@ TEST_F(CliCommandsTest, CancelAndCancelFinished) {
   ASSERT_TRUE(fake_.Submit(Spec(), "done", false).ok());
   fake_.SetState("done", v1::JOB_STATE_SUCCEEDED, "all ranks finished");
   EXPECT_EQ(Run(RunCancelCommand, {"done"}).code, kExitJobFailed);  // FAILED_PRECONDITION
+}
+
+TEST_F(CliCommandsTest, DeleteRemovesFinishedJobsAndActiveOnesOnlyWithForce) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "done", false).ok());
+  fake_.SetState("done", v1::JOB_STATE_SUCCEEDED, "all ranks finished");
+  ASSERT_TRUE(fake_.Submit(Spec(), "busy", false).ok());
+  // Each id on its own: the active one is refused, the finished one deleted; exit 1.
+  Result r = Run(RunDeleteCommand, {"busy", "done"});
+  EXPECT_EQ(r.code, kExitJobFailed);
+  EXPECT_EQ(r.out, "done deleted (succeeded)\n");
+  EXPECT_THAT(r.err, HasSubstr("zpipe delete: job 'busy' is pending; add --force"));
+  EXPECT_TRUE(absl::IsNotFound(fake_.Get("done").status()));
+  EXPECT_TRUE(fake_.Get("busy").ok());
+
+  r = Run(RunDeleteCommand, {"busy", "--force"}, OutputFormat::kName);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "busy\n");
+  EXPECT_TRUE(absl::IsNotFound(fake_.Get("busy").status()));
+  EXPECT_EQ(Run(RunListCommand, {}, OutputFormat::kName).out, "");
+  EXPECT_EQ(Run(RunDeleteCommand, {"busy"}).code, kExitJobFailed);  // NOT_FOUND
+  EXPECT_EQ(Run(RunDeleteCommand, {}).code, kExitUsage);
 }
 
 TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {

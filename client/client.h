@@ -168,6 +168,9 @@ class Client {
   // Cancels a PENDING/SCHEDULING/RUNNING job; a CANCELLED job comes back unchanged.
   virtual absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                          const std::string& reason = "") = 0;
+  // Deletes a finished job with its history, trace and logs; `force` cancels an active one first
+  // (else FAILED_PRECONDITION). Returns the state it was deleted in.
+  virtual absl::StatusOr<v1::JobState> Delete(const std::string& job_id, bool force = false) = 0;
 
   // Iterator form of WatchJob; the stream opens on the first Next().
   virtual std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options = {}) = 0;

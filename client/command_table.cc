@@ -267,6 +267,16 @@ std::vector<CommandSpec> MakeCommands() {
                .flags = {Value("--reason", ValueKind::kText, "TEXT", "why, recorded with the job")},
                .formats = "json yaml name",
                .run = RunCancelCommand});
+  c.push_back({.name = "delete",
+               .synopsis = "delete ID [ID...] [--force]",
+               .summary = "delete finished jobs with their history, trace and logs",
+               .operand = ValueKind::kJobId,
+               .flags = {Switch("--force", "cancel a job that has not finished, then delete it")},
+               .formats = "name",
+               .run = RunDeleteCommand,
+               .description = "deletes each job: its record, event history, trace, logs and its "
+                              "claim on uploaded\nartifacts; a job that has not finished needs "
+                              "--force; exit 1 if any job could not be deleted"});
   c.push_back({.name = "watch",
                .synopsis = "watch ID",
                .summary = "follow a job until it ends",

@@ -205,6 +205,25 @@ absl::StatusOr<v1::Job> FakeClient::Cancel(const std::string& job_id, const std:
   return job;
 }
 
+absl::StatusOr<v1::JobState> FakeClient::Delete(const std::string& job_id, bool force) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckReachable(); !s.ok()) return s;
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  if (!IsTerminal(it->second.job.state())) {
+    if (!force) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job_id, "' is ", JobStateName(it->second.job.state()),
+                       "; add --force to cancel it and delete it"));
+    }
+    ChangeStateLocked(it->second, v1::JOB_STATE_CANCELLED, "cancelled to be deleted");
+  }
+  const v1::JobState state = it->second.job.state();
+  jobs_.erase(it);
+  order_.erase(std::remove(order_.begin(), order_.end(), job_id), order_.end());
+  return state;
+}
+
 std::unique_ptr<JobWatch> FakeClient::Watch(const std::string& job_id, WatchOptions options) {
   return std::make_unique<FakeJobWatch>(*this, job_id, options.after_sequence);
 }

@@ -254,6 +254,17 @@ class GrpcClient : public Client {
     return job;
   }
 
+  absl::StatusOr<v1::JobState> Delete(const std::string& job_id, bool force) override {
+    v1::DeleteJobRequest request;
+    request.set_job_id(job_id);
+    request.set_force(force);
+    v1::DeleteJobResponse response;
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    if (absl::Status s = FromGrpc(stub_->DeleteJob(&ctx, request, &response)); !s.ok()) return s;
+    return response.state();
+  }
+
   std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override {
     return std::make_unique<GrpcJobWatch>(stub_, job_id, options, options_.token);
   }

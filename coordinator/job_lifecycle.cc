@@ -122,6 +122,21 @@ void JobLifecycle::Finish(JobRecord& job, JobState to, std::string reason) {
   UpdateGauges();
 }
 
+absl::Status JobLifecycle::Delete(JobRecord& job) {
+  const std::string id = job.id;
+  if (absl::Status st = writer_.Delete(id); !st.ok()) return st;
+  rendezvous_.Close(id);
+  runs_.erase(id);
+  recovery_.Forget(id);
+  plans_.Forget(id);
+  monitor_.Forget(id);
+  events_.Forget(id);
+  queue_.Remove(id);  // `job` dangles from here
+  LogInfo("job ", id, ": deleted");
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
 void JobLifecycle::LoseRank(JobRecord& job, std::string reason) {
   Recovery::Decision decision = recovery_.OnRankLost(job, std::move(reason), clock_.Now());
   if (!decision.restart) {

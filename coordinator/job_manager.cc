@@ -115,6 +115,34 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
   return lifecycle_.View(*job, true, true);
 }
 
+absl::StatusOr<JobState> JobManager::Delete(const std::string& job_id, bool force) {
+  JobState state;
+  {
+    absl::MutexLock lock(&lifecycle_.mu());
+    JobRecord* job = lifecycle_.queue().Find(job_id);
+    if (job == nullptr) return JobNotFound(job_id);
+    if (!IsTerminal(job->state)) {
+      if (!force) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", job_id, "' is ", JobStateName(job->state),
+                         "; add --force to cancel it and delete it"));
+      }
+      lifecycle_.Finish(*job, JobState::kCancelled, "cancelled to be deleted");
+    }
+    state = job->state;
+    if (absl::Status st = lifecycle_.Delete(*job); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("job '", job_id,
+                                       "' is not deleted: the coordinator's job store refused to "
+                                       "remove it (",
+                                       st.message(), "); delete it again later"));
+    }
+  }
+  // Outside the lifecycle's lock: the log store is a leaf, but needs nothing from it.
+  logs_.Forget(job_id);
+  return state;
+}
+
 std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
   return sessions_.List(include_dead);
 }

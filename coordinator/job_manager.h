@@ -83,6 +83,13 @@ class JobManager {
   // Acknowledged once CANCELLED is stored: while the store refuses it, the job is cancelled (its
   // workers stopped) but the store's error is returned; cancelling again answers OK once stored.
   absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
+  // Deletes a finished job with everything kept about it: its stored record, history, plan,
+  // progress, trace and logs (its artifacts are then no longer needed by it: ArtifactStore::
+  // Sweep). A job that is not finished is FailedPrecondition unless `force`, which cancels it
+  // first. Acknowledged once the store has removed it: while the store refuses, the job is kept
+  // (cancelled when forced) and the store's error is returned. NotFound for an unknown job.
+  // Returns the state the job was deleted in.
+  absl::StatusOr<JobState> Delete(const std::string& job_id, bool force);
   std::vector<WorkerInfo> Workers(bool include_dead) const;
   // A page of Workers by name: page_size 0 = 500, capped at 1000; `page_token` from the previous
   // page's next_page_token.

@@ -12,6 +12,14 @@ JobRecord& JobQueue::Add(JobRecord record) {
   return jobs_[order] = std::move(record);
 }
 
+bool JobQueue::Remove(const std::string& job_id) {
+  auto it = index_.find(job_id);
+  if (it == index_.end()) return false;
+  jobs_.erase(it->second);
+  index_.erase(it);
+  return true;
+}
+
 JobRecord* JobQueue::Find(const std::string& job_id) {
   auto it = index_.find(job_id);
   return it == index_.end() ? nullptr : &jobs_.at(it->second);

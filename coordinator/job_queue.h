@@ -8,7 +8,8 @@
 // starved by smaller ones), while jobs of other device kinds go on.
 //
 // Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock).
-// Records live until the queue is destroyed; pointers and references to them stay valid.
+// Records live until they are removed (a deleted job) or the queue is destroyed; pointers and
+// references to the others stay valid.
 #ifndef ZPIPE_COORDINATOR_JOB_QUEUE_H_
 #define ZPIPE_COORDINATOR_JOB_QUEUE_H_
 
@@ -36,6 +37,9 @@ class JobQueue {
   // Adds `record` under its id and submit_order (new, or restored from the store: later orders
   // are then handed out after it). The id must not be present.
   JobRecord& Add(JobRecord record);
+
+  // Removes the job's record (a deleted job); pointers to it dangle. False when it is unknown.
+  bool Remove(const std::string& job_id);
 
   JobRecord* Find(const std::string& job_id);
   const JobRecord* Find(const std::string& job_id) const;

@@ -307,6 +307,14 @@ class Client:
         return _job_to_dict(self._call(self._stub.CancelJob,
                                        pb.CancelJobRequest(job_id=job_id, reason=reason)))
 
+    def delete(self, job_id, force=False):
+        """Deletes a finished job with its history, trace and logs (`zpipe delete ID`) and
+        returns the state it was deleted in ("succeeded", "failed", "cancelled"). A job that has
+        not finished raises FAILED_PRECONDITION unless `force`, which cancels it first."""
+        response = self._call(self._stub.DeleteJob,
+                              pb.DeleteJobRequest(job_id=job_id, force=force))
+        return job_pb2.JobState.Name(response.state)[len("JOB_STATE_"):].lower()
+
     def watch(self, job_id, progress_interval_ms=0, reconnect_timeout=30.0, timeout=None):
         """Yields the job's events until it ends (`zpipe watch ID`): first a "snapshot" (the job
         record), then "state_change", "iteration" (a summary once every rank finished one),

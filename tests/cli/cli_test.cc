@@ -780,6 +780,31 @@ TEST_F(CliTest, SuccessExitsZeroForEveryCommand) {
   EXPECT_THAT(yaml.out, HasSubstr("\nstate: succeeded\n"));
 }
 
+// Issue 33: `zpipe delete` against a real coordinator: a finished job goes at once, a running one
+// only with --force (which cancels it first); either is gone from status and list afterwards.
+TEST_F(CliTest, DeleteFinishedJobsAndRunningOnesWithForce) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kHold);
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "busy"}).exit_code, 0);
+  WaitForState("busy", "running");
+  // A second job waits for workers; cancelled, it is finished and deleted without --force.
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "done"}).exit_code, 0);
+  ASSERT_EQ(RunZpipe({"cancel", "done"}).exit_code, 0);
+  ProcessResult del = RunZpipe({"delete", "done"});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  EXPECT_EQ(del.out, "done deleted (cancelled)\n");
+  EXPECT_EQ(RunZpipe({"status", "done"}).exit_code, 1);
+
+  ProcessResult refused = RunZpipe({"delete", "busy"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("job 'busy' is RUNNING; add --force"));
+  ProcessResult forced = RunZpipe({"delete", "busy", "--force", "-o", "name"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(forced.out, "busy\n");
+  ProcessResult list = RunZpipe({"list", "-o", "name"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out, "");
+}
+
 TEST_F(CliTest, CoordinatorFromEnvironment) {
   ProcessResult r =
       RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});

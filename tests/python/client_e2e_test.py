@@ -280,6 +280,25 @@ class ClientE2ETest(unittest.TestCase):
             self.client.cancel(job["id"])
         self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
 
+    def test_delete_finished_and_forced(self):
+        job = self.run_job(synthetic_job("py-delete-done", iterations=1))
+        self.assertEqual(self.client.delete(job["id"]), "succeeded")
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.status(job["id"])
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertNotIn(job["id"], [j["id"] for j in self.client.list()])
+
+        job_id = self.client.submit(synthetic_job("py-delete-busy", iterations=100000,
+                                                  forward_ms=20))
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.delete(job_id)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--force", e.exception.message)
+        self.assertEqual(self.client.delete(job_id, force=True), "cancelled")
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.delete(job_id, force=True)
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+
     # --- specs in every form ---
 
     def test_submit_job_file_text_and_round_trip(self):
