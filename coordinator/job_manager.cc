@@ -283,7 +283,15 @@ absl::StatusOr<std::vector<std::string>> JobManager::RendezvousWait(
 
 // ---- housekeeping ----
 
-void JobManager::CheckLiveness() { sessions_.CheckLiveness(); }
+void JobManager::CheckLiveness() {
+  sessions_.CheckLiveness();
+  std::vector<std::string> deleted;
+  {
+    absl::MutexLock lock(&lifecycle_.mu());
+    deleted = lifecycle_.DeleteExpired(clock_.Now());
+  }
+  for (const std::string& id : deleted) logs_.Forget(id);
+}
 
 absl::Status JobManager::StoreStatus() const { return writer_.Status(); }
 

@@ -158,7 +158,8 @@ class JobManager {
 
   // ---- housekeeping ----
   // Declares silent workers dead and fails the jobs they held; fails RUNNING jobs whose workers
-  // did not come back after a restart; writes unsaved jobs to the store again. Call periodically.
+  // did not come back after a restart; writes unsaved jobs to the store again; deletes finished
+  // jobs past the retention (ManagerOptions::retain_finished, retain_count). Call periodically.
   void CheckLiveness();
   // OK while every job change is stored; else the store's error (ResourceExhausted when it is
   // full) saying how many jobs wait to be written (job_store_writer.h). For /readyz and submits.

@@ -689,6 +689,62 @@ TEST(JobManagerStoreTest, ADeleteIsAcknowledgedOnlyOnceTheStoreRemovedIt) {
   EXPECT_TRUE(absl::IsNotFound(manager->Get("j").status()));
 }
 
+// --retain-count and --retain-finished: the liveness loop deletes the finished jobs past either,
+// store and all; active jobs are never touched.
+TEST(JobManagerRetentionTest, FinishedJobsBeyondTheCountOrAgeAreDeleted) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> store = std::move(*SqliteJobStore::Open(":memory:"));
+  ManagerOptions options;
+  options.retain_count = 2;
+  options.retain_finished = absl::Hours(1);
+  auto manager = std::make_unique<JobManager>(clock, *store, metrics, options);
+  ASSERT_TRUE(manager->Load().ok());
+  for (const char* id : {"a", "b", "c", "active"}) {
+    ASSERT_TRUE(manager->Submit(id, Spec(2), false).ok());
+  }
+  // Finished in the order b, a, c: the two that finished last are kept.
+  for (const char* id : {"b", "a", "c"}) {
+    ASSERT_TRUE(manager->Cancel(id, "").ok());
+    clock.Advance(absl::Minutes(1));
+  }
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("b").status()));
+  EXPECT_TRUE(manager->Get("a").ok());
+  EXPECT_TRUE(manager->Get("c").ok());
+
+  // An hour after it ended, a finished job goes too; "c" ended a minute after "a".
+  clock.Advance(absl::Minutes(58) + absl::Seconds(30));
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("a").status()));
+  EXPECT_TRUE(manager->Get("c").ok());
+  clock.Advance(absl::Hours(5));
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("c").status()));
+  EXPECT_EQ(manager->Get("active")->record.state, JobState::kPending);
+
+  // Deleted from the store: a restarted coordinator has only the active job.
+  manager = std::make_unique<JobManager>(clock, *store, metrics, options);
+  ASSERT_TRUE(manager->Load().ok());
+  absl::StatusOr<ListResult> list = manager->List({}, 0, "");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->jobs.size(), 1u);
+  EXPECT_EQ(list->jobs[0].record.id, "active");
+}
+
+TEST(JobManagerRetentionTest, WithoutRetentionFlagsFinishedJobsStay) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> store = std::move(*SqliteJobStore::Open(":memory:"));
+  JobManager manager(clock, *store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager.Load().ok());
+  ASSERT_TRUE(manager.Submit("j", Spec(2), false).ok());
+  ASSERT_TRUE(manager.Cancel("j", "").ok());
+  clock.Advance(absl::Hours(24 * 365));
+  manager.CheckLiveness();
+  EXPECT_TRUE(manager.Get("j").ok());
+}
+
 // The real store on a "full disk": SQLite's max_page_count stops it growing, and a write past it
 // is RESOURCE_EXHAUSTED, which the manager reports as a full store.
 TEST(JobManagerStoreTest, SqliteAtItsPageLimitIsAFullStore) {
