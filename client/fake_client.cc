@@ -180,6 +180,17 @@ absl::StatusOr<JobPage> FakeClient::List(const ListJobsOptions& options) {
                                              job.state()) == options.states.end()) {
       continue;
     }
+    if (absl::FromUnixSeconds(job.create_time().seconds()) +
+            absl::Nanoseconds(job.create_time().nanos()) <
+        options.created_after) {
+      continue;
+    }
+    bool labelled = true;
+    for (const auto& [key, value] : options.labels) {
+      auto it = job.spec().labels().find(key);
+      labelled = labelled && it != job.spec().labels().end() && it->second == value;
+    }
+    if (!labelled) continue;
     if (page.jobs.size() == page_size) {
       page.next_page_token = std::to_string(i);
       break;

@@ -230,6 +230,13 @@ class GrpcClient : public Client {
   absl::StatusOr<JobPage> List(const ListJobsOptions& options) override {
     v1::ListJobsRequest request;
     for (v1::JobState state : options.states) request.add_states(state);
+    for (const auto& [key, value] : options.labels) (*request.mutable_label_selector())[key] = value;
+    if (options.created_after != absl::InfinitePast()) {
+      const int64_t seconds = absl::ToUnixSeconds(options.created_after);
+      request.mutable_created_after()->set_seconds(seconds);
+      request.mutable_created_after()->set_nanos(static_cast<int32_t>(
+          absl::ToInt64Nanoseconds(options.created_after - absl::FromUnixSeconds(seconds))));
+    }
     request.set_page_size(options.page_size);
     request.set_page_token(options.page_token);
     v1::ListJobsResponse response;

@@ -66,16 +66,21 @@ grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                               v1::ListJobsResponse* resp) {
   absl::StatusOr<Principal> caller = Caller(ctx, "list jobs");
   if (!caller.ok()) return Done("ListJobs", caller.status());
-  std::set<JobState> states;
+  JobFilter filter;
   for (int s : req->states()) {
     absl::StatusOr<JobState> state = StateFromProto(static_cast<v1::JobState>(s));
     if (!state.ok()) {
       return Done("ListJobs",
                   absl::InvalidArgumentError(absl::StrCat("states: ", state.status().message())));
     }
-    states.insert(*state);
+    filter.states.insert(*state);
   }
-  absl::StatusOr<ListResult> result = manager_.List(states, req->page_size(), req->page_token());
+  for (const auto& label : req->label_selector()) filter.labels[label.first] = label.second;
+  if (req->has_created_after()) {
+    filter.created_after = absl::FromUnixSeconds(req->created_after().seconds()) +
+                           absl::Nanoseconds(req->created_after().nanos());
+  }
+  absl::StatusOr<ListResult> result = manager_.List(filter, req->page_size(), req->page_token());
   if (!result.ok()) return Done("ListJobs", result.status());
   for (const JobView& view : result->jobs) *resp->add_jobs() = JobViewToProto(view);
   resp->set_next_page_token(result->next_page_token);

@@ -69,7 +69,7 @@ absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_mic
   return lifecycle.View(*job, true, with_microbatches);
 }
 
-absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, int page_size,
+absl::StatusOr<ListResult> JobManager::List(const JobFilter& filter, int page_size,
                                             const std::string& page_token) const {
   if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   page_size = page_size == 0 ? 100 : std::min(page_size, 1000);
@@ -80,7 +80,7 @@ absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, in
   ListResult result;
   absl::ReaderMutexLock lock(&lifecycle_.mu());
   bool more = false;
-  for (const JobRecord* job : lifecycle_.queue().Page(states, after, page_size, &more)) {
+  for (const JobRecord* job : lifecycle_.queue().Page(filter, after, page_size, &more)) {
     result.jobs.push_back(lifecycle_.View(*job, true, false));
   }
   if (more) result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);

@@ -77,8 +77,9 @@ class JobManager {
   absl::StatusOr<std::string> SubmittedBy(const std::string& job_id) const;
   // Makes the job's plan on first use after a restart (for its predicted statistics).
   absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true);
-  // page_size: 0 = 100, capped at 1000. Empty `states` = all.
-  absl::StatusOr<ListResult> List(const std::set<JobState>& states, int page_size,
+  // The jobs `filter` matches (JobQueue::Page), oldest first, a page at a time: page_size 0 =
+  // 100, capped at 1000; the filter applies before paging.
+  absl::StatusOr<ListResult> List(const JobFilter& filter, int page_size,
                                   const std::string& page_token) const;
   // Acknowledged once CANCELLED is stored: while the store refuses it, the job is cancelled (its
   // workers stopped) but the store's error is returned; cancelling again answers OK once stored.

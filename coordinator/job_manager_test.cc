@@ -252,6 +252,33 @@ TEST_F(JobManagerTest, DeletingAFinishedJobRemovesItsRecordHistoryTraceAndLogs) 
   EXPECT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
 }
 
+// Labels are kept with the job (across a restart too) and select jobs in List, with the creation
+// time, before paging.
+TEST_F(JobManagerTest, ListFiltersByLabelsAndCreationTimeBeforePaging) {
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec = Spec(2);
+    spec.labels["team"] = i % 2 == 0 ? "nlp" : "vision";
+    ASSERT_TRUE(manager_->Submit(absl::StrCat("j", i), spec, false).ok());
+    clock_.Advance(absl::Minutes(1));
+  }
+  manager_ = MakeManager();  // reloaded from the store
+  EXPECT_EQ(manager_->Get("j1")->record.spec.labels.at("team"), "vision");
+  absl::StatusOr<ListResult> page = manager_->List({.labels = {{"team", "nlp"}}}, 2, "");
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].record.id, "j0");
+  EXPECT_EQ(page->jobs[1].record.id, "j2");
+  page = manager_->List({.labels = {{"team", "nlp"}}}, 2, page->next_page_token);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].record.id, "j4");
+  EXPECT_TRUE(page->next_page_token.empty());
+  page = manager_->List({.created_after = clock_.Now() - absl::Seconds(150)}, 0, "");
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].record.id, "j3");
+}
+
 TEST_F(JobManagerTest, DeletingAnActiveJobNeedsForceWhichCancelsItFirst) {
   ASSERT_TRUE(manager_->Submit("j", Spec(1), false).ok());
   AddWorker("a", &c0_);

@@ -24,9 +24,19 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/time/time.h"
 #include "coordinator/domain.h"
 
 namespace zpipe::coordinator {
+
+// Which jobs a listing wants (ListJobsRequest); every part that is set must match.
+struct JobFilter {
+  std::set<JobState> states;                        // empty = any state
+  std::map<std::string, std::string> labels;        // each with this value (JobSpec.labels)
+  absl::Time created_after = absl::InfinitePast();  // created at or after
+
+  bool Matches(const JobRecord& job) const;
+};
 
 class JobQueue {
  public:
@@ -47,9 +57,9 @@ class JobQueue {
   Jobs& all() { return jobs_; }
   const Jobs& all() const { return jobs_; }
 
-  // Up to `page_size` jobs submitted after `after` (a submit_order; 0 = from the start) whose
-  // state is in `states` (empty = all), oldest first; `*more` says whether others follow.
-  std::vector<const JobRecord*> Page(const std::set<JobState>& states, int64_t after, int page_size,
+  // Up to `page_size` jobs submitted after `after` (a submit_order; 0 = from the start) that
+  // `filter` matches, oldest first; `*more` says whether others follow.
+  std::vector<const JobRecord*> Page(const JobFilter& filter, int64_t after, int page_size,
                                      bool* more) const;
   int PendingCount() const;
   // How many PENDING jobs of `job`'s device kind are ahead of PENDING `job`.

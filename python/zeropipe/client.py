@@ -278,9 +278,11 @@ class Client:
         """The job's record (`zpipe status ID`): id, spec, state, reason, progress, ..."""
         return _job_to_dict(self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id)))
 
-    def list(self, states=None):
+    def list(self, states=None, labels=None, since=None):
         """Every job, oldest first (`zpipe list`), optionally only those in `states` (names such
-        as "running", or one name). Jobs come without per-microbatch progress."""
+        as "running", or one name), carrying every one of `labels` (a dict, `zpipe list -l
+        team=nlp`) and created within `since` (a timedelta or seconds: `zpipe list --since 1h`).
+        The coordinator filters before paging. Jobs come without per-microbatch progress."""
         if isinstance(states, str):
             states = [states]
         numbers = []
@@ -292,10 +294,17 @@ class Client:
                                     f"unknown job state '{name}' (one of: pending, scheduling, "
                                     "running, succeeded, failed, cancelled)", "states")
             numbers.append(value.number)
+        created_after_ns = None
+        if since is not None:
+            seconds = since.total_seconds() if hasattr(since, "total_seconds") else float(since)
+            created_after_ns = int((time.time() - seconds) * 1e9)
         jobs, token = [], ""
         while True:
-            page = self._call(self._stub.ListJobs,
-                              pb.ListJobsRequest(states=numbers, page_size=1000, page_token=token))
+            request = pb.ListJobsRequest(states=numbers, label_selector=dict(labels or {}),
+                                         page_size=1000, page_token=token)
+            if created_after_ns is not None:
+                request.created_after.FromNanoseconds(created_after_ns)
+            page = self._call(self._stub.ListJobs, request)
             jobs.extend(_job_to_dict(job) for job in page.jobs)
             token = page.next_page_token
             if not token:

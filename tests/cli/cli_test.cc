@@ -805,6 +805,29 @@ TEST_F(CliTest, DeleteFinishedJobsAndRunningOnesWithForce) {
   EXPECT_EQ(list.out, "");
 }
 
+// Issue 33: labels travel from `submit --label` to the coordinator, which filters `list -l` and
+// `--since` itself (paging through the matches), and refuses a bad label naming the field.
+TEST_F(CliTest, LabelsSelectJobsOnTheCoordinator) {
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", id, "--label",
+                        std::string(id) == "b" ? "team=vision" : "team=nlp"})
+                  .exit_code,
+              0);
+  }
+  ProcessResult page = RunZpipe({"list", "-l", "team=nlp", "--limit", "1", "-o", "name"});
+  ASSERT_EQ(page.exit_code, 0) << page.err;
+  EXPECT_EQ(page.out, "a\n");
+  EXPECT_THAT(page.err, HasSubstr("more: zpipe list -l team=nlp --limit 1 --continue "));
+  ProcessResult all = RunZpipe({"list", "-l", "team=nlp", "--since", "1h", "-o", "name"});
+  EXPECT_EQ(all.out, "a\nc\n") << all.err;
+  EXPECT_EQ(RunZpipe({"list", "--since", "0s", "-o", "name"}).out, "");
+  ProcessResult status = RunZpipe({"status", "b", "-o", "json"});
+  EXPECT_EQ(Parse(status)["spec"]["labels"]["team"], "vision");
+  ProcessResult bad = RunZpipe({"submit", JobFile(2), "--label", "my team=x"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("spec.labels"));
+}
+
 TEST_F(CliTest, CoordinatorFromEnvironment) {
   ProcessResult r =
       RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});

@@ -299,6 +299,24 @@ class ClientE2ETest(unittest.TestCase):
             self.client.delete(job_id, force=True)
         self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
 
+    def test_labels_listed_and_filtered(self):
+        spec = synthetic_job("py-labels", iterations=1)
+        spec["labels"] = {"team": "nlp", "run": "7"}
+        job_id = self.client.submit(spec)
+        other = self.client.submit(dict(synthetic_job("py-labels-2", iterations=1),
+                                        labels={"team": "vision"}))
+        self.assertEqual(self.client.status(job_id)["spec"]["labels"], {"run": "7", "team": "nlp"})
+        ids = [j["id"] for j in self.client.list(labels={"team": "nlp"})]
+        self.assertIn(job_id, ids)
+        self.assertNotIn(other, ids)
+        self.assertEqual([j["id"] for j in self.client.list(labels={"team": "nlp", "run": "7"},
+                                                            since=3600)], [job_id])
+        self.assertEqual(self.client.list(labels={"team": "nlp"}, since=-3600), [])
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.submit(dict(spec, labels={"bad key": "x"}))
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(e.exception.field, "spec.labels")
+
     # --- specs in every form ---
 
     def test_submit_job_file_text_and_round_trip(self):
