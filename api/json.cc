@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "absl/strings/escaping.h"
@@ -114,7 +115,21 @@ Json MessageJson(const Message& message) {
       if (!r.HasField(message, &f)) continue;
       out[oneof->name()] = f.name();
     }
-    if (f.is_repeated()) {
+    if (f.is_map()) {
+      // An object by key, in key order (the map's own order is unspecified): labels.
+      const FieldDescriptor& key = *f.message_type()->map_key();
+      const FieldDescriptor& value = *f.message_type()->map_value();
+      std::map<std::string, Json> entries;
+      for (int k = 0; k < r.FieldSize(message, &f); ++k) {
+        const Message& entry = r.GetRepeatedMessage(message, &f, k);
+        Json name = FieldValue(entry, key, -1);
+        entries[name.is_string() ? name.get<std::string>() : name.dump()] =
+            FieldValue(entry, value, -1);
+      }
+      Json object = Json::object();
+      for (auto& [name, v] : entries) object[name] = std::move(v);
+      out[f.name()] = std::move(object);
+    } else if (f.is_repeated()) {
       Json list = Json::array();
       for (int k = 0; k < r.FieldSize(message, &f); ++k) list.push_back(FieldValue(message, f, k));
       out[f.name()] = std::move(list);

@@ -11,7 +11,7 @@
 //     google.protobuf.Duration: seconds as a number;
 //   - bytes: base64;
 //   - a message or `optional` field that is not set: null, never left out; repeated fields:
-//     arrays (empty, never null);
+//     arrays (empty, never null); map fields (labels): objects, in key order (empty, never null);
 //   - of a oneof only the member that is set, plus the oneof's name giving which one
 //     ("kind": "snapshot"); a job spec's model shows only its member ({"synthetic": {...}}), so
 //     a printed spec is a job file again.

@@ -174,6 +174,31 @@ std::string FormatTime(int64_t seconds_since_epoch) {
   return buf;
 }
 
+absl::StatusOr<std::map<std::string, std::string>> ParseLabelArgs(const Args& args,
+                                                                  const std::string& flag) {
+  std::map<std::string, std::string> labels;
+  for (const std::string& value : args.GetAll(flag)) {
+    const size_t eq = value.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", value, "': want KEY=VALUE (e.g. ", flag, " team=nlp)"));
+    }
+    labels[value.substr(0, eq)] = value.substr(eq + 1);
+  }
+  return labels;
+}
+
+std::string FormatLabels(const v1::JobSpec& spec) {
+  if (spec.labels().empty()) return "-";
+  std::map<std::string, std::string> sorted;
+  for (const auto& label : spec.labels()) sorted[label.first] = label.second;
+  std::string out;
+  for (const auto& [key, value] : sorted) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", key, "=", value);
+  }
+  return out;
+}
+
 absl::StatusOr<PageArgs> ParsePageArgs(const Args& args) {
   PageArgs page;
   if (args.Has("--limit")) {

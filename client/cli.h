@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,6 +135,7 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunStatusCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunListCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunCancelCommand(CliContext& ctx, const std::vector<std::string>& args);
+int RunDeleteCommand(CliContext& ctx, const std::vector<std::string>& args);  // delete ID...
 int RunWatchCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunWorkersCommand(CliContext& ctx, const std::vector<std::string>& args);
 int RunLogsCommand(CliContext& ctx, const std::vector<std::string>& args);     // logs ID [--follow]
@@ -153,6 +155,14 @@ int RunConfigCommand(CliContext& ctx, const std::vector<std::string>& args);
 // `zpipe completion bash|zsh|fish`: needs no coordinator, so it takes its streams directly.
 int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
                          std::ostream& err);
+
+// The KEY=VALUE labels given to a repeatable `flag` (submit --label, list --label), the last
+// value of a key winning; INVALID_ARGUMENT naming the flag and the value without '=' or key.
+// The coordinator checks the keys and values themselves (JobSpec.labels).
+absl::StatusOr<std::map<std::string, std::string>> ParseLabelArgs(const Args& args,
+                                                                  const std::string& flag);
+// "team=nlp,size=big": the labels of a job, by key; "-" when it has none.
+std::string FormatLabels(const v1::JobSpec& spec);
 
 // --limit N and --continue TOKEN of a listing that pages (list, workers).
 struct PageArgs {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/cli.h"
 #include "client/fake_client.h"
 #include "client/json_output.h"
@@ -68,6 +69,9 @@ class CliCommandsTest : public ::testing::Test {
     absl::StatusOr<JobPage> List(const ListJobsOptions& o) override { return f_.List(o); }
     absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override {
       return f_.Cancel(id, r);
+    }
+    absl::StatusOr<v1::JobState> Delete(const std::string& id, bool force) override {
+      return f_.Delete(id, force);
     }
     std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override {
       return f_.Watch(id, o);
@@ -149,6 +153,49 @@ TEST_F(CliCommandsTest, SubmitThenStatusAndList) {
   EXPECT_EQ(j["jobs"][0]["state"], "pending");
 }
 
+// Labels from the job file and --label (which wins for a key both give), shown by status and
+// list -o wide, selected by list -l (all of them) and --since.
+TEST_F(CliCommandsTest, LabelsAtSubmitShownAndFilteredByList) {
+  const std::string file = JobFile(
+      "name: t\nmodel: {synthetic: {forward_ms: 1, backward_ms: 1}}\nparallel: {pipeline: 2}\n"
+      "schedule: {kind: 1f1b}\nbatch: {microbatches: 4}\ntrain: {iterations: 3}\n"
+      "labels: {team: vision, size: big}\n");
+  ASSERT_EQ(Run(RunSubmitCommand, {file, "--id", "a", "--label", "team=nlp"}).code, kExitOk);
+  ASSERT_EQ(Run(RunSubmitCommand, {file, "--id", "b"}).code, kExitOk);
+  ASSERT_EQ(Run(RunSubmitCommand, {file, "--id", "c", "--label", "team=nlp", "--label", "size=small"})
+                .code,
+            kExitOk);
+  EXPECT_EQ(fake_.Get("a")->spec().labels().at("team"), "nlp");
+  EXPECT_EQ(fake_.Get("a")->spec().labels().at("size"), "big");
+
+  Result status = Run(RunStatusCommand, {"a"});
+  EXPECT_THAT(status.out, HasSubstr("labels      size=big,team=nlp\n"));
+  Result wide = Run(RunListCommand, {}, OutputFormat::kWide);
+  EXPECT_THAT(wide.out, HasSubstr("LABELS"));
+  EXPECT_THAT(wide.out, HasSubstr("size=small,team=nlp"));
+  Result json_list = Run(RunListCommand, {}, OutputFormat::kJson);
+  EXPECT_EQ(json::parse(json_list.out)["jobs"][1]["spec"]["labels"],
+            json({{"size", "big"}, {"team", "vision"}}));
+
+  EXPECT_EQ(Run(RunListCommand, {"-l", "team=nlp"}, OutputFormat::kName).out, "a\nc\n");
+  EXPECT_EQ(Run(RunListCommand, {"-l", "team=nlp", "--label", "size=big"}, OutputFormat::kName).out,
+            "a\n");
+  EXPECT_EQ(Run(RunListCommand, {"-l", "team=audio"}, OutputFormat::kName).out, "");
+  // --since: only "b" was created in the last hour.
+  ASSERT_TRUE(fake_.EditJob("b", [](v1::Job& job) {
+    job.mutable_create_time()->set_seconds(absl::ToUnixSeconds(absl::Now()) - 60);
+  }));
+  EXPECT_EQ(Run(RunListCommand, {"--since", "1h"}, OutputFormat::kName).out, "b\n");
+  EXPECT_EQ(Run(RunListCommand, {"--since", "7d", "-l", "team=vision"}, OutputFormat::kName).out,
+            "b\n");
+
+  Result bad = Run(RunListCommand, {"-l", "team"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_THAT(bad.err, HasSubstr("--label 'team': want KEY=VALUE"));
+  EXPECT_EQ(Run(RunSubmitCommand, {file, "--label", "=x"}).code, kExitUsage);
+  EXPECT_EQ(Run(RunListCommand, {"--since", "soon"}).code, kExitUsage);
+}
+
 TEST_F(CliCommandsTest, ExitCodes) {
   EXPECT_EQ(Run(RunStatusCommand, {"missing"}).code, kExitJobFailed);
   EXPECT_EQ(Run(RunStatusCommand, {}).code, kExitUsage);
@@ -167,6 +214,27 @@ TEST_F(CliCommandsTest, CancelAndCancelFinished) {
   ASSERT_TRUE(fake_.Submit(Spec(), "done", false).ok());
   fake_.SetState("done", v1::JOB_STATE_SUCCEEDED, "all ranks finished");
   EXPECT_EQ(Run(RunCancelCommand, {"done"}).code, kExitJobFailed);  // FAILED_PRECONDITION
+}
+
+TEST_F(CliCommandsTest, DeleteRemovesFinishedJobsAndActiveOnesOnlyWithForce) {
+  ASSERT_TRUE(fake_.Submit(Spec(), "done", false).ok());
+  fake_.SetState("done", v1::JOB_STATE_SUCCEEDED, "all ranks finished");
+  ASSERT_TRUE(fake_.Submit(Spec(), "busy", false).ok());
+  // Each id on its own: the active one is refused, the finished one deleted; exit 1.
+  Result r = Run(RunDeleteCommand, {"busy", "done"});
+  EXPECT_EQ(r.code, kExitJobFailed);
+  EXPECT_EQ(r.out, "done deleted (succeeded)\n");
+  EXPECT_THAT(r.err, HasSubstr("zpipe delete: job 'busy' is pending; add --force"));
+  EXPECT_TRUE(absl::IsNotFound(fake_.Get("done").status()));
+  EXPECT_TRUE(fake_.Get("busy").ok());
+
+  r = Run(RunDeleteCommand, {"busy", "--force"}, OutputFormat::kName);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "busy\n");
+  EXPECT_TRUE(absl::IsNotFound(fake_.Get("busy").status()));
+  EXPECT_EQ(Run(RunListCommand, {}, OutputFormat::kName).out, "");
+  EXPECT_EQ(Run(RunDeleteCommand, {"busy"}).code, kExitJobFailed);  // NOT_FOUND
+  EXPECT_EQ(Run(RunDeleteCommand, {}).code, kExitUsage);
 }
 
 TEST_F(CliCommandsTest, WatchPrintsLinesAndExitsWithTheJobsOutcome) {

@@ -14,10 +14,15 @@
 namespace zpipe {
 
 absl::StatusOr<std::vector<v1::Job>> Client::ListAll(const std::vector<v1::JobState>& states) {
-  std::vector<v1::Job> all;
   ListJobsOptions options;
   options.states = states;
+  return ListAll(std::move(options));
+}
+
+absl::StatusOr<std::vector<v1::Job>> Client::ListAll(ListJobsOptions options) {
+  std::vector<v1::Job> all;
   options.page_size = 1000;
+  options.page_token.clear();
   while (true) {
     absl::StatusOr<JobPage> page = List(options);
     if (!page.ok()) return page.status();

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,8 +63,11 @@ struct UploadedArtifact {
 
 struct ListJobsOptions {
   std::vector<v1::JobState> states;  // empty = every state
-  int page_size = 0;                 // 0 = the coordinator's default
-  std::string page_token;            // empty = first page
+  // Only jobs with every one of these labels, with that value (ListJobsRequest label_selector).
+  std::map<std::string, std::string> labels;
+  absl::Time created_after = absl::InfinitePast();  // only jobs created at or after
+  int page_size = 0;                                // 0 = the coordinator's default
+  std::string page_token;                           // empty = first page
 };
 
 struct JobPage {
@@ -165,9 +169,14 @@ class Client {
   virtual absl::StatusOr<JobPage> List(const ListJobsOptions& options) = 0;
   // Every job in `states` (all when empty), following the pages.
   absl::StatusOr<std::vector<v1::Job>> ListAll(const std::vector<v1::JobState>& states = {});
+  // Every job `options` selects (its page fields ignored), following the pages.
+  absl::StatusOr<std::vector<v1::Job>> ListAll(ListJobsOptions options);
   // Cancels a PENDING/SCHEDULING/RUNNING job; a CANCELLED job comes back unchanged.
   virtual absl::StatusOr<v1::Job> Cancel(const std::string& job_id,
                                          const std::string& reason = "") = 0;
+  // Deletes a finished job with its history, trace and logs; `force` cancels an active one first
+  // (else FAILED_PRECONDITION). Returns the state it was deleted in.
+  virtual absl::StatusOr<v1::JobState> Delete(const std::string& job_id, bool force = false) = 0;
 
   // Iterator form of WatchJob; the stream opens on the first Next().
   virtual std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options = {}) = 0;

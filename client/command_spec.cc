@@ -136,6 +136,17 @@ std::string Args::Get(const std::string& name, const std::string& fallback) cons
   return option->results().empty() ? fallback : option->results().back();
 }
 
+std::vector<std::string> Args::GetAll(const std::string& name) const {
+  std::vector<std::string> out;
+  auto it = state_->spellings.find(name);
+  if (it == state_->spellings.end()) return out;
+  for (const CLI::Option* option : it->second) {
+    if (option->get_type_size() == 0) continue;  // a switch
+    out.insert(out.end(), option->results().begin(), option->results().end());
+  }
+  return out;
+}
+
 std::string Args::Spelling(const std::string& name) const {
   const CLI::Option* option = state_->Last(name);
   if (option == nullptr) return name;

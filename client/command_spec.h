@@ -94,6 +94,9 @@ class Args {
   bool Has(const std::string& name) const;
   // The value of `name` (the last, if given more than once; "true" for a switch).
   std::string Get(const std::string& name, const std::string& fallback = "") const;
+  // Every value given to `name`, in any of its spellings: a repeatable flag (--label a=1
+  // --label b=2).
+  std::vector<std::string> GetAll(const std::string& name) const;
   // How `name` was given last ("-m" or "--microbatches"); `name` when it was not.
   std::string Spelling(const std::string& name) const;
   // Get(name) as a whole number in [min, max] (flags/values.h IntegerIn); INVALID_ARGUMENT

@@ -45,12 +45,15 @@ FlagSpec JobFile() {
 
 CommandSpec Submit() {
   return {.name = "submit",
-          .synopsis = "submit FILE [--id ID] [--wait|--follow] [--dry-run] [--upload] [--parse-only]",
+          .synopsis = "submit FILE [--id ID] [--label KEY=VALUE ...] [--wait|--follow] [--dry-run] "
+                      "[--upload] [--parse-only]",
           .summary = "submit a job file (YAML or JSON; or -f FILE)",
           .operand = ValueKind::kJobFile,
           .flags = {JobFile(),
                     Value("--id", ValueKind::kText, "ID", "job id (idempotent submit)",
                           "; default: the coordinator picks one"),
+                    Value("--label", ValueKind::kText, "KEY=VALUE", "label the job (repeatable)",
+                          "; added to the job file's labels:, replacing a key it has"),
                     Switch("--wait", "wait until the job ends",
                            "; exit 0 if it succeeded, 1 if it failed or was cancelled"),
                     Switch("--follow", "wait, showing live progress",
@@ -247,7 +250,8 @@ std::vector<CommandSpec> MakeCommands() {
                .formats = "json yaml name",
                .run = RunStatusCommand});
   c.push_back({.name = "list",
-               .synopsis = "list [--state S,...] [--limit N [--continue TOKEN]]",
+               .synopsis = "list [--state S,...] [-l KEY=VALUE ...] [--since DURATION] "
+                           "[--limit N [--continue TOKEN]]",
                .summary = "list jobs, oldest first",
                .flags = {{.name = "--state",
                           .value = ValueKind::kChoice,
@@ -255,11 +259,18 @@ std::vector<CommandSpec> MakeCommands() {
                           .help = "only jobs in these states",
                           .value_name = "STATE[,STATE...]",
                           .more = ": pending, scheduling, running, succeeded, failed, cancelled"},
+                         {.name = "--label",
+                          .short_name = "-l",
+                          .value = ValueKind::kText,
+                          .help = "only jobs with this label (repeatable: all of them)",
+                          .value_name = "KEY=VALUE"},
+                         Value("--since", ValueKind::kText, "DURATION",
+                               "only jobs submitted in the last DURATION (e.g. 1h, 7d)"),
                          Limit("at most N jobs (1 to 1000)"), Continue()},
                .formats = "wide json yaml name",
                .run = RunListCommand,
-               .notes = "-o wide adds when each job started and ended and why it ended; -o name "
-                        "prints only ids"});
+               .notes = "-o wide adds when each job started and ended, why it ended and its "
+                        "labels; -o name prints only ids"});
   c.push_back({.name = "cancel",
                .synopsis = "cancel ID [--reason TEXT]",
                .summary = "cancel a job",
@@ -267,6 +278,16 @@ std::vector<CommandSpec> MakeCommands() {
                .flags = {Value("--reason", ValueKind::kText, "TEXT", "why, recorded with the job")},
                .formats = "json yaml name",
                .run = RunCancelCommand});
+  c.push_back({.name = "delete",
+               .synopsis = "delete ID [ID...] [--force]",
+               .summary = "delete finished jobs with their history, trace and logs",
+               .operand = ValueKind::kJobId,
+               .flags = {Switch("--force", "cancel a job that has not finished, then delete it")},
+               .formats = "name",
+               .run = RunDeleteCommand,
+               .description = "deletes each job: its record, event history, trace, logs and its "
+                              "claim on uploaded\nartifacts; a job that has not finished needs "
+                              "--force; exit 1 if any job could not be deleted"});
   c.push_back({.name = "watch",
                .synopsis = "watch ID",
                .summary = "follow a job until it ends",

@@ -123,6 +123,9 @@ class OutputFormatTest : public ::testing::Test {
     absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& r) override {
       return f_.Cancel(id, r);
     }
+    absl::StatusOr<v1::JobState> Delete(const std::string& id, bool force) override {
+      return f_.Delete(id, force);
+    }
     std::unique_ptr<JobWatch> Watch(const std::string& id, WatchOptions o) override {
       return f_.Watch(id, o);
     }

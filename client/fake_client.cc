@@ -180,6 +180,17 @@ absl::StatusOr<JobPage> FakeClient::List(const ListJobsOptions& options) {
                                              job.state()) == options.states.end()) {
       continue;
     }
+    if (absl::FromUnixSeconds(job.create_time().seconds()) +
+            absl::Nanoseconds(job.create_time().nanos()) <
+        options.created_after) {
+      continue;
+    }
+    bool labelled = true;
+    for (const auto& [key, value] : options.labels) {
+      auto it = job.spec().labels().find(key);
+      labelled = labelled && it != job.spec().labels().end() && it->second == value;
+    }
+    if (!labelled) continue;
     if (page.jobs.size() == page_size) {
       page.next_page_token = std::to_string(i);
       break;
@@ -203,6 +214,25 @@ absl::StatusOr<v1::Job> FakeClient::Cancel(const std::string& job_id, const std:
   ChangeStateLocked(it->second, v1::JOB_STATE_CANCELLED,
                     reason.empty() ? "cancelled by user" : reason);
   return job;
+}
+
+absl::StatusOr<v1::JobState> FakeClient::Delete(const std::string& job_id, bool force) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckReachable(); !s.ok()) return s;
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", job_id, "' not found"));
+  if (!IsTerminal(it->second.job.state())) {
+    if (!force) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job_id, "' is ", JobStateName(it->second.job.state()),
+                       "; add --force to cancel it and delete it"));
+    }
+    ChangeStateLocked(it->second, v1::JOB_STATE_CANCELLED, "cancelled to be deleted");
+  }
+  const v1::JobState state = it->second.job.state();
+  jobs_.erase(it);
+  order_.erase(std::remove(order_.begin(), order_.end(), job_id), order_.end());
+  return state;
 }
 
 std::unique_ptr<JobWatch> FakeClient::Watch(const std::string& job_id, WatchOptions options) {

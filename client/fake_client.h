@@ -40,6 +40,7 @@ class FakeClient : public Client {
   absl::StatusOr<v1::Job> Get(const std::string& job_id) override;
   absl::StatusOr<JobPage> List(const ListJobsOptions& options) override;
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason) override;
+  absl::StatusOr<v1::JobState> Delete(const std::string& job_id, bool force) override;
   std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override;
   absl::StatusOr<JobPlan> Plan(const std::string& job_id) override;
   absl::StatusOr<WorkerPage> ListWorkers(const ListWorkersOptions& options) override;

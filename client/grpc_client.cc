@@ -230,6 +230,13 @@ class GrpcClient : public Client {
   absl::StatusOr<JobPage> List(const ListJobsOptions& options) override {
     v1::ListJobsRequest request;
     for (v1::JobState state : options.states) request.add_states(state);
+    for (const auto& [key, value] : options.labels) (*request.mutable_label_selector())[key] = value;
+    if (options.created_after != absl::InfinitePast()) {
+      const int64_t seconds = absl::ToUnixSeconds(options.created_after);
+      request.mutable_created_after()->set_seconds(seconds);
+      request.mutable_created_after()->set_nanos(static_cast<int32_t>(
+          absl::ToInt64Nanoseconds(options.created_after - absl::FromUnixSeconds(seconds))));
+    }
     request.set_page_size(options.page_size);
     request.set_page_token(options.page_token);
     v1::ListJobsResponse response;
@@ -252,6 +259,17 @@ class GrpcClient : public Client {
     Prepare(ctx);
     if (absl::Status s = FromGrpc(stub_->CancelJob(&ctx, request, &job)); !s.ok()) return s;
     return job;
+  }
+
+  absl::StatusOr<v1::JobState> Delete(const std::string& job_id, bool force) override {
+    v1::DeleteJobRequest request;
+    request.set_job_id(job_id);
+    request.set_force(force);
+    v1::DeleteJobResponse response;
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    if (absl::Status s = FromGrpc(stub_->DeleteJob(&ctx, request, &response)); !s.ok()) return s;
+    return response.state();
   }
 
   std::unique_ptr<JobWatch> Watch(const std::string& job_id, WatchOptions options) override {

@@ -326,7 +326,29 @@ absl::Status SetField(const SpecNode& value, const std::string& path, const Fiel
                       Message& msg) {
   if (value.kind == SpecNode::Kind::kNull || IsAutoValue(value, field)) return absl::OkStatus();
   if (field.is_map()) {
-    return Error(value.line, absl::StrCat("field '", path, "' is not supported in job files"));
+    // `labels: {team: nlp}`: a map of the entry's values by key (string keys only).
+    const FieldDescriptor& key = *field.message_type()->map_key();
+    if (key.cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+      return Error(value.line, absl::StrCat("field '", path, "' is not supported in job files"));
+    }
+    if (value.kind != SpecNode::Kind::kMap) {
+      return Error(value.line,
+                   absl::StrCat("field '", path, "' expects a map, got ", Describe(value)));
+    }
+    const Reflection& refl = *msg.GetReflection();
+    for (size_t i = 0; i < value.map.size(); ++i) {
+      const std::string entry_path = absl::StrCat(path, ".", value.map[i].key);
+      if (value.map[i].value.kind == SpecNode::Kind::kNull) {
+        return Error(value.key_lines[i],
+                     absl::StrCat("field '", entry_path, "' expects a string, got null"));
+      }
+      Message* entry = refl.AddMessage(&msg, &field);
+      entry->GetReflection()->SetString(entry, &key, value.map[i].key);
+      absl::Status s = SetScalar(value.map[i].value, entry_path,
+                                 *field.message_type()->map_value(), *entry);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
   if (field.is_repeated()) {
     if (value.kind != SpecNode::Kind::kList) {

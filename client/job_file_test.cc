@@ -113,6 +113,18 @@ INSTANTIATE_TEST_SUITE_P(All, JobFileErrorTest, ::testing::ValuesIn(LoadBadCases
                            return info.param.name;
                          });
 
+TEST(JobFileTest, LabelsAreAMapOfStrings) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      "name: a\nlabels:\n  team: nlp\n  example.com/run: \"7\"\n", JobFileFormat::kYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->labels_size(), 2);
+  EXPECT_EQ(spec->labels().at("team"), "nlp");
+  EXPECT_EQ(spec->labels().at("example.com/run"), "7");
+  spec = ParseJobSpec(R"({"name": "a", "labels": {"team": "nlp"}})", JobFileFormat::kJson);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->labels().at("team"), "nlp");
+}
+
 TEST(JobFileTest, ParsesTheOwnModelFieldsAndResolvesInputPathsBesideTheFile) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("zpipe-jobfile-", getpid());

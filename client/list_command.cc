@@ -1,12 +1,15 @@
-// `zpipe list [--state STATE[,STATE...]] [--limit N [--continue TOKEN]]`: jobs, oldest first.
+// `zpipe list [--state STATE[,STATE...]] [-l KEY=VALUE ...] [--since DURATION] [--limit N
+// [--continue TOKEN]]`: jobs, oldest first; the filters apply on the coordinator, before paging.
 #include <ostream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
 #include "client/command_table.h"
 #include "client/json_output.h"
+#include "flags/values.h"
 
 namespace zpipe::cli {
 
@@ -24,11 +27,22 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
   absl::StatusOr<PageArgs> paging = ParsePageArgs(args);
   if (!paging.ok()) return ctx.Usage("list", paging.status().message());
+  ListJobsOptions options;
+  options.states = states;
+  absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabelArgs(args, "--label");
+  if (!labels.ok()) return ctx.Usage("list", labels.status().message());
+  options.labels = *std::move(labels);
+  if (args.Has("--since")) {
+    absl::StatusOr<absl::Duration> since = flags::ParseDuration(args.Get("--since"));
+    if (!since.ok() || *since < absl::ZeroDuration()) {
+      return ctx.Usage("list", absl::StrCat("--since: ", since.ok() ? "must not be negative"
+                                                                     : since.status().message()));
+    }
+    options.created_after = absl::Now() - *since;
+  }
   absl::StatusOr<std::vector<v1::Job>> jobs;
   std::string next_token;
   if (paging->limit) {
-    ListJobsOptions options;
-    options.states = states;
     options.page_size = *paging->limit;
     options.page_token = paging->token;
     absl::StatusOr<JobPage> page = ctx.client().List(options);
@@ -39,11 +53,16 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
       jobs = page.status();
     }
   } else {
-    jobs = ctx.client().ListAll(states);
+    jobs = ctx.client().ListAll(options);
   }
   if (!jobs.ok()) return ctx.Fail("list", jobs.status());
-  const std::string command_line =
-      args.Has("--state") ? absl::StrCat("list --state ", args.Get("--state")) : "list";
+  // The flags that select the jobs, for the next page's command line.
+  std::string command_line = "list";
+  if (args.Has("--state")) absl::StrAppend(&command_line, " --state ", args.Get("--state"));
+  for (const auto& [key, value] : options.labels) {
+    absl::StrAppend(&command_line, " -l ", key, "=", value);
+  }
+  if (args.Has("--since")) absl::StrAppend(&command_line, " --since ", args.Get("--since"));
   // After the page, whichever way it is printed.
   absl::Cleanup hint = [&] { PrintNextPageHint(ctx, command_line, *paging, next_token); };
   if (ctx.json()) {
@@ -58,7 +77,7 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   }
   std::vector<std::string> header = {"ID", "NAME", "STATE", "SCHEDULE", "P",
                                      "D",  "M",    "ITER",  "CREATED"};
-  if (ctx.wide()) header.insert(header.end(), {"STARTED", "ENDED", "REASON"});
+  if (ctx.wide()) header.insert(header.end(), {"STARTED", "ENDED", "LABELS", "REASON"});
   Table t(header);
   for (const v1::Job& job : *jobs) {
     const v1::JobSpec& s = job.spec();
@@ -70,7 +89,7 @@ int RunListCommand(CliContext& ctx, const std::vector<std::string>& argv) {
         FormatTime(job.create_time().seconds())};
     if (ctx.wide()) {
       row.insert(row.end(), {FormatTime(job.start_time().seconds()),
-                             FormatTime(job.end_time().seconds()),
+                             FormatTime(job.end_time().seconds()), FormatLabels(s),
                              job.reason().empty() ? "-" : job.reason()});
     }
     t.Add(std::move(row));

@@ -31,6 +31,7 @@ void PrintSummary(std::ostream& out, const v1::Job& job) {
   const int d = std::max(1, spec.parallel().data());
   Table t({"job", job.id()});
   t.Add({"name", spec.name()});
+  if (!spec.labels().empty()) t.Add({"labels", FormatLabels(spec)});
   t.Add({"state", JobStateName(job.state())});
   if (!job.reason().empty()) t.Add({"reason", job.reason()});
   if (job.state() == v1::JOB_STATE_PENDING) t.Add({"queue", absl::StrCat(job.queue_position())});

@@ -79,17 +79,21 @@ int RunSubmitCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   if (dry_run && (wait || follow))
     return ctx.Usage("submit", "--dry-run creates no job to wait for");
   if (args.Has("--parse-only")) {
-    if (wait || follow || dry_run || args.Has("--upload") || args.Has("--id")) {
+    if (wait || follow || dry_run || args.Has("--upload") || args.Has("--id") ||
+        args.Has("--label")) {
       return ctx.Usage("submit", "--parse-only reads the job file only; it takes no other flag");
     }
     return PrintParsedSpec(ctx, job_file);
   }
 
+  absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabelArgs(args, "--label");
+  if (!labels.ok()) return ctx.Usage("submit", labels.status().message());
   absl::StatusOr<v1::JobSpec> spec = ReadJobFile(job_file);
   if (!spec.ok()) {
     ctx.err() << "zpipe submit: " << spec.status().message() << "\n";
     return kExitUsage;
   }
+  for (const auto& [key, value] : *labels) (*spec->mutable_labels())[key] = value;
   if (args.Has("--upload")) {
     if (absl::Status st = UploadFiles(ctx, job_file, *spec); !st.ok()) {
       return ctx.Fail("submit", st);

@@ -11,7 +11,7 @@
 // Bounds: one artifact, and the artifacts one job names together, may hold at most
 // `max_job_bytes` (--artifact-max-job-bytes): RESOURCE_EXHAUSTED naming the cap and the flag.
 //
-// Deletion (Sweep): jobs are never deleted, so an artifact goes once no job still needs it: no
+// Deletion (Sweep): an artifact goes once no job still needs it (a deleted job needs none): no
 // job that is not terminal names it, the last job that named it ended more than `retention` ago
 // (--artifact-retention), and it was uploaded (or uploaded again) more than `retention` ago.
 //

@@ -76,16 +76,21 @@ grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                               v1::ListJobsResponse* resp) {
   absl::StatusOr<Principal> caller = Caller(ctx, "list jobs");
   if (!caller.ok()) return Done("ListJobs", caller.status());
-  std::set<JobState> states;
+  JobFilter filter;
   for (int s : req->states()) {
     absl::StatusOr<JobState> state = StateFromProto(static_cast<v1::JobState>(s));
     if (!state.ok()) {
       return Done("ListJobs",
                   absl::InvalidArgumentError(absl::StrCat("states: ", state.status().message())));
     }
-    states.insert(*state);
+    filter.states.insert(*state);
   }
-  absl::StatusOr<ListResult> result = manager_.List(states, req->page_size(), req->page_token());
+  for (const auto& label : req->label_selector()) filter.labels[label.first] = label.second;
+  if (req->has_created_after()) {
+    filter.created_after = absl::FromUnixSeconds(req->created_after().seconds()) +
+                           absl::Nanoseconds(req->created_after().nanos());
+  }
+  absl::StatusOr<ListResult> result = manager_.List(filter, req->page_size(), req->page_token());
   if (!result.ok()) return Done("ListJobs", result.status());
   for (const JobView& view : result->jobs) *resp->add_jobs() = JobViewToProto(view);
   resp->set_next_page_token(result->next_page_token);
@@ -96,18 +101,8 @@ grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                                const v1::CancelJobRequest* req, v1::Job* resp) {
   absl::StatusOr<Principal> caller = Caller(ctx, "cancel jobs");
   if (!caller.ok()) return Done("CancelJob", caller.status());
-  if (caller->role == Role::kClient) {
-    // A client cancels only its own jobs; an admin (and an open coordinator) any.
-    absl::StatusOr<std::string> by = manager_.SubmittedBy(req->job_id());
-    if (!by.ok()) return Done("CancelJob", by.status());
-    if (*by != caller->name) {
-      return Done(
-          "CancelJob",
-          absl::PermissionDeniedError(absl::StrCat(
-              "your token's role 'client' (", caller->name, ") may not cancel job '", req->job_id(),
-              "' submitted by ", by->empty() ? "an unauthenticated caller" : *by,
-              "; a client cancels only its own jobs, an admin token cancels any")));
-    }
+  if (absl::Status st = CheckOwner(*caller, req->job_id(), "cancel"); !st.ok()) {
+    return Done("CancelJob", st);
   }
   if (req->reason().size() > 4096) {
     return Done("CancelJob", absl::InvalidArgumentError("reason: at most 4096 characters"));
@@ -116,6 +111,32 @@ grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext* ctx,
   if (!view.ok()) return Done("CancelJob", view.status());
   *resp = JobViewToProto(*view);
   return Done("CancelJob", absl::OkStatus());
+}
+
+grpc::Status CoordinatorServiceImpl::DeleteJob(grpc::ServerContext* ctx,
+                                               const v1::DeleteJobRequest* req,
+                                               v1::DeleteJobResponse* resp) {
+  absl::StatusOr<Principal> caller = Caller(ctx, "delete jobs");
+  if (!caller.ok()) return Done("DeleteJob", caller.status());
+  if (absl::Status st = CheckOwner(*caller, req->job_id(), "delete"); !st.ok()) {
+    return Done("DeleteJob", st);
+  }
+  absl::StatusOr<JobState> state = manager_.Delete(req->job_id(), req->force());
+  if (!state.ok()) return Done("DeleteJob", state.status());
+  resp->set_state(StateToProto(*state));
+  return Done("DeleteJob", absl::OkStatus());
+}
+
+absl::Status CoordinatorServiceImpl::CheckOwner(const Principal& caller, const std::string& job_id,
+                                                absl::string_view verb) const {
+  if (caller.role != Role::kClient) return absl::OkStatus();
+  absl::StatusOr<std::string> by = manager_.SubmittedBy(job_id);
+  if (!by.ok()) return by.status();
+  if (*by == caller.name) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "your token's role 'client' (", caller.name, ") may not ", verb, " job '", job_id,
+      "' submitted by ", by->empty() ? "an unauthenticated caller" : *by, "; a client ", verb,
+      "s only its own jobs, an admin token ", verb, "s any"));
 }
 
 grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx,

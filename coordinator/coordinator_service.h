@@ -30,6 +30,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
                         v1::ListJobsResponse* resp) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::Job* resp) override;
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse* resp) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status GetPlan(grpc::ServerContext* ctx, const v1::GetPlanRequest* req,
@@ -55,6 +57,10 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   absl::Status StillAllowed(grpc::ServerContext* ctx, absl::string_view call) const;
   // How often an open stream checks StillAllowed.
   static constexpr absl::Duration kStreamAuthInterval = absl::Milliseconds(500);
+  // OK when `caller` may change job `job_id` (`verb`: "cancel", "delete"): a client its own jobs
+  // only, an admin (and an open coordinator's caller) any. NotFound for an unknown job.
+  absl::Status CheckOwner(const Principal& caller, const std::string& job_id,
+                          absl::string_view verb) const;
 
   JobManager& manager_;
   Metrics& metrics_;

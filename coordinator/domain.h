@@ -6,6 +6,7 @@
 #define ZPIPE_COORDINATOR_DOMAIN_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -111,6 +112,8 @@ struct JobSpec {
   // restart (RestartSpec in job.proto): 0 = a lost rank fails the job.
   int max_restarts = 0;
   std::string restart_backoff;  // "" = 2s
+  // labels (JobSpec.labels in job.proto): for finding jobs, not for scheduling.
+  std::map<std::string, std::string> labels;
 
   int data_parallel() const { return data == 0 ? 1 : data; }
   int world_size() const { return pipeline * data_parallel(); }

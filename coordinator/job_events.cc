@@ -55,6 +55,11 @@ bool JobEventLog::closed() const {
   return closed_;
 }
 
+void JobEventLog::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  logs_.erase(job_id);
+}
+
 void JobEventLog::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;

@@ -60,6 +60,9 @@ class JobEventLog {
   // whether such an event exists.
   bool WaitForEventAfter(const std::string& job_id, uint64_t after, absl::Time deadline) const;
 
+  // Drops the job's history (a deleted job): its events are gone, EventsAfter says so.
+  void Forget(const std::string& job_id);
+
   // Wakes every waiter (server shutdown); later waits return at once.
   void Close();
   bool closed() const;

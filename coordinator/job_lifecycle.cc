@@ -34,6 +34,8 @@ JobLifecycle::JobLifecycle(Clock& clock, Metrics& metrics, const ManagerOptions&
       rendezvous_(rendezvous),
       events_(events),
       recovery_grace_(options.recovery_grace),
+      retain_finished_(options.retain_finished),
+      retain_count_(options.retain_count),
       workers_(options.workers),
       recovery_(options.failure_grace, options.recovery_grace) {}
 
@@ -120,6 +122,56 @@ void JobLifecycle::Finish(JobRecord& job, JobState to, std::string reason) {
   recovery_.Finished(job.id);
   TrySchedule();
   UpdateGauges();
+}
+
+absl::Status JobLifecycle::Delete(JobRecord& job) {
+  const std::string id = job.id;
+  if (absl::Status st = writer_.Delete(id); !st.ok()) return st;
+  rendezvous_.Close(id);
+  runs_.erase(id);
+  recovery_.Forget(id);
+  plans_.Forget(id);
+  monitor_.Forget(id);
+  events_.Forget(id);
+  queue_.Remove(id);  // `job` dangles from here
+  LogInfo("job ", id, ": deleted");
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+std::vector<std::string> JobLifecycle::DeleteExpired(absl::Time now) {
+  std::vector<std::string> deleted;
+  if (retain_count_ <= 0 && retain_finished_ <= absl::ZeroDuration()) return deleted;
+  std::vector<JobRecord*> finished;
+  for (auto& [order, job] : queue_.all()) {
+    if (IsTerminal(job.state)) finished.push_back(&job);
+  }
+  // Newest first: the first retain_count are kept (by count).
+  std::stable_sort(finished.begin(), finished.end(), [](const JobRecord* a, const JobRecord* b) {
+    return a->end_time > b->end_time;
+  });
+  std::vector<JobRecord*> expired;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    const bool too_many = retain_count_ > 0 && i >= static_cast<size_t>(retain_count_);
+    const bool too_old =
+        retain_finished_ > absl::ZeroDuration() && now - finished[i]->end_time > retain_finished_;
+    if (too_many || too_old) expired.push_back(finished[i]);
+  }
+  // Oldest first, so a store refusal halfway keeps the newest.
+  for (auto it = expired.rbegin(); it != expired.rend(); ++it) {
+    const std::string id = (*it)->id;
+    if (absl::Status st = Delete(**it); !st.ok()) {
+      LogError("job ", id, ": past its retention but not deleted (", st.message(),
+               "); tried again at the next check");
+      break;
+    }
+    deleted.push_back(id);
+  }
+  if (!deleted.empty()) {
+    LogInfo("deleted ", deleted.size(), " finished jobs past the retention (--retain-finished ",
+            absl::FormatDuration(retain_finished_), ", --retain-count ", retain_count_, ")");
+  }
+  return deleted;
 }
 
 void JobLifecycle::LoseRank(JobRecord& job, std::string reason) {

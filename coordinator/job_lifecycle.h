@@ -92,6 +92,14 @@ class JobLifecycle {
   // Moves the job to a terminal state and releases its workers (cancelling them unless
   // SUCCEEDED); then tries to schedule pending jobs.
   void Finish(JobRecord& job, JobState to, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes terminal `job`: removed from the store first (nothing is dropped that the store
+  // still holds: on its error the job stays, and the error is returned), then from memory with
+  // its plan, progress, timeline and event history. `job` dangles after an OK return.
+  absl::Status Delete(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes the finished jobs past the retention (ManagerOptions::retain_finished,
+  // retain_count), the longest finished first; a store refusal stops it until the next call.
+  // Returns the ids deleted.
+  std::vector<std::string> DeleteExpired(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of `job` was lost (`reason` names it): RESTARTING when the job is RUNNING and has
   // restarts left, else FAILED (Recovery::OnRankLost decides).
   void LoseRank(JobRecord& job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,6 +153,8 @@ class JobLifecycle {
   Rendezvous& rendezvous_;
   JobEventLog& events_;
   const absl::Duration recovery_grace_;
+  const absl::Duration retain_finished_;
+  const int retain_count_;
 
   mutable absl::Mutex mu_;
   JobQueue queue_ ABSL_GUARDED_BY(mu_);

@@ -100,6 +100,11 @@ bool JobLogStore::WaitForLinesAfter(const std::string& job_id, uint64_t after,
   return it != jobs_.end() && it->second.last_sequence > after;
 }
 
+void JobLogStore::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+}
+
 void JobLogStore::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;

@@ -88,6 +88,9 @@ class JobLogStore {
   // whether it has one.
   bool WaitForLinesAfter(const std::string& job_id, uint64_t after, absl::Time deadline) const;
 
+  // Drops every line held for the job (a deleted job).
+  void Forget(const std::string& job_id);
+
   // Wakes every waiter (shutdown); later waits return at once.
   void Close();
 

@@ -69,7 +69,7 @@ absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_mic
   return lifecycle.View(*job, true, with_microbatches);
 }
 
-absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, int page_size,
+absl::StatusOr<ListResult> JobManager::List(const JobFilter& filter, int page_size,
                                             const std::string& page_token) const {
   if (page_size < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
   page_size = page_size == 0 ? 100 : std::min(page_size, 1000);
@@ -80,7 +80,7 @@ absl::StatusOr<ListResult> JobManager::List(const std::set<JobState>& states, in
   ListResult result;
   absl::ReaderMutexLock lock(&lifecycle_.mu());
   bool more = false;
-  for (const JobRecord* job : lifecycle_.queue().Page(states, after, page_size, &more)) {
+  for (const JobRecord* job : lifecycle_.queue().Page(filter, after, page_size, &more)) {
     result.jobs.push_back(lifecycle_.View(*job, true, false));
   }
   if (more) result.next_page_token = absl::StrCat(result.jobs.back().record.submit_order);
@@ -113,6 +113,34 @@ absl::StatusOr<JobView> JobManager::Cancel(const std::string& job_id, std::strin
     }
   }
   return lifecycle_.View(*job, true, true);
+}
+
+absl::StatusOr<JobState> JobManager::Delete(const std::string& job_id, bool force) {
+  JobState state;
+  {
+    absl::MutexLock lock(&lifecycle_.mu());
+    JobRecord* job = lifecycle_.queue().Find(job_id);
+    if (job == nullptr) return JobNotFound(job_id);
+    if (!IsTerminal(job->state)) {
+      if (!force) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", job_id, "' is ", JobStateName(job->state),
+                         "; add --force to cancel it and delete it"));
+      }
+      lifecycle_.Finish(*job, JobState::kCancelled, "cancelled to be deleted");
+    }
+    state = job->state;
+    if (absl::Status st = lifecycle_.Delete(*job); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("job '", job_id,
+                                       "' is not deleted: the coordinator's job store refused to "
+                                       "remove it (",
+                                       st.message(), "); delete it again later"));
+    }
+  }
+  // Outside the lifecycle's lock: the log store is a leaf, but needs nothing from it.
+  logs_.Forget(job_id);
+  return state;
 }
 
 std::vector<WorkerInfo> JobManager::Workers(bool include_dead) const {
@@ -255,7 +283,15 @@ absl::StatusOr<std::vector<std::string>> JobManager::RendezvousWait(
 
 // ---- housekeeping ----
 
-void JobManager::CheckLiveness() { sessions_.CheckLiveness(); }
+void JobManager::CheckLiveness() {
+  sessions_.CheckLiveness();
+  std::vector<std::string> deleted;
+  {
+    absl::MutexLock lock(&lifecycle_.mu());
+    deleted = lifecycle_.DeleteExpired(clock_.Now());
+  }
+  for (const std::string& id : deleted) logs_.Forget(id);
+}
 
 absl::Status JobManager::StoreStatus() const { return writer_.Status(); }
 

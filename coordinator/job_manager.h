@@ -77,12 +77,20 @@ class JobManager {
   absl::StatusOr<std::string> SubmittedBy(const std::string& job_id) const;
   // Makes the job's plan on first use after a restart (for its predicted statistics).
   absl::StatusOr<JobView> Get(const std::string& job_id, bool with_microbatches = true);
-  // page_size: 0 = 100, capped at 1000. Empty `states` = all.
-  absl::StatusOr<ListResult> List(const std::set<JobState>& states, int page_size,
+  // The jobs `filter` matches (JobQueue::Page), oldest first, a page at a time: page_size 0 =
+  // 100, capped at 1000; the filter applies before paging.
+  absl::StatusOr<ListResult> List(const JobFilter& filter, int page_size,
                                   const std::string& page_token) const;
   // Acknowledged once CANCELLED is stored: while the store refuses it, the job is cancelled (its
   // workers stopped) but the store's error is returned; cancelling again answers OK once stored.
   absl::StatusOr<JobView> Cancel(const std::string& job_id, std::string reason);
+  // Deletes a finished job with everything kept about it: its stored record, history, plan,
+  // progress, trace and logs (its artifacts are then no longer needed by it: ArtifactStore::
+  // Sweep). A job that is not finished is FailedPrecondition unless `force`, which cancels it
+  // first. Acknowledged once the store has removed it: while the store refuses, the job is kept
+  // (cancelled when forced) and the store's error is returned. NotFound for an unknown job.
+  // Returns the state the job was deleted in.
+  absl::StatusOr<JobState> Delete(const std::string& job_id, bool force);
   std::vector<WorkerInfo> Workers(bool include_dead) const;
   // A page of Workers by name: page_size 0 = 500, capped at 1000; `page_token` from the previous
   // page's next_page_token.
@@ -151,7 +159,8 @@ class JobManager {
 
   // ---- housekeeping ----
   // Declares silent workers dead and fails the jobs they held; fails RUNNING jobs whose workers
-  // did not come back after a restart; writes unsaved jobs to the store again. Call periodically.
+  // did not come back after a restart; writes unsaved jobs to the store again; deletes finished
+  // jobs past the retention (ManagerOptions::retain_finished, retain_count). Call periodically.
   void CheckLiveness();
   // OK while every job change is stored; else the store's error (ResourceExhausted when it is
   // full) saying how many jobs wait to be written (job_store_writer.h). For /readyz and submits.

@@ -214,6 +214,95 @@ TEST_F(JobManagerTest, ReportsBecomeSummariesAndFinishSucceeds) {
   EXPECT_EQ(manager_->Workers(false)[0].state, WorkerState::kIdle);
 }
 
+// A deleted job leaves nothing behind: not its record (in memory or stored), history, progress,
+// trace or logs; its id is free again.
+TEST_F(JobManagerTest, DeletingAFinishedJobRemovesItsRecordHistoryTraceAndLogs) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
+  ASSERT_TRUE(manager_->Submit("keep", Spec(1, 1), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  RankStats stats;
+  stats.duration_s = 2;
+  stats.busy_s = 1.5;
+  ASSERT_TRUE(manager_->IterationReport(w0, "j", 0, stats, 3.5).ok());
+  ASSERT_TRUE(manager_->RankFinished(w0, "j", 0, 0).ok());
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kSucceeded);
+  manager_->logs().Append("j", 0, 0, {{clock_.Now(), "hello"}}, 0);
+  ASSERT_FALSE(manager_->logs().Read("j", {}).lines.empty());
+
+  absl::StatusOr<JobState> deleted = manager_->Delete("j", /*force=*/false);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, JobState::kSucceeded);
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("j").status()));
+  EXPECT_TRUE(absl::IsNotFound(manager_->Trace("j", std::nullopt).status()));
+  EXPECT_TRUE(absl::IsNotFound(manager_->SubmittedBy("j").status()));
+  std::vector<JobEvent> events;
+  EXPECT_FALSE(manager_->events().EventsAfter("j", 0, &events));
+  EXPECT_TRUE(manager_->logs().Read("j", {}).lines.empty());
+  absl::StatusOr<ListResult> list = manager_->List({}, 0, "");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->jobs.size(), 1u);
+  EXPECT_EQ(list->jobs[0].record.id, "keep");
+  EXPECT_TRUE(absl::IsNotFound(manager_->Delete("j", false).status()));
+
+  // Deleted from the store too: a restarted coordinator does not know it.
+  manager_ = MakeManager();
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("j").status()));
+  EXPECT_TRUE(manager_->Get("keep").ok());
+  // The id can be used again.
+  EXPECT_TRUE(manager_->Submit("j", Spec(1, 1), false).ok());
+}
+
+// Labels are kept with the job (across a restart too) and select jobs in List, with the creation
+// time, before paging.
+TEST_F(JobManagerTest, ListFiltersByLabelsAndCreationTimeBeforePaging) {
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec = Spec(2);
+    spec.labels["team"] = i % 2 == 0 ? "nlp" : "vision";
+    ASSERT_TRUE(manager_->Submit(absl::StrCat("j", i), spec, false).ok());
+    clock_.Advance(absl::Minutes(1));
+  }
+  manager_ = MakeManager();  // reloaded from the store
+  EXPECT_EQ(manager_->Get("j1")->record.spec.labels.at("team"), "vision");
+  absl::StatusOr<ListResult> page = manager_->List({.labels = {{"team", "nlp"}}}, 2, "");
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].record.id, "j0");
+  EXPECT_EQ(page->jobs[1].record.id, "j2");
+  page = manager_->List({.labels = {{"team", "nlp"}}}, 2, page->next_page_token);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].record.id, "j4");
+  EXPECT_TRUE(page->next_page_token.empty());
+  page = manager_->List({.created_after = clock_.Now() - absl::Seconds(150)}, 0, "");
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].record.id, "j3");
+}
+
+TEST_F(JobManagerTest, DeletingAnActiveJobNeedsForceWhichCancelsItFirst) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(1), false).ok());
+  AddWorker("a", &c0_);
+  ASSERT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+
+  absl::StatusOr<JobState> r = manager_->Delete("j", /*force=*/false);
+  ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_EQ(r.status().message(), "job 'j' is RUNNING; add --force to cancel it and delete it");
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRunning);
+
+  r = manager_->Delete("j", /*force=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, JobState::kCancelled);
+  ASSERT_EQ(c0_.commands.back().kind, WorkerCommand::Kind::kCancel);
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("j").status()));
+  EXPECT_EQ(manager_->Workers(false)[0].state, WorkerState::kIdle);
+  // A pending job is deleted the same way, and frees its place in the queue.
+  ASSERT_TRUE(manager_->Submit("p1", Spec(2), false).ok());
+  ASSERT_TRUE(manager_->Submit("p2", Spec(2), false).ok());
+  EXPECT_EQ(manager_->Get("p2")->queue_position, 1);
+  ASSERT_TRUE(manager_->Delete("p1", true).ok());
+  EXPECT_EQ(manager_->Get("p2")->queue_position, 0);
+}
+
 // A progress batch may carry sends, receives and reductions beside compute: they reach the
 // executed timeline (peer, chunk, bucket kept; aligned by the worker's clock offset like compute)
 // and are neither progress nor dropped events.
@@ -476,6 +565,10 @@ class FailingStore : public JobStore {
     if (fail) return absl::ResourceExhaustedError("database or disk is full");
     return base_.Put(job);
   }
+  absl::Status Delete(const std::string& job_id) override {
+    if (fail) return absl::ResourceExhaustedError("database or disk is full");
+    return base_.Delete(job_id);
+  }
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override { return base_.LoadAll(); }
   bool fail = false;
 
@@ -596,6 +689,87 @@ TEST(JobManagerStoreTest, ACancelIsAcknowledgedOnlyOnceStored) {
   manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
   ASSERT_TRUE(manager->Load().ok());
   EXPECT_EQ(manager->Get("j")->record.state, JobState::kCancelled);
+}
+
+TEST(JobManagerStoreTest, ADeleteIsAcknowledgedOnlyOnceTheStoreRemovedIt) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> sqlite = std::move(*SqliteJobStore::Open(":memory:"));
+  FailingStore store(*sqlite);
+  auto manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  ASSERT_TRUE(manager->Submit("j", Spec(2), false).ok());
+  ASSERT_TRUE(manager->Cancel("j", "").ok());
+
+  store.fail = true;
+  absl::StatusOr<JobState> r = manager->Delete("j", false);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "job 'j' is not deleted: the coordinator's job store refused"))
+      << r.status();
+  EXPECT_EQ(manager->Get("j")->record.state, JobState::kCancelled);  // still there
+
+  store.fail = false;
+  ASSERT_TRUE(manager->Delete("j", false).ok());
+  manager = std::make_unique<JobManager>(clock, store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager->Load().ok());
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("j").status()));
+}
+
+// --retain-count and --retain-finished: the liveness loop deletes the finished jobs past either,
+// store and all; active jobs are never touched.
+TEST(JobManagerRetentionTest, FinishedJobsBeyondTheCountOrAgeAreDeleted) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> store = std::move(*SqliteJobStore::Open(":memory:"));
+  ManagerOptions options;
+  options.retain_count = 2;
+  options.retain_finished = absl::Hours(1);
+  auto manager = std::make_unique<JobManager>(clock, *store, metrics, options);
+  ASSERT_TRUE(manager->Load().ok());
+  for (const char* id : {"a", "b", "c", "active"}) {
+    ASSERT_TRUE(manager->Submit(id, Spec(2), false).ok());
+  }
+  // Finished in the order b, a, c: the two that finished last are kept.
+  for (const char* id : {"b", "a", "c"}) {
+    ASSERT_TRUE(manager->Cancel(id, "").ok());
+    clock.Advance(absl::Minutes(1));
+  }
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("b").status()));
+  EXPECT_TRUE(manager->Get("a").ok());
+  EXPECT_TRUE(manager->Get("c").ok());
+
+  // An hour after it ended, a finished job goes too; "c" ended a minute after "a".
+  clock.Advance(absl::Minutes(58) + absl::Seconds(30));
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("a").status()));
+  EXPECT_TRUE(manager->Get("c").ok());
+  clock.Advance(absl::Hours(5));
+  manager->CheckLiveness();
+  EXPECT_TRUE(absl::IsNotFound(manager->Get("c").status()));
+  EXPECT_EQ(manager->Get("active")->record.state, JobState::kPending);
+
+  // Deleted from the store: a restarted coordinator has only the active job.
+  manager = std::make_unique<JobManager>(clock, *store, metrics, options);
+  ASSERT_TRUE(manager->Load().ok());
+  absl::StatusOr<ListResult> list = manager->List({}, 0, "");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->jobs.size(), 1u);
+  EXPECT_EQ(list->jobs[0].record.id, "active");
+}
+
+TEST(JobManagerRetentionTest, WithoutRetentionFlagsFinishedJobsStay) {
+  FakeClock clock;
+  NullMetrics metrics;
+  std::unique_ptr<SqliteJobStore> store = std::move(*SqliteJobStore::Open(":memory:"));
+  JobManager manager(clock, *store, metrics, ManagerOptions{});
+  ASSERT_TRUE(manager.Load().ok());
+  ASSERT_TRUE(manager.Submit("j", Spec(2), false).ok());
+  ASSERT_TRUE(manager.Cancel("j", "").ok());
+  clock.Advance(absl::Hours(24 * 365));
+  manager.CheckLiveness();
+  EXPECT_TRUE(manager.Get("j").ok());
 }
 
 // The real store on a "full disk": SQLite's max_page_count stops it growing, and a write past it

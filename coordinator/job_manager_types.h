@@ -41,6 +41,11 @@ struct ManagerOptions {
   size_t log_lines_per_rank = JobLogStore::kDefaultLinesPerRank;
   // Live and dead workers kept (--max-workers, --max-dead-workers, --dead-worker-retention).
   WorkerLimits workers;
+  // Finished jobs kept (--retain-finished, --retain-count): one that ended longer ago than
+  // retain_finished, or is not among the retain_count that ended last, is deleted by the liveness
+  // loop (JobManager::Delete's path). 0 = no such bound.
+  absl::Duration retain_finished = absl::ZeroDuration();
+  int retain_count = 0;
 };
 
 // A job as clients see it.

@@ -41,6 +41,11 @@ void JobPlans::Set(const std::string& job_id, std::shared_ptr<const JobPlan> pla
   jobs_[job_id].plan = std::move(plan);
 }
 
+void JobPlans::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+}
+
 void JobPlans::StartOver(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Entry& entry = jobs_[job_id];

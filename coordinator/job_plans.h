@@ -63,6 +63,8 @@ class JobPlans {
   // A new attempt of the job: a switch sent to the previous attempt's ranks never happens, and
   // measuring starts over.
   void StartOver(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the job's plan and re-planning state (a deleted job).
+  void Forget(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The plan a rank ran an iteration with, by the plan version its report names: the switch on
   // its way when the versions match (the switch iteration's reports come before it is settled),
   // else the current plan.

@@ -115,6 +115,7 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   s.checkpoint_on_error = *on_error;
   s.max_restarts = p.restart().max_restarts();
   s.restart_backoff = p.restart().backoff();
+  for (const auto& label : p.labels()) s.labels[label.first] = label.second;
   absl::StatusOr<DeviceKind> device = DeviceKindFromProto(p.device());
   if (!device.ok()) return device.status();
   s.device = *device;
@@ -202,6 +203,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   p.set_device(DeviceKindToProto(s.device));
   if (s.max_restarts != 0) p.mutable_restart()->set_max_restarts(s.max_restarts);
   if (!s.restart_backoff.empty()) p.mutable_restart()->set_backoff(s.restart_backoff);
+  for (const auto& [key, value] : s.labels) (*p.mutable_labels())[key] = value;
   return p;
 }
 

@@ -12,6 +12,14 @@ JobRecord& JobQueue::Add(JobRecord record) {
   return jobs_[order] = std::move(record);
 }
 
+bool JobQueue::Remove(const std::string& job_id) {
+  auto it = index_.find(job_id);
+  if (it == index_.end()) return false;
+  jobs_.erase(it->second);
+  index_.erase(it);
+  return true;
+}
+
 JobRecord* JobQueue::Find(const std::string& job_id) {
   auto it = index_.find(job_id);
   return it == index_.end() ? nullptr : &jobs_.at(it->second);
@@ -22,13 +30,23 @@ const JobRecord* JobQueue::Find(const std::string& job_id) const {
   return it == index_.end() ? nullptr : &jobs_.at(it->second);
 }
 
-std::vector<const JobRecord*> JobQueue::Page(const std::set<JobState>& states, int64_t after,
+bool JobFilter::Matches(const JobRecord& job) const {
+  if (!states.empty() && !states.contains(job.state)) return false;
+  if (job.create_time < created_after) return false;
+  for (const auto& [key, value] : labels) {
+    auto it = job.spec.labels.find(key);
+    if (it == job.spec.labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+std::vector<const JobRecord*> JobQueue::Page(const JobFilter& filter, int64_t after,
                                              int page_size, bool* more) const {
   std::vector<const JobRecord*> page;
   *more = false;
   for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
     const JobRecord& job = it->second;
-    if (!states.empty() && !states.contains(job.state)) continue;
+    if (!filter.Matches(job)) continue;
     if (static_cast<int>(page.size()) == page_size) {
       *more = true;
       break;

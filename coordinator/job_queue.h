@@ -8,7 +8,8 @@
 // starved by smaller ones), while jobs of other device kinds go on.
 //
 // Not thread-safe: the owner serializes every call (JobLifecycle guards it with its lock).
-// Records live until the queue is destroyed; pointers and references to them stay valid.
+// Records live until they are removed (a deleted job) or the queue is destroyed; pointers and
+// references to the others stay valid.
 #ifndef ZPIPE_COORDINATOR_JOB_QUEUE_H_
 #define ZPIPE_COORDINATOR_JOB_QUEUE_H_
 
@@ -23,9 +24,19 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/time/time.h"
 #include "coordinator/domain.h"
 
 namespace zpipe::coordinator {
+
+// Which jobs a listing wants (ListJobsRequest); every part that is set must match.
+struct JobFilter {
+  std::set<JobState> states;                        // empty = any state
+  std::map<std::string, std::string> labels;        // each with this value (JobSpec.labels)
+  absl::Time created_after = absl::InfinitePast();  // created at or after
+
+  bool Matches(const JobRecord& job) const;
+};
 
 class JobQueue {
  public:
@@ -37,15 +48,18 @@ class JobQueue {
   // are then handed out after it). The id must not be present.
   JobRecord& Add(JobRecord record);
 
+  // Removes the job's record (a deleted job); pointers to it dangle. False when it is unknown.
+  bool Remove(const std::string& job_id);
+
   JobRecord* Find(const std::string& job_id);
   const JobRecord* Find(const std::string& job_id) const;
   // Every job, oldest first.
   Jobs& all() { return jobs_; }
   const Jobs& all() const { return jobs_; }
 
-  // Up to `page_size` jobs submitted after `after` (a submit_order; 0 = from the start) whose
-  // state is in `states` (empty = all), oldest first; `*more` says whether others follow.
-  std::vector<const JobRecord*> Page(const std::set<JobState>& states, int64_t after, int page_size,
+  // Up to `page_size` jobs submitted after `after` (a submit_order; 0 = from the start) that
+  // `filter` matches, oldest first; `*more` says whether others follow.
+  std::vector<const JobRecord*> Page(const JobFilter& filter, int64_t after, int page_size,
                                      bool* more) const;
   int PendingCount() const;
   // How many PENDING jobs of `job`'s device kind are ahead of PENDING `job`.

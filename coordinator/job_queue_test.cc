@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::coordinator {
@@ -46,13 +47,52 @@ TEST(JobQueueTest, PagesFilterByStateAndSayWhetherMoreFollow) {
   ASSERT_EQ(page.size(), 2u);
   EXPECT_EQ(page[1]->id, "b");
   EXPECT_TRUE(more);
-  page = queue.Page({JobState::kPending}, page[1]->submit_order, 2, &more);
+  page = queue.Page({.states = {JobState::kPending}}, page[1]->submit_order, 2, &more);
   ASSERT_EQ(page.size(), 2u);
   EXPECT_EQ(page[0]->id, "c");
   EXPECT_FALSE(more);  // exactly a page left: no empty next page
-  page = queue.Page({JobState::kFailed}, 0, 10, &more);
+  page = queue.Page({.states = {JobState::kFailed}}, 0, 10, &more);
   ASSERT_EQ(page.size(), 1u);
   EXPECT_EQ(page[0]->id, "b");
+}
+
+// Labels (every selected one, with its value) and the creation time filter before paging: a page
+// is full of matches, however many jobs between them do not match.
+TEST(JobQueueTest, PagesFilterByLabelsAndCreationTimeBeforePaging) {
+  JobQueue queue;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 6; ++i) {
+    JobRecord job = Job(queue, absl::StrCat("j", i), JobState::kPending);
+    job.create_time = t0 + absl::Minutes(i);
+    job.spec.labels["team"] = i % 2 == 0 ? "nlp" : "vision";
+    if (i >= 4) job.spec.labels["size"] = "big";
+    queue.Add(std::move(job));
+  }
+  bool more = false;
+  std::vector<const JobRecord*> page = queue.Page({.labels = {{"team", "nlp"}}}, 0, 2, &more);
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0]->id, "j0");
+  EXPECT_EQ(page[1]->id, "j2");
+  EXPECT_TRUE(more);
+  page = queue.Page({.labels = {{"team", "nlp"}}}, page[1]->submit_order, 2, &more);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0]->id, "j4");
+  EXPECT_FALSE(more);
+  // Several labels: all of them (AND); an unknown label or value matches nothing.
+  page = queue.Page({.labels = {{"team", "nlp"}, {"size", "big"}}}, 0, 10, &more);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0]->id, "j4");
+  EXPECT_TRUE(queue.Page({.labels = {{"team", "audio"}}}, 0, 10, &more).empty());
+  EXPECT_TRUE(queue.Page({.labels = {{"owner", "nlp"}}}, 0, 10, &more).empty());
+  // Created at or after.
+  page = queue.Page({.created_after = t0 + absl::Minutes(3)}, 0, 10, &more);
+  ASSERT_EQ(page.size(), 3u);
+  EXPECT_EQ(page[0]->id, "j3");
+  page = queue.Page({.labels = {{"team", "vision"}}, .created_after = t0 + absl::Minutes(2)}, 0,
+                    10, &more);
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_EQ(page[0]->id, "j3");
+  EXPECT_EQ(page[1]->id, "j5");
 }
 
 TEST(JobQueueTest, CountsAndQueuePositionsArePerDeviceKind) {

@@ -19,6 +19,8 @@ class JobStore {
   // Inserts the record, or replaces the one with the same id. ResourceExhausted when the store
   // is full (no space left); other errors for other failures. A failed Put changes nothing.
   virtual absl::Status Put(const JobRecord& job) = 0;
+  // Removes the job's record; OK when there is none. A failed Delete changes nothing.
+  virtual absl::Status Delete(const std::string& job_id) = 0;
   // Every stored job, ordered by submit_order.
   virtual absl::StatusOr<std::vector<JobRecord>> LoadAll() = 0;
 };

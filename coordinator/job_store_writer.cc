@@ -40,6 +40,18 @@ absl::Status JobStoreWriter::PutLocked(const JobRecord& job) {
   return st;
 }
 
+absl::Status JobStoreWriter::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::Status st = store_.Delete(job_id);
+  if (!st.ok()) {
+    metrics_.CountStoreWriteError();
+    return st;
+  }
+  if (unsaved_.erase(job_id) > 0 && unsaved_.empty()) error_ = absl::OkStatus();
+  metrics_.SetStoreUnsavedJobs(static_cast<int64_t>(unsaved_.size()));
+  return st;
+}
+
 absl::Status JobStoreWriter::RetryUnsaved(
     absl::FunctionRef<const JobRecord*(const std::string&)> find) {
   absl::MutexLock lock(&mu_);

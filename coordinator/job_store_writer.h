@@ -36,6 +36,9 @@ class JobStoreWriter {
   // Writes a job that does not exist yet: a refusal is counted but not kept (the caller forgets
   // the job), and the store's error is returned as it is.
   absl::Status PutNew(const JobRecord& job);
+  // Removes the job from the store, and from the unsaved jobs once the store took it. Returns the
+  // store's error (the job is then still stored, and unsaved if it was).
+  absl::Status Delete(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Writes every unsaved job again, looking each up with `find` (null: forgotten, dropped). OK
   // when none is left, else Status(). `find` runs under this writer's lock.
   absl::Status RetryUnsaved(absl::FunctionRef<const JobRecord*(const std::string&)> find)

@@ -19,6 +19,11 @@ class MemoryStore : public JobStore {
     jobs[job.id] = job;
     return absl::OkStatus();
   }
+  absl::Status Delete(const std::string& job_id) override {
+    if (full) return absl::ResourceExhaustedError("database or disk is full");
+    jobs.erase(job_id);
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override { return std::vector<JobRecord>(); }
   bool full = false;
   std::map<std::string, JobRecord> jobs;

@@ -100,6 +100,14 @@ void AddLimitFlags(CLI::App& app, ServerOptions& o) {
   AddDuration(app, "--dead-worker-retention", &o.workers.dead_retention,
               "how long a dead worker stays listed (default 15m)")
       ->group(kLimits);
+  AddDuration(app, "--retain-finished", &o.retain_finished,
+              "delete finished jobs this long after they ended, with their history, trace and "
+              "logs (default 0 = keep forever)")
+      ->group(kLimits);
+  AddInteger(app, "--retain-count", &o.retain_count, 0, kInt,
+             "keep only the N jobs that finished last; older finished jobs are deleted (default "
+             "0 = unlimited)")
+      ->group(kLimits);
   AddInteger(app, "--log-lines", &o.log_lines, 1, kInt,
              "newest worker log lines kept per rank of a job, in memory (`zpipe logs`; default "
              "1000; for the last 200 jobs)")

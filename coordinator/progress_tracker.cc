@@ -41,6 +41,11 @@ void ProgressTracker::SetPredictedBubble(const std::string& job_id, double predi
   job->predicted_bubble = predicted_bubble;
 }
 
+void ProgressTracker::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+}
+
 std::shared_ptr<ProgressTracker::Job> ProgressTracker::Find(const std::string& job_id) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

@@ -104,6 +104,8 @@ class ProgressTracker {
 
   // The plan's predicted bubble that later summaries carry (a re-plan switched plans).
   void SetPredictedBubble(const std::string& job_id, double predicted_bubble);
+  // Drops the job's progress (a deleted job); later events for it are dropped as unknown.
+  void Forget(const std::string& job_id);
 
   // nullopt for a job never started.
   std::optional<JobProgressView> Get(const std::string& job_id, bool with_microbatches) const;

@@ -86,6 +86,8 @@ class Recovery {
   void Dispatched(const std::string& job_id);
   // The job reached a terminal state.
   void Finished(const std::string& job_id);
+  // Drops what is kept about the job (a deleted job).
+  void Forget(const std::string& job_id) { jobs_.erase(job_id); }
 
  private:
   struct JobRecovery {

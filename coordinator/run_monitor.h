@@ -92,6 +92,12 @@ class RunMonitor {
     tracker_.SetPredictedBubble(job_id, plan.sim.bubble_rate);
   }
 
+  // Drops the job's progress and timeline (a deleted job).
+  void Forget(const std::string& job_id) {
+    tracker_.Forget(job_id);
+    traces_.Forget(job_id);
+  }
+
   // nullopt for a job never started.
   std::optional<JobProgressView> Progress(const std::string& job_id, bool with_microbatches) const {
     return tracker_.Get(job_id, with_microbatches);

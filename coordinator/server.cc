@@ -73,6 +73,8 @@ ManagerOptions ManagerOptionsFor(const ServerOptions& options) {
   mopts.rendezvous = options.rendezvous;
   mopts.log_lines_per_rank = options.log_lines;
   mopts.workers = options.workers;
+  mopts.retain_finished = options.retain_finished;
+  mopts.retain_count = options.retain_count;
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
                                  ? options.heartbeat_interval
                                  : options.heartbeat_timeout / 5;

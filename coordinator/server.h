@@ -73,6 +73,9 @@ struct ServerOptions {
   RendezvousLimits rendezvous;       // per-job key and byte quota, and the total cap
   size_t log_lines = JobLogStore::kDefaultLinesPerRank;  // worker log lines kept per rank
   WorkerLimits workers;  // --max-workers, --max-dead-workers, --dead-worker-retention
+  // Finished jobs kept (ManagerOptions): --retain-finished (0 = forever), --retain-count (0 = all).
+  absl::Duration retain_finished = absl::ZeroDuration();
+  int retain_count = 0;
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
   ServerTlsFiles tls;     // none = plaintext on both ports
   bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS

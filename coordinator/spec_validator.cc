@@ -1,9 +1,11 @@
 #include "coordinator/spec_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
 
@@ -174,6 +176,32 @@ absl::Status ValidateName(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateLabels(const JobSpec& spec) {
+  constexpr size_t kMaxLabels = 32, kMaxLength = 63;
+  if (spec.labels.size() > kMaxLabels) {
+    return Bad("spec.labels", absl::StrCat("at most ", kMaxLabels, " labels, got ",
+                                           spec.labels.size()));
+  }
+  for (const auto& [key, value] : spec.labels) {
+    const bool key_ok =
+        !key.empty() && key.size() <= kMaxLength &&
+        std::all_of(key.begin(), key.end(), [](char c) { return NameChar(c) || c == '/'; });
+    if (!key_ok) {
+      return Bad("spec.labels", absl::StrCat("label key '", absl::CHexEscape(key.substr(0, 64)),
+                                             "' must be 1..63 characters of A-Z, a-z, 0-9, '.', "
+                                             "'_', '/' and '-'"));
+    }
+    const bool value_ok =
+        value.size() <= kMaxLength &&
+        std::all_of(value.begin(), value.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (!value_ok) {
+      return Bad(absl::StrCat("spec.labels.", key),
+                 "the value must be at most 63 printable ASCII characters");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Parallelism and schedule; returns the chunks per rank (v) of the schedule's placement, which
 // the model and batch checks need.
 absl::StatusOr<int> ValidateParallelAndSchedule(const JobSpec& spec) {
@@ -275,6 +303,7 @@ absl::Status ValidateJobId(absl::string_view id) {
 
 absl::Status ValidateSpecFields(const JobSpec& spec) {
   ZPIPE_RETURN_IF_ERROR(ValidateName(spec));
+  ZPIPE_RETURN_IF_ERROR(ValidateLabels(spec));
   // Parallelism and schedule first: the model checks need p * v.
   absl::StatusOr<int> v = ValidateParallelAndSchedule(spec);
   if (!v.ok()) return v.status();

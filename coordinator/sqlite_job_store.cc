@@ -183,6 +183,16 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
   return absl::OkStatus();
 }
 
+absl::Status SqliteJobStore::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement st(db_, "DELETE FROM jobs WHERE id = ?1");
+  sqlite3_stmt* s = st.get();
+  if (s == nullptr) return SqlError(db_, "prepare delete");
+  sqlite3_bind_text(s, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(s) != SQLITE_DONE) return SqlError(db_, absl::StrCat("delete job ", job_id));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
   absl::MutexLock lock(&mu_);
   Statement st(db_,

@@ -21,6 +21,7 @@ class SqliteJobStore : public JobStore {
   ~SqliteJobStore() override;
 
   absl::Status Put(const JobRecord& job) override;
+  absl::Status Delete(const std::string& job_id) override;
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override;
   // Caps the database at `pages` > 0 pages (PRAGMA max_page_count; never below the pages in
   // use), so that a test can fill the "disk": writes past it fail with ResourceExhausted.

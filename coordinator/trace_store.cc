@@ -57,6 +57,13 @@ std::shared_ptr<TraceStore::Job> TraceStore::Find(const std::string& job_id) con
   return it == jobs_.end() ? nullptr : it->second;
 }
 
+void TraceStore::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+  start_order_.erase(std::remove(start_order_.begin(), start_order_.end(), job_id),
+                     start_order_.end());
+}
+
 void TraceStore::AddActions(const std::string& job_id, const std::string& worker_name,
                             int pipeline_rank, int data_rank, absl::Span<const int32_t> iterations,
                             absl::Span<const core::Action> actions,

@@ -105,6 +105,8 @@ class TraceStore {
   // `iteration` nullopt = the latest complete one. NotFound for an unknown job or an iteration
   // not held; FailedPrecondition when none is complete yet.
   absl::StatusOr<JobTrace> Get(const std::string& job_id, std::optional<int> iteration) const;
+  // Drops the job's timeline (a deleted job).
+  void Forget(const std::string& job_id);
 
  private:
   struct RankState {

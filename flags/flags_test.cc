@@ -18,6 +18,10 @@ TEST(ValuesTest, DurationsAreGoSyntaxOrBareSeconds) {
   EXPECT_EQ(*ParseDuration("500ms"), absl::Milliseconds(500));
   EXPECT_EQ(*ParseDuration("1m30s"), absl::Seconds(90));
   EXPECT_EQ(*ParseDuration("1.5"), absl::Milliseconds(1500));
+  EXPECT_EQ(*ParseDuration("7d"), absl::Hours(7 * 24));
+  EXPECT_EQ(*ParseDuration("1d12h"), absl::Hours(36));
+  EXPECT_FALSE(ParseDuration("d").ok());
+  EXPECT_FALSE(ParseDuration("7days").ok());
   EXPECT_EQ(ParseDuration("soon").status().message(),
             "want a duration (e.g. 10s, 500ms), got 'soon'");
   EXPECT_EQ(PositiveDuration()("2s"), "");

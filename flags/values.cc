@@ -45,6 +45,15 @@ absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text) {
   absl::Duration d;
   if (absl::SimpleAtod(text, &seconds) && !std::isnan(seconds)) return absl::Seconds(seconds);
   if (absl::ParseDuration(text, &d)) return d;
+  // Days, which abseil lacks ("7d", "1d12h"): retention is counted in them.
+  if (const size_t at = text.find('d'); at != absl::string_view::npos && at > 0) {
+    double days = 0;
+    absl::Duration rest = absl::ZeroDuration();
+    if (absl::SimpleAtod(text.substr(0, at), &days) && std::isfinite(days) && days >= 0 &&
+        (at + 1 == text.size() || absl::ParseDuration(text.substr(at + 1), &rest))) {
+      return absl::Hours(24) * days + rest;
+    }
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("want a duration (e.g. 10s, 500ms)", Got(std::string(text))));
 }

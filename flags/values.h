@@ -27,8 +27,8 @@ namespace zpipe::flags {
 // "--tail: want an integer >= 0, got '-1'".
 using Check = std::function<std::string(const std::string& value)>;
 
-// A duration: Go/abseil syntax ("10s", "500ms", "1m30s", "inf") or a bare number of seconds
-// ("1.5"). INVALID_ARGUMENT "want a duration (e.g. 10s, 500ms), got 'x'".
+// A duration: Go/abseil syntax ("10s", "500ms", "1m30s", "inf"), days before it ("7d", "1d12h")
+// or a bare number of seconds ("1.5"). INVALID_ARGUMENT "want a duration (e.g. 10s, 500ms), got 'x'".
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
 // A size: bytes ("1048576") or a whole number of KiB, MiB or GiB ("16MiB"); positive.
 // INVALID_ARGUMENT "want a positive size (e.g. 16MiB), got 'x'"; OUT_OF_RANGE past int64.

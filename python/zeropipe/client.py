@@ -278,9 +278,11 @@ class Client:
         """The job's record (`zpipe status ID`): id, spec, state, reason, progress, ..."""
         return _job_to_dict(self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id)))
 
-    def list(self, states=None):
+    def list(self, states=None, labels=None, since=None):
         """Every job, oldest first (`zpipe list`), optionally only those in `states` (names such
-        as "running", or one name). Jobs come without per-microbatch progress."""
+        as "running", or one name), carrying every one of `labels` (a dict, `zpipe list -l
+        team=nlp`) and created within `since` (a timedelta or seconds: `zpipe list --since 1h`).
+        The coordinator filters before paging. Jobs come without per-microbatch progress."""
         if isinstance(states, str):
             states = [states]
         numbers = []
@@ -292,10 +294,17 @@ class Client:
                                     f"unknown job state '{name}' (one of: pending, scheduling, "
                                     "running, succeeded, failed, cancelled)", "states")
             numbers.append(value.number)
+        created_after_ns = None
+        if since is not None:
+            seconds = since.total_seconds() if hasattr(since, "total_seconds") else float(since)
+            created_after_ns = int((time.time() - seconds) * 1e9)
         jobs, token = [], ""
         while True:
-            page = self._call(self._stub.ListJobs,
-                              pb.ListJobsRequest(states=numbers, page_size=1000, page_token=token))
+            request = pb.ListJobsRequest(states=numbers, label_selector=dict(labels or {}),
+                                         page_size=1000, page_token=token)
+            if created_after_ns is not None:
+                request.created_after.FromNanoseconds(created_after_ns)
+            page = self._call(self._stub.ListJobs, request)
             jobs.extend(_job_to_dict(job) for job in page.jobs)
             token = page.next_page_token
             if not token:
@@ -306,6 +315,14 @@ class Client:
         cancelled job returns it unchanged, a finished one raises FAILED_PRECONDITION."""
         return _job_to_dict(self._call(self._stub.CancelJob,
                                        pb.CancelJobRequest(job_id=job_id, reason=reason)))
+
+    def delete(self, job_id, force=False):
+        """Deletes a finished job with its history, trace and logs (`zpipe delete ID`) and
+        returns the state it was deleted in ("succeeded", "failed", "cancelled"). A job that has
+        not finished raises FAILED_PRECONDITION unless `force`, which cancels it first."""
+        response = self._call(self._stub.DeleteJob,
+                              pb.DeleteJobRequest(job_id=job_id, force=force))
+        return job_pb2.JobState.Name(response.state)[len("JOB_STATE_"):].lower()
 
     def watch(self, job_id, progress_interval_ms=0, reconnect_timeout=30.0, timeout=None):
         """Yields the job's events until it ends (`zpipe watch ID`): first a "snapshot" (the job

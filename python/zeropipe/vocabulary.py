@@ -8,7 +8,7 @@ module applies the same rules to the messages the Python client receives, and re
   value, the number for a value newer than these stubs); 64-bit integers are ints; timestamps
   RFC 3339 strings ("2024-05-01T12:00:00.250Z"), durations float seconds; every field present,
   a message or `optional` field that is not set is None; of a oneof only the member that is set
-  appears, and the oneof's name says which ("kind": "snapshot").
+  appears, and the oneof's name says which ("kind": "snapshot"); a map field (labels) is a dict.
 - from_dict(values, message): the inverse, for what `zpipe` prints (the job-file reader's
   resolved spec, jobspec.py). It trusts its input to be the vocabulary: it is not a job-file
   reader, and a field these stubs do not know is an error naming it (a zpipe newer than this
@@ -27,6 +27,12 @@ def is_repeated(field) -> bool:
     if flag is not None:
         return bool(flag)
     return field.label == F.LABEL_REPEATED
+
+
+def _is_map(field) -> bool:
+    """Whether a field descriptor is a map field (labels): printed as an object of its keys."""
+    return (field.cpp_type == F.CPPTYPE_MESSAGE and is_repeated(field)
+            and field.message_type.GetOptions().map_entry)
 
 
 def enum_prefix(enum):
@@ -85,7 +91,10 @@ def to_dict(message):
                 continue
             out.setdefault(oneof.name, field.name)
         value = getattr(message, field.name)
-        if is_repeated(field):
+        if _is_map(field):
+            entry = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: _value(entry, value[k]) for k in sorted(value)}
+        elif is_repeated(field):
             out[field.name] = [_value(field, v) for v in value]
         elif field.has_presence and not message.HasField(field.name):
             out[field.name] = None
@@ -162,7 +171,15 @@ def _set_message(message, values, path):
         if value is None:
             continue  # not set
         where = f"{path}{key}"
-        if is_repeated(field):
+        if _is_map(field):
+            entry = field.message_type.fields_by_name["value"]
+            target = getattr(message, key)
+            for k, item in value.items():
+                if entry.cpp_type == F.CPPTYPE_MESSAGE:
+                    _set_message(target[k], item, f"{where}.{k}.")
+                else:
+                    target[k] = _scalar(entry, item, f"{where}.{k}")
+        elif is_repeated(field):
             target = getattr(message, key)
             for i, item in enumerate(value):
                 if field.cpp_type == F.CPPTYPE_MESSAGE:

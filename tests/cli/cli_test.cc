@@ -783,6 +783,54 @@ TEST_F(CliTest, SuccessExitsZeroForEveryCommand) {
   EXPECT_THAT(yaml.out, HasSubstr("\nstate: succeeded\n"));
 }
 
+// Issue 33: `zpipe delete` against a real coordinator: a finished job goes at once, a running one
+// only with --force (which cancels it first); either is gone from status and list afterwards.
+TEST_F(CliTest, DeleteFinishedJobsAndRunningOnesWithForce) {
+  AddWorkers(2, FakeWorkerOptions::Mode::kHold);
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "busy"}).exit_code, 0);
+  WaitForState("busy", "running");
+  // A second job waits for workers; cancelled, it is finished and deleted without --force.
+  ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", "done"}).exit_code, 0);
+  ASSERT_EQ(RunZpipe({"cancel", "done"}).exit_code, 0);
+  ProcessResult del = RunZpipe({"delete", "done"});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  EXPECT_EQ(del.out, "done deleted (cancelled)\n");
+  EXPECT_EQ(RunZpipe({"status", "done"}).exit_code, 1);
+
+  ProcessResult refused = RunZpipe({"delete", "busy"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("job 'busy' is RUNNING; add --force"));
+  ProcessResult forced = RunZpipe({"delete", "busy", "--force", "-o", "name"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(forced.out, "busy\n");
+  ProcessResult list = RunZpipe({"list", "-o", "name"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out, "");
+}
+
+// Issue 33: labels travel from `submit --label` to the coordinator, which filters `list -l` and
+// `--since` itself (paging through the matches), and refuses a bad label naming the field.
+TEST_F(CliTest, LabelsSelectJobsOnTheCoordinator) {
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_EQ(RunZpipe({"submit", JobFile(2), "--id", id, "--label",
+                        std::string(id) == "b" ? "team=vision" : "team=nlp"})
+                  .exit_code,
+              0);
+  }
+  ProcessResult page = RunZpipe({"list", "-l", "team=nlp", "--limit", "1", "-o", "name"});
+  ASSERT_EQ(page.exit_code, 0) << page.err;
+  EXPECT_EQ(page.out, "a\n");
+  EXPECT_THAT(page.err, HasSubstr("more: zpipe list -l team=nlp --limit 1 --continue "));
+  ProcessResult all = RunZpipe({"list", "-l", "team=nlp", "--since", "1h", "-o", "name"});
+  EXPECT_EQ(all.out, "a\nc\n") << all.err;
+  EXPECT_EQ(RunZpipe({"list", "--since", "0s", "-o", "name"}).out, "");
+  ProcessResult status = RunZpipe({"status", "b", "-o", "json"});
+  EXPECT_EQ(Parse(status)["spec"]["labels"]["team"], "vision");
+  ProcessResult bad = RunZpipe({"submit", JobFile(2), "--label", "my team=x"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("spec.labels"));
+}
+
 TEST_F(CliTest, CoordinatorFromEnvironment) {
   ProcessResult r =
       RunProcess({ZPIPE_CLI_BIN, "list", "-o", "json"}, {{"ZPIPE_COORDINATOR", address_}});

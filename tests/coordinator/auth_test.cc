@@ -138,6 +138,16 @@ class AuthTest : public ::testing::Test {
     return client_->CancelJob(&ctx, req, &job);
   }
 
+  grpc::Status Delete(const std::string& token, const std::string& id, bool force = false) {
+    grpc::ClientContext ctx;
+    AddToken(ctx, token);
+    v1::DeleteJobRequest req;
+    req.set_job_id(id);
+    req.set_force(force);
+    v1::DeleteJobResponse resp;
+    return client_->DeleteJob(&ctx, req, &resp);
+  }
+
   v1::Job Get(const std::string& id) {
     grpc::ClientContext ctx;
     AddToken(ctx, alice_);
@@ -225,6 +235,8 @@ std::vector<std::pair<std::string, Call>> ClientCalls(v1::CoordinatorService::St
   get.set_job_id("nope");
   v1::CancelJobRequest cancel;
   cancel.set_job_id("nope");
+  v1::DeleteJobRequest del;
+  del.set_job_id("nope");
   v1::GetPlanRequest plan;
   plan.set_job_id("nope");
   v1::GetTraceRequest trace;
@@ -245,6 +257,10 @@ std::vector<std::pair<std::string, Call>> ClientCalls(v1::CoordinatorService::St
       {"CancelJob",
        [=](const std::string& t) {
          return Unary<v1::CancelJobRequest, v1::Job>(bind(&S::CancelJob), t, cancel);
+       }},
+      {"DeleteJob",
+       [=](const std::string& t) {
+         return Unary<v1::DeleteJobRequest, v1::DeleteJobResponse>(bind(&S::DeleteJob), t, del);
        }},
       {"GetPlan",
        [=](const std::string& t) {
@@ -408,6 +424,28 @@ TEST_F(AuthTest, ClientCancelsOnlyItsOwnJobsAndAnAdminAny) {
   EXPECT_EQ(Get("roots").submitted_by(), "root");
   EXPECT_EQ(Cancel(alice_, "roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_TRUE(Cancel(root_, "roots").ok());
+}
+
+TEST_F(AuthTest, ClientDeletesOnlyItsOwnJobsAndAnAdminAny) {
+  ASSERT_TRUE(Submit(alice_, "alices").ok());
+  ASSERT_TRUE(Submit(alice_, "alices2").ok());
+  grpc::Status st = Delete(bob_, "alices", /*force=*/true);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("'client' (bob) may not delete job 'alices'"));
+  EXPECT_THAT(st.error_message(), HasSubstr("a client deletes only its own jobs"));
+  EXPECT_EQ(Get("alices").state(), v1::JOB_STATE_PENDING);
+
+  EXPECT_TRUE(Delete(alice_, "alices", /*force=*/true).ok());
+  EXPECT_TRUE(Delete(root_, "alices2", /*force=*/true).ok());
+  // Gone, for the owner too, and across a restart (deleted from the store before the answer).
+  EXPECT_EQ(Delete(alice_, "alices", true).error_code(), grpc::StatusCode::NOT_FOUND);
+  Restart();
+  grpc::ClientContext ctx;
+  AddToken(ctx, root_);
+  v1::GetJobRequest req;
+  req.set_job_id("alices2");
+  v1::Job job;
+  EXPECT_EQ(client_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(AuthTest, JobRecordsItsSubmittersNameNotTheTokenAcrossARestart) {

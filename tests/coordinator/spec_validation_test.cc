@@ -54,6 +54,21 @@ std::vector<BadSpec> BadSpecs() {
       {"empty name", [=](R& r) { spec(r)->set_name(""); }, "spec.name"},
       {"name with space", [=](R& r) { spec(r)->set_name("my job"); }, "spec.name"},
       {"long name", [=](R& r) { spec(r)->set_name(std::string(200, 'a')); }, "spec.name"},
+      {"label key with space", [=](R& r) { (*spec(r)->mutable_labels())["my team"] = "x"; },
+       "spec.labels"},
+      {"empty label key", [=](R& r) { (*spec(r)->mutable_labels())[""] = "x"; }, "spec.labels"},
+      {"long label key",
+       [=](R& r) { (*spec(r)->mutable_labels())[std::string(64, 'k')] = "x"; }, "spec.labels"},
+      {"long label value",
+       [=](R& r) { (*spec(r)->mutable_labels())["team"] = std::string(64, 'v'); },
+       "spec.labels.team"},
+      {"label value with a newline", [=](R& r) { (*spec(r)->mutable_labels())["team"] = "a\nb"; },
+       "spec.labels.team"},
+      {"33 labels",
+       [=](R& r) {
+         for (int i = 0; i < 33; ++i) (*spec(r)->mutable_labels())[absl::StrCat("k", i)] = "v";
+       },
+       "spec.labels"},
       {"no model", [=](R& r) { spec(r)->clear_model(); }, "spec.model"},
       {"gpt layers 0", [=](R& r) { gpt(r)->set_layers(0); }, "spec.model.gpt.layers"},
       {"gpt layers fewer than p", [=](R& r) { *r.mutable_spec() = Gpt(1, 2); },
@@ -322,6 +337,13 @@ TEST(SpecValidation, ValidSpecsAreAccepted) {
   train->mutable_lr_schedule()->set_decay("cosine");
   train->mutable_lr_schedule()->set_min_lr(1e-5);
   good.push_back(scripted);
+  v1::JobSpec labelled = SyntheticSpec();
+  for (int i = 0; i < 32; ++i) {
+    (*labelled.mutable_labels())[absl::StrCat("example.com/k-", i)] = std::string(63, 'v');
+  }
+  (*labelled.mutable_labels())["team"] = "";  // 32 in all; an empty value is a value
+  labelled.mutable_labels()->erase("example.com/k-0");
+  good.push_back(labelled);
   int n = 0;
   for (const v1::JobSpec& spec : good) {
     grpc::ClientContext ctx;

@@ -280,6 +280,43 @@ class ClientE2ETest(unittest.TestCase):
             self.client.cancel(job["id"])
         self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
 
+    def test_delete_finished_and_forced(self):
+        job = self.run_job(synthetic_job("py-delete-done", iterations=1))
+        self.assertEqual(self.client.delete(job["id"]), "succeeded")
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.status(job["id"])
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertNotIn(job["id"], [j["id"] for j in self.client.list()])
+
+        job_id = self.client.submit(synthetic_job("py-delete-busy", iterations=100000,
+                                                  forward_ms=20))
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.delete(job_id)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--force", e.exception.message)
+        self.assertEqual(self.client.delete(job_id, force=True), "cancelled")
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.delete(job_id, force=True)
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_labels_listed_and_filtered(self):
+        spec = synthetic_job("py-labels", iterations=1)
+        spec["labels"] = {"team": "nlp", "run": "7"}
+        job_id = self.client.submit(spec)
+        other = self.client.submit(dict(synthetic_job("py-labels-2", iterations=1),
+                                        labels={"team": "vision"}))
+        self.assertEqual(self.client.status(job_id)["spec"]["labels"], {"run": "7", "team": "nlp"})
+        ids = [j["id"] for j in self.client.list(labels={"team": "nlp"})]
+        self.assertIn(job_id, ids)
+        self.assertNotIn(other, ids)
+        self.assertEqual([j["id"] for j in self.client.list(labels={"team": "nlp", "run": "7"},
+                                                            since=3600)], [job_id])
+        self.assertEqual(self.client.list(labels={"team": "nlp"}, since=-3600), [])
+        with self.assertRaises(ZeroPipeError) as e:
+            self.client.submit(dict(spec, labels={"bad key": "x"}))
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(e.exception.field, "spec.labels")
+
     # --- specs in every form ---
 
     def test_submit_job_file_text_and_round_trip(self):

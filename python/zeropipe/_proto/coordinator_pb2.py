@@ -16,13 +16,15 @@ from . import job_pb2 as zpipe_dot_v1_dot_job__pb2
 from . import worker_pb2 as zpipe_dot_v1_dot_worker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1azpipe/v1/coordinator.proto\x12\x08zpipe.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12zpipe/v1/job.proto\x1a\x15zpipe/v1/worker.proto\"\x16\n\x14GetServerInfoRequest\"J\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x02 \x01(\t\x12\r\n\x05torch\x18\x03 \x01(\t\x12\x0c\n\x04\x63uda\x18\x04 \x01(\t\"Z\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1f\n\x04spec\x18\x02 \x01(\x0b\x32\x11.zpipe.v1.JobSpec\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\"@\n\x11SubmitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.zpipe.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\\\n\x0fListJobsRequest\x12\"\n\x06states\x18\x01 \x03(\x0e\x32\x12.zpipe.v1.JobState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.zpipe.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"W\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x1c\n\x14progress_interval_ms\x18\x03 \x01(\x05\"_\n\x0bStateChange\x12 \n\x04\x66rom\x18\x01 \x01(\x0e\x32\x12.zpipe.v1.JobState\x12\x1e\n\x02to\x18\x02 \x01(\x0e\x32\x12.zpipe.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa9\x02\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x08snapshot\x18\x03 \x01(\x0b\x32\r.zpipe.v1.JobH\x00\x12-\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x15.zpipe.v1.StateChangeH\x00\x12/\n\titeration\x18\x05 \x01(\x0b\x32\x1a.zpipe.v1.IterationSummaryH\x00\x12)\n\x08progress\x18\x06 \x01(\x0b\x32\x15.zpipe.v1.JobProgressH\x00\x12+\n\x0bplan_switch\x18\x07 \x01(\x0b\x32\x14.zpipe.v1.PlanSwitchH\x00\x42\x06\n\x04kind\"\xc0\x02\n\nPlanSwitch\x12)\n\x05phase\x18\x01 \x01(\x0e\x32\x1a.zpipe.v1.PlanSwitch.Phase\x12\x14\n\x0c\x66rom_version\x18\x02 \x01(\x05\x12\x12\n\nto_version\x18\x03 \x01(\x05\x12\x18\n\x10switch_iteration\x18\x04 \x01(\x05\x12\x1a\n\x12measured_iteration\x18\x05 \x01(\x05\x12\x1c\n\x14old_predicted_bubble\x18\x06 \x01(\x01\x12\x1c\n\x14new_predicted_bubble\x18\x07 \x01(\x01\x12\x0e\n\x06reason\x18\x08 \x01(\t\"[\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPHASE_SCHEDULED\x10\x01\x12\x11\n\rPHASE_APPLIED\x10\x02\x12\x13\n\x0fPHASE_ABANDONED\x10\x03\" \n\x0eGetPlanRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"D\n\x08RankPlan\x12\x15\n\rpipeline_rank\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bnum_actions\x18\x03 \x01(\x05\"\xce\x01\n\x0fGetPlanResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08schedule\x18\x02 \x01(\t\x12\x11\n\tplan_text\x18\x03 \x01(\t\x12!\n\x05ranks\x18\x04 \x03(\x0b\x32\x12.zpipe.v1.RankPlan\x12&\n\tpredicted\x18\x05 \x01(\x0b\x32\x13.zpipe.v1.PlanStats\x12%\n\x06layout\x18\x06 \x01(\x0b\x32\x15.zpipe.v1.ModelLayout\x12\x14\n\x0cplan_version\x18\x07 \x01(\x05\"Q\n\x12ListWorkersRequest\x12\x14\n\x0cinclude_dead\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x13ListWorkersResponse\x12!\n\x07workers\x18\x01 \x03(\x0b\x32\x10.zpipe.v1.Worker\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x0fGetTraceRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\titeration\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_iteration\"\x88\x01\n\x0cTracedAction\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\x05\x12\x12\n\nmicrobatch\x18\x03 \x01(\x05\x12\x0c\n\x04peer\x18\x04 \x01(\x05\x12\r\n\x05\x63hunk\x18\x05 \x01(\x05\x12\x0e\n\x06\x62ucket\x18\x06 \x01(\x05\x12\r\n\x05start\x18\x07 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x08 \x01(\x01\"\xa0\x01\n\tRankTrace\x12\x15\n\rpipeline_rank\x18\x01 \x01(\x05\x12\x11\n\tdata_rank\x18\x02 \x01(\x05\x12\x13\n\x0bworker_name\x18\x03 \x01(\t\x12\x14\n\x0c\x63lock_offset\x18\x04 \x01(\x01\x12\x15\n\rclock_samples\x18\x05 \x01(\x05\x12\'\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32\x16.zpipe.v1.TracedAction\"\xf3\x01\n\x10GetTraceResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x05\x12\x10\n\x08schedule\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x05ranks\x18\x05 \x03(\x0b\x32\x13.zpipe.v1.RankTrace\x12&\n\tpredicted\x18\x06 \x03(\x0b\x32\x13.zpipe.v1.RankTrace\x12\x1c\n\x14\x61vailable_iterations\x18\x07 \x03(\x05\x12\x10\n\x08\x63omplete\x18\x08 \x01(\x08\"\xa0\x01\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\x0c\n\x04tail\x18\x04 \x01(\x05\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x66ter_sequence\x18\x06 \x01(\x04\x42\x07\n\x05_rank\"M\n\x12GetJobLogsResponse\x12 \n\x05lines\x18\x01 \x03(\x0b\x32\x11.zpipe.v1.LogLine\x12\x15\n\rdropped_lines\x18\x02 \x01(\x04\x32\xa5\x05\n\x12\x43oordinatorService\x12\x44\n\tSubmitJob\x12\x1a.zpipe.v1.SubmitJobRequest\x1a\x1b.zpipe.v1.SubmitJobResponse\x12\x30\n\x06GetJob\x12\x17.zpipe.v1.GetJobRequest\x1a\r.zpipe.v1.Job\x12\x41\n\x08ListJobs\x12\x19.zpipe.v1.ListJobsRequest\x1a\x1a.zpipe.v1.ListJobsResponse\x12\x36\n\tCancelJob\x12\x1a.zpipe.v1.CancelJobRequest\x1a\r.zpipe.v1.Job\x12;\n\x08WatchJob\x12\x19.zpipe.v1.WatchJobRequest\x1a\x12.zpipe.v1.JobEvent0\x01\x12>\n\x07GetPlan\x12\x18.zpipe.v1.GetPlanRequest\x1a\x19.zpipe.v1.GetPlanResponse\x12J\n\x0bListWorkers\x12\x1c.zpipe.v1.ListWorkersRequest\x1a\x1d.zpipe.v1.ListWorkersResponse\x12\x41\n\x08GetTrace\x12\x19.zpipe.v1.GetTraceRequest\x1a\x1a.zpipe.v1.GetTraceResponse\x12I\n\nGetJobLogs\x12\x1b.zpipe.v1.GetJobLogsRequest\x1a\x1c.zpipe.v1.GetJobLogsResponse0\x01\x12\x45\n\rGetServerInfo\x12\x1e.zpipe.v1.GetServerInfoRequest\x1a\x14.zpipe.v1.ServerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1azpipe/v1/coordinator.proto\x12\x08zpipe.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12zpipe/v1/job.proto\x1a\x15zpipe/v1/worker.proto\"\x16\n\x14GetServerInfoRequest\"J\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x63ommit\x18\x02 \x01(\t\x12\r\n\x05torch\x18\x03 \x01(\t\x12\x0c\n\x04\x63uda\x18\x04 \x01(\t\"Z\n\x10SubmitJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1f\n\x04spec\x18\x02 \x01(\x0b\x32\x11.zpipe.v1.JobSpec\x12\x15\n\rvalidate_only\x18\x03 \x01(\x08\"@\n\x11SubmitJobResponse\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.zpipe.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x8b\x02\n\x0fListJobsRequest\x12\"\n\x06states\x18\x01 \x03(\x0e\x32\x12.zpipe.v1.JobState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x44\n\x0elabel_selector\x18\x04 \x03(\x0b\x32,.zpipe.v1.ListJobsRequest.LabelSelectorEntry\x12\x31\n\rcreated_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x34\n\x12LabelSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.zpipe.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"1\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"6\n\x11\x44\x65leteJobResponse\x12!\n\x05state\x18\x01 \x01(\x0e\x32\x12.zpipe.v1.JobState\"W\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x1c\n\x14progress_interval_ms\x18\x03 \x01(\x05\"_\n\x0bStateChange\x12 \n\x04\x66rom\x18\x01 \x01(\x0e\x32\x12.zpipe.v1.JobState\x12\x1e\n\x02to\x18\x02 \x01(\x0e\x32\x12.zpipe.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa9\x02\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x08snapshot\x18\x03 \x01(\x0b\x32\r.zpipe.v1.JobH\x00\x12-\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x15.zpipe.v1.StateChangeH\x00\x12/\n\titeration\x18\x05 \x01(\x0b\x32\x1a.zpipe.v1.IterationSummaryH\x00\x12)\n\x08progress\x18\x06 \x01(\x0b\x32\x15.zpipe.v1.JobProgressH\x00\x12+\n\x0bplan_switch\x18\x07 \x01(\x0b\x32\x14.zpipe.v1.PlanSwitchH\x00\x42\x06\n\x04kind\"\xc0\x02\n\nPlanSwitch\x12)\n\x05phase\x18\x01 \x01(\x0e\x32\x1a.zpipe.v1.PlanSwitch.Phase\x12\x14\n\x0c\x66rom_version\x18\x02 \x01(\x05\x12\x12\n\nto_version\x18\x03 \x01(\x05\x12\x18\n\x10switch_iteration\x18\x04 \x01(\x05\x12\x1a\n\x12measured_iteration\x18\x05 \x01(\x05\x12\x1c\n\x14old_predicted_bubble\x18\x06 \x01(\x01\x12\x1c\n\x14new_predicted_bubble\x18\x07 \x01(\x01\x12\x0e\n\x06reason\x18\x08 \x01(\t\"[\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPHASE_SCHEDULED\x10\x01\x12\x11\n\rPHASE_APPLIED\x10\x02\x12\x13\n\x0fPHASE_ABANDONED\x10\x03\" \n\x0eGetPlanRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"D\n\x08RankPlan\x12\x15\n\rpipeline_rank\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bnum_actions\x18\x03 \x01(\x05\"\xce\x01\n\x0fGetPlanResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08schedule\x18\x02 \x01(\t\x12\x11\n\tplan_text\x18\x03 \x01(\t\x12!\n\x05ranks\x18\x04 \x03(\x0b\x32\x12.zpipe.v1.RankPlan\x12&\n\tpredicted\x18\x05 \x01(\x0b\x32\x13.zpipe.v1.PlanStats\x12%\n\x06layout\x18\x06 \x01(\x0b\x32\x15.zpipe.v1.ModelLayout\x12\x14\n\x0cplan_version\x18\x07 \x01(\x05\"Q\n\x12ListWorkersRequest\x12\x14\n\x0cinclude_dead\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x13ListWorkersResponse\x12!\n\x07workers\x18\x01 \x03(\x0b\x32\x10.zpipe.v1.Worker\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x0fGetTraceRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\titeration\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_iteration\"\x88\x01\n\x0cTracedAction\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\x05\x12\x12\n\nmicrobatch\x18\x03 \x01(\x05\x12\x0c\n\x04peer\x18\x04 \x01(\x05\x12\r\n\x05\x63hunk\x18\x05 \x01(\x05\x12\x0e\n\x06\x62ucket\x18\x06 \x01(\x05\x12\r\n\x05start\x18\x07 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x08 \x01(\x01\"\xa0\x01\n\tRankTrace\x12\x15\n\rpipeline_rank\x18\x01 \x01(\x05\x12\x11\n\tdata_rank\x18\x02 \x01(\x05\x12\x13\n\x0bworker_name\x18\x03 \x01(\t\x12\x14\n\x0c\x63lock_offset\x18\x04 \x01(\x01\x12\x15\n\rclock_samples\x18\x05 \x01(\x05\x12\'\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32\x16.zpipe.v1.TracedAction\"\xf3\x01\n\x10GetTraceResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\titeration\x18\x02 \x01(\x05\x12\x10\n\x08schedule\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x05ranks\x18\x05 \x03(\x0b\x32\x13.zpipe.v1.RankTrace\x12&\n\tpredicted\x18\x06 \x03(\x0b\x32\x13.zpipe.v1.RankTrace\x12\x1c\n\x14\x61vailable_iterations\x18\x07 \x03(\x05\x12\x10\n\x08\x63omplete\x18\x08 \x01(\x08\"\xa0\x01\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\x12\x0c\n\x04tail\x18\x04 \x01(\x05\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x66ter_sequence\x18\x06 \x01(\x04\x42\x07\n\x05_rank\"M\n\x12GetJobLogsResponse\x12 \n\x05lines\x18\x01 \x03(\x0b\x32\x11.zpipe.v1.LogLine\x12\x15\n\rdropped_lines\x18\x02 \x01(\x04\x32\xeb\x05\n\x12\x43oordinatorService\x12\x44\n\tSubmitJob\x12\x1a.zpipe.v1.SubmitJobRequest\x1a\x1b.zpipe.v1.SubmitJobResponse\x12\x30\n\x06GetJob\x12\x17.zpipe.v1.GetJobRequest\x1a\r.zpipe.v1.Job\x12\x41\n\x08ListJobs\x12\x19.zpipe.v1.ListJobsRequest\x1a\x1a.zpipe.v1.ListJobsResponse\x12\x36\n\tCancelJob\x12\x1a.zpipe.v1.CancelJobRequest\x1a\r.zpipe.v1.Job\x12\x44\n\tDeleteJob\x12\x1a.zpipe.v1.DeleteJobRequest\x1a\x1b.zpipe.v1.DeleteJobResponse\x12;\n\x08WatchJob\x12\x19.zpipe.v1.WatchJobRequest\x1a\x12.zpipe.v1.JobEvent0\x01\x12>\n\x07GetPlan\x12\x18.zpipe.v1.GetPlanRequest\x1a\x19.zpipe.v1.GetPlanResponse\x12J\n\x0bListWorkers\x12\x1c.zpipe.v1.ListWorkersRequest\x1a\x1d.zpipe.v1.ListWorkersResponse\x12\x41\n\x08GetTrace\x12\x19.zpipe.v1.GetTraceRequest\x1a\x1a.zpipe.v1.GetTraceResponse\x12I\n\nGetJobLogs\x12\x1b.zpipe.v1.GetJobLogsRequest\x1a\x1c.zpipe.v1.GetJobLogsResponse0\x01\x12\x45\n\rGetServerInfo\x12\x1e.zpipe.v1.GetServerInfoRequest\x1a\x14.zpipe.v1.ServerInfob\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'zpipe.v1.coordinator_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
+  _LISTJOBSREQUEST_LABELSELECTORENTRY._options = None
+  _LISTJOBSREQUEST_LABELSELECTORENTRY._serialized_options = b'8\001'
   _GETSERVERINFOREQUEST._serialized_start=116
   _GETSERVERINFOREQUEST._serialized_end=138
   _SERVERINFO._serialized_start=140
@@ -33,44 +35,50 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _SUBMITJOBRESPONSE._serialized_end=372
   _GETJOBREQUEST._serialized_start=374
   _GETJOBREQUEST._serialized_end=405
-  _LISTJOBSREQUEST._serialized_start=407
-  _LISTJOBSREQUEST._serialized_end=499
-  _LISTJOBSRESPONSE._serialized_start=501
-  _LISTJOBSRESPONSE._serialized_end=573
-  _CANCELJOBREQUEST._serialized_start=575
-  _CANCELJOBREQUEST._serialized_end=625
-  _WATCHJOBREQUEST._serialized_start=627
-  _WATCHJOBREQUEST._serialized_end=714
-  _STATECHANGE._serialized_start=716
-  _STATECHANGE._serialized_end=811
-  _JOBEVENT._serialized_start=814
-  _JOBEVENT._serialized_end=1111
-  _PLANSWITCH._serialized_start=1114
-  _PLANSWITCH._serialized_end=1434
-  _PLANSWITCH_PHASE._serialized_start=1343
-  _PLANSWITCH_PHASE._serialized_end=1434
-  _GETPLANREQUEST._serialized_start=1436
-  _GETPLANREQUEST._serialized_end=1468
-  _RANKPLAN._serialized_start=1470
-  _RANKPLAN._serialized_end=1538
-  _GETPLANRESPONSE._serialized_start=1541
-  _GETPLANRESPONSE._serialized_end=1747
-  _LISTWORKERSREQUEST._serialized_start=1749
-  _LISTWORKERSREQUEST._serialized_end=1830
-  _LISTWORKERSRESPONSE._serialized_start=1832
-  _LISTWORKERSRESPONSE._serialized_end=1913
-  _GETTRACEREQUEST._serialized_start=1915
-  _GETTRACEREQUEST._serialized_end=1986
-  _TRACEDACTION._serialized_start=1989
-  _TRACEDACTION._serialized_end=2125
-  _RANKTRACE._serialized_start=2128
-  _RANKTRACE._serialized_end=2288
-  _GETTRACERESPONSE._serialized_start=2291
-  _GETTRACERESPONSE._serialized_end=2534
-  _GETJOBLOGSREQUEST._serialized_start=2537
-  _GETJOBLOGSREQUEST._serialized_end=2697
-  _GETJOBLOGSRESPONSE._serialized_start=2699
-  _GETJOBLOGSRESPONSE._serialized_end=2776
-  _COORDINATORSERVICE._serialized_start=2779
-  _COORDINATORSERVICE._serialized_end=3456
+  _LISTJOBSREQUEST._serialized_start=408
+  _LISTJOBSREQUEST._serialized_end=675
+  _LISTJOBSREQUEST_LABELSELECTORENTRY._serialized_start=623
+  _LISTJOBSREQUEST_LABELSELECTORENTRY._serialized_end=675
+  _LISTJOBSRESPONSE._serialized_start=677
+  _LISTJOBSRESPONSE._serialized_end=749
+  _CANCELJOBREQUEST._serialized_start=751
+  _CANCELJOBREQUEST._serialized_end=801
+  _DELETEJOBREQUEST._serialized_start=803
+  _DELETEJOBREQUEST._serialized_end=852
+  _DELETEJOBRESPONSE._serialized_start=854
+  _DELETEJOBRESPONSE._serialized_end=908
+  _WATCHJOBREQUEST._serialized_start=910
+  _WATCHJOBREQUEST._serialized_end=997
+  _STATECHANGE._serialized_start=999
+  _STATECHANGE._serialized_end=1094
+  _JOBEVENT._serialized_start=1097
+  _JOBEVENT._serialized_end=1394
+  _PLANSWITCH._serialized_start=1397
+  _PLANSWITCH._serialized_end=1717
+  _PLANSWITCH_PHASE._serialized_start=1626
+  _PLANSWITCH_PHASE._serialized_end=1717
+  _GETPLANREQUEST._serialized_start=1719
+  _GETPLANREQUEST._serialized_end=1751
+  _RANKPLAN._serialized_start=1753
+  _RANKPLAN._serialized_end=1821
+  _GETPLANRESPONSE._serialized_start=1824
+  _GETPLANRESPONSE._serialized_end=2030
+  _LISTWORKERSREQUEST._serialized_start=2032
+  _LISTWORKERSREQUEST._serialized_end=2113
+  _LISTWORKERSRESPONSE._serialized_start=2115
+  _LISTWORKERSRESPONSE._serialized_end=2196
+  _GETTRACEREQUEST._serialized_start=2198
+  _GETTRACEREQUEST._serialized_end=2269
+  _TRACEDACTION._serialized_start=2272
+  _TRACEDACTION._serialized_end=2408
+  _RANKTRACE._serialized_start=2411
+  _RANKTRACE._serialized_end=2571
+  _GETTRACERESPONSE._serialized_start=2574
+  _GETTRACERESPONSE._serialized_end=2817
+  _GETJOBLOGSREQUEST._serialized_start=2820
+  _GETJOBLOGSREQUEST._serialized_end=2980
+  _GETJOBLOGSRESPONSE._serialized_start=2982
+  _GETJOBLOGSRESPONSE._serialized_end=3059
+  _COORDINATORSERVICE._serialized_start=3062
+  _COORDINATORSERVICE._serialized_end=3809
 # @@protoc_insertion_point(module_scope)

@@ -35,6 +35,11 @@ class CoordinatorServiceStub(object):
                 request_serializer=zpipe_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=zpipe_dot_v1_dot_job__pb2.Job.FromString,
                 )
+        self.DeleteJob = channel.unary_unary(
+                '/zpipe.v1.CoordinatorService/DeleteJob',
+                request_serializer=zpipe_dot_v1_dot_coordinator__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=zpipe_dot_v1_dot_coordinator__pb2.DeleteJobResponse.FromString,
+                )
         self.WatchJob = channel.unary_stream(
                 '/zpipe.v1.CoordinatorService/WatchJob',
                 request_serializer=zpipe_dot_v1_dot_coordinator__pb2.WatchJobRequest.SerializeToString,
@@ -96,6 +101,17 @@ class CoordinatorServiceServicer(object):
     def CancelJob(self, request, context):
         """PENDING / SCHEDULING / RUNNING -> CANCELLED and its workers are released. Cancelling a
         CANCELLED job returns it unchanged; a SUCCEEDED or FAILED one gets FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """Deletes a SUCCEEDED, FAILED or CANCELLED job with its history, plan, trace and logs; the
+        artifacts it named are no longer kept for it. Any other state gets FAILED_PRECONDITION unless
+        `force`, which cancels the job first. Answered once the job store has removed it (UNAVAILABLE
+        or RESOURCE_EXHAUSTED while it refuses: the job is kept; delete again). Authorised like
+        CancelJob: a client deletes its own jobs, an admin any. NOT_FOUND for an unknown job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,6 +192,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.CancelJobRequest.FromString,
                     response_serializer=zpipe_dot_v1_dot_job__pb2.Job.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=zpipe_dot_v1_dot_coordinator__pb2.DeleteJobRequest.FromString,
+                    response_serializer=zpipe_dot_v1_dot_coordinator__pb2.DeleteJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -282,6 +303,23 @@ class CoordinatorService(object):
         return grpc.experimental.unary_unary(request, target, '/zpipe.v1.CoordinatorService/CancelJob',
             zpipe_dot_v1_dot_coordinator__pb2.CancelJobRequest.SerializeToString,
             zpipe_dot_v1_dot_job__pb2.Job.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/zpipe.v1.CoordinatorService/DeleteJob',
+            zpipe_dot_v1_dot_coordinator__pb2.DeleteJobRequest.SerializeToString,
+            zpipe_dot_v1_dot_coordinator__pb2.DeleteJobResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
