@@ -55,7 +55,7 @@ absl::StatusOr<Stages> MakeTorchScriptStages(const JobConfig& job, const TorchSc
   for (int c = 0; c < job.plan.placement.chunks_per_rank(); ++c) {
     const model::StageOptions so = StageOptionsFor(job, c, device);
     const int begin = (*bounds)[so.stage], end = (*bounds)[so.stage + 1];
-    auto stage = model::MakeTorchScriptStage(*loaded, begin, end, so);
+    auto stage = model::MakeBlockStage(*loaded, begin, end, so);
     if (!stage.ok()) return stage.status();
     if (model::FusedBackward(**stage)) {
       Log(
@@ -136,7 +136,7 @@ absl::Status Named(absl::string_view what, const absl::Status& status,
 // 0 when unknown.
 int64_t Vocab(const JobConfig& job, const Stages& stages) {
   if (const auto* gpt = std::get_if<GptSource>(&job.settings.model)) return gpt->config.vocab;
-  return model::TorchScriptVocab(stages);
+  return model::BlockModelVocab(stages);
 }
 
 absl::StatusOr<std::unique_ptr<model::TokenFileData>> OpenTrainData(const JobConfig& job,
