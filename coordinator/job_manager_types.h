@@ -38,6 +38,9 @@ struct ManagerOptions {
   RendezvousLimits rendezvous;
   // The newest log lines kept per rank of a job (JobLogStore; --log-lines).
   size_t log_lines_per_rank = JobLogStore::kDefaultLinesPerRank;
+  // Whether jobs with a Python model are accepted (--allow-python-models, or a loopback
+  // --listen); refused FAILED_PRECONDITION naming the flag otherwise.
+  bool python_models = true;
 };
 
 // A job as clients see it.

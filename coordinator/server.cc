@@ -72,6 +72,11 @@ ManagerOptions ManagerOptionsFor(const ServerOptions& options) {
   mopts.max_pending_jobs_per_client = options.max_pending_jobs_per_client;
   mopts.rendezvous = options.rendezvous;
   mopts.log_lines_per_rank = options.log_lines;
+  mopts.python_models = options.allow_python_models || IsLoopbackAddress(options.listen);
+  if (mopts.python_models && !IsLoopbackAddress(options.listen)) {
+    LogWarning("--allow-python-models: jobs with a Python model run their code on the workers, "
+               "with the workers' rights");
+  }
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
                                  ? options.heartbeat_interval
                                  : options.heartbeat_timeout / 5;

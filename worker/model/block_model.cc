@@ -117,8 +117,7 @@ class BlockStage final : public internal::StageBase {
         std::vector<torch::Tensor> detached;
         for (const torch::Tensor& y : *out) detached.push_back(y.detach());
         absl::StatusOr<torch::Tensor> wire =
-            PackActivations(model_->Boundary(end_, st.batch), detached,
-                            Where("F", mb, "output"));
+            PackActivations(model_->Boundary(end_, st.batch), detached, Where("F", mb, "output"));
         if (!wire.ok()) return wire.status();
         result = *std::move(wire);
       }
@@ -218,8 +217,8 @@ class BlockStage final : public internal::StageBase {
 
  private:
   struct MicrobatchState {
-    int batch = 0;  // the microbatch size (the boundaries' shapes scale with it)
-    torch::Tensor input;                // leaf requiring grad (s > 0): the gradient wire's shape
+    int batch = 0;        // the microbatch size (the boundaries' shapes scale with it)
+    torch::Tensor input;  // leaf requiring grad (s > 0): the gradient wire's shape
     std::vector<torch::Tensor> outputs;  // the last block's tensors, or the loss (last stage)
   };
 
@@ -235,11 +234,11 @@ class BlockStage final : public internal::StageBase {
         if (bytes > wire.numel()) break;
       }
     }
-    return Invalid(op, mb,
-                   absl::StrCat("input activation ",
-                                wire.defined() ? c10::str(wire.sizes()) : "undefined",
-                                " is the wire of no microbatch size for the boundary ",
-                                model_->Boundary(begin_, 1).ToString(), " (at batch 1)"));
+    return Invalid(
+        op, mb,
+        absl::StrCat("input activation ", wire.defined() ? c10::str(wire.sizes()) : "undefined",
+                     " is the wire of no microbatch size for the boundary ",
+                     model_->Boundary(begin_, 1).ToString(), " (at batch 1)"));
   }
 
   // This stage's blocks on `input` (token ids, or the previous stage's wire); the last stage adds
@@ -270,7 +269,7 @@ class BlockStage final : public internal::StageBase {
     }
     for (int k = begin_; k < end_; ++k) {
       absl::StatusOr<std::vector<torch::Tensor>> ys = model_->RunBlock(k, xs);
-      if (!ys.ok()) return ys.status();
+      if (!ys.ok()) return absl::Status(ys.status().code(), Where(op, mb, ys.status().message()));
       xs = *std::move(ys);
     }
     if (!is_last()) return xs;
@@ -307,12 +306,11 @@ class BlockStage final : public internal::StageBase {
   std::vector<ParamInfo> infos_;
   std::vector<torch::Tensor> tensors_;
   bool fused_ = false;
-  bool training_ = true;  // SetTraining: eval forwards keep no graph
+  bool training_ = true;      // SetTraining: eval forwards keep no graph
   std::set<int> fused_open_;  // fused: B done, W not yet
   std::map<int, MicrobatchState> fwd_;
   std::map<int, std::unique_ptr<SplitBackward>> weight_;
 };
-
 
 }  // namespace
 
@@ -379,13 +377,13 @@ absl::StatusOr<BlockModel::Trace> BlockModel::DryForward(int batch, int seq_len)
     try {
       y = RunBlock(k, xs);
     } catch (const c10::Error& e) {
-      return BadModel(absl::StrCat(BlockLabel(k, names_[k]), " failed on an input ",
-                                   Describe(xs), " (", e.what_without_backtrace(), ")"));
+      return BadModel(absl::StrCat(BlockLabel(k, names_[k]), " failed on an input ", Describe(xs),
+                                   " (", e.what_without_backtrace(), ")"));
     } catch (const std::exception& e) {
       // The TorchScript interpreter rethrows an op's error as std::runtime_error (its message
       // holds the model's traceback), not as a c10::Error.
-      return BadModel(absl::StrCat(BlockLabel(k, names_[k]), " failed on an input ",
-                                   Describe(xs), " (", e.what(), ")"));
+      return BadModel(absl::StrCat(BlockLabel(k, names_[k]), " failed on an input ", Describe(xs),
+                                   " (", e.what(), ")"));
     }
     if (!y.ok()) return BadModel(y.status().message());
     out.push_back(*std::move(y));
@@ -450,13 +448,12 @@ absl::Status BlockModel::RecordBoundaries(const Trace& probe, const Trace& other
         if (y2.sizes() == y.sizes()) {
           p.batched = false;
         } else if (y.dim() < 1 || y2.dim() != y.dim() || y.size(0) != microbatch_size ||
-                   y2.size(0) != microbatch_size + 1 ||
-                   y.sizes().slice(1) != y2.sizes().slice(1)) {
-          return BadModel(absl::StrCat(
-              producer, " returned tensor ", i, " of its tuple shaped ", Shape(y),
-              " for a microbatch of ", microbatch_size, " and ", Shape(y2), " for one of ",
-              microbatch_size + 1, "; a tensor crossing a cut must have the batch as its first "
-              "dimension or a shape that does not depend on the batch"));
+                   y2.size(0) != microbatch_size + 1 || y.sizes().slice(1) != y2.sizes().slice(1)) {
+          return BadModel(absl::StrCat(producer, " returned tensor ", i, " of its tuple shaped ",
+                                       Shape(y), " for a microbatch of ", microbatch_size, " and ",
+                                       Shape(y2), " for one of ", microbatch_size + 1,
+                                       "; a tensor crossing a cut must have the batch as its first "
+                                       "dimension or a shape that does not depend on the batch"));
         }
         p.tensor.needs_grad = y.is_floating_point() && y.requires_grad();
       }
@@ -504,8 +501,8 @@ absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, i
   if (num_stages < 1) return absl::InvalidArgumentError("stages must be >= 1");
   if (num_blocks < num_stages) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": the model has ", num_blocks, " blocks, fewer than the ",
-                     num_stages, " pipeline stages (p x chunks); use fewer stages or more blocks"));
+        absl::StrCat(field, ": the model has ", num_blocks, " blocks, fewer than the ", num_stages,
+                     " pipeline stages (p x chunks); use fewer stages or more blocks"));
   }
   std::vector<int> out;
   out.push_back(0);
@@ -514,14 +511,14 @@ absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, i
     for (int s = 1; s < num_stages; ++s) out.push_back(s * base + std::min(s, extra));
   } else {
     if (static_cast<int>(cuts.size()) != num_stages - 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".cuts: needs ", num_stages - 1, " entries, got ", cuts.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".cuts: needs ", num_stages - 1, " entries, got ", cuts.size()));
     }
     for (int c : cuts) {
       if (c <= out.back() || c >= num_blocks) {
         return absl::InvalidArgumentError(absl::StrCat(
-            field, ".cuts: ", c, " is not a block index in (", out.back(), ", ",
-            num_blocks, "); cuts must be strictly increasing and leave every stage a block"));
+            field, ".cuts: ", c, " is not a block index in (", out.back(), ", ", num_blocks,
+            "); cuts must be strictly increasing and leave every stage a block"));
       }
       out.push_back(c);
     }
@@ -533,8 +530,8 @@ absl::StatusOr<std::vector<int>> StageBoundaries(const std::vector<int>& cuts, i
 absl::StatusOr<std::unique_ptr<Stage>> MakeBlockStage(std::shared_ptr<BlockModel> model, int begin,
                                                       int end, const StageOptions& options) {
   if (model == nullptr || begin < 0 || end <= begin || end > model->num_blocks()) {
-    return absl::InvalidArgumentError(absl::StrCat("block stage ", options.stage,
-                                                   ": bad block range [", begin, ", ", end, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block stage ", options.stage, ": bad block range [", begin, ", ", end, ")"));
   }
   if (options.num_microbatches < 1) {
     return absl::InvalidArgumentError("num_microbatches must be >= 1");

@@ -3,10 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/python/glue_source.h"
 
 namespace zpipe::worker::python {
@@ -17,8 +18,8 @@ namespace py = pybind11;
 // Frames of a traceback a failure reason keeps (the whole one goes to the log).
 constexpr int kReasonFrames = 4;
 
-std::mutex output_mu;
-Interpreter::OutputSink* output = nullptr;  // guarded by output_mu; leaked at exit
+ABSL_CONST_INIT absl::Mutex output_mu(absl::kConstInit);
+Interpreter::OutputSink* output ABSL_GUARDED_BY(output_mu) = nullptr;  // leaked at exit
 
 // _zpipe_glue._emit(line): one line of sys.stdout / sys.stderr, to the output sink.
 PyObject* Emit(PyObject* /*self*/, PyObject* arg) {
@@ -28,7 +29,7 @@ PyObject* Emit(PyObject* /*self*/, PyObject* arg) {
   std::string line(text, static_cast<size_t>(size));
   Interpreter::OutputSink sink;
   {
-    std::lock_guard<std::mutex> lock(output_mu);
+    absl::MutexLock lock(&output_mu);
     if (output != nullptr) sink = *output;
   }
   Py_BEGIN_ALLOW_THREADS;
@@ -112,8 +113,8 @@ absl::StatusOr<Interpreter*> Interpreter::Start() {
   if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
   PyConfig_Clear(&config);
   if (PyStatus_Exception(status)) {
-    return NotStarted(exe, absl::StrCat("cannot start (", status.err_msg ? status.err_msg : "?",
-                                        ")"));
+    return NotStarted(exe,
+                      absl::StrCat("cannot start (", status.err_msg ? status.err_msg : "?", ")"));
   }
   absl::StatusOr<PyObject*> glue = LoadGlue(exe);
   // Whatever happened, the GIL goes: from here on callers take it for their calls only.
@@ -123,7 +124,7 @@ absl::StatusOr<Interpreter*> Interpreter::Start() {
 }
 
 void Interpreter::SetOutput(OutputSink sink) {
-  std::lock_guard<std::mutex> lock(output_mu);
+  absl::MutexLock lock(&output_mu);
   delete output;
   output = sink ? new OutputSink(std::move(sink)) : nullptr;
 }

@@ -19,7 +19,8 @@
 // what is pending at flush()) to the output sink (SetOutput; stderr of the process until one is
 // set), so a model's print() and warnings reach the worker's log and `zpipe logs`.
 //
-// Only the plugin's sources include this header (it brings Python.h and pybind11). Thread-safety: Get and SetOutput may be called from any thread.
+// Only the plugin's sources include this header (it brings Python.h and pybind11). Thread-safety:
+// Get and SetOutput may be called from any thread.
 #ifndef ZPIPE_WORKER_PYTHON_INTERPRETER_H_
 #define ZPIPE_WORKER_PYTHON_INTERPRETER_H_
 

@@ -1,9 +1,5 @@
 // The plugin side of Python models (python_plugin.h): a loaded model's blocks as Python objects,
 // run in the embedded interpreter (interpreter.h), and the plugin's entry point.
-//
-// Python.h (through interpreter.h and torch's Python headers) comes before any standard header.
-#include "worker/python/interpreter.h"
-
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <string>
@@ -11,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/python/interpreter.h"
 #include "worker/python/python_plugin.h"
 
 namespace zpipe::worker::python {
@@ -70,8 +67,8 @@ class Blocks final : public PythonBlocks {
       if (t == nullptr) return Raised(k);
       PyTuple_SET_ITEM(py_args.ptr(), static_cast<Py_ssize_t>(i), t);
     }
-    py::object out = py::reinterpret_steal<py::object>(
-        PyObject_Call(blocks_[k].ptr(), py_args.ptr(), nullptr));
+    py::object out =
+        py::reinterpret_steal<py::object>(PyObject_Call(blocks_[k].ptr(), py_args.ptr(), nullptr));
     if (!out) return Raised(k);
     return Tensors(k, out);
   }
@@ -100,10 +97,9 @@ class Blocks final : public PythonBlocks {
     if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr())) {
       for (py::handle e : out) {
         if (!THPVariable_Check(e.ptr())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(Label(k, names_), " returned a tuple holding a ",
-                           Py_TYPE(e.ptr())->tp_name,
-                           "; every block must return one tensor or a tuple of tensors"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              Label(k, names_), " returned a tuple holding a ", Py_TYPE(e.ptr())->tp_name,
+              "; every block must return one tensor or a tuple of tensors"));
         }
         ys.push_back(THPVariable_Unpack(e.ptr()));
       }

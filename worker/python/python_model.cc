@@ -56,9 +56,8 @@ absl::StatusOr<PythonPlugin*> OpenPlugin() {
   }
   auto entry = reinterpret_cast<PluginEntry>(dlsym(handle, kPluginEntry));
   if (entry == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Python models: ", path, " is not a ZeroPipe Python plugin (no ",
-                     kPluginEntry, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Python models: ", path, " is not a ZeroPipe Python plugin (no ", kPluginEntry, ")"));
   }
   return entry();
 }
@@ -80,8 +79,8 @@ std::string PythonPluginPath() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() / "lib" / "zeropipe" /
-                               "libzpipe_python.so";
+    const fs::path installed =
+        exe.parent_path().parent_path() / "lib" / "zeropipe" / "libzpipe_python.so";
     if (fs::exists(installed, ec)) return installed.string();
   }
   return ZPIPE_PYTHON_PLUGIN_BUILT;

@@ -23,11 +23,11 @@
 namespace zpipe::worker::python {
 namespace {
 
-using ::testing::HasSubstr;
 using model::BlockModel;
 using model::ParamInfo;
 using model::Stage;
 using model::StageOptions;
+using ::testing::HasSubstr;
 
 constexpr int kVocab = 32;
 constexpr int kBatch = 2;
@@ -235,8 +235,8 @@ TEST_F(PythonModelTest, SequentialStagesMatchTorchAutograd) {
   EXPECT_EQ((*model)->vocab(), kVocab);
   std::vector<std::string> names;
   for (auto& [name, p] : (*model)->BlockParameters(2)) names.push_back(name);
-  EXPECT_THAT(names, ::testing::ElementsAre("2.ln.weight", "2.ln.bias", "2.fc.weight",
-                                            "2.fc.bias"));
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("2.ln.weight", "2.ln.bias", "2.fc.weight", "2.fc.bias"));
   auto reference = Load("build_model");
   ASSERT_TRUE(reference.ok()) << reference.status();
   ExpectStagesMatchPlainBackward(*model, **reference, {0, 2, 4});
@@ -294,7 +294,7 @@ TEST_F(PythonModelTest, AnExceptionIsAStatusWithTheTracebackAndTheModelGoesOn) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
   const std::string why(failed.status().message());
-  EXPECT_THAT(why, HasSubstr("block 1 ('1'): Python raised:"));
+  EXPECT_THAT(why, HasSubstr("stage 0 F microbatch 0: block 1 ('1'): Python raised:"));
   EXPECT_THAT(why, HasSubstr("model.py\", line"));
   EXPECT_THAT(why, HasSubstr("in helper"));
   EXPECT_THAT(why, HasSubstr("ValueError: boom on a (2, 8, 16) input"));
@@ -315,9 +315,11 @@ TEST_F(PythonModelTest, BrokenContractsSayWhatToChange) {
   EXPECT_THAT(raised.status().message(), HasSubstr("ValueError: boom on a (3,) input"));
   auto bad_args = Load("build_model", R"({"width": 3})");
   EXPECT_THAT(bad_args.status().message(), HasSubstr("unexpected keyword argument 'width'"));
-  auto nowhere = LoadPythonModel(
-      {.file = (dir_ / "nowhere.py").string(), .factory = "build_model", .args_json = "", .seed = 0},
-      kSeq, kBatch);
+  auto nowhere = LoadPythonModel({.file = (dir_ / "nowhere.py").string(),
+                                  .factory = "build_model",
+                                  .args_json = "",
+                                  .seed = 0},
+                                 kSeq, kBatch);
   EXPECT_EQ(nowhere.status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -48,8 +48,8 @@ class PythonBlocks {
   virtual std::vector<std::pair<std::string, torch::Tensor>> Parameters(int k) = 0;
   virtual std::vector<torch::Tensor> Buffers(int k) = 0;
   // block_k(*args): the same tensors cross, no copies; one tensor or a tuple's back.
-  virtual absl::StatusOr<std::vector<torch::Tensor>> Run(int k,
-                                                         const std::vector<torch::Tensor>& args) = 0;
+  virtual absl::StatusOr<std::vector<torch::Tensor>> Run(
+      int k, const std::vector<torch::Tensor>& args) = 0;
   virtual void SetTraining(int k, bool training) = 0;
   virtual void Move(int k, const torch::Device& device) = 0;
 };
