@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -127,8 +128,8 @@ class ParityTestCase(unittest.TestCase):
         return dict(torch.jit.load(model_file).named_parameters())
 
     def run_zpipe(self, name, spec):
-        """Runs job `spec` (a dict) with `zpipe run --local`; asserts it succeeded and returns
-        the run's JSON summary."""
+        """Runs job `spec` (a dict) with `zpipe run --local`, its files in the folder `name`;
+        asserts it succeeded and returns the run's JSON summary."""
         out = os.path.join(self.dir, name)
         os.makedirs(out, exist_ok=True)
         job = os.path.join(out, name + ".json")
@@ -141,8 +142,8 @@ class ParityTestCase(unittest.TestCase):
         self.assertEqual(summary["state"], "succeeded", summary.get("reason"))
         return summary
 
-    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
-        """`cuts`: model.torchscript.cuts (None: the workers profile the blocks)."""
+    def spec(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
+        """The job run_case runs, as a dict."""
         spec = {
             "name": name,
             "model": self.model_section(cuts),
@@ -157,14 +158,47 @@ class ParityTestCase(unittest.TestCase):
         }
         if shuffle_seed is not None:
             spec["data"]["shuffle_seed"] = shuffle_seed
-        summary = self.run_zpipe(name, spec)
+        return spec
+
+    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
+        """`cuts`: model.<kind>.cuts (None: the workers profile the blocks)."""
+        summary = self.run_zpipe(name, self.spec(name, schedule, p, d, m, b, shuffle_seed, cuts))
+        self.check(name, summary, d, m, b, shuffle_seed)
+        return summary
+
+    def run_resume_case(self, name, schedule, p, d, m, b, cuts, every, resume_schedule=None,
+                        resume_p=None):
+        """Trains the job with checkpoint.every = `every`, then deletes every checkpoint after the
+        first, as if the job had died there, and runs the same job again (optionally as another
+        schedule and p with as many stages): it resumes from that checkpoint, and its losses from
+        there on and its trained weights must be the plain loop's."""
+        spec = self.spec(name, schedule, p, d, m, b, cuts=cuts)
+        ckpt = os.path.join(self.dir, name + "-ckpt")
+        spec["checkpoint"] = {"every": every, "dir": ckpt}
+        self.run_zpipe(name, spec)
+        saved = [f"iter-{k}" for k in range(every, ITERATIONS + 1, every)]
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))), sorted(saved))
+        for later in saved[1:]:
+            shutil.rmtree(os.path.join(ckpt, name, later))
+        if resume_schedule is not None:
+            spec["schedule"]["kind"] = resume_schedule
+        if resume_p is not None:
+            spec["parallel"]["pipeline"] = resume_p
+        summary = self.run_zpipe(name + "-resumed", spec)
+        self.check(name, summary, d, m, b, None, first_iteration=every)
+        return summary
+
+    def check(self, name, summary, d, m, b, shuffle_seed, first_iteration=0):
+        """The run's losses from `first_iteration` on and its exported weights against the plain
+        loop's."""
         want_losses, want_params = self.reference(d, m, b, shuffle_seed)
+        want_losses = want_losses[first_iteration:]
         got = summary["losses"]
-        self.assertEqual(len(got), ITERATIONS)
+        self.assertEqual(len(got), ITERATIONS - first_iteration)
         worst_loss = max(abs(g - w) / abs(w) for g, w in zip(got, want_losses))
         for t, (g, w) in enumerate(zip(got, want_losses)):
             self.assertLess(abs(g - w) / abs(w), TOLERANCE,
-                            f"iteration {t}: zeropipe {g}, reference {w}")
+                            f"iteration {first_iteration + t}: zeropipe {g}, reference {w}")
         # The model learned something (the losses are not all equal).
         self.assertLess(got[-1], got[0])
         model_file = summary["model"]["file"]
@@ -178,7 +212,6 @@ class ParityTestCase(unittest.TestCase):
             self.assertLess(err, TOLERANCE, f"parameter {k}: relative error {err}")
         print(f"\n{name}: losses {got[0]:.4f} -> {got[-1]:.4f}; worst relative error: loss "
               f"{worst_loss:.1e}, parameters {worst_param:.1e}", file=sys.stderr)
-        return summary
 
 
 class PythonParityTestCase(ParityTestCase):
