@@ -33,6 +33,9 @@ std::vector<FileField> FileFields(zpipe::v1::JobSpec& spec) {
     out.push_back({"spec.model.torchscript.path",
                    spec.mutable_model()->mutable_torchscript()->mutable_path()});
   }
+  if (spec.model().has_python()) {
+    out.push_back({"spec.model.python.file", spec.mutable_model()->mutable_python()->mutable_file()});
+  }
   if (spec.has_data()) out.push_back({"spec.data.path", spec.mutable_data()->mutable_path()});
   if (spec.has_eval()) out.push_back({"spec.eval.path", spec.mutable_eval()->mutable_path()});
   return out;

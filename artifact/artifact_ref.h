@@ -38,7 +38,8 @@ struct FileField {
   std::string* path;  // points into the spec; may be empty (the field is unset)
 };
 
-// The file fields of `spec`: model.torchscript.path (torchscript models only), data.path and
+// The file fields of `spec`: model.torchscript.path or model.python.file (for those models; a
+// Python model travels as its one file: modules beside it do not), data.path and
 // eval.path (when those sections are set). The pointers live as long as `spec` is unchanged.
 std::vector<FileField> FileFields(zpipe::v1::JobSpec& spec);
 

@@ -61,9 +61,10 @@ CommandSpec Submit() {
                     Switch("--dry-run", "validate and plan only",
                            "; print the predicted statistics, create nothing"),
                     Switch("--upload", "send the job's files to the coordinator",
-                           ": its model and token files (model.torchscript.path, data.path, "
-                           "eval.path; relative to the job file's folder), which it hands to the "
-                           "workers: for workers that share no folder with you"),
+                           ": its model and token files (model.torchscript.path or "
+                           "model.python.file, data.path, eval.path; relative to the job file's "
+                           "folder), which it hands to the workers: for workers that share no "
+                           "folder with you"),
                     Switch("--parse-only", "print the spec the job file makes, send nothing",
                            "; the one job-file reader, which the Python client runs too")},
           .formats = "json yaml name",
@@ -218,8 +219,9 @@ CommandSpec Export() {
       .description =
           "writes the trained model of the job from its latest complete checkpoint: a "
           "TorchScript\nmodule with the trained weights (torchscript models; torch.jit.load) or "
-          "a state dict\n(built-in GPT; torch.load). Reads the job's checkpoint.dir/NAME, or "
-          "DIR/NAME with\n--checkpoint-dir. Needs zpipe-worker beside zpipe or on PATH "
+          "a state dict\n(Python models and the built-in GPT; torch.load). Reads the job's "
+          "checkpoint.dir/NAME, or DIR/NAME with\n--checkpoint-dir. Needs zpipe-worker beside "
+          "zpipe or on PATH "
           "($ZPIPE_WORKER_BIN overrides);\n-o json|yaml prints what was written as a document."};
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
@@ -322,9 +323,68 @@ bool IsAutoValue(const SpecNode& node, const FieldDescriptor& field) {
          node.kind == SpecNode::Kind::kScalar && absl::AsciiStrToLower(node.text) == "auto";
 }
 
+// model.python.args is free-form: the factory's keyword arguments, whatever they are. The proto
+// carries them as JSON text; the file writes a map, or that text as a string (what a printed spec
+// holds: `zpipe get -o json` gives a job file again).
+bool IsJsonTextField(const FieldDescriptor& field) {
+  return field.name() == "args" && field.containing_type()->full_name() == "zpipe.v1.PythonModel";
+}
+
+// A tree node as JSON: quoted scalars are strings, unquoted ones booleans, integers or numbers
+// when they read as such (as YAML and JSON mean them), else strings.
+nlohmann::json ToJson(const SpecNode& node) {
+  switch (node.kind) {
+    case SpecNode::Kind::kNull:
+      return nullptr;
+    case SpecNode::Kind::kList: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const SpecNode& e : node.list) out.push_back(ToJson(e));
+      return out;
+    }
+    case SpecNode::Kind::kMap: {
+      nlohmann::json out = nlohmann::json::object();
+      for (const internal::SpecField& f : node.map) out[f.key] = ToJson(f.value);
+      return out;
+    }
+    case SpecNode::Kind::kScalar:
+      break;
+  }
+  const std::string& t = node.text;
+  if (node.quoted) return t;
+  if (IsBoolText(t)) return absl::AsciiStrToLower(t) == "true";
+  if (int64_t i; absl::SimpleAtoi(t, &i)) return i;
+  if (double d; IsFloatText(t) && absl::SimpleAtod(t, &d)) return d;
+  if (t == "null" || t == "~") return nullptr;
+  return t;
+}
+
+absl::Status SetJsonText(const SpecNode& value, const std::string& path,
+                         const FieldDescriptor& field, Message& msg) {
+  if (value.kind == SpecNode::Kind::kScalar && value.quoted &&
+      nlohmann::json::parse(value.text, nullptr, /*allow_exceptions=*/false).is_object()) {
+    msg.GetReflection()->SetString(&msg, &field, value.text);
+    return absl::OkStatus();
+  }
+  if (value.kind != SpecNode::Kind::kMap) {
+    return Error(value.line, absl::StrCat("field '", path,
+                                          "' expects a map of the factory's keyword arguments "
+                                          "(or its JSON text), got ",
+                                          Describe(value)));
+  }
+  std::string text;
+  try {
+    text = ToJson(value).dump();
+  } catch (const nlohmann::json::exception& e) {  // text that is not UTF-8
+    return Error(value.line, absl::StrCat("field '", path, "': ", e.what()));
+  }
+  msg.GetReflection()->SetString(&msg, &field, text);
+  return absl::OkStatus();
+}
+
 absl::Status SetField(const SpecNode& value, const std::string& path, const FieldDescriptor& field,
                       Message& msg) {
   if (value.kind == SpecNode::Kind::kNull || IsAutoValue(value, field)) return absl::OkStatus();
+  if (IsJsonTextField(field)) return SetJsonText(value, path, field, msg);
   if (field.is_map()) {
     // `labels: {team: nlp}`: a map of the entry's values by key (string keys only).
     const FieldDescriptor& key = *field.message_type()->map_key();
@@ -521,6 +581,7 @@ absl::StatusOr<v1::JobSpec> LoadJobFile(const std::string& path) {
   };
   if (spec->model().has_torchscript())
     resolve(spec->mutable_model()->mutable_torchscript()->mutable_path());
+  if (spec->model().has_python()) resolve(spec->mutable_model()->mutable_python()->mutable_file());
   if (spec->has_data()) resolve(spec->mutable_data()->mutable_path());
   if (spec->has_eval()) resolve(spec->mutable_eval()->mutable_path());
   return spec;

@@ -172,6 +172,39 @@ checkpoint: {every: 5, dir: ckpt}
   EXPECT_EQ(spec->checkpoint().dir(), "ckpt");  // the workers' directory: left as written
 }
 
+// model.python: the file resolves beside the job file like a model file; args, a map of any
+// shape, travels as JSON text with its scalars typed as YAML means them.
+TEST(JobFileTest, APythonModelsArgsBecomeJsonText) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("zpipe-jobfile-py-", getpid());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "job.yaml";
+  std::ofstream(file) << R"(name: py
+model:
+  python:
+    file: model.py
+    factory: build_gpt2
+    args: {n_layer: 2, dropout: 0.0, name: "12", tie: false, sizes: [1, 2], extra: {a: x}}
+    cuts: [2]
+)";
+  absl::StatusOr<v1::JobSpec> spec = LoadJobFile(file.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().python().file(), (dir / "model.py").string());
+  EXPECT_EQ(spec->model().python().factory(), "build_gpt2");
+  EXPECT_EQ(spec->model().python().args(),
+            R"({"dropout":0.0,"extra":{"a":"x"},"n_layer":2,"name":"12","sizes":[1,2],)"
+            R"("tie":false})");
+  ASSERT_EQ(spec->model().python().cuts_size(), 1);
+  // The text itself, as a printed spec holds it, reads back unchanged (errors:
+  // testdata/job_file_errors.json).
+  absl::StatusOr<v1::JobSpec> printed =
+      ParseJobSpec(R"({"model": {"python": {"file": "m.py", "args": "{\"n_layer\":2}"}}})",
+                   JobFileFormat::kJson);
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_EQ(printed->model().python().args(), R"({"n_layer":2})");
+}
+
 // The coordinator's range errors name a field path but no line (coordinator/spec_validator.h);
 // the CLI points them at the job file.
 class LocateInJobFileTest : public ::testing::Test {

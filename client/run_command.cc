@@ -113,9 +113,9 @@ void SignalLoop(Interrupt& state, const sigset_t& signals, std::ostream& err) {
   }
 }
 
-// Whether the job trains weights worth handing back (GPT and TorchScript models).
+// Whether the job trains weights worth handing back (GPT, TorchScript and Python models).
 bool ExportsModel(const v1::JobSpec& spec) {
-  return spec.model().has_torchscript() || spec.model().has_gpt();
+  return spec.model().has_torchscript() || spec.model().has_python() || spec.model().has_gpt();
 }
 
 // Waits until `n` workers are idle; gives up when a process dies, on Ctrl-C, or after `timeout`.
@@ -155,7 +155,8 @@ std::vector<std::string> LocalDataRoots(const v1::JobSpec& spec, const std::stri
   add(fs::path(job_file).parent_path());
   add(out_dir);
   for (const std::string* file :
-       {&spec.model().torchscript().path(), &spec.data().path(), &spec.eval().path()}) {
+       {&spec.model().torchscript().path(), &spec.model().python().file(), &spec.data().path(),
+        &spec.eval().path()}) {
     if (!file->empty()) add(fs::path(*file).parent_path());
   }
   if (spec.checkpoint().every() > 0 && !spec.checkpoint().dir().empty()) {

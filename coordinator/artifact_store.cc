@@ -51,6 +51,9 @@ std::vector<std::pair<const char*, const std::string*>> SpecFiles(const JobSpec&
   if (const auto* t = std::get_if<TorchScriptConfig>(&spec.model)) {
     out.push_back({"spec.model.torchscript.path", &t->path});
   }
+  if (const auto* p = std::get_if<PythonConfig>(&spec.model)) {
+    out.push_back({"spec.model.python.file", &p->file});
+  }
   out.push_back({"spec.data.path", &spec.data_file.path});
   out.push_back({"spec.eval.path", &spec.eval.path});
   return out;

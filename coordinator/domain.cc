@@ -29,6 +29,20 @@ absl::string_view JobStateName(JobState state) {
   return "UNKNOWN";
 }
 
+const std::vector<int>* BlockModelCuts(const JobSpec& spec) {
+  return MutableBlockModelCuts(const_cast<JobSpec&>(spec));
+}
+
+std::vector<int>* MutableBlockModelCuts(JobSpec& spec) {
+  if (auto* t = std::get_if<TorchScriptConfig>(&spec.model)) return &t->cuts;
+  if (auto* p = std::get_if<PythonConfig>(&spec.model)) return &p->cuts;
+  return nullptr;
+}
+
+absl::string_view BlockModelField(const JobSpec& spec) {
+  return std::holds_alternative<PythonConfig>(spec.model) ? "model.python" : "model.torchscript";
+}
+
 absl::StatusOr<absl::Duration> RestartBackoff(const JobSpec& spec) {
   if (spec.restart_backoff.empty()) return absl::Seconds(2);
   absl::Duration d;

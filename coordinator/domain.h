@@ -51,6 +51,15 @@ struct TorchScriptConfig {
   friend bool operator==(const TorchScriptConfig&, const TorchScriptConfig&) = default;
 };
 
+// A user's nn.Module built by a Python factory (PythonModel in job.proto); cut like TorchScript.
+struct PythonConfig {
+  std::string file;
+  std::string factory;  // "" = build_model
+  std::string args;     // JSON object text; "" = no arguments
+  std::vector<int> cuts;  // empty = balanced by measured cost
+  friend bool operator==(const PythonConfig&, const PythonConfig&) = default;
+};
+
 // A token file (DataSpec in job.proto); empty path = no data section.
 struct DataConfig {
   std::string path;
@@ -85,7 +94,7 @@ struct TrainSettings {
 // record shows what runs. Field meanings and ranges: proto/zpipe/v1/job.proto.
 struct JobSpec {
   std::string name;
-  std::variant<std::monostate, GptConfig, SyntheticConfig, TorchScriptConfig> model;
+  std::variant<std::monostate, GptConfig, SyntheticConfig, TorchScriptConfig, PythonConfig> model;
   int pipeline = 0;
   int data = 0;  // 0 = 1
   std::string schedule;
@@ -146,6 +155,13 @@ bool IsTerminal(JobState state);
 inline constexpr JobState kAllJobStates[] = {
     JobState::kPending, JobState::kScheduling, JobState::kRunning,   JobState::kSucceeded,
     JobState::kFailed,  JobState::kCancelled,  JobState::kRestarting};
+
+// The cuts of a model made of blocks a worker measures and cuts (TorchScript or Python): the
+// spec's, empty = balanced by measured cost. nullptr for GPT and synthetic models.
+const std::vector<int>* BlockModelCuts(const JobSpec& spec);
+std::vector<int>* MutableBlockModelCuts(JobSpec& spec);
+// The spec field such a model's errors name: "model.python" or "model.torchscript".
+absl::string_view BlockModelField(const JobSpec& spec);
 
 // The restart backoff of `spec` (restart.backoff; "" = 2s); InvalidArgument naming the field.
 absl::StatusOr<absl::Duration> RestartBackoff(const struct JobSpec& spec);

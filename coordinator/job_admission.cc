@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +29,13 @@ absl::StatusOr<SubmitResult> JobAdmission::Submit(std::string job_id, const JobS
     if (absl::Status st = ValidateJobId(job_id); !st.ok()) return st;
   }
   if (absl::Status st = ValidateSpecFields(submitted); !st.ok()) return st;
+  if (std::holds_alternative<PythonConfig>(submitted.model) && !options_.python_models) {
+    return absl::FailedPreconditionError(
+        "spec.model.python: this coordinator does not accept Python models: a Python model is "
+        "code that every worker of the job runs with its own rights. Start zpipe-coordinator "
+        "with --allow-python-models to accept them (docs/guide.md \"Python models\"), or submit a "
+        "TorchScript model (model.torchscript)");
+  }
   const JobSpec spec = ResolveSpecDefaults(submitted);
   if (!validate_only) {
     absl::MutexLock lock(&lifecycle_.mu());

@@ -1,7 +1,8 @@
 // JobAdmission: whether a submitted job is taken (JobManager::Submit). It checks the id and the
-// spec, answers a resubmit of the same job idempotently, applies the pending-job limits and the
-// store's state, makes the plan, and stores the job before it exists, so a client never holds an
-// id that a restart would lose.
+// spec (a Python model only where ManagerOptions::python_models allows it), answers a resubmit
+// of the same job idempotently, applies the pending-job limits and the store's state, makes the
+// plan, and stores the job before it exists, so a client never holds an id that a restart would
+// lose.
 //
 // A job is its resolved spec (spec_defaults.h) from here on: what is stored, shown and compared
 // on a resubmit, so a spec as a client printed it (defaults filled) is the same job as the file it

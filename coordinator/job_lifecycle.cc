@@ -15,10 +15,10 @@
 namespace zpipe::coordinator {
 namespace {
 
-// TorchScript jobs without cuts are profiled before their plan is made.
+// TorchScript and Python jobs without cuts are profiled before their plan is made.
 bool NeedsProfile(const JobRecord& job) {
-  const auto* ts = std::get_if<TorchScriptConfig>(&job.spec.model);
-  return ts != nullptr && ts->cuts.empty();
+  const std::vector<int>* cuts = BlockModelCuts(job.spec);
+  return cuts != nullptr && cuts->empty();
 }
 
 }  // namespace
@@ -298,9 +298,9 @@ void JobLifecycle::Dispatch(JobRecord& job, const std::vector<RegisteredWorker*>
   const int p = job.spec.pipeline, d = job.spec.data_parallel();
   // The workers run with the cuts chosen for the job (its spec, as submitted, may have none).
   JobSpec run_spec = job.spec;
-  if (auto* ts = std::get_if<TorchScriptConfig>(&run_spec.model); ts != nullptr) {
-    if (!job.layout) job.layout = ModelLayout{"spec", ts->cuts, {}, 0};
-    ts->cuts = job.layout->cuts;
+  if (std::vector<int>* cuts = MutableBlockModelCuts(run_spec); cuts != nullptr) {
+    if (!job.layout) job.layout = ModelLayout{"spec", *cuts, {}, 0};
+    *cuts = job.layout->cuts;
   }
   monitor_.StartJob(job.id, job.spec, *plan, job.ranks);
   runs_[job.id].finished.clear();

@@ -894,6 +894,33 @@ TEST_F(JobManagerTest, PerClientPendingLimitLeavesRoomForOtherClients) {
   EXPECT_TRUE(manager_->Submit("a3", Spec(2), false, "alice").ok());
 }
 
+// A Python model is code the workers run: without ManagerOptions::python_models (the
+// coordinator's --allow-python-models, or a loopback --listen) it is refused naming the flag, and
+// nothing is created; the same spec as TorchScript is accepted.
+TEST_F(JobManagerTest, PythonModelsNeedTheFlag) {
+  ManagerOptions options;
+  options.python_models = false;
+  manager_ = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
+  ASSERT_TRUE(manager_->Load().ok());
+  JobSpec spec = Spec(2);
+  spec.model = PythonConfig{"/data/model.py", "build_model", "{}", {}};
+  spec.data_file = DataConfig{"/data/train.bin", "", std::nullopt, 16};
+  absl::StatusOr<SubmitResult> r = manager_->Submit("py", spec, false);
+  ASSERT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "--allow-python-models")) << r.status();
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("py").status()));
+  spec.model = TorchScriptConfig{"/data/model.pt", {}};
+  EXPECT_TRUE(manager_->Submit("ts", spec, false).ok());
+
+  options.python_models = true;
+  manager_ = std::make_unique<JobManager>(clock_, *store_, metrics_, options);
+  ASSERT_TRUE(manager_->Load().ok());
+  spec.model = PythonConfig{"/data/model.py", "build_model", "{}", {}};
+  r = manager_->Submit("py", spec, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::get<PythonConfig>(r->job.record.spec.model).file, "/data/model.py");
+}
+
 }  // namespace
 }  // namespace zpipe::coordinator
 

@@ -46,6 +46,9 @@ struct ManagerOptions {
   // loop (JobManager::Delete's path). 0 = no such bound.
   absl::Duration retain_finished = absl::ZeroDuration();
   int retain_count = 0;
+  // Whether jobs with a Python model are accepted (--allow-python-models, or a loopback
+  // --listen); refused FAILED_PRECONDITION naming the flag otherwise.
+  bool python_models = true;
 };
 
 // A job as clients see it.

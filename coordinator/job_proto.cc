@@ -74,6 +74,12 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
       s.model = TorchScriptConfig{t.path(), std::vector<int>(t.cuts().begin(), t.cuts().end())};
       break;
     }
+    case v1::ModelSpec::kPython: {
+      const auto& y = p.model().python();
+      s.model = PythonConfig{y.file(), y.factory(), y.args(),
+                             std::vector<int>(y.cuts().begin(), y.cuts().end())};
+      break;
+    }
     case v1::ModelSpec::KIND_NOT_SET:
       break;
   }
@@ -152,6 +158,12 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     auto* m = p.mutable_model()->mutable_torchscript();
     m->set_path(t->path);
     for (int c : t->cuts) m->add_cuts(c);
+  } else if (const auto* y = std::get_if<PythonConfig>(&s.model)) {
+    auto* m = p.mutable_model()->mutable_python();
+    m->set_file(y->file);
+    m->set_factory(y->factory);
+    m->set_args(y->args);
+    for (int c : y->cuts) m->add_cuts(c);
   }
   if (!s.data_file.path.empty() || !s.data_file.dtype.empty() || s.data_file.shuffle_seed ||
       s.data_file.seq_len != 0) {

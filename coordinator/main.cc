@@ -55,6 +55,10 @@ void AddServiceFlags(CLI::App& app, ServerOptions& o) {
           "as authentication for --listen)");
   zpipe::flags::AddSwitch(app, "--insecure", &o.insecure,
                           "listen beyond loopback without token files or --tls-client-ca anyway");
+  zpipe::flags::AddSwitch(app, "--allow-python-models", &o.allow_python_models,
+                          "accept jobs whose model is Python code (model.python), which the "
+                          "workers run with their own rights; always on when --listen is "
+                          "loopback");
   AddText(app, "--artifact-dir", &o.artifacts.dir, "DIR",
           "where uploaded models and token files are kept (`zpipe submit --upload`; default: "
           "artifacts/ beside --db)");

@@ -46,7 +46,7 @@ ModelLayout LayoutFor(const std::vector<BlockProfileData>& blocks, const std::ve
 
 absl::StatusOr<ModelLayout> LayoutFromProfile(const std::vector<BlockProfileData>& blocks,
                                               const std::vector<int>& checkpoint_cuts,
-                                              const JobPlan* plan) {
+                                              const JobPlan* plan, absl::string_view model_field) {
   const int num_stages = plan != nullptr ? plan->plan.num_stages() : 0;
   std::vector<int> cuts = checkpoint_cuts;
   std::string source = "checkpoint";
@@ -59,7 +59,7 @@ absl::StatusOr<ModelLayout> LayoutFromProfile(const std::vector<BlockProfileData
         core::RankBalancedCuts(BlockCosts(blocks), rank_of_stage);
     if (!balanced.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("model.torchscript: ", balanced.status().message()));
+          absl::StrCat(model_field, ": ", balanced.status().message()));
     }
     cuts = *std::move(balanced);
     source = "measured";
@@ -92,7 +92,8 @@ absl::Status ModelProfiling::Result(const std::string& worker_id, const std::str
     return absl::OkStatus();
   }
   absl::StatusOr<ModelLayout> layout =
-      LayoutFromProfile(blocks, checkpoint_cuts, lifecycle_.PlanFor(*job).get());
+      LayoutFromProfile(blocks, checkpoint_cuts, lifecycle_.PlanFor(*job).get(),
+                        BlockModelField(job->spec));
   if (!layout.ok()) {
     lifecycle_.Finish(*job, JobState::kFailed, std::string(layout.status().message()));
     return absl::OkStatus();

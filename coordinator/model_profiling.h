@@ -1,9 +1,9 @@
-// ModelProfiling: profiling a TorchScript model before its plan is made. A job whose spec names no
-// cuts reserves its workers and asks the first of them to time every block (JobLifecycle sends the
-// kProfile command); the answer comes here: cut points are chosen that balance the ranks' measured
-// costs (core::RankBalancedCuts), or kept from the checkpoint the job resumes, the plan is made
-// from the measured per-stage costs, and the assignments go out. The pure step is
-// LayoutFromProfile.
+// ModelProfiling: profiling a TorchScript or Python model before its plan is made. A job whose
+// spec names no cuts reserves its workers and asks the first of them to time every block
+// (JobLifecycle sends the kProfile command); the answer comes here: cut points are chosen that
+// balance the ranks' measured costs (core::RankBalancedCuts), or kept from the checkpoint the job
+// resumes, the plan is made from the measured per-stage costs, and the assignments go out. The
+// pure step is LayoutFromProfile.
 //
 // Thread-safe: works under JobLifecycle's lock (job_lifecycle.h), which it takes itself.
 #ifndef ZPIPE_COORDINATOR_MODEL_PROFILING_H_
@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "coordinator/domain.h"
 #include "coordinator/job_lifecycle.h"
 #include "coordinator/job_plans.h"
@@ -24,10 +25,11 @@ namespace zpipe::coordinator {
 // The layout of a model whose blocks were timed as `blocks`, for a job planned as `plan`: cut at
 // `checkpoint_cuts` when the job resumes a checkpoint (source "checkpoint"), else where the ranks'
 // summed costs balance (source "measured"). FailedPrecondition, its message the job's failure
-// reason, when no balance exists or the cuts do not give the plan's number of stages.
+// reason, when no balance exists (the message then starts with `model_field`: "model.torchscript"
+// or "model.python") or the cuts do not give the plan's number of stages.
 absl::StatusOr<ModelLayout> LayoutFromProfile(const std::vector<BlockProfileData>& blocks,
                                               const std::vector<int>& checkpoint_cuts,
-                                              const JobPlan* plan);
+                                              const JobPlan* plan, absl::string_view model_field);
 
 class ModelProfiling {
  public:

@@ -29,7 +29,8 @@ std::vector<BlockProfileData> Blocks(const std::vector<double>& forward_ms) {
 
 TEST(LayoutFromProfileTest, BalancesTheRanksMeasuredCosts) {
   std::shared_ptr<const JobPlan> plan = TwoStagePlan();
-  absl::StatusOr<ModelLayout> layout = LayoutFromProfile(Blocks({1, 1, 1, 3}), {}, plan.get());
+  absl::StatusOr<ModelLayout> layout =
+      LayoutFromProfile(Blocks({1, 1, 1, 3}), {}, plan.get(), "model.torchscript");
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->source, "measured");
   EXPECT_EQ(layout->cuts, std::vector<int>({3}));
@@ -43,21 +44,27 @@ TEST(LayoutFromProfileTest, BalancesTheRanksMeasuredCosts) {
 
 TEST(LayoutFromProfileTest, KeepsTheCheckpointsCutsWhenTheyFitThePlan) {
   std::shared_ptr<const JobPlan> plan = TwoStagePlan();
-  absl::StatusOr<ModelLayout> layout = LayoutFromProfile(Blocks({1, 1, 1, 3}), {1}, plan.get());
+  absl::StatusOr<ModelLayout> layout =
+      LayoutFromProfile(Blocks({1, 1, 1, 3}), {1}, plan.get(), "model.torchscript");
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->source, "checkpoint");
   EXPECT_EQ(layout->cuts, std::vector<int>({1}));
 
-  absl::StatusOr<ModelLayout> wrong = LayoutFromProfile(Blocks({1, 1, 1, 3}), {1, 2}, plan.get());
+  absl::StatusOr<ModelLayout> wrong =
+      LayoutFromProfile(Blocks({1, 1, 1, 3}), {1, 2}, plan.get(), "model.torchscript");
   EXPECT_TRUE(absl::IsFailedPrecondition(wrong.status()));
   EXPECT_EQ(wrong.status().message(), "the checkpoint to resume has 3 stages, this job 2");
 }
 
 TEST(LayoutFromProfileTest, FewerBlocksThanStagesFailTheJob) {
   std::shared_ptr<const JobPlan> plan = TwoStagePlan();
-  absl::StatusOr<ModelLayout> layout = LayoutFromProfile(Blocks({1}), {}, plan.get());
+  absl::StatusOr<ModelLayout> layout =
+      LayoutFromProfile(Blocks({1}), {}, plan.get(), "model.torchscript");
   EXPECT_TRUE(absl::IsFailedPrecondition(layout.status()));
   EXPECT_EQ(layout.status().message().rfind("model.torchscript: ", 0), 0u) << layout.status();
+  // A Python model's blocks are cut the same way; the reason names its field.
+  layout = LayoutFromProfile(Blocks({1}), {}, plan.get(), "model.python");
+  EXPECT_EQ(layout.status().message().rfind("model.python: ", 0), 0u) << layout.status();
 }
 
 }  // namespace

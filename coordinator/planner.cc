@@ -26,7 +26,7 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v, int stage) {
     return {s->forward_ms / v, s->backward_ms / v, s->weight_ms / v, s->activation_kb,
             s->params_mb / v};
   }
-  if (std::holds_alternative<TorchScriptConfig>(spec.model)) {
+  if (BlockModelCuts(spec) != nullptr) {
     // Unknown until measured: unit costs (B and W as long as F) and one bucket per stage.
     return {1, 1, 1, 0, 0};
   }

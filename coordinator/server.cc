@@ -75,6 +75,11 @@ ManagerOptions ManagerOptionsFor(const ServerOptions& options) {
   mopts.workers = options.workers;
   mopts.retain_finished = options.retain_finished;
   mopts.retain_count = options.retain_count;
+  mopts.python_models = options.allow_python_models || IsLoopbackAddress(options.listen);
+  if (mopts.python_models && !IsLoopbackAddress(options.listen)) {
+    LogWarning("--allow-python-models: jobs with a Python model run their code on the workers, "
+               "with the workers' rights");
+  }
   mopts.heartbeat_interval = options.heartbeat_interval > absl::ZeroDuration()
                                  ? options.heartbeat_interval
                                  : options.heartbeat_timeout / 5;

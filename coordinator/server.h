@@ -79,6 +79,10 @@ struct ServerOptions {
   TokenFiles tokens;      // none = no authentication (loopback only, unless `insecure`)
   ServerTlsFiles tls;     // none = plaintext on both ports
   bool insecure = false;  // allow a non-loopback listen address without tokens or mTLS
+  // Accept jobs with a Python model (model.python), whose code the workers run. A coordinator
+  // listening on loopback accepts them anyway: whoever can submit there runs code on this host
+  // already.
+  bool allow_python_models = false;
   // Uploaded artifacts (artifact_store.h): dir empty = "artifacts" beside the --db file, none
   // with --db :memory:.
   ArtifactStoreOptions artifacts;

@@ -9,6 +9,9 @@ namespace zpipe::coordinator {
 
 JobSpec ResolveSpecDefaults(JobSpec spec) {
   if (spec.data == 0) spec.data = 1;
+  if (auto* python = std::get_if<PythonConfig>(&spec.model); python && python->factory.empty()) {
+    python->factory = "build_model";
+  }
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
   if (kind.ok()) {
     // Aliases ("zbv", "interleaved-1f1b") by their one name, so the same job compares equal.

@@ -81,6 +81,15 @@ TEST(SpecDefaultsTest, ScheduleAliasesResolveToOneName) {
   EXPECT_EQ(ResolveSpecDefaults(s).schedule, "zb-9");
 }
 
+// A Python model's factory defaults to build_model; one the user names stays.
+TEST(SpecDefaultsTest, PythonFactoryDefaultsToBuildModel) {
+  JobSpec s = Minimal();
+  s.model = PythonConfig{.file = "/d/model.py", .factory = "", .args = "", .cuts = {}};
+  EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).factory, "build_model");
+  std::get<PythonConfig>(s.model).factory = "make";
+  EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).factory, "make");
+}
+
 TEST(SpecDefaultsTest, IsIdempotent) {
   const JobSpec once = ResolveSpecDefaults(Minimal());
   EXPECT_EQ(ResolveSpecDefaults(once), once);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -69,24 +71,52 @@ absl::Status ValidatePath(absl::string_view field, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateTorchScript(const TorchScriptConfig& t, int num_stages) {
-  ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.model.torchscript.path", t.path));
-  if (t.cuts.empty()) return absl::OkStatus();
-  if (static_cast<int>(t.cuts.size()) != num_stages - 1) {
-    return Bad("spec.model.torchscript.cuts",
-               absl::StrCat("needs pipeline x chunks - 1 = ", num_stages - 1,
-                            " block indices (where stages 1..", num_stages - 1, " begin), got ",
-                            t.cuts.size()));
+// `field`: "spec.model.torchscript.cuts" or "spec.model.python.cuts".
+absl::Status ValidateCuts(absl::string_view field, const std::vector<int>& cuts, int num_stages) {
+  if (cuts.empty()) return absl::OkStatus();
+  if (static_cast<int>(cuts.size()) != num_stages - 1) {
+    return Bad(field, absl::StrCat("needs pipeline x chunks - 1 = ", num_stages - 1,
+                                   " block indices (where stages 1..", num_stages - 1,
+                                   " begin), got ", cuts.size()));
   }
-  for (size_t k = 0; k < t.cuts.size(); ++k) {
-    const int lo = k == 0 ? 1 : t.cuts[k - 1] + 1;
-    if (t.cuts[k] < lo) {
-      return Bad("spec.model.torchscript.cuts",
-                 absl::StrCat("must be strictly increasing block indices >= 1; cuts[", k,
-                              "] = ", t.cuts[k]));
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    const int lo = k == 0 ? 1 : cuts[k - 1] + 1;
+    if (cuts[k] < lo) {
+      return Bad(field, absl::StrCat("must be strictly increasing block indices >= 1; cuts[", k,
+                                     "] = ", cuts[k]));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateTorchScript(const TorchScriptConfig& t, int num_stages) {
+  ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.model.torchscript.path", t.path));
+  return ValidateCuts("spec.model.torchscript.cuts", t.cuts, num_stages);
+}
+
+// The factory is a Python identifier; args, when given, a JSON object (the job-file reader makes
+// it from a map; an API client writes the text itself).
+absl::Status ValidatePython(const PythonConfig& p, int num_stages) {
+  ZPIPE_RETURN_IF_ERROR(ValidatePath("spec.model.python.file", p.file));
+  const bool identifier =
+      p.factory.size() <= 256 &&
+      std::all_of(p.factory.begin(), p.factory.end(),
+                  [](char c) { return absl::ascii_isalnum(c) || c == '_'; }) &&
+      (p.factory.empty() || !absl::ascii_isdigit(p.factory[0]));
+  if (!identifier) {
+    return Bad("spec.model.python.factory",
+               absl::StrCat("must be the name of a function in the file (a Python identifier), "
+                            "got '", p.factory.substr(0, 64), "'"));
+  }
+  if (p.args.size() > 65536) return Bad("spec.model.python.args", "must be at most 64 KiB");
+  if (!p.args.empty()) {
+    const nlohmann::json args = nlohmann::json::parse(p.args, nullptr, /*allow_exceptions=*/false);
+    if (!args.is_object()) {
+      return Bad("spec.model.python.args",
+                 "must be a JSON object of the factory's keyword arguments");
+    }
+  }
+  return ValidateCuts("spec.model.python.cuts", p.cuts, num_stages);
 }
 
 absl::Status ValidateData(const JobSpec& spec) {
@@ -95,6 +125,9 @@ absl::Status ValidateData(const JobSpec& spec) {
   const auto* gpt = std::get_if<GptConfig>(&spec.model);
   if (std::holds_alternative<TorchScriptConfig>(spec.model) && !has_data) {
     return Bad("spec.data", "is required for torchscript models (a token file: data.path)");
+  }
+  if (std::holds_alternative<PythonConfig>(spec.model) && !has_data) {
+    return Bad("spec.data", "is required for python models (a token file: data.path)");
   }
   if (std::holds_alternative<SyntheticConfig>(spec.model) && has_data) {
     return Bad("spec.data", "synthetic models take no data; remove the data section");
@@ -236,12 +269,14 @@ absl::StatusOr<int> ValidateParallelAndSchedule(const JobSpec& spec) {
 // Exactly one model section, for `num_stages` stages, and the data it trains on.
 absl::Status ValidateModel(const JobSpec& spec, int num_stages) {
   if (std::holds_alternative<std::monostate>(spec.model)) {
-    return Bad("spec.model", "one of gpt, synthetic or torchscript is required");
+    return Bad("spec.model", "one of gpt, synthetic, torchscript or python is required");
   }
   if (const auto* gpt = std::get_if<GptConfig>(&spec.model)) {
     ZPIPE_RETURN_IF_ERROR(ValidateGptConfig(*gpt, num_stages));
   } else if (const auto* ts = std::get_if<TorchScriptConfig>(&spec.model)) {
     ZPIPE_RETURN_IF_ERROR(ValidateTorchScript(*ts, num_stages));
+  } else if (const auto* py = std::get_if<PythonConfig>(&spec.model)) {
+    ZPIPE_RETURN_IF_ERROR(ValidatePython(*py, num_stages));
   } else {
     ZPIPE_RETURN_IF_ERROR(ValidateSynthetic(std::get<SyntheticConfig>(spec.model)));
   }

@@ -34,6 +34,22 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(train_tuple_parity PROPERTIES LABELS "train;slow" TIMEOUT 600
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+  # Python models (model.python: the workers build the module in their embedded interpreter) where
+  # the worker has them: the own-model transformer given as Python, on 1F1B, ZB-2p, ZB-V and
+  # DualPipeV at p = 2, ZB-2p at p = 4 and ZB-V p = 2 d = 2; and a Hugging Face transformers GPT-2
+  # (examples/hf-gpt2) on ZB-V p = 2, 1F1B p = 4 and ZB-2p p = 2 d = 2, each against a plain loop.
+  if(TARGET zpipe_worker_python)
+    add_test(NAME train_python_parity
+             COMMAND bash -c "py=$(scripts/find-python) && exec \"$py\" tests/train/python_parity_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(train_python_parity PROPERTIES LABELS "train;slow" TIMEOUT 900
+                         ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+    add_test(NAME train_hf_gpt2
+             COMMAND bash -c "py=$(scripts/find-python torch numpy transformers) && exec \"$py\" tests/train/hf_gpt2_test.py --zpipe $<TARGET_FILE:zpipe> -v"
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(train_hf_gpt2 PROPERTIES LABELS "train;slow" TIMEOUT 900
+                         ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;HF_HUB_OFFLINE=1")
+  endif()
   # The failure paths on one real cluster (a coordinator and 2 workers for the whole test): bad
   # models, data and eval files fail the job naming the file and the problem, invalid specs are
   # refused at submit naming the field, and the same cluster then runs good jobs (spec and

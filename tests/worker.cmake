@@ -41,3 +41,19 @@ if(TARGET zpipe::coordinator AND TARGET zpipe::worker_daemon)
                  DEPS zpipe::coordinator zpipe::worker_daemon LABELS worker)
   target_include_directories(worker_assignment_edge_test PRIVATE ${PROJECT_SOURCE_DIR})
 endif()
+
+# Python models end to end (model.python; worker/python): a model's exception fails its job with
+# the traceback and the worker trains the next one; the factory's errors; the data-roots rule.
+# Slow: each case starts a cluster whose workers start Python (about 25 s on two cores).
+if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client AND
+   TARGET zpipe_worker_python)
+  zpipe_add_test(NAME worker_python_model_e2e_test
+                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker/python_model_e2e_test.cc
+                 ${CMAKE_CURRENT_LIST_DIR}/cli/subprocess.cc
+                 DEPS zpipe::client zpipe::proto GTest::gmock LABELS "worker;slow")
+  target_include_directories(worker_python_model_e2e_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(worker_python_model_e2e_test PRIVATE
+    ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
+    ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
+  add_dependencies(worker_python_model_e2e_test zpipe-worker zpipe-coordinator)
+endif()

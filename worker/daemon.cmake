@@ -18,6 +18,11 @@ if(TARGET zpipe_worker_comm_nccl AND ZPIPE_TORCH_CUDA)
   target_link_libraries(zpipe_worker_daemon PUBLIC zpipe::worker_comm_nccl)
   set_property(GLOBAL PROPERTY ZPIPE_DAEMON_HAS_NCCL ON)
 endif()
+# Python models (model.python) where the build found an embeddable Python (worker/CMakeLists.txt).
+if(ZPIPE_WITH_PYTHON)
+  target_link_libraries(zpipe_worker_daemon PUBLIC zpipe::worker_python)
+  target_compile_definitions(zpipe_worker_daemon PRIVATE ZPIPE_WITH_PYTHON=1)
+endif()
 add_executable(zpipe-worker ${CMAKE_CURRENT_SOURCE_DIR}/worker_main.cc)
 target_link_libraries(zpipe-worker PRIVATE zpipe_worker_daemon zpipe::flags)
 # grpc++'s health service lives in the core library; reflection is not needed here.

@@ -38,8 +38,15 @@ Columns (steady state = iterations 2..N on both sides, as `zpipe run` reports):
 - loss: the first iteration's loss of each and the largest relative difference over the first
   --compare iterations (default 3); "ok" when < 1e-5.
 
+With --python, ZeroPipe also trains every row's model as a Python model (model.python: the
+workers build the same nn.Module from its model.py in their embedded interpreter, at the
+TorchScript run's cuts), and a second table puts the two ZeroPipe paths side by side: tok/s and
+wall tok/s of each, their ratio, and how far the Python run's losses are from the TorchScript
+run's. Before the rows, zpipe_python_stage_bench (bench/python_stage_bench.cc) times F, B and W of
+a trivial stage (y = x * w on [1, 8, 16]) from each path: the per-action cost of the Python call.
+
 usage: peer_bench.py --zpipe BUILD/client/zpipe [--quick] [--rows NAME,...] [--iterations N]
-                     [--json FILE] [--keep DIR] [--list]
+                     [--python] [--json FILE] [--keep DIR] [--list]
 """
 import argparse
 import importlib.util
@@ -230,10 +237,11 @@ def worker_ranks(log_dir, p):
     return ranks
 
 
-def run_zeropipe(zpipe, row, prep, tokens, iterations, out, timeout):
+def run_zeropipe(zpipe, row, model, tokens, iterations, out, timeout, name=None):
+    """`model`: the job's model section."""
     spec = {
-        "name": row.name,
-        "model": {"torchscript": {"path": prep.torchscript}},
+        "name": name or row.name,
+        "model": model,
         "data": {"path": tokens, "dtype": "uint16", "seq_len": row.model.seq_len},
         "parallel": {"pipeline": row.p, "data": row.d},
         "schedule": {"kind": row.schedule},
@@ -243,7 +251,7 @@ def run_zeropipe(zpipe, row, prep, tokens, iterations, out, timeout):
                   "weight_decay": OPTIMIZER["weight_decay"], "clip_grad_norm": 0},
     }
     os.makedirs(out, exist_ok=True)
-    job = os.path.join(out, row.name + ".json")
+    job = os.path.join(out, spec["name"] + ".json")
     with open(job, "w") as f:
         json.dump(spec, f)
     # --keep-logs: the workers' logs say which worker got which rank (for RSS per rank).
@@ -303,6 +311,73 @@ def run_zeropipe(zpipe, row, prep, tokens, iterations, out, timeout):
             "cuts": [int(c) for c in (summary.get("layout") or {}).get("cuts", [])],
             "stages_ms": [(s["forward_ms"], s["backward_ms"], s["weight_ms"])
                           for s in (summary.get("layout") or {}).get("stages", [])]}
+
+
+# The trivial stage of the per-action benchmark: embedding, y = x * w, head.
+TRIVIAL_MODEL = """import torch
+from torch import nn
+
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def build_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(32, 16), Scale(), nn.Linear(16, 32))
+"""
+
+
+def stage_overhead(zpipe, workdir, timeout):
+    """Runs zpipe_python_stage_bench (beside zpipe's build) on the trivial model; its lines and its
+    JSON, or an error."""
+    build = os.path.dirname(os.path.dirname(zpipe))
+    binary = os.path.join(build, "bench", "zpipe_python_stage_bench")
+    if not os.access(binary, os.X_OK):
+        return {"error": f"{binary} not built (cmake --build {build} --target "
+                         "zpipe_python_stage_bench)"}
+    model_py = os.path.join(workdir, "trivial_model.py")
+    with open(model_py, "w") as f:
+        f.write(TRIVIAL_MODEL)
+    spec = importlib.util.spec_from_file_location("trivial_model", model_py)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model_pt = zeropipe.export_model(module.build_model(), os.path.join(workdir, "trivial.pt"),
+                                     vocab=32)
+    done = subprocess.run([binary, "--python", model_py, "--torchscript", model_pt],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if done.returncode != 0:
+        return {"error": f"zpipe_python_stage_bench exited {done.returncode}: "
+                         f"{done.stderr.strip()[-2000:]}"}
+    lines = done.stdout.strip().splitlines()
+    return {"lines": lines[:-1], "json": json.loads(lines[-1])}
+
+
+def python_table(rows, compare):
+    header = ["row", "schedule", "p", "d", "m", "tok/s TorchScript", "tok/s Python", "Py/TS",
+              "wall tok/s TorchScript", "wall tok/s Python",
+              f"max rel loss diff it1-{compare}"]
+    lines = []
+    for row in rows:
+        ts, py = row.result.get("zp", {}), row.result.get("zpy", {})
+        cells = [row.name, row.schedule, row.p, row.d, row.m]
+        if "error" in ts or "error" in py or not py:
+            cells += ["failed (below)" if "error" in ts else f"{ts['tokens_per_s']:.0f}",
+                      "failed (below)" if py else "not run"] + [""] * 4
+        else:
+            wall = [f"{v:.0f}" if v is not None else "—"
+                    for v in (ts.get("wall_tokens_per_s"), py.get("wall_tokens_per_s"))]
+            cells += [f"{ts['tokens_per_s']:.0f}", f"{py['tokens_per_s']:.0f}",
+                      f"{py['tokens_per_s'] / ts['tokens_per_s']:.3f}x"] + wall + [
+                      f"{compare_losses(py, ts, compare):.1e}"]
+        lines.append([str(c) for c in cells])
+    return header, lines
 
 
 def pytorch_cuts(row, zp_cuts, blocks):
@@ -471,6 +546,9 @@ def main():
     parser.add_argument("--pytorch-only", action="store_true",
                         help="skip ZeroPipe; PyTorch cuts by block count (to try the PyTorch side)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    parser.add_argument("--python", action="store_true",
+                        help="also train each row as a Python model (model.python) and time the "
+                             "Python stage call; a second table")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--keep", help="keep jobs, logs and timelines in this directory")
     args = parser.parse_args()
@@ -503,6 +581,11 @@ def main():
         print(f"peer: {len(selected)} row(s), {iterations} iterations per run, 1 thread per "
               f"rank, torch {torch.__version__}, {os.cpu_count()} cores, load average {load0}",
               flush=True)
+        overhead = None
+        if args.python and not args.pytorch_only:
+            overhead = stage_overhead(zpipe, workdir, args.timeout)
+            for line in overhead.get("lines", [overhead.get("error", "")]):
+                print(f"python stage call: {line}", flush=True)
         prepared = {}
         for row in selected:
             if row.model.module == LLAMA and not os.path.exists(LLAMA):
@@ -520,14 +603,23 @@ def main():
                 zp = {"cuts": [round(k * prep.blocks / stages) for k in range(1, stages)]}
                 cuts = zp["cuts"]
             else:
-                zp = run_zeropipe(zpipe, row, prep, tokens, iterations,
-                                  os.path.join(out, "zeropipe"), args.timeout)
+                zp = run_zeropipe(zpipe, row, {"torchscript": {"path": prep.torchscript}}, tokens,
+                                  iterations, os.path.join(out, "zeropipe"), args.timeout)
                 cuts = pytorch_cuts(row, zp.get("cuts", []), prep.blocks) if "error" not in zp \
                     else None
+            zpy = {}
+            if args.python and not args.pytorch_only and "error" not in zp:
+                python = {"file": row.model.module, "factory": "build", "args": prep.kwargs,
+                          "cuts": zp["cuts"]}
+                zpy = run_zeropipe(zpipe, row, {"python": python}, tokens, iterations,
+                                   os.path.join(out, "zeropipe-python"), args.timeout,
+                                   name=row.name + "-python")
             t1 = time.monotonic()
             pt = run_pytorch(row, prep, tokens, iterations, cuts, os.path.join(out, "pytorch"),
                              args.timeout) if cuts is not None else {"error": "not run"}
             row.result = {"zp": zp, "pt": pt, "pt_cuts": cuts}
+            if zpy:
+                row.result["zpy"] = zpy
             print(f"{row.name}: ZeroPipe {t1 - t0:.0f} s (cuts {zp.get('cuts')}), PyTorch "
                   f"{time.monotonic() - t1:.0f} s (cuts {cuts})"
                   + (f"; PyTorch: {pt['error']}" if "error" in pt else ""), flush=True)
@@ -537,11 +629,17 @@ def main():
         print()
         if not args.pytorch_only:
             print_markdown(*table(selected, args.compare))
+        if args.python and not args.pytorch_only:
+            print()
+            print("ZeroPipe's Python path (model.python) beside its TorchScript path, same cuts:")
+            print()
+            print_markdown(*python_table(selected, args.compare))
         else:
             for row in selected:
                 print(row.name, json.dumps(row.result["pt"])[:2000])
         for row in selected:
-            for side, name in (("zp", "ZeroPipe"), ("pt", "PyTorch")):
+            for side, name in (("zp", "ZeroPipe"), ("zpy", "ZeroPipe (Python model)"),
+                               ("pt", "PyTorch")):
                 error = row.result.get(side, {}).get("error")
                 if error and error != "not run":
                     print(f"{row.name}: {name} failed: {error}")
@@ -562,11 +660,13 @@ def main():
                             "pytorch": PT_NAME[PT_SCHEDULE[r.schedule]], "p": r.p, "d": r.d,
                             "m": r.m, "b": r.b, "zeropipe": r.result.get("zp"),
                             "torch": r.result.get("pt"), "pt_cuts": r.result.get("pt_cuts"),
+                            "zeropipe_python": r.result.get("zpy"),
                             "loss_max_rel_diff": compare_losses(r.result["zp"], r.result["pt"],
                                                                 args.compare)
                             if "losses" in r.result.get("zp", {}) and
                             "losses" in r.result.get("pt", {}) else None}
-                           for r in selected], f, indent=1)
+                           for r in selected] +
+                          ([{"python_stage_call": overhead}] if overhead else []), f, indent=1)
     finally:
         if tmp is not None:
             tmp.cleanup()

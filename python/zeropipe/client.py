@@ -82,15 +82,17 @@ def _hash_file(path):
 
 
 def _file_fields(spec):
-    """(field name, message holding .path) for the spec's files a worker reads: what
-    `zpipe submit --upload` uploads (artifact.FileFields)."""
+    """(field name, message, attribute holding the path) for the spec's files a worker reads:
+    what `zpipe submit --upload` uploads (artifact.FileFields)."""
     fields = []
     if spec.model.HasField("torchscript"):
-        fields.append(("spec.model.torchscript.path", spec.model.torchscript))
+        fields.append(("spec.model.torchscript.path", spec.model.torchscript, "path"))
+    if spec.model.HasField("python"):
+        fields.append(("spec.model.python.file", spec.model.python, "file"))
     if spec.HasField("data"):
-        fields.append(("spec.data.path", spec.data))
+        fields.append(("spec.data.path", spec.data, "path"))
     if spec.HasField("eval"):
-        fields.append(("spec.eval.path", spec.eval))
+        fields.append(("spec.eval.path", spec.eval, "path"))
     return fields
 
 
@@ -176,9 +178,10 @@ class Client:
         with `field` naming the field.
 
         upload=True (`zpipe submit --upload`): first sends the files the spec names that the
-        workers read (model.torchscript.path, data.path, eval.path) to the coordinator with
-        upload_artifact, and submits the spec naming them as "artifact:sha256:<hex>", so workers
-        that share no folder with this program can run the job. The paths are this machine's: a
+        workers read (model.torchscript.path or model.python.file, data.path, eval.path) to the
+        coordinator with upload_artifact, and submits the spec naming them as
+        "artifact:sha256:<hex>", so workers that share no folder with this program can run the
+        job. The paths are this machine's: a
         job file's relative paths are taken relative to its folder, a dict's or text's relative
         to the current directory; a path that already is an artifact reference is left as it
         is. A failed upload raises before anything is submitted, with `field` naming the field
@@ -190,17 +193,18 @@ class Client:
             uploaded = job_pb2.JobSpec()
             uploaded.CopyFrom(spec)  # a JobSpec passed in stays the caller's, unchanged
             spec = uploaded
-            for field, msg in _file_fields(spec):
-                if not msg.path or msg.path.startswith(_ARTIFACT_PREFIX):
+            for field, msg, attr in _file_fields(spec):
+                path = getattr(msg, attr)
+                if not path or path.startswith(_ARTIFACT_PREFIX):
                     continue
                 try:
-                    sha256, size = _hash_file(msg.path)
+                    sha256, size = _hash_file(path)
                 except ZeroPipeError as e:
                     raise ZeroPipeError(e.code, f"{field}: {e.message}", field) from None
                 try:
-                    msg.path = self._upload(msg.path, sha256, size)["ref"]
+                    setattr(msg, attr, self._upload(path, sha256, size)["ref"])
                 except ZeroPipeError as e:
-                    raise ZeroPipeError(e.code, f"{field}: uploading '{msg.path}': {e.message}",
+                    raise ZeroPipeError(e.code, f"{field}: uploading '{path}': {e.message}",
                                         field) from None
         request = pb.SubmitJobRequest(job_id=job_id or "", spec=spec)
         return self._call(self._stub.SubmitJob, request).job.id
@@ -208,9 +212,9 @@ class Client:
     def upload_artifact(self, path):
         """Sends the file at `path` to the coordinator's artifact store (UploadArtifact,
         proto/zpipe/v1/artifact.proto) and returns {ref: "artifact:sha256:<hex>", the name a job
-        spec's model.torchscript.path, data.path or eval.path may give it; size: its bytes;
-        created: False when the coordinator already held it, which it says after the first
-        chunk, so the rest is not sent}.
+        spec's model.torchscript.path, model.python.file, data.path or eval.path may give it;
+        size: its bytes; created: False when the coordinator already held it, which it says
+        after the first chunk, so the rest is not sent}.
 
         The file is read twice in 1 MiB chunks, never whole: once to compute its SHA-256, which
         the first message claims, then to send it. No deadline: a large file takes as long as it

@@ -71,11 +71,14 @@ def _as_tuple(y):
 
 
 def run_blocks(model, tokens):
-    """Runs `model`'s blocks (its children, in order) on int64 token ids the way ZeroPipe does: a
-    tuple a block returns becomes the next block's positional arguments. Returns the last block's
-    output: logits, or (logits, aux). Works on the nn.Sequential and on the loaded file."""
+    """Runs `model`'s blocks (model.stages() when it has one, as for a Python model; else its
+    children, in order) on int64 token ids the way ZeroPipe does: a tuple a block returns becomes
+    the next block's positional arguments. Returns the last block's output: logits, or (logits,
+    aux). Works on the nn.Sequential, on the loaded file and on a Python model's module."""
+    stages = getattr(model, "stages", None)
+    blocks = stages() if callable(stages) else model.children()
     x = (tokens,)
-    for block in model.children():
+    for block in blocks:
         x = _as_tuple(block(*x))
     return x[0] if len(x) == 1 else x
 

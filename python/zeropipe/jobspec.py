@@ -14,8 +14,9 @@ standard input as `--file=-`, a dict as JSON) and turns the spec it prints into 
 zpipe binary is $ZPIPE_BIN, else `zpipe` on PATH, else build/client/zpipe of the source tree
 this package sits in; without one, reading a spec raises FAILED_PRECONDITION saying so.
 
-Relative model.torchscript.path, data.path and eval.path in a job FILE are taken relative to the
-file's directory, as `zpipe submit` does; in a dict or text they are sent as written.
+Relative model.torchscript.path, model.python.file, data.path and eval.path in a job FILE are
+taken relative to the file's directory, as `zpipe submit` does; in a dict or text they are sent as
+written.
 
 Errors are the reader's, as `zpipe submit` reports them: ZeroPipeError(INVALID_ARGUMENT, or
 NOT_FOUND for a file that cannot be read) with its message and, when the message names a field,

@@ -28,6 +28,14 @@ v1::JobSpec Scripted(int p, const std::string& schedule = "1f1b") {
   return spec;
 }
 
+v1::JobSpec Python(int p) {
+  v1::JobSpec spec = Scripted(p);
+  auto* py = spec.mutable_model()->mutable_python();
+  py->set_file("/models/model.py");
+  py->set_args(R"({"n_layer": 2})");
+  return spec;
+}
+
 v1::JobSpec Gpt(int layers, int p, const std::string& schedule = "1f1b") {
   v1::JobSpec spec = SyntheticSpec(p);
   auto* g = spec.mutable_model()->mutable_gpt();
@@ -209,6 +217,37 @@ std::vector<BadSpec> BadSpecs() {
          t->add_cuts(2);
        },
        "spec.model.torchscript.cuts"},
+      {"python without file",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->mutable_model()->mutable_python()->clear_file();
+       },
+       "spec.model.python.file"},
+      {"python factory not an identifier",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->mutable_model()->mutable_python()->set_factory("os.system");
+       },
+       "spec.model.python.factory"},
+      {"python args not an object",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->mutable_model()->mutable_python()->set_args("[1, 2]");
+       },
+       "spec.model.python.args"},
+      {"python cuts: too many",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->mutable_model()->mutable_python()->add_cuts(1);
+         r.mutable_spec()->mutable_model()->mutable_python()->add_cuts(2);
+       },
+       "spec.model.python.cuts"},
+      {"python without data",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->clear_data();
+       },
+       "spec.data"},
       {"torchscript seq_len missing",
        [=](R& r) {
          *r.mutable_spec() = Scripted(2);

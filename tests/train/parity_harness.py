@@ -5,12 +5,16 @@ initial weights on the same token windows, with AdamW, warmup + cosine and gradi
 Every iteration's loss and the exported model's parameters must agree within 1e-5 relative.
 
 A test subclasses ParityTestCase, sets `build` to a function returning the nn.Sequential to export,
-and calls run_case per configuration; main() parses --zpipe and runs unittest.
+and calls run_case per configuration; main() parses --zpipe and runs unittest. A Python model
+(model.python: no export, the workers build it) subclasses PythonParityTestCase instead and sets
+`model_file`, `factory` and `args`.
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,11 +54,9 @@ def lr_at(t):
     return MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def reference(model_path, tokens_path, d, m, b, shuffle_seed):
-    """The plain loop: one process, the whole model, the same windows. Returns the per-iteration
-    losses and the trained parameters by name."""
-    torch._C._set_graph_executor_optimize(False)
-    net = torch.jit.load(model_path)
+def reference(net, tokens_path, d, m, b, shuffle_seed):
+    """The plain loop: one process, the whole model `net`, the same windows. Returns the
+    per-iteration losses and the trained parameters by name."""
     net.train()
     params = list(net.parameters())
     opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
@@ -68,7 +70,8 @@ def reference(model_path, tokens_path, d, m, b, shuffle_seed):
             for i in range(m):
                 x, y = zeropipe.batch(tokens_path, "uint16", SEQ_LEN, t, r, i, d, m, b,
                                       shuffle_seed=shuffle_seed)
-                # As ZeroPipe runs blocks: a tuple a block returns is the next one's arguments;
+                # As ZeroPipe runs blocks (a Sequential's children or a module's stages()): a
+                # tuple a block returns is the next one's arguments;
                 # a last block returning (logits, aux) adds aux to the cross-entropy.
                 loss = zeropipe.loss_of(zeropipe.run_blocks(net, x), y)
                 (loss / (d * m)).backward()
@@ -105,13 +108,28 @@ class ParityTestCase(unittest.TestCase):
     def reference(self, d, m, b, shuffle_seed):
         key = (d, m, b, shuffle_seed)
         if key not in self.references:
-            self.references[key] = reference(self.model_path, self.tokens_path, d, m, b,
+            self.references[key] = reference(self.reference_net(), self.tokens_path, d, m, b,
                                              shuffle_seed)
         return self.references[key]
 
+    def reference_net(self):
+        """The model the plain loop trains: the exported file, as the workers load it."""
+        torch._C._set_graph_executor_optimize(False)
+        return torch.jit.load(self.model_path)
+
+    def model_section(self, cuts):
+        torchscript = {"path": self.model_path}
+        if cuts is not None:
+            torchscript["cuts"] = list(cuts)
+        return {"torchscript": torchscript}
+
+    def trained_parameters(self, model_file):
+        """The parameters of the model `zpipe run --out` exported, by name."""
+        return dict(torch.jit.load(model_file).named_parameters())
+
     def run_zpipe(self, name, spec):
-        """Runs job `spec` (a dict) with `zpipe run --local`; asserts it succeeded and returns
-        the run's JSON summary."""
+        """Runs job `spec` (a dict) with `zpipe run --local`, its files in the folder `name`;
+        asserts it succeeded and returns the run's JSON summary."""
         out = os.path.join(self.dir, name)
         os.makedirs(out, exist_ok=True)
         job = os.path.join(out, name + ".json")
@@ -124,14 +142,11 @@ class ParityTestCase(unittest.TestCase):
         self.assertEqual(summary["state"], "succeeded", summary.get("reason"))
         return summary
 
-    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
-        """`cuts`: model.torchscript.cuts (None: the workers profile the blocks)."""
-        torchscript = {"path": self.model_path}
-        if cuts is not None:
-            torchscript["cuts"] = list(cuts)
+    def spec(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
+        """The job run_case runs, as a dict."""
         spec = {
             "name": name,
-            "model": {"torchscript": torchscript},
+            "model": self.model_section(cuts),
             "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": SEQ_LEN},
             "parallel": {"pipeline": p, "data": d},
             "schedule": {"kind": schedule},
@@ -143,19 +158,52 @@ class ParityTestCase(unittest.TestCase):
         }
         if shuffle_seed is not None:
             spec["data"]["shuffle_seed"] = shuffle_seed
-        summary = self.run_zpipe(name, spec)
+        return spec
+
+    def run_case(self, name, schedule, p, d, m, b, shuffle_seed=None, cuts=None):
+        """`cuts`: model.<kind>.cuts (None: the workers profile the blocks)."""
+        summary = self.run_zpipe(name, self.spec(name, schedule, p, d, m, b, shuffle_seed, cuts))
+        self.check(name, summary, d, m, b, shuffle_seed)
+        return summary
+
+    def run_resume_case(self, name, schedule, p, d, m, b, cuts, every, resume_schedule=None,
+                        resume_p=None):
+        """Trains the job with checkpoint.every = `every`, then deletes every checkpoint after the
+        first, as if the job had died there, and runs the same job again (optionally as another
+        schedule and p with as many stages): it resumes from that checkpoint, and its losses from
+        there on and its trained weights must be the plain loop's."""
+        spec = self.spec(name, schedule, p, d, m, b, cuts=cuts)
+        ckpt = os.path.join(self.dir, name + "-ckpt")
+        spec["checkpoint"] = {"every": every, "dir": ckpt}
+        self.run_zpipe(name, spec)
+        saved = [f"iter-{k}" for k in range(every, ITERATIONS + 1, every)]
+        self.assertEqual(sorted(os.listdir(os.path.join(ckpt, name))), sorted(saved))
+        for later in saved[1:]:
+            shutil.rmtree(os.path.join(ckpt, name, later))
+        if resume_schedule is not None:
+            spec["schedule"]["kind"] = resume_schedule
+        if resume_p is not None:
+            spec["parallel"]["pipeline"] = resume_p
+        summary = self.run_zpipe(name + "-resumed", spec)
+        self.check(name, summary, d, m, b, None, first_iteration=every)
+        return summary
+
+    def check(self, name, summary, d, m, b, shuffle_seed, first_iteration=0):
+        """The run's losses from `first_iteration` on and its exported weights against the plain
+        loop's."""
         want_losses, want_params = self.reference(d, m, b, shuffle_seed)
+        want_losses = want_losses[first_iteration:]
         got = summary["losses"]
-        self.assertEqual(len(got), ITERATIONS)
+        self.assertEqual(len(got), ITERATIONS - first_iteration)
         worst_loss = max(abs(g - w) / abs(w) for g, w in zip(got, want_losses))
         for t, (g, w) in enumerate(zip(got, want_losses)):
             self.assertLess(abs(g - w) / abs(w), TOLERANCE,
-                            f"iteration {t}: zeropipe {g}, reference {w}")
+                            f"iteration {first_iteration + t}: zeropipe {g}, reference {w}")
         # The model learned something (the losses are not all equal).
         self.assertLess(got[-1], got[0])
         model_file = summary["model"]["file"]
         self.assertTrue(model_file, summary["model"])
-        trained = dict(torch.jit.load(model_file).named_parameters())
+        trained = self.trained_parameters(model_file)
         self.assertEqual(sorted(trained), sorted(want_params))
         worst_param = 0.0
         for k, w in want_params.items():
@@ -164,6 +212,45 @@ class ParityTestCase(unittest.TestCase):
             self.assertLess(err, TOLERANCE, f"parameter {k}: relative error {err}")
         print(f"\n{name}: losses {got[0]:.4f} -> {got[-1]:.4f}; worst relative error: loss "
               f"{worst_loss:.1e}, parameters {worst_param:.1e}", file=sys.stderr)
+
+
+class PythonParityTestCase(ParityTestCase):
+    """The same comparison for a Python model: the workers build `factory(**args)` from
+    `model_file` (after torch.manual_seed(SEED), as ZeroPipe does with train.seed), the plain loop
+    builds it the same way here, and the export is a state dict."""
+
+    model_file = None
+    factory = "build_model"
+    args = {}
+    token_vocab = VOCAB  # the text's bytes modulo this are the tokens
+    SEED = 1  # train.seed of run_case's spec
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="zpipe-pyparity-")
+        cls.dir = cls.tmp.name
+        with open("/usr/share/common-licenses/GPL-3", "rb") as f:
+            text = f.read()[:20000]
+        cls.tokens_path = os.path.join(cls.dir, "train.bin")
+        zeropipe.write_tokens([t % cls.token_vocab for t in text], cls.tokens_path,
+                              dtype="uint16")
+        cls.references = {}
+
+    def reference_net(self):
+        spec = importlib.util.spec_from_file_location("parity_model", self.model_file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(self.SEED)
+        return getattr(module, self.factory)(**self.args)
+
+    def model_section(self, cuts):
+        python = {"file": self.model_file, "factory": self.factory, "args": self.args}
+        if cuts is not None:
+            python["cuts"] = list(cuts)
+        return {"python": python}
+
+    def trained_parameters(self, model_file):
+        return torch.load(model_file)
 
 
 def main():

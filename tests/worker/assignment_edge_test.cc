@@ -121,6 +121,13 @@ TEST(AssignmentEdgeTest, EveryKindOfSpecTheCoordinatorResolvesIsAccepted) {
          s.mutable_data()->set_path("train.bin");
          s.mutable_data()->set_seq_len(8);
        }},
+      {"python, factory left to its default",
+       [](v1::JobSpec& s) {
+         s.mutable_model()->mutable_python()->set_file("model.py");
+         s.mutable_model()->mutable_python()->set_args(R"({"layers": 2})");
+         s.mutable_data()->set_path("train.bin");
+         s.mutable_data()->set_seq_len(8);
+       }},
   };
   for (const auto& [name, change] : variants) {
     v1::JobSpec spec = MinimalGpt();
@@ -128,6 +135,19 @@ TEST(AssignmentEdgeTest, EveryKindOfSpecTheCoordinatorResolvesIsAccepted) {
     absl::StatusOr<worker::JobConfig> job = worker::FromAssignment(AssignedByTheCoordinator(spec));
     EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
+}
+
+TEST(AssignmentEdgeTest, APythonModelsFactoryIsTheCoordinatorsDefault) {
+  v1::JobSpec spec = MinimalGpt();
+  spec.mutable_model()->mutable_python()->set_file("model.py");
+  spec.mutable_data()->set_path("train.bin");
+  spec.mutable_data()->set_seq_len(8);
+  absl::StatusOr<worker::JobConfig> job = worker::FromAssignment(AssignedByTheCoordinator(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const auto& source = std::get<worker::PythonSource>(job->settings.model);
+  EXPECT_EQ(source.file, "model.py");
+  EXPECT_EQ(source.factory, "build_model");
+  EXPECT_EQ(source.args_json, "");
 }
 
 }  // namespace

@@ -80,6 +80,10 @@ absl::Status DataRoots::CheckJob(const JobSettings& job) const {
   if (const auto* ts = std::get_if<TorchScriptSource>(&job.model)) {
     if (absl::Status st = Check("model.torchscript.path", ts->path); !st.ok()) return st;
   }
+  if (const auto* py = std::get_if<PythonSource>(&job.model)) {
+    // Code the worker runs: under the roots like any file it reads, checked before any import.
+    if (absl::Status st = Check("model.python.file", py->file); !st.ok()) return st;
+  }
   if (job.data) {
     if (absl::Status st = Check("data.path", job.data->path); !st.ok()) return st;
   }

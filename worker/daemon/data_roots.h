@@ -1,7 +1,7 @@
 // DataRoots: the folders a worker lets its jobs read and write (zpipe-worker --data-root,
 // repeatable; by default only its working directory). A job names files the worker opens with
 // the worker's own rights: model.torchscript.path, data.path and eval.path are read,
-// checkpoint.dir is created, written and read back. Whoever may submit jobs must not reach the
+// model.python.file is run as code, checkpoint.dir is created, written and read back. Whoever may submit jobs must not reach the
 // rest of the worker's filesystem through them, so every such path is checked before the job
 // touches anything: made absolute against the working directory (where the worker opens a
 // relative path), resolved through symlinks and ".." (std::filesystem::weakly_canonical, so a
@@ -36,8 +36,9 @@ class DataRoots {
   // allow it" otherwise. An empty path is OK (the field is not set).
   absl::Status Check(absl::string_view field, const std::string& path) const;
 
-  // Check() for every path `job` makes the worker touch: model.torchscript.path, data.path,
-  // eval.path and, when checkpoints are on, checkpoint.dir. The first refusal.
+  // Check() for every path `job` makes the worker touch: model.torchscript.path,
+  // model.python.file, data.path, eval.path and, when checkpoints are on, checkpoint.dir. The
+  // first refusal.
   absl::Status CheckJob(const JobSettings& job) const;
 
   const std::vector<std::filesystem::path>& roots() const { return roots_; }

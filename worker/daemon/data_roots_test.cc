@@ -98,6 +98,12 @@ TEST_F(DataRootsTest, CheckJobCoversModelDataEvalAndCheckpoints) {
   job.eval.reset();
   job.model = TorchScriptSource{.path = "/etc/passwd", .cuts = {}};
   EXPECT_THAT(roots->CheckJob(job).message(), HasSubstr("model.torchscript.path '/etc/passwd'"));
+  // A Python model is code the worker runs: the same rule, before anything is imported.
+  job.model = PythonSource{.file = P("data/model.py"), .factory = "build_model", .args_json = "",
+                           .cuts = {}};
+  EXPECT_TRUE(roots->CheckJob(job).ok());
+  std::get<PythonSource>(job.model).file = P("elsewhere/../elsewhere/model.py");
+  EXPECT_THAT(roots->CheckJob(job).message(), HasSubstr("model.python.file"));
 }
 
 TEST_F(DataRootsTest, ARootThatIsNotADirectoryIsRefusedNamingTheFlag) {

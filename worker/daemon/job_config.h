@@ -61,7 +61,16 @@ struct TorchScriptSource {
   std::vector<int> cuts;
 };
 
-using ModelSource = std::variant<GptSource, SyntheticSource, TorchScriptSource>;
+// An nn.Module built by a Python factory in the worker's embedded interpreter
+// (worker/python/python_model.h), its blocks cut like a TorchScript model's.
+struct PythonSource {
+  std::string file;       // the .py file (a local path, like TorchScriptSource::path)
+  std::string factory;    // a function of `file`; never empty (the edge fills "build_model")
+  std::string args_json;  // its keyword arguments, a JSON object's text; "" = none
+  std::vector<int> cuts;  // as TorchScriptSource::cuts
+};
+
+using ModelSource = std::variant<GptSource, SyntheticSource, TorchScriptSource, PythonSource>;
 
 // The token file a job trains on (job spec `data`); absent = GPT's synthetic tokens.
 struct TokenDataConfig {

@@ -49,10 +49,18 @@ absl::StatusOr<ModelSource> ModelFromProto(const zpipe::v1::ModelSpec& m) {
     case zpipe::v1::ModelSpec::kTorchscript:
       return TorchScriptSource{m.torchscript().path(),
                                {m.torchscript().cuts().begin(), m.torchscript().cuts().end()}};
+    case zpipe::v1::ModelSpec::kPython: {
+      const zpipe::v1::PythonModel& p = m.python();
+      if (p.factory().empty()) return Unresolved("spec.model.python.factory");
+      return PythonSource{.file = p.file(),
+                          .factory = p.factory(),
+                          .args_json = p.args(),
+                          .cuts = {p.cuts().begin(), p.cuts().end()}};
+    }
     case zpipe::v1::ModelSpec::KIND_NOT_SET:
       break;
   }
-  return Bad("spec.model", "names no model (gpt, synthetic or torchscript)");
+  return Bad("spec.model", "names no model (gpt, synthetic, torchscript or python)");
 }
 
 // What checkpoint manifests record of the model (job_config.h JobSettings::model_json).
@@ -260,6 +268,8 @@ absl::StatusOr<JobSettings> JobSettingsFromProto(const zpipe::v1::JobSpec& spec)
     out.seq_len = gpt->config.seq_len;
   } else if (std::holds_alternative<TorchScriptSource>(out.model)) {
     return Bad("spec.data", "is required for torchscript models (a token file: data.path)");
+  } else if (std::holds_alternative<PythonSource>(out.model)) {
+    return Bad("spec.data", "is required for python models (a token file: data.path)");
   }
   absl::StatusOr<TrainConfig> train = TrainFromProto(spec.train());
   if (!train.ok()) return train.status();

@@ -278,6 +278,34 @@ TEST(JobProtoTest, ATorchScriptModelNeedsItsDataSection) {
   EXPECT_EQ(s->model_json, R"({"torchscript":{"path":"model.pt","cuts":[2]}})");
 }
 
+// A Python model converts to its domain source; the factory is the coordinator's to resolve, so
+// an empty one is refused naming the field, and like TorchScript it needs a token file.
+TEST(JobProtoTest, APythonModelConvertsWithItsFactoryResolved) {
+  zpipe::v1::JobSpec spec = ResolvedGptSpec();
+  auto* py = spec.mutable_model()->mutable_python();
+  py->set_file("/models/model.py");
+  py->set_args(R"({"n_layer":2})");
+  py->add_cuts(1);
+  py->add_cuts(3);
+  EXPECT_THAT(JobSettingsFromProto(spec).status().message(),
+              HasSubstr("spec.model.python.factory is unset"));
+  py->set_factory("build");
+  EXPECT_THAT(JobSettingsFromProto(spec).status().message(), HasSubstr("spec.data is required"));
+  spec.mutable_data()->set_path("train.bin");
+  spec.mutable_data()->set_dtype("uint16");
+  spec.mutable_data()->set_seq_len(16);
+  absl::StatusOr<JobSettings> s = JobSettingsFromProto(spec);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const auto& source = std::get<PythonSource>(s->model);
+  EXPECT_EQ(source.file, "/models/model.py");
+  EXPECT_EQ(source.factory, "build");
+  EXPECT_EQ(source.args_json, R"({"n_layer":2})");
+  EXPECT_EQ(source.cuts, (std::vector<int>{1, 3}));
+  EXPECT_EQ(s->model_json,
+            R"({"python":{"file":"/models/model.py","factory":"build","args":"{\"n_layer\":2}",)"
+            R"("cuts":[1,3]}})");
+}
+
 TEST(JobProtoTest, LogBatchesGoOutAsValidProto) {
   JobLog log(10);
   log.Begin("j", 2, 1);

@@ -13,17 +13,18 @@
 #include "core/plan.h"
 #include "util/log.h"
 #include "worker/comm/factory/communicator_factory.h"
+#include "worker/daemon/block_model_source.h"
 #include "worker/daemon/job_checkpoint.h"
 #include "worker/daemon/plan_switch.h"
 #include "worker/daemon/worker_metrics.h"
 #include "worker/executor/executor.h"
 #include "worker/executor/grad_sync_driver.h"
+#include "worker/model/block_model.h"
 #include "worker/model/block_profile.h"
 #include "worker/model/gpt.h"
 #include "worker/model/synthetic.h"
 #include "worker/model/token_file.h"
 #include "worker/model/torch_compat.h"
-#include "worker/model/torchscript.h"
 
 namespace zpipe::worker {
 namespace {
@@ -43,18 +44,19 @@ model::StageOptions StageOptionsFor(const JobConfig& job, int chunk, torch::Devi
   return so;
 }
 
-absl::StatusOr<Stages> MakeTorchScriptStages(const JobConfig& job, const TorchScriptSource& ts,
-                                             torch::Device device) {
-  auto loaded =
-      model::TorchScriptModel::Load(ts.path, job.settings.seq_len, job.settings.microbatch_size);
+// A TorchScript or Python model's stages (block_model_source.h).
+absl::StatusOr<Stages> MakeBlockModelStages(const JobConfig& job, torch::Device device) {
+  const JobSettings& s = job.settings;
+  auto loaded = LoadBlockModel(s.model, s.train.seed, s.seq_len, s.microbatch_size);
   if (!loaded.ok()) return loaded.status();
-  auto bounds = model::StageBoundaries(ts.cuts, (*loaded)->num_blocks(), job.plan.num_stages());
+  auto bounds = model::StageBoundaries(*BlockModelCuts(s.model), (*loaded)->num_blocks(),
+                                       job.plan.num_stages(), BlockModelField(s.model));
   if (!bounds.ok()) return bounds.status();
   Stages stages;
   for (int c = 0; c < job.plan.placement.chunks_per_rank(); ++c) {
     const model::StageOptions so = StageOptionsFor(job, c, device);
     const int begin = (*bounds)[so.stage], end = (*bounds)[so.stage + 1];
-    auto stage = model::MakeTorchScriptStage(*loaded, begin, end, so);
+    auto stage = model::MakeBlockStage(*loaded, begin, end, so);
     if (!stage.ok()) return stage.status();
     if (model::FusedBackward(**stage)) {
       Log(
@@ -91,9 +93,7 @@ absl::StatusOr<std::unique_ptr<model::Stage>> MakeSyntheticStage(
 absl::StatusOr<Stages> MakeStages(const JobConfig& job, torch::Device device,
                                   const std::atomic<int>* iteration) {
   const ModelSource& source = job.settings.model;
-  if (const auto* ts = std::get_if<TorchScriptSource>(&source)) {
-    return MakeTorchScriptStages(job, *ts, device);
-  }
+  if (BlockModelCuts(source) != nullptr) return MakeBlockModelStages(job, device);
   Stages stages;
   for (int c = 0; c < job.plan.placement.chunks_per_rank(); ++c) {
     const model::StageOptions so = StageOptionsFor(job, c, device);
@@ -131,11 +131,11 @@ absl::Status Named(absl::string_view what, const absl::Status& status,
   return absl::Status(code.value_or(status.code()), absl::StrCat(what, ": ", status.message()));
 }
 
-// The vocabulary token ids must stay below: the GPT model's, or the TorchScript model's logits;
+// The vocabulary token ids must stay below: the GPT model's, or a block model's logits;
 // 0 when unknown.
 int64_t Vocab(const JobConfig& job, const Stages& stages) {
   if (const auto* gpt = std::get_if<GptSource>(&job.settings.model)) return gpt->config.vocab;
-  return model::TorchScriptVocab(stages);
+  return model::BlockModelVocab(stages);
 }
 
 absl::StatusOr<std::unique_ptr<model::TokenFileData>> OpenTrainData(const JobConfig& job,
@@ -478,9 +478,11 @@ std::vector<int> CheckpointCuts(const JobSettings& job) {
   }
   const nlohmann::json model = nlohmann::json::parse((*point)->manifest.model_json, nullptr, false);
   std::vector<int> cuts;
-  if (model.is_object() && model.contains("torchscript") && model["torchscript"].contains("cuts")) {
-    for (const auto& c : model["torchscript"]["cuts"]) {
-      if (c.is_number_integer()) cuts.push_back(c.get<int>());
+  for (const char* kind : {"torchscript", "python"}) {
+    if (model.is_object() && model.contains(kind) && model[kind].contains("cuts")) {
+      for (const auto& c : model[kind]["cuts"]) {
+        if (c.is_number_integer()) cuts.push_back(c.get<int>());
+      }
     }
   }
   return cuts;
@@ -501,11 +503,10 @@ absl::Status CheckTokenFile(const std::string& path, const std::string& dtype, i
   return absl::OkStatus();
 }
 
-// The problem with a TorchScript job's model and data files, or empty when there is none;
-// `blocks` gets the timed blocks.
-std::string ProfileTorchScript(const JobSettings& job, const TorchScriptSource& ts,
-                               std::vector<core::BlockCost>& blocks) {
-  auto model = model::TorchScriptModel::Load(ts.path, job.seq_len, job.microbatch_size);
+// The problem with a TorchScript or Python job's model and data files, or empty when there is
+// none; `blocks` gets the timed blocks.
+std::string ProfileBlockModel(const JobSettings& job, std::vector<core::BlockCost>& blocks) {
+  auto model = LoadBlockModel(job.model, job.train.seed, job.seq_len, job.microbatch_size);
   if (!model.ok()) return std::string(model.status().message());
   // The data must fit the model: the same checks a rank makes when it starts.
   for (const auto& [what, path] :
@@ -517,7 +518,7 @@ std::string ProfileTorchScript(const JobSettings& job, const TorchScriptSource& 
   }
   auto timed = model::ProfileBlocks(**model, job.microbatch_size, job.seq_len);
   if (!timed.ok()) {
-    return absl::StrCat("model ", ts.path, ": profiling: ", timed.status().message());
+    return absl::StrCat("model ", (*model)->path(), ": profiling: ", timed.status().message());
   }
   blocks = *std::move(timed);
   return "";
@@ -556,12 +557,11 @@ JobProfile ProfileJob(const JobSettings& job, const DataRoots& data_roots) {
     out.error = std::string(st.message());
     return out;
   }
-  const auto* ts = std::get_if<TorchScriptSource>(&job.model);
-  if (ts == nullptr) {
-    out.error = "only torchscript models are profiled";
+  if (BlockModelCuts(job.model) == nullptr) {
+    out.error = "only torchscript and python models are profiled";
     return out;
   }
-  out.error = ProfileTorchScript(job, *ts, out.blocks);
+  out.error = ProfileBlockModel(job, out.blocks);
   if (out.error.empty()) out.checkpoint_cuts = CheckpointCuts(job);
   return out;
 }

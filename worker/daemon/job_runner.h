@@ -2,12 +2,12 @@
 //
 // Works on the domain view of the assignment (job_config.h; the daemon converts the proto on
 // entry, job_proto.h). A short sequence of named steps: check the job may run here (data roots,
-// device), build the rank's stages (GPT, synthetic or TorchScript), open its data, connect the
-// communicator through the job's rendezvous, build gradient sync and the executor, resume from a
-// checkpoint, then run every iteration (switching plans when all ranks agreed, checkpointing,
-// evaluating) and report each iteration and, at the end, that the rank finished. Returns the
-// first error (the caller reports it as the rank's failure); returns CANCELLED when `cancelled`
-// became true.
+// device), build the rank's stages (GPT, synthetic, TorchScript or Python), open its data,
+// connect the communicator through the job's rendezvous, build gradient sync and the executor,
+// resume from a checkpoint, then run every iteration (switching plans when all ranks agreed,
+// checkpointing, evaluating) and report each iteration and, at the end, that the rank finished.
+// Returns the first error (the caller reports it as the rank's failure); returns CANCELLED when
+// `cancelled` became true.
 #ifndef ZPIPE_WORKER_DAEMON_JOB_RUNNER_H_
 #define ZPIPE_WORKER_DAEMON_JOB_RUNNER_H_
 
@@ -57,7 +57,7 @@ struct JobProfile {
   std::vector<int> checkpoint_cuts;
 };
 
-// Loads a TorchScript job's model and data (the checks a job's start makes, so a broken model or
+// Loads a TorchScript or Python job's model and data (the checks a job's start makes, so a broken model or
 // data file fails the job before it is planned) and times every block on this worker
 // (model/block_profile.h). When the job will resume from a checkpoint, also returns that
 // checkpoint's cuts. Problems come back in the result's `error`, never as a crash; a path outside

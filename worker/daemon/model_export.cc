@@ -1,5 +1,8 @@
 #include "worker/daemon/model_export.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -30,17 +33,34 @@ absl::StatusOr<NamedTensors> ReadAllStages(const ResumePoint& point) {
   return all;
 }
 
-// A state dict (name -> tensor) in torch.save's format: torch.load(FILE) in Python.
+// A state dict (name -> tensor) in torch.save's format: torch.load(FILE) in Python. As
+// torch::pickle_save writes it, except that the dict is not wrapped in TorchScript's type tag
+// (torch.jit._pickle.restore_type_tag), which torch.load's default weights_only=True refuses:
+// the file holds a plain dict of tensors and loads like any state dict.
 absl::Status WriteStateDict(const NamedTensors& params, const fs::path& out) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, t] : params) dict.insert(name, t);
-  std::vector<char> bytes;
+  std::string bytes;
   try {
-    bytes = torch::pickle_save(c10::IValue(dict));
+    std::vector<char> pickled;
+    torch::jit::Pickler pickler(
+        [&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+        /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(dict));
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+      bytes.append(static_cast<const char*>(data), size);
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
   }
-  return WriteFileAtomically(out, absl::string_view(bytes.data(), bytes.size()));
+  return WriteFileAtomically(out, bytes);
 }
 
 }  // namespace
@@ -74,9 +94,9 @@ absl::StatusOr<ExportResult> ExportTrainedModel(const fs::path& checkpoint_root,
     result.kind = "torchscript";
     return result;
   }
-  if (model.is_object() && model.contains("gpt")) {
+  if (model.is_object() && (model.contains("gpt") || model.contains("python"))) {
     if (absl::Status st = WriteStateDict(*params, out); !st.ok()) return st;
-    result.kind = "gpt-state-dict";
+    result.kind = model.contains("gpt") ? "gpt-state-dict" : "python-state-dict";
     return result;
   }
   return absl::InvalidArgumentError(

@@ -3,10 +3,12 @@
 //
 // TorchScript jobs: the user's scripted module (model.torchscript.path), same structure, with
 // every parameter replaced by the trained value from the latest complete checkpoint under
-// DIR/NAME; loadable with torch.jit.load. Built-in GPT jobs: a LibTorch archive holding every
-// parameter under its global name (e.g. "layers.3.mlp.fc1.weight"), readable in Python with
-// torch.jit.load(FILE).state_dict()-style access to its attributes (see docs/guide.md). Synthetic
-// jobs have no weights worth exporting.
+// DIR/NAME; loadable with torch.jit.load. Python jobs: a state dict (torch.load) of every trained
+// parameter under its key in the module the factory builds (load_state_dict, strict=False when
+// the module also has buffers); no Python runs to write it. Built-in GPT jobs: a LibTorch archive
+// holding every parameter under its global name (e.g. "layers.3.mlp.fc1.weight"), readable in
+// Python with torch.jit.load(FILE).state_dict()-style access to its attributes (see docs/guide.md).
+// Synthetic jobs have no weights worth exporting.
 #ifndef ZPIPE_WORKER_DAEMON_MODEL_EXPORT_H_
 #define ZPIPE_WORKER_DAEMON_MODEL_EXPORT_H_
 
@@ -19,7 +21,7 @@ namespace zpipe::worker {
 
 struct ExportResult {
   int iteration = 0;  // K of the checkpoint exported
-  std::string kind;   // "torchscript" or "gpt-state-dict"
+  std::string kind;   // "torchscript", "python-state-dict" or "gpt-state-dict"
   int parameters = 0;
 };
 

@@ -42,16 +42,16 @@ double Bytes(const torch::Tensor& t) {
 // requires_grad, buffer values, and the default CPU generator's state.
 class TrainingStateGuard {
  public:
-  explicit TrainingStateGuard(TorchScriptModel& model) {
+  explicit TrainingStateGuard(BlockModel& model) {
     torch::NoGradGuard no_grad;
     std::set<const c10::TensorImpl*> seen;
     for (int k = 0; k < model.num_blocks(); ++k) {
-      for (const torch::Tensor& p : model.block(k).parameters(/*recurse=*/true)) {
+      for (const auto& [name, p] : model.BlockParameters(k)) {
         if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
         params_.push_back(Param{p, p.grad(), p.requires_grad()});
         torch::Tensor(p).mutable_grad() = torch::Tensor();
       }
-      for (const torch::Tensor& b : model.block(k).buffers(/*recurse=*/true)) {
+      for (const torch::Tensor& b : model.BlockBuffers(k)) {
         if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
         buffers_.emplace_back(b, b.clone());
       }
@@ -92,7 +92,7 @@ struct BlockRun {
 
 class BlockProfiler {
  public:
-  BlockProfiler(TorchScriptModel& model, int k, std::vector<torch::Tensor> params)
+  BlockProfiler(BlockModel& model, int k, std::vector<torch::Tensor> params)
       : model_(model), k_(k), params_(std::move(params)) {}
 
   // F, B and W of one microbatch; `xs`: the previous block's outputs (detached) or token ids.
@@ -127,21 +127,9 @@ class BlockProfiler {
 
     pass = ActionKind::kForward;
     const Clock::time_point f0 = Clock::now();
-    torch::jit::IValue out =
-        model_.block(k_).forward(std::vector<torch::jit::IValue>(args.begin(), args.end()));
-    std::vector<torch::Tensor> ys;
-    if (out.isTensor()) {
-      ys.push_back(out.toTensor());
-    } else if (out.isTuple()) {
-      for (const torch::jit::IValue& e : out.toTupleRef().elements()) {
-        if (e.isTensor()) ys.push_back(e.toTensor());
-      }
-    }
-    if (ys.empty()) {
-      return absl::InvalidArgumentError(
-          Where(pass, absl::StrCat("returned a ", out.tagKind(),
-                                   "; every block must return one tensor or a tuple of tensors")));
-    }
+    absl::StatusOr<std::vector<torch::Tensor>> out = model_.RunBlock(k_, args);
+    if (!out.ok()) return Prefixed(pass, out.status());
+    std::vector<torch::Tensor> ys = *std::move(out);
     torch::Tensor root;
     if (last) {
       const torch::Tensor& y = ys[0];
@@ -195,14 +183,14 @@ class BlockProfiler {
     return absl::Status(st.code(), Where(pass, st.message()));
   }
 
-  TorchScriptModel& model_;
+  BlockModel& model_;
   const int k_;
   const std::vector<torch::Tensor> params_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& model,
+absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(BlockModel& model,
                                                            int microbatch_size, int seq_len,
                                                            int warmup, int reps) {
   if (microbatch_size < 1 || seq_len < 1 || warmup < 0 || reps < 1) {
@@ -224,7 +212,7 @@ absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& mod
   std::vector<core::BlockCost> costs(n);
   for (int k = 0; k < n; ++k) {
     std::vector<torch::Tensor> params;
-    for (const torch::Tensor& p : model.block(k).parameters(/*recurse=*/true)) {
+    for (const auto& [name, p] : model.BlockParameters(k)) {
       torch::Tensor(p).requires_grad_(true);  // as a stage makes them; the guard restores
       params.push_back(p);
       costs[k].param_bytes += Bytes(p);

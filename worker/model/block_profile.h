@@ -1,7 +1,7 @@
-// Measured per-block costs of a TorchScript model, the input of cost-balanced cuts
-// (core/partition.h: BalancedCuts, StageCosts).
+// Measured per-block costs of a block model (TorchScript or Python), the input of cost-balanced
+// cuts (core/partition.h: BalancedCuts, StageCosts).
 //
-// Each block is timed alone, the way a TorchScript stage runs it (torchscript.h): F is the block's
+// Each block is timed alone, the way a block stage runs it (block_model.h): F is the block's
 // forward (for the last block with the cross-entropy loss over its logits), B is the input-gradient
 // pass of SplitBackward including the graph walk (Make + RunInput), W the weight pass (RunWeight).
 // A block whose graph cannot be split has its whole backward in B and W ~ 0, as it would in
@@ -15,7 +15,7 @@
 // statistics a forward updates) get their values back, and the default CPU generator's state is
 // restored (dropout draws nothing on training's behalf).
 //
-// Runs on the CPU, where TorchScriptModel::Load puts the model, on the calling thread; it uses the
+// Runs on the CPU, where the models are loaded, on the calling thread; it uses the
 // model's blocks, so no stage of `model` may run concurrently. Takes about
 // (warmup + reps) x one microbatch's F, B and W through the whole model.
 #ifndef ZPIPE_WORKER_MODEL_BLOCK_PROFILE_H_
@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/partition.h"
-#include "worker/model/torchscript.h"
+#include "worker/model/block_model.h"
 
 namespace zpipe::worker::model {
 
@@ -36,7 +36,7 @@ namespace zpipe::worker::model {
 // (seq_len > 0) so that V is known: FailedPrecondition otherwise. InvalidArgument for
 // microbatch_size, seq_len or reps < 1 or warmup < 0, and for a block that breaks the contract on
 // this input; Internal for other LibTorch errors. Errors name the block and the pass.
-absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(TorchScriptModel& model,
+absl::StatusOr<std::vector<core::BlockCost>> ProfileBlocks(BlockModel& model,
                                                            int microbatch_size, int seq_len,
                                                            int warmup = 1, int reps = 3);
 

@@ -4,6 +4,7 @@
 // buffers, the default generator) is as it was before; bad arguments and a block failing on the
 // profiling input are errors naming what is wrong. The measured costs feed BalancedCuts.
 #include "worker/model/block_profile.h"
+#include "worker/model/torchscript.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>

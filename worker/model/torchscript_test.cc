@@ -165,8 +165,8 @@ TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
   const int m = 2;
   StageOptions o0{.stage = 0, .num_stages = 2, .num_microbatches = m};
   StageOptions o1{.stage = 1, .num_stages = 2, .num_microbatches = m};
-  auto s0 = MakeTorchScriptStage(*model, 0, 2, o0);
-  auto s1 = MakeTorchScriptStage(*model, 2, 4, o1);
+  auto s0 = MakeBlockStage(*model, 0, 2, o0);
+  auto s1 = MakeBlockStage(*model, 2, 4, o1);
   ASSERT_TRUE(s0.ok()) << s0.status();
   ASSERT_TRUE(s1.ok()) << s1.status();
   EXPECT_FALSE(FusedBackward(**s0));
@@ -289,7 +289,7 @@ TEST_F(TorchScriptTest, TupleBoundariesMatchPlainBackward) {
   std::vector<std::unique_ptr<Stage>> stages;
   const int cuts[] = {0, 1, 3, 4};
   for (int s = 0; s < 3; ++s) {
-    auto st = MakeTorchScriptStage(*model, cuts[s], cuts[s + 1],
+    auto st = MakeBlockStage(*model, cuts[s], cuts[s + 1],
                                    {.stage = s, .num_stages = 3, .num_microbatches = m});
     ASSERT_TRUE(st.ok()) << st.status();
     stages.push_back(*std::move(st));

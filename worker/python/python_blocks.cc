@@ -1,0 +1,162 @@
+// The plugin side of Python models (python_plugin.h): a loaded model's blocks as Python objects,
+// run in the embedded interpreter (interpreter.h), and the plugin's entry point.
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/python/interpreter.h"
+#include "worker/python/python_plugin.h"
+
+namespace zpipe::worker::python {
+namespace {
+
+namespace py = pybind11;
+
+// "block 3 ('3')", as the worker's errors name blocks.
+std::string Label(int k, const std::vector<std::string>& names) {
+  return absl::StrCat("block ", k, " ('", names[k], "')");
+}
+
+class Blocks final : public PythonBlocks {
+ public:
+  // `loaded`: the glue's Model. Call with the GIL held.
+  Blocks(const Interpreter& interpreter, py::object loaded)
+      : interpreter_(interpreter),
+        loaded_(loaded),
+        names_(loaded.attr("names").cast<std::vector<std::string>>()) {
+    for (py::handle block : loaded.attr("blocks")) {
+      blocks_.push_back(py::reinterpret_borrow<py::object>(block));
+    }
+  }
+
+  ~Blocks() override {
+    py::gil_scoped_acquire gil;
+    blocks_.clear();
+    loaded_ = py::object();
+  }
+
+  std::vector<std::string> Names() override { return names_; }
+
+  std::vector<std::pair<std::string, torch::Tensor>> Parameters(int k) override {
+    py::gil_scoped_acquire gil;
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (py::handle item : loaded_.attr("parameters")(k)) {
+      py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
+      out.emplace_back(pair[0].cast<std::string>(), THPVariable_Unpack(pair[1].ptr()));
+    }
+    return out;
+  }
+
+  std::vector<torch::Tensor> Buffers(int k) override {
+    py::gil_scoped_acquire gil;
+    std::vector<torch::Tensor> out;
+    for (py::handle b : loaded_.attr("buffers")(k)) out.push_back(THPVariable_Unpack(b.ptr()));
+    return out;
+  }
+
+  absl::StatusOr<std::vector<torch::Tensor>> Run(int k,
+                                                 const std::vector<torch::Tensor>& args) override {
+    py::gil_scoped_acquire gil;
+    // The same tensors, as Python objects (THPVariable_Wrap: no copy; a new reference each).
+    py::tuple py_args(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyObject* t = THPVariable_Wrap(args[i]);
+      if (t == nullptr) return Raised(k);
+      PyTuple_SET_ITEM(py_args.ptr(), static_cast<Py_ssize_t>(i), t);
+    }
+    py::object out =
+        py::reinterpret_steal<py::object>(PyObject_Call(blocks_[k].ptr(), py_args.ptr(), nullptr));
+    if (!out) return Raised(k);
+    return Tensors(k, out);
+  }
+
+  void SetTraining(int k, bool training) override {
+    py::gil_scoped_acquire gil;
+    CallOrLog(k, "train", py::bool_(training));
+  }
+
+  void Move(int k, const torch::Device& device) override {
+    py::gil_scoped_acquire gil;
+    CallOrLog(k, "to", py::str(device.str()));
+  }
+
+ private:
+  // The Python exception set now, as a status naming the block. GIL held.
+  absl::Status Raised(int k) const { return StatusFromPythonError(interpreter_, Label(k, names_)); }
+
+  // What block k returned: one tensor, or the tensors of a tuple (or list). GIL held.
+  absl::StatusOr<std::vector<torch::Tensor>> Tensors(int k, const py::object& out) const {
+    std::vector<torch::Tensor> ys;
+    if (THPVariable_Check(out.ptr())) {
+      ys.push_back(THPVariable_Unpack(out.ptr()));
+      return ys;
+    }
+    if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr())) {
+      for (py::handle e : out) {
+        if (!THPVariable_Check(e.ptr())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Label(k, names_), " returned a tuple holding a ", Py_TYPE(e.ptr())->tp_name,
+              "; every block must return one tensor or a tuple of tensors"));
+        }
+        ys.push_back(THPVariable_Unpack(e.ptr()));
+      }
+      if (!ys.empty()) return ys;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(Label(k, names_), " returned a ", Py_TYPE(out.ptr())->tp_name,
+                     "; every block must return one tensor or a tuple of tensors"));
+  }
+
+  // block.method(arg) for calls that cannot fail on a sane module; an error goes to the log
+  // (with its traceback) rather than being lost. GIL held.
+  void CallOrLog(int k, const char* method, const py::object& arg) {
+    PyObject* r = PyObject_CallMethod(blocks_[k].ptr(), method, "O", arg.ptr());
+    if (r == nullptr) {
+      (void)StatusFromPythonError(interpreter_, absl::StrCat(Label(k, names_), ".", method, "()"));
+    }
+    Py_XDECREF(r);
+  }
+
+  const Interpreter& interpreter_;
+  py::object loaded_;               // the glue's Model
+  std::vector<std::string> names_;  // the blocks' names
+  std::vector<py::object> blocks_;  // the blocks, nn.Modules
+};
+
+class Plugin final : public PythonPlugin {
+ public:
+  absl::StatusOr<std::unique_ptr<PythonBlocks>> Load(const PythonModelSource& source) override {
+    absl::StatusOr<Interpreter*> interpreter = Interpreter::Get();
+    if (!interpreter.ok()) return interpreter.status();
+    const std::string factory = source.factory.empty() ? "build_model" : source.factory;
+    py::gil_scoped_acquire gil;
+    py::object loaded = py::reinterpret_steal<py::object>(PyObject_CallFunction(
+        (*interpreter)->Glue("load").ptr(), "sssK", source.file.c_str(), factory.c_str(),
+        source.args_json.c_str(), static_cast<unsigned long long>(source.seed)));
+    if (!loaded) {
+      return StatusFromPythonError(**interpreter,
+                                   absl::StrCat("model ", source.file, ": ", factory, "()"));
+    }
+    try {
+      return std::make_unique<Blocks>(**interpreter, loaded);
+    } catch (const py::error_already_set& e) {
+      return absl::InternalError(absl::StrCat("model ", source.file, ": ", e.what()));
+    }
+  }
+
+  void SetOutput(std::function<void(std::string_view line)> sink) override {
+    Interpreter::SetOutput(std::move(sink));
+  }
+};
+
+}  // namespace
+}  // namespace zpipe::worker::python
+
+extern "C" __attribute__((visibility("default"))) zpipe::worker::python::PythonPlugin*
+zpipe_python_plugin_v1() {
+  static auto* plugin = new zpipe::worker::python::Plugin();
+  return plugin;
+}
