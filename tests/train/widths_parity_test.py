@@ -167,7 +167,8 @@ class EvalModeTest(harness.ParityTestCase):
             self.assertLess(abs(got - want) / want, harness.TOLERANCE,
                             f"eval loss {got}, eval-mode reference {want}")
         # Training ran in training mode, before and after each evaluation: no iteration's loss
-        # is the eval-mode loss of its windows (dropout 0.5 moves it by far more than 1e-3).
+        # is the eval-mode loss of its windows. "Is" means equal to parity's tolerance; dropout 0.5
+        # moves it by far more than ten times that (here 3.6e-4 at the least, on one mask draw).
         for t, got in enumerate(summary["losses"]):
             with torch.no_grad():
                 eval_mode = 0.0
@@ -177,7 +178,7 @@ class EvalModeTest(harness.ParityTestCase):
                     logits = net(x)
                     eval_mode += torch.nn.functional.cross_entropy(
                         logits.reshape(-1, logits.size(-1)), y.reshape(-1)).item() / M
-            self.assertGreater(abs(got - eval_mode) / eval_mode, 1e-3,
+            self.assertGreater(abs(got - eval_mode) / eval_mode, 10 * harness.TOLERANCE,
                                f"iteration {t}: training loss {got} is the eval-mode loss")
 
 
