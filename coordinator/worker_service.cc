@@ -251,6 +251,10 @@ class SessionReader {
     if (r.has_eval_loss()) eval_loss = r.eval_loss();
     absl::Status st = manager_.IterationReport(worker_id_, r.job_id(), r.iteration(),
                                                RankStatsFromProto(r.stats()), loss, eval_loss);
+    if (!st.ok()) {
+      LogWarning("worker ", name_, ": report of iteration ", r.iteration(), " of job ",
+                 r.job_id(), " ignored: ", st.message());
+    }
     return EndsSession(st) ? st : absl::OkStatus();
   }
 

@@ -12,5 +12,6 @@ if(TARGET zpipe AND TARGET zpipe-coordinator AND TARGET zpipe-worker)
     ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(logs_test zpipe zpipe-worker zpipe-coordinator)
-  gtest_discover_tests(logs_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "logs;slow" TIMEOUT 300)
+  gtest_discover_tests(logs_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+  zpipe_label_discovered_tests(logs_test "logs;slow")
 endif()

@@ -12,6 +12,6 @@ if(TARGET zpipe-coordinator AND TARGET zpipe-worker AND TARGET zpipe::client)
     ZPIPE_WORKER_BIN="$<TARGET_FILE:zpipe-worker>"
     ZPIPE_COORDINATOR_BIN="$<TARGET_FILE:zpipe-coordinator>")
   add_dependencies(replan_e2e_test zpipe-worker zpipe-coordinator)
-  gtest_discover_tests(replan_e2e_test DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "coordinator;slow" RUN_SERIAL TRUE TIMEOUT 600)
+  gtest_discover_tests(replan_e2e_test DISCOVERY_TIMEOUT 60 PROPERTIES RUN_SERIAL TRUE TIMEOUT 600)
+  zpipe_label_discovered_tests(replan_e2e_test "coordinator;slow")
 endif()

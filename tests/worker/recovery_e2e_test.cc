@@ -22,6 +22,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/temp_dir.h"
@@ -418,6 +420,23 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
+// What a failed chaos run leaves to read: each attempt (its workers, resume point, end) and the
+// last lines the live coordinator logged about the job (the killed ones' logs went with them).
+std::string ChaosDiagnosis(const v1::Job& job, testing::LocalCluster& cluster) {
+  std::string out = absl::StrCat("job ", job.id(), " ", v1::JobState_Name(job.state()), ": ",
+                                 job.reason(), "\n");
+  for (const v1::JobAttempt& a : job.attempts()) {
+    absl::StrAppend(&out, "  attempt ", a.attempt(), " on ", absl::StrJoin(a.workers(), ","),
+                    ": started at iteration ", a.start_iteration(), ", ended at ",
+                    a.iterations_done(), ": ", a.end_reason(), "\n");
+  }
+  std::vector<std::string> lines = absl::StrSplit(cluster.coordinator().ReadErr(), '\n');
+  const size_t from = lines.size() > 80 ? lines.size() - 80 : 0;
+  absl::StrAppend(&out, "coordinator log (last ", lines.size() - from, " lines):\n");
+  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, "  ", lines[i], "\n");
+  return out;
+}
+
 TEST(RecoveryE2eTest, ChaosOfKillsAndSigtermsEndsLikeAnUninterruptedRun) {
   const int faults = EnvInt("ZPIPE_CHAOS_FAULTS", 4);
   const int seed = EnvInt("ZPIPE_CHAOS_SEED", 1);
@@ -511,9 +530,9 @@ TEST(RecoveryE2eTest, ChaosOfKillsAndSigtermsEndsLikeAnUninterruptedRun) {
       "kills) with %d restarts in %.1f s; %s\n",
       seed, survived, kills, sigterms, coordinator_kills, job->restarts(), seconds,
       job->reason().c_str());
-  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << ChaosDiagnosis(*job, cluster);
   ASSERT_TRUE(job->has_latest_summary());
-  EXPECT_EQ(job->latest_summary().iteration(), iterations - 1);
+  EXPECT_EQ(job->latest_summary().iteration(), iterations - 1) << ChaosDiagnosis(*job, cluster);
   EXPECT_EQ(job->latest_summary().loss(), reference_loss)
       << "final loss differs from an uninterrupted run";
 }
