@@ -123,6 +123,8 @@ class JobManager {
   // Aborted when `worker_id` is no longer the worker's current registration. `running_job`: the
   // job the worker says it still runs ("" = none); an idle worker naming one is not scheduled.
   absl::Status Heartbeat(const std::string& worker_id, const std::string& running_job = "");
+  // The manager's clock, for sessions stamping what they hear (WorkerConnection::Heard).
+  absl::Time Now() const { return clock_.Now(); }
   // A message from `worker_name` stamped `worker_time_s` (its clock, Unix seconds) has just
   // arrived: a sample for its clock offset (TraceStore).
   void ObserveWorkerClock(const std::string& worker_name, double worker_time_s);

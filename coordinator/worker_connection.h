@@ -5,11 +5,14 @@
 #ifndef ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
 #define ZPIPE_COORDINATOR_WORKER_CONNECTION_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "coordinator/domain.h"
 #include "coordinator/planner.h"
 
@@ -42,7 +45,7 @@ struct WorkerCommand {
   std::string reason;  // kCancel, kShutdown
 };
 
-// The downstream half of a worker's Session stream.
+// The downstream half of a worker's Session stream, and what its upstream half has heard.
 class WorkerConnection {
  public:
   virtual ~WorkerConnection() = default;
@@ -50,6 +53,28 @@ class WorkerConnection {
   virtual void Send(WorkerCommand command) = 0;
   // Ends the stream with `status` (e.g. the worker was replaced or declared dead).
   virtual void Close(absl::Status status) = 0;
+
+  // Liveness kept without the jobs lock (WorkerRegistry::LastSeen reads it under that lock): the
+  // session's reader marks each message it reads (Heard, at `now`) and when it is done handling
+  // it (Handled). A worker whose message the coordinator is still handling is not silent: the
+  // delay is the coordinator's (a handler waiting for the jobs lock reads nothing, heartbeats
+  // included). Thread-safe.
+  void Heard(absl::Time now) {
+    heard_ns_.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
+    handling_.store(true, std::memory_order_relaxed);
+  }
+  void Handled() { handling_.store(false, std::memory_order_relaxed); }
+  // The last message's time (InfinitePast before any), or `now` while one is being handled.
+  absl::Time LastHeard(absl::Time now) const {
+    if (handling_.load(std::memory_order_relaxed)) return now;
+    const int64_t ns = heard_ns_.load(std::memory_order_relaxed);
+    return ns == kNever ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+  }
+
+ private:
+  static constexpr int64_t kNever = INT64_MIN;
+  std::atomic<int64_t> heard_ns_{kNever};
+  std::atomic<bool> handling_{false};
 };
 
 }  // namespace zpipe::coordinator

@@ -130,6 +130,22 @@ RegisteredWorker& WorkerRegistry::Add(const WorkerRegistration& reg, absl::Time 
   return workers_[reg.name] = std::move(entry);
 }
 
+absl::Time WorkerRegistry::LastSeen(const RegisteredWorker& w, absl::Time now) {
+  if (w.connection == nullptr) return w.info.last_seen;
+  return std::max(w.info.last_seen, w.connection->LastHeard(now));
+}
+
+namespace {
+// A copy of `w`'s info for a listing, its last_seen including what its session heard.
+WorkerInfo Listed(const RegisteredWorker& w) {
+  WorkerInfo info = w.info;
+  if (w.connection != nullptr) {
+    info.last_seen = std::max(info.last_seen, w.connection->LastHeard(absl::InfinitePast()));
+  }
+  return info;
+}
+}  // namespace
+
 absl::Status WorkerRegistry::Attach(const std::string& worker_id, const std::string& instance_id,
                                     WorkerConnection* connection, absl::Time now) {
   RegisteredWorker* w = ById(worker_id);
@@ -161,6 +177,7 @@ RegisteredWorker* WorkerRegistry::Detach(const std::string& worker_id,
                                          WorkerConnection* connection) {
   RegisteredWorker* w = ById(worker_id);
   if (w == nullptr || w->connection != connection) return nullptr;
+  w->info.last_seen = std::max(w->info.last_seen, connection->LastHeard(absl::InfinitePast()));
   w->connection = nullptr;
   w->info.connected = false;
   if (w->info.state == WorkerState::kIdle) {
@@ -194,6 +211,7 @@ std::string WorkerRegistry::MarkDead(RegisteredWorker& w, const std::string& rea
   w.info.state = WorkerState::kDead;
   w.info.reason = reason;
   if (w.connection != nullptr) {
+    w.info.last_seen = std::max(w.info.last_seen, w.connection->LastHeard(absl::InfinitePast()));
     w.connection->Close(absl::UnavailableError(absl::StrCat("declared dead: ", reason)));
     w.connection = nullptr;
     w.info.connected = false;
@@ -208,7 +226,7 @@ std::vector<RegisteredWorker*> WorkerRegistry::SilentWorkers(absl::Time now,
                                                              absl::Duration timeout) {
   std::vector<RegisteredWorker*> silent;
   for (auto& [name, w] : workers_) {
-    if (w.info.state != WorkerState::kDead && now - w.info.last_seen > timeout) {
+    if (w.info.state != WorkerState::kDead && now - LastSeen(w, now) > timeout) {
       silent.push_back(&w);
     }
   }
@@ -354,7 +372,7 @@ absl::StatusOr<std::string> WorkerRegistry::NameOf(const std::string& worker_id)
 std::vector<WorkerInfo> WorkerRegistry::List(bool include_dead) const {
   std::vector<WorkerInfo> out;
   for (const auto& [name, w] : workers_) {
-    if (include_dead || w.info.state != WorkerState::kDead) out.push_back(w.info);
+    if (include_dead || w.info.state != WorkerState::kDead) out.push_back(Listed(w));
   }
   return out;
 }
@@ -370,7 +388,7 @@ WorkerPage WorkerRegistry::ListPage(bool include_dead, int page_size,
       page.next_page_token = page.workers.back().registration.name;
       break;
     }
-    page.workers.push_back(it->second.info);
+    page.workers.push_back(Listed(it->second));
   }
   return page;
 }

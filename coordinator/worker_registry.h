@@ -4,7 +4,9 @@
 // IDLE, BUSY and DEAD when told to; which job a worker runs is decided elsewhere (JobLifecycle)
 // and recorded here by job id and rank only.
 //
-// Liveness: only heartbeats refresh a worker (last_seen). A worker silent for longer than the
+// Liveness: a worker is seen when it registers, attaches or heartbeats through the registry
+// (info.last_seen) and whenever its session reads a message from it (WorkerConnection::Heard,
+// kept without the jobs lock; LastSeen combines both). A worker silent for longer than the
 // heartbeat timeout is due to be declared dead (SilentWorkers); declaring it dead closes its
 // stream and returns the job id it held, for the caller to deal with. A worker whose stream ends
 // keeps a BUSY rank until then, so it can reconnect; an IDLE one is dead at once. Dead workers
@@ -65,6 +67,9 @@ class WorkerRegistry {
 
   // InvalidArgument naming the field when a registration is malformed or too large to keep.
   static absl::Status Validate(const WorkerRegistration& registration);
+
+  // When `w` was last heard from (see Liveness above); `now` while its session handles a message.
+  static absl::Time LastSeen(const RegisteredWorker& w, absl::Time now);
 
   // AlreadyExists while another connected, live worker holds the name, unless `registration`
   // carries that worker's instance_id (the same process reconnecting).

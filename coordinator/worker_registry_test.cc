@@ -127,6 +127,33 @@ TEST(WorkerRegistryTest, HeartbeatsKeepWorkersAliveAndSayWhenATeardownIsDone) {
   EXPECT_TRUE(absl::IsNotFound(registry.NameOf(a.info.worker_id).status()));
 }
 
+// Liveness without the jobs lock: what a session reads keeps its worker alive, and a worker whose
+// message the coordinator is still handling (waiting for that lock) is never the silent one.
+TEST(WorkerRegistryTest, MessagesTheSessionReadsKeepAWorkerAliveWithoutHeartbeats) {
+  WorkerRegistry registry;
+  FakeConnection c;
+  RegisteredWorker& a = registry.Add(Named("a"), kT0);
+  ASSERT_TRUE(registry.Attach(a.info.worker_id, "", &c, kT0).ok());
+  const absl::Duration timeout = absl::Seconds(10);
+  EXPECT_EQ(WorkerRegistry::LastSeen(a, kT0 + absl::Seconds(3)), kT0);
+
+  c.Heard(kT0 + absl::Seconds(8));  // a progress batch, say: no registry call at all
+  c.Handled();
+  EXPECT_EQ(WorkerRegistry::LastSeen(a, kT0 + absl::Seconds(9)), kT0 + absl::Seconds(8));
+  EXPECT_TRUE(registry.SilentWorkers(kT0 + absl::Seconds(17), timeout).empty());
+  EXPECT_EQ(registry.List(false)[0].last_seen, kT0 + absl::Seconds(8));
+
+  c.Heard(kT0 + absl::Seconds(9));  // and still handling it 30 s later: the delay is ours
+  EXPECT_TRUE(registry.SilentWorkers(kT0 + absl::Seconds(40), timeout).empty());
+  c.Handled();
+  std::vector<RegisteredWorker*> silent = registry.SilentWorkers(kT0 + absl::Seconds(40), timeout);
+  ASSERT_EQ(silent.size(), 1u);
+
+  // What the session heard outlives it: the stream ends, the worker is listed as last seen then.
+  registry.Detach(a.info.worker_id, &c);
+  EXPECT_EQ(a.info.last_seen, kT0 + absl::Seconds(9));
+}
+
 TEST(WorkerRegistryTest, MarkDeadHandsBackTheJobAndKeepsTheRankForTheReason) {
   WorkerRegistry registry;
   FakeConnection c;

@@ -1,6 +1,7 @@
 #include "coordinator/worker_service.h"
 
 #include <deque>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -148,10 +149,12 @@ class SessionReader {
   // `check_jobs`: with tokens, a report about a job this worker holds no rank of ends the
   // session.
   SessionReader(JobManager& manager, const Authenticator& auth, grpc::ServerContext* ctx,
-                std::string worker_id, std::string name, bool check_jobs)
+                WorkerConnection& connection, std::string worker_id, std::string name,
+                bool check_jobs)
       : manager_(manager),
         auth_(auth),
         ctx_(ctx),
+        connection_(connection),
         worker_id_(std::move(worker_id)),
         name_(std::move(name)),
         check_jobs_(check_jobs) {}
@@ -161,15 +164,11 @@ class SessionReader {
     v1::WorkerMessage msg;
     absl::Status result;
     while (result.ok() && stream->Read(&msg)) {
-      if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
-        absl::Status assigned = AssignedTo(*job_id);
-        // The last lines of a rank can trail its job's end (a cancelled rank's teardown): drop
-        // them rather than end the session.
-        if (!assigned.ok() && msg.has_log()) continue;
-        result = assigned;
-        if (!result.ok()) break;
-      }
-      result = Handle(msg);
+      // Every message is a sign of life, noted without the jobs lock; while it is handled (which
+      // may wait for that lock) the worker counts as heard from now.
+      connection_.Heard(manager_.Now());
+      result = HandleChecked(msg);
+      connection_.Handled();
     }
     return result;
   }
@@ -181,6 +180,17 @@ class SessionReader {
     if (absl::Status st = manager_.CheckAssigned(name_, job_id); !st.ok()) return st;
     assigned_.insert(job_id);
     return absl::OkStatus();
+  }
+
+  absl::Status HandleChecked(v1::WorkerMessage& msg) {
+    if (const std::string* job_id = ReportedJob(msg); job_id != nullptr) {
+      absl::Status assigned = AssignedTo(*job_id);
+      // The last lines of a rank can trail its job's end (a cancelled rank's teardown): drop
+      // them rather than end the session.
+      if (!assigned.ok() && msg.has_log()) return absl::OkStatus();
+      if (!assigned.ok()) return assigned;
+    }
+    return Handle(msg);
   }
 
   // Not OK when `msg` ends the session.
@@ -226,7 +236,13 @@ class SessionReader {
                                          " (the token files were reloaded without it)"));
       }
     }
-    absl::Status result = manager_.Heartbeat(worker_id_, heartbeat.job_id());
+    // Liveness came with the message (Heard); the jobs lock is needed only when the job the
+    // worker says it runs changed since the last heartbeat (a torn-down job may free it).
+    absl::Status result = absl::OkStatus();
+    if (!reported_job_ || *reported_job_ != heartbeat.job_id()) {
+      result = manager_.Heartbeat(worker_id_, heartbeat.job_id());
+      if (result.ok()) reported_job_ = heartbeat.job_id();
+    }
     if (heartbeat.has_time()) {
       const google::protobuf::Timestamp& t = heartbeat.time();
       manager_.ObserveWorkerClock(name_, static_cast<double>(t.seconds()) + 1e-9 * t.nanos());
@@ -287,10 +303,13 @@ class SessionReader {
   JobManager& manager_;
   const Authenticator& auth_;
   grpc::ServerContext* ctx_;
+  WorkerConnection& connection_;
   const std::string worker_id_;
   const std::string name_;
   const bool check_jobs_;
   std::set<std::string> assigned_;
+  // The job the last heartbeat taken by the job manager named; unset before the first.
+  std::optional<std::string> reported_job_;
 };
 
 }  // namespace
@@ -340,7 +359,7 @@ absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStre
       !st.ok()) {
     return st;
   }
-  SessionReader reader(manager_, auth_, ctx, worker_id, *name,
+  SessionReader reader(manager_, auth_, ctx, connection, worker_id, *name,
                        /*check_jobs=*/caller->role == Role::kWorker);
   const absl::Status result = reader.ReadAll(stream);
   manager_.DetachSession(worker_id, &connection);  // no Send() after this returns

@@ -152,7 +152,8 @@ void WorkerSessions::CheckLiveness() {
   for (RegisteredWorker* w : lifecycle_.workers().SilentWorkers(now, heartbeat_timeout_)) {
     // Releasing an earlier one's job may have declared this one dead already.
     if (w->info.state == WorkerState::kDead) continue;
-    MarkDead(*w, absl::StrCat("no heartbeat for ", absl::FormatDuration(now - w->info.last_seen)));
+    MarkDead(*w, absl::StrCat("no heartbeat for ",
+                              absl::FormatDuration(now - WorkerRegistry::LastSeen(*w, now))));
   }
   // Dead workers stay listed (ListWorkers include_dead) for a while, then are forgotten.
   lifecycle_.workers().ForgetDead(now);
