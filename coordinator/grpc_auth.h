@@ -13,7 +13,7 @@ namespace zpipe::coordinator {
 
 // Authenticates the call and checks that its role may make `call` (which needs `role`; see
 // Authorize). UNAUTHENTICATED / PERMISSION_DENIED as Authenticate / Authorize say.
-inline absl::StatusOr<Principal> CallerOf(const Authenticator& auth, const grpc::ServerContext& ctx,
+inline absl::StatusOr<Principal> CallerOf(const Authenticator& auth, const grpc::ServerContextBase& ctx,
                                           Role role, absl::string_view call) {
   std::optional<absl::string_view> value;
   const auto& metadata = ctx.client_metadata();

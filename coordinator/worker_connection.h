@@ -70,11 +70,17 @@ class WorkerConnection {
     const int64_t ns = heard_ns_.load(std::memory_order_relaxed);
     return ns == kNever ? absl::InfinitePast() : absl::FromUnixNanos(ns);
   }
+  // Heartbeats reach the job manager only when the job they name changes, unless the registry
+  // changed its idea of that job (it cancelled one: the worker tears it down until a heartbeat
+  // says otherwise) and wants the next heartbeat whatever it says. TakeHeartbeatWanted clears it.
+  void WantHeartbeat() { heartbeat_wanted_.store(true, std::memory_order_release); }
+  bool TakeHeartbeatWanted() { return heartbeat_wanted_.exchange(false, std::memory_order_acq_rel); }
 
  private:
   static constexpr int64_t kNever = INT64_MIN;
   std::atomic<int64_t> heard_ns_{kNever};
   std::atomic<bool> handling_{false};
+  std::atomic<bool> heartbeat_wanted_{false};
 };
 
 }  // namespace zpipe::coordinator

@@ -279,6 +279,7 @@ void WorkerRegistry::Release(const std::string& job_id,
       w->connection->Send(std::move(command));
       // Until a heartbeat says otherwise, it is still tearing the job down.
       w->info.reported_job = job_id;
+      w->connection->WantHeartbeat();
     }
     w->info.job_id.clear();
     if (w->connection != nullptr) {

@@ -193,6 +193,11 @@ TEST(WorkerRegistryTest, ReleaseCancelsTheJobsWorkersOnly) {
   EXPECT_EQ(ca.commands[0].reason, "cancelled by user");
   EXPECT_EQ(a.info.state, WorkerState::kIdle);
   EXPECT_EQ(a.info.reported_job, "j");  // tearing down until a heartbeat says otherwise
+  // ... so its session must pass that heartbeat on, though the job it names ("") may not have
+  // changed since the last one it passed (it skips those: they need no jobs lock).
+  EXPECT_TRUE(ca.TakeHeartbeatWanted());
+  EXPECT_FALSE(ca.TakeHeartbeatWanted());
+  EXPECT_FALSE(cc.TakeHeartbeatWanted());
   EXPECT_EQ(b.info.state, WorkerState::kDead);
   EXPECT_TRUE(cc.commands.empty());
   EXPECT_EQ(other.info.state, WorkerState::kBusy);

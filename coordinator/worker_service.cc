@@ -1,9 +1,9 @@
 #include "coordinator/worker_service.h"
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -17,78 +17,6 @@
 
 namespace zpipe::coordinator {
 namespace {
-
-using SessionStream = grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>;
-
-// The downstream half of a Session: commands queue here (never blocking the job manager) and a
-// writer thread drains them onto the stream.
-class SessionConnection : public WorkerConnection {
- public:
-  SessionConnection(grpc::ServerContext* ctx, SessionStream* stream)
-      : ctx_(ctx), stream_(stream), writer_([this] { WriteLoop(); }) {}
-  ~SessionConnection() override { Stop(); }
-
-  void Send(WorkerCommand command) override {
-    absl::MutexLock lock(&mu_);
-    if (!stopping_) queue_.push_back(std::move(command));
-  }
-
-  void Close(absl::Status status) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (close_status_.ok()) close_status_ = std::move(status);
-    }
-    ctx_->TryCancel();  // unblocks the reader
-  }
-
-  // Flushes what is queued, then ends the writer. Idempotent.
-  void Stop() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    if (writer_.joinable()) writer_.join();
-  }
-
-  absl::Status close_status() {
-    absl::MutexLock lock(&mu_);
-    return close_status_;
-  }
-
- private:
-  void WriteLoop() {
-    while (true) {
-      WorkerCommand command;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &SessionConnection::HasWorkOrStopping));
-        if (queue_.empty()) return;
-        command = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      v1::CoordinatorMessage message;
-      CommandToProto(command, &message);
-      if (!stream_->Write(message)) {
-        absl::MutexLock lock(&mu_);
-        queue_.clear();
-        stopping_ = true;
-        return;
-      }
-    }
-  }
-
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
-  }
-
-  grpc::ServerContext* ctx_;
-  SessionStream* stream_;
-  absl::Mutex mu_;
-  std::deque<WorkerCommand> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
-  std::thread writer_;  // last: starts once the rest is built
-};
 
 ProgressBatchData BatchFromProto(const v1::ProgressBatch& b) {
   ProgressBatchData data;
@@ -148,7 +76,7 @@ class SessionReader {
  public:
   // `check_jobs`: with tokens, a report about a job this worker holds no rank of ends the
   // session.
-  SessionReader(JobManager& manager, const Authenticator& auth, grpc::ServerContext* ctx,
+  SessionReader(JobManager& manager, const Authenticator& auth, grpc::ServerContextBase* ctx,
                 WorkerConnection& connection, std::string worker_id, std::string name,
                 bool check_jobs)
       : manager_(manager),
@@ -159,17 +87,13 @@ class SessionReader {
         name_(std::move(name)),
         check_jobs_(check_jobs) {}
 
-  // Why the session ended: OK when the stream did.
-  absl::Status ReadAll(SessionStream* stream) {
-    v1::WorkerMessage msg;
-    absl::Status result;
-    while (result.ok() && stream->Read(&msg)) {
-      // Every message is a sign of life, noted without the jobs lock; while it is handled (which
-      // may wait for that lock) the worker counts as heard from now.
-      connection_.Heard(manager_.Now());
-      result = HandleChecked(msg);
-      connection_.Handled();
-    }
+  // Hands one message read from the stream to the job manager; not OK when it ends the session.
+  absl::Status OnMessage(v1::WorkerMessage& msg) {
+    // Every message is a sign of life, noted without the jobs lock; while it is handled (which
+    // may wait for that lock) the worker counts as heard from now.
+    connection_.Heard(manager_.Now());
+    absl::Status result = HandleChecked(msg);
+    connection_.Handled();
     return result;
   }
 
@@ -237,9 +161,11 @@ class SessionReader {
       }
     }
     // Liveness came with the message (Heard); the jobs lock is needed only when the job the
-    // worker says it runs changed since the last heartbeat (a torn-down job may free it).
+    // worker says it runs changed since the last heartbeat (a torn-down job may free it), or the
+    // registry asked for the next one (WantHeartbeat).
     absl::Status result = absl::OkStatus();
-    if (!reported_job_ || *reported_job_ != heartbeat.job_id()) {
+    if (connection_.TakeHeartbeatWanted() || !reported_job_ ||
+        *reported_job_ != heartbeat.job_id()) {
       result = manager_.Heartbeat(worker_id_, heartbeat.job_id());
       if (result.ok()) reported_job_ = heartbeat.job_id();
     }
@@ -302,7 +228,7 @@ class SessionReader {
 
   JobManager& manager_;
   const Authenticator& auth_;
-  grpc::ServerContext* ctx_;
+  grpc::ServerContextBase* ctx_;
   WorkerConnection& connection_;
   const std::string worker_id_;
   const std::string name_;
@@ -310,6 +236,144 @@ class SessionReader {
   std::set<std::string> assigned_;
   // The job the last heartbeat taken by the job manager named; unset before the first.
   std::optional<std::string> reported_job_;
+};
+
+// One worker's Session stream, served by gRPC's callback API: no thread of its own while it waits
+// (a synchronous handler held two per worker, thousands at scale). Reads: hello first (attach),
+// then every message goes to a SessionReader on the gRPC thread that completed the read. Writes:
+// commands queue here (Send never blocks the job manager) and go out one at a time. The end: a
+// failed read or a message that ends the session detaches it from the job manager (no Send or
+// Close after that), the queued commands are written, then Finish; OnDone deletes the reactor.
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+      public WorkerConnection {
+ public:
+  SessionReactor(JobManager& manager, Metrics& metrics, const Authenticator& auth,
+                 grpc::CallbackServerContext* ctx)
+      : manager_(manager), metrics_(metrics), auth_(auth), ctx_(ctx) {
+    absl::StatusOr<Principal> caller =
+        CallerOf(auth_, *ctx_, Role::kWorker, "open worker sessions");
+    if (!caller.ok()) {
+      End(caller.status());
+      return;
+    }
+    check_jobs_ = caller->role == Role::kWorker;
+    StartRead(&in_);
+  }
+
+  void Send(WorkerCommand command) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending_) return;
+      queue_.push_back(std::move(command));
+    }
+    WriteNext();
+  }
+
+  void Close(absl::Status status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (close_status_.ok()) close_status_ = std::move(status);
+    }
+    ctx_->TryCancel();  // the pending read fails, which ends the session
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(reader_ == nullptr ? absl::CancelledError("stream ended before hello")
+                             : absl::OkStatus());
+      return;
+    }
+    absl::Status st = reader_ == nullptr ? Hello() : reader_->OnMessage(in_);
+    if (!st.ok()) {
+      End(st);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) queue_.clear();  // the stream is gone; its read fails too
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Hello() {
+    if (!in_.has_hello()) {
+      return absl::InvalidArgumentError("the first Session message must be hello");
+    }
+    worker_id_ = in_.hello().worker_id();
+    absl::StatusOr<std::string> name = manager_.WorkerName(worker_id_);
+    if (!name.ok()) return name.status();
+    if (absl::Status st = manager_.AttachSession(worker_id_, in_.hello().instance_id(), this);
+        !st.ok()) {
+      return st;
+    }
+    reader_ = std::make_unique<SessionReader>(manager_, auth_, ctx_, *this, worker_id_, *name,
+                                              check_jobs_);
+    return absl::OkStatus();
+  }
+
+  // Called once, from the read side: detaches (no Send or Close after that), then finishes once
+  // what is queued is written.
+  void End(absl::Status result) {
+    if (reader_ != nullptr) manager_.DetachSession(worker_id_, this);
+    {
+      absl::MutexLock lock(&mu_);
+      ending_ = true;
+      end_status_ = close_status_.ok() ? std::move(result) : close_status_;
+    }
+    WriteNext();
+  }
+
+  // Starts the next write, or Finish when ending and nothing is left; one operation at a time.
+  void WriteNext() {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finished_) return;
+      if (queue_.empty()) {
+        if (!ending_) return;
+        finished_ = finish = true;
+      } else {
+        out_.Clear();
+        CommandToProto(queue_.front(), &out_);
+        queue_.pop_front();
+        writing_ = true;
+      }
+    }
+    if (finish) {
+      metrics_.CountRpc("Session", end_status_.code());
+      Finish(ToGrpcStatus(end_status_));
+    } else {
+      StartWrite(&out_);
+    }
+  }
+
+  JobManager& manager_;
+  Metrics& metrics_;
+  const Authenticator& auth_;
+  grpc::CallbackServerContext* ctx_;
+  // Read side: used only from the reaction in flight (one read at a time).
+  v1::WorkerMessage in_;
+  bool check_jobs_ = false;
+  std::string worker_id_;
+  std::unique_ptr<SessionReader> reader_;  // set once attached
+  // Write side.
+  absl::Mutex mu_;
+  std::deque<WorkerCommand> queue_ ABSL_GUARDED_BY(mu_);
+  v1::CoordinatorMessage out_;  // the write in flight; touched only by whoever set writing_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status end_status_;  // set before finished_, read by the one that finishes
 };
 
 }  // namespace
@@ -338,34 +402,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
   return Done("RegisterWorker", absl::OkStatus());
 }
 
-grpc::Status WorkerServiceImpl::Session(grpc::ServerContext* ctx, SessionStream* stream) {
-  return Done("Session", RunSession(ctx, stream));
-}
-
-absl::Status WorkerServiceImpl::RunSession(grpc::ServerContext* ctx, SessionStream* stream) {
-  absl::StatusOr<Principal> caller = CallerOf(auth_, *ctx, Role::kWorker, "open worker sessions");
-  if (!caller.ok()) return caller.status();
-  v1::WorkerMessage msg;
-  if (!stream->Read(&msg)) return absl::CancelledError("stream ended before hello");
-  if (!msg.has_hello()) {
-    return absl::InvalidArgumentError("the first Session message must be hello");
-  }
-  const std::string worker_id = msg.hello().worker_id();
-  absl::StatusOr<std::string> name = manager_.WorkerName(worker_id);
-  if (!name.ok()) return name.status();
-
-  SessionConnection connection(ctx, stream);
-  if (absl::Status st = manager_.AttachSession(worker_id, msg.hello().instance_id(), &connection);
-      !st.ok()) {
-    return st;
-  }
-  SessionReader reader(manager_, auth_, ctx, connection, worker_id, *name,
-                       /*check_jobs=*/caller->role == Role::kWorker);
-  const absl::Status result = reader.ReadAll(stream);
-  manager_.DetachSession(worker_id, &connection);  // no Send() after this returns
-  connection.Stop();
-  if (absl::Status closed = connection.close_status(); !closed.ok()) return closed;
-  return result;
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
+    grpc::CallbackServerContext* ctx) {
+  return new SessionReactor(manager_, metrics_, auth_, ctx);
 }
 
 absl::Status WorkerServiceImpl::CheckRendezvous(grpc::ServerContext* ctx, const std::string& job_id,

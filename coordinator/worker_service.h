@@ -12,7 +12,10 @@
 
 namespace zpipe::coordinator {
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+// Session is served by gRPC's callback API (a reactor per worker, no thread of its own); the unary
+// calls by the synchronous one.
+class WorkerServiceImpl final
+    : public v1::WorkerService::WithCallbackMethod_Session<v1::WorkerService::Service> {
  public:
   // All three must outlive the service.
   WorkerServiceImpl(JobManager& manager, Metrics& metrics, const Authenticator& auth)
@@ -20,9 +23,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
   grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
-  grpc::Status Session(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext* ctx) override;
   grpc::Status RendezvousSet(grpc::ServerContext* ctx, const v1::RendezvousSetRequest* req,
                              v1::RendezvousSetResponse* resp) override;
   grpc::Status RendezvousGet(grpc::ServerContext* ctx, const v1::RendezvousGetRequest* req,
@@ -32,9 +34,6 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
  private:
   grpc::Status Done(absl::string_view method, const absl::Status& status);
-  absl::Status RunSession(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream);
   // The caller of a rendezvous call on `job_id`: a worker token whose worker (by instance_id)
   // holds a rank of the job.
   absl::Status CheckRendezvous(grpc::ServerContext* ctx, const std::string& job_id,

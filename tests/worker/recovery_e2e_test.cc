@@ -108,6 +108,15 @@ bool WaitIterations(Client& client, const std::string& id, int n, double timeout
   return false;
 }
 
+// The last `n` lines of `text` (a process's log).
+std::string TailOf(const std::string& text, size_t n) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  const size_t from = lines.size() > n ? lines.size() - n : 0;
+  std::string out;
+  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, "  ", lines[i], "\n");
+  return out;
+}
+
 std::string Slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -369,7 +378,7 @@ TEST(RecoveryE2eTest, WorkerKilledJobRestartsOnTheSpareFromItsCheckpointBitIdent
   cluster.worker(std::stoi(victim.substr(1))).Signal(SIGKILL);
 
   auto job = cluster.WaitTerminal("stormy", 180);
-  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job.ok()) << job.status() << "\n" << TailOf(cluster.coordinator().ReadErr(), 60);
   for (const std::string& r : stormy.reasons) std::printf("  event: %s\n", r.c_str());
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->reason();
   EXPECT_EQ(job->restarts(), 1);
@@ -430,10 +439,8 @@ std::string ChaosDiagnosis(const v1::Job& job, testing::LocalCluster& cluster) {
                     ": started at iteration ", a.start_iteration(), ", ended at ",
                     a.iterations_done(), ": ", a.end_reason(), "\n");
   }
-  std::vector<std::string> lines = absl::StrSplit(cluster.coordinator().ReadErr(), '\n');
-  const size_t from = lines.size() > 80 ? lines.size() - 80 : 0;
-  absl::StrAppend(&out, "coordinator log (last ", lines.size() - from, " lines):\n");
-  for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&out, "  ", lines[i], "\n");
+  absl::StrAppend(&out, "the coordinator's log, last lines:\n",
+                  TailOf(cluster.coordinator().ReadErr(), 80));
   return out;
 }
 
