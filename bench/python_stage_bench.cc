@@ -82,6 +82,11 @@ std::map<std::string, std::vector<double>> TimeStage(std::shared_ptr<BlockModel>
     std::cerr << "python_stage_bench: " << stage.status() << "\n";
     std::exit(1);
   }
+  if (!torch::isFloatingType((*stage)->InputSpec(setup.batch).dtype)) {
+    std::cerr << "python_stage_bench: blocks " << setup.begin << ":" << setup.end
+              << " take more than one tensor or no floating one; time other blocks\n";
+    std::exit(2);
+  }
   const torch::Tensor input = Random((*stage)->InputSpec(setup.batch));
   const torch::Tensor grad = Random((*stage)->OutputGradSpec(setup.batch));
   std::map<std::string, std::vector<double>> out;
