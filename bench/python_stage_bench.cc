@@ -5,12 +5,23 @@
 // time. The block is y = x * w (w one parameter) on a [1, 8, 16] tensor, so each action's time is
 // almost all call overhead. Only F enters Python (B and W are the C++ split on the graph F built),
 // so the F column's Python - TorchScript difference is the per-action overhead of the Python path;
-// B and W are printed to show they do not differ.
+// B and W are printed to show they do not differ. Each kind is timed on a thread that did not
+// start Python, as a worker's job thread usually is (interpreter.h ScopedGil says why it matters).
 //
 // usage: zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt [--reps N]
+//            [--factory NAME] [--args JSON] [--seq L] [--batch B] [--blocks BEGIN:END]
+//            [--only python|torchscript]
 //   MODEL.py's build_model() and MODEL.pt are the same 3-block nn.Sequential (embedding, the
 //   trivial block, head), which bench/peer/peer_bench.py writes. Prints one line per kind and
 //   action with p50 and p99 in microseconds, then a JSON line for the caller.
+//   The other flags time a real model's stage instead (the default is the trivial one:
+//   build_model, no args, L = 8, B = 1, blocks 1:2): MODEL.py's NAME(**JSON) and its TorchScript
+//   export, blocks [BEGIN, END) as a middle stage on a [B, L] microbatch. E.g. the peer bench's
+//   GPT (bench/peer: its gpt.pt), all four transformer blocks as one stage:
+//     zpipe_python_stage_bench --python examples/own-model/model.py --torchscript gpt.pt
+//       --factory build --args '{"vocab": 256, "seq_len": 64, "hidden": 64, "heads": 4,
+//       "layers": 4}' --seq 64 --batch 2 --blocks 1:5 --reps 200
+//   --only times one kind (both are still loaded), e.g. to profile it with perf.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -21,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -34,9 +46,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using worker::model::BlockModel;
 
-constexpr int kBatch = 1;
-constexpr int kSeq = 8;
-constexpr int kHidden = 16;
+// The stage timed: blocks [begin, end) of a model built for [batch, seq] microbatches.
+struct Setup {
+  int batch = 1;
+  int seq = 8;
+  int begin = 1;
+  int end = 2;
+};
 
 struct Percentiles {
   double p50 = 0;
@@ -49,20 +65,30 @@ Percentiles Of(std::vector<double> us) {
   return {at(0.5), at(0.99)};
 }
 
-// F, B and W of the trivial block (stage 1 of 3) `reps` times, after a warm-up; microseconds per
-// action by action name.
-std::map<std::string, std::vector<double>> TimeStage(std::shared_ptr<BlockModel> model, int reps) {
+torch::Tensor Random(const worker::model::TensorSpec& spec) {
+  return torch::randn(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+}
+
+// F, B and W of the stage (a middle one: stage 1 of 3) `reps` times, after a warm-up;
+// microseconds per action by action name.
+std::map<std::string, std::vector<double>> TimeStage(std::shared_ptr<BlockModel> model,
+                                                     const Setup& setup, int reps) {
   worker::model::StageOptions o;
   o.stage = 1;
   o.num_stages = 3;
   o.num_microbatches = 1;
-  auto stage = worker::model::MakeBlockStage(std::move(model), 1, 2, o);
+  auto stage = worker::model::MakeBlockStage(std::move(model), setup.begin, setup.end, o);
   if (!stage.ok()) {
     std::cerr << "python_stage_bench: " << stage.status() << "\n";
     std::exit(1);
   }
-  const torch::Tensor input = torch::randn({kBatch, kSeq, kHidden});
-  const torch::Tensor grad = torch::randn({kBatch, kSeq, kHidden});
+  if (!torch::isFloatingType((*stage)->InputSpec(setup.batch).dtype)) {
+    std::cerr << "python_stage_bench: blocks " << setup.begin << ":" << setup.end
+              << " take more than one tensor or no floating one; time other blocks\n";
+    std::exit(2);
+  }
+  const torch::Tensor input = Random((*stage)->InputSpec(setup.batch));
+  const torch::Tensor grad = Random((*stage)->OutputGradSpec(setup.batch));
   std::map<std::string, std::vector<double>> out;
   const int warmup = std::max(10, reps / 10);
   for (int i = 0; i < warmup + reps; ++i) {
@@ -89,7 +115,8 @@ std::map<std::string, std::vector<double>> TimeStage(std::shared_ptr<BlockModel>
 }
 
 int Main(int argc, char** argv) {
-  std::string python_file, torchscript_file;
+  std::string python_file, torchscript_file, factory = "build_model", args_json, only;
+  Setup setup;
   int reps = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -99,6 +126,23 @@ int Main(int argc, char** argv) {
       torchscript_file = argv[i + 1];
     } else if (flag == "--reps") {
       reps = std::max(10, std::atoi(argv[i + 1]));
+    } else if (flag == "--only") {
+      only = argv[i + 1];
+    } else if (flag == "--factory") {
+      factory = argv[i + 1];
+    } else if (flag == "--args") {
+      args_json = argv[i + 1];
+    } else if (flag == "--seq") {
+      setup.seq = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--batch") {
+      setup.batch = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--blocks") {
+      if (std::sscanf(argv[i + 1], "%d:%d", &setup.begin, &setup.end) != 2 || setup.begin < 1 ||
+          setup.end <= setup.begin) {
+        std::cerr << "python_stage_bench: --blocks BEGIN:END with 1 <= BEGIN < END (a middle "
+                     "stage)\n";
+        return 2;
+      }
     } else {
       std::cerr << "python_stage_bench: unknown flag " << flag << "\n";
       return 2;
@@ -106,13 +150,15 @@ int Main(int argc, char** argv) {
   }
   if (python_file.empty() || torchscript_file.empty()) {
     std::cerr << "usage: zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt "
-                 "[--reps N]\n";
+                 "[--reps N] [--factory NAME] [--args JSON] [--seq L] [--batch B] "
+                 "[--blocks BEGIN:END] [--only python|torchscript]\n";
     return 2;
   }
   torch::set_num_threads(1);
-  auto ts = worker::model::TorchScriptModel::Load(torchscript_file, kSeq, kBatch);
+  auto ts = worker::model::TorchScriptModel::Load(torchscript_file, setup.seq, setup.batch);
   auto py = worker::python::LoadPythonModel(
-      {.file = python_file, .factory = "build_model", .args_json = "", .seed = 0}, kSeq, kBatch);
+      {.file = python_file, .factory = factory, .args_json = args_json, .seed = 0}, setup.seq,
+      setup.batch);
   if (!ts.ok() || !py.ok()) {
     std::cerr << "python_stage_bench: " << (ts.ok() ? py.status() : ts.status()) << "\n";
     return 1;
@@ -124,7 +170,17 @@ int Main(int argc, char** argv) {
     for (const auto& [kind, model] :
          {std::pair<std::string, std::shared_ptr<BlockModel>>{"torchscript", *ts},
           {"python", *py}}) {
-      for (auto& [action, us] : TimeStage(model, reps / 4)) {
+      if (!only.empty() && kind != only) continue;
+      // On a thread of its own, as on a worker's job thread, which from the worker's second job
+      // on (or after a profile) is not the thread that started Python. The JIT's optimisation
+      // switch is per thread (TorchScriptModel::Load turned it off on this one): off there too.
+      std::map<std::string, std::vector<double>> timed;
+      std::thread job([&] {
+        torch::jit::setGraphExecutorOptimize(false);
+        timed = TimeStage(model, setup, reps / 4);
+      });
+      job.join();
+      for (auto& [action, us] : timed) {
         auto& all = samples[kind][action];
         all.insert(all.end(), us.begin(), us.end());
       }
@@ -143,8 +199,11 @@ int Main(int argc, char** argv) {
     }
   }
   const Percentiles py_f = result["python"]["F"], ts_f = result["torchscript"]["F"];
-  std::cout << absl::StrFormat("python F overhead over torchscript: p50 %+.1f us, p99 %+.1f us\n",
-                               py_f.p50 - ts_f.p50, py_f.p99 - ts_f.p99);
+  if (only.empty()) {
+    std::cout << absl::StrFormat(
+        "python F overhead over torchscript: p50 %+.1f us, p99 %+.1f us\n", py_f.p50 - ts_f.p50,
+        py_f.p99 - ts_f.p99);
+  }
   std::cout << json << "}\n";
   return 0;
 }

@@ -41,9 +41,12 @@ Columns (steady state = iterations 2..N on both sides, as `zpipe run` reports):
 With --python, ZeroPipe also trains every row's model as a Python model (model.python: the
 workers build the same nn.Module from its model.py in their embedded interpreter, at the
 TorchScript run's cuts), and a second table puts the two ZeroPipe paths side by side: tok/s and
-wall tok/s of each, their ratio, and how far the Python run's losses are from the TorchScript
-run's. Before the rows, zpipe_python_stage_bench (bench/python_stage_bench.cc) times F, B and W of
-a trivial stage (y = x * w on [1, 8, 16]) from each path: the per-action cost of the Python call.
+wall tok/s of each, their ratio, the same ratio by compute (busy) time, and how far the Python
+run's losses are from the TorchScript run's. Before the rows, zpipe_python_stage_bench
+(bench/python_stage_bench.cc) times F, B and W of a trivial stage (y = x * w on [1, 8, 16]) from
+each path: the per-action cost of the Python call; and for each model, its middle blocks as one
+stage, both paths alternating in one process: the compute ratio, which load hits alike (the two
+training runs run one after the other, so on a shared machine their ratio moves with the load).
 
 usage: peer_bench.py --zpipe BUILD/client/zpipe [--quick] [--rows NAME,...] [--iterations N]
                      [--python] [--json FILE] [--keep DIR] [--list]
@@ -359,9 +362,42 @@ def stage_overhead(zpipe, workdir, timeout):
     return {"lines": lines[:-1], "json": json.loads(lines[-1])}
 
 
+def stage_compute(zpipe, model, prep, batch, timeout):
+    """zpipe_python_stage_bench on a row's model: its middle blocks (all but the first and last)
+    as one stage, F, B and W from each path alternating in one process, on a job-like thread.
+    Unlike the training runs, which run one path after the other, load hits both alike, so this
+    is the ratio to trust on a busy machine. {kind: (F, B, W) p50 us}, or an error."""
+    binary = os.path.join(os.path.dirname(os.path.dirname(zpipe)), "bench",
+                          "zpipe_python_stage_bench")
+    if not os.access(binary, os.X_OK):
+        return {"error": f"{binary} not built"}
+    done = subprocess.run([binary, "--python", model.module, "--torchscript", prep.torchscript,
+                           "--factory", "build", "--args", json.dumps(prep.kwargs),
+                           "--seq", str(model.seq_len), "--batch", str(batch),
+                           "--blocks", f"1:{prep.blocks - 1}", "--reps", "200"],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if done.returncode != 0:
+        return {"error": f"zpipe_python_stage_bench exited {done.returncode}: "
+                         f"{done.stderr.strip()[-500:]}"}
+    p50 = json.loads(done.stdout.strip().splitlines()[-1])
+    return {kind: tuple(p50[f"{kind}_{a}_p50_us"] for a in "FBW")
+            for kind in ("torchscript", "python")}
+
+
+def stage_compute_line(name, blocks, result):
+    if "error" in result:
+        return f"{name}: stage compute: {result['error']}"
+    ts, py = result["torchscript"], result["python"]
+    return (f"{name}: blocks 1..{blocks - 2} as one stage, one process, p50 F/B/W ms: "
+            f"TorchScript {'/'.join(f'{v / 1e3:.2f}' for v in ts)}, Python "
+            f"{'/'.join(f'{v / 1e3:.2f}' for v in py)}; Py/TS throughput (F+B+W) "
+            f"{sum(ts) / sum(py):.3f}x, F alone {ts[0] / py[0]:.3f}x")
+
+
 def python_table(rows, compare):
     header = ["row", "schedule", "p", "d", "m", "tok/s TorchScript", "tok/s Python", "Py/TS",
-              "wall tok/s TorchScript", "wall tok/s Python",
+              "wall tok/s TorchScript", "wall tok/s Python", "Py/TS by busy time",
               f"max rel loss diff it1-{compare}"]
     lines = []
     for row in rows:
@@ -369,12 +405,13 @@ def python_table(rows, compare):
         cells = [row.name, row.schedule, row.p, row.d, row.m]
         if "error" in ts or "error" in py or not py:
             cells += ["failed (below)" if "error" in ts else f"{ts['tokens_per_s']:.0f}",
-                      "failed (below)" if py else "not run"] + [""] * 4
+                      "failed (below)" if py else "not run"] + [""] * 5
         else:
             wall = [f"{v:.0f}" if v is not None else "—"
                     for v in (ts.get("wall_tokens_per_s"), py.get("wall_tokens_per_s"))]
             cells += [f"{ts['tokens_per_s']:.0f}", f"{py['tokens_per_s']:.0f}",
                       f"{py['tokens_per_s'] / ts['tokens_per_s']:.3f}x"] + wall + [
+                      f"{ts['busy_s'] / py['busy_s']:.3f}x",
                       f"{compare_losses(py, ts, compare):.1e}"]
         lines.append([str(c) for c in cells])
     return header, lines
@@ -586,7 +623,7 @@ def main():
             overhead = stage_overhead(zpipe, workdir, args.timeout)
             for line in overhead.get("lines", [overhead.get("error", "")]):
                 print(f"python stage call: {line}", flush=True)
-        prepared = {}
+        prepared, computed = {}, {}
         for row in selected:
             if row.model.module == LLAMA and not os.path.exists(LLAMA):
                 row.result = {"zp": {"error": f"{os.path.relpath(LLAMA, ROOT)} not found"},
@@ -596,6 +633,11 @@ def main():
             if row.model.name not in prepared:
                 prepared[row.model.name] = Prepared(row.model, workdir)
             prep = prepared[row.model.name]
+            if args.python and not args.pytorch_only and row.model.name not in computed:
+                computed[row.model.name] = stage_compute(zpipe, row.model, prep, row.b,
+                                                         args.timeout)
+                print(stage_compute_line(row.model.name, prep.blocks,
+                                         computed[row.model.name]), flush=True)
             out = os.path.join(workdir, row.name)
             t0 = time.monotonic()
             if args.pytorch_only:
@@ -634,6 +676,12 @@ def main():
             print("ZeroPipe's Python path (model.python) beside its TorchScript path, same cuts:")
             print()
             print_markdown(*python_table(selected, args.compare))
+            print()
+            for name, result in computed.items():
+                print(stage_compute_line(name, prepared[name].blocks, result))
+            print("(Py/TS by busy time: the ranks' summed compute time per iteration, "
+                  "TorchScript's over Python's; the one-process lines alternate the paths, so "
+                  "load hits both alike: the ratio to trust on a shared machine)")
         else:
             for row in selected:
                 print(row.name, json.dumps(row.result["pt"])[:2000])
@@ -666,7 +714,9 @@ def main():
                             if "losses" in r.result.get("zp", {}) and
                             "losses" in r.result.get("pt", {}) else None}
                            for r in selected] +
-                          ([{"python_stage_call": overhead}] if overhead else []), f, indent=1)
+                          ([{"python_stage_call": overhead}] if overhead else []) +
+                          ([{"python_stage_compute": computed}] if computed else []), f,
+                          indent=1)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -11,9 +11,12 @@
 // block's name: "3.attn.qkv.weight" is the Sequential's state_dict key, so trained weights can be
 // written back into the same structure (ExportTorchScript).
 //
-// The JIT's graph optimisations are turned off process-wide (torch::jit::setGraphExecutorOptimize
-// (false)) when a model is loaded: fused differentiable graphs would hide the per-op graph the
-// split needs, and the interpreter then computes what eager PyTorch does.
+// The JIT's graph optimisations are turned off (torch::jit::setGraphExecutorOptimize(false)) when
+// a model is loaded: fused differentiable graphs would hide the per-op graph the split needs, and
+// the interpreter then computes what eager PyTorch does. The switch is the calling thread's own,
+// not the process's: a model run on another thread than the one that loaded it gets the
+// optimised graphs and a fused backward (W empty). The worker loads and runs a job's model on the
+// job's thread, and a profile's on the profile's.
 #ifndef ZPIPE_WORKER_MODEL_TORCHSCRIPT_H_
 #define ZPIPE_WORKER_MODEL_TORCHSCRIPT_H_
 

@@ -43,6 +43,26 @@ PyObject* Emit(PyObject* /*self*/, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// The calling thread's kept thread state (ScopedGil): one PyGILState_Ensure left unmatched while
+// the thread lives, so the state's count never drops to zero and no release deletes it. Its
+// destructor, at thread exit, makes the matching release, which deletes the state.
+class KeptThreadState {
+ public:
+  KeptThreadState() {
+    PyGILState_Ensure();  // makes the thread state if the thread has none
+    saved_ = PyEval_SaveThread();
+  }
+  ~KeptThreadState() {
+    PyEval_RestoreThread(saved_);
+    PyGILState_Release(PyGILState_UNLOCKED);
+  }
+  KeptThreadState(const KeptThreadState&) = delete;
+  KeptThreadState& operator=(const KeptThreadState&) = delete;
+
+ private:
+  PyThreadState* saved_;
+};
+
 PyMethodDef kEmitDef = {"_emit", Emit, METH_O, "one line of output to the worker's log"};
 
 absl::Status NotStarted(const std::string& exe, absl::string_view why) {
@@ -122,6 +142,13 @@ absl::StatusOr<Interpreter*> Interpreter::Start() {
   if (!glue.ok()) return glue.status();
   return new Interpreter(*glue);
 }
+
+ScopedGil::ScopedGil() {
+  thread_local KeptThreadState kept;
+  state_ = PyGILState_Ensure();
+}
+
+ScopedGil::~ScopedGil() { PyGILState_Release(state_); }
 
 void Interpreter::SetOutput(OutputSink sink) {
   absl::MutexLock lock(&output_mu);

@@ -12,8 +12,9 @@
 // end of the process).
 //
 // The GIL: released as soon as the interpreter is up; whoever calls into Python takes it
-// (py::gil_scoped_acquire / PyGILState_Ensure) for the call only, so communication, gradient sync
-// and reporting threads never wait for Python.
+// (ScopedGil) for the call only, so communication, gradient sync and reporting threads never wait
+// for Python. A thread that calls in keeps its Python thread state until it exits (ScopedGil says
+// why).
 //
 // Output: sys.stdout and sys.stderr are replaced by writers that hand every complete line (and
 // what is pending at flush()) to the output sink (SetOutput; stderr of the process until one is
@@ -39,6 +40,32 @@ namespace zpipe::worker::python {
 
 // The Python executable the interpreter starts from (see the file comment).
 std::string PythonExecutable();
+
+// Holds the GIL for its scope, like py::gil_scoped_acquire, under the calling thread's own Python
+// thread state, made on the thread's first ScopedGil and deleted when the thread exits.
+//
+// Why: py::gil_scoped_acquire (and PyGILState_Ensure) on a thread without a thread state makes
+// one and deletes it again when the scope ends. From a worker's second job on (or after a
+// profile), the job's thread is not the thread that started Python, so every block call paid for
+// a new thread state and its frame stack (mapped, faulted in, unmapped), and so did every GIL
+// take LibTorch makes on that thread to free a tensor a Python object refers to (B and W free the
+// forward's saved tensors): a trivial stage's F cost 14 µs instead of 5.4, B and W a few µs
+// more, and F of four GPT blocks about 10% more (docs/performance.md "The Python path"). With the
+// state kept, both find it and only take the lock.
+//
+// Must not be nested inside a scope that already holds the GIL on this thread. The thread state
+// outlives the scope but not the thread: a thread_local deletes it when the thread exits (taking
+// the GIL then).
+class ScopedGil {
+ public:
+  ScopedGil();
+  ~ScopedGil();
+  ScopedGil(const ScopedGil&) = delete;
+  ScopedGil& operator=(const ScopedGil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
 
 class Interpreter {
  public:

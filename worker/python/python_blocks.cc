@@ -33,7 +33,7 @@ class Blocks final : public PythonBlocks {
   }
 
   ~Blocks() override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     blocks_.clear();
     loaded_ = py::object();
   }
@@ -41,7 +41,7 @@ class Blocks final : public PythonBlocks {
   std::vector<std::string> Names() override { return names_; }
 
   std::vector<std::pair<std::string, torch::Tensor>> Parameters(int k) override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     std::vector<std::pair<std::string, torch::Tensor>> out;
     for (py::handle item : loaded_.attr("parameters")(k)) {
       py::tuple pair = py::reinterpret_borrow<py::tuple>(item);
@@ -51,7 +51,7 @@ class Blocks final : public PythonBlocks {
   }
 
   std::vector<torch::Tensor> Buffers(int k) override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     std::vector<torch::Tensor> out;
     for (py::handle b : loaded_.attr("buffers")(k)) out.push_back(THPVariable_Unpack(b.ptr()));
     return out;
@@ -59,7 +59,7 @@ class Blocks final : public PythonBlocks {
 
   absl::StatusOr<std::vector<torch::Tensor>> Run(int k,
                                                  const std::vector<torch::Tensor>& args) override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     // The same tensors, as Python objects (THPVariable_Wrap: no copy; a new reference each).
     py::tuple py_args(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
@@ -74,12 +74,12 @@ class Blocks final : public PythonBlocks {
   }
 
   void SetTraining(int k, bool training) override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     CallOrLog(k, "train", py::bool_(training));
   }
 
   void Move(int k, const torch::Device& device) override {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     CallOrLog(k, "to", py::str(device.str()));
   }
 
@@ -132,7 +132,7 @@ class Plugin final : public PythonPlugin {
     absl::StatusOr<Interpreter*> interpreter = Interpreter::Get();
     if (!interpreter.ok()) return interpreter.status();
     const std::string factory = source.factory.empty() ? "build_model" : source.factory;
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     py::object loaded = py::reinterpret_steal<py::object>(PyObject_CallFunction(
         (*interpreter)->Glue("load").ptr(), "sssK", source.file.c_str(), factory.c_str(),
         source.args_json.c_str(), static_cast<unsigned long long>(source.seed)));

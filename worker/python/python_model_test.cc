@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,8 @@ constexpr int kSeq = 8;
 // Four blocks as people write them: an embedding, a residual tanh layer, a norm + GELU layer
 // and a head. build_model(fail_at) makes block 1 raise on the call numbered fail_at.
 constexpr char kModelPy[] = R"py(
+import threading
+
 import torch
 from torch import nn
 
@@ -111,6 +114,33 @@ class End(nn.Module):
 
     def forward(self, h, mask):
         return self.head(h)
+
+thread_calls = threading.local()  # per Python thread state: gone when the state is deleted
+released = []
+
+class Mark:
+    """Held in thread_calls: collected when its thread's Python thread state is deleted."""
+    def __del__(self):
+        released.append(1)
+
+class Count(nn.Module):
+    """Writes the calls this thread's Python thread state has seen, and the thread states
+    deleted so far, into buffers the test reads."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("released", torch.zeros(()))
+
+    def forward(self, x):
+        if not hasattr(thread_calls, "n"):
+            thread_calls.n, thread_calls.mark = 0, Mark()
+        thread_calls.n += 1
+        self.calls.fill_(thread_calls.n)
+        self.released.fill_(len(released))
+        return x
+
+def count_model(vocab=32, hidden=16):
+    return nn.Sequential(nn.Embedding(vocab, hidden), Count(), nn.Linear(hidden, vocab))
 
 def tuple_model(vocab=32, hidden=16):
     return Tuples(vocab, hidden)
@@ -265,6 +295,30 @@ TEST_F(PythonModelTest, TensorsCrossWithoutCopies) {
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 1u);
   EXPECT_EQ((*out)[0].unsafeGetTensorImpl(), x.unsafeGetTensorImpl());
+}
+
+// A job runs on a thread that did not start Python. Its calls must share one Python thread state
+// (interpreter.h ScopedGil) rather than make and delete one per call, which made the Python path
+// slower than TorchScript's by more than the forward's own cost; what a threading.local holds
+// lives as long as the state, so the model counts its calls in one. The state is deleted when
+// its thread exits, not leaked.
+TEST_F(PythonModelTest, AThreadKeepsOnePythonThreadStateUntilItExits) {
+  auto model = Load("count_model");  // its probe calls block 1 on this thread
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto buffer = [&](int i) { return (*model)->BlockBuffers(1)[i].item<double>(); };
+  const torch::Tensor x = torch::zeros({kBatch, kSeq, 16});
+  std::thread([&] {
+    for (int call = 1; call <= 3; ++call) {
+      ASSERT_TRUE((*model)->RunBlock(1, {x}).ok());
+      EXPECT_EQ(buffer(0), call) << "the thread's Python state was not kept between calls";
+    }
+  }).join();
+  const double released = buffer(1);
+  std::thread([&] {
+    ASSERT_TRUE((*model)->RunBlock(1, {x}).ok());
+    EXPECT_EQ(buffer(0), 1) << "a new thread, a new state";
+    EXPECT_EQ(buffer(1), released + 1) << "the first thread's state outlived its thread";
+  }).join();
 }
 
 TEST_F(PythonModelTest, PrintsReachTheOutputSink) {
