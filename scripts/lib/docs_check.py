@@ -25,7 +25,8 @@ says what the markers mean; in short:
   the lines it prints (stdout and stderr together) — has its output checked too: after
   normalising both sides (NORMALISE below: times, durations, job ids, ports, digests, rates), the
   lines shown must equal the lines the command prints. scripts/docs-regen runs the same commands
-  and writes what they print (not normalised) into the block in place, so a shown output is
+  and writes what they print (not normalised) into the block in place of each shown output that
+  differs (one that matches stays as it is: no churn of timestamps), so a shown output is
   regenerated, never pasted. A command whose output is long is shown through `| head -N` or
   `| grep`. Under `run (shape)` every number is volatile too (SHAPE: measured times, losses,
   bubbles): the lines and their words must match, not the values.
@@ -352,17 +353,19 @@ def run_blocks(root, build, runs, problems, regen):
                     continue
                 actual = [line.rstrip() for line in r.stdout.rstrip("\n").split("\n")] \
                     if r.stdout.strip() else []
+                if normalise_lines(shown, shape) == normalise_lines(actual, shape):
+                    continue  # current: docs-regen leaves it as it is (no churn of timestamps)
                 if regen:
                     rewrites.append((span, actual))
-                elif normalise_lines(shown, shape) != normalise_lines(actual, shape):
+                else:
                     diff = difflib.unified_diff(shown, actual, "shown", "printed", lineterm="", n=1)
                     problems.append(f"{where}: the output shown for `{command}` is not what it prints "
                                     "(scripts/docs-regen rewrites it):\n    "
                                     + "\n    ".join(list(diff)[:40]))
             if rewrites:
                 pending.setdefault(doc, []).append((lineno, lines, rewrites))
-        for doc, blocks in pending.items():
-            rewrite(doc, blocks)
+        for doc, blocks in pending.items() if not problems else ():
+            rewrite(doc, blocks)  # all or nothing: a failed command leaves every page as it was
         return commands
     finally:
         if cluster is not None:
@@ -400,8 +403,6 @@ def main():
     runs, skips = check_markers(root, docs, problems)
     commands = 0
     if mode and not problems:
-        if mode == "--regen":
-            runs = [(doc, b) for doc, b in runs if any(x.startswith("$ ") for x in b[3])]
         commands = run_blocks(root, build, runs, problems, regen=(mode == "--regen"))
 
     for p in problems:
