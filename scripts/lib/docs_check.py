@@ -27,9 +27,10 @@ says what the markers mean; in short:
   lines shown must equal the lines the command prints. scripts/docs-regen runs the same commands
   and writes what they print (not normalised) into the block in place of each shown output that
   differs (one that matches stays as it is: no churn of timestamps), so a shown output is
-  regenerated, never pasted. A command whose output is long is shown through `| head -N` or
-  `| grep`. Under `run (shape)` every number is volatile too (SHAPE: measured times, losses,
-  bubbles): the lines and their words must match, not the values.
+  regenerated, never pasted. A command whose output is long is shown through `| sed -n 1,Np` or
+  `| grep` (`| head` is refused: under pipefail the writer it leaves behind dies of SIGPIPE).
+  Under `run (shape)` every number is volatile too (SHAPE: measured times, losses, bubbles): the
+  lines and their words must match, not the values.
 """
 import os
 import pathlib
@@ -401,6 +402,11 @@ def main():
         problems.append(f"README.md: {readme_lines} lines; keep it under 300 (move detail to docs/)")
     check_links(root, docs, problems)
     runs, skips = check_markers(root, docs, problems)
+    for doc, (lineno, _, _, lines) in runs:
+        for cmd_line, command, _, _ in commands_of(lineno, lines):
+            if re.search(r"\|\s*head\b", command):
+                problems.append(f"{doc.relative_to(root)}:{cmd_line}: `| head` in a run block: its "
+                                "early exit kills the writer under pipefail; use `| sed -n 1,Np`")
     commands = 0
     if mode and not problems:
         commands = run_blocks(root, build, runs, problems, regen=(mode == "--regen"))
