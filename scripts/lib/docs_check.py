@@ -19,7 +19,8 @@ says what the markers mean; in short:
   ZPIPE_COORDINATOR is the address of a local cluster the checker starts for the whole run: one
   zpipe-coordinator on a loopback port with its database in a temporary folder and WORKERS (4)
   zpipe-worker processes (cpu:0..3, one thread each), started as the tests of tests/train start
-  theirs and torn down at exit, however the checker exits.
+  theirs and torn down at exit, however the checker exits. Before a console block (below) the
+  checker waits until every worker is idle, so its output does not depend on the jobs before it.
 
   Shown outputs. A run block written as a console session — `$ COMMAND` lines, each followed by
   the lines it prints (stdout and stderr together) — has its output checked too: after
@@ -177,15 +178,19 @@ class Cluster:
                 str(build / "worker" / "zpipe-worker"), "--coordinator", self.address,
                 "--name", f"docs-w{i}", "--device", f"cpu:{i}", "--threads", "1",
                 "--comm-timeout", "30", "--data-root", top])
+        self.wait_idle("register")
+
+    def wait_idle(self, what="go idle"):
+        """Until every worker is registered and idle (60 s at most)."""
         deadline = time.monotonic() + 60
         while True:
             r = subprocess.run([self.zpipe, "--coordinator", self.address, "-o", "json", "workers"],
-                               capture_output=True, text=True, timeout=30, env=env)
+                               capture_output=True, text=True, timeout=30, env=self.env)
             workers = json.loads(r.stdout).get("workers", []) if r.returncode == 0 else []
             if sum(w.get("state") == "idle" for w in workers) == WORKERS:
-                break
+                return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the workers did not register:\n{r.stdout}\n{self.logs()}")
+                raise RuntimeError(f"the workers did not {what}:\n{r.stdout}\n{self.logs()}")
             time.sleep(0.1)
 
     def _spawn(self, name, argv):
@@ -336,6 +341,8 @@ def run_blocks(root, build, runs, problems, regen):
         commands, pending = 0, {}  # pending: what docs-regen writes once every command has run
         for doc, (lineno, _, marker, lines) in runs:
             shape = marker == RUN_SHAPE
+            if any(line.startswith("$ ") for line in lines):
+                cluster.wait_idle()  # a shown output starts from a quiet cluster
             rewrites = []
             for cmd_line, command, shown, span in commands_of(lineno, lines):
                 where = f"{doc.relative_to(root)}:{cmd_line}"
