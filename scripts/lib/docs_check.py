@@ -100,14 +100,15 @@ def blocks_and_text(text):
     its language, the last prose line before it, its lines)."""
     prose, blocks, fence, current, before, lang = [], [], None, [], "", ""
     for i, line in enumerate(text.split("\n")):
-        if fence is None and line.startswith("```"):
-            fence, current, lang = i, [], line[3:].strip()
+        if fence is None and line.lstrip().startswith("```"):  # indented: inside a list item
+            fence, current, lang = i, [], line.lstrip()[3:].strip()
+            indent = line[:len(line) - len(line.lstrip())]
             marker = before
-        elif fence is not None and line.startswith("```"):
+        elif fence is not None and line.lstrip().startswith("```"):
             blocks.append((fence + 1, lang, marker, current))
             fence, before = None, ""  # a marker belongs to the one block below it
         elif fence is not None:
-            current.append(line)
+            current.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
         else:
             prose.append((i + 1, line))
             if line.strip():
@@ -386,10 +387,13 @@ def rewrite(doc, blocks):
     [((first, end) index range of an output in those lines, the lines printed)])."""
     text = doc.read_text().split("\n")
     for fence_line, lines, rewrites in sorted(blocks, key=lambda b: b[0], reverse=True):
-        assert text[fence_line:fence_line + len(lines)] == lines, f"{doc} changed while running"
+        shown = [line.strip() for line in text[fence_line:fence_line + len(lines)]]
+        assert shown == [line.strip() for line in lines], f"{doc} changed while running"
         new = list(lines)
         for (begin, end), actual in sorted(rewrites, key=lambda r: r[0], reverse=True):
             new[begin:end] = actual
+        indent = text[fence_line - 1][:len(text[fence_line - 1]) - len(text[fence_line - 1].lstrip())]
+        new = [indent + line if line else line for line in new]
         text[fence_line:fence_line + len(lines)] = new
         print(f"docs-regen: {doc.name}:{fence_line}: rewrote {len(rewrites)} output(s)", flush=True)
     doc.write_text("\n".join(text))
