@@ -10,16 +10,18 @@ says what the markers mean; in short:
   and a command block with neither is an error, named by file:line, even without --run.
 
   How a run block runs. Each command (a line; a line ending in `\\` continues on the next; blank
-  and `#` lines are skipped) is its own `bash -e -o pipefail -c`, and must exit 0. It runs in a scratch
-  folder that holds a symlink to every top-level entry of the repository, except `build`, which
-  links to $BUILD_DIR, and `examples`, a copy (`zpipe run` writes beside the job file) (so `build/client/zpipe`, `examples/...` and `.venv/bin/python` mean what they
-  say, and files a command writes land in the scratch folder or the build tree, never in the
-  sources). PATH starts with the build's client/, coordinator/ and worker/ folders (a bare `zpipe`
-  is the built one); HOME and XDG_CONFIG_HOME are scratch folders (zpipe's contexts are its own);
-  ZPIPE_COORDINATOR is the address of a local cluster the checker starts for the whole run: one
-  zpipe-coordinator on a loopback port with its database in a temporary folder and WORKERS (4)
-  zpipe-worker processes (cpu:0..3, one thread each), started as the tests of tests/train start
-  theirs and torn down at exit, however the checker exits. Before a console block (below) the
+  and `#` lines are skipped) is its own `bash -e -o pipefail -c`, and must exit 0. It runs in a
+  scratch folder that holds a symlink to every top-level entry of the repository, except `build`,
+  which links to $BUILD_DIR, and `examples`, a copy (`zpipe run` writes beside the job file): so
+  `build/client/zpipe`, `examples/...` and `.venv/bin/python` mean what they say, and what a
+  command writes lands in the scratch folder or the build tree, never in the sources. PATH
+  starts with the build's client/, coordinator/ and worker/ folders (a bare `zpipe` is the built
+  one); the caller's ZPIPE_TOKEN and ZPIPE_TLS_* are dropped; HOME and XDG_CONFIG_HOME are
+  scratch folders (zpipe's contexts are its own); ZPIPE_COORDINATOR is the address of a local
+  cluster the checker starts for the whole run: one zpipe-coordinator on a loopback port with its
+  database in a temporary folder and WORKERS (4) zpipe-worker processes (cpu:0..3, one thread
+  each), started as the tests of tests/train start theirs and torn down at exit, however the
+  checker exits. Before a console block (below) the
   checker waits until every worker is idle, so its output does not depend on the jobs before it.
 
   Shown outputs. A run block written as a console session — `$ COMMAND` lines, each followed by
@@ -33,6 +35,9 @@ says what the markers mean; in short:
   Under `run (shape)` every number is volatile too (SHAPE: measured times, losses, bubbles): the
   lines and their words must match, not the values.
 """
+import ctypes
+import difflib
+import json
 import os
 import pathlib
 import re
@@ -42,9 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import ctypes
-import difflib
-import json
 
 COMMAND_LANGS = {"sh", "bash", "shell", "console"}
 RUN = "<!-- docs-check: run -->"
@@ -321,10 +323,10 @@ def run_blocks(root, build, runs, problems, regen):
     for var in ("HOME", "XDG_CONFIG_HOME"):
         env[var] = os.path.join(top, var.lower())
         os.makedirs(env[var])
-    for var in ("ZPIPE_TOKEN", "ZPIPE_TLS_CA", "ZPIPE_CONTEXT"):
-        env.pop(var, None)
-    # The venv keeps working under the new HOME; Python output unbuffered for ordering.
-    env["PYTHONUNBUFFERED"] = "1"
+    for var in ("ZPIPE_TOKEN", "ZPIPE_TLS_CA", "ZPIPE_TLS_CERT", "ZPIPE_TLS_KEY",
+                "ZPIPE_REQUIRE_TLS"):
+        env.pop(var, None)  # the caller's credentials are not the local cluster's
+    env["PYTHONUNBUFFERED"] = "1"  # a Python command's lines in the order it printed them
     cluster = None
 
     def on_signal(signum, _):
@@ -348,15 +350,17 @@ def run_blocks(root, build, runs, problems, regen):
             for cmd_line, command, shown, span in commands_of(lineno, lines):
                 where = f"{doc.relative_to(root)}:{cmd_line}"
                 t = time.monotonic()
-                r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=work, env=env,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT if shown is not None else subprocess.PIPE,
-                                   text=True, errors="replace", timeout=COMMAND_TIMEOUT_S)
+                stderr = subprocess.STDOUT if shown is not None else subprocess.PIPE
+                r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=work,
+                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=stderr, text=True, errors="replace",
+                                   timeout=COMMAND_TIMEOUT_S)
                 commands += 1
                 print(f"docs-check: {where}: {command}  ({time.monotonic() - t:.1f} s)", flush=True)
                 if r.returncode != 0:
                     err = (r.stderr if shown is None else r.stdout) or ""
-                    problems.append(f"{where}: `{command}` exited {r.returncode}: {err.strip()[-800:]}")
+                    problems.append(
+                        f"{where}: `{command}` exited {r.returncode}: {err.strip()[-800:]}")
                     continue
                 if shown is None:
                     continue
@@ -368,8 +372,8 @@ def run_blocks(root, build, runs, problems, regen):
                     rewrites.append((span, actual))
                 else:
                     diff = difflib.unified_diff(shown, actual, "shown", "printed", lineterm="", n=1)
-                    problems.append(f"{where}: the output shown for `{command}` is not what it prints "
-                                    "(scripts/docs-regen rewrites it):\n    "
+                    problems.append(f"{where}: the output shown for `{command}` is not what it "
+                                    "prints (scripts/docs-regen rewrites it):\n    "
                                     + "\n    ".join(list(diff)[:40]))
             if rewrites:
                 pending.setdefault(doc, []).append((lineno, lines, rewrites))
@@ -392,7 +396,8 @@ def rewrite(doc, blocks):
         new = list(lines)
         for (begin, end), actual in sorted(rewrites, key=lambda r: r[0], reverse=True):
             new[begin:end] = actual
-        indent = text[fence_line - 1][:len(text[fence_line - 1]) - len(text[fence_line - 1].lstrip())]
+        fence = text[fence_line - 1]
+        indent = fence[:len(fence) - len(fence.lstrip())]
         new = [indent + line if line else line for line in new]
         text[fence_line:fence_line + len(lines)] = new
         print(f"docs-regen: {doc.name}:{fence_line}: rewrote {len(rewrites)} output(s)", flush=True)
@@ -410,7 +415,8 @@ def main():
 
     readme_lines = (root / "README.md").read_text().count("\n")
     if readme_lines >= 300:
-        problems.append(f"README.md: {readme_lines} lines; keep it under 300 (move detail to docs/)")
+        problems.append(
+            f"README.md: {readme_lines} lines; keep it under 300 (move detail to docs/)")
     check_links(root, docs, problems)
     runs, skips = check_markers(root, docs, problems)
     for doc, (lineno, _, _, lines) in runs:
