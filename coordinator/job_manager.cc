@@ -230,8 +230,9 @@ void JobManager::WorkerLeaving(const std::string& worker_id, const std::string& 
 
 absl::Status JobManager::RankFailed(const std::string& worker_id, const std::string& job_id,
                                     int pipeline_rank, int data_rank, const std::string& message,
-                                    bool permanent) {
-  return reports_.Failed(worker_id, job_id, pipeline_rank, data_rank, message, permanent);
+                                    bool permanent, bool peer_lost) {
+  return reports_.Failed(worker_id, job_id, pipeline_rank, data_rank, message, permanent,
+                         peer_lost);
 }
 
 absl::Status JobManager::ProfileResult(const std::string& worker_id, const std::string& job_id,

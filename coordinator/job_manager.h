@@ -139,9 +139,11 @@ class JobManager {
   void WorkerLeaving(const std::string& worker_id, const std::string& reason);
   // `permanent`: the worker says a restart cannot fix it (a full checkpoint disk): the job FAILS
   // now, naming this rank, without a restart or waiting failure_grace for a peer to blame.
+  // `peer_lost`: the rank failed because its connection to a peer broke (an effect); a failure
+  // of another rank's own, reported while it waits, is blamed instead.
   absl::Status RankFailed(const std::string& worker_id, const std::string& job_id,
                           int pipeline_rank, int data_rank, const std::string& message,
-                          bool permanent = false);
+                          bool permanent = false, bool peer_lost = false);
   // A worker's answer to a kProfile command: the job's cuts are chosen from `blocks` (or kept
   // from `checkpoint_cuts`), the plan is made from the measured costs and the assignments go
   // out; a non-empty `error` fails the job with it.

@@ -143,6 +143,43 @@ TEST_F(JobManagerTest, AFailureWithNoLostPeerIsItsOwnCauseAfterTheGrace) {
             "worker b (pipeline rank 1, data rank 0) failed: data: token 900 >= vocab 512");
 }
 
+TEST_F(JobManagerTest, ARanksOwnFailureAfterItsPeersBrokenConnectionIsTheCause) {
+  // Rank 0's model raises: it closes its connections, and rank 1, whose receive broke, reports
+  // first. Rank 0's own failure, arriving while rank 1's waits for a cause, is blamed at once.
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  ASSERT_TRUE(manager_->RankFailed(w1, "j", 1, 0, "recv: rank 0 closed its connection",
+                                   /*permanent=*/false, /*peer_lost=*/true)
+                  .ok());
+  EXPECT_EQ(manager_->Get("j")->record.state, JobState::kRunning);  // waiting for the cause
+  clock_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(manager_->RankFailed(w0, "j", 0, 0, "Python raised ValueError").ok());
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker a (pipeline rank 0, data rank 0) failed: Python raised ValueError; then "
+            "worker b (pipeline rank 1, data rank 0) failed: recv: rank 0 closed its connection");
+}
+
+TEST_F(JobManagerTest, ABrokenConnectionAfterARanksOwnFailureDoesNotReplaceIt) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(2), false).ok());
+  const std::string w0 = AddWorker("a", &c0_);
+  const std::string w1 = AddWorker("b", &c1_);
+  ASSERT_TRUE(manager_->RankFailed(w0, "j", 0, 0, "Python raised ValueError").ok());
+  ASSERT_TRUE(manager_->RankFailed(w1, "j", 1, 0, "recv: rank 0 closed its connection",
+                                   /*permanent=*/false, /*peer_lost=*/true)
+                  .ok());
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(manager_->Heartbeat(w0).ok());
+  ASSERT_TRUE(manager_->Heartbeat(w1).ok());
+  manager_->CheckLiveness();
+  const JobView job = *manager_->Get("j");
+  ASSERT_EQ(job.record.state, JobState::kFailed);
+  EXPECT_EQ(job.record.reason,
+            "worker a (pipeline rank 0, data rank 0) failed: Python raised ValueError");
+}
+
 // Issue 30: a checkpoint disk that is full restarted the job three times, futilely, and once
 // blamed a peer. A failure the worker marks permanent fails the job at once, naming its rank.
 TEST_F(JobManagerTest, APermanentFailureFailsAtOnceWithoutRestartOrBlame) {

@@ -131,7 +131,7 @@ absl::Status RankReports::Finished(const std::string& worker_id, const std::stri
 
 absl::Status RankReports::Failed(const std::string& worker_id, const std::string& job_id,
                                  int pipeline_rank, int data_rank, const std::string& message,
-                                 bool permanent) {
+                                 bool permanent, bool peer_lost) {
   absl::MutexLock lock(&lifecycle_.mu());
   absl::StatusOr<RegisteredWorker*> w = Holder(worker_id, job_id, pipeline_rank, data_rank);
   if (!w.ok()) return w.status();
@@ -145,9 +145,19 @@ absl::Status RankReports::Failed(const std::string& worker_id, const std::string
                       absl::StrCat(failed, " (not restarted: a restart cannot fix this)"));
     return absl::OkStatus();
   }
+  // A failure of this rank's own while another's broken connection waits for a cause: this is
+  // it (a rank raising an exception closes its connections, and its peer may report first).
+  if (!peer_lost) {
+    if (std::optional<std::string> effect = lifecycle_.recovery().TakeEffectFailure(job->id)) {
+      lifecycle_.LoseRank(*job, absl::StrCat(failed, "; then ", *effect));
+      return absl::OkStatus();
+    }
+  }
   // After a restart, a rank whose worker has not come back yet may be the cause: wait for it.
   if (lifecycle_.recovery().AwaitingReconnect(job->id)) {
-    if (lifecycle_.recovery().DeferFailure(*job, failed, clock_.Now())) return absl::OkStatus();
+    if (lifecycle_.recovery().DeferFailure(*job, failed, clock_.Now(), peer_lost)) {
+      return absl::OkStatus();
+    }
   }
   // When another rank of the job is gone, its loss is the cause and this failure the effect
   // (typically "connection reset by peer" on the survivor).
@@ -156,7 +166,7 @@ absl::Status RankReports::Failed(const std::string& worker_id, const std::string
     lifecycle_.LoseRank(*job, absl::StrCat(*lost, "; then ", failed));
     return absl::OkStatus();
   }
-  if (!lifecycle_.recovery().DeferFailure(*job, failed, clock_.Now())) {
+  if (!lifecycle_.recovery().DeferFailure(*job, failed, clock_.Now(), peer_lost)) {
     lifecycle_.LoseRank(*job, failed);
   }
   return absl::OkStatus();

@@ -45,7 +45,7 @@ class RankReports {
   absl::Status Finished(const std::string& worker_id, const std::string& job_id, int pipeline_rank,
                         int data_rank) ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
   absl::Status Failed(const std::string& worker_id, const std::string& job_id, int pipeline_rank,
-                      int data_rank, const std::string& message, bool permanent)
+                      int data_rank, const std::string& message, bool permanent, bool peer_lost)
       ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
 
  private:

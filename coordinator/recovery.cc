@@ -74,22 +74,33 @@ std::optional<std::string> Recovery::BlameLostRank(const JobRecord& job,
   return std::nullopt;
 }
 
-bool Recovery::DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now) {
+bool Recovery::DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now,
+                            bool peer_lost) {
   if (job.state != JobState::kRunning) return false;
   JobRecovery& r = jobs_[job.id];
   if (r.pending_failure) return true;
   if (r.reconnect_deadline && now < *r.reconnect_deadline) {
-    r.pending_failure = JobRecovery::PendingFailure{failed, *r.reconnect_deadline};
+    r.pending_failure = JobRecovery::PendingFailure{failed, *r.reconnect_deadline, peer_lost};
     LogInfo("job ", job.id, ": ", failed, "; waiting up to ",
             absl::FormatDuration(*r.reconnect_deadline - now),
             " for the workers that have not reconnected since the restart");
     return true;
   }
   if (failure_grace_ <= absl::ZeroDuration()) return false;
-  r.pending_failure = JobRecovery::PendingFailure{failed, now + failure_grace_};
+  r.pending_failure = JobRecovery::PendingFailure{failed, now + failure_grace_, peer_lost};
   LogInfo("job ", job.id, ": ", failed, "; waiting up to ", absl::FormatDuration(failure_grace_),
           " for a lost peer to blame");
   return true;
+}
+
+std::optional<std::string> Recovery::TakeEffectFailure(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.pending_failure || !it->second.pending_failure->peer_lost) {
+    return std::nullopt;
+  }
+  std::string reason = std::move(it->second.pending_failure->reason);
+  it->second.pending_failure.reset();
+  return reason;
 }
 
 bool Recovery::AwaitingReconnect(const std::string& job_id) const {

@@ -63,7 +63,12 @@ class Recovery {
   // RUNNING job with a failure_grace; only the first report is kept); false when the job should
   // lose the rank at once. A job reloaded after a restart whose workers are not all back waits
   // until they are, or until recovery_grace ends: a peer not back by then is the one to blame.
-  bool DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now);
+  // `peer_lost`: the rank said its failure is an effect (its connection to a peer broke).
+  bool DeferFailure(const JobRecord& job, const std::string& failed, absl::Time now,
+                    bool peer_lost = false);
+  // The failure the job waits on when it is an effect (a peer_lost report), taken: a rank's own
+  // failure reported meanwhile is its cause. nullopt (and nothing taken) otherwise.
+  std::optional<std::string> TakeEffectFailure(const std::string& job_id);
   // A job reloaded after a restart, some of whose workers have not come back yet.
   bool AwaitingReconnect(const std::string& job_id) const;
   // The failure the job waits on, or null.
@@ -96,6 +101,7 @@ class Recovery {
     struct PendingFailure {
       std::string reason;
       absl::Time deadline;
+      bool peer_lost = false;  // an effect: the reporting rank's connection to a peer broke
     };
     std::optional<PendingFailure> pending_failure;
     std::optional<absl::Time> reconnect_deadline;  // RUNNING after a restart

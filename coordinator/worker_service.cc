@@ -221,7 +221,7 @@ class SessionReader {
 
   absl::Status OnFailure(const v1::RankFailure& f) {
     absl::Status st = manager_.RankFailed(worker_id_, f.job_id(), f.pipeline_rank(), f.data_rank(),
-                                          f.message(), f.permanent());
+                                          f.message(), f.permanent(), f.peer_lost());
     if (!st.ok()) LogWarning("worker ", name_, ": failure report ignored: ", st.message());
     return EndsSession(st) ? st : absl::OkStatus();
   }

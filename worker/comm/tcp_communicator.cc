@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/comm/completion.h"
+#include "worker/comm/peer_error.h"
 #include "worker/comm/tcp_p2p.h"
 
 namespace zpipe::worker {
@@ -168,10 +169,10 @@ class TcpStreamCommunicator final : public Communicator {
       absl::Status status = internal::AllReduceAverage(*dp_tcp_, op.buffer, tag++,
                                                        reduce_scratch_, options_.timeout);
       if (!status.ok()) {
-        status = absl::Status(status.code(),
-                              absl::StrCat("all-reduce of ", op.buffer.numel(),
-                                           " floats in the data-parallel group of pipeline rank ",
-                                           options_.pipeline_rank, ": ", status.message()));
+        status = Reworded(status, absl::StrCat("all-reduce of ", op.buffer.numel(),
+                                               " floats in the data-parallel group of pipeline "
+                                               "rank ",
+                                               options_.pipeline_rank, ": ", status.message()));
       }
       op.done->Finish(std::move(status));
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/comm/peer_error.h"
 
 namespace zpipe::worker {
 namespace {
@@ -288,6 +289,7 @@ TEST(TcpFailureTest, PeerThatNeverSendsTimesOut) {
       auto recv = comm->Recv(torch::empty({16}), 1, 0);
       absl::Status s = recv->Wait(absl::Seconds(30));
       EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+      EXPECT_TRUE(IsPeerLost(s)) << "a silent peer is the cause, not this rank";
       EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
     } else {
       absl::SleepFor(absl::Seconds(1.5));  // alive, but sends nothing
@@ -316,12 +318,14 @@ TEST(TcpFailureTest, PeerThatDiesFailsPendingRecvAndAllReduce) {
       auto recv = comm->Recv(torch::empty({16}), 1, 0);
       absl::Status s = recv->Wait(absl::Seconds(30));
       EXPECT_FALSE(s.ok());
+      EXPECT_TRUE(IsPeerLost(s)) << s;  // the RankFailure says so (peer_lost)
       EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << s;
     }
     if (global == 3) {
       auto reduce = comm->AllReduceAverage(torch::ones({1024}));
       absl::Status s = reduce->Wait(absl::Seconds(30));
       EXPECT_FALSE(s.ok());
+      EXPECT_TRUE(IsPeerLost(s)) << s;
       EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << s;
     }
   });

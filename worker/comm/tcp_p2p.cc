@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/comm/completion.h"
+#include "worker/comm/peer_error.h"
 
 namespace zpipe::worker::internal {
 namespace {
@@ -99,9 +100,10 @@ struct Op {
 
 // `op`'s stream to `peer` failed with `err` (errno of the failing call).
 absl::Status Broken(const Op& op, int peer, int err) {
-  return absl::UnavailableError(Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group,
-                                                   " rank ", peer, " failed (process gone?)"),
-                                      err));
+  return MarkPeerLost(absl::UnavailableError(
+      Errno(absl::StrCat(op.Describe(), ": the connection to ", op.group, " rank ", peer,
+                         " failed (process gone?)"),
+            err)));
 }
 
 // One stream to one peer. Each direction has its own lock and queue; the two are never held
@@ -190,8 +192,8 @@ struct Conn {
         return Broken(op, peer, err);
       }
       if (k == 0) {
-        return absl::UnavailableError(absl::StrCat(op.Describe(), ": ", op.group, " rank ", peer,
-                                                   " closed its connection (process gone?)"));
+        return MarkPeerLost(absl::UnavailableError(absl::StrCat(
+            op.Describe(), ": ", op.group, " rank ", peer, " closed its connection (process gone?)")));
       }
       received += static_cast<size_t>(k);
       recv_progress = Clock::now();
@@ -402,10 +404,10 @@ class P2pHandle final : public CommHandle {
         limit = std::max(*op_->first_wait, conn().recv_progress) + state_->timeout;
       }
       if (now >= limit) {
-        state_->Fail(conn(), absl::DeadlineExceededError(absl::StrCat(
+        state_->Fail(conn(), MarkPeerLost(absl::DeadlineExceededError(absl::StrCat(
                                  op_->Describe(), ": no bytes within the communicator timeout (",
                                  absl::FormatDuration(absl::FromChrono(state_->timeout)),
-                                 "); is the peer alive?")));
+                                 "); is the peer alive?"))));
         continue;
       }
       auto until = std::min(deadline, limit);
@@ -425,12 +427,12 @@ class P2pHandle final : public CommHandle {
         limit = conn().send_progress + state_->timeout;
       }
       if (now >= limit) {
-        state_->Fail(conn(), absl::DeadlineExceededError(absl::StrCat(
+        state_->Fail(conn(), MarkPeerLost(absl::DeadlineExceededError(absl::StrCat(
                                  op_->Describe(),
                                  ": the peer read nothing within the "
                                  "communicator timeout (",
                                  absl::FormatDuration(absl::FromChrono(state_->timeout)),
-                                 "); is it alive?")));
+                                 "); is it alive?"))));
         continue;
       }
       // Keep reading what arrives meanwhile: the peer may be blocked writing to us before it
@@ -811,9 +813,9 @@ std::shared_ptr<Op> NewOp(bool is_send, torch::Tensor tensor, int peer, int tag,
 
 // Ends `op`, posted on a pair that failed earlier with `failed`.
 void FailLate(Op& op, const absl::Status& failed) {
-  op.done->Finish(absl::Status(
-      failed.code(),
-      absl::StrCat(op.Describe(), ": the connection failed earlier: ", failed.message())));
+  op.done->Finish(
+      Reworded(failed, absl::StrCat(op.Describe(), ": the connection failed earlier: ",
+                                    failed.message())));
 }
 
 }  // namespace

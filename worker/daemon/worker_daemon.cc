@@ -16,6 +16,7 @@
 #include "worker/daemon/capabilities.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/job_proto.h"
+#include "worker/comm/peer_error.h"
 #include "worker/daemon/permanent_error.h"
 #include "worker/daemon/progress_reporter.h"
 
@@ -251,6 +252,7 @@ void WorkerDaemon::RunJobThread(const zpipe::v1::Assignment& assignment,
     f->set_data_rank(assignment.data_rank());
     f->set_message(std::string(st.message()));
     f->set_permanent(IsPermanent(st));  // a full checkpoint disk: not worth a restart
+    f->set_peer_lost(IsPeerLost(st));   // a broken connection: another rank has the cause
     {
       absl::MutexLock lock(&mu_);
       failed_ = *f;

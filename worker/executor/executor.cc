@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/comm/peer_error.h"
 #include "worker/executor/bucket_step.h"
 #include "worker/executor/device_timer.h"
 #include "worker/model/torch_compat.h"
@@ -284,11 +285,11 @@ struct Executor::Impl {
     absl::Status st = WaitFor(*it->second.handle);
     p2p_wait_s += Seconds(Clock::now() - t0);
     if (!st.ok()) {
-      return absl::Status(
-          st.code(), absl::StrCat("rank ", rank, ": receiving ",
-                                  send_kind == ActionKind::kSendAct ? "activation" : "gradient",
-                                  " of stage ", stage, " microbatch ", mb, " (expecting ",
-                                  SpecString(it->second.spec), "): ", st.message()));
+      return Reworded(
+          st, absl::StrCat("rank ", rank, ": receiving ",
+                           send_kind == ActionKind::kSendAct ? "activation" : "gradient",
+                           " of stage ", stage, " microbatch ", mb, " (expecting ",
+                           SpecString(it->second.spec), "): ", st.message()));
     }
     EmitComm(it->second.action, it->second.posted, *it->second.handle);
     torch::Tensor t = std::move(it->second.tensor);
@@ -385,8 +386,7 @@ struct Executor::Impl {
         torch::Tensor buf = torch::empty({1}, opts);
         auto h = comm->Recv(buf, r, kNormGatherTag);
         if (absl::Status st = WaitFor(*h); !st.ok()) {
-          return absl::Status(st.code(),
-                              absl::StrCat("gradient norm from rank ", r, ": ", st.message()));
+          return Reworded(st, absl::StrCat("gradient norm from rank ", r, ": ", st.message()));
         }
         total += buf.cpu().item<double>();
       }
@@ -404,7 +404,7 @@ struct Executor::Impl {
     auto hr = comm->Recv(buf, 0, kNormBroadcastTag);
     if (absl::Status st = WaitFor(*hs); !st.ok()) return st;
     if (absl::Status st = WaitFor(*hr); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("gradient norm from rank 0: ", st.message()));
+      return Reworded(st, absl::StrCat("gradient norm from rank 0: ", st.message()));
     }
     return std::sqrt(buf.cpu().item<double>());
   }
@@ -497,9 +497,8 @@ struct Executor::Impl {
                                torch::TensorOptions().dtype(spec.dtype).device(comm->device()));
           auto h = comm->Recv(input, pl.RankOf(s - 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
-            return absl::Status(
-                w.code(), absl::StrCat("eval: activation of stage ", s - 1, " (expecting ",
-                                       SpecString(spec), "): ", w.message()));
+            return Reworded(w, absl::StrCat("eval: activation of stage ", s - 1, " (expecting ",
+                                            SpecString(spec), "): ", w.message()));
           }
         }
         absl::StatusOr<torch::Tensor> out;
@@ -523,8 +522,7 @@ struct Executor::Impl {
         if (pl.RankOf(s + 1) != rank) {
           auto h = comm->Send(ToComm(x), pl.RankOf(s + 1), kEvalTag);
           if (absl::Status w = WaitFor(*h); !w.ok()) {
-            return absl::Status(w.code(),
-                                absl::StrCat("eval: activation of stage ", s, ": ", w.message()));
+            return Reworded(w, absl::StrCat("eval: activation of stage ", s, ": ", w.message()));
           }
         }
       }
@@ -711,7 +709,7 @@ absl::Status Executor::Impl::DrainComm() {
   // Every send delivered.
   for (PendingSend& s : sends) {
     if (absl::Status st = WaitFor(*s.handle); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("rank ", rank, ": send: ", st.message()));
+      return Reworded(st, absl::StrCat("rank ", rank, ": send: ", st.message()));
     }
     EmitComm(s.action, s.posted, *s.handle);
   }
