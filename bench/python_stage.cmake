@@ -4,5 +4,6 @@ if(TARGET zpipe_worker_python)
   zpipe_find_torch()
   add_executable(zpipe_python_stage_bench EXCLUDE_FROM_ALL
                  ${CMAKE_CURRENT_LIST_DIR}/python_stage_bench.cc)
-  target_link_libraries(zpipe_python_stage_bench PRIVATE zpipe::worker_python absl::strings)
+  target_link_libraries(zpipe_python_stage_bench PRIVATE zpipe::worker_python zpipe::flags
+                        absl::strings)
 endif()

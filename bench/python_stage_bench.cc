@@ -31,11 +31,13 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "flags/flags.h"
 #include "worker/model/block_model.h"
 #include "worker/model/torchscript.h"
 #include "worker/python/python_model.h"
@@ -118,40 +120,42 @@ int Main(int argc, char** argv) {
   std::string python_file, torchscript_file, factory = "build_model", args_json, only;
   Setup setup;
   int reps = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--python") {
-      python_file = argv[i + 1];
-    } else if (flag == "--torchscript") {
-      torchscript_file = argv[i + 1];
-    } else if (flag == "--reps") {
-      reps = std::max(10, std::atoi(argv[i + 1]));
-    } else if (flag == "--only") {
-      only = argv[i + 1];
-    } else if (flag == "--factory") {
-      factory = argv[i + 1];
-    } else if (flag == "--args") {
-      args_json = argv[i + 1];
-    } else if (flag == "--seq") {
-      setup.seq = std::max(1, std::atoi(argv[i + 1]));
-    } else if (flag == "--batch") {
-      setup.batch = std::max(1, std::atoi(argv[i + 1]));
-    } else if (flag == "--blocks") {
-      if (std::sscanf(argv[i + 1], "%d:%d", &setup.begin, &setup.end) != 2 || setup.begin < 1 ||
-          setup.end <= setup.begin) {
-        std::cerr << "python_stage_bench: --blocks BEGIN:END with 1 <= BEGIN < END (a middle "
-                     "stage)\n";
-        return 2;
-      }
-    } else {
-      std::cerr << "python_stage_bench: unknown flag " << flag << "\n";
-      return 2;
-    }
+  std::unique_ptr<CLI::App> app = flags::NewApp(
+      "zpipe_python_stage_bench",
+      "zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt [--reps N] "
+      "[--factory NAME] [--args JSON] [--seq L] [--batch B] [--blocks BEGIN:END] "
+      "[--only python|torchscript]",
+      "  the per-action cost of a stage defined in Python against the same stage in TorchScript\n"
+      "  (scripts/bench peer --python runs it)");
+  flags::AddText(*app, "--python", &python_file, "MODEL.py", "the Python model's file (required)");
+  flags::AddText(*app, "--torchscript", &torchscript_file, "MODEL.pt",
+                 "the same model, scripted (required)");
+  flags::AddInteger(*app, "--reps", &reps, 10, INT32_MAX, "timed calls of each kind (default 2000, at least 10)");
+  flags::AddChecked(*app, "--only", "python|torchscript", "time one path alone (for perf)",
+                    flags::OneOf("python torchscript"),
+                    [&only](const std::string& v) { only = v; });
+  flags::AddText(*app, "--factory", &factory, "NAME", "the model.py function (default build_model)");
+  flags::AddText(*app, "--args", &args_json, "JSON", "the factory's keyword arguments");
+  flags::AddInteger(*app, "--seq", &setup.seq, 1, INT32_MAX, "sequence length", "L");
+  flags::AddInteger(*app, "--batch", &setup.batch, 1, INT32_MAX, "microbatch size", "B");
+  flags::AddChecked(
+      *app, "--blocks", "BEGIN:END", "a middle stage: blocks BEGIN..END-1 (1 <= BEGIN < END)",
+      [](const std::string& v) {
+        int begin = 0, end = 0;
+        return std::sscanf(v.c_str(), "%d:%d", &begin, &end) == 2 && begin >= 1 && end > begin
+                   ? std::string()
+                   : "want BEGIN:END with 1 <= BEGIN < END, got '" + v + "'";
+      },
+      [&setup](const std::string& v) {
+        std::sscanf(v.c_str(), "%d:%d", &setup.begin, &setup.end);
+      });
+  if (std::optional<int> exit =
+          flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
+    return *exit;
   }
   if (python_file.empty() || torchscript_file.empty()) {
-    std::cerr << "usage: zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt "
-                 "[--reps N] [--factory NAME] [--args JSON] [--seq L] [--batch B] "
-                 "[--blocks BEGIN:END] [--only python|torchscript]\n";
+    std::cerr << "zpipe_python_stage_bench: --python and --torchscript are required\n"
+              << flags::UsageLine(*app);
     return 2;
   }
   torch::set_num_threads(1);
