@@ -35,7 +35,6 @@ says what the markers mean; in short:
   Under `run (shape)` every number is volatile too (SHAPE: measured times, losses, bubbles): the
   lines and their words must match, not the values.
 """
-import ctypes
 import difflib
 import json
 import os
@@ -47,6 +46,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_cluster import ProcessGroup, start_coordinator  # noqa: E402
 
 COMMAND_LANGS = {"sh", "bash", "shell", "console"}
 RUN = "<!-- docs-check: run -->"
@@ -151,33 +153,20 @@ def commands_of(first, lines):
 # ---- the local cluster ---------------------------------------------------------------------------
 
 
-def set_pdeathsig():
-    """In the child before exec: die with the checker, even if it is killed outright."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class Cluster:
-    """One zpipe-coordinator and WORKERS zpipe-workers on loopback, in one process group, like the
-    clusters of tests/train/upload_test.py and errors_test.py."""
+    """One zpipe-coordinator and WORKERS zpipe-workers on loopback, in one process group
+    (local_cluster.py), like the clusters of tests/train/upload_test.py and errors_test.py."""
 
     def __init__(self, build, top, env):
-        self.dir, self.procs, self.pgid, self.env = top, [], None, env
+        self.env = env
+        self.group = ProcessGroup(top, cwd=top, env=env)
         self.zpipe = str(build / "client" / "zpipe")
-        self._spawn("coordinator", [
-            str(build / "coordinator" / "zpipe-coordinator"), "--listen", "127.0.0.1:0",
-            "--metrics-listen", "", "--db", os.path.join(top, "coordinator.db"),
-            "--artifact-dir", os.path.join(top, "artifacts")])
-        deadline = time.monotonic() + 60
-        while not (m := re.search(r"serving on port ([0-9]+)", self.log("coordinator"))):
-            if time.monotonic() > deadline or self.procs[0].poll() is not None:
-                raise RuntimeError(f"the coordinator did not start:\n{self.logs()}")
-            time.sleep(0.05)
-        self.address = f"127.0.0.1:{m.group(1)}"
+        self.address = start_coordinator(
+            self.group, str(build / "coordinator" / "zpipe-coordinator"),
+            ["--db", os.path.join(top, "coordinator.db"),
+             "--artifact-dir", os.path.join(top, "artifacts")])
         for i in range(WORKERS):
-            self._spawn(f"worker-{i}", [
+            self.group.spawn(f"worker-{i}", [
                 str(build / "worker" / "zpipe-worker"), "--coordinator", self.address,
                 "--name", f"docs-w{i}", "--device", f"cpu:{i}", "--threads", "1",
                 "--comm-timeout", "30", "--data-root", top])
@@ -193,48 +182,11 @@ class Cluster:
             if sum(w.get("state") == "idle" for w in workers) == WORKERS:
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the workers did not {what}:\n{r.stdout}\n{self.logs()}")
+                raise RuntimeError(f"the workers did not {what}:\n{r.stdout}\n{self.group.logs()}")
             time.sleep(0.1)
 
-    def _spawn(self, name, argv):
-        log = open(os.path.join(self.dir, name + ".log"), "wb")
-        group = self.pgid
-
-        def setup():
-            os.setpgid(0, group or 0)
-            set_pdeathsig()
-
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             preexec_fn=setup, cwd=self.dir, env=self.env)
-        log.close()
-        p.log_name = name
-        self.procs.append(p)
-        self.pgid = self.pgid or p.pid
-
-    def log(self, name):
-        with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
-            return f.read()
-
-    def logs(self):
-        return "\n".join(f"--- {p.log_name} (exit {p.poll()}):\n{self.log(p.log_name)[-2000:]}"
-                         for p in self.procs)
-
     def stop(self):
-        """Workers first, then the coordinator (SIGTERM, 10 s grace), then SIGKILL to the group."""
-        procs, self.procs = self.procs, []
-        for batch in (procs[1:], procs[:1]):
-            for p in batch:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in batch:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-        if self.pgid and any(p.poll() is None for p in procs):
-            os.killpg(self.pgid, signal.SIGKILL)
-        for p in procs:
-            p.wait()
+        self.group.stop()
 
 
 # ---- the checks ----------------------------------------------------------------------------------

@@ -13,12 +13,8 @@ same cluster runs good jobs: with explicit cuts (layout.source "spec") and witho
 usage: errors_test.py --zpipe BUILD/client/zpipe [--coordinator-bin BIN] [--worker-bin BIN]
 """
 import argparse
-import copy
-import ctypes
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,9 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "own-model"))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
 
 import model as own_model  # noqa: E402
 import zeropipe  # noqa: E402
+from local_cluster import ProcessGroup, start_coordinator  # noqa: E402
 
 ZPIPE = None
 COORDINATOR_BIN = None
@@ -107,17 +105,7 @@ def _with_format_version(src, dst, version):
             zout.writestr(info, data)
 
 
-def _set_pdeathsig():
-    """In the child before exec: die with the test process, even if it is killed outright."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class TrainErrorsTest(unittest.TestCase):
-    procs = []
-    pgid = None
     # Workers that died during a case and were started again (the case that killed one fails).
     restarted = []
 
@@ -127,8 +115,7 @@ class TrainErrorsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="zpipe-errors-")
         cls.dir = cls.tmp.name
-        cls.procs = []
-        cls.pgid = None
+        cls.group = ProcessGroup(cls.dir)
         cls.restarted = []
         # Runs even when setUpClass fails halfway (tearDownClass would not).
         cls.addClassCleanup(cls._stop_cluster)
@@ -141,64 +128,37 @@ class TrainErrorsTest(unittest.TestCase):
 
     @classmethod
     def _spawn(cls, name, argv):
-        log = open(os.path.join(cls.dir, name + ".log"), "wb")
-        group = cls.pgid
-
-        def child_setup():
-            os.setpgid(0, group or 0)  # the first child (the coordinator) founds the group
-            _set_pdeathsig()
-
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=child_setup)
-        log.close()
-        proc.log_name = name
+        proc = cls.group.spawn(name, argv)
         proc.worker_index = int(name.split("-")[1]) if name.startswith("worker-") else None
-        cls.procs.append(proc)
-        if cls.pgid is None:
-            cls.pgid = proc.pid
         return proc
 
     @classmethod
     def _log(cls, name, tail=40):
-        try:
-            with open(os.path.join(cls.dir, name + ".log"), errors="replace") as f:
-                return "".join(f.readlines()[-tail:])
-        except OSError:
-            return ""
+        return cls.group.log(name, tail)
 
     @classmethod
     def _logs(cls):
-        return "\n".join(f"--- {p.log_name} (exit {p.poll()}):\n{cls._log(p.log_name)}"
-                         for p in cls.procs)
+        return cls.group.logs()
 
     @classmethod
     def _check_alive(cls):
-        latest = {p.worker_index: p for p in cls.procs}  # the coordinator under None
+        latest = {p.worker_index: p for p in cls.group.procs}  # the coordinator under None
         for p in latest.values():
             if p.poll() is not None:
                 raise AssertionError(f"{p.log_name} exited with {p.returncode}:\n{cls._logs()}")
 
     @classmethod
     def _start_cluster(cls):
-        coordinator = cls._spawn("coordinator", [
-            COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen", "",
-            "--db", os.path.join(cls.dir, "coordinator.db")])
-        deadline = time.monotonic() + 60
-        port = None
-        while port is None:
-            m = re.search(r"serving on port ([0-9]+)", cls._log("coordinator", tail=1000))
-            if m:
-                port = m.group(1)
-                break
-            cls._check_alive()
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the coordinator did not start serving:\n{cls._logs()}")
-            time.sleep(0.05)
-        cls.address = f"127.0.0.1:{port}"
+        try:
+            cls.address = start_coordinator(
+                cls.group, COORDINATOR_BIN, ["--db", os.path.join(cls.dir, "coordinator.db")])
+        except RuntimeError as e:
+            raise AssertionError(str(e)) from None
+        cls.group.procs[0].worker_index = None
         for i in range(WORKERS):
             cls._spawn_worker(i)
         cls._wait_idle(timeout=60)
-        assert coordinator.poll() is None
+        assert cls.group.procs[0].poll() is None
 
     @classmethod
     def _spawn_worker(cls, i, log_name=None):
@@ -212,10 +172,11 @@ class TrainErrorsTest(unittest.TestCase):
     def _revive(self):
         """A worker an earlier case killed (that case failed) is started again under its name, so
         one crash does not fail every later case; test_90 asserts that none was needed."""
-        if self.procs and self.procs[0].poll() is not None:
+        procs = self.group.procs
+        if procs and procs[0].poll() is not None:
             self.fail(f"the coordinator is gone:\n{self._logs()}")
         for i in range(WORKERS):
-            current = [p for p in self.procs[1:] if p.worker_index == i][-1]
+            current = [p for p in procs[1:] if p.worker_index == i][-1]
             if current.poll() is not None:
                 name = f"worker-{i}-restart{len(self.restarted) + 1}"
                 self.restarted.append(f"w{i} (exit {current.returncode}, log {current.log_name})")
@@ -226,27 +187,7 @@ class TrainErrorsTest(unittest.TestCase):
     def _stop_cluster(cls):
         """Workers first (SIGTERM stops them cleanly), then the coordinator; anything still there
         after the grace period is killed with its whole process group. Idempotent."""
-        procs, cls.procs = cls.procs, []
-        workers, coordinators = procs[1:], procs[:1]
-        for batch in (workers, coordinators):
-            for p in batch:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            for p in batch:
-                try:
-                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
-        if any(p.poll() is None for p in procs) and cls.pgid is not None:
-            # The group cannot have been recycled: a member is still unreaped.
-            try:
-                os.killpg(cls.pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            p.wait()
-        cls.pgid = None
+        cls.group.stop()
         if getattr(cls, "tmp", None) is not None:
             cls.tmp.cleanup()
             cls.tmp = None

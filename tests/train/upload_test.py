@@ -16,8 +16,6 @@ import glob
 import hashlib
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,10 +30,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "own-model"))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
 
 import model as own_model  # noqa: E402
 import zeropipe  # noqa: E402
-from errors_test import _binary, _set_pdeathsig  # noqa: E402
+from errors_test import _binary  # noqa: E402
+from local_cluster import ProcessGroup, start_coordinator  # noqa: E402
 
 ZPIPE = None
 COORDINATOR_BIN = None
@@ -70,7 +70,7 @@ class UploadTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="zpipe-upload-")
-        cls.procs, cls.pgid = [], None
+        cls.group = ProcessGroup(cls.tmp.name, cwd=cls.tmp.name)
         cls.addClassCleanup(cls._stop)
         top = cls.tmp.name
         cls.client_dir, cls.coord_dir = os.path.join(top, "client"), os.path.join(top, "coordinator")
@@ -92,47 +92,21 @@ class UploadTest(unittest.TestCase):
                               os.path.join(cls.client_dir, "big.bin"), dtype="uint16")
 
     @classmethod
-    def _spawn(cls, name, argv):
-        log = open(os.path.join(cls.tmp.name, name + ".log"), "wb")
-        group = cls.pgid
-
-        def setup():
-            os.setpgid(0, group or 0)
-            _set_pdeathsig()
-
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             preexec_fn=setup, cwd=cls.tmp.name)
-        log.close()
-        p.log_name = name
-        cls.procs.append(p)
-        cls.pgid = cls.pgid or p.pid
-        return p
-
-    @classmethod
     def log(cls, name):
-        with open(os.path.join(cls.tmp.name, name + ".log"), errors="replace") as f:
-            return f.read()
+        return cls.group.log(name)
 
     @classmethod
     def logs(cls):
-        return "\n".join(f"--- {p.log_name} (exit {p.poll()}):\n{cls.log(p.log_name)[-3000:]}"
-                         for p in cls.procs)
+        return cls.group.logs()
 
     @classmethod
     def _start(cls):
-        cls._spawn("coordinator", [
-            COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+        cls.address = start_coordinator(cls.group, COORDINATOR_BIN, [
             "--db", os.path.join(cls.coord_dir, "coordinator.db"),
             "--artifact-dir", os.path.join(cls.coord_dir, "artifacts"),
             "--artifact-max-job-bytes", str(CAP_BYTES), "--artifact-retention", f"{RETENTION_S}s"])
-        deadline = time.monotonic() + 60
-        while not (m := re.search(r"serving on port ([0-9]+)", cls.log("coordinator"))):
-            if time.monotonic() > deadline or cls.procs[0].poll() is not None:
-                raise AssertionError(f"the coordinator did not start:\n{cls.logs()}")
-            time.sleep(0.05)
-        cls.address = f"127.0.0.1:{m.group(1)}"
         for i, d in enumerate(cls.worker_dirs):
-            cls._spawn(f"worker-{i}", [
+            cls.group.spawn(f"worker-{i}", [
                 WORKER_BIN, "--coordinator", cls.address, "--name", f"w{i}", "--device",
                 f"cpu:{i}", "--threads", "1", "--comm-timeout", "30", "--data-root", d])
         deadline = time.monotonic() + 60
@@ -147,20 +121,7 @@ class UploadTest(unittest.TestCase):
 
     @classmethod
     def _stop(cls):
-        procs, cls.procs = cls.procs, []
-        for batch in (procs[1:], procs[:1]):
-            for p in batch:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in batch:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-        if any(p.poll() is None for p in procs) and cls.pgid:
-            os.killpg(cls.pgid, signal.SIGKILL)
-        for p in procs:
-            p.wait()
+        cls.group.stop()
         cls.tmp.cleanup()
 
     @classmethod
