@@ -1,5 +1,7 @@
 // The coordinator subcommands in-process, over a FakeClient: output, JSON shape and exit codes.
 // (tests/cli/ runs the built binary against a real coordinator.)
+#include <unistd.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -41,7 +43,10 @@ class CliCommandsTest : public ::testing::Test {
   }
 
   std::string JobFile(const std::string& text) {
-    std::string path = ::testing::TempDir() + "cli_commands_test_job.yaml";
+    // One file per test: ctest runs this binary's tests as parallel processes.
+    std::string path = ::testing::TempDir() + "cli_commands_test_" + std::to_string(::getpid()) +
+                       "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                       ".yaml";
     std::ofstream(path) << text;
     return path;
   }

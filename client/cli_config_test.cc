@@ -2,9 +2,12 @@
 // flags > ZPIPE_* environment > context > defaults.
 #include "client/cli_config.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,9 +24,15 @@ GetEnv Env(const std::map<std::string, std::string>& vars) {
   };
 }
 
+// A folder of the test's own: ctest runs this binary's tests as parallel processes.
+std::string TestDir() {
+  return ::testing::TempDir() + "cli_config_test_" + std::to_string(::getpid()) + "_" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
 std::string Write(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "cli_config_test/config.yaml";
-  std::system(("mkdir -p " + ::testing::TempDir() + "cli_config_test").c_str());
+  const std::string path = TestDir() + "/config.yaml";
+  std::system(("mkdir -p " + TestDir()).c_str());
   std::ofstream(path) << text;
   return path;
 }
@@ -132,7 +141,7 @@ TEST(CliConfigTest, BadFilesNameTheLine) {
 }
 
 TEST(CliConfigTest, SaveThenLoadRoundTrips) {
-  const std::string path = ::testing::TempDir() + "cli_config_test/sub/dir/config.yaml";
+  const std::string path = TestDir() + "/sub/dir/config.yaml";
   CliConfig config;
   config.current_context = "b";
   config.contexts.push_back({.name = "a", .coordinator = "a:1"});

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_cluster.h"
 
@@ -40,6 +41,20 @@ TEST(Restart, JobsSurviveAndRunningJobsReconcile) {
       ASSERT_TRUE(w.Start());
       done_before = WaitForState(*stub, "done", v1::JOB_STATE_SUCCEEDED);
       ASSERT_EQ(done_before.state(), v1::JOB_STATE_SUCCEEDED);
+    }
+    // Its session closed: the coordinator notices on its own time (a read completes on one of
+    // gRPC's threads), and until then rw-auto, idle, could take the job meant for rw-hold.
+    const absl::Time gone_by = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < gone_by) {
+      grpc::ClientContext list_ctx;
+      v1::ListWorkersResponse workers;
+      ASSERT_TRUE(stub->ListWorkers(&list_ctx, v1::ListWorkersRequest(), &workers).ok());
+      bool idle = false;
+      for (const v1::Worker& w : workers.workers()) {
+        idle = idle || (w.name() == "rw-auto" && w.state() == v1::WORKER_STATE_IDLE);
+      }
+      if (!idle) break;
+      absl::SleepFor(absl::Milliseconds(10));
     }
     v1::JobSpec cuda = SyntheticSpec(4);
     cuda.set_device(v1::DEVICE_KIND_CUDA);  // queued behind no CPU job: there is no CUDA worker
