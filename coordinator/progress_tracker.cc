@@ -135,8 +135,9 @@ std::vector<IterationSummary> ProgressTracker::AddReport(const std::string& job_
                                                          int iteration, const RankStats& stats,
                                                          std::optional<double> loss,
                                                          std::optional<double> eval_loss,
-                                                         absl::Time now) {
+                                                         absl::Time now, bool* repeated) {
   std::vector<IterationSummary> out;
+  if (repeated != nullptr) *repeated = false;
   std::shared_ptr<Job> job = Find(job_id);
   if (!job) return out;
   const int p = job->placement.num_ranks();
@@ -155,13 +156,19 @@ std::vector<IterationSummary> ProgressTracker::AddReport(const std::string& job_
   job->version.fetch_add(1, std::memory_order_relaxed);
 
   absl::MutexLock lock(&job->reports_mu);
-  if (iteration < job->iterations_done) return out;  // already summarised
+  if (iteration < job->iterations_done) {  // already summarised
+    if (repeated != nullptr) *repeated = true;
+    return out;
+  }
   PendingIteration& pending = job->pending[iteration];
   if (pending.ranks.empty()) {
     pending.ranks.resize(world);
     pending.first_report = now;
   }
-  if (pending.ranks[g].has_value()) return out;  // duplicate
+  if (pending.ranks[g].has_value()) {  // duplicate
+    if (repeated != nullptr) *repeated = true;
+    return out;
+  }
   pending.ranks[g] = stats;
   if (loss) pending.losses.push_back(*loss);
   if (eval_loss) pending.eval_losses.push_back(*eval_loss);

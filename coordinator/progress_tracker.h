@@ -97,10 +97,14 @@ class ProgressTracker {
   // this report completes, in iteration order: the iteration's own when every rank has reported
   // it, preceded by those of earlier iterations still half-reported (their other reports are lost;
   // the summary has the ranks that reported). Empty when nothing completed.
+  // `repeated` (when given) says whether the report was one already taken: its iteration was
+  // summarised, or this rank's report of it waits already (a worker sends its last reports again
+  // after a reconnect, in case a coordinator that died had not stored them).
   std::vector<IterationSummary> AddReport(const std::string& job_id,
                                           const std::string& worker_name, int iteration,
                                           const RankStats& stats, std::optional<double> loss,
-                                          std::optional<double> eval_loss, absl::Time now);
+                                          std::optional<double> eval_loss, absl::Time now,
+                                          bool* repeated = nullptr);
 
   // The plan's predicted bubble that later summaries carry (a re-plan switched plans).
   void SetPredictedBubble(const std::string& job_id, double predicted_bubble);

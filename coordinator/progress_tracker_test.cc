@@ -89,11 +89,15 @@ TEST(ProgressTracker, SummaryWhenEveryRankReported) {
     EXPECT_TRUE(t.AddReport("j", absl::StrCat("w", g), 0, s, std::nullopt, std::nullopt, kT0)
                     .empty());
   }
-  EXPECT_TRUE(t.AddReport("j", "w2", 0, s, std::nullopt, std::nullopt, kT0).empty());  // dup
+  bool repeated = false;
+  EXPECT_TRUE(t.AddReport("j", "w2", 0, s, std::nullopt, std::nullopt, kT0, &repeated).empty());
+  EXPECT_TRUE(repeated) << "a duplicate";
   s.pipeline_rank = 1;
   s.data_rank = 1;
   s.duration_s = 2;
-  std::vector<IterationSummary> sums = t.AddReport("j", "w3", 0, s, 4.0, std::nullopt, kT0);
+  std::vector<IterationSummary> sums =
+      t.AddReport("j", "w3", 0, s, 4.0, std::nullopt, kT0, &repeated);
+  EXPECT_FALSE(repeated);
   ASSERT_EQ(sums.size(), 1u);
   const IterationSummary* sum = &sums[0];
   EXPECT_EQ(sum->iteration, 0);
@@ -104,6 +108,9 @@ TEST(ProgressTracker, SummaryWhenEveryRankReported) {
   EXPECT_DOUBLE_EQ(*sum->loss, 4.0);
   EXPECT_EQ(sum->ranks.size(), 4u);
   EXPECT_EQ(t.Get("j", false)->iterations_done, 1);
+  // Sent again after a reconnect: taken already, summarised once.
+  EXPECT_TRUE(t.AddReport("j", "w3", 0, s, 4.0, std::nullopt, kT0, &repeated).empty());
+  EXPECT_TRUE(repeated);
 }
 
 RankStats StatsOf(int pipeline_rank) {

@@ -16,8 +16,11 @@ absl::Status RankReports::Iteration(const std::string& worker_id, const std::str
   if (!name.ok()) return name.status();
   // Earlier half-reported iterations (their other reports died with a previous coordinator)
   // come first; the last is this iteration's when the report completed it.
+  bool repeated = false;
   std::vector<IterationSummary> summaries =
-      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss, clock_.Now());
+      monitor_.AddReport(job_id, *name, iteration, stats, loss, eval_loss, clock_.Now(), &repeated);
+  // A report sent again after a reconnect (one taken already) is not measured twice.
+  if (repeated) return absl::OkStatus();
   std::optional<IterationSummary> summary;
   if (!summaries.empty() && summaries.back().iteration == iteration) summary = summaries.back();
   std::optional<double> at_measured_costs;

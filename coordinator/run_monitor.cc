@@ -90,8 +90,8 @@ std::vector<IterationSummary> RunMonitor::AddReport(const std::string& job_id,
                                                     const RankStats& stats,
                                                     std::optional<double> loss,
                                                     std::optional<double> eval_loss,
-                                                    absl::Time now) {
-  return tracker_.AddReport(job_id, worker_name, iteration, stats, loss, eval_loss, now);
+                                                    absl::Time now, bool* repeated) {
+  return tracker_.AddReport(job_id, worker_name, iteration, stats, loss, eval_loss, now, repeated);
 }
 
 std::optional<double> RunMonitor::ObserveIteration(const std::string& job_id, int iteration, const RankStats& stats,

@@ -70,7 +70,8 @@ class RunMonitor {
   std::vector<IterationSummary> AddReport(const std::string& job_id,
                                           const std::string& worker_name, int iteration,
                                           const RankStats& stats, std::optional<double> loss,
-                                          std::optional<double> eval_loss, absl::Time now);
+                                          std::optional<double> eval_loss, absl::Time now,
+                                          bool* repeated = nullptr);
   // Pipeline metrics of an accepted report (from the worker holding the rank), and of the
   // iteration when `summary` completes it: the bubble the plan predicts at the measured costs
   // when `plan` is known (a simulation: call it without holding locks). Returns that job-wide

@@ -41,6 +41,21 @@ void ReportOutbox::Push(zpipe::v1::WorkerMessage message) {
   CarryDroppedLines();
 }
 
+void ReportOutbox::Prepend(std::vector<zpipe::v1::WorkerMessage> messages) {
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+    if (ReportedJob(*it) == nullptr) continue;
+    bytes_ += it->ByteSizeLong();
+    messages_.push_front(std::move(*it));
+  }
+  while (!messages_.empty() && bytes_ > capacity_bytes_) {
+    auto victim = std::find_if(
+        messages_.begin(), messages_.end(),
+        [](const zpipe::v1::WorkerMessage& m) { return m.has_progress() || m.has_log(); });
+    Erase(victim != messages_.end() ? victim : messages_.begin(), /*dropped=*/true);
+    ++dropped_;
+  }
+}
+
 void ReportOutbox::TrimLogLines() {
   auto it = messages_.begin();
   while (log_lines_ > max_log_lines_ && it != messages_.end()) {

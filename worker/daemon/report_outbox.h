@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "zpipe/v1/worker.pb.h"
 
@@ -30,6 +31,9 @@ class ReportOutbox {
 
   // Queues a report (ReportedJob non-null; others are ignored), dropping as described above.
   void Push(zpipe::v1::WorkerMessage message);
+  // Queues `messages` ahead of everything waiting, in their order (reports written to a session
+  // that ended, sent again), dropping as Push does when they do not fit.
+  void Prepend(std::vector<zpipe::v1::WorkerMessage> messages);
   bool empty() const { return messages_.empty(); }
   size_t size() const { return messages_.size(); }
   size_t bytes() const { return bytes_; }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace zpipe::worker {
 namespace {
 
@@ -83,6 +86,19 @@ TEST(ReportOutboxTest, KeepsReportsInOrderAndIgnoresMessagesOfTheMoment) {
   EXPECT_EQ(box.front().iteration().iteration(), 1);
   box.PopFront();
   EXPECT_TRUE(box.empty());
+  EXPECT_EQ(box.bytes(), 0u);
+}
+
+TEST(ReportOutboxTest, PrependPutsReportsWrittenToAnEndedSessionFirstInTheirOrder) {
+  ReportOutbox box(1 << 20);
+  box.Push(Iteration("j", 7));
+  std::vector<zpipe::v1::WorkerMessage> again = {Iteration("j", 5), Iteration("j", 6)};
+  box.Prepend(std::move(again));
+  ASSERT_EQ(box.size(), 3u);
+  for (int expected : {5, 6, 7}) {
+    EXPECT_EQ(box.front().iteration().iteration(), expected);
+    box.PopFront();
+  }
   EXPECT_EQ(box.bytes(), 0u);
 }
 

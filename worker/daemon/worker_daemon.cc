@@ -140,9 +140,18 @@ WorkerDaemon::Stream* WorkerDaemon::WriteNow(const zpipe::v1::WorkerMessage& msg
   return nullptr;
 }
 
+void WorkerDaemon::NoteWritten(const zpipe::v1::WorkerMessage& msg) {
+  if (!msg.has_iteration()) return;
+  written_reports_.push_back(msg);
+  if (written_reports_.size() > kResentReports) written_reports_.pop_front();
+}
+
 bool WorkerDaemon::Send(const zpipe::v1::WorkerMessage& msg) {
   absl::MutexLock wlock(&write_mu_);
-  if (WriteNow(msg) != nullptr) return true;
+  if (WriteNow(msg) != nullptr) {
+    NoteWritten(msg);
+    return true;
+  }
   if (ReportedJob(msg) == nullptr) return false;
   outbox_.Push(msg);
   return true;
@@ -172,6 +181,11 @@ void WorkerDaemon::JoinJobIfDone(bool wait) {
 }
 
 void WorkerDaemon::StartJob(const zpipe::v1::Assignment& assignment) {
+  {
+    // A new run (or attempt) starts: an earlier one's reports must never be sent for it.
+    absl::MutexLock wlock(&write_mu_);
+    written_reports_.clear();
+  }
   // The coordinator frees this worker as soon as its rank reports finished, a moment before the
   // job's thread ends, and a cancelled job (a restart) takes its communicator down first: give
   // that thread up to the communication timeout (its teardown is bounded by it) rather than
@@ -382,6 +396,16 @@ void WorkerDaemon::SettleRunningJob(const zpipe::v1::RegisterWorkerRequest& req,
   // Reports waiting for the coordinator: only those of the job it took back still matter.
   absl::MutexLock wlock(&write_mu_);
   const size_t dropped = outbox_.RetainJob(resp.resume_running_job() ? req.running_job_id() : "");
+  // Its last reports written to the old session go again, first: the old coordinator may have
+  // read them and died before it stored their summaries (the new one ignores those it has).
+  std::vector<zpipe::v1::WorkerMessage> again;
+  for (zpipe::v1::WorkerMessage& m : written_reports_) {
+    if (resp.resume_running_job() && m.iteration().job_id() == req.running_job_id()) {
+      again.push_back(std::move(m));
+    }
+  }
+  written_reports_.clear();
+  outbox_.Prepend(std::move(again));
   if (dropped > 0) {
     Log(absl::StrCat("dropped ", dropped,
                      " waiting reports of jobs the coordinator did not take back"));
@@ -415,6 +439,7 @@ bool WorkerDaemon::OpenSession(const std::string& worker_id, grpc::ClientContext
   while (ok && !outbox_.empty()) {
     ok = stream.Write(outbox_.front());
     if (ok) {
+      NoteWritten(outbox_.front());
       outbox_.PopFront();
       ++flushed;
     }

@@ -19,6 +19,7 @@
 #define ZPIPE_WORKER_DAEMON_WORKER_DAEMON_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -164,6 +165,14 @@ class WorkerDaemon {
   // (cleared when the session ends).
   bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
   ReportOutbox outbox_ ABSL_GUARDED_BY(write_mu_);
+  // The running job's last iteration reports written to a session (kResentReports at most): a
+  // coordinator that died may have read them without storing their summaries, so they are sent
+  // again ahead of the outbox when the next coordinator takes the job back (it ignores the ones
+  // it has). Cleared when a job starts.
+  static constexpr size_t kResentReports = 16;
+  std::deque<zpipe::v1::WorkerMessage> written_reports_ ABSL_GUARDED_BY(write_mu_);
+  // Remembers `msg` among written_reports_ when it is an iteration report.
+  void NoteWritten(const zpipe::v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   JobLog job_log_;  // thread-safe
 
   // The session and the running job. The heartbeat thread waits on cv_ for its interval, woken
