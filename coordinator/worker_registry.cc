@@ -139,9 +139,7 @@ namespace {
 // A copy of `w`'s info for a listing, its last_seen including what its session heard.
 WorkerInfo Listed(const RegisteredWorker& w) {
   WorkerInfo info = w.info;
-  if (w.connection != nullptr) {
-    info.last_seen = std::max(info.last_seen, w.connection->LastHeard(absl::InfinitePast()));
-  }
+  info.last_seen = WorkerRegistry::LastSeen(w, absl::InfinitePast());
   return info;
 }
 }  // namespace
@@ -177,7 +175,7 @@ RegisteredWorker* WorkerRegistry::Detach(const std::string& worker_id,
                                          WorkerConnection* connection) {
   RegisteredWorker* w = ById(worker_id);
   if (w == nullptr || w->connection != connection) return nullptr;
-  w->info.last_seen = std::max(w->info.last_seen, connection->LastHeard(absl::InfinitePast()));
+  w->info.last_seen = LastSeen(*w, absl::InfinitePast());  // what the session heard outlives it
   w->connection = nullptr;
   w->info.connected = false;
   if (w->info.state == WorkerState::kIdle) {
@@ -211,7 +209,7 @@ std::string WorkerRegistry::MarkDead(RegisteredWorker& w, const std::string& rea
   w.info.state = WorkerState::kDead;
   w.info.reason = reason;
   if (w.connection != nullptr) {
-    w.info.last_seen = std::max(w.info.last_seen, w.connection->LastHeard(absl::InfinitePast()));
+    w.info.last_seen = LastSeen(w, absl::InfinitePast());
     w.connection->Close(absl::UnavailableError(absl::StrCat("declared dead: ", reason)));
     w.connection = nullptr;
     w.info.connected = false;

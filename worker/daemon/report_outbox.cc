@@ -27,13 +27,7 @@ const std::string* ReportedJob(const zpipe::v1::WorkerMessage& m) {
 void ReportOutbox::Push(zpipe::v1::WorkerMessage message) {
   if (ReportedJob(message) == nullptr) return;
   const size_t size = message.ByteSizeLong();
-  while (!messages_.empty() && bytes_ + size > capacity_bytes_) {
-    auto victim = std::find_if(
-        messages_.begin(), messages_.end(),
-        [](const zpipe::v1::WorkerMessage& m) { return m.has_progress() || m.has_log(); });
-    Erase(victim != messages_.end() ? victim : messages_.begin(), /*dropped=*/true);
-    ++dropped_;
-  }
+  DropForRoom(size);
   bytes_ += size;
   if (message.has_log()) log_lines_ += message.log().lines_size();
   messages_.push_back(std::move(message));
@@ -47,7 +41,11 @@ void ReportOutbox::Prepend(std::vector<zpipe::v1::WorkerMessage> messages) {
     bytes_ += it->ByteSizeLong();
     messages_.push_front(std::move(*it));
   }
-  while (!messages_.empty() && bytes_ > capacity_bytes_) {
+  DropForRoom(0);
+}
+
+void ReportOutbox::DropForRoom(size_t incoming) {
+  while (!messages_.empty() && bytes_ + incoming > capacity_bytes_) {
     auto victim = std::find_if(
         messages_.begin(), messages_.end(),
         [](const zpipe::v1::WorkerMessage& m) { return m.has_progress() || m.has_log(); });

@@ -50,6 +50,9 @@ class ReportOutbox {
  private:
   // `dropped`: removed for room rather than sent (its log lines count as dropped).
   void Erase(std::deque<zpipe::v1::WorkerMessage>::iterator it, bool dropped);
+  // Drops waiting messages (the oldest progress or log batch first, then the oldest report) until
+  // `incoming` more bytes fit.
+  void DropForRoom(size_t incoming);
   // Drops the oldest log lines until at most max_log_lines_ wait.
   void TrimLogLines();
   // Adds the lines dropped so far to the first waiting log batch, if any.

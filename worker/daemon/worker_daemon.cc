@@ -13,10 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "util/log.h"
+#include "worker/comm/peer_error.h"
 #include "worker/daemon/capabilities.h"
 #include "worker/daemon/grpc_store.h"
 #include "worker/daemon/job_proto.h"
-#include "worker/comm/peer_error.h"
 #include "worker/daemon/permanent_error.h"
 #include "worker/daemon/progress_reporter.h"
 
