@@ -3,7 +3,9 @@
 // The job manager assigns each job's events strictly increasing sequence numbers (persisted with
 // the job, so they keep increasing across restarts) and appends them here. The log retains the
 // last kRetained state changes and iteration summaries per job; a watcher that resumes after a
-// sequence the log no longer holds gets a snapshot instead. Thread-safe.
+// sequence the log no longer holds gets a snapshot instead. The job store keeps each job's last
+// events too, written with the job's record (JobStoreWriter), so a restarted coordinator opens
+// the log with them and a watcher that resumes across the restart misses none. Thread-safe.
 #ifndef ZPIPE_COORDINATOR_JOB_EVENTS_H_
 #define ZPIPE_COORDINATOR_JOB_EVENTS_H_
 
@@ -47,10 +49,15 @@ class JobEventLog {
  public:
   static constexpr size_t kRetained = 1024;
 
-  // Starts (or restarts) a job's log: events up to `last_sequence` happened before and are not
-  // retained (after a coordinator restart).
-  void Open(const std::string& job_id, uint64_t last_sequence);
+  // Starts (or restarts) a job's log at `last_sequence`, retaining `stored`: the job's last events
+  // as the store kept them (after a coordinator restart), in sequence order, none after
+  // `last_sequence`. Events before those happened but are not retained.
+  void Open(const std::string& job_id, uint64_t last_sequence, std::vector<JobEvent> stored = {});
   void Append(const std::string& job_id, JobEvent event);
+
+  // The retained events with sequence > after, at most the last `limit` of them (the store's
+  // share of them when it has fallen behind further than the log retains).
+  std::vector<JobEvent> Retained(const std::string& job_id, uint64_t after, size_t limit) const;
 
   // Sets *out to the retained events with sequence > after. Returns false when some of them are
   // no longer retained (or the job is unknown): the caller should send a snapshot instead.

@@ -39,15 +39,18 @@ JobLifecycle::JobLifecycle(Clock& clock, Metrics& metrics, const ManagerOptions&
       workers_(options.workers),
       recovery_(options.failure_grace, options.recovery_grace) {}
 
-void JobLifecycle::Restore(std::vector<JobRecord> loaded) {
+void JobLifecycle::Restore(std::vector<JobRecord> loaded,
+                           std::vector<std::vector<JobEvent>> events) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   int running = 0;
-  for (JobRecord& rec : loaded) {
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    JobRecord& rec = loaded[i];
     const std::string id = rec.id;
     // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
     rec.spec = ResolveSpecDefaults(std::move(rec.spec));
-    events_.Open(id, rec.last_sequence);
+    events_.Open(id, rec.last_sequence,
+                 i < events.size() ? std::move(events[i]) : std::vector<JobEvent>());
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);
     JobRecord& job = queue_.Add(std::move(rec));
     if (std::optional<std::string> requeue = recovery_.Reconcile(job, now)) {

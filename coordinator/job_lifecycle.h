@@ -81,7 +81,9 @@ class JobLifecycle {
   bool shut_down() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return shut_down_; }
 
   // Takes the jobs loaded from the store after a coordinator restart (reconciliation: recovery.h).
-  void Restore(std::vector<JobRecord> loaded) ABSL_LOCKS_EXCLUDED(mu_);
+  // `events[i]` are `loaded[i]`'s stored events (JobStore::LoadEvents).
+  void Restore(std::vector<JobRecord> loaded, std::vector<std::vector<JobEvent>> events)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a new job, already stored, as PENDING with the plan made at submit, and schedules.
   JobRecord& Admit(JobRecord record, std::shared_ptr<const JobPlan> plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -29,7 +29,7 @@ JobManager::JobManager(Clock& clock, JobStore& store, Metrics& metrics, ManagerO
                    .max_pending = ProgressTracker::Options().max_pending}),
       rendezvous_(options_.rendezvous),
       logs_(options_.log_lines_per_rank),
-      writer_(store, metrics),
+      writer_(store, events_, metrics),
       plans_(clock, metrics, monitor_, events_),
       lifecycle_(clock, metrics, options_, writer_, plans_, monitor_, rendezvous_, events_),
       admission_(clock, options_, lifecycle_, writer_),
@@ -42,7 +42,14 @@ JobManager::~JobManager() = default;
 absl::Status JobManager::Load() {
   absl::StatusOr<std::vector<JobRecord>> loaded = store_.LoadAll();
   if (!loaded.ok()) return loaded.status();
-  lifecycle_.Restore(*std::move(loaded));
+  std::vector<std::vector<JobEvent>> events;
+  events.reserve(loaded->size());
+  for (const JobRecord& job : *loaded) {
+    absl::StatusOr<std::vector<JobEvent>> stored = store_.LoadEvents(job.id);
+    if (!stored.ok()) return stored.status();
+    events.push_back(*std::move(stored));
+  }
+  lifecycle_.Restore(*std::move(loaded), std::move(events));
   return absl::OkStatus();
 }
 

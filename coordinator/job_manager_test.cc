@@ -521,6 +521,48 @@ TEST_F(JobManagerTest, AReloadedRunningJobKeepsItsIterationCount) {
   manager_.reset();  // before `back`
 }
 
+// Issue 30: a coordinator killed after storing an iteration's summary, before a watcher read it,
+// lost the event: the restarted coordinator's event log started empty at the stored sequence, so
+// the watcher resuming after the last event it saw got a snapshot. The events are stored with the
+// job and come back.
+TEST_F(JobManagerTest, AWatcherResumingAcrossARestartGetsTheEventsItMissed) {
+  ASSERT_TRUE(manager_->Submit("j", Spec(1, 30), false).ok());
+  const std::string a = AddWorker("a", &c0_);
+  RankStats stats;
+  for (int it = 0; it < 5; ++it)
+    ASSERT_TRUE(manager_->IterationReport(a, "j", it, stats, 1.0).ok());
+  std::vector<JobEvent> before;
+  ASSERT_TRUE(manager_->events().EventsAfter("j", 0, &before));
+  // State changes up to RUNNING, then five iterations.
+  ASSERT_GE(before.size(), 6u);
+  const size_t first_iteration = before.size() - 5;
+  ASSERT_EQ(before[first_iteration].kind, JobEvent::Kind::kIteration);
+  const uint64_t seen = before[first_iteration + 1].sequence;  // saw iteration 1, then the crash
+
+  manager_ = MakeManager();  // a new coordinator on the same store
+  std::vector<JobEvent> missed;
+  ASSERT_TRUE(manager_->events().EventsAfter("j", seen, &missed))
+      << "the watcher would get a snapshot, not the events it missed";
+  ASSERT_EQ(missed.size(), 3u);
+  for (size_t i = 0; i < missed.size(); ++i) {
+    EXPECT_EQ(missed[i].sequence, before[first_iteration + 2 + i].sequence);
+    EXPECT_EQ(missed[i].kind, JobEvent::Kind::kIteration);
+    EXPECT_EQ(missed[i].summary.iteration, static_cast<int>(i) + 2);
+  }
+  // New events follow the stored ones without a gap once the worker is back.
+  WorkerRegistration reg;
+  reg.name = "a";
+  reg.running_job_id = "j";
+  FakeConnection back;
+  const std::string again = AddWorker(reg, &back);
+  ASSERT_TRUE(manager_->IterationReport(again, "j", 5, stats, 1.0).ok());
+  ASSERT_TRUE(manager_->events().EventsAfter("j", seen, &missed));
+  ASSERT_EQ(missed.size(), 4u);
+  EXPECT_EQ(missed.back().sequence, before.back().sequence + 1);
+  EXPECT_EQ(missed.back().summary.iteration, 5);
+  manager_.reset();  // before `back`
+}
+
 TEST_F(JobManagerTest, PendingJobsWaitFifoPerDeviceKind) {
   JobSpec cuda = Spec(1);
   cuda.device = DeviceKind::kCuda;
@@ -598,15 +640,18 @@ TEST_F(JobManagerTest, CapabilitiesAreListedAndBounded) {
 class FailingStore : public JobStore {
  public:
   explicit FailingStore(JobStore& base) : base_(base) {}
-  absl::Status Put(const JobRecord& job) override {
+  absl::Status Put(const JobRecord& job, absl::Span<const JobEvent> events) override {
     if (fail) return absl::ResourceExhaustedError("database or disk is full");
-    return base_.Put(job);
+    return base_.Put(job, events);
   }
   absl::Status Delete(const std::string& job_id) override {
     if (fail) return absl::ResourceExhaustedError("database or disk is full");
     return base_.Delete(job_id);
   }
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override { return base_.LoadAll(); }
+  absl::StatusOr<std::vector<JobEvent>> LoadEvents(const std::string& job_id) override {
+    return base_.LoadEvents(job_id);
+  }
   bool fail = false;
 
  private:
@@ -861,7 +906,7 @@ TEST_F(JobManagerTest, ARawSpecFromAnOlderStoreIsResolvedOnLoad) {
   old.state = JobState::kPending;
   old.create_time = clock_.Now();
   old.submit_order = 1;
-  ASSERT_TRUE(store_->Put(old).ok());
+  ASSERT_TRUE(store_->Put(old, {}).ok());
   ASSERT_EQ(store_->LoadAll()->at(0).spec, Spec(2));  // raw in the store, as written then
 
   manager_ = MakeManager();

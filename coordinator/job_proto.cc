@@ -517,4 +517,54 @@ void JobEventToProto(const JobEvent& event, v1::JobEvent* out) {
   }
 }
 
+absl::StatusOr<JobEvent> JobEventFromProto(const v1::JobEvent& proto) {
+  JobEvent event;
+  event.sequence = proto.sequence();
+  event.time = TimeFromProto(proto.time());
+  switch (proto.kind_case()) {
+    case v1::JobEvent::kStateChange: {
+      event.kind = JobEvent::Kind::kStateChange;
+      absl::StatusOr<JobState> from = StateFromProto(proto.state_change().from());
+      absl::StatusOr<JobState> to = StateFromProto(proto.state_change().to());
+      if (!from.ok()) return from.status();
+      if (!to.ok()) return to.status();
+      event.from = *from;
+      event.to = *to;
+      event.reason = proto.state_change().reason();
+      return event;
+    }
+    case v1::JobEvent::kPlanSwitch: {
+      const v1::PlanSwitch& ps = proto.plan_switch();
+      event.kind = JobEvent::Kind::kPlanSwitch;
+      PlanSwitchEvent& e = event.plan_switch;
+      switch (ps.phase()) {
+        case v1::PlanSwitch::PHASE_APPLIED:
+          e.phase = PlanSwitchEvent::Phase::kApplied;
+          break;
+        case v1::PlanSwitch::PHASE_ABANDONED:
+          e.phase = PlanSwitchEvent::Phase::kAbandoned;
+          break;
+        default:
+          e.phase = PlanSwitchEvent::Phase::kScheduled;
+          break;
+      }
+      e.from_version = ps.from_version();
+      e.to_version = ps.to_version();
+      e.switch_iteration = ps.switch_iteration();
+      e.measured_iteration = ps.measured_iteration();
+      e.old_bubble = ps.old_predicted_bubble();
+      e.new_bubble = ps.new_predicted_bubble();
+      event.reason = ps.reason();
+      return event;
+    }
+    case v1::JobEvent::kIteration:
+      event.kind = JobEvent::Kind::kIteration;
+      event.summary = SummaryFromProto(proto.iteration());
+      return event;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("event ", proto.sequence(), ": not a state change, plan switch or iteration"));
+  }
+}
+
 }  // namespace zpipe::coordinator

@@ -47,6 +47,9 @@ v1::JobProgress ProgressToProto(const JobProgressView& progress);
 v1::Job JobViewToProto(const JobView& view);
 // A WatchJob event (state change or iteration summary).
 void JobEventToProto(const JobEvent& event, v1::JobEvent* out);
+// A stored event back (the store keeps JobEventToProto's messages); InvalidArgument for a kind
+// JobEventToProto never writes (a snapshot or progress).
+absl::StatusOr<JobEvent> JobEventFromProto(const v1::JobEvent& proto);
 
 // Unset (InfinitePast) times map to an unset Timestamp.
 void TimeToProto(absl::Time t, google::protobuf::Timestamp* out);

@@ -14,14 +14,20 @@ absl::Status JobStoreWriter::Put(const JobRecord& job) {
 }
 
 absl::Status JobStoreWriter::PutNew(const JobRecord& job) {
-  absl::Status st = store_.Put(job);
+  absl::Status st = store_.Put(job, {});
   if (!st.ok()) metrics_.CountStoreWriteError();
   return st;
 }
 
 absl::Status JobStoreWriter::PutLocked(const JobRecord& job) {
-  absl::Status st = store_.Put(job);
+  // The events since the last stored write; after a restart, the ones the log holds (rewriting
+  // an event already stored replaces it with itself).
+  auto stored = stored_sequence_.find(job.id);
+  const std::vector<JobEvent> events = events_.Retained(
+      job.id, stored == stored_sequence_.end() ? 0 : stored->second, JobStore::kStoredEvents);
+  absl::Status st = store_.Put(job, events);
   if (st.ok()) {
+    stored_sequence_[job.id] = job.last_sequence;
     if (unsaved_.erase(job.id) > 0 && unsaved_.empty()) {
       LogInfo("job store: writes succeed again; every job change is stored");
       error_ = absl::OkStatus();
@@ -47,6 +53,7 @@ absl::Status JobStoreWriter::Delete(const std::string& job_id) {
     metrics_.CountStoreWriteError();
     return st;
   }
+  stored_sequence_.erase(job_id);
   if (unsaved_.erase(job_id) > 0 && unsaved_.empty()) error_ = absl::OkStatus();
   metrics_.SetStoreUnsavedJobs(static_cast<int64_t>(unsaved_.size()));
   return st;
@@ -60,6 +67,7 @@ absl::Status JobStoreWriter::RetryUnsaved(
     const JobRecord* job = find(id);
     if (job == nullptr) {
       unsaved_.erase(id);
+      stored_sequence_.erase(id);
       continue;
     }
     if (absl::Status st = PutLocked(*job); !st.ok()) return StatusLocked();

@@ -14,9 +14,10 @@ namespace {
 // Keeps records in memory; refuses every write while `full`.
 class MemoryStore : public JobStore {
  public:
-  absl::Status Put(const JobRecord& job) override {
+  absl::Status Put(const JobRecord& job, absl::Span<const JobEvent> written) override {
     if (full) return absl::ResourceExhaustedError("database or disk is full");
     jobs[job.id] = job;
+    for (const JobEvent& e : written) events[job.id][e.sequence] = e;
     return absl::OkStatus();
   }
   absl::Status Delete(const std::string& job_id) override {
@@ -25,8 +26,14 @@ class MemoryStore : public JobStore {
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<JobRecord>> LoadAll() override { return std::vector<JobRecord>(); }
+  absl::StatusOr<std::vector<JobEvent>> LoadEvents(const std::string& job_id) override {
+    std::vector<JobEvent> out;
+    for (const auto& [sequence, e] : events[job_id]) out.push_back(e);
+    return out;
+  }
   bool full = false;
   std::map<std::string, JobRecord> jobs;
+  std::map<std::string, std::map<uint64_t, JobEvent>> events;
 };
 
 class CountingMetrics : public NullMetrics {
@@ -47,7 +54,8 @@ JobRecord Job(const std::string& id, JobState state = JobState::kPending) {
 TEST(JobStoreWriterTest, ARefusedWriteIsKeptAndRetriedUntilTheStoreTakesIt) {
   MemoryStore store;
   CountingMetrics metrics;
-  JobStoreWriter writer(store, metrics);
+  JobEventLog log;
+  JobStoreWriter writer(store, log, metrics);
   ASSERT_TRUE(writer.Put(Job("a")).ok());
   EXPECT_TRUE(writer.Status().ok());
   EXPECT_EQ(metrics.unsaved, 0);
@@ -75,13 +83,54 @@ TEST(JobStoreWriterTest, ARefusedWriteIsKeptAndRetriedUntilTheStoreTakesIt) {
   EXPECT_EQ(store.jobs["a"].state, JobState::kCancelled);
 }
 
+JobEvent Event(uint64_t sequence) {
+  JobEvent e;
+  e.sequence = sequence;
+  e.kind = JobEvent::Kind::kIteration;
+  e.summary.iteration = static_cast<int>(sequence);
+  return e;
+}
+
+// A job's events go to the store with its record; the ones of a refused write go with the retry.
+TEST(JobStoreWriterTest, EventsGoWithTheRecordAndARefusedWritesEventsWithItsRetry) {
+  MemoryStore store;
+  CountingMetrics metrics;
+  JobEventLog log;
+  JobStoreWriter writer(store, log, metrics);
+  JobRecord a = Job("a", JobState::kRunning);
+  log.Open("a", 0);
+  for (uint64_t seq = 1; seq <= 2; ++seq) log.Append("a", Event(seq));
+  a.last_sequence = 2;
+  ASSERT_TRUE(writer.Put(a).ok());
+  EXPECT_EQ(store.events["a"].size(), 2u);
+
+  store.full = true;
+  log.Append("a", Event(3));
+  a.last_sequence = 3;
+  EXPECT_FALSE(writer.Put(a).ok());
+  log.Append("a", Event(4));
+  a.last_sequence = 4;
+  EXPECT_FALSE(writer.Put(a).ok());
+  EXPECT_EQ(store.events["a"].size(), 2u);
+
+  store.full = false;
+  EXPECT_TRUE(writer.RetryUnsaved([&](const std::string&) { return &a; }).ok());
+  std::vector<JobEvent> stored = *store.LoadEvents("a");
+  ASSERT_EQ(stored.size(), 4u);
+  EXPECT_EQ(stored[2].summary.iteration, 3);
+  EXPECT_EQ(stored[3].summary.iteration, 4);
+}
+
 TEST(JobStoreWriterTest, OtherErrorsAreUnavailableAndForgottenJobsAreDropped) {
   class BrokenStore : public MemoryStore {
    public:
-    absl::Status Put(const JobRecord&) override { return absl::InternalError("disk I/O error"); }
+    absl::Status Put(const JobRecord&, absl::Span<const JobEvent>) override {
+      return absl::InternalError("disk I/O error");
+    }
   } store;
   NullMetrics metrics;
-  JobStoreWriter writer(store, metrics);
+  JobEventLog log;
+  JobStoreWriter writer(store, log, metrics);
   EXPECT_FALSE(writer.Put(Job("gone")).ok());
   EXPECT_TRUE(absl::IsUnavailable(writer.Status())) << writer.Status();
   EXPECT_TRUE(
@@ -92,7 +141,8 @@ TEST(JobStoreWriterTest, OtherErrorsAreUnavailableAndForgottenJobsAreDropped) {
 TEST(JobStoreWriterTest, ANewJobsRefusedWriteIsNotKept) {
   MemoryStore store;
   CountingMetrics metrics;
-  JobStoreWriter writer(store, metrics);
+  JobEventLog log;
+  JobStoreWriter writer(store, log, metrics);
   store.full = true;
   EXPECT_TRUE(absl::IsResourceExhausted(writer.PutNew(Job("new"))));
   EXPECT_EQ(metrics.write_errors, 1);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_proto.h"
+#include "zpipe/v1/coordinator.pb.h"
 #include "zpipe/v1/job.pb.h"
 
 namespace zpipe::coordinator {
@@ -31,6 +32,12 @@ CREATE TABLE IF NOT EXISTS jobs (
   summary BLOB,                -- zpipe.v1.IterationSummary, NULL before the first
   submitted_by TEXT NOT NULL DEFAULT ''  -- the submitter's token name (auth.h)
 );
+CREATE TABLE IF NOT EXISTS events (  -- each job's last JobStore::kStoredEvents events
+  job_id TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  event BLOB NOT NULL,         -- zpipe.v1.JobEvent: a state change, iteration or plan switch
+  PRIMARY KEY (job_id, sequence)
+) WITHOUT ROWID;
 )sql";
 
 // Columns added after the first release, with their definitions: a database created before
@@ -62,6 +69,23 @@ std::string ColumnBlob(sqlite3_stmt* st, int col) {
   return std::string(static_cast<const char*>(data), sqlite3_column_bytes(st, col));
 }
 
+void BindText(sqlite3_stmt* st, int index, absl::string_view text) {
+  sqlite3_bind_text(st, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
+
+void BindBlob(sqlite3_stmt* st, int index, absl::string_view bytes) {
+  sqlite3_bind_blob(st, index, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+}
+
+// A failed write: ResourceExhausted when the disk (or PRAGMA max_page_count) is full, which is
+// SQLITE_FULL or an I/O error with ENOSPC.
+absl::Status WriteError(sqlite3* db, int rc, absl::string_view what) {
+  if (rc == SQLITE_FULL || sqlite3_system_errno(db) == ENOSPC) {
+    return absl::ResourceExhaustedError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+  }
+  return SqlError(db, what);
+}
+
 class Statement {
  public:
   Statement(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
@@ -70,6 +94,34 @@ class Statement {
 
  private:
   sqlite3_stmt* st_ = nullptr;
+};
+
+// One write of several statements, all or nothing: rolled back unless Commit() succeeded.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {}
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  absl::Status Begin(absl::string_view what) {
+    if (const int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+        rc != SQLITE_OK) {
+      return WriteError(db_, rc, what);
+    }
+    open_ = true;
+    return absl::OkStatus();
+  }
+  absl::Status Commit(absl::string_view what) {
+    if (const int rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      return WriteError(db_, rc, what);
+    }
+    open_ = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  sqlite3* const db_;
+  bool open_ = false;
 };
 
 }  // namespace
@@ -129,19 +181,34 @@ absl::Status SqliteJobStore::SetMaxPagesForTest(int64_t pages) {
   return absl::OkStatus();
 }
 
-absl::Status SqliteJobStore::Put(const JobRecord& job) {
+absl::Status SqliteJobStore::Put(const JobRecord& job, absl::Span<const JobEvent> events) {
+  const std::string what = absl::StrCat("write job ", job.id);
+  absl::MutexLock lock(&mu_);
+  Transaction tx(db_);
+  if (absl::Status st = tx.Begin(what); !st.ok()) return st;
+  if (absl::Status st = PutJobLocked(job, what); !st.ok()) return st;
+  if (!events.empty()) {
+    if (absl::Status st = PutEventsLocked(job.id, events, what); !st.ok()) return st;
+  }
+  // The events before the last kStoredEvents go; run when events came, so a job's rows stay few.
+  if (!events.empty() && job.last_sequence > kStoredEvents) {
+    Statement st(db_, "DELETE FROM events WHERE job_id = ?1 AND sequence <= ?2");
+    if (st.get() == nullptr) return SqlError(db_, "prepare delete events");
+    BindText(st.get(), 1, job.id);
+    sqlite3_bind_int64(st.get(), 2, static_cast<sqlite3_int64>(job.last_sequence - kStoredEvents));
+    if (const int rc = sqlite3_step(st.get()); rc != SQLITE_DONE) return WriteError(db_, rc, what);
+  }
+  return tx.Commit(what);
+}
+
+absl::Status SqliteJobStore::PutJobLocked(const JobRecord& job, absl::string_view what) {
   v1::Job ranks;
   for (const auto& slot : job.ranks) *ranks.add_ranks() = RankSlotToProto(slot);
   ranks.set_restarts(job.restarts);
   for (const JobAttemptRecord& a : job.attempts) *ranks.add_attempts() = AttemptToProto(a);
   ranks.set_plan_version(job.plan_version);
   for (const PlanStageCost& c : job.plan_costs) *ranks.add_plan_costs() = PlanStageCostToProto(c);
-  const std::string spec_bytes = SpecToProto(job.spec).SerializeAsString();
-  const std::string ranks_bytes = ranks.SerializeAsString();
-  std::string summary_bytes;
-  if (job.latest_summary) summary_bytes = SummaryToProto(*job.latest_summary).SerializeAsString();
 
-  absl::MutexLock lock(&mu_);
   Statement st(db_,
                "INSERT OR REPLACE INTO jobs (id, submit_order, state, reason, create_us, "
                "start_us, end_us, attempt, last_sequence, iterations_done, spec, ranks, summary, "
@@ -149,48 +216,84 @@ absl::Status SqliteJobStore::Put(const JobRecord& job) {
                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
   sqlite3_stmt* s = st.get();
   if (s == nullptr) return SqlError(db_, "prepare insert");
-  sqlite3_bind_text(s, 1, job.id.data(), static_cast<int>(job.id.size()), SQLITE_TRANSIENT);
+  BindText(s, 1, job.id);
   sqlite3_bind_int64(s, 2, job.submit_order);
-  const absl::string_view state = JobStateName(job.state);
-  sqlite3_bind_text(s, 3, state.data(), static_cast<int>(state.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_text(s, 4, job.reason.data(), static_cast<int>(job.reason.size()), SQLITE_TRANSIENT);
+  BindText(s, 3, JobStateName(job.state));
+  BindText(s, 4, job.reason);
   sqlite3_bind_int64(s, 5, absl::ToUnixMicros(job.create_time));
   BindTime(s, 6, job.start_time);
   BindTime(s, 7, job.end_time);
   sqlite3_bind_int(s, 8, job.attempt);
   sqlite3_bind_int64(s, 9, static_cast<sqlite3_int64>(job.last_sequence));
   sqlite3_bind_int(s, 10, job.iterations_done);
-  sqlite3_bind_blob(s, 11, spec_bytes.data(), static_cast<int>(spec_bytes.size()),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_blob(s, 12, ranks_bytes.data(), static_cast<int>(ranks_bytes.size()),
-                    SQLITE_TRANSIENT);
+  BindBlob(s, 11, SpecToProto(job.spec).SerializeAsString());
+  BindBlob(s, 12, ranks.SerializeAsString());
   if (job.latest_summary) {
-    sqlite3_bind_blob(s, 13, summary_bytes.data(), static_cast<int>(summary_bytes.size()),
-                      SQLITE_TRANSIENT);
+    BindBlob(s, 13, SummaryToProto(*job.latest_summary).SerializeAsString());
   } else {
     sqlite3_bind_null(s, 13);
   }
-  sqlite3_bind_text(s, 14, job.submitted_by.data(), static_cast<int>(job.submitted_by.size()),
-                    SQLITE_TRANSIENT);
-  if (const int rc = sqlite3_step(s); rc != SQLITE_DONE) {
-    // A full disk (or PRAGMA max_page_count reached) is SQLITE_FULL, or an I/O error with ENOSPC.
-    if (rc == SQLITE_FULL || sqlite3_system_errno(db_) == ENOSPC) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("sqlite: write job ", job.id, ": ", sqlite3_errmsg(db_)));
-    }
-    return SqlError(db_, absl::StrCat("write job ", job.id));
+  BindText(s, 14, job.submitted_by);
+  if (const int rc = sqlite3_step(s); rc != SQLITE_DONE) return WriteError(db_, rc, what);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::PutEventsLocked(const std::string& job_id,
+                                             absl::Span<const JobEvent> events,
+                                             absl::string_view what) {
+  Statement st(db_, "INSERT OR REPLACE INTO events (job_id, sequence, event) VALUES (?1, ?2, ?3)");
+  sqlite3_stmt* s = st.get();
+  if (s == nullptr) return SqlError(db_, "prepare insert event");
+  // Only the last kStoredEvents would stay.
+  const size_t first = events.size() > kStoredEvents ? events.size() - kStoredEvents : 0;
+  for (size_t i = first; i < events.size(); ++i) {
+    v1::JobEvent proto;
+    JobEventToProto(events[i], &proto);
+    sqlite3_reset(s);
+    BindText(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, static_cast<sqlite3_int64>(events[i].sequence));
+    BindBlob(s, 3, proto.SerializeAsString());
+    if (const int rc = sqlite3_step(s); rc != SQLITE_DONE) return WriteError(db_, rc, what);
   }
   return absl::OkStatus();
 }
 
 absl::Status SqliteJobStore::Delete(const std::string& job_id) {
+  const std::string what = absl::StrCat("delete job ", job_id);
   absl::MutexLock lock(&mu_);
-  Statement st(db_, "DELETE FROM jobs WHERE id = ?1");
+  Transaction tx(db_);
+  if (absl::Status st = tx.Begin(what); !st.ok()) return st;
+  for (const char* sql : {"DELETE FROM jobs WHERE id = ?1", "DELETE FROM events WHERE job_id = ?1"}) {
+    Statement st(db_, sql);
+    sqlite3_stmt* s = st.get();
+    if (s == nullptr) return SqlError(db_, "prepare delete");
+    BindText(s, 1, job_id);
+    if (const int rc = sqlite3_step(s); rc != SQLITE_DONE) return WriteError(db_, rc, what);
+  }
+  return tx.Commit(what);
+}
+
+absl::StatusOr<std::vector<JobEvent>> SqliteJobStore::LoadEvents(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement st(db_, "SELECT event FROM events WHERE job_id = ?1 ORDER BY sequence");
   sqlite3_stmt* s = st.get();
-  if (s == nullptr) return SqlError(db_, "prepare delete");
-  sqlite3_bind_text(s, 1, job_id.data(), static_cast<int>(job_id.size()), SQLITE_TRANSIENT);
-  if (sqlite3_step(s) != SQLITE_DONE) return SqlError(db_, absl::StrCat("delete job ", job_id));
-  return absl::OkStatus();
+  if (s == nullptr) return SqlError(db_, "prepare select events");
+  BindText(s, 1, job_id);
+  std::vector<JobEvent> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    v1::JobEvent proto;
+    if (!proto.ParseFromString(ColumnBlob(s, 0))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": unreadable event"));
+    }
+    absl::StatusOr<JobEvent> event = JobEventFromProto(proto);
+    if (!event.ok()) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": ", event.status().message()));
+    }
+    out.push_back(*std::move(event));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, absl::StrCat("read events of job ", job_id));
+  return out;
 }
 
 absl::StatusOr<std::vector<JobRecord>> SqliteJobStore::LoadAll() {
