@@ -48,6 +48,7 @@ absl::Status JobManager::Load() {
     absl::StatusOr<std::vector<JobEvent>> stored = store_.LoadEvents(job.id);
     if (!stored.ok()) return stored.status();
     events.push_back(*std::move(stored));
+    writer_.Stored(job.id, job.last_sequence);
   }
   lifecycle_.Restore(*std::move(loaded), std::move(events));
   return absl::OkStatus();

@@ -75,6 +75,11 @@ absl::Status JobStoreWriter::RetryUnsaved(
   return StatusLocked();
 }
 
+void JobStoreWriter::Stored(const std::string& job_id, uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  stored_sequence_[job_id] = sequence;
+}
+
 bool JobStoreWriter::HasUnsaved() const {
   absl::ReaderMutexLock lock(&mu_);
   return !unsaved_.empty();

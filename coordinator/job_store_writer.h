@@ -52,6 +52,10 @@ class JobStoreWriter {
   absl::Status RetryUnsaved(absl::FunctionRef<const JobRecord*(const std::string&)> find)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The store holds `job_id`'s events up to `sequence` (loaded at startup): later writes carry
+  // only the ones after it.
+  void Stored(const std::string& job_id, uint64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
+
   bool HasUnsaved() const ABSL_LOCKS_EXCLUDED(mu_);
   bool IsUnsaved(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // OK while every job change is stored; else the store's error (ResourceExhausted when it is
