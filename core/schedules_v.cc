@@ -223,24 +223,28 @@ class EventQueue {
     last_ = 0;
   }
   bool empty() const { return size_ == 0; }
-  // `time` >= 0 and >= the time the queue was last advanced to (PopUpTo, Advance).
+  // `time` >= 0 and >= now(), the time the queue was last advanced to (0 at first).
   void Push(double time, int rank) {
     const uint64_t key = Key(time);
     buckets_[Bucket(key)].push_back({key, rank});
     ++size_;
   }
-  // Removes the events at times <= `time`, setting dirty[rank] for each.
-  void PopUpTo(double time, std::vector<char>& dirty) {
-    while (Settle(Key(time))) {
-      for (const Entry& e : buckets_[0]) dirty[e.rank] = 1;
-      size_ -= buckets_[0].size();
-      buckets_[0].clear();
-    }
+  // Removes the events at now() (no event is earlier), setting dirty[rank] for each.
+  void PopNow(std::vector<char>& dirty) {
+    for (const Entry& e : buckets_[0]) dirty[e.rank] = 1;
+    size_ -= buckets_[0].size();
+    buckets_[0].clear();
   }
-  // Advances the queue to its earliest event and returns that time; not empty(). Later pushes
-  // must not be earlier.
+  // Advances now() to the earliest event and returns it; not empty(), and no event at now().
   double Advance() {
-    Settle(std::numeric_limits<uint64_t>::max());
+    int i = 1;
+    while (buckets_[i].empty()) ++i;
+    uint64_t least = buckets_[i][0].key;
+    for (const Entry& e : buckets_[i]) least = std::min(least, e.key);
+    last_ = least;
+    moving_.swap(buckets_[i]);
+    for (const Entry& e : moving_) buckets_[Bucket(e.key)].push_back(e);
+    moving_.clear();
     return std::bit_cast<double>(last_);
   }
 
@@ -251,27 +255,11 @@ class EventQueue {
   };
   static uint64_t Key(double time) { return std::bit_cast<uint64_t>(time + 0.0); }  // -0 -> +0
   int Bucket(uint64_t key) const { return key == last_ ? 0 : 64 - std::countl_zero(key ^ last_); }
-  // Makes bucket 0 hold the events at the earliest time when that time's key is <= `limit`
-  // (advancing the queue to it); false when there is none.
-  bool Settle(uint64_t limit) {
-    if (!buckets_[0].empty()) return last_ <= limit;
-    if (size_ == 0) return false;
-    int i = 1;
-    while (buckets_[i].empty()) ++i;
-    uint64_t least = buckets_[i][0].key;
-    for (const Entry& e : buckets_[i]) least = std::min(least, e.key);
-    if (least > limit) return false;
-    last_ = least;
-    moving_.swap(buckets_[i]);
-    for (const Entry& e : moving_) buckets_[Bucket(e.key)].push_back(e);
-    moving_.clear();
-    return true;
-  }
 
   std::array<std::vector<Entry>, 65> buckets_;
   std::vector<Entry> moving_;
   size_t size_ = 0;
-  uint64_t last_ = 0;  // the key of the time the queue was last advanced to
+  uint64_t last_ = 0;  // the key of now()
 };
 
 class VGreedy {
@@ -367,7 +355,7 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   std::vector<char> dirty(p, 1);
   double now = 0;
   while (true) {
-    events_.PopUpTo(now, dirty);
+    events_.PopNow(dirty);  // `now` is where the queue was advanced to
     bool any = false;
     for (int r = 0; r < p; ++r) {
       if (!dirty[r]) continue;
