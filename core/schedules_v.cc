@@ -226,7 +226,10 @@ class EventQueue {
   // `time` >= 0 and >= now(), the time the queue was last advanced to (0 at first).
   void Push(double time, int rank) {
     const uint64_t key = Key(time);
-    buckets_[Bucket(key)].push_back({key, rank});
+    // Field by field: an Entry built whole on the stack and copied stalled on store forwarding.
+    Entry& e = buckets_[Bucket(key)].emplace_back();
+    e.key = key;
+    e.rank = rank;
     ++size_;
   }
   // Removes the events at now() (no event is earlier), setting dirty[rank] for each.
@@ -319,6 +322,14 @@ class VGreedy {
   void Start(int r, double now, ActionKind kind, int stage, int mb);
 
   bool TryStartFixed(int r, double now);
+  // Appends `a` to rank r's order, field by field (a whole Action copied from the stack stalled
+  // on store forwarding, a tenth of VGreedy's time).
+  void Append(int r, const Action& a) {
+    Action& to = (*out_)[r].emplace_back();
+    to.kind = a.kind;
+    to.stage = a.stage;
+    to.microbatch = a.microbatch;
+  }
 
   const VProblem& pb_;
   const GreedyPolicy& pol_;
@@ -483,7 +494,7 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
       if (chunk == 0) st.mem0 += pb_.mf[s];
       ++st.nf[chunk];
       f_end_[pb_.Idx(s, i)] = end;
-      (*out_)[r].push_back(Action::F(s, i));
+      Append(r, Action::F(s, i));
       if (s < pb_.S - 1) events_.Push(end + pb_.Edge(s), pb_.RankOf(s + 1));
       break;
     case ActionKind::kBackwardInput:
@@ -493,7 +504,7 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
       ++st.nb[chunk];
       b_end_[pb_.Idx(s, i)] = end;
       st.wq.push_back(int(pb_.Idx(s, i)));
-      (*out_)[r].push_back(Action::B(s, i));
+      Append(r, Action::B(s, i));
       if (s > 0) events_.Push(end + pb_.Edge(s - 1), pb_.RankOf(s - 1));
       break;
     case ActionKind::kBackwardWeight:
@@ -501,7 +512,7 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
       st.mem += pb_.mw[s];
       if (chunk == 0) st.mem0 += pb_.mw[s];
       st.wq.pop_front();
-      (*out_)[r].push_back(Action::W(s, i));
+      Append(r, Action::W(s, i));
       break;
     default:  // VGreedy starts only F, B and W
       return;
