@@ -274,9 +274,11 @@ class VGreedy {
       : pb_(pb), pol_(policy), fb_order_(&fb_order) {}
 
   // Fills `orders` and, timed against the problem it was given, `score`. False if the scheduler
-  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or once
-  // some rank's span is sure to exceed `give_up_above`.
-  bool Run(Orders* orders, Score* score, double give_up_above = kInf);
+  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory), once some
+  // rank's span is sure to exceed `give_up_above`, or once the peak memory reaches
+  // `give_up_at_peak`.
+  bool Run(Orders* orders, Score* score, double give_up_above = kInf,
+           double give_up_at_peak = kInf);
 
  private:
   struct RankState {
@@ -342,9 +344,10 @@ class VGreedy {
   EventQueue events_;
   Orders* out_ = nullptr;
   size_t started_ = 0;
+  double peak_ = 0;  // the most memory any rank has held so far
 };
 
-bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
+bool VGreedy::Run(Orders* orders, Score* score, double give_up_above, double give_up_at_peak) {
   const int p = pb_.p;
   ranks_.assign(p, RankState{});
   for (int r = 0; r < p; ++r) {
@@ -361,6 +364,7 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   for (auto& o : *orders) o.reserve(size_t(6) * pb_.m);
   out_ = orders;
   started_ = 0;
+  peak_ = 0;
   const size_t total = size_t(3) * pb_.S * pb_.m;
   fb_pos_.assign(p, 0);
   std::vector<char> dirty(p, 1);
@@ -373,6 +377,7 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
       dirty[r] = 0;
       if (ranks_[r].free <= now && TryStart(r, now)) any = true;
     }
+    if (peak_ >= give_up_at_peak) return false;
     if (started_ == total) break;
     if (any) continue;                  // zero-length actions may have made more ready at `now`
     if (events_.empty()) return false;  // nothing running and nothing can start
@@ -522,6 +527,7 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
   --st.actions_left;
   st.first = std::min(st.first, now);
   st.peak = std::max(st.peak, st.mem);
+  peak_ = std::max(peak_, st.mem);
   events_.Push(end, r);
   ++started_;
 }
@@ -909,7 +915,10 @@ class GreedyVSearch {
         actions_(int64_t{6} * pb.p * pb.m),
         short_policies_(name == "zb-v" ? absl::Span<const int>(kShortPoliciesZbV)
                                        : kShortPoliciesTight),
-        work_(SearchWork(req.search.budget_seconds)) {
+        work_(SearchWork(req.search.budget_seconds)),
+        span_bound_(SpanLowerBound(Placement::VShape(pb.p), pb.m, req.cost, memory_limit,
+                                   /*split_backward=*/true)),
+        makespan_bound_(MakespanLowerBound(Placement::VShape(pb.p), pb.m, req.cost)) {
     const int64_t all_runs =
         (dualpipe_ ? kDualPipeVariants : 0) +
         2 * (int64_t(policies_.size()) + std::size(kRefillWaits) * (1 + (dualpipe_ ? 4 : 0)));
@@ -930,9 +939,7 @@ class GreedyVSearch {
                            " (the memory deltas need B and W to free what F allocates)")),
                        "memory_limit");
     }
-    const double bound = SpanLowerBound(Placement::VShape(pb_.p), pb_.m, req_.cost, memory_limit_,
-                                        /*split_backward=*/true);
-    if (work_ > 0 && !AtBound(best_.rank_span, bound)) Search(bound);
+    if (work_ > 0 && !AtBound(best_.rank_span, span_bound_)) Search(span_bound_);
     if (balanced_work > 0 && Evaluate(pb_, best_orders_, &best_)) TryBalanced(balanced_work);
     return MakePlan(name_, pb_, std::move(best_orders_));
   }
@@ -962,7 +969,14 @@ class GreedyVSearch {
   void RunGreedy(const GreedyPolicy& pol, const Orders* fb_order) {
     VGreedy greedy = fb_order ? VGreedy(pb_, pol, *fb_order) : VGreedy(pb_, pol);
     Score score;
-    if (greedy.Run(&orders_, &score, best_.rank_span)) Consider(score);  // else stuck or behind
+    // Once the best plan's span and rank span are at their lower bounds, no plan has shorter
+    // ones, and a run can only be Better with a lower peak: it gives up as soon as its peak
+    // reaches the best's (peak memory only grows during a run). On uniform costs the first runs
+    // reach both bounds, and the rest give up in their warm-up.
+    const bool spans_at_bounds = best_.rank_span <= span_bound_ && best_.span <= makespan_bound_;
+    if (greedy.Run(&orders_, &score, best_.rank_span, spans_at_bounds ? best_.peak : kInf)) {
+      Consider(score);  // else stuck, behind, or no better
+    }
   }
 
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
@@ -1042,6 +1056,7 @@ class GreedyVSearch {
   const absl::Span<const int> short_policies_;
   bool short_pass_ = false;  // the greedy pass runs the short list only
   int64_t work_;             // what is left of the search budget
+  const double span_bound_, makespan_bound_;  // no plan of the problem has shorter spans
   Orders orders_;            // the candidate under consideration
   Orders best_orders_;
   Score best_;
