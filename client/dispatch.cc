@@ -1,7 +1,13 @@
 #include "client/dispatch.h"
 
 #include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "client/cli_common.h"
 #include "client/command_table.h"
 #include "client/plan_command.h"
 
