@@ -1,13 +1,5 @@
-// Shared pieces of the `zpipe` subcommands that talk to a coordinator: global options, exit
-// codes, argument parsing, error reporting and output helpers.
-//
-// Exit codes (documented in `zpipe --help`):
-//   0  success
-//   1  the job failed or was cancelled (submit --wait/--follow, watch), or the coordinator
-//      refused the operation (unknown job, cancelling a finished job, another spec under an
-//      existing id, ...)
-//   2  usage: bad arguments, an invalid job file, or a spec the coordinator rejected
-//   3  the coordinator could not be reached
+// Shared pieces of the `zpipe` subcommands that talk to a coordinator: global options, argument
+// parsing, error reporting and output helpers. The exit codes and -o formats are cli_common.h's.
 // `zpipe COMMAND --help` (or -h) prints that command's usage on stdout and exits 0.
 #ifndef ZPIPE_CLIENT_CLI_H_
 #define ZPIPE_CLIENT_CLI_H_
@@ -22,18 +14,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/cli_common.h"
 #include "client/client.h"
 #include "client/command_spec.h"
 
 namespace zpipe::cli {
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitJobFailed = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitUnreachable = 3;
-// The coordinator refused for lack of room (RESOURCE_EXHAUSTED): its job store is full, or a
-// limit such as --max-pending-jobs is reached. Retrying later may succeed.
-inline constexpr int kExitResourceExhausted = 4;
 
 inline constexpr char kDefaultCoordinator[] = "localhost:50051";
 inline constexpr char kCoordinatorEnv[] = "ZPIPE_COORDINATOR";
@@ -41,11 +26,6 @@ inline constexpr char kTokenEnv[] = "ZPIPE_TOKEN";
 inline constexpr char kTlsCaEnv[] = "ZPIPE_TLS_CA";
 inline constexpr char kTlsCertEnv[] = "ZPIPE_TLS_CERT";
 inline constexpr char kTlsKeyEnv[] = "ZPIPE_TLS_KEY";
-
-// -o FORMAT. kTable is "text" (its old name "table" is still accepted); kWide is text with more
-// columns where a command has them; kJson and kYaml print the same documents (json_output.h);
-// kName prints only the ids of what the command names, one per line.
-enum class OutputFormat { kTable, kWide, kJson, kYaml, kName };
 
 // What every coordinator subcommand gets: the resolved global options, its streams, and a client
 // made on first use.
@@ -146,15 +126,16 @@ void PrintModelLayout(std::ostream& out, const v1::ModelLayout& layout);
 int RunExportCommand(CliContext& ctx, const std::vector<std::string>& args);  // export ID -f FILE
 // `zpipe version`: this zpipe's build and, with a coordinator to ask, the coordinator's.
 int RunVersionCommand(CliContext& ctx, const std::vector<std::string>& args);
-// This zpipe's build (the generated zpipe/build_info.h) as the coordinator reports its own, and
-// its one-line form "client: zpipe 0.1.0 (commit ..., torch ..., cuda ...)" (zpipe --version).
+// This zpipe's build (the generated zpipe/build_info.h) as the coordinator reports its own; its
+// one-line form is cli_common.h's ClientVersionLine().
 v1::ServerInfo ClientBuildInfo();
-std::string ClientVersionLine();
 // `zpipe config ...`: the contexts of the config file (cli_config.h); asks no coordinator.
 int RunConfigCommand(CliContext& ctx, const std::vector<std::string>& args);
-// `zpipe completion bash|zsh|fish`: needs no coordinator, so it takes its streams directly.
-int RunCompletionCommand(const std::vector<std::string>& args, std::ostream& out,
-                         std::ostream& err);
+// The function that runs the coordinator command `name` (submit, status, ..., version, config);
+// nullptr for a name the command table does not have or one the lean zpipe runs itself
+// (completion). The command table (command_table.h) holds only what each command is.
+using CommandRun = int (*)(CliContext& ctx, const std::vector<std::string>& args);
+CommandRun CommandRunner(absl::string_view name);
 
 // The KEY=VALUE labels given to a repeatable `flag` (submit --label, list --label), the last
 // value of a key winning; INVALID_ARGUMENT naming the flag and the value without '=' or key.

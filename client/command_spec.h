@@ -20,8 +20,6 @@
 
 namespace zpipe::cli {
 
-class CliContext;  // cli.h
-
 // What a flag's value, or a command's positional, is: completion offers matching words.
 enum class ValueKind {
   kNone,     // a switch: no value
@@ -59,8 +57,6 @@ struct CommandSpec {
   std::vector<FlagSpec> flags = {};
   // The -o formats it prints besides text (space-separated: "wide json yaml name").
   absl::string_view formats = {};
-  // nullptr: main runs it itself (it needs no coordinator: completion, version, config, help).
-  int (*run)(CliContext& ctx, const std::vector<std::string>& args) = nullptr;
   // --help: what the command does, between the usage line and the flags; and notes after them.
   absl::string_view description = {};
   absl::string_view notes = {};

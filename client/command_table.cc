@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/plan_command.h"
-#include "client/trace_command.h"
 
 namespace zpipe::cli {
 namespace {
@@ -68,7 +67,6 @@ CommandSpec Submit() {
                     Switch("--parse-only", "print the spec the job file makes, send nothing",
                            "; the one job-file reader, which the Python client runs too")},
           .formats = "json yaml name",
-          .run = RunSubmitCommand,
           .description =
               "submits a job file (FILE.yaml or FILE.json); -o name prints only the "
               "job id"};
@@ -93,7 +91,6 @@ CommandSpec Logs() {
                       "(2026-01-02T15:04:05Z)"),
                 dash_f},
       .formats = "json yaml",
-      .run = RunLogsCommand,
       .description =
           "the log lines the job's workers wrote while they ran it (their failures "
           "included), each\nas TIME rank R: TEXT (worker clock, UTC; R = data_rank "
@@ -118,8 +115,7 @@ CommandSpec JobsPlan() {
           .synopsis = "plan --job ID | plan --schedule S -p P -m M ...",
           .summary = "show a job's plan, or plan a schedule locally",
           .flags = std::move(flags),
-          .formats = "json yaml",
-          .run = RunJobPlanCommand};
+          .formats = "json yaml"};
 }
 
 CommandSpec Run() {
@@ -141,7 +137,6 @@ CommandSpec Run() {
                     Value("--metrics-listen", ValueKind::kText, "HOST:PORT", "metrics address",
                           ": let the coordinator serve Prometheus /metrics there (default off)")},
           .formats = "json yaml",
-          .run = RunRunCommand,
           .description =
               "a whole ZeroPipe on this machine for one job: a coordinator and the "
               "workers, the job\nfollowed live, then a summary and the timeline files",
@@ -163,7 +158,6 @@ CommandSpec Config() {
                     Value("--tls-cert", ValueKind::kFile, "FILE", "PEM client certificate"),
                     Value("--tls-key", ValueKind::kFile, "FILE", "PEM client key")},
           .formats = "json yaml name",
-          .run = RunConfigCommand,
           .description =
               "zpipe config get-contexts          list the contexts (* = the current one)\n"
               "zpipe config current-context       print the current context's name\n"
@@ -199,7 +193,6 @@ CommandSpec Trace() {
                  .value = ValueKind::kFile,
                  .help = "the file to write",
                  .more = "(- writes to stdout)"}},
-      .run = RunTraceCommand,
       .description =
           "the executed timeline of one iteration on all ranks, aligned to the "
           "coordinator's clock"};
@@ -215,7 +208,6 @@ CommandSpec Export() {
                                  "where the job's checkpoints are mounted here",
                                  "(default: the job's checkpoint.dir)")},
       .formats = "json yaml",
-      .run = RunExportCommand,
       .description =
           "writes the trained model of the job from its latest complete checkpoint: a "
           "TorchScript\nmodule with the trained weights (torchscript models; torch.jit.load) or "
@@ -249,8 +241,7 @@ std::vector<CommandSpec> MakeCommands() {
                .synopsis = "status ID",
                .summary = "show a job",
                .operand = ValueKind::kJobId,
-               .formats = "json yaml name",
-               .run = RunStatusCommand});
+               .formats = "json yaml name"});
   c.push_back({.name = "list",
                .synopsis = "list [--state S,...] [-l KEY=VALUE ...] [--since DURATION] "
                            "[--limit N [--continue TOKEN]]",
@@ -270,7 +261,6 @@ std::vector<CommandSpec> MakeCommands() {
                                "only jobs submitted in the last DURATION (e.g. 1h, 7d)"),
                          Limit("at most N jobs (1 to 1000)"), Continue()},
                .formats = "wide json yaml name",
-               .run = RunListCommand,
                .notes = "-o wide adds when each job started and ended, why it ended and its "
                         "labels; -o name prints only ids"});
   c.push_back({.name = "cancel",
@@ -278,15 +268,13 @@ std::vector<CommandSpec> MakeCommands() {
                .summary = "cancel a job",
                .operand = ValueKind::kJobId,
                .flags = {Value("--reason", ValueKind::kText, "TEXT", "why, recorded with the job")},
-               .formats = "json yaml name",
-               .run = RunCancelCommand});
+               .formats = "json yaml name"});
   c.push_back({.name = "delete",
                .synopsis = "delete ID [ID...] [--force]",
                .summary = "delete finished jobs with their history, trace and logs",
                .operand = ValueKind::kJobId,
                .flags = {Switch("--force", "cancel a job that has not finished, then delete it")},
                .formats = "name",
-               .run = RunDeleteCommand,
                .description = "deletes each job: its record, event history, trace, logs and its "
                               "claim on uploaded\nartifacts; a job that has not finished needs "
                               "--force; exit 1 if any job could not be deleted"});
@@ -295,7 +283,6 @@ std::vector<CommandSpec> MakeCommands() {
                .summary = "follow a job until it ends",
                .operand = ValueKind::kJobId,
                .formats = "json yaml",
-               .run = RunWatchCommand,
                .description = "live per-rank F/B/W bars on a terminal, one line per state change "
                               "and iteration otherwise;\nwith -o json one JSON event per line "
                               "(-o yaml: one YAML document per event); exit 0 if the job\n"
@@ -310,7 +297,6 @@ std::vector<CommandSpec> MakeCommands() {
                                 "heartbeat"),
                          Limit("at most N workers (1 to 1000)"), Continue()},
                .formats = "wide json yaml name",
-               .run = RunWorkersCommand,
                .notes = "-o name prints only the worker names"});
   c.push_back(JobsPlan());
   c.push_back(Trace());
@@ -321,7 +307,6 @@ std::vector<CommandSpec> MakeCommands() {
                .summary = "this zpipe's version and build, and the coordinator's",
                .flags = {Switch("--client", "only this zpipe's; ask no coordinator")},
                .formats = "json yaml",
-               .run = RunVersionCommand,
                .description = "this zpipe's version, git commit and the LibTorch (and CUDA) it "
                               "was built with, then the\ncoordinator's (exit 3 when it cannot be "
                               "reached). zpipe --version prints the first line alone."});

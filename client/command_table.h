@@ -1,8 +1,10 @@
 // The one table of `zpipe`'s commands and flags (CommandSpec, FlagSpec: command_spec.h). The
-// dispatcher (zpipe_main.cc) runs commands from it, `zpipe --help` lists it, every command's CLI11
+// dispatcher (dispatch.h) finds commands in it, `zpipe --help` lists it, every command's CLI11
 // parser and its `--help` are made from it (Args), and `zpipe completion bash|zsh|fish` generates
 // its scripts from it: a command or a flag added here is known to all four at once, and one
-// missing here is known to none.
+// missing here is known to none. It says what each command is, not how it runs: the functions
+// that run the coordinator commands are cli.h's CommandRunner(), linked only into zpipe-remote,
+// so the lean `zpipe` that answers --help, completion and the local plan loads no gRPC.
 //
 // The flag conventions every command follows (docs/guide.md "The `zpipe` CLI"):
 //   -o, --output FORMAT   only ever the output format: text, wide, json, yaml or name (the ones a
@@ -19,7 +21,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "client/cli.h"
+#include "client/cli_common.h"
 #include "client/command_spec.h"
 #include "flags/values.h"
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "client/cli.h"
+#include "client/cli_common.h"
 #include "client/command_table.h"
 
 namespace zpipe::cli {

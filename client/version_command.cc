@@ -12,9 +12,7 @@ namespace zpipe::cli {
 namespace {
 
 std::string Line(const std::string& who, const v1::ServerInfo& info) {
-  return absl::StrCat(who, ": zpipe ", info.version(), " (commit ", info.commit(), ", torch ",
-                      info.torch().empty() ? "unknown" : info.torch(), ", cuda ",
-                      info.cuda().empty() ? "none" : info.cuda(), ")");
+  return VersionLine(who, info.version(), info.commit(), info.torch(), info.cuda());
 }
 
 }  // namespace
@@ -27,8 +25,6 @@ v1::ServerInfo ClientBuildInfo() {
   info.set_cuda(build_info::kCuda);
   return info;
 }
-
-std::string ClientVersionLine() { return Line("client", ClientBuildInfo()); }
 
 int RunVersionCommand(CliContext& ctx, const std::vector<std::string>& argv) {
   Args args = ArgsFor("version");

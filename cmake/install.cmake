@@ -12,8 +12,9 @@ set(ZPIPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroPipe)
 # "zpipe/v1/job.pb.h"), so the package's targets put include/zeropipe/ on the path as well.
 set(ZPIPE_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/zeropipe)
 
-# The binaries users run (docs/operations.md "The services", deploy/docker/collect-runtime).
-foreach(binary zpipe zpipe-coordinator)
+# The binaries users run (docs/operations.md "The services", deploy/docker/collect-runtime);
+# zpipe-remote runs zpipe's coordinator commands and belongs beside zpipe (client/dispatch.h).
+foreach(binary zpipe zpipe-remote zpipe-coordinator)
   if(TARGET ${binary})
     install(TARGETS ${binary} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
   endif()

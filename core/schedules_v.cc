@@ -34,14 +34,13 @@
 // other; both orders of the pair are tried and the shorter plan within the memory limit kept.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <string>
 #include <vector>
 
@@ -210,6 +209,71 @@ struct GreedyPolicy {
   double reserve_per_rank = 0;
 };
 
+// VGreedy's events, (time, rank), as a radix heap: no event is pushed earlier than the time the
+// queue was last advanced to (an action ends, or an input arrives, no earlier than the time it
+// was started at), and a non-negative double's bits order like the double, so each event moves
+// down at most 64 buckets in all. VGreedy takes every event up to a time at once and only needs
+// which ranks they name, so the order among events at the same time does not matter. A binary
+// heap's sifting was half of VGreedy's run time at p = 32, m = 256.
+// Appends compute action `a` to `order` field by field: an Action made on the stack and copied
+// whole stalled on store forwarding, a tenth of VGreedy's time.
+void AppendCompute(std::vector<Action>& order, const Action& a) {
+  Action& to = order.emplace_back();
+  to.kind = a.kind;
+  to.stage = a.stage;
+  to.microbatch = a.microbatch;
+}
+
+class EventQueue {
+ public:
+  void Clear() {
+    for (auto& b : buckets_) b.clear();
+    size_ = 0;
+    last_ = 0;
+  }
+  bool empty() const { return size_ == 0; }
+  // `time` >= 0 and >= now(), the time the queue was last advanced to (0 at first).
+  void Push(double time, int rank) {
+    const uint64_t key = Key(time);
+    // Field by field: an Entry built whole on the stack and copied stalled on store forwarding.
+    Entry& e = buckets_[Bucket(key)].emplace_back();
+    e.key = key;
+    e.rank = rank;
+    ++size_;
+  }
+  // Removes the events at now() (no event is earlier), setting dirty[rank] for each.
+  void PopNow(std::vector<char>& dirty) {
+    for (const Entry& e : buckets_[0]) dirty[e.rank] = 1;
+    size_ -= buckets_[0].size();
+    buckets_[0].clear();
+  }
+  // Advances now() to the earliest event and returns it; not empty(), and no event at now().
+  double Advance() {
+    int i = 1;
+    while (buckets_[i].empty()) ++i;
+    uint64_t least = buckets_[i][0].key;
+    for (const Entry& e : buckets_[i]) least = std::min(least, e.key);
+    last_ = least;
+    moving_.swap(buckets_[i]);
+    for (const Entry& e : moving_) buckets_[Bucket(e.key)].push_back(e);
+    moving_.clear();
+    return std::bit_cast<double>(last_);
+  }
+
+ private:
+  struct Entry {
+    uint64_t key;
+    int rank;
+  };
+  static uint64_t Key(double time) { return std::bit_cast<uint64_t>(time + 0.0); }  // -0 -> +0
+  int Bucket(uint64_t key) const { return key == last_ ? 0 : 64 - std::countl_zero(key ^ last_); }
+
+  std::array<std::vector<Entry>, 65> buckets_;
+  std::vector<Entry> moving_;
+  size_t size_ = 0;
+  uint64_t last_ = 0;  // the key of now()
+};
+
 class VGreedy {
  public:
   VGreedy(const VProblem& pb, const GreedyPolicy& policy) : pb_(pb), pol_(policy) {}
@@ -219,9 +283,11 @@ class VGreedy {
       : pb_(pb), pol_(policy), fb_order_(&fb_order) {}
 
   // Fills `orders` and, timed against the problem it was given, `score`. False if the scheduler
-  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory) or once
-  // some rank's span is sure to exceed `give_up_above`.
-  bool Run(Orders* orders, Score* score, double give_up_above = kInf);
+  // got stuck (only possible with unusual memory deltas, e.g. a B that needs memory), once some
+  // rank's span is sure to exceed `give_up_above`, or once the peak memory reaches
+  // `give_up_at_peak`.
+  bool Run(Orders* orders, Score* score, double give_up_above = kInf,
+           double give_up_at_peak = kInf);
 
  private:
   struct RankState {
@@ -267,6 +333,7 @@ class VGreedy {
   void Start(int r, double now, ActionKind kind, int stage, int mb);
 
   bool TryStartFixed(int r, double now);
+  void Append(int r, const Action& a) { AppendCompute((*out_)[r], a); }
 
   const VProblem& pb_;
   const GreedyPolicy& pol_;
@@ -276,13 +343,13 @@ class VGreedy {
   std::vector<double> f_end_, b_end_;
   // (time, rank): when something that may let the rank start an action happens (its own action
   // ends, or an input arrives); only such ranks are re-examined.
-  using Event = std::pair<double, int>;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  EventQueue events_;
   Orders* out_ = nullptr;
   size_t started_ = 0;
+  double peak_ = 0;  // the most memory any rank has held so far
 };
 
-bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
+bool VGreedy::Run(Orders* orders, Score* score, double give_up_above, double give_up_at_peak) {
   const int p = pb_.p;
   ranks_.assign(p, RankState{});
   for (int r = 0; r < p; ++r) {
@@ -294,30 +361,29 @@ bool VGreedy::Run(Orders* orders, Score* score, double give_up_above) {
   }
   f_end_.assign(size_t(pb_.S) * pb_.m, kUnset);
   b_end_.assign(f_end_.size(), kUnset);
-  events_ = {};
+  events_.Clear();
   orders->assign(p, {});
   for (auto& o : *orders) o.reserve(size_t(6) * pb_.m);
   out_ = orders;
   started_ = 0;
+  peak_ = 0;
   const size_t total = size_t(3) * pb_.S * pb_.m;
   fb_pos_.assign(p, 0);
   std::vector<char> dirty(p, 1);
   double now = 0;
   while (true) {
-    while (!events_.empty() && events_.top().first <= now) {
-      dirty[events_.top().second] = 1;
-      events_.pop();
-    }
+    events_.PopNow(dirty);  // `now` is where the queue was advanced to
     bool any = false;
     for (int r = 0; r < p; ++r) {
       if (!dirty[r]) continue;
       dirty[r] = 0;
       if (ranks_[r].free <= now && TryStart(r, now)) any = true;
     }
+    if (peak_ >= give_up_at_peak) return false;
     if (started_ == total) break;
     if (any) continue;                  // zero-length actions may have made more ready at `now`
     if (events_.empty()) return false;  // nothing running and nothing can start
-    now = events_.top().first;
+    now = events_.Advance();
     if (give_up_above < kInf) {
       // A rank that has started cannot end before it has run what it has left.
       for (int r = 0; r < p; ++r) {
@@ -435,8 +501,8 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
       if (chunk == 0) st.mem0 += pb_.mf[s];
       ++st.nf[chunk];
       f_end_[pb_.Idx(s, i)] = end;
-      (*out_)[r].push_back(Action::F(s, i));
-      if (s < pb_.S - 1) events_.push({end + pb_.Edge(s), pb_.RankOf(s + 1)});
+      Append(r, Action::F(s, i));
+      if (s < pb_.S - 1) events_.Push(end + pb_.Edge(s), pb_.RankOf(s + 1));
       break;
     case ActionKind::kBackwardInput:
       end += pb_.b[s];
@@ -445,15 +511,15 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
       ++st.nb[chunk];
       b_end_[pb_.Idx(s, i)] = end;
       st.wq.push_back(int(pb_.Idx(s, i)));
-      (*out_)[r].push_back(Action::B(s, i));
-      if (s > 0) events_.push({end + pb_.Edge(s - 1), pb_.RankOf(s - 1)});
+      Append(r, Action::B(s, i));
+      if (s > 0) events_.Push(end + pb_.Edge(s - 1), pb_.RankOf(s - 1));
       break;
     case ActionKind::kBackwardWeight:
       end += pb_.w[s];
       st.mem += pb_.mw[s];
       if (chunk == 0) st.mem0 += pb_.mw[s];
       st.wq.pop_front();
-      (*out_)[r].push_back(Action::W(s, i));
+      Append(r, Action::W(s, i));
       break;
     default:  // VGreedy starts only F, B and W
       return;
@@ -463,7 +529,8 @@ void VGreedy::Start(int r, double now, ActionKind kind, int s, int i) {
   --st.actions_left;
   st.first = std::min(st.first, now);
   st.peak = std::max(st.peak, st.mem);
-  events_.push({end, r});
+  peak_ = std::max(peak_, st.mem);
+  events_.Push(end, r);
   ++started_;
 }
 
@@ -659,7 +726,7 @@ class BalancedVBuilder {
     now_[r] = start + len;
     if (a.kind == ActionKind::kForward) f_end_[pb_.Idx(a.stage, a.microbatch)] = now_[r];
     if (a.kind == ActionKind::kBackwardInput) b_end_[pb_.Idx(a.stage, a.microbatch)] = now_[r];
-    out_.orders[r].push_back(a);
+    AppendCompute(out_.orders[r], a);
     return true;
   }
 
@@ -813,7 +880,7 @@ void RunBalancedV(const VProblem& pb, int64_t& work, int64_t run_cost, Consider 
         work -= run_cost;
         std::optional<VBuilt> built = BalancedV(pb, fill);
         if (!built) break;
-        consider(built->orders);
+        consider(std::move(built->orders));  // only its idle times are read below
         if (!(built->most_idle < previous)) break;
         previous = built->most_idle;
         fill.allowance.assign(pb.p, 0);
@@ -850,7 +917,10 @@ class GreedyVSearch {
         actions_(int64_t{6} * pb.p * pb.m),
         short_policies_(name == "zb-v" ? absl::Span<const int>(kShortPoliciesZbV)
                                        : kShortPoliciesTight),
-        work_(SearchWork(req.search.budget_seconds)) {
+        work_(SearchWork(req.search.budget_seconds)),
+        span_bound_(SpanLowerBound(Placement::VShape(pb.p), pb.m, req.cost, memory_limit,
+                                   /*split_backward=*/true)),
+        makespan_bound_(MakespanLowerBound(Placement::VShape(pb.p), pb.m, req.cost)) {
     const int64_t all_runs =
         (dualpipe_ ? kDualPipeVariants : 0) +
         2 * (int64_t(policies_.size()) + std::size(kRefillWaits) * (1 + (dualpipe_ ? 4 : 0)));
@@ -871,9 +941,7 @@ class GreedyVSearch {
                            " (the memory deltas need B and W to free what F allocates)")),
                        "memory_limit");
     }
-    const double bound = SpanLowerBound(Placement::VShape(pb_.p), pb_.m, req_.cost, memory_limit_,
-                                        /*split_backward=*/true);
-    if (work_ > 0 && !AtBound(best_.rank_span, bound)) Search(bound);
+    if (work_ > 0 && !AtBound(best_.rank_span, span_bound_)) Search(span_bound_);
     if (balanced_work > 0 && Evaluate(pb_, best_orders_, &best_)) TryBalanced(balanced_work);
     return MakePlan(name_, pb_, std::move(best_orders_));
   }
@@ -903,7 +971,14 @@ class GreedyVSearch {
   void RunGreedy(const GreedyPolicy& pol, const Orders* fb_order) {
     VGreedy greedy = fb_order ? VGreedy(pb_, pol, *fb_order) : VGreedy(pb_, pol);
     Score score;
-    if (greedy.Run(&orders_, &score, best_.rank_span)) Consider(score);  // else stuck or behind
+    // Once the best plan's span and rank span are at their lower bounds, no plan has shorter
+    // ones, and a run can only be Better with a lower peak: it gives up as soon as its peak
+    // reaches the best's (peak memory only grows during a run). On uniform costs the first runs
+    // reach both bounds, and the rest give up in their warm-up.
+    const bool spans_at_bounds = best_.rank_span <= span_bound_ && best_.span <= makespan_bound_;
+    if (greedy.Run(&orders_, &score, best_.rank_span, spans_at_bounds ? best_.peak : kInf)) {
+      Consider(score);  // else stuck, behind, or no better
+    }
   }
 
   // DualPipeV's fixed order is a zero-bubble V schedule too (its warm-up is ZB-V's); with
@@ -983,6 +1058,7 @@ class GreedyVSearch {
   const absl::Span<const int> short_policies_;
   bool short_pass_ = false;  // the greedy pass runs the short list only
   int64_t work_;             // what is left of the search budget
+  const double span_bound_, makespan_bound_;  // no plan of the problem has shorter spans
   Orders orders_;            // the candidate under consideration
   Orders best_orders_;
   Score best_;

@@ -813,7 +813,10 @@ class BestOfSearch {
         search_(search),
         actions_(3L * pr.p * pr.m),
         run_cost_(2 * actions_),
-        work_(SearchWork(search.budget_seconds)) {}
+        work_(SearchWork(search.budget_seconds)),
+        span_bound_(SpanLowerBound(Placement::Linear(pr.p), pr.m, *pr.cost, pr.limit,
+                                   /*split_backward=*/true)),
+        makespan_bound_(MakespanLowerBound(Placement::Linear(pr.p), pr.m, *pr.cost)) {}
 
   absl::StatusOr<Plan> Run(size_t greedy_runs, int polish_evaluations) && {
     // A search ends with the balanced-idle construction, each combination of its switches; its
@@ -828,17 +831,30 @@ class BestOfSearch {
                            " with p = ", pr_.p, ", m = ", pr_.m, "; raise the memory limit")),
                        "memory_limit");
     }
-    Polish(pr_, *best_, best_score_, polish_evaluations);
-    const double bound = SpanLowerBound(Placement::Linear(pr_.p), pr_.m, *pr_.cost, pr_.limit,
-                                        /*split_backward=*/true);
-    if (work_ > 0 && !candidates_.empty() && !AtBound(best_score_.span, bound)) Search(bound);
-    if (balanced_work > 0) RunBalancedFamily(balanced_work);
+    if (!Unbeatable()) {
+      Polish(pr_, *best_, best_score_, polish_evaluations);
+      if (work_ > 0 && !candidates_.empty() && !AtBound(best_score_.span, span_bound_)) {
+        Search(span_bound_);
+      }
+      if (balanced_work > 0) RunBalancedFamily(balanced_work);
+    }
     Plan plan = EmptyPlan(std::string(name_), Placement::Linear(pr_.p), pr_.m);
     plan.ranks = std::move(*best_);
     return plan;
   }
 
  private:
+  // Whether no plan can score better than the best so far (Score::operator<): its span is at
+  // most the span's lower bound and its global span at most the makespan's. Every later step
+  // keeps a plan only when it scores better (Search runs only above the span bound), so the rest
+  // of the run could not change the plan: it is skipped. On uniform costs the greedy pass's
+  // plan often is such a plan (ZB-2p at p = 32, m = 256: span 768, makespan 799 = 31 + 768),
+  // and skipping the search's remaining candidates is most of `zpipe plan`'s time there.
+  bool Unbeatable() const {
+    return best_.has_value() && best_score_.span <= span_bound_ &&
+           best_score_.global_span <= makespan_bound_;
+  }
+
   // Keeps `orders` when they score best so far.
   void Consider(std::optional<Orders> orders) {
     if (!orders) return;
@@ -855,7 +871,7 @@ class BestOfSearch {
 
   // The first `greedy_runs` candidates, then the rest while the search budget lasts.
   void RunCandidates(size_t greedy_runs) {
-    for (size_t k = 0; k < candidates_.size(); ++k) {
+    for (size_t k = 0; k < candidates_.size() && !Unbeatable(); ++k) {
       if (k >= greedy_runs) {
         if (work_ < run_cost_) break;
         work_ -= run_cost_;
@@ -913,6 +929,7 @@ class BestOfSearch {
   const int64_t actions_;
   const int64_t run_cost_;  // a list-scheduler run and its evaluation
   int64_t work_;            // what is left of the search budget
+  const double span_bound_, makespan_bound_;  // no plan of the problem does better
   std::optional<Orders> best_;
   Score best_score_;
 };

@@ -147,6 +147,23 @@ double SpanLowerBound(const Placement& placement, int m, const CostModel& cost, 
   return bound;
 }
 
+double MakespanLowerBound(const Placement& placement, int m, const CostModel& cost) {
+  const int p = placement.num_ranks();
+  std::vector<double> head(p, -1), work(p, 0);  // head: when the rank's lowest stage can start
+  double reach = 0;  // when the first forward can start on stage s, after the first start
+  for (int s = 0; s < placement.num_stages(); ++s) {
+    const int r = placement.RankOf(s);
+    const StageCost& c = cost.stages[s];
+    if (head[r] < 0) head[r] = reach;
+    work[r] += m * (c.f + c.b + c.w);
+    const bool cross = s + 1 < placement.num_stages() && placement.RankOf(s + 1) != r;
+    reach += c.f + (cross ? cost.comm : 0);
+  }
+  double bound = 0;
+  for (int r = 0; r < p; ++r) bound = std::max(bound, std::max(head[r], 0.0) + work[r]);
+  return bound;
+}
+
 double BubbleLowerBound(const Placement& placement, int m, const CostModel& cost,
                         double span_bound) {
   if (!(span_bound > 0)) return 0;

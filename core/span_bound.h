@@ -48,6 +48,14 @@ namespace zpipe::core {
 double SpanLowerBound(const Placement& placement, int microbatches, const CostModel& cost,
                       double memory_limit, bool split_backward);
 
+// A lower bound on the global makespan (the first start anywhere to the last end anywhere) of
+// any plan of the shape, whatever its memory limit: rank r cannot start before the first
+// microbatch's forwards reach its lowest stage s, sum_{x < s} (T_F(x) + T_comm per cross-rank
+// edge) after the first start, and then runs all its work, m * sum_{u on r} (T_F + T_B + T_W),
+// one action at a time. The maximum over ranks. A search whose best plan is at this bound and at
+// SpanLowerBound cannot find a better one (the ZB generators stop there).
+double MakespanLowerBound(const Placement& placement, int microbatches, const CostModel& cost);
+
 // The bubble rate a plan would have at span `span_bound` with the same busy times:
 // 1 - sum_r busy_r / (p * span_bound). A plan's bubble minus this is what a search could gain.
 double BubbleLowerBound(const Placement& placement, int microbatches, const CostModel& cost,

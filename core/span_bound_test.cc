@@ -71,5 +71,46 @@ TEST(SpanBoundTest, BottleneckStagePacesEarlierRanks) {
   EXPECT_DOUBLE_EQ(p->span_lower_bound, 36);
 }
 
+// The makespan bound holds for every generator's plans, with and without communication and on
+// uneven stages, and the ZB generators reach it with the span bound on uniform costs, where
+// they stop searching (schedules_zb.cc BestOfSearch::Unbeatable).
+TEST(SpanBoundTest, MakespanBoundHoldsAndUniformZbPlansReachIt) {
+  CostModel uneven = CostModel::Uniform(4, kHalfB, /*comm=*/0.3);
+  uneven.stages[2].f = 2.5;
+  uneven.stages[3].b = 1.7;
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p",
+                               "zb-v", "v-half", "v-min", "dualpipe-v"}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      PlanRequest req;
+      req.schedule = schedule;
+      req.pipeline = 4;
+      req.microbatches = 16;
+      req.lower = false;
+      req.inputs = [variant, &uneven](const Placement& pl) {
+        if (variant == 2 && pl.num_stages() == 4) return PlanInputs{.cost = uneven};
+        return UniformInputs(pl, kHalfB, variant == 0 ? 0.0 : 0.5);
+      };
+      absl::StatusOr<PlannedSchedule> p = PlanSchedule(req);
+      ASSERT_TRUE(p.ok()) << schedule << ": " << p.status();
+      const double bound = MakespanLowerBound(p->plan.placement, 16, p->cost);
+      EXPECT_LE(bound, p->sim.global_makespan * (1 + 1e-12)) << schedule << " " << variant;
+      EXPECT_GT(bound, 0);
+    }
+  }
+  // p = 8, m = 32, T_comm = 0: rank 7 starts 7 forwards late and then works 32 * 3.
+  const Placement linear = Placement::Linear(8);
+  const CostModel uniform = CostModel::Uniform(8, kHalfB);
+  EXPECT_DOUBLE_EQ(MakespanLowerBound(linear, 32, uniform), 7 + 96);
+  PlanRequest req;
+  req.schedule = "zb-2p";
+  req.pipeline = 8;
+  req.microbatches = 32;
+  req.inputs = [](const Placement& pl) { return UniformInputs(pl, kHalfB, 0); };
+  absl::StatusOr<PlannedSchedule> p = PlanSchedule(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->sim.span, p->span_lower_bound);
+  EXPECT_DOUBLE_EQ(p->sim.global_makespan, 7 + 96);
+}
+
 }  // namespace
 }  // namespace zpipe::core

@@ -12,3 +12,11 @@ if(TARGET zpipe AND TARGET zpipe-worker AND TARGET zpipe-coordinator)
   set_tests_properties(bench_peer_smoke PROPERTIES LABELS "bench;slow" TIMEOUT 600
                        ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
 endif()
+
+# bench_plan_smoke: `scripts/bench plan` (the whole zpipe process under hyperfine) with two runs a
+# row: the table is whole; times are not asserted. A few seconds. Skipped without hyperfine/jq.
+if(TARGET zpipe)
+  add_test(NAME bench_plan_smoke
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/bench/plan_smoke.sh $<TARGET_FILE:zpipe>)
+  set_tests_properties(bench_plan_smoke PROPERTIES LABELS bench TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -106,5 +106,59 @@ TEST(PlanCliTest, LocalCommandsStartNoThreadOrSocket) {
   std::filesystem::remove(trace);
 }
 
+// The shared libraries the dynamic loader loaded for `zpipe ARGS` (and for what it execs), from
+// its LD_DEBUG=libs trace: the "calling init: PATH" lines.
+std::string LoadedLibraries(const std::vector<std::string>& args, int* exit_code) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("zpipe-ld-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> argv = {ZPIPE_CLI_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const ProcessResult r = RunProcess(
+      argv, {{"ZPIPE_COORDINATOR", ""}, {"LD_DEBUG", "libs"}, {"LD_DEBUG_OUTPUT", dir / "ld"}}, 60);
+  *exit_code = r.exit_code;
+  std::string loaded;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      if (const size_t at = line.find("calling init: "); at != std::string::npos) {
+        absl::StrAppend(&loaded, line.substr(at + 14), "\n");
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return loaded;
+}
+
+// Issue 34: the local commands run in the lean `zpipe`, which links no gRPC, protobuf, OpenSSL or
+// yaml-cpp (their start-up was most of a small plan's time); the commands that talk to a
+// coordinator run in zpipe-remote, which zpipe execs, and load them there.
+TEST(PlanCliTest, LocalCommandsLoadNoGrpcProtobufOrOpenSsl) {
+  const std::vector<std::vector<std::string>> local = {
+      {"plan", "--schedule", "zb-2p", "-p", "8", "-m", "32"},
+      {"-o", "json", "plan", "--schedule", "all", "-p", "4", "-m", "8"},
+      {"completion", "zsh"},
+      {"--version"},
+      {"--help"},
+      {"sumbit"}};  // a typo: the suggestion comes from the lean binary's command table
+  for (const auto& command : local) {
+    int exit_code = -1;
+    const std::string loaded = LoadedLibraries(command, &exit_code);
+    const std::string line = absl::StrJoin(command, " ");
+    EXPECT_EQ(exit_code, command[0] == "sumbit" ? 2 : 0) << line;
+    ASSERT_NE(loaded.find("libc.so"), std::string::npos) << "zpipe " << line << ": " << loaded;
+    for (const char* heavy : {"libgrpc", "libprotobuf", "libssl", "libcrypto", "libyaml-cpp"}) {
+      EXPECT_EQ(loaded.find(heavy), std::string::npos)
+          << "zpipe " << line << " loaded " << heavy << ":\n" << loaded;
+    }
+  }
+  // The same trace sees gRPC once zpipe hands a command to zpipe-remote.
+  int exit_code = -1;
+  const std::string loaded = LoadedLibraries({"version", "--client"}, &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_NE(loaded.find("libgrpc"), std::string::npos) << loaded;
+}
+
 }  // namespace
 }  // namespace zpipe::testing

@@ -30,7 +30,8 @@ fail() {
 prefix=$work/prefix
 echo "== cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || fail "cmake --install failed"
-for f in bin/zpipe bin/zpipe-coordinator bin/zpipe-worker include/zeropipe/client/client.h \
+for f in bin/zpipe bin/zpipe-remote bin/zpipe-coordinator bin/zpipe-worker \
+         include/zeropipe/client/client.h \
          include/zeropipe/client/job_file.h include/zeropipe/core/plan.h \
          include/zeropipe/util/tls_files.h include/zeropipe/render/chrome_trace.h \
          include/zeropipe/zpipe/v1/job.pb.h lib/cmake/ZeroPipe/ZeroPipeConfig.cmake \
@@ -108,7 +109,7 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
   (cd "$build" && cpack -G DEB -B "$work/deb") >"$work/cpack.log" 2>&1 || fail "cpack -G DEB failed"
   deb=$(ls "$work"/deb/zeropipe_*_*.deb)
   dpkg-deb -c "$deb" | awk '{print $6}' >"$work/deb.files"
-  for f in ./usr/bin/zpipe ./usr/bin/zpipe-coordinator ./usr/bin/zpipe-worker \
+  for f in ./usr/bin/zpipe ./usr/bin/zpipe-remote ./usr/bin/zpipe-coordinator ./usr/bin/zpipe-worker \
            ./usr/share/doc/zeropipe/LICENSE ./usr/share/zeropipe/examples/gpt-zbv.yaml; do
     grep -qx -- "$f" "$work/deb.files" || fail "the .deb has no $f"
   done
@@ -118,6 +119,9 @@ if command -v dpkg-deb >/dev/null && command -v dpkg-shlibdeps >/dev/null; then
   dpkg-deb -f "$deb" Depends | grep -q libgrpc || fail "the .deb does not depend on gRPC"
   dpkg-deb -x "$deb" "$work/deb/root"
   "$work/deb/root/usr/bin/zpipe" --help >/dev/null || fail "the .deb's zpipe does not run"
+  # zpipe hands the coordinator commands to the zpipe-remote beside it.
+  "$work/deb/root/usr/bin/zpipe" version --client | grep -q '^client: zpipe' ||
+    fail "the .deb's zpipe does not run zpipe-remote (zpipe version --client)"
   echo "$(basename "$deb"): $(wc -l <"$work/deb.files") entries, Depends: $(dpkg-deb -f "$deb" Depends)"
 else
   echo "== no dpkg-deb/dpkg-shlibdeps here: the .deb is not checked"
