@@ -28,6 +28,7 @@
 #include "core/optimal_schedule.h"
 #include "core/placement.h"
 #include "core/plan.h"
+#include "core/recompute.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 
@@ -59,6 +60,11 @@ struct PlanRequest {
   // the generated plan as the incumbent; its plan replaces the generated one and goes through
   // the rest of the chain (validate, lower, grad sync, simulate) like any other.
   std::optional<OptimalOptions> optimal;
+  // Whether stages may recompute their forward before B instead of keeping activations
+  // (core/recompute.h). kOff plans exactly as before; kAuto recomputes where that shortens the
+  // span at the memory limit or makes a plan fit it at all. Not with `optimal` (the solver does
+  // not model R).
+  RecomputePolicy recompute = RecomputePolicy::kOff;
 };
 
 struct PlannedSchedule {
@@ -79,6 +85,13 @@ struct PlannedSchedule {
   // incumbent_span / bound - 1). The simulated span of `plan` equals its `span` unless
   // reductions (buckets with a reduce cost) lengthen it, which the solver does not model.
   std::optional<OptimalResult> optimal;
+  // Per stage, whether the plan recomputes it; empty with RecomputePolicy::kOff.
+  std::vector<bool> recompute_stages;
+  // With a recompute policy: the best keep-everything plan's span and bubble at this limit
+  // (compute plan, no reductions), nullopt when none fits; and the same for the chosen plan,
+  // so that callers can say what recomputation bought.
+  std::optional<double> keep_span, keep_bubble;
+  double compute_span = 0, compute_bubble = 0;
 };
 
 // Runs the chain above. Deterministic in the request (generate_seconds aside). Thread-safe.
