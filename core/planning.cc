@@ -151,7 +151,10 @@ void BoundRecomputingPlan(const Placement& placement, int microbatches, bool spl
   double busy = 0;
   for (double b : out.sim.busy) busy += b;
   const double p = placement.num_ranks();
-  out.bubble_lower_bound = out.span_lower_bound > 0 ? 1 - busy / (p * out.span_lower_bound) : 0;
+  // R is busy time the bound's work does not count: at a weak bound this is below 0, and 0 says
+  // as much as it can.
+  out.bubble_lower_bound =
+      out.span_lower_bound > 0 ? std::max(0.0, 1 - busy / (p * out.span_lower_bound)) : 0;
 }
 
 }  // namespace

@@ -218,8 +218,12 @@ absl::StatusOr<RecomputeChoice> ChooseRecompute(ScheduleKind kind, const Schedul
     out.keep_span = kept->span;
     out.keep_bubble = kept->bubble;
   }
+  // Sets of stages are compared by their greedy plans; the request's search (its budget is per
+  // plan) runs once, for the set chosen.
+  ScheduleRequest greedy = request;
+  greedy.search.budget_seconds = 0;
   std::vector<bool> set(stages, true);
-  absl::StatusOr<Candidate> current = PlanRecomputing(kind, request, set);
+  absl::StatusOr<Candidate> current = PlanRecomputing(kind, greedy, set);
   if (policy == RecomputePolicy::kAll && !current.ok()) return current.status();
   if (policy == RecomputePolicy::kAuto && current.ok()) {
     // Fewer recomputing stages cost less compute: drop each (the last stages hold the fewest
@@ -229,12 +233,16 @@ absl::StatusOr<RecomputeChoice> ChooseRecompute(ScheduleKind kind, const Schedul
       std::vector<bool> fewer = set;
       fewer[s] = false;
       if (std::none_of(fewer.begin(), fewer.end(), [](bool b) { return b; })) break;
-      absl::StatusOr<Candidate> trial = PlanRecomputing(kind, request, fewer);
+      absl::StatusOr<Candidate> trial = PlanRecomputing(kind, greedy, fewer);
       if (trial.ok() && trial->span <= current->span + Tolerance(current->span)) {
         set = std::move(fewer);
         current = *std::move(trial);
       }
     }
+  }
+  if (current.ok() && request.search.budget_seconds > 0) {
+    absl::StatusOr<Candidate> searched = PlanRecomputing(kind, request, set);
+    if (searched.ok() && searched->span <= current->span) current = *std::move(searched);
   }
   if (current.ok()) {
     absl::StatusOr<Candidate> hoisted =
