@@ -7,9 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/simulator.h"
+#include "core/status_field.h"
 #include "core/validator.h"
 
 namespace zpipe::core {
@@ -71,10 +73,26 @@ std::string StageList(const std::vector<bool>& recompute) {
   return absl::StrJoin(stages, ",");
 }
 
+// The surrogate for generators that need B and W to free memory (the V family): F holds
+// mem_keep, B frees nothing and W what F held. It does not see R's memory at all, so the
+// generator's limit must leave room for it (PlanRecomputing).
+CostModel FreeingSurrogate(const CostModel& cost, const std::vector<bool>& recompute) {
+  CostModel out = RecomputeSurrogate(cost, recompute);
+  for (int s = 0; s < out.num_stages(); ++s) {
+    if (!Recomputes(recompute, s)) continue;
+    StageCost& c = out.stages[s];
+    c.mem_b = 0;
+    c.mem_w = -c.mem_f;
+  }
+  return out;
+}
+
 // The plan of `kind` that recomputes the stages in `recompute`, within the request's memory limit.
 // The surrogate charges R's memory at the backward; when the real order peaks higher (a fused BW,
 // or a generator that checks memory only at whole in-flight counts) the plan fails validation, and
-// one more try leaves room for one R's memory.
+// one more try leaves room for one R's memory. A generator that refuses a backward that takes
+// memory (the V family) gets FreeingSurrogate, with room for one to four recomputed microbatches
+// between their R and their W.
 absl::StatusOr<Candidate> PlanRecomputing(ScheduleKind kind, const ScheduleRequest& request,
                                           const std::vector<bool>& recompute) {
   const double limit = *request.memory_limit;
@@ -86,11 +104,28 @@ absl::StatusOr<Candidate> PlanRecomputing(ScheduleKind kind, const ScheduleReque
   }
   ScheduleRequest sreq = request;
   sreq.cost = RecomputeSurrogate(request.cost, recompute);
+  std::vector<double> limits = {limit, limit - headroom};
   absl::Status last;
-  for (double generator_limit : {limit, limit - headroom}) {
+  bool freeing = false;
+  for (size_t k = 0; k < limits.size(); ++k) {
+    const double generator_limit = limits[k];
     if (generator_limit <= 0) break;
     sreq.memory_limit = generator_limit;
     absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
+    if (!plan.ok() && !freeing && absl::StartsWith(ErrorField(plan.status()), "cost")) {
+      // The generator refuses the surrogate's costs (not its limit): the freeing one, from the
+      // first of its limits on (the loop's ++k makes k 0).
+      freeing = true;
+      sreq.cost = FreeingSurrogate(request.cost, recompute);
+      limits = {limit - headroom, limit - 2 * headroom, limit - 3 * headroom,
+                limit - 4 * headroom};
+      k = static_cast<size_t>(-1);
+      continue;
+    }
+    if (!plan.ok() && freeing) {
+      last = plan.status();  // a smaller generator limit fails too; said with the real limit
+      continue;
+    }
     if (!plan.ok()) return plan.status();
     Plan with_r = InsertRecompute(*plan, recompute);
     last = ValidatePlan(with_r, {.cost = &request.cost, .memory_limit = limit});

@@ -195,6 +195,16 @@ TEST(RecomputeTest, AllRecomputesEveryStage) {
   EXPECT_EQ(recomputes, 2 * 4);
 }
 
+// The V generators refuse a backward that takes memory (R's, in the surrogate): they plan
+// recomputation with B freeing nothing and room left for R's memory, and the plan still fits.
+TEST(RecomputeTest, VSchedulesRecomputeWithinTheLimit) {
+  absl::StatusOr<PlannedSchedule> planned =
+      PlanSchedule(Request("zb-v", 4, 8, 4, RecomputePolicy::kAll));
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(Count(planned->recompute_stages), 8);
+  for (double peak : planned->sim.peak_memory) EXPECT_LE(peak, 4 + 1e-9);
+}
+
 TEST(RecomputeTest, HoistingNeverLengthensAndKeepsROrder) {
   const CostModel cost = CostModel::Uniform(4, kStage);
   ScheduleRequest sreq;
