@@ -65,7 +65,7 @@ const char* KindColor(ActionKind kind) {
     case ActionKind::kRecvGrad:
       return "#bab0ac";
     case ActionKind::kRecompute:
-      return "#76b7b2";
+      return "#edc948";
   }
   return "#999999";
 }
