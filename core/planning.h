@@ -5,11 +5,12 @@
 //
 //   parse the schedule kind -> check the bounds (core/plan_limits.h) -> placement -> the caller's
 //   placement-dependent inputs (costs, buckets) and their bounds -> memory limit ->
-//   GenerateSchedule -> ValidatePlan -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
+//   GenerateSchedule (with a recompute policy: ChooseRecompute, core/recompute.h) -> ValidatePlan
+//   -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
 //
 // Every error the request can cause names the request field it came from (core::ErrorField on
 // the status: "schedule", "pipeline", "microbatches", "chunks", "memory_limit",
-// "cost.stages[3].f", "cost.comm", "buckets_per_stage", "reduce_cost"), so that the adapters
+// "cost.stages[3].f", "cost.comm", "buckets_per_stage", "reduce_cost", "recompute"), so that the adapters
 // at the edges map it to their own names (a job spec path, a CLI flag) without reading messages.
 // Such errors are InvalidArgument or FailedPrecondition (a shape the schedule cannot serve),
 // Unimplemented (a schedule this build lacks); a plan core itself rejects after generating it is
