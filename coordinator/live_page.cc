@@ -132,7 +132,7 @@ async function tick(once){
   }catch(e){document.getElementById("status").textContent="coordinator unreachable: "+e.message;}
   if(!once||timer===null)timer=setTimeout(()=>tick(false),1000);
 }
-document.getElementById("legend").innerHTML=Object.entries({F:"F",B:"B",W:"W",BW:"BW",SEND:"SEND_ACT",RECV:"RECV_ACT",REDUCE:"REDUCE"})
+document.getElementById("legend").innerHTML=Object.entries({F:"F",B:"B",W:"W",BW:"BW",R:"R",SEND:"SEND_ACT",RECV:"RECV_ACT",REDUCE:"REDUCE"})
   .map(([n,k])=>'<span style="background:'+COLORS[k]+'">'+n+"</span>").join("");
 tick(false);
 </script>
