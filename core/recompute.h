@@ -10,7 +10,8 @@
 //     which a recomputing stage's F holds mem_keep and its backward takes T_R longer and first
 //     takes back the rest of the memory (RecomputeSurrogate); the plan they return then gets an R
 //     right before each backward of those stages (InsertRecompute), which is where the surrogate
-//     charged it, and local moves pull each R earlier into idle time (HoistRecompute);
+//     charged it, and where R runs while B waits for its gradient; local moves then try each R
+//     earlier (HoistRecompute; on the shapes tried none was shorter);
 //   - ChooseRecompute compares the best keep-everything plan with plans that recompute some
 //     stages, and recomputes only where the span gets strictly shorter (or where no plan fits
 //     the memory limit without it).
