@@ -132,8 +132,8 @@ absl::StatusOr<Plan> GenerateComputePlan(ScheduleKind kind, ScheduleRequest sreq
   return std::move(choice->plan);
 }
 
-// A plan that recomputes may beat SpanLowerBound of the keep-everything memory model, which
-// charges each held microbatch all of mem_f. Every plan, recomputing or not, holds at least
+// With recomputation allowed, a plan may beat SpanLowerBound of the keep-everything memory model,
+// which charges each held microbatch all of mem_f. Every plan, recomputing or not, holds at least
 // mem_keep from F to B and mem_f + mem_b from B to W, and busy time at least f + b + w: the bound
 // of that memory model, with the keep-everything one, bounds them all. The bubble bound is at the
 // plan's own busy time (R included), as BubbleLowerBound's is for plans without R.
@@ -250,8 +250,7 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   }
   out.bubble_lower_bound =
       BubbleLowerBound(placement, req.microbatches, out.cost, out.span_lower_bound);
-  if (std::find(out.recompute_stages.begin(), out.recompute_stages.end(), true) !=
-      out.recompute_stages.end()) {
+  if (req.recompute != RecomputePolicy::kOff) {
     BoundRecomputingPlan(placement, req.microbatches, SplitsBackward(kind), out);
   }
   return out;

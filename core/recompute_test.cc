@@ -130,7 +130,9 @@ TEST(RecomputeTest, RecomputationWinsUnderATightLimit) {
   EXPECT_GT(Count(planned->recompute_stages), 0);
   EXPECT_EQ(RecomputedStages(planned->plan), planned->recompute_stages);
   for (double peak : planned->sim.peak_memory) EXPECT_LE(peak, 2 + 1e-9);
+  // The bound holds for every plan the policy could have chosen, recomputing or not.
   EXPECT_LE(planned->span_lower_bound, planned->sim.span);
+  EXPECT_LE(planned->span_lower_bound, *planned->keep_span);
   // What it chose is the same plan a caller gets by asking for those stages' recomputation.
   absl::StatusOr<PlannedSchedule> keep =
       PlanSchedule(Request("zb-1p", 4, 8, 2, RecomputePolicy::kOff));
