@@ -15,10 +15,13 @@
 //   bubble    synthetic 5 and 20 ms actions, m = 16, p = 2 and 4, ZB-V, ZB-2p and 1F1B: measured
 //             bubble and iteration time beside the simulator's.
 //   reporting ZB-V with the daemon's progress reporting and metrics on and off.
+//   recompute ZB-1p, p = 4, m = 8, synthetic 5 and 20 ms actions, under a memory limit of two
+//             microbatches' activations: the best keep-everything plan against the plan that
+//             recomputes (core/recompute.h), predicted and measured iteration time.
 //   hop       per-hop cost between two processes: TCP floor, communicator, executor
 //             (bench/runtime_hop.h).
 //
-// Usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] [--warmup
+// Usage: zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|recompute|all] [--iters N] [--warmup
 // N]
 //                            [--hop-rounds N] [--overlap-p N] [--gpt-iters N]
 //                            [--gpt layers,hidden,heads,seq_len,vocab]
@@ -699,6 +702,77 @@ void Bubble() {
   std::printf("   machine load average at end: %s\n\n", LoadAverage().c_str());
 }
 
+// The mean measured span (ms) of `run`'s iterations, replica 0.
+double MeanSpanMs(const RunResult& run, int p) {
+  double span = 0;
+  for (const auto& it : run.summaries) span += MeasureReplica(it, p, 0).span_s;
+  return span / run.summaries.size() * 1e3;
+}
+
+// Issue 34: a plan where recomputation wins, and its measured run. ZB-1p at a per-rank limit of
+// two microbatches' activations (M_F = 1, M_B = 0, M_W = -1; a recomputed forward keeps 0.1 of
+// them, its input), planned keeping everything and with --recompute auto; both run on the
+// executor with synthetic stages (R sleeps T_F like F).
+void Recompute() {
+  const double comm_ms = MeasureCommMs(64);
+  constexpr double kLimit = 2;
+  std::printf(
+      "== recomputation: zb-1p p = 4, m = 8, memory limit %g x M_F per rank (M_keep = 0.1 M_F), "
+      "synthetic F = B = W = R, activation 64 KiB, ranks as threads over loopback\n",
+      kLimit);
+  std::printf("   measured: mean span over %d iterations after %d warm-up; predicted: "
+              "core::Simulate, T_comm = %.3f ms\n   machine at start: %s\n\n",
+              g_iters, g_warmup, comm_ms, MachineState().c_str());
+  std::printf("%-6s %-10s %-9s %10s %10s %9s %9s\n", "action", "plan", "recompute", "pred ms",
+              "meas ms", "pred bub", "meas bub");
+  for (double ms : {5.0, 20.0}) {
+    RunSpec r;
+    r.kind = core::ScheduleKind::kZb1p;
+    r.p = 4;
+    r.m = 8;
+    r.costs.f_ms = r.costs.b_ms = r.costs.w_ms = ms;
+    r.costs.activation_kb = 64;
+    std::map<core::RecomputePolicy, double> measured;
+    for (core::RecomputePolicy policy : {core::RecomputePolicy::kOff, core::RecomputePolicy::kAuto}) {
+      core::PlanRequest req;
+      req.schedule = "zb-1p";
+      req.pipeline = r.p;
+      req.microbatches = r.m;
+      req.memory_limit = kLimit;
+      req.recompute = policy;
+      req.inputs = [&](const core::Placement&) {
+        core::CostModel cost = SynthCostModel(r, comm_ms);
+        for (core::StageCost& c : cost.stages) {
+          c.mem_f = 1;
+          c.mem_b = 0;
+          c.mem_w = -1;
+          c.mem_keep = 0.1;
+        }
+        return core::PlanInputs{.cost = cost};
+      };
+      const core::PlannedSchedule planned = Must(core::PlanSchedule(req), "plan");
+      const RunResult run = RunPipeline(r, planned.plan);
+      double bubble = 0;
+      for (const auto& it : run.summaries) bubble += MeasureReplica(it, r.p, 0).bubble;
+      bubble /= run.summaries.size();
+      std::string stages;
+      for (size_t s = 0; s < planned.recompute_stages.size(); ++s) {
+        if (planned.recompute_stages[s]) absl::StrAppend(&stages, stages.empty() ? "" : ",", s);
+      }
+      measured[policy] = MeanSpanMs(run, r.p);
+      std::printf("%4.0fms %-10s %-9s %10.1f %10.1f %9.3f %9.3f\n", ms,
+                  policy == core::RecomputePolicy::kOff ? "keep" : "recompute",
+                  stages.empty() ? "none" : stages.c_str(), planned.sim.span, measured[policy],
+                  planned.sim.bubble_rate, bubble);
+      std::fflush(stdout);
+    }
+    std::printf("       measured: recomputation %.1f%% shorter\n",
+                100 * (1 - measured[core::RecomputePolicy::kAuto] /
+                               measured[core::RecomputePolicy::kOff]));
+  }
+  std::printf("   machine load average at end: %s\n\n", LoadAverage().c_str());
+}
+
 // Progress reporting, metrics and timeline capture on and off: iteration time both ways, and
 // the time the executor's thread spent in the reporting calls, per iteration.
 void Reporting() {
@@ -902,7 +976,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<CLI::App> app = zpipe::flags::NewApp(
       "zpipe_runtime_bench",
-      "zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|all] [--iters N] "
+      "zpipe_runtime_bench [hop|bubble|reporting|fidelity|overlap|gpt|recompute|all] [--iters N] "
       "[--warmup N] [--hop-rounds N] [--overlap-p N] [--gpt-iters N] [--gpt L,H,heads,T,V]",
       "  the executor's runtime on this machine: hand-over latency, measured bubble, reporting\n"
       "  cost, fidelity to the simulator, reduce overlap, a GPT (default: all of them)");
@@ -938,7 +1012,7 @@ int main(int argc, char** argv) {
   }
   for (const std::string& a : operands) {
     if (std::string problem =
-            zpipe::flags::OneOf("hop bubble reporting fidelity overlap gpt all")(a);
+            zpipe::flags::OneOf("hop bubble reporting fidelity overlap gpt recompute all")(a);
         !problem.empty()) {
       std::cerr << "zpipe_runtime_bench: " << problem << "\n" << zpipe::flags::UsageLine(*app);
       return 2;
@@ -954,5 +1028,6 @@ int main(int argc, char** argv) {
   if (what == "fidelity" || what == "all") Fidelity();
   if (what == "overlap" || what == "all") Overlap();
   if (what == "gpt" || what == "all") Gpt();
+  if (what == "recompute" || what == "all") Recompute();
   return 0;
 }

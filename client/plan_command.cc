@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "core/number_format.h"
@@ -44,6 +45,7 @@ struct PlanArgs {
   core::StageCost stage_cost{.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5};
   double comm = 0;
   std::optional<double> memory_limit;
+  core::RecomputePolicy recompute = core::RecomputePolicy::kOff;  // --recompute
   std::string format = "summary";
   bool format_given = false;
   std::string output_format;  // -o: "table" or "json" ("" = not given)
@@ -139,17 +141,25 @@ std::vector<FlagSpec> ShapeFlags() {
        .value = ValueKind::kText,
        .help = "f=,b=,w=,comm= per stage",
        .value_name = "f=T_F,b=T_B,w=T_W,comm=T_comm",
-       .more = "(default f=1,b=1,w=1,comm=0)"},
+       .more = "(default f=1,b=1,w=1,comm=0; r=T_R, the recomputed forward, default T_F)"},
       {.name = "--memory",
        .value = ValueKind::kText,
        .help = "f=,b=,w= per stage",
        .value_name = "f=M_F,b=M_B,w=M_W",
-       .more = "(default f=1,w=-0.5; b = -f - w unless given)"},
+       .more = "(default f=1,w=-0.5; b = -f - w unless given; keep=M, what a recomputed "
+               "forward holds, default 0)"},
       {.name = "--memory-limit",
        .value = ValueKind::kText,
        .help = "activation memory limit",
        .value_name = "X",
        .more = "per rank (default: the schedule's own)"},
+      {.name = "--recompute",
+       .value = ValueKind::kChoice,
+       .choices = "off auto all",
+       .help = "recompute forwards before B",
+       .value_name = "off|auto|all",
+       .more = "per stage instead of keeping activations: auto where that shortens the span at "
+               "the memory limit (or makes a plan fit), all on every stage (default off)"},
       {.name = "--lower", .help = "lower to send/recv", .more = "actions"},
       {.name = "--buckets",
        .value = ValueKind::kText,
@@ -215,6 +225,7 @@ CommandSpec LocalPlanSpec() {
           "plan --schedule NAME|all --pipeline P --microbatches M\n"
           "                  [--chunks V] [--cost f=T_F,b=T_B,w=T_W,comm=T_comm]\n"
           "                  [--memory f=M_F,b=M_B,w=M_W] [--memory-limit X]\n"
+          "                  [--recompute off|auto|all]\n"
           "                  [--lower] [--buckets N --reduce-cost T]\n"
           "                  [--budget SECONDS] [--seed N] [--optimal]\n"
           "                  [--format summary|text|json|csv|ascii|svg|torch-csv] "
@@ -273,7 +284,7 @@ absl::Status ParseShape(const Args& args, PlanArgs& pa) {
 // --cost, --memory, --memory-limit, --buckets, --reduce-cost: the cost model.
 absl::Status ParseCosts(const Args& args, PlanArgs& pa) {
   if (args.Has("--cost")) {
-    auto kv = ParseKeyValues("--cost", args.Get("--cost"), {"f", "b", "w", "comm"});
+    auto kv = ParseKeyValues("--cost", args.Get("--cost"), {"f", "b", "w", "comm", "r"});
     if (!kv.ok()) return kv.status();
     for (const auto& [k, v] : *kv) {
       if (v < 0) return absl::InvalidArgumentError(absl::StrCat("--cost ", k, ": must be >= 0"));
@@ -281,16 +292,18 @@ absl::Status ParseCosts(const Args& args, PlanArgs& pa) {
       if (k == "b") pa.stage_cost.b = v;
       if (k == "w") pa.stage_cost.w = v;
       if (k == "comm") pa.comm = v;
+      if (k == "r") pa.stage_cost.r = v;
     }
   }
   bool mem_b_given = false;
   if (args.Has("--memory")) {
-    auto kv = ParseKeyValues("--memory", args.Get("--memory"), {"f", "b", "w"});
+    auto kv = ParseKeyValues("--memory", args.Get("--memory"), {"f", "b", "w", "keep"});
     if (!kv.ok()) return kv.status();
     for (const auto& [k, v] : *kv) {
       if (k == "f") pa.stage_cost.mem_f = v;
       if (k == "b") pa.stage_cost.mem_b = v;
       if (k == "w") pa.stage_cost.mem_w = v;
+      if (k == "keep") pa.stage_cost.mem_keep = v;
       mem_b_given = mem_b_given || k == "b";
     }
   }
@@ -300,6 +313,14 @@ absl::Status ParseCosts(const Args& args, PlanArgs& pa) {
     if (!v.ok()) return v.status();
     if (*v <= 0) return absl::InvalidArgumentError("--memory-limit: must be > 0");
     pa.memory_limit = *v;
+  }
+  if (args.Has("--recompute")) {
+    absl::StatusOr<core::RecomputePolicy> policy =
+        core::ParseRecomputePolicy(args.Get("--recompute"));
+    if (!policy.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--recompute: ", policy.status().message()));
+    }
+    pa.recompute = *policy;
   }
   if (args.Has("--buckets")) {
     absl::StatusOr<int> v = ParseInt("--buckets", args.Get("--buckets"), 1,
@@ -387,6 +408,10 @@ absl::Status CheckCombinations(PlanArgs& pa) {
     return absl::InvalidArgumentError(
         "--optimal solves one schedule's shape; name it with --schedule (not all)");
   }
+  if (pa.optimal && pa.recompute != core::RecomputePolicy::kOff) {
+    return absl::InvalidArgumentError(
+        "--optimal does not model recomputation; drop --recompute or --optimal");
+  }
   if (pa.optimal && pa.budget == 0) {
     return absl::InvalidArgumentError("--optimal needs a --budget above 0 seconds");
   }
@@ -423,6 +448,7 @@ core::PlanRequest Request(absl::string_view schedule, const PlanArgs& pa) {
                    ? pa.chunks
                    : 0;
   req.memory_limit = pa.memory_limit;
+  req.recompute = pa.recompute;
   req.inputs = [stage = pa.stage_cost, comm = pa.comm, buckets = pa.buckets,
                 reduce = pa.reduce_cost](const core::Placement& placement) {
     return core::UniformInputs(placement, stage, comm, buckets, reduce);
@@ -446,9 +472,11 @@ std::string FlagOf(absl::string_view field, const PlanArgs& pa) {
   if (root == "buckets_per_stage") return "--buckets";
   if (root == "reduce_cost") return "--reduce-cost";
   if (root == "search") return "--budget";
+  if (root == "recompute") return "--recompute";
   if (field == "cost.comm") return "--cost comm";
   if (const size_t dot = field.rfind("]."); dot != absl::string_view::npos) {
-    const absl::string_view key = field.substr(dot + 2);  // f, b, w, mem_f, mem_b, mem_w
+    // f, b, w, r, mem_f, mem_b, mem_w, mem_keep
+    const absl::string_view key = field.substr(dot + 2);
     if (absl::StartsWith(key, "mem_")) return absl::StrCat("--memory ", key.substr(4));
     return absl::StrCat("--cost ", key);
   }
@@ -457,10 +485,16 @@ std::string FlagOf(absl::string_view field, const PlanArgs& pa) {
   return "";
 }
 
-// "zpipe plan: FLAG: message" for an error core names a field of.
+// "zpipe plan: FLAG: message" for an error core names a field of. A memory limit no plan keeping
+// every activation fits gets the way out: recomputation.
 std::string ErrorLine(const absl::Status& status, const PlanArgs& pa) {
   const std::string flag = FlagOf(core::ErrorField(status), pa);
-  return absl::StrCat("zpipe plan: ", flag, flag.empty() ? "" : ": ", status.message(), "\n");
+  const bool recompute_helps = core::FieldRoot(core::ErrorField(status)) == "memory_limit" &&
+                               pa.memory_limit.has_value() &&
+                               pa.recompute == core::RecomputePolicy::kOff;
+  return absl::StrCat("zpipe plan: ", flag, flag.empty() ? "" : ": ", status.message(),
+                      recompute_helps ? " (--recompute auto recomputes forwards to fit it)" : "",
+                      "\n");
 }
 
 using Planned = core::PlannedSchedule;
@@ -491,6 +525,37 @@ std::string OptimalLines(const Planned& p) {
   return out;
 }
 
+// The stages a plan recomputes, "0,1", or "none".
+std::string RecomputedList(const Planned& p) {
+  std::vector<int> stages;
+  for (size_t s = 0; s < p.recompute_stages.size(); ++s) {
+    if (p.recompute_stages[s]) stages.push_back(static_cast<int>(s));
+  }
+  return stages.empty() ? "none" : absl::StrJoin(stages, ",");
+}
+
+// With --recompute: what the planner chose, and the bubble keeping every activation gives at the
+// same limit, so that the lines say what recomputation bought.
+std::string RecomputeLines(const Planned& p) {
+  std::string out = absl::StrFormat("recompute     stages %s of %d (R time %s)\n",
+                                    RecomputedList(p), p.plan.num_stages(),
+                                    Plain(p.sim.recompute_time));
+  if (!p.keep_span.has_value()) {
+    absl::StrAppendFormat(&out,
+                          "              without recomputation no plan fits this limit; with it: "
+                          "span %s, bubble %.4f\n",
+                          Plain(p.compute_span), p.compute_bubble);
+    return out;
+  }
+  absl::StrAppendFormat(&out,
+                        "              without recomputation at this limit: span %s, bubble "
+                        "%.4f; with it: span %s, bubble %.4f%s\n",
+                        Plain(*p.keep_span), *p.keep_bubble, Plain(p.compute_span),
+                        p.compute_bubble,
+                        p.compute_span < *p.keep_span ? "" : " (keeping is as fast: no R)");
+  return out;
+}
+
 std::string Summary(const Planned& p) {
   const core::Plan& plan = p.plan;
   std::string out;
@@ -511,6 +576,7 @@ std::string Summary(const Planned& p) {
   if (p.optimal.has_value()) absl::StrAppend(&out, OptimalLines(p));
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
                         Plain(MaxOf(p.sim.peak_memory)));
+  if (!p.recompute_stages.empty()) absl::StrAppend(&out, RecomputeLines(p));
   if (p.sim.total_reduce > 0) {
     absl::StrAppendFormat(&out, "reduce        total %s, exposed %s, overlap %.4f\n",
                           Plain(p.sim.total_reduce), Plain(p.sim.total_exposed_reduce),
@@ -554,6 +620,10 @@ std::string CompareTable(const PlanArgs& pa, const std::vector<Compared>& rows) 
         &out, "%-12s %12s %12s %8.4f %8.4f %12s %12s %10.2f\n", core::ScheduleName(row.kind),
         Plain(p.sim.span), Plain(p.sim.global_makespan), p.sim.bubble_rate, p.bubble_lower_bound,
         Plain(MaxOf(p.sim.peak_memory)), Plain(p.memory_limit), 1000 * p.generate_seconds);
+    if (!p.recompute_stages.empty()) {
+      out.pop_back();  // the newline: the row goes on
+      absl::StrAppend(&out, "  recompute ", RecomputedList(p), "\n");
+    }
   }
   return out;
 }
@@ -572,10 +642,24 @@ std::string DumpLine(const Json& value) {
   return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
 }
 
+// {"stages":[0,1],"time":..,"span":..,"bubble":..,"keep_span":..|null,"keep_bubble":..|null}:
+// what --recompute chose, and the keep-everything plan at the same limit (null: none fits).
+Json RecomputeJson(const Planned& p) {
+  Json stages = Json::array();
+  for (size_t s = 0; s < p.recompute_stages.size(); ++s) {
+    if (p.recompute_stages[s]) stages.push_back(s);
+  }
+  auto optional = [](const std::optional<double>& v) { return v ? Number(*v) : Json(nullptr); };
+  return {{"stages", std::move(stages)},       {"time", Number(p.sim.recompute_time)},
+          {"span", Number(p.compute_span)},    {"bubble", Number(p.compute_bubble)},
+          {"keep_span", optional(p.keep_span)}, {"keep_bubble", optional(p.keep_bubble)}};
+}
+
 // The lower bounds, and the exact solver's result when it ran (--optimal), as fields of `out`.
 void AddBounds(const Planned& p, Json& out) {
   out["span_lower_bound"] = Number(p.span_lower_bound);
   out["bubble_lower_bound"] = Number(p.bubble_lower_bound);
+  if (!p.recompute_stages.empty()) out["recompute"] = RecomputeJson(p);
   if (!p.optimal.has_value()) return;
   const core::OptimalResult& o = *p.optimal;
   out["optimal"] = {{"span", Number(o.span)},
@@ -616,6 +700,7 @@ std::string CompareJson(const PlanArgs& pa, const std::vector<Compared>& rows) {
     item["peak_memory"] = Number(MaxOf(p.sim.peak_memory));
     item["memory_limit"] = Number(p.memory_limit);
     item["generate_ms"] = Number(1000 * p.generate_seconds);
+    if (!p.recompute_stages.empty()) item["recompute"] = RecomputeJson(p);
     schedules.push_back(std::move(item));
   }
   const Json out = {{"pipeline", pa.pipeline},

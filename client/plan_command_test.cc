@@ -186,6 +186,62 @@ TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
   EXPECT_NE(r.err.find("memory limit"), std::string::npos) << r.err;
 }
 
+// --recompute auto at a limit that holds two microbatches of activations: the summary says which
+// stages recompute and what keeping every activation would give at the same limit.
+TEST(PlanCommandTest, RecomputeShowsWhatItBuys) {
+  const std::vector<std::string> args = {"--schedule", "zb-1p", "-p",       "4",
+                                         "-m",         "8",     "--memory", "f=1,b=0,w=-1,keep=0.1",
+                                         "--memory-limit", "2", "--recompute", "auto"};
+  CliRun r = Plan(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recompute     stages 0,1 of 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("without recomputation at this limit: span 41, bubble 0.4146; with it: "
+                       "span 34, bubble 0.1765"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("span          34 "), std::string::npos) << r.out;
+  std::vector<std::string> json = args;
+  json.insert(json.end(), {"-o", "json"});
+  r = Plan(json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"recompute\":{\"stages\":[0,1],\"time\":16,\"span\":34,"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\"keep_span\":41,"), std::string::npos) << r.out;
+  // The plan's text carries the R actions the workers run.
+  std::vector<std::string> text = args;
+  text.insert(text.end(), {"--format", "text", "--lower"});
+  r = Plan(text);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nR s0 mb0\n"), std::string::npos) << r.out;
+  absl::StatusOr<core::Plan> parsed = core::ParsePlanText(r.out);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // PyTorch's CSV has no recompute action: refused, naming why.
+  std::vector<std::string> csv = args;
+  csv.insert(csv.end(), {"--format", "torch-csv"});
+  r = Plan(csv);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no recompute action"), std::string::npos) << r.err;
+}
+
+// Without --recompute a limit nothing fits names the way out; with it, a plan exists.
+TEST(PlanCommandTest, RecomputeMakesATightLimitFit) {
+  std::vector<std::string> args = {"--schedule", "1f1b", "--pipeline", "4", "--microbatches",
+                                   "8", "--memory-limit", "2"};
+  CliRun r = Plan(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--recompute auto"), std::string::npos) << r.err;
+  args.insert(args.end(), {"--recompute", "auto"});
+  r = Plan(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("without recomputation no plan fits this limit"), std::string::npos)
+      << r.out;
+  args.insert(args.end(), {"--optimal"});
+  r = Plan(args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--optimal does not model recomputation"), std::string::npos) << r.err;
+}
+
 // Issue 11: these ran for minutes at up to 12.6 GB; each must exit 2 at once, naming the flag
 // and the limit, before any planning.
 TEST(PlanCommandTest, HugeShapesExitTwoNamingTheFlagAndTheLimit) {

@@ -12,7 +12,7 @@ namespace {
 using Interval = std::pair<double, double>;
 
 bool IsCompute(const std::string& kind) {
-  return kind == "F" || kind == "B" || kind == "W" || kind == "BW";
+  return kind == "F" || kind == "B" || kind == "W" || kind == "BW" || kind == "R";
 }
 
 // Sorted, disjoint.

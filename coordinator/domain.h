@@ -102,6 +102,7 @@ struct JobSpec {
   int chunks = 0;
   int replan_every = 0;                    // 0 = no re-planning
   std::optional<double> replan_threshold;  // nullopt = kDefaultReplanThreshold
+  std::string recompute;                   // "" = off; "off", "auto", "all" (RecomputePolicy)
   int microbatches = 0;
   int microbatch_size = 0;
   int iterations = 0;

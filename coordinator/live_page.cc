@@ -36,7 +36,8 @@ h2{font-size:16px;margin:12px 0 4px} #status{color:#888;font-size:12px}
 <script>
 "use strict";
 const COLORS={F:"#4e79a7",B:"#59a14f",W:"#f28e2b",BW:"#76b7b2",SEND_ACT:"#9c755f",
-  SEND_GRAD:"#9c755f",RECV_ACT:"#bab0ac",RECV_GRAD:"#bab0ac",REDUCE:"#e15759"};
+  SEND_GRAD:"#9c755f",RECV_ACT:"#bab0ac",RECV_GRAD:"#bab0ac",REDUCE:"#e15759",
+  R:"#edc948"};
 let selected=new URLSearchParams(location.search).get("job");
 let pinned=selected!==null;
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));}
@@ -131,7 +132,7 @@ async function tick(once){
   }catch(e){document.getElementById("status").textContent="coordinator unreachable: "+e.message;}
   if(!once||timer===null)timer=setTimeout(()=>tick(false),1000);
 }
-document.getElementById("legend").innerHTML=Object.entries({F:"F",B:"B",W:"W",BW:"BW",SEND:"SEND_ACT",RECV:"RECV_ACT",REDUCE:"REDUCE"})
+document.getElementById("legend").innerHTML=Object.entries({F:"F",B:"B",W:"W",BW:"BW",R:"R",SEND:"SEND_ACT",RECV:"RECV_ACT",REDUCE:"REDUCE"})
   .map(([n,k])=>'<span style="background:'+COLORS[k]+'">'+n+"</span>").join("");
 tick(false);
 </script>

@@ -43,6 +43,19 @@ StageShape ShapeFor(const JobSpec& spec, int num_stages, int v, int stage) {
   return {f, f, f, b * s * h * 4 / 1024.0, layers * 12 * h * h * 4 / 1e6};
 }
 
+// What a recomputed forward of `stage` keeps until its R (its input), as a share of the
+// activations a kept forward holds: an estimate. For GPT stages, per layer about
+// 34 b s h + 5 a b s^2 bytes at 16 bits (Korthikanti et al., "Reducing Activation Recomputation
+// in Large Transformer Models"), against the input's b s h values: 1 / (L (17 + 2.5 a s / h)).
+// Other models' per-stage activations are not known before they run: a half.
+double KeptShare(const JobSpec& spec, int num_stages, int stage) {
+  const auto* g = std::get_if<GptConfig>(&spec.model);
+  if (g == nullptr || g->hidden <= 0) return 0.5;
+  const double layers = spec::StageLayers(g->layers, num_stages, stage).size();
+  const double per_layer = 17 + 2.5 * g->heads * g->seq_len / static_cast<double>(g->hidden);
+  return layers > 0 ? 1 / (layers * per_layer) : 1;
+}
+
 // Gradient buckets per stage, as the workers will pack them (worker/grad_sync PackBuckets: whole
 // tensors, up to bucket_mb MiB each). Synthetic stages have equal tensors, so this is exact; for
 // GPT stages it is the size ratio.
@@ -103,6 +116,7 @@ core::CostModel CostModelFor(const JobSpec& spec, int num_stages, int v) {
     c.mem_f = 1.0 / v;
     c.mem_b = 0;
     c.mem_w = -c.mem_f;
+    c.mem_keep = c.mem_f * KeptShare(spec, num_stages, s);
     cost.stages.push_back(c);
   }
   return cost;
@@ -119,6 +133,10 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
   req.microbatches = spec.microbatches;
   req.chunks = spec.chunks;
   req.memory_limit = spec.memory_limit;
+  // Validated (spec_validator.cc); "" is off.
+  req.recompute =
+      core::ParseRecomputePolicy(spec.recompute.empty() ? "off" : spec.recompute).value_or(
+          core::RecomputePolicy::kOff);
   req.lower = true;
   req.overlap = spec.overlap_or_default();
   out->bucket_size_mb = spec.bucket_mb_or_default();

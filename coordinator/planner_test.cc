@@ -50,6 +50,38 @@ TEST(PlannerTest, PlansThroughTheCoreChain) {
   EXPECT_EQ(without_reduce, *lowered);
 }
 
+// schedule.recompute: auto at a limit of two microbatches' activations plans Rs (the workers run
+// them), with a span shorter than keeping everything; unset plans none.
+TEST(PlannerTest, RecomputeAutoPlansRsWhereTheyShortenTheSpan) {
+  JobSpec spec = Synthetic("zb-1p", 4, 8);
+  spec.memory_limit = 2;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> keep = PlanJob(spec);
+  spec.recompute = "auto";
+  absl::StatusOr<std::shared_ptr<const JobPlan>> recompute = PlanJob(spec);
+  ASSERT_TRUE(keep.ok()) << keep.status();
+  ASSERT_TRUE(recompute.ok()) << recompute.status();
+  auto count_r = [](const core::Plan& plan) {
+    int n = 0;
+    for (const auto& rank : plan.ranks) {
+      for (const core::Action& a : rank) n += a.kind == core::ActionKind::kRecompute;
+    }
+    return n;
+  };
+  EXPECT_EQ(count_r((*keep)->plan), 0);
+  EXPECT_GT(count_r((*recompute)->plan), 0);
+  EXPECT_LT((*recompute)->sim.span, (*keep)->sim.span);
+  EXPECT_NE((*recompute)->text.find("\nR s0 mb"), std::string::npos);
+  // A synthetic stage's kept input is assumed half its activations.
+  EXPECT_DOUBLE_EQ(CostModelFor(spec, 4, 1).stages[0].mem_keep, 0.5);
+}
+
+TEST(PlannerTest, GptKeepsOnlyItsInputWhenRecomputed) {
+  JobSpec spec;
+  spec.model = GptConfig{/*layers=*/4, /*hidden=*/64, /*heads=*/4, /*seq_len=*/32, /*vocab=*/128};
+  // Two layers per stage: 1 / (2 (17 + 2.5 * 4 * 32 / 64)) = 1 / 44.
+  EXPECT_DOUBLE_EQ(CostModelFor(spec, 2, 1).stages[0].mem_keep, 1.0 / 44);
+}
+
 JobSpec Gpt(int layers, const std::string& schedule, int p, int m) {
   JobSpec spec;
   spec.model = GptConfig{layers, /*hidden=*/64, /*heads=*/4, /*seq_len=*/32, /*vocab=*/128};

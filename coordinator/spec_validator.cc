@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/recompute.h"
 #include "core/schedule.h"
 
 namespace zpipe::coordinator {
@@ -257,6 +258,12 @@ absl::StatusOr<int> ValidateParallelAndSchedule(const JobSpec& spec) {
   }
   if (spec.memory_limit.has_value()) {
     ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.schedule.memory_limit", *spec.memory_limit, 0, 1e6, true));
+  }
+  if (!spec.recompute.empty()) {
+    if (absl::StatusOr<core::RecomputePolicy> policy = core::ParseRecomputePolicy(spec.recompute);
+        !policy.ok()) {
+      return Bad("spec.schedule.recompute", policy.status().message());
+    }
   }
   ZPIPE_RETURN_IF_ERROR(IntIn("spec.schedule.replan_every", spec.replan_every, 0, 1'000'000));
   if (spec.replan_threshold.has_value()) {

@@ -22,16 +22,20 @@ double CostModel::Duration(const Action& a) const {
       return c.w;
     case ActionKind::kBackwardFull:
       return c.b + c.w;
+    case ActionKind::kRecompute:
+      return c.RecomputeTime();
     default:
       return 0;
   }
 }
 
-double CostModel::MemoryDelta(const Action& a) const {
+double CostModel::MemoryDelta(const Action& a, bool recomputed) const {
   const StageCost& c = stages[a.stage];
   switch (a.kind) {
     case ActionKind::kForward:
-      return c.mem_f;
+      return recomputed ? c.mem_keep : c.mem_f;
+    case ActionKind::kRecompute:
+      return c.mem_f - c.mem_keep;
     case ActionKind::kBackwardInput:
       return c.mem_b;
     case ActionKind::kBackwardWeight:

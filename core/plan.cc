@@ -24,7 +24,7 @@ constexpr KindName kKindNames[] = {
     {ActionKind::kBackwardWeight, "W"},   {ActionKind::kBackwardFull, "BW"},
     {ActionKind::kSendAct, "SEND_ACT"},   {ActionKind::kRecvAct, "RECV_ACT"},
     {ActionKind::kSendGrad, "SEND_GRAD"}, {ActionKind::kRecvGrad, "RECV_GRAD"},
-    {ActionKind::kReduce, "REDUCE"},
+    {ActionKind::kReduce, "REDUCE"},      {ActionKind::kRecompute, "R"},
 };
 
 // Parses "<prefix><non-negative int>", e.g. "s12" with prefix "s".
@@ -55,7 +55,8 @@ absl::StatusOr<ActionKind> ParseActionKind(absl::string_view name) {
 
 bool IsCompute(ActionKind kind) {
   return kind == ActionKind::kForward || kind == ActionKind::kBackwardInput ||
-         kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackwardFull;
+         kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackwardFull ||
+         kind == ActionKind::kRecompute;
 }
 bool IsSend(ActionKind kind) {
   return kind == ActionKind::kSendAct || kind == ActionKind::kSendGrad;

@@ -1,6 +1,9 @@
 // The plan IR: per pipeline rank, the ordered list of actions it executes in one iteration.
 //
-// Compute actions (F, B, W, BW) name a stage and a microbatch. Comm lowering adds SEND_ACT /
+// Compute actions (F, B, W, BW, R) name a stage and a microbatch. R (recompute) runs the
+// forward of (stage, microbatch) again from its kept input, after its F and before its B (or BW)
+// on the same rank: a plan with R(s,i) has F(s,i) keep only its input, and R rebuilds what the
+// backward needs (docs/design.md "Recomputation"). Comm lowering adds SEND_ACT /
 // RECV_ACT / SEND_GRAD / RECV_GRAD, which name the *producing* stage of the tensor they carry and
 // the peer rank: `SEND_ACT s3 mb7 -> r2` sends stage 3's output, `RECV_ACT s3 mb7 <- r1` receives
 // it on the rank of stage 4; `SEND_GRAD s4 mb7 -> r1` sends stage 4's input gradient to stage 3.
@@ -32,9 +35,10 @@ enum class ActionKind : uint8_t {
   kSendGrad,
   kRecvGrad,
   kReduce,
+  kRecompute,  // R: the forward of (stage, microbatch) again, with the graph the backward needs
 };
 
-absl::string_view ActionKindName(ActionKind kind);  // "F", "B", "W", "BW", "SEND_ACT", ...
+absl::string_view ActionKindName(ActionKind kind);  // "F", "B", "W", "BW", "R", "SEND_ACT", ...
 absl::StatusOr<ActionKind> ParseActionKind(absl::string_view name);
 
 bool IsCompute(ActionKind kind);
@@ -54,6 +58,7 @@ struct Action {
   static Action B(int s, int mb) { return {ActionKind::kBackwardInput, s, mb}; }
   static Action W(int s, int mb) { return {ActionKind::kBackwardWeight, s, mb}; }
   static Action BW(int s, int mb) { return {ActionKind::kBackwardFull, s, mb}; }
+  static Action R(int s, int mb) { return {ActionKind::kRecompute, s, mb}; }
   static Action Comm(ActionKind kind, int s, int mb, int peer) { return {kind, s, mb, peer}; }
   static Action Reduce(int chunk, int bucket) {
     Action a;

@@ -64,6 +64,10 @@ absl::Status CheckShape(const PlanRequest& req, ScheduleKind kind) {
     if (absl::Status st = CheckValue("memory_limit", *req.memory_limit, true); !st.ok()) return st;
     if (*req.memory_limit <= 0) return Bad("memory_limit", "must be > 0");
   }
+  if (req.recompute != RecomputePolicy::kOff && req.optimal.has_value()) {
+    return Bad("recompute",
+               "the exact solver does not model recomputation; use recompute off with optimal");
+  }
   const double budget = req.search.budget_seconds;
   if (!std::isfinite(budget) || budget < 0 || budget > kMaxSearchSeconds) {
     return Bad("search.budget",
@@ -85,7 +89,8 @@ absl::Status CheckInputs(const PlanInputs& in, ScheduleKind kind, const Placemen
     for (const auto& [name, value, non_negative] :
          {std::tuple{"f", c.f, true}, std::tuple{"b", c.b, true}, std::tuple{"w", c.w, true},
           std::tuple{"mem_f", c.mem_f, false}, std::tuple{"mem_b", c.mem_b, false},
-          std::tuple{"mem_w", c.mem_w, false}}) {
+          std::tuple{"mem_w", c.mem_w, false}, std::tuple{"r", c.r, false},
+          std::tuple{"mem_keep", c.mem_keep, false}}) {
       if (absl::Status st = CheckValue(absl::StrCat(at, name), value, non_negative); !st.ok()) {
         return st;
       }
@@ -109,6 +114,47 @@ absl::Status CheckInputs(const PlanInputs& in, ScheduleKind kind, const Placemen
 
 absl::Status Internal(absl::string_view step, const absl::Status& st) {
   return absl::InternalError(absl::StrCat("planning: ", step, ": ", st.message()));
+}
+
+// GenerateSchedule, or with a recompute policy ChooseRecompute (the memory limit resolved), with
+// what it decided recorded on `out`.
+absl::StatusOr<Plan> GenerateComputePlan(ScheduleKind kind, ScheduleRequest sreq,
+                                         RecomputePolicy policy, PlannedSchedule& out) {
+  if (policy == RecomputePolicy::kOff) return GenerateSchedule(kind, sreq);
+  sreq.memory_limit = out.memory_limit;
+  absl::StatusOr<RecomputeChoice> choice = ChooseRecompute(kind, sreq, policy);
+  if (!choice.ok()) return choice.status();
+  out.recompute_stages = std::move(choice->stages);
+  out.keep_span = choice->keep_span;
+  out.keep_bubble = choice->keep_bubble;
+  out.compute_span = choice->span;
+  out.compute_bubble = choice->bubble;
+  return std::move(choice->plan);
+}
+
+// With recomputation allowed, a plan may beat SpanLowerBound of the keep-everything memory model,
+// which charges each held microbatch all of mem_f. Every plan, recomputing or not, holds at least
+// mem_keep from F to B and mem_f + mem_b from B to W, and busy time at least f + b + w: the bound
+// of that memory model, with the keep-everything one, bounds them all. The bubble bound is at the
+// plan's own busy time (R included), as BubbleLowerBound's is for plans without R.
+void BoundRecomputingPlan(const Placement& placement, int microbatches, bool split_backward,
+                          PlannedSchedule& out) {
+  CostModel light = out.cost;
+  for (StageCost& c : light.stages) {
+    const double held = std::min(c.mem_f, c.mem_keep);
+    c.mem_b += c.mem_f - held;
+    c.mem_f = held;
+  }
+  out.span_lower_bound =
+      std::min(out.span_lower_bound, SpanLowerBound(placement, microbatches, light,
+                                                    out.memory_limit, split_backward));
+  double busy = 0;
+  for (double b : out.sim.busy) busy += b;
+  const double p = placement.num_ranks();
+  // R is busy time the bound's work does not count: at a weak bound this is below 0, and 0 says
+  // as much as it can.
+  out.bubble_lower_bound =
+      out.span_lower_bound > 0 ? std::max(0.0, 1 - busy / (p * out.span_lower_bound)) : 0;
 }
 
 }  // namespace
@@ -146,7 +192,7 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   sreq.memory_limit = req.memory_limit;
   sreq.search = req.search;
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
+  absl::StatusOr<Plan> plan = GenerateComputePlan(kind, sreq, req.recompute, out);
   out.generate_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!plan.ok()) {
@@ -204,6 +250,9 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   }
   out.bubble_lower_bound =
       BubbleLowerBound(placement, req.microbatches, out.cost, out.span_lower_bound);
+  if (req.recompute != RecomputePolicy::kOff) {
+    BoundRecomputingPlan(placement, req.microbatches, SplitsBackward(kind), out);
+  }
   return out;
 }
 

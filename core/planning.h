@@ -5,11 +5,12 @@
 //
 //   parse the schedule kind -> check the bounds (core/plan_limits.h) -> placement -> the caller's
 //   placement-dependent inputs (costs, buckets) and their bounds -> memory limit ->
-//   GenerateSchedule -> ValidatePlan -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
+//   GenerateSchedule (with a recompute policy: ChooseRecompute, core/recompute.h) -> ValidatePlan
+//   -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
 //
 // Every error the request can cause names the request field it came from (core::ErrorField on
 // the status: "schedule", "pipeline", "microbatches", "chunks", "memory_limit",
-// "cost.stages[3].f", "cost.comm", "buckets_per_stage", "reduce_cost"), so that the adapters
+// "cost.stages[3].f", "cost.comm", "buckets_per_stage", "reduce_cost", "recompute"), so that the adapters
 // at the edges map it to their own names (a job spec path, a CLI flag) without reading messages.
 // Such errors are InvalidArgument or FailedPrecondition (a shape the schedule cannot serve),
 // Unimplemented (a schedule this build lacks); a plan core itself rejects after generating it is
@@ -28,6 +29,7 @@
 #include "core/optimal_schedule.h"
 #include "core/placement.h"
 #include "core/plan.h"
+#include "core/recompute.h"
 #include "core/schedule.h"
 #include "core/simulator.h"
 
@@ -59,6 +61,11 @@ struct PlanRequest {
   // the generated plan as the incumbent; its plan replaces the generated one and goes through
   // the rest of the chain (validate, lower, grad sync, simulate) like any other.
   std::optional<OptimalOptions> optimal;
+  // Whether stages may recompute their forward before B instead of keeping activations
+  // (core/recompute.h). kOff plans exactly as before; kAuto recomputes where that shortens the
+  // span at the memory limit or makes a plan fit it at all. Not with `optimal` (the solver does
+  // not model R).
+  RecomputePolicy recompute = RecomputePolicy::kOff;
 };
 
 struct PlannedSchedule {
@@ -70,7 +77,8 @@ struct PlannedSchedule {
   SimResult sim;                    // of `plan`, with the request's reduce cost and overlap
   double generate_seconds = 0;      // GenerateSchedule alone
   // SpanLowerBound (core/span_bound.h) for the shape and memory limit, and the bubble rate at
-  // that span: sim.bubble_rate - bubble_lower_bound is what any search could still gain.
+  // that span: sim.bubble_rate - bubble_lower_bound is what any search could still gain. With a
+  // recompute policy, also over plans that recompute (a weaker bound: they hold less).
   // With `optimal`, the larger of that and the solver's proven bound.
   double span_lower_bound = 0;
   double bubble_lower_bound = 0;
@@ -79,6 +87,13 @@ struct PlannedSchedule {
   // incumbent_span / bound - 1). The simulated span of `plan` equals its `span` unless
   // reductions (buckets with a reduce cost) lengthen it, which the solver does not model.
   std::optional<OptimalResult> optimal;
+  // Per stage, whether the plan recomputes it; empty with RecomputePolicy::kOff.
+  std::vector<bool> recompute_stages;
+  // With a recompute policy: the best keep-everything plan's span and bubble at this limit
+  // (compute plan, no reductions), nullopt when none fits; and the same for the chosen plan,
+  // so that callers can say what recomputation bought.
+  std::optional<double> keep_span, keep_bubble;
+  double compute_span = 0, compute_bubble = 0;
 };
 
 // Runs the chain above. Deterministic in the request (generate_seconds aside). Thread-safe.

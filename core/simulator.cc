@@ -44,6 +44,8 @@ class Simulation {
         f_end_(s_, m_),
         b_end_(s_, m_),
         w_end_(s_, m_),
+        r_end_(s_, m_),
+        recomputed_(s_, m_),
         act_arrival_(s_, m_),
         grad_arrival_(s_, m_),
         act_recv_post_(s_, m_),
@@ -75,7 +77,8 @@ class Simulation {
   const Placement& placement_;
   const int p_, s_, m_;
   const bool lowered_;
-  Table f_end_, b_end_, w_end_;
+  Table f_end_, b_end_, w_end_, r_end_;
+  Table recomputed_;  // 1 where the plan has an R for (stage, microbatch)
   Table act_arrival_, grad_arrival_;      // message arrival, by producing stage
   Table act_recv_post_, grad_recv_post_;  // when the consumer posted the receive (blocking: done)
   std::vector<size_t> cursor_;
@@ -176,6 +179,9 @@ absl::Status Simulation::CheckDependenciesExist() const {
         case ActionKind::kBackwardWeight:
           if (!has(has_b, a.stage, a.microbatch)) return missing(Action::B(a.stage, a.microbatch));
           break;
+        case ActionKind::kRecompute:
+          if (!has(has_f, a.stage, a.microbatch)) return missing(Action::F(a.stage, a.microbatch));
+          break;
         default:
           break;
       }
@@ -216,10 +222,16 @@ void Simulation::ComputeDeps(const Action& a, int r, std::vector<Dep>& deps) {
     case ActionKind::kBackwardInput:
     case ActionKind::kBackwardFull:
       deps.push_back({Action::F(a.stage, a.microbatch), r, f_end_.at(a.stage, a.microbatch)});
+      if (Known(recomputed_.at(a.stage, a.microbatch))) {
+        deps.push_back({Action::R(a.stage, a.microbatch), r, r_end_.at(a.stage, a.microbatch)});
+      }
       if (a.stage + 1 < s_) add_edge(a.stage + 1, /*is_act=*/false);
       break;
     case ActionKind::kBackwardWeight:
       deps.push_back({Action::B(a.stage, a.microbatch), r, b_end_.at(a.stage, a.microbatch)});
+      break;
+    case ActionKind::kRecompute:
+      deps.push_back({Action::F(a.stage, a.microbatch), r, f_end_.at(a.stage, a.microbatch)});
       break;
     default:
       break;
@@ -247,7 +259,7 @@ bool Simulation::Step(int r) {
     now = end;
     last_compute_[r] = {a, timing, true};
     result_.busy[r] += end - start;
-    memory_[r] += cost_.MemoryDelta(a);
+    memory_[r] += cost_.MemoryDelta(a, Known(recomputed_.at(a.stage, a.microbatch)));
     result_.peak_memory[r] = std::max(result_.peak_memory[r], memory_[r]);
     switch (a.kind) {
       case ActionKind::kForward:
@@ -262,6 +274,10 @@ bool Simulation::Step(int r) {
       case ActionKind::kBackwardFull:
         b_end_.at(a.stage, a.microbatch) = end;
         w_end_.at(a.stage, a.microbatch) = end;
+        break;
+      case ActionKind::kRecompute:
+        r_end_.at(a.stage, a.microbatch) = end;
+        result_.recompute_time += end - start;
         break;
       default:
         break;
@@ -363,6 +379,11 @@ void Simulation::Reset() {
       if (a.kind == ActionKind::kReduce && a.chunk >= 0 && a.chunk < placement_.chunks_per_rank()) {
         buckets_per_chunk_[r][a.chunk] = std::max(buckets_per_chunk_[r][a.chunk], a.bucket + 1);
       }
+    }
+  }
+  for (const auto& rank : plan_.ranks) {
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::kRecompute) recomputed_.at(a.stage, a.microbatch) = 1;
     }
   }
   memory_.assign(p_, 0);

@@ -2,7 +2,8 @@
 //
 // Rules (docs/design.md "Plan IR"): each rank runs its actions in order, one compute action at a
 // time. F(s,i) waits for F(s-1,i); B(s,i) / BW(s,i) for F(s,i) and B(s+1,i) (or BW(s+1,i));
-// W(s,i) for B(s,i). A cross-rank edge costs T_comm. In a lowered plan the cross-rank edges go
+// W(s,i) for B(s,i); R(s,i) for F(s,i), and a B or BW(s,i) whose microbatch has an R waits for
+// it too (its F then holds only mem_keep: CostModel::MemoryDelta). A cross-rank edge costs T_comm. In a lowered plan the cross-rank edges go
 // through SEND/RECV: a send takes no rank time and its message arrives T_comm later; a receive is
 // posted without blocking (the consumer waits for the arrival) unless `blocking_recv` is set, in
 // which case the rank waits at the RECV itself (the strict in-order check).
@@ -56,7 +57,8 @@ struct SimResult {
   // The global makespan: the first start of any rank to the last end of any rank. At least
   // `span`; longer when the ranks' busy windows are staggered (ZB-V ends its last W late).
   double global_makespan = 0;
-  std::vector<double> busy;         // per rank, compute time
+  std::vector<double> busy;         // per rank, compute time (R included)
+  double recompute_time = 0;        // all ranks, the part of busy spent in R actions
   std::vector<double> idle;         // per rank, span - busy
   std::vector<double> rank_bubble;  // per rank, 1 - busy / span
   double bubble_rate = 0;           // 1 - sum(busy) / (p * span)

@@ -35,7 +35,7 @@ class Validator {
     }
     if (plan_.num_microbatches < 1) return absl::InvalidArgumentError("plan has no microbatches");
     const int s = pl_.num_stages(), m = plan_.num_microbatches;
-    for (auto* t : {&f_, &b_, &w_, &bw_}) t->assign(size_t(s) * m, Slot{});
+    for (auto* t : {&f_, &b_, &w_, &bw_, &r_}) t->assign(size_t(s) * m, Slot{});
     if (auto st = CheckActions(); !st.ok()) return st;
     if (auto st = CheckCounts(); !st.ok()) return st;
     if (auto st = CheckLocalOrder(); !st.ok()) return st;
@@ -94,6 +94,9 @@ class Validator {
           case ActionKind::kBackwardFull:
             table = &bw_;
             break;
+          case ActionKind::kRecompute:
+            table = &r_;
+            break;
           default:
             break;
         }
@@ -133,6 +136,10 @@ class Validator {
         const int r = f.rank;
         auto at = [&](const Slot& slot) { return plan_.ranks[slot.rank][slot.index]; };
         if (bwd.index < f.index) return Bad(r, bwd.index, at(bwd), "runs before its F");
+        if (const Slot& rc = SlotOf(r_, s, i); rc.count) {
+          if (rc.index < f.index) return Bad(r, rc.index, at(rc), "recomputes before its F");
+          if (rc.index > bwd.index) return Bad(r, rc.index, at(rc), "recomputes after its backward");
+        }
         const Slot& w = SlotOf(w_, s, i);
         if (w.count && w.index < bwd.index) return Bad(r, w.index, at(w), "runs before its B");
         if (s > 0 && pl_.RankOf(s - 1) == r && SlotOf(f_, s - 1, i).index > f.index) {
@@ -295,7 +302,10 @@ class Validator {
         double mem = 0;
         const auto& actions = plan_.ranks[r];
         for (size_t k = 0; k < actions.size(); ++k) {
-          mem += cost->MemoryDelta(actions[k]);
+          const Action& a = actions[k];
+          const bool recomputed =
+              IsCompute(a.kind) && SlotOf(r_, a.stage, a.microbatch).count > 0;
+          mem += cost->MemoryDelta(a, recomputed);
           if (mem > limit + eps) {
             return Bad(r, k, actions[k],
                        absl::StrCat("memory ", mem, " exceeds the limit ", limit));
@@ -309,7 +319,7 @@ class Validator {
   const Plan& plan_;
   const ValidateOptions& options_;
   const Placement& pl_;
-  std::vector<Slot> f_, b_, w_, bw_;
+  std::vector<Slot> f_, b_, w_, bw_, r_;
   // CheckComm's ledger. A tensor is keyed by its SEND's kind, its stage and its microbatch.
   using CommKey = std::tuple<ActionKind, int, int>;
   std::map<CommKey, std::pair<int, size_t>> sends_, recvs_;  // where it is sent / received

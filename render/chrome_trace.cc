@@ -119,6 +119,7 @@ void AppendTimeline(Json& events, const ExecutedTimeline& t, int pid_base,
 int ChromeTrackOf(ActionKind kind) {
   switch (kind) {
     case ActionKind::kForward:
+    case ActionKind::kRecompute:
       return 1;
     case ActionKind::kBackwardInput:
     case ActionKind::kBackwardFull:

@@ -39,6 +39,8 @@ char KindChar(ActionKind kind) {
       return 'X';
     case ActionKind::kReduce:
       return 'R';
+    case ActionKind::kRecompute:
+      return 'C';  // 'R' is a reduction's; lowercase, a later chunk's
     default:
       return '?';
   }
@@ -62,6 +64,8 @@ const char* KindColor(ActionKind kind) {
     case ActionKind::kRecvAct:
     case ActionKind::kRecvGrad:
       return "#bab0ac";
+    case ActionKind::kRecompute:
+      return "#edc948";
   }
   return "#999999";
 }
@@ -156,6 +160,15 @@ std::string Lighten(absl::string_view hex, double fraction) {
 // How much lighter chunk `chunk` of `chunks` is drawn: none for the first, up to 0.5 for the last.
 double ChunkShade(int chunk, int chunks) { return chunks > 1 ? 0.5 * chunk / (chunks - 1) : 0; }
 
+bool HasRecompute(const Plan& plan) {
+  for (const auto& rank : plan.ranks) {
+    for (const Action& a : rank) {
+      if (a.kind == ActionKind::kRecompute) return true;
+    }
+  }
+  return false;
+}
+
 bool HasComm(const Plan& plan) {
   for (const auto& rank : plan.ranks) {
     for (const Action& a : rank) {
@@ -183,6 +196,7 @@ struct SvgLayout {
   int row_h = 0;      // a compute row
   int reduce_h = 0;   // a SEND, RECV or REDUCE track
   bool comm = false;  // the plan communicates: SEND and RECV tracks
+  bool recompute = false;  // the plan has R actions (the legend names them)
   // Offsets in a rank's lane: the compute row at 0, then the tracks.
   int send_y = 0, recv_y = 0, reduce_y = 0;
   int lane = 0;  // a rank's lane, tracks and gap included
@@ -202,6 +216,7 @@ SvgLayout LayOutSvg(const Plan& plan, const SimResult& sim, const SvgOptions& op
   l.row_h = std::max(12, options.row_height);
   l.reduce_h = std::max(4, l.row_h / 5);
   l.comm = HasComm(plan);
+  l.recompute = HasRecompute(plan);
   l.send_y = l.row_h + 2;
   l.recv_y = l.send_y + l.reduce_h + 1;
   l.reduce_y = l.comm ? l.recv_y + l.reduce_h + 1 : l.row_h + 2;
@@ -281,6 +296,7 @@ void DrawLegend(const SvgLayout& l, int ly, std::string& out) {
                                    ActionKind::kBackwardWeight, ActionKind::kBackwardFull};
   if (l.comm) kinds.insert(kinds.end(), {ActionKind::kSendAct, ActionKind::kRecvAct});
   kinds.push_back(ActionKind::kReduce);
+  if (l.recompute) kinds.push_back(ActionKind::kRecompute);
   for (ActionKind kind : kinds) {
     const char* name = kind == ActionKind::kForward          ? "F forward"
                        : kind == ActionKind::kBackwardInput  ? "B input grad"
@@ -288,6 +304,7 @@ void DrawLegend(const SvgLayout& l, int ly, std::string& out) {
                        : kind == ActionKind::kBackwardFull   ? "BW full backward"
                        : kind == ActionKind::kSendAct        ? "send"
                        : kind == ActionKind::kRecvAct        ? "recv"
+                       : kind == ActionKind::kRecompute      ? "R recompute"
                                                              : "reduce";
     absl::StrAppendFormat(&out,
                           "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
@@ -353,6 +370,7 @@ std::string RenderAscii(const Plan& plan, const SimResult& sim, const AsciiOptio
   absl::StrAppend(&out,
                   "legend: F forward, B input backward, W weight backward, X fused "
                   "backward (BW), R reduce, . idle; number = microbatch",
+                  HasRecompute(plan) ? "; C recompute (the plan's R)" : "",
                   plan.placement.chunks_per_rank() > 1 ? "; lowercase = a rank's later chunk" : "",
                   "\n");
   return out;

@@ -47,6 +47,13 @@ absl::StatusOr<std::string> PlanToTorchCsv(const Plan& plan) {
             "; PyTorch's runtime reduces each stage's gradients once, after its last backward, "
             "and cannot run per-bucket reductions: plan without --buckets"));
       }
+      if (a.kind == ActionKind::kRecompute) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank ", r, " has ", ActionToString(a),
+            "; PyTorch's schedule CSV has no recompute action (its activation checkpointing runs "
+            "the forward again inside the backward, where this plan's timing does not put it): "
+            "plan with --recompute off"));
+      }
       if (!IsCompute(a.kind)) continue;  // PyTorch inserts its own SEND/RECV
       if (a.stage < 0 || a.stage >= plan.num_stages() || plan.placement.RankOf(a.stage) != r) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -22,6 +22,8 @@ v1::ComputeOp ComputeOpOf(core::ActionKind kind) {
       return v1::COMPUTE_OP_RECV_GRAD;
     case core::ActionKind::kReduce:
       return v1::COMPUTE_OP_REDUCE;
+    case core::ActionKind::kRecompute:
+      return v1::COMPUTE_OP_R;
   }
   return v1::COMPUTE_OP_UNSPECIFIED;
 }
@@ -46,6 +48,8 @@ std::optional<core::ActionKind> ActionKindOf(int32_t op) {
       return core::ActionKind::kRecvGrad;
     case v1::COMPUTE_OP_REDUCE:
       return core::ActionKind::kReduce;
+    case v1::COMPUTE_OP_R:
+      return core::ActionKind::kRecompute;
     default:
       return std::nullopt;
   }

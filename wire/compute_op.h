@@ -15,8 +15,8 @@
 
 namespace zpipe::wire {
 
-// Every action kind has its op (F, B, W and BW count as progress; sends, receives and reductions
-// go on the executed timeline only).
+// Every action kind has its op (F, B, W and BW count as progress; R, sends, receives and
+// reductions go on the executed timeline only).
 v1::ComputeOp ComputeOpOf(core::ActionKind kind);
 
 // The action kind of a ComputeOp as it arrived: an int, since proto3 enums are open and a newer

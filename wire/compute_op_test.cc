@@ -15,7 +15,7 @@ using core::ActionKind;
 constexpr ActionKind kEveryKind[] = {
     ActionKind::kForward, ActionKind::kBackwardInput, ActionKind::kBackwardWeight,
     ActionKind::kBackwardFull, ActionKind::kSendAct, ActionKind::kRecvAct,
-    ActionKind::kSendGrad, ActionKind::kRecvGrad, ActionKind::kReduce};
+    ActionKind::kSendGrad, ActionKind::kRecvGrad, ActionKind::kReduce, ActionKind::kRecompute};
 
 TEST(ComputeOpTest, EveryKindRoundTripsThroughItsOwnOp) {
   std::set<int> ops;
@@ -33,11 +33,12 @@ TEST(ComputeOpTest, ComputeKindsAreTheProtosFBWAndBW) {
   EXPECT_EQ(ComputeOpOf(ActionKind::kBackwardWeight), v1::COMPUTE_OP_W);
   EXPECT_EQ(ComputeOpOf(ActionKind::kBackwardFull), v1::COMPUTE_OP_BW);
   EXPECT_EQ(ComputeOpOf(ActionKind::kReduce), v1::COMPUTE_OP_REDUCE);
+  EXPECT_EQ(ComputeOpOf(ActionKind::kRecompute), v1::COMPUTE_OP_R);
 }
 
 TEST(ComputeOpTest, UnspecifiedAndUnknownValuesHaveNoKind) {
   EXPECT_EQ(ActionKindOf(v1::COMPUTE_OP_UNSPECIFIED), std::nullopt);
-  EXPECT_EQ(ActionKindOf(10), std::nullopt);
+  EXPECT_EQ(ActionKindOf(11), std::nullopt);
   EXPECT_EQ(ActionKindOf(-1), std::nullopt);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -163,6 +164,8 @@ struct Executor::Impl {
     std::unique_ptr<CommHandle> handle;
   };
   std::map<std::pair<int, int>, torch::Tensor> outputs;  // F outputs by (stage, mb)
+  // (stage, mb) the plan recomputes on this rank (it has their R): their F keeps no graph.
+  std::set<std::pair<int, int>> recomputed;
   std::map<std::pair<int, int>, torch::Tensor> grads;    // B input grads by (stage, mb)
   std::map<Key, PendingRecv> recvs;
   std::vector<PendingSend> sends;
@@ -551,6 +554,11 @@ absl::StatusOr<IterationSummary> Executor::Impl::Run(int iteration) {
                                               st->pending_microbatches(),
                                               " microbatch(es) after the iteration"));
     }
+    if (st->kept_for_recompute() != 0) {
+      return absl::InternalError(absl::StrCat("stage ", st->stage(), " still keeps the input of ",
+                                              st->kept_for_recompute(),
+                                              " microbatch(es) for an R that never ran"));
+    }
   }
   return std::move(run.summary);
 }
@@ -574,6 +582,10 @@ absl::Status Executor::Impl::BeginIteration(IterationRun& run) {
   }
   if (absl::Status st = timer->Begin(); !st.ok()) return st;
   const auto& actions = plan.ranks[rank];
+  recomputed.clear();
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kRecompute) recomputed.insert({a.stage, a.microbatch});
+  }
   // The iteration's learning rate, before any parameter is stepped.
   if (optimizer != nullptr && config.lr_schedule) {
     const double lr = config.lr_schedule->At(iteration);
@@ -658,7 +670,9 @@ absl::Status Executor::Impl::Compute(IterationRun& run, const Action& a, torch::
       absl::StatusOr<torch::Tensor> out;
       {
         const model::AutocastScope autocast = Autocast();
-        out = stage.Forward(a.microbatch, input, targets);
+        out = recomputed.count({a.stage, a.microbatch})
+                  ? stage.ForwardAndForget(a.microbatch, input, targets)
+                  : stage.Forward(a.microbatch, input, targets);
       }
       if (!out.ok()) return out.status();
       if (a.stage == last_stage) {
@@ -689,6 +703,10 @@ absl::Status Executor::Impl::Compute(IterationRun& run, const Action& a, torch::
     }
     case ActionKind::kBackwardWeight:
       return stage.BackwardWeight(a.microbatch);
+    case ActionKind::kRecompute: {
+      const model::AutocastScope autocast = Autocast();
+      return stage.Recompute(a.microbatch);
+    }
     default:
       return absl::OkStatus();
   }

@@ -7,6 +7,8 @@
 //   B(s,i)      output gradient from the loss (last stage, scaled 1/m by the stage), the local
 //               hand-over or a posted receive; runs the input backward; keeps the input gradient.
 //   W(s,i)      runs the queued weight-gradient work.   BW(s,i): B then W.
+//   R(s,i)      the forward again (Stage::Recompute); the plan has one for (s,i), so its F ran
+//               as Stage::ForwardAndForget and kept only its input. Busy time, not forward_s.
 //   SEND_*      hands the tensor to the communicator; never blocks.
 //   RECV_*      posted ahead: the executor keeps the next `recv_lookahead` receives of the plan
 //               posted, in plan order (so the pairwise order rule holds); the consumer waits.

@@ -13,7 +13,10 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/lowering.h"
+#include "core/recompute.h"
 #include "core/schedule.h"
+#include "core/validator.h"
 #include "worker/comm/tcp_communicator.h"
 #include "worker/comm/key_value_store.h"
 #include "worker/executor/testing/pipeline_harness.h"
@@ -59,14 +62,15 @@ struct DataParallel {
   int64_t bucket_bytes = 4096;  // small: several buckets per stage
 };
 
-absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m, int iterations,
-                                           const ExecutorConfig& config,
-                                           std::vector<Recorder>* recorders = nullptr,
-                                           DataParallel dp = {}) {
-  auto lowered = testing::LoweredPlan(kind, p, m);
-  if (!lowered.ok()) return lowered.status();
+// Runs the lowered plan `lowered` on p x dp.d threads; `name` keys its communicators.
+absl::StatusOr<PipelineResult> RunPlan(const core::Plan& plan, const std::string& name,
+                                       int iterations, const ExecutorConfig& config,
+                                       std::vector<Recorder>* recorders = nullptr,
+                                       DataParallel dp = {}) {
+  const core::Plan* lowered = &plan;
+  const int p = plan.num_ranks();
   testing::RankOptions ro;
-  ro.key_prefix = absl::StrCat("exec-test/", core::ScheduleName(kind), "/");
+  ro.key_prefix = absl::StrCat("exec-test/", name, "/");
   ro.data_size = dp.d;
   ro.gpt = SmallGpt(lowered->num_stages());
   ro.init_seed = kSeed;
@@ -105,6 +109,16 @@ absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m
   });
   if (!status.ok()) return status;
   return result;
+}
+
+absl::StatusOr<PipelineResult> RunPipeline(core::ScheduleKind kind, int p, int m, int iterations,
+                                           const ExecutorConfig& config,
+                                           std::vector<Recorder>* recorders = nullptr,
+                                           DataParallel dp = {}) {
+  auto lowered = testing::LoweredPlan(kind, p, m);
+  if (!lowered.ok()) return lowered.status();
+  return RunPlan(*lowered, std::string(core::ScheduleName(kind)), iterations, config, recorders,
+                 dp);
 }
 
 // The reference: the same model in one piece, same data, same optimizer and clipping.
@@ -254,6 +268,62 @@ TEST(ExecutorTest, SteppingBucketsAsTheyReduceTrainsTheSameBits) {
       EXPECT_TRUE(torch::equal(runs[true].params.at(name), want))
           << core::ScheduleName(kind) << " " << name;
     }
+  }
+}
+
+// `kind`'s plan, and the same plan with an R before every backward (each pulled as early into
+// idle time as the planner pulls it), both lowered.
+std::pair<core::Plan, core::Plan> PlanWithAndWithoutRecompute(core::ScheduleKind kind, int p,
+                                                              int m) {
+  core::PlanRequest req;
+  req.schedule = std::string(core::ScheduleName(kind));
+  req.pipeline = p;
+  req.microbatches = m;
+  req.lower = false;
+  req.inputs = [](const core::Placement& placement) {
+    return core::UniformInputs(placement, core::StageCost{});
+  };
+  absl::StatusOr<core::PlannedSchedule> planned = core::PlanSchedule(req);
+  EXPECT_TRUE(planned.ok()) << planned.status();
+  const core::Plan& keep = planned->plan;
+  const std::vector<bool> every(keep.num_stages(), true);
+  const core::Plan with_r =
+      core::HoistRecompute(core::InsertRecompute(keep, every), planned->cost, 1e9);
+  EXPECT_TRUE(core::ValidatePlan(with_r).ok());
+  return {*core::LowerComm(keep), *core::LowerComm(with_r)};
+}
+
+// Issue 34: training with recomputation equals training without, bit for bit on the CPU: the
+// same losses, gradients and weights after three steps, through the real executor (TCP streams,
+// GPT stages, gradient sync with data parallelism), with R actions reported as they run.
+TEST(ExecutorTest, RecomputationTrainsTheSameBits) {
+  for (core::ScheduleKind kind :
+       {core::ScheduleKind::kZbV, core::ScheduleKind::kZb1p, core::ScheduleKind::k1F1B}) {
+    const auto [keep, with_r] = PlanWithAndWithoutRecompute(kind, 2, 4);
+    ExecutorConfig config;
+    config.microbatch_size = kMicrobatchSize;
+    config.lr = 3e-3;
+    const std::string name(core::ScheduleName(kind));
+    std::vector<Recorder> recorders(2);
+    auto kept = RunPlan(keep, name + "/keep", 3, config, nullptr, DataParallel{.d = 2});
+    auto recomputed =
+        RunPlan(with_r, name + "/recompute", 3, config, &recorders, DataParallel{.d = 2});
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_TRUE(recomputed.ok()) << recomputed.status();
+    EXPECT_EQ(recomputed->losses, kept->losses) << name;
+    ASSERT_EQ(recomputed->params.size(), kept->params.size());
+    for (const auto& [param, want] : kept->params) {
+      EXPECT_TRUE(torch::equal(recomputed->params.at(param), want)) << name << " " << param;
+      EXPECT_TRUE(torch::equal(recomputed->grads.at(param), kept->grads.at(param)))
+          << name << " " << param;
+    }
+    int recomputes = 0;
+    for (Recorder& r : recorders) {
+      for (const ActionRecord& record : r.records()) {
+        recomputes += record.action.kind == core::ActionKind::kRecompute;
+      }
+    }
+    EXPECT_EQ(recomputes, 3 * with_r.num_stages() * 4) << name;  // iterations x stages x m
   }
 }
 

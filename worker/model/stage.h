@@ -8,6 +8,8 @@
 //   W(s,i)  BackwardWeight(i)           runs exactly microbatch i's queued work; accumulates
 //                                       into parameter .grad in place.
 //   BW(s,i) BackwardFull(i, grad)       B then W at once.
+//   R(s,i)  Recompute(i)                the forward again, for a microbatch whose F ran as
+//                                       ForwardAndForget (the plan has an R for it).
 // Order per microbatch: F, then B (after F), then W (after B); B and W of different microbatches
 // may interleave freely. Violations return FailedPrecondition naming the stage and microbatch;
 // LibTorch exceptions are caught here and returned as Internal/InvalidArgument statuses.
@@ -40,6 +42,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,22 @@ class Stage {
     if (absl::Status st = BackwardWeight(mb); !st.ok()) return st;
     return grad_input;
   }
+
+  // Recomputation (core/recompute.h): the plan recomputes microbatch `mb` of this stage.
+  // ForwardAndForget is its F: Forward, then the graph is dropped (FreeMicrobatch) and only
+  // copies of `input` and `targets` are kept, with the state the random generators (the CPU's
+  // and the parameters' device's) had when Forward started. Recompute is its R: Forward again on
+  // what was kept, from that generator state, after which the generators are put back where they
+  // were; so dropout draws the same masks, the rest of the run draws what it would have drawn
+  // without recomputation, and B and W find exactly what an ordinary F would have left (bit for
+  // bit on the CPU: the same ops on the same values and parameters; the optimizer steps only
+  // after the iteration's actions). Recompute's output is dropped: F already handed it on.
+  // FailedPrecondition for Recompute without ForwardAndForget, or twice.
+  absl::StatusOr<torch::Tensor> ForwardAndForget(int mb, const torch::Tensor& input,
+                                                 const torch::Tensor* targets = nullptr);
+  absl::Status Recompute(int mb);
+  // Microbatches whose input is kept for Recompute.
+  int kept_for_recompute() const { return static_cast<int>(kept_.size()); }
 
   // The mean loss of microbatch `mb` (last stage, after its F). NotFound otherwise. Losses stay
   // until ClearLosses().
@@ -165,7 +184,14 @@ class Stage {
   }
 
  private:
+  // What ForwardAndForget keeps for Recompute.
+  struct Kept {
+    torch::Tensor input;
+    torch::Tensor targets;  // undefined unless the last stage got them
+    std::vector<std::pair<at::Generator, torch::Tensor>> rng;  // generator, its state at F
+  };
   GradObserver grad_observer_;
+  std::map<int, Kept> kept_;
 };
 
 }  // namespace zpipe::worker::model

@@ -43,13 +43,17 @@ torch::jit::Module Block(const char* kind, const std::string& body) {
 }
 
 // embed | tanh-linear + residual | layer-norm-ish scale | head: four blocks named "0".."3".
-torch::jit::Module Model(bool tuple_block = false, bool flat_head = false) {
+// `dropout`: the middle block drops half its update (always: training is on).
+torch::jit::Module Model(bool tuple_block = false, bool flat_head = false, bool dropout = false) {
   torch::manual_seed(3);
   torch::jit::Module embed("Embed");
   Param(embed, "weight", {kVocab, kHidden});
   embed.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
   torch::jit::Module mid =
       Block("Mid", tuple_block ? "def forward(self, x):\n    return (x, x)\n"
+                   : dropout   ? "def forward(self, x):\n"
+                                 "    return x + torch.dropout(torch.tanh(torch.matmul(x, self.w) "
+                                 "+ self.b), 0.5, True)\n"
                                : "def forward(self, x):\n"
                                  "    return x + torch.tanh(torch.matmul(x, self.w) + self.b)\n");
   torch::jit::Module norm = Block("Norm",
@@ -229,6 +233,84 @@ TEST_F(TorchScriptTest, SplitStagesMatchPlainBackward) {
       EXPECT_LT(err, 1e-5) << p.name;
     }
   }
+}
+
+// Issue 34: a plan's R. Two stages with dropout run F, B, W as usual, and again with each F as
+// ForwardAndForget and an R before its B: the same losses, input gradients and parameter
+// gradients, bit for bit (dropout draws the same masks at R), and the random generator ends where
+// the plain run leaves it.
+TEST_F(TorchScriptTest, RecomputedForwardGivesTheSameBits) {
+  const std::string path = Save(Model(false, false, /*dropout=*/true));
+  const int m = 2;
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> tokens, targets;
+  for (int i = 0; i < m; ++i) {
+    tokens.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+    targets.push_back(torch::randint(kVocab, {kBatch, kSeq}, torch::kLong));
+  }
+  struct Run {
+    std::vector<float> losses;
+    std::vector<torch::Tensor> input_grads, param_grads;
+    torch::Tensor next_draw;  // what the generator gives after the run
+  };
+  auto run = [&](bool recompute) {
+    Run out;
+    auto loaded = TorchScriptModel::Load(path, kSeq, kBatch);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    auto s0 = MakeBlockStage(*loaded, 0, 2, {.stage = 0, .num_stages = 2, .num_microbatches = m});
+    auto s1 = MakeBlockStage(*loaded, 2, 4, {.stage = 1, .num_stages = 2, .num_microbatches = m});
+    EXPECT_TRUE(s0.ok() && s1.ok());
+    Stage& a = **s0;
+    Stage& b = **s1;
+    torch::manual_seed(11);
+    for (int i = 0; i < m; ++i) {
+      auto act = recompute ? a.ForwardAndForget(i, tokens[i]) : a.Forward(i, tokens[i]);
+      EXPECT_TRUE(act.ok()) << act.status();
+      auto loss = recompute ? b.ForwardAndForget(i, *act, &targets[i])
+                            : b.Forward(i, *act, &targets[i]);
+      EXPECT_TRUE(loss.ok()) << loss.status();
+    }
+    if (recompute) {
+      EXPECT_EQ(a.pending_microbatches() + b.pending_microbatches(), 0) << "graphs dropped";
+      EXPECT_EQ(a.kept_for_recompute(), m);
+    }
+    torch::rand({3});  // the run draws on between F and R
+    for (int i = m - 1; i >= 0; --i) {
+      if (recompute) {
+        EXPECT_TRUE(b.Recompute(i).ok());
+      }
+      auto g = b.BackwardInput(i, torch::Tensor());
+      EXPECT_TRUE(g.ok()) << g.status();
+      out.input_grads.push_back(*g);
+      if (recompute) {
+        EXPECT_TRUE(a.Recompute(i).ok());
+      }
+      EXPECT_TRUE(a.BackwardInput(i, *g).ok());
+    }
+    for (int i = 0; i < m; ++i) {
+      EXPECT_TRUE(b.BackwardWeight(i).ok());
+      EXPECT_TRUE(a.BackwardWeight(i).ok());
+      out.losses.push_back(*b.Loss(i));
+    }
+    for (const Stage* s : {&a, &b}) {
+      for (const ParamInfo& p : s->params()) out.param_grads.push_back(p.tensor.grad().clone());
+    }
+    out.next_draw = torch::rand({4});
+    EXPECT_EQ(a.Recompute(0).code(), absl::StatusCode::kFailedPrecondition);
+    return out;
+  };
+  const Run plain = run(false);
+  const Run recomputed = run(true);
+  EXPECT_EQ(recomputed.losses, plain.losses);
+  ASSERT_EQ(recomputed.input_grads.size(), plain.input_grads.size());
+  for (size_t k = 0; k < plain.input_grads.size(); ++k) {
+    EXPECT_TRUE(torch::equal(recomputed.input_grads[k], plain.input_grads[k])) << k;
+  }
+  ASSERT_EQ(recomputed.param_grads.size(), plain.param_grads.size());
+  for (size_t k = 0; k < plain.param_grads.size(); ++k) {
+    EXPECT_TRUE(torch::equal(recomputed.param_grads[k], plain.param_grads[k])) << k;
+  }
+  EXPECT_TRUE(torch::equal(recomputed.next_draw, plain.next_draw));
 }
 
 // Blocks passing tuples: (hidden, bool mask, int64 ids, a cache [L, H] from a buffer), then an
