@@ -250,8 +250,14 @@ def _tensors(out):
 
 
 def _first_line(e):
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+    """The exception in one line. The TorchScript interpreter's errors open with a generic line
+    and a TorchScript traceback; the op's own error is their last line."""
+    text = [line for line in str(e).strip().splitlines() if line.strip()]
+    if not text:
+        return type(e).__name__
+    if text[0].startswith("The following operation failed in the TorchScript interpreter"):
+        return text[-1].strip()[:300]
+    return f"{type(e).__name__}: {text[0]}"[:300]
 
 
 def _difference(want, got):

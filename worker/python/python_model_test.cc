@@ -384,12 +384,15 @@ TEST_F(PythonModelTest, AnExceptionIsAStatusWithTheTracebackAndTheModelGoesOn) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
-// compile: trace. The traced blocks' F/B/W give what autograd gives on the eager module (the same
-// parameters: the reference is eager), for one tensor and for tuples (a bool mask) crossing.
-TEST_F(PythonModelTest, TracedStagesMatchTorchAutograd) {
-  for (const char* factory : {"build_model", "tuple_model"}) {
-    SCOPED_TRACE(factory);
-    auto model = Load(factory, "{}", CompileMode::kTrace);
+// compile: trace and script. The compiled blocks' F/B/W give what autograd gives on the eager
+// module (the same parameters: the reference is eager), B and W split, for one tensor and for
+// tuples (a bool mask) crossing.
+TEST_F(PythonModelTest, CompiledStagesMatchTorchAutograd) {
+  for (const auto& [factory, mode] : {std::pair{"build_model", CompileMode::kTrace},
+                                      {"tuple_model", CompileMode::kTrace},
+                                      {"tuple_model", CompileMode::kScript}}) {
+    SCOPED_TRACE(absl::StrCat(factory, " ", CompileModeName(mode)));
+    auto model = Load(factory, "{}", mode);
     ASSERT_TRUE(model.ok()) << model.status();
     auto reference = Load(factory);
     ASSERT_TRUE(reference.ok()) << reference.status();
