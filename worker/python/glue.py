@@ -219,6 +219,8 @@ class Model:
                 raise ModelError(f"{what}: torch {torch.__version__} cannot {kind} it "
                                  f"({_first_line(e)}){advice}") from None
         compiled.train(training)
+        if kind == "trace":
+            _fold_sizes(compiled)
         hints = _tracer_hints(caught)
         for x, why in zip(examples[1:], ("another microbatch of the same size",
                                          f"a microbatch of {len(examples[2][0])} samples")):
@@ -242,6 +244,24 @@ class Model:
 _PATH = ("a trace records the one path the forward's Python code took on the traced "
          "microbatch, so control flow that depends on the tensors' values or on the batch "
          "size is frozen")
+
+
+def _fold_sizes(traced):
+    """Folds the size arithmetic a trace records on tensors back into integers, as in a scripted
+    graph: `b, t = x.size(0), x.size(1)` then `x.reshape(b, t, ...)` traces as
+    prim::NumToTensor and aten::Int pairs, a few microseconds each per call. These are the JIT's
+    own meaning-preserving passes (inline, peephole, constant propagation, dead code), run on the
+    forward graph before its first run; the check against the eager forward runs after them.
+    Without these (private) passes in a torch, the graph stays as traced."""
+    passes = ("_jit_pass_inline", "_jit_pass_peephole", "_jit_pass_constant_propagation",
+              "_jit_pass_dce")
+    if not all(hasattr(torch._C, name) for name in passes):
+        return
+    graph = traced.graph
+    torch._C._jit_pass_inline(graph)
+    torch._C._jit_pass_peephole(graph, True)
+    torch._C._jit_pass_constant_propagation(graph)
+    torch._C._jit_pass_dce(graph)
 
 
 def _tensors(out):
