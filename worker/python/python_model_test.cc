@@ -3,7 +3,9 @@
 // autograd gives on the same module (an nn.Sequential, and a module whose stages() pass tuples);
 // tensors cross without copies; a Python exception comes back as a status carrying the
 // traceback's last frames while the model keeps working; print() reaches the output sink; a
-// broken contract says what to change.
+// broken contract says what to change. With compile: trace (or script) the compiled blocks give
+// the same F/B/W without entering Python, run their eval trace in eval mode, and a block a trace
+// cannot follow, or a torch that refuses torch.jit, fails saying to drop compile.
 #include "worker/python/python_model.h"
 
 #include <gmock/gmock.h>
@@ -169,6 +171,21 @@ class Drop(nn.Module):
 
 def dropout_model(vocab=32, hidden=16):
     return nn.Sequential(nn.Embedding(vocab, hidden), Drop(hidden), nn.Linear(hidden, vocab))
+
+class NoJit(nn.Linear):
+    """A block the patched torch.jit.trace below refuses, as a torch without TorchScript would."""
+
+def no_jit_model(vocab=32, hidden=16):
+    trace = torch.jit.trace
+
+    def refusing_trace(module, *args, **kwargs):
+        if isinstance(module, NoJit):
+            raise RuntimeError("torch.jit is not supported by this build of torch")
+        return trace(module, *args, **kwargs)
+
+    torch.jit.trace = refusing_trace
+    return nn.Sequential(nn.Embedding(vocab, hidden), NoJit(hidden, hidden),
+                         nn.Linear(hidden, vocab))
 
 def not_sequential():
     return nn.Linear(4, 4)
@@ -468,6 +485,24 @@ TEST_F(PythonModelTest, ATraceThatDiffersFromTheForwardFailsNamingTheBlock) {
   EXPECT_THAT(why, HasSubstr("depends on the tensors' values"));
   EXPECT_THAT(why, HasSubstr("model.py:"));  // the line the tracer warned about
   EXPECT_THAT(why, HasSubstr("drop model.python.compile"));
+}
+
+// A torch that refuses torch.jit (newer releases may): the stage fails naming the block, the torch
+// and what to do; without compile the same model trains.
+TEST_F(PythonModelTest, ATorchThatRefusesJitFailsSayingToDropCompile) {
+  auto model = Load("no_jit_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  StageOptions o{.stage = 0, .num_stages = 1, .num_microbatches = 1};
+  auto stage = model::MakeBlockStage(*model, 0, 3, o);
+  ASSERT_FALSE(stage.ok());
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument) << stage.status();
+  const std::string why(stage.status().message());
+  EXPECT_THAT(why, HasSubstr("model.python.compile: trace: block 1 ('1') in training mode: torch "));
+  EXPECT_THAT(why, HasSubstr("cannot trace it (RuntimeError: torch.jit is not supported"));
+  EXPECT_THAT(why, HasSubstr("drop model.python.compile"));
+  auto eager = Load("no_jit_model");
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  EXPECT_TRUE(model::MakeBlockStage(*eager, 0, 3, o).ok());
 }
 
 TEST_F(PythonModelTest, BrokenContractsSayWhatToChange) {
