@@ -150,8 +150,8 @@ class Blocks final : public PythonBlocks {
     py::object pair =
         py::reinterpret_steal<py::object>(PyObject_CallMethod(loaded_.ptr(), "compile", "i", k));
     if (!pair) {
-      return StatusFromPythonError(interpreter_,
-                                   absl::StrCat("model.python.compile: ", CompileModeName(compile_)));
+      return StatusFromPythonError(
+          interpreter_, absl::StrCat("model.python.compile: ", CompileModeName(compile_)));
     }
     std::optional<torch::jit::Module> training = torch::jit::as_module(pair[py::int_(0)]);
     std::optional<torch::jit::Module> eval = torch::jit::as_module(pair[py::int_(1)]);

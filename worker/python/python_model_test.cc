@@ -497,7 +497,8 @@ TEST_F(PythonModelTest, ATorchThatRefusesJitFailsSayingToDropCompile) {
   ASSERT_FALSE(stage.ok());
   EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument) << stage.status();
   const std::string why(stage.status().message());
-  EXPECT_THAT(why, HasSubstr("model.python.compile: trace: block 1 ('1') in training mode: torch "));
+  EXPECT_THAT(why,
+              HasSubstr("model.python.compile: trace: block 1 ('1') in training mode: torch "));
   EXPECT_THAT(why, HasSubstr("cannot trace it (RuntimeError: torch.jit is not supported"));
   EXPECT_THAT(why, HasSubstr("drop model.python.compile"));
   auto eager = Load("no_jit_model");
