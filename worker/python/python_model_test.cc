@@ -442,6 +442,29 @@ TEST_F(PythonModelTest, ATracedForwardDoesNotEnterPython) {
   EXPECT_THAT(lines, ::testing::IsEmpty());
 }
 
+// Moving a block (a CUDA stage's, onto its device) drops its traces: block.to() gives it new
+// buffer tensors and a trace holds its device's constants, so the next run traces it again there.
+TEST_F(PythonModelTest, AMovedBlockIsTracedAgain) {
+  auto model = Load("build_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SetPythonOutput([&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (line.find("block 1 ('1') traced") != std::string_view::npos) lines.emplace_back(line);
+  });
+  const torch::Tensor x = torch::randn({kBatch, kSeq, 16});
+  auto first = (*model)->RunBlock(1, {x});
+  auto again = (*model)->RunBlock(1, {x});
+  (*model)->MoveBlock(1, torch::Device(torch::kCPU));
+  auto moved = (*model)->RunBlock(1, {x});
+  SetPythonOutput(nullptr);
+  ASSERT_TRUE(first.ok() && again.ok() && moved.ok());
+  EXPECT_TRUE(torch::equal((*first)[0], (*moved)[0]));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(lines.size(), 2u) << "traced on the first run and after the move, not in between";
+}
+
 // Training forwards run the trace made in training mode (dropout draws), eval forwards the one
 // made in eval mode (no dropout: the eager module's eval loss, every time).
 TEST_F(PythonModelTest, ATracedBlockRunsItsEvalTraceInEvalMode) {
