@@ -5,12 +5,14 @@
 // time. The block is y = x * w (w one parameter) on a [1, 8, 16] tensor, so each action's time is
 // almost all call overhead. Only F enters Python (B and W are the C++ split on the graph F built),
 // so the F column's Python - TorchScript difference is the per-action overhead of the Python path;
-// B and W are printed to show they do not differ. Each kind is timed on a thread that did not
-// start Python, as a worker's job thread usually is (interpreter.h ScopedGil says why it matters).
+// B and W are printed to show they do not differ. A third kind, "traced", is the Python model with
+// model.python.compile: trace (each block torch.jit.trace'd at stage creation, F run in C++
+// without Python). Each kind is timed on a thread that did not start Python, as a worker's job
+// thread usually is (interpreter.h ScopedGil says why it matters).
 //
 // usage: zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt [--reps N]
 //            [--factory NAME] [--args JSON] [--seq L] [--batch B] [--blocks BEGIN:END]
-//            [--only python|torchscript]
+//            [--only python|traced|torchscript]
 //   MODEL.py's build_model() and MODEL.pt are the same 3-block nn.Sequential (embedding, the
 //   trivial block, head), which bench/peer/peer_bench.py writes. Prints one line per kind and
 //   action with p50 and p99 in microseconds, then a JSON line for the caller.
@@ -124,15 +126,15 @@ int Main(int argc, char** argv) {
       "zpipe_python_stage_bench",
       "zpipe_python_stage_bench --python MODEL.py --torchscript MODEL.pt [--reps N] "
       "[--factory NAME] [--args JSON] [--seq L] [--batch B] [--blocks BEGIN:END] "
-      "[--only python|torchscript]",
+      "[--only python|traced|torchscript]",
       "  the per-action cost of a stage defined in Python against the same stage in TorchScript\n"
       "  (scripts/bench peer --python runs it)");
   flags::AddText(*app, "--python", &python_file, "MODEL.py", "the Python model's file (required)");
   flags::AddText(*app, "--torchscript", &torchscript_file, "MODEL.pt",
                  "the same model, scripted (required)");
   flags::AddInteger(*app, "--reps", &reps, 10, INT32_MAX, "timed calls of each kind (default 2000, at least 10)");
-  flags::AddChecked(*app, "--only", "python|torchscript", "time one path alone (for perf)",
-                    flags::OneOf("python torchscript"),
+  flags::AddChecked(*app, "--only", "python|traced|torchscript", "time one path alone (for perf)",
+                    flags::OneOf("python traced torchscript"),
                     [&only](const std::string& v) { only = v; });
   flags::AddText(*app, "--factory", &factory, "NAME", "the model.py function (default build_model)");
   flags::AddText(*app, "--args", &args_json, "JSON", "the factory's keyword arguments");
@@ -163,9 +165,17 @@ int Main(int argc, char** argv) {
   auto py = worker::python::LoadPythonModel(
       {.file = python_file, .factory = factory, .args_json = args_json, .seed = 0}, setup.seq,
       setup.batch);
-  if (!ts.ok() || !py.ok()) {
-    std::cerr << "python_stage_bench: " << (ts.ok() ? py.status() : ts.status()) << "\n";
-    return 1;
+  auto traced = worker::python::LoadPythonModel({.file = python_file,
+                                                 .factory = factory,
+                                                 .args_json = args_json,
+                                                 .seed = 0,
+                                                 .compile = worker::python::CompileMode::kTrace},
+                                                setup.seq, setup.batch);
+  for (const absl::Status& st : {ts.status(), py.status(), traced.status()}) {
+    if (!st.ok()) {
+      std::cerr << "python_stage_bench: " << st << "\n";
+      return 1;
+    }
   }
   std::map<std::string, std::map<std::string, Percentiles>> result;
   // Alternating halves, so that load from elsewhere on the machine hits both kinds alike.
@@ -173,7 +183,8 @@ int Main(int argc, char** argv) {
   for (int half = 0; half < 4; ++half) {
     for (const auto& [kind, model] :
          {std::pair<std::string, std::shared_ptr<BlockModel>>{"torchscript", *ts},
-          {"python", *py}}) {
+          {"python", *py},
+          {"traced", *traced}}) {
       if (!only.empty() && kind != only) continue;
       // On a thread of its own, as on a worker's job thread, which from the worker's second job
       // on (or after a profile) is not the thread that started Python. The JIT's optimisation
@@ -202,11 +213,13 @@ int Main(int argc, char** argv) {
                               p.p99);
     }
   }
-  const Percentiles py_f = result["python"]["F"], ts_f = result["torchscript"]["F"];
+  const Percentiles ts_f = result["torchscript"]["F"];
   if (only.empty()) {
-    std::cout << absl::StrFormat(
-        "python F overhead over torchscript: p50 %+.1f us, p99 %+.1f us\n", py_f.p50 - ts_f.p50,
-        py_f.p99 - ts_f.p99);
+    for (const char* kind : {"python", "traced"}) {
+      const Percentiles f = result[kind]["F"];
+      std::cout << absl::StrFormat("%s F overhead over torchscript: p50 %+.1f us, p99 %+.1f us\n",
+                                   kind, f.p50 - ts_f.p50, f.p99 - ts_f.p99);
+    }
   }
   std::cout << json << "}\n";
   return 0;

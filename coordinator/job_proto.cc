@@ -77,7 +77,7 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
     case v1::ModelSpec::kPython: {
       const auto& y = p.model().python();
       s.model = PythonConfig{y.file(), y.factory(), y.args(),
-                             std::vector<int>(y.cuts().begin(), y.cuts().end())};
+                             std::vector<int>(y.cuts().begin(), y.cuts().end()), y.compile()};
       break;
     }
     case v1::ModelSpec::KIND_NOT_SET:
@@ -165,6 +165,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
     m->set_factory(y->factory);
     m->set_args(y->args);
     for (int c : y->cuts) m->add_cuts(c);
+    m->set_compile(y->compile);
   }
   if (!s.data_file.path.empty() || !s.data_file.dtype.empty() || s.data_file.shuffle_seed ||
       s.data_file.seq_len != 0) {

@@ -9,8 +9,9 @@ namespace zpipe::coordinator {
 
 JobSpec ResolveSpecDefaults(JobSpec spec) {
   if (spec.data == 0) spec.data = 1;
-  if (auto* python = std::get_if<PythonConfig>(&spec.model); python && python->factory.empty()) {
-    python->factory = "build_model";
+  if (auto* python = std::get_if<PythonConfig>(&spec.model)) {
+    if (python->factory.empty()) python->factory = "build_model";
+    if (python->compile.empty()) python->compile = "none";
   }
   absl::StatusOr<core::ScheduleKind> kind = core::ParseScheduleKind(spec.schedule);
   if (kind.ok()) {

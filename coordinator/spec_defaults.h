@@ -10,7 +10,8 @@
 namespace zpipe::coordinator {
 
 // `spec` with every field job.proto documents as "0 / empty / unset = X" set to X (the defaults
-// docs/reference.md's job spec table lists): model.python.factory "build_model"; parallel.data 1;
+// docs/reference.md's job spec table lists): model.python.factory "build_model" and compile
+// "none"; parallel.data 1;
 // schedule.chunks 2 for interleaved;
 // train.optimizer "adamw"; train.weight_decay 0.01 for adamw, else 0; train.betas [0.9, 0.999]
 // and train.eps 1e-8 for adam and adamw; train.clip_grad_norm 1; train.lr_schedule.decay

@@ -81,13 +81,17 @@ TEST(SpecDefaultsTest, ScheduleAliasesResolveToOneName) {
   EXPECT_EQ(ResolveSpecDefaults(s).schedule, "zb-9");
 }
 
-// A Python model's factory defaults to build_model; one the user names stays.
-TEST(SpecDefaultsTest, PythonFactoryDefaultsToBuildModel) {
+// A Python model's factory defaults to build_model and its compile mode to none; what the user
+// names stays.
+TEST(SpecDefaultsTest, PythonFactoryDefaultsToBuildModelAndCompileToNone) {
   JobSpec s = Minimal();
   s.model = PythonConfig{.file = "/d/model.py", .factory = "", .args = "", .cuts = {}};
   EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).factory, "build_model");
+  EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).compile, "none");
   std::get<PythonConfig>(s.model).factory = "make";
+  std::get<PythonConfig>(s.model).compile = "trace";
   EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).factory, "make");
+  EXPECT_EQ(std::get<PythonConfig>(ResolveSpecDefaults(s).model).compile, "trace");
 }
 
 TEST(SpecDefaultsTest, IsIdempotent) {

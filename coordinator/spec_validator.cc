@@ -117,6 +117,12 @@ absl::Status ValidatePython(const PythonConfig& p, int num_stages) {
                  "must be a JSON object of the factory's keyword arguments");
     }
   }
+  if (!(p.compile.empty() || p.compile == "none" || p.compile == "trace" ||
+        p.compile == "script")) {
+    return Bad("spec.model.python.compile",
+               absl::StrCat("unknown compile mode '", p.compile.substr(0, 64),
+                            "' (expected none, trace or script)"));
+  }
   return ValidateCuts("spec.model.python.cuts", p.cuts, num_stages);
 }
 

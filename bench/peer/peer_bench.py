@@ -40,16 +40,22 @@ Columns (steady state = iterations 2..N on both sides, as `zpipe run` reports):
 
 With --python, ZeroPipe also trains every row's model as a Python model (model.python: the
 workers build the same nn.Module from its model.py in their embedded interpreter, at the
-TorchScript run's cuts), and a second table puts the two ZeroPipe paths side by side: tok/s and
-wall tok/s of each, their ratio, the same ratio by compute (busy) time, and how far the Python
-run's losses are from the TorchScript run's. Before the rows, zpipe_python_stage_bench
+TorchScript run's cuts), twice: as written (compile: none, every F runs Python) and with
+compile: trace (each block torch.jit.trace'd by the worker, F run in C++); a second table puts the
+ZeroPipe paths side by side: tok/s and wall tok/s of each, the Python runs' ratios to TorchScript,
+the same ratios by compute (busy) time, and how far the Python runs' losses are from the
+TorchScript run's. The three runs go one after the other, so on a shared machine their ratios move
+with the load: --rounds K runs the three K times, each round in another order (at the first
+round's cuts), prints each round's ratios, and the table shows the run of median tok/s of each
+path. Before the rows, zpipe_python_stage_bench
 (bench/python_stage_bench.cc) times F, B and W of a trivial stage (y = x * w on [1, 8, 16]) from
 each path: the per-action cost of the Python call; and for each model, its middle blocks as one
-stage, both paths alternating in one process: the compute ratio, which load hits alike (the two
-training runs run one after the other, so on a shared machine their ratio moves with the load).
+stage, the paths (TorchScript, Python, Python traced) alternating in one process: the compute
+ratios, which load hits alike (the training runs run one after the other, so on a shared machine
+their ratios move with the load).
 
 usage: peer_bench.py --zpipe BUILD/client/zpipe [--quick] [--rows NAME,...] [--iterations N]
-                     [--python] [--json FILE] [--keep DIR] [--list]
+                     [--python [--rounds K]] [--json FILE] [--keep DIR] [--list]
 """
 import argparse
 import importlib.util
@@ -365,8 +371,9 @@ def stage_overhead(zpipe, workdir, timeout):
 def stage_compute(zpipe, model, prep, batch, timeout):
     """zpipe_python_stage_bench on a row's model: its middle blocks (all but the first and last)
     as one stage, F, B and W from each path alternating in one process, on a job-like thread.
-    Unlike the training runs, which run one path after the other, load hits both alike, so this
-    is the ratio to trust on a busy machine. {kind: (F, B, W) p50 us}, or an error."""
+    Unlike the training runs, which run one path after the other, load hits all alike, so this
+    is the ratio to trust on a busy machine. {kind: (F, B, W) p50 us} for kinds torchscript,
+    python and traced (compile: trace), or an error."""
     binary = os.path.join(os.path.dirname(os.path.dirname(zpipe)), "bench",
                           "zpipe_python_stage_bench")
     if not os.access(binary, os.X_OK):
@@ -382,39 +389,82 @@ def stage_compute(zpipe, model, prep, batch, timeout):
                          f"{done.stderr.strip()[-500:]}"}
     p50 = json.loads(done.stdout.strip().splitlines()[-1])
     return {kind: tuple(p50[f"{kind}_{a}_p50_us"] for a in "FBW")
-            for kind in ("torchscript", "python")}
+            for kind in ("torchscript", "python", "traced")}
 
 
 def stage_compute_line(name, blocks, result):
     if "error" in result:
         return f"{name}: stage compute: {result['error']}"
-    ts, py = result["torchscript"], result["python"]
+    ts, py, tr = result["torchscript"], result["python"], result["traced"]
+
+    def ms(values):
+        return "/".join(f"{v / 1e3:.2f}" for v in values)
+
     return (f"{name}: blocks 1..{blocks - 2} as one stage, one process, p50 F/B/W ms: "
-            f"TorchScript {'/'.join(f'{v / 1e3:.2f}' for v in ts)}, Python "
-            f"{'/'.join(f'{v / 1e3:.2f}' for v in py)}; Py/TS throughput (F+B+W) "
-            f"{sum(ts) / sum(py):.3f}x, F alone {ts[0] / py[0]:.3f}x")
+            f"TorchScript {ms(ts)}, Python {ms(py)}, Python traced {ms(tr)}; throughput (F+B+W) "
+            f"over TorchScript's: Python {sum(ts) / sum(py):.3f}x (F alone {ts[0] / py[0]:.3f}x), "
+            f"traced {sum(ts) / sum(tr):.3f}x (F alone {ts[0] / tr[0]:.3f}x)")
 
 
 def python_table(rows, compare):
-    header = ["row", "schedule", "p", "d", "m", "tok/s TorchScript", "tok/s Python", "Py/TS",
-              "wall tok/s TorchScript", "wall tok/s Python", "Py/TS by busy time",
+    """One line per row and Python run: compile none ("zpy") and trace ("zpt")."""
+    header = ["row", "schedule", "p", "d", "m", "compile", "tok/s TorchScript", "tok/s Python",
+              "Py/TS", "wall tok/s TorchScript", "wall tok/s Python", "Py/TS by busy time",
               f"max rel loss diff it1-{compare}"]
     lines = []
     for row in rows:
-        ts, py = row.result.get("zp", {}), row.result.get("zpy", {})
-        cells = [row.name, row.schedule, row.p, row.d, row.m]
-        if "error" in ts or "error" in py or not py:
-            cells += ["failed (below)" if "error" in ts else f"{ts['tokens_per_s']:.0f}",
-                      "failed (below)" if py else "not run"] + [""] * 5
-        else:
-            wall = [f"{v:.0f}" if v is not None else "—"
-                    for v in (ts.get("wall_tokens_per_s"), py.get("wall_tokens_per_s"))]
-            cells += [f"{ts['tokens_per_s']:.0f}", f"{py['tokens_per_s']:.0f}",
-                      f"{py['tokens_per_s'] / ts['tokens_per_s']:.3f}x"] + wall + [
-                      f"{ts['busy_s'] / py['busy_s']:.3f}x",
-                      f"{compare_losses(py, ts, compare):.1e}"]
-        lines.append([str(c) for c in cells])
+        ts = row.result.get("zp", {})
+        for key, mode in (("zpy", "none"), ("zpt", "trace")):
+            py = row.result.get(key, {})
+            cells = [row.name, row.schedule, row.p, row.d, row.m, mode]
+            if "error" in ts or "error" in py or not py:
+                cells += ["failed (below)" if "error" in ts else f"{ts['tokens_per_s']:.0f}",
+                          "failed (below)" if py else "not run"] + [""] * 5
+            else:
+                wall = [f"{v:.0f}" if v is not None else "—"
+                        for v in (ts.get("wall_tokens_per_s"), py.get("wall_tokens_per_s"))]
+                cells += [f"{ts['tokens_per_s']:.0f}", f"{py['tokens_per_s']:.0f}",
+                          f"{py['tokens_per_s'] / ts['tokens_per_s']:.3f}x"] + wall + [
+                          f"{ts['busy_s'] / py['busy_s']:.3f}x",
+                          f"{compare_losses(py, ts, compare):.1e}"]
+            lines.append([str(c) for c in cells])
     return header, lines
+
+
+def python_rounds(zpipe, row, prep, zp, tokens, iterations, out, args):
+    """The Python runs of a row beside its TorchScript run `zp` (the first round's), over
+    args.rounds rounds at zp's cuts, the order rotated each round; prints each round's ratios.
+    (TorchScript, Python, Python traced): each path's run of median tok/s."""
+    python = {"file": row.model.module, "factory": "build", "args": prep.kwargs,
+              "cuts": zp["cuts"]}
+    paths = [("zp", {"torchscript": {"path": prep.torchscript, "cuts": zp["cuts"]}}, ""),
+             ("zpy", {"python": python}, "-python"),
+             ("zpt", {"python": dict(python, compile="trace")}, "-python-trace")]
+    runs = {"zp": [zp], "zpy": [], "zpt": []}
+    for r in range(args.rounds):
+        order = paths[r % 3:] + paths[:r % 3]
+        got = {}
+        for key, model, suffix in order:
+            if r == 0 and key == "zp":
+                got[key] = zp  # the run that found the cuts
+            else:
+                got[key] = run_zeropipe(zpipe, row, model, tokens, iterations,
+                                        os.path.join(out, f"zeropipe{suffix}-{r}"),
+                                        args.timeout, name=f"{row.name}{suffix}-{r}")
+                runs[key].append(got[key])
+        if args.rounds > 1 and all("error" not in v for v in got.values()):
+            ts = got["zp"]["tokens_per_s"]
+            print(f"{row.name} round {r + 1} ({', '.join(k for k, _, _ in order)}; load "
+                  f"{load_average()}): tok/s TorchScript {ts:.0f}, Python "
+                  f"{got['zpy']['tokens_per_s']:.0f} ({got['zpy']['tokens_per_s'] / ts:.3f}x), "
+                  f"traced {got['zpt']['tokens_per_s']:.0f} "
+                  f"({got['zpt']['tokens_per_s'] / ts:.3f}x)", flush=True)
+
+    def median_run(results):
+        ok = sorted((v for v in results if "error" not in v), key=lambda v: v["tokens_per_s"])
+        return ok[(len(ok) - 1) // 2] if ok else (results[0] if results else {})
+
+    return tuple(median_run(runs[key]) for key in ("zp", "zpy", "zpt"))
 
 
 def pytorch_cuts(row, zp_cuts, blocks):
@@ -586,6 +636,9 @@ def main():
     parser.add_argument("--python", action="store_true",
                         help="also train each row as a Python model (model.python) and time the "
                              "Python stage call; a second table")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --python: run ZeroPipe's three runs of a row (TorchScript, "
+                             "Python, Python traced) K times, the order rotated each round")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--keep", help="keep jobs, logs and timelines in this directory")
     args = parser.parse_args()
@@ -649,19 +702,17 @@ def main():
                                   iterations, os.path.join(out, "zeropipe"), args.timeout)
                 cuts = pytorch_cuts(row, zp.get("cuts", []), prep.blocks) if "error" not in zp \
                     else None
-            zpy = {}
+            zpy, zpt = {}, {}
             if args.python and not args.pytorch_only and "error" not in zp:
-                python = {"file": row.model.module, "factory": "build", "args": prep.kwargs,
-                          "cuts": zp["cuts"]}
-                zpy = run_zeropipe(zpipe, row, {"python": python}, tokens, iterations,
-                                   os.path.join(out, "zeropipe-python"), args.timeout,
-                                   name=row.name + "-python")
+                zp, zpy, zpt = python_rounds(zpipe, row, prep, zp, tokens, iterations, out, args)
             t1 = time.monotonic()
             pt = run_pytorch(row, prep, tokens, iterations, cuts, os.path.join(out, "pytorch"),
                              args.timeout) if cuts is not None else {"error": "not run"}
             row.result = {"zp": zp, "pt": pt, "pt_cuts": cuts}
             if zpy:
                 row.result["zpy"] = zpy
+            if zpt:
+                row.result["zpt"] = zpt
             print(f"{row.name}: ZeroPipe {t1 - t0:.0f} s (cuts {zp.get('cuts')}), PyTorch "
                   f"{time.monotonic() - t1:.0f} s (cuts {cuts})"
                   + (f"; PyTorch: {pt['error']}" if "error" in pt else ""), flush=True)
@@ -687,6 +738,7 @@ def main():
                 print(row.name, json.dumps(row.result["pt"])[:2000])
         for row in selected:
             for side, name in (("zp", "ZeroPipe"), ("zpy", "ZeroPipe (Python model)"),
+                               ("zpt", "ZeroPipe (Python model, compile: trace)"),
                                ("pt", "PyTorch")):
                 error = row.result.get(side, {}).get("error")
                 if error and error != "not run":
@@ -709,6 +761,7 @@ def main():
                             "m": r.m, "b": r.b, "zeropipe": r.result.get("zp"),
                             "torch": r.result.get("pt"), "pt_cuts": r.result.get("pt_cuts"),
                             "zeropipe_python": r.result.get("zpy"),
+                            "zeropipe_python_trace": r.result.get("zpt"),
                             "loss_max_rel_diff": compare_losses(r.result["zp"], r.result["pt"],
                                                                 args.compare)
                             if "losses" in r.result.get("zp", {}) and

@@ -235,6 +235,12 @@ std::vector<BadSpec> BadSpecs() {
          r.mutable_spec()->mutable_model()->mutable_python()->set_args("[1, 2]");
        },
        "spec.model.python.args"},
+      {"python compile mode unknown",
+       [=](R& r) {
+         *r.mutable_spec() = Python(2);
+         r.mutable_spec()->mutable_model()->mutable_python()->set_compile("inductor");
+       },
+       "spec.model.python.compile"},
       {"python cuts: too many",
        [=](R& r) {
          *r.mutable_spec() = Python(2);

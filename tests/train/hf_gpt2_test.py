@@ -2,7 +2,8 @@
 from a tiny GPT2Config, no download; its GPT2Blocks as stages), trained by ZeroPipe as a Python
 model with `zpipe run --local` and by a plain PyTorch loop on the same module: every iteration's
 loss and the exported state dict agree within 1e-5 relative (ZB-V p = 2, 1F1B p = 4, ZB-2p p = 2
-with d = 2). The stages are GPT-2 itself (their chain gives GPT2LMHeadModel's logits), and the
+with d = 2; and ZB-V p = 2 with the blocks traced, model.python.compile: trace). The stages are
+GPT-2 itself (their chain gives GPT2LMHeadModel's logits), and the
 exported state dict loads into a stock GPT2LMHeadModel, strict.
 
 usage: hf_gpt2_test.py --zpipe BUILD/client/zpipe [-v] [HfGpt2Test.test_NAME]
@@ -65,6 +66,22 @@ class HfGpt2Test(harness.PythonParityTestCase):
         _, want = self.reference(1, 4, 2, None)
         for key, value in want.items():
             self.assertTrue(torch.allclose(stock.state_dict()[key], value, rtol=0, atol=1e-5), key)
+
+
+class HfGpt2TraceTest(harness.PythonParityTestCase):
+    """The same GPT-2 with model.python.compile: trace: each worker traces the library's own
+    GPT2Blocks (the tracer warns about SDPA's shape checks; the check against the eager forward
+    passes) and runs the traces; the cuts come from profiling the traced blocks. The export still
+    loads into a stock GPT2LMHeadModel."""
+    model_file = MODEL_FILE
+    factory = "build_model"
+    args = ARGS
+    token_vocab = 64
+    compile = "trace"
+
+    def test_trace_zbv_p2(self):
+        summary = self.run_case("gpt2-trace-zbv-p2", "zb-v", p=2, d=1, m=4, b=2)
+        HfGpt2Test.check_export_loads_into_gpt2(self, summary["model"]["file"])
 
 
 if __name__ == "__main__":

@@ -222,6 +222,7 @@ class PythonParityTestCase(ParityTestCase):
     model_file = None
     factory = "build_model"
     args = {}
+    compile = None  # model.python.compile when set ("trace", "script")
     token_vocab = VOCAB  # the text's bytes modulo this are the tokens
     SEED = 1  # train.seed of run_case's spec
 
@@ -245,6 +246,8 @@ class PythonParityTestCase(ParityTestCase):
 
     def model_section(self, cuts):
         python = {"file": self.model_file, "factory": self.factory, "args": self.args}
+        if self.compile is not None:
+            python["compile"] = self.compile
         if cuts is not None:
             python["cuts"] = list(cuts)
         return {"python": python}

@@ -4,7 +4,8 @@ TorchScript), trained by `zpipe run --local` (real coordinator and worker proces
 plain PyTorch loop on the same module built the same way; every iteration's loss and the
 exported state dict agree within 1e-5 relative, on 1F1B, ZB-2p, ZB-V and DualPipeV at p = 2,
 ZB-2p, ZB-V and DualPipeV at p = 4, ZB-V with d = 2, and a run resumed from a checkpoint (ZB-V
-p = 2 saved, 1F1B p = 4 resumed) (parity_harness.py holds the machinery and the settings).
+p = 2 saved, 1F1B p = 4 resumed); and with model.python.compile: trace (the blocks traced), on
+1F1B and ZB-V at p = 2 (parity_harness.py holds the machinery and the settings).
 
 usage: python_parity_test.py --zpipe BUILD/client/zpipe [-v] [PythonParityTest.test_NAME]
 """
@@ -62,6 +63,22 @@ class PythonParityP4Test(harness.PythonParityTestCase):
     def test_dualpipev_p4(self):
         self.run_case("py-dualpipev-p4", "dualpipe-v", p=4, d=1, m=8, b=2,
                       cuts=[1, 2, 3, 4, 5, 6, 7])
+
+
+class PythonTraceParityTest(harness.PythonParityTestCase):
+    """model.python.compile: trace: the workers run torch.jit.trace of every block (F in C++, B
+    and W the same split on its graph); the plain loop runs the eager module. Losses and the
+    exported state dict (the module's own parameters, which the traces share) agree as above."""
+    model_file = PythonParityTest.model_file
+    factory = "build"
+    args = PythonParityTest.args
+    compile = "trace"
+
+    def test_trace_1f1b_p2(self):
+        self.run_case("py-trace-1f1b-p2", "1f1b", p=2, d=1, m=4, b=2, cuts=[3])
+
+    def test_trace_zbv_p2(self):
+        self.run_case("py-trace-zbv-p2", "zb-v", p=2, d=1, m=4, b=2, cuts=[1, 3, 5])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 //   Python blocks too);
 // - a factory that raises fails the job with its traceback, before any iteration;
 // - a model file outside the workers' --data-root fails the job naming the field and the flag;
+// - model.python.compile: trace trains, and a block a trace cannot follow (data-dependent control
+//   flow) fails its job naming the block and what to do;
 // - every worker is still the process it was at the start.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -60,6 +62,19 @@ def build_model(vocab=32, hidden=16, fail=False):
 
 def broken():
     return check(torch.zeros(5))
+
+class Route(nn.Module):
+    """Each sample through one of two layers, chosen by its values: a trace freezes the choice."""
+    def __init__(self, hidden):
+        super().__init__()
+        self.a, self.b = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return torch.stack([self.a(r) if r.mean() > 0 else self.b(r) for r in x])
+
+def routed(vocab=32, hidden=16):
+    return nn.Sequential(nn.Embedding(vocab, hidden), Route(hidden), Mid(hidden, False),
+                         nn.Linear(hidden, vocab))
 )py";
 
 class PythonModelE2eTest : public ::testing::Test {
@@ -172,6 +187,26 @@ TEST_F(PythonModelE2eTest, AModelOutsideTheDataRootsIsNeverRun) {
   EXPECT_THAT(job.reason(), HasSubstr("model.python.file"));
   EXPECT_THAT(job.reason(), HasSubstr("--data-root"));
   EXPECT_THAT(Logs("outside"), ::testing::Not(HasSubstr("mid forward")));
+}
+
+// model.python.compile: trace reaches the workers: the blocks are traced (the log says so) and
+// the job trains; a block with data-dependent control flow fails its job naming the block and
+// what to do, and the workers take the next job.
+TEST_F(PythonModelE2eTest, TracedBlocksTrainAndAnUntraceableBlockFailsTheJobSayingWhy) {
+  v1::JobSpec spec = Spec("traced", "", {2});
+  spec.mutable_model()->mutable_python()->set_compile("trace");
+  const v1::Job traced = Run(spec);
+  EXPECT_EQ(traced.state(), v1::JOB_STATE_SUCCEEDED) << traced.reason();
+  EXPECT_THAT(Logs("traced"), HasSubstr("model.python.compile: trace: block 1 ('1') traced"));
+
+  ASSERT_TRUE(cluster_->WaitIdle(2, 60));
+  spec = Spec("routed", "", {2}, "roots/model.py", "routed");
+  spec.mutable_model()->mutable_python()->set_compile("trace");
+  const v1::Job routed = Run(spec);
+  EXPECT_EQ(routed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(routed.reason(), HasSubstr("model.python.compile: trace: block 1 ('1')"));
+  EXPECT_THAT(routed.reason(), HasSubstr("depends on the tensors' values"));
+  EXPECT_THAT(routed.reason(), HasSubstr("drop model.python.compile"));
 }
 
 TEST_F(PythonModelE2eTest, ZzTheWorkersNeverDied) {

@@ -46,7 +46,11 @@ absl::StatusOr<std::shared_ptr<model::BlockModel>> LoadBlockModel(const ModelSou
     Log(absl::StrCat("model: ", absl::string_view(line.data(), line.size())));
   });
   return python::LoadPythonModel(
-      {.file = py->file, .factory = py->factory, .args_json = py->args_json, .seed = seed},
+      {.file = py->file,
+       .factory = py->factory,
+       .args_json = py->args_json,
+       .seed = seed,
+       .compile = py->compile},
       seq_len, microbatch_size);
 #else
   (void)seed;

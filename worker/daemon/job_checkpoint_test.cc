@@ -324,6 +324,21 @@ TEST(JobCheckpointTest, ManifestRoundTripsAndMismatchIsEmptyForTheSameModel) {
   EXPECT_FALSE(CheckpointManifest::FromJson("not json").ok());
 }
 
+// A Python model's checkpoint resumes whatever model.python.compile the two runs use (the
+// parameters are the module's either way), including one written before the field existed; a
+// different factory still differs.
+TEST(JobCheckpointTest, APythonModelResumesAcrossCompileModes) {
+  CheckpointManifest saved, job;
+  saved.model_json = R"({"python":{"file":"m.py","factory":"build","args":"","cuts":[]}})";
+  job.model_json =
+      R"({"python":{"file":"m.py","factory":"build","args":"","cuts":[],"compile":"trace"}})";
+  EXPECT_EQ(DescribeMismatch(saved, job), "");
+  job.model_json =
+      R"({"python":{"file":"m.py","factory":"make","args":"","cuts":[],"compile":"none"}})";
+  EXPECT_EQ(DescribeMismatch(saved, job),
+            R"(model.python.factory is "build" in the checkpoint, "make" in this job)");
+}
+
 TEST(JobCheckpointTest, ABackgroundWriteHoldsTheSameBytesAsASynchronousSave) {
   TempDir dir, sync_dir;
   const JobConfig a = OneRankJob(dir.path(), 1, 3);

@@ -21,6 +21,7 @@
 #include "worker/executor/lr_schedule.h"
 #include "worker/executor/train_enums.h"
 #include "worker/model/gpt.h"
+#include "worker/python/compile_mode.h"
 
 namespace zpipe::worker {
 
@@ -68,6 +69,7 @@ struct PythonSource {
   std::string factory;    // a function of `file`; never empty (the edge fills "build_model")
   std::string args_json;  // its keyword arguments, a JSON object's text; "" = none
   std::vector<int> cuts;  // as TorchScriptSource::cuts
+  python::CompileMode compile = python::CompileMode::kNone;  // how its blocks run
 };
 
 using ModelSource = std::variant<GptSource, SyntheticSource, TorchScriptSource, PythonSource>;

@@ -52,10 +52,14 @@ absl::StatusOr<ModelSource> ModelFromProto(const zpipe::v1::ModelSpec& m) {
     case zpipe::v1::ModelSpec::kPython: {
       const zpipe::v1::PythonModel& p = m.python();
       if (p.factory().empty()) return Unresolved("spec.model.python.factory");
+      if (p.compile().empty()) return Unresolved("spec.model.python.compile");
+      absl::StatusOr<python::CompileMode> compile = python::ParseCompileMode(p.compile());
+      if (!compile.ok()) return Prefixed("spec.model.python.compile: ", compile.status());
       return PythonSource{.file = p.file(),
                           .factory = p.factory(),
                           .args_json = p.args(),
-                          .cuts = {p.cuts().begin(), p.cuts().end()}};
+                          .cuts = {p.cuts().begin(), p.cuts().end()},
+                          .compile = *compile};
     }
     case zpipe::v1::ModelSpec::KIND_NOT_SET:
       break;

@@ -278,8 +278,9 @@ TEST(JobProtoTest, ATorchScriptModelNeedsItsDataSection) {
   EXPECT_EQ(s->model_json, R"({"torchscript":{"path":"model.pt","cuts":[2]}})");
 }
 
-// A Python model converts to its domain source; the factory is the coordinator's to resolve, so
-// an empty one is refused naming the field, and like TorchScript it needs a token file.
+// A Python model converts to its domain source; the factory and the compile mode are the
+// coordinator's to resolve, so empty ones are refused naming the field, and like TorchScript it
+// needs a token file.
 TEST(JobProtoTest, APythonModelConvertsWithItsFactoryResolved) {
   zpipe::v1::JobSpec spec = ResolvedGptSpec();
   auto* py = spec.mutable_model()->mutable_python();
@@ -290,6 +291,12 @@ TEST(JobProtoTest, APythonModelConvertsWithItsFactoryResolved) {
   EXPECT_THAT(JobSettingsFromProto(spec).status().message(),
               HasSubstr("spec.model.python.factory is unset"));
   py->set_factory("build");
+  EXPECT_THAT(JobSettingsFromProto(spec).status().message(),
+              HasSubstr("spec.model.python.compile is unset"));
+  py->set_compile("traced");
+  EXPECT_THAT(JobSettingsFromProto(spec).status().message(),
+              HasSubstr("spec.model.python.compile: unknown compile mode 'traced'"));
+  py->set_compile("trace");
   EXPECT_THAT(JobSettingsFromProto(spec).status().message(), HasSubstr("spec.data is required"));
   spec.mutable_data()->set_path("train.bin");
   spec.mutable_data()->set_dtype("uint16");
@@ -301,9 +308,10 @@ TEST(JobProtoTest, APythonModelConvertsWithItsFactoryResolved) {
   EXPECT_EQ(source.factory, "build");
   EXPECT_EQ(source.args_json, R"({"n_layer":2})");
   EXPECT_EQ(source.cuts, (std::vector<int>{1, 3}));
+  EXPECT_EQ(source.compile, python::CompileMode::kTrace);
   EXPECT_EQ(s->model_json,
             R"({"python":{"file":"/models/model.py","factory":"build","args":"{\"n_layer\":2}",)"
-            R"("cuts":[1,3]}})");
+            R"("cuts":[1,3],"compile":"trace"}})");
 }
 
 TEST(JobProtoTest, LogBatchesGoOutAsValidProto) {

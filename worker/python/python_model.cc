@@ -20,10 +20,13 @@ class PythonModel final : public model::BlockModel {
   PythonModel(std::string path, std::unique_ptr<PythonBlocks> blocks)
       : BlockModel(std::move(path), blocks->Names()), blocks_(std::move(blocks)) {}
 
-  // The checks a TorchScript model passes at load: no shared parameters, the probe.
+  // The checks a TorchScript model passes at load: no shared parameters, the probe (eager, so
+  // that its errors are the model's own); then the example microbatches of compiled blocks.
   absl::Status Check(int seq_len, int microbatch_size) {
     if (absl::Status st = CheckNoSharedParameters(); !st.ok()) return st;
-    return Probe(seq_len, microbatch_size);
+    if (absl::Status st = Probe(seq_len, microbatch_size); !st.ok()) return st;
+    if (seq_len == 0) return absl::OkStatus();  // no probe, no vocabulary: blocks stay eager
+    return blocks_->PrepareCompile(seq_len, microbatch_size, vocab());
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> BlockParameters(int k) override {

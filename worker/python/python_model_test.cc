@@ -3,7 +3,9 @@
 // autograd gives on the same module (an nn.Sequential, and a module whose stages() pass tuples);
 // tensors cross without copies; a Python exception comes back as a status carrying the
 // traceback's last frames while the model keeps working; print() reaches the output sink; a
-// broken contract says what to change.
+// broken contract says what to change. With compile: trace (or script) the compiled blocks give
+// the same F/B/W without entering Python, run their eval trace in eval mode, and a block a trace
+// cannot follow, or a torch that refuses torch.jit, fails saying to drop compile.
 #include "worker/python/python_model.h"
 
 #include <gmock/gmock.h>
@@ -145,6 +147,46 @@ def count_model(vocab=32, hidden=16):
 def tuple_model(vocab=32, hidden=16):
     return Tuples(vocab, hidden)
 
+class Route(nn.Module):
+    """A toy mixture of experts: each sample goes through one of two layers, chosen by its
+    values (data-dependent control flow: a trace freezes the choices of the traced batch)."""
+    def __init__(self, hidden):
+        super().__init__()
+        self.a, self.b = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return torch.stack([self.a(r) if r.mean() > 0 else self.b(r) for r in x])
+
+def routed_model(vocab=32, hidden=16):
+    return nn.Sequential(nn.Embedding(vocab, hidden), Route(hidden), nn.Linear(hidden, vocab))
+
+class Drop(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc = nn.Linear(hidden, hidden)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+def dropout_model(vocab=32, hidden=16):
+    return nn.Sequential(nn.Embedding(vocab, hidden), Drop(hidden), nn.Linear(hidden, vocab))
+
+class NoJit(nn.Linear):
+    """A block the patched torch.jit.trace below refuses, as a torch without TorchScript would."""
+
+def no_jit_model(vocab=32, hidden=16):
+    trace = torch.jit.trace
+
+    def refusing_trace(module, *args, **kwargs):
+        if isinstance(module, NoJit):
+            raise RuntimeError("torch.jit is not supported by this build of torch")
+        return trace(module, *args, **kwargs)
+
+    torch.jit.trace = refusing_trace
+    return nn.Sequential(nn.Embedding(vocab, hidden), NoJit(hidden, hidden),
+                         nn.Linear(hidden, vocab))
+
 def not_sequential():
     return nn.Linear(4, 4)
 
@@ -165,9 +207,11 @@ class PythonModelTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   absl::StatusOr<std::shared_ptr<BlockModel>> Load(const std::string& factory,
-                                                   const std::string& args = "{}") {
-    return LoadPythonModel({.file = path_, .factory = factory, .args_json = args, .seed = 7}, kSeq,
-                           kBatch);
+                                                   const std::string& args = "{}",
+                                                   CompileMode compile = CompileMode::kNone) {
+    return LoadPythonModel(
+        {.file = path_, .factory = factory, .args_json = args, .seed = 7, .compile = compile},
+        kSeq, kBatch);
   }
 
   std::filesystem::path dir_;
@@ -355,6 +399,134 @@ TEST_F(PythonModelTest, AnExceptionIsAStatusWithTheTracebackAndTheModelGoesOn) {
   (*stage)->FreeMicrobatch(0);
   auto again = (*stage)->Forward(0, tokens);
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+// compile: trace and script. The compiled blocks' F/B/W give what autograd gives on the eager
+// module (the same parameters: the reference is eager), B and W split, for one tensor and for
+// tuples (a bool mask) crossing.
+TEST_F(PythonModelTest, CompiledStagesMatchTorchAutograd) {
+  for (const auto& [factory, mode] : {std::pair{"build_model", CompileMode::kTrace},
+                                      {"tuple_model", CompileMode::kTrace},
+                                      {"tuple_model", CompileMode::kScript}}) {
+    SCOPED_TRACE(absl::StrCat(factory, " ", CompileModeName(mode)));
+    auto model = Load(factory, "{}", mode);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto reference = Load(factory);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ExpectStagesMatchPlainBackward(*model, **reference,
+                                   std::string(factory) == "build_model"
+                                       ? std::vector<int>{0, 2, 4}
+                                       : std::vector<int>{0, 1, 3, 4});
+  }
+}
+
+// A traced block's F runs its TorchScript graph, not the Python forward: the forward's print()
+// ran while it was traced and checked, and not again.
+TEST_F(PythonModelTest, ATracedForwardDoesNotEnterPython) {
+  auto model = Load("echo_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  StageOptions o{.stage = 0, .num_stages = 1, .num_microbatches = 1};
+  auto stage = model::MakeBlockStage(*model, 0, 3, o);  // traces the blocks
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SetPythonOutput([&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(line);
+  });
+  const torch::Tensor tokens = torch::zeros({kBatch, kSeq}, torch::kLong);
+  auto loss = (*stage)->Forward(0, tokens, &tokens);
+  SetPythonOutput(nullptr);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(lines, ::testing::IsEmpty());
+}
+
+// Moving a block (a CUDA stage's, onto its device) drops its traces: block.to() gives it new
+// buffer tensors and a trace holds its device's constants, so the next run traces it again there.
+TEST_F(PythonModelTest, AMovedBlockIsTracedAgain) {
+  auto model = Load("build_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::mutex mu;
+  std::vector<std::string> lines;
+  SetPythonOutput([&](std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (line.find("block 1 ('1') traced") != std::string_view::npos) lines.emplace_back(line);
+  });
+  const torch::Tensor x = torch::randn({kBatch, kSeq, 16});
+  auto first = (*model)->RunBlock(1, {x});
+  auto again = (*model)->RunBlock(1, {x});
+  (*model)->MoveBlock(1, torch::Device(torch::kCPU));
+  auto moved = (*model)->RunBlock(1, {x});
+  SetPythonOutput(nullptr);
+  ASSERT_TRUE(first.ok() && again.ok() && moved.ok());
+  EXPECT_TRUE(torch::equal((*first)[0], (*moved)[0]));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(lines.size(), 2u) << "traced on the first run and after the move, not in between";
+}
+
+// Training forwards run the trace made in training mode (dropout draws), eval forwards the one
+// made in eval mode (no dropout: the eager module's eval loss, every time).
+TEST_F(PythonModelTest, ATracedBlockRunsItsEvalTraceInEvalMode) {
+  auto model = Load("dropout_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto eager = Load("dropout_model");
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  StageOptions o{.stage = 0, .num_stages = 1, .num_microbatches = 1};
+  auto stage = model::MakeBlockStage(*model, 0, 3, o);
+  auto eager_stage = model::MakeBlockStage(*eager, 0, 3, o);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  ASSERT_TRUE(eager_stage.ok()) << eager_stage.status();
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(kVocab, {kBatch, kSeq}, torch::kLong);
+  auto loss = [&](Stage& s) {
+    auto l = s.Forward(0, tokens, &tokens);
+    EXPECT_TRUE(l.ok()) << l.status();
+    s.FreeMicrobatch(0);
+    return l.ok() ? l->item<double>() : 0.0;
+  };
+  const double train1 = loss(**stage), train2 = loss(**stage);
+  EXPECT_NE(train1, train2) << "dropout draws differ from one training forward to the next";
+  (*stage)->SetTraining(false);
+  (*eager_stage)->SetTraining(false);
+  const double eval1 = loss(**stage), eval2 = loss(**stage);
+  EXPECT_EQ(eval1, eval2);
+  EXPECT_NEAR(eval1, loss(**eager_stage), 1e-6 * std::abs(eval1));
+}
+
+// A block whose control flow depends on its tensors' values cannot be traced faithfully: the
+// check against its eager forward fails the stage, naming the block and saying what to do.
+TEST_F(PythonModelTest, ATraceThatDiffersFromTheForwardFailsNamingTheBlock) {
+  auto model = Load("routed_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();  // the probe runs the eager forward
+  StageOptions o{.stage = 0, .num_stages = 1, .num_microbatches = 1};
+  auto stage = model::MakeBlockStage(*model, 0, 3, o);
+  ASSERT_FALSE(stage.ok());
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument) << stage.status();
+  const std::string why(stage.status().message());
+  EXPECT_THAT(why, HasSubstr("model.python.compile: trace: block 1 ('1') in training mode"));
+  EXPECT_THAT(why, HasSubstr("depends on the tensors' values"));
+  EXPECT_THAT(why, HasSubstr("model.py:"));  // the line the tracer warned about
+  EXPECT_THAT(why, HasSubstr("drop model.python.compile"));
+}
+
+// A torch that refuses torch.jit (newer releases may): the stage fails naming the block, the torch
+// and what to do; without compile the same model trains.
+TEST_F(PythonModelTest, ATorchThatRefusesJitFailsSayingToDropCompile) {
+  auto model = Load("no_jit_model", "{}", CompileMode::kTrace);
+  ASSERT_TRUE(model.ok()) << model.status();
+  StageOptions o{.stage = 0, .num_stages = 1, .num_microbatches = 1};
+  auto stage = model::MakeBlockStage(*model, 0, 3, o);
+  ASSERT_FALSE(stage.ok());
+  EXPECT_EQ(stage.status().code(), absl::StatusCode::kInvalidArgument) << stage.status();
+  const std::string why(stage.status().message());
+  EXPECT_THAT(why,
+              HasSubstr("model.python.compile: trace: block 1 ('1') in training mode: torch "));
+  EXPECT_THAT(why, HasSubstr("cannot trace it (RuntimeError: torch.jit is not supported"));
+  EXPECT_THAT(why, HasSubstr("drop model.python.compile"));
+  auto eager = Load("no_jit_model");
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  EXPECT_TRUE(model::MakeBlockStage(*eager, 0, 3, o).ok());
 }
 
 TEST_F(PythonModelTest, BrokenContractsSayWhatToChange) {

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/python/compile_mode.h"
 
 namespace zpipe::worker::python {
 
@@ -34,6 +35,7 @@ struct PythonModelSource {
   std::string factory = "build_model";  // a function of the file returning the nn.Module
   std::string args_json;                // a JSON object: the factory's keyword arguments
   uint64_t seed = 0;                    // torch.manual_seed before the factory runs
+  CompileMode compile = CompileMode::kNone;  // how blocks run (PythonBlocks::PrepareCompile)
 };
 
 // The blocks of one loaded Python model. Every method takes the GIL for its own duration only.
@@ -47,9 +49,17 @@ class PythonBlocks {
   // (state_dict key in the whole module, tensor) of block k's parameters.
   virtual std::vector<std::pair<std::string, torch::Tensor>> Parameters(int k) = 0;
   virtual std::vector<torch::Tensor> Buffers(int k) = 0;
-  // block_k(*args): the same tensors cross, no copies; one tensor or a tuple's back.
+  // block_k(*args): the same tensors cross, no copies; one tensor or a tuple's back. With a
+  // compile mode, once PrepareCompile succeeded: block k's compiled module for its current mode
+  // (SetTraining) runs in C++ without the GIL, compiled on the block's first run after the load
+  // or after Move (on its device); a failed compile is that run's error, InvalidArgument saying
+  // what differs and what to do.
   virtual absl::StatusOr<std::vector<torch::Tensor>> Run(
       int k, const std::vector<torch::Tensor>& args) = 0;
+  // With source.compile other than kNone, after the probe: the example microbatches every block
+  // is compiled and checked on (glue.py Model.prepare_compile), token ids of [batch, seq_len]
+  // below `vocab`. Blocks run eagerly until then. OK and no effect with kNone.
+  virtual absl::Status PrepareCompile(int seq_len, int microbatch_size, int vocab) = 0;
   virtual void SetTraining(int k, bool training) = 0;
   virtual void Move(int k, const torch::Device& device) = 0;
 };
@@ -66,9 +76,10 @@ class PythonPlugin {
   virtual void SetOutput(std::function<void(std::string_view line)> sink) = 0;
 };
 
-// The plugin's one exported symbol: extern "C" PythonPlugin* zpipe_python_plugin_v1(), the
-// process-wide plugin (never freed).
-inline constexpr char kPluginEntry[] = "zpipe_python_plugin_v1";
+// The plugin's one exported symbol: extern "C" PythonPlugin* zpipe_python_plugin_v2(), the
+// process-wide plugin (never freed). The version changes with the interface above, so a worker
+// refuses an older plugin (ZPIPE_PYTHON_PLUGIN) by name instead of calling into a wrong vtable.
+inline constexpr char kPluginEntry[] = "zpipe_python_plugin_v2";
 using PluginEntry = PythonPlugin* (*)();
 
 }  // namespace zpipe::worker::python
