@@ -222,6 +222,7 @@ class Model:
         if kind == "trace":
             _fold_sizes(compiled)
         hints = _tracer_hints(caught)
+        why_differs = _PATH[kind]
         for x, why in zip(examples[1:], ("another microbatch of the same size",
                                          f"a microbatch of {len(examples[2][0])} samples")):
             try:
@@ -232,18 +233,23 @@ class Model:
                     got = compiled(*x)
             except Exception as e:  # noqa: BLE001
                 raise ModelError(f"{what} fails on {why} ({_first_line(e)}); "
-                                 f"{_PATH}{hints}{advice}") from None
+                                 f"{why_differs}{hints}{advice}") from None
             diff = _difference(want, got)
             if diff:
                 raise ModelError(f"{what} computes other values than its eager forward on "
-                                 f"{why} ({diff}); {_PATH}{hints}{advice}")
+                                 f"{why} ({diff}); {why_differs}{hints}{advice}")
         return compiled
 
 
-# Why a compiled block can differ from its forward, for the errors above.
-_PATH = ("a trace records the one path the forward's Python code took on the traced "
-         "microbatch, so control flow that depends on the tensors' values or on the batch "
-         "size is frozen")
+# Why a compiled block can differ from its forward, per compile kind, for the errors above.
+_PATH = {
+    "trace": ("a trace records the one path the forward's Python code took on the traced "
+              "microbatch, so control flow that depends on the tensors' values or on the batch "
+              "size is frozen"),
+    "script": ("a scripted block runs the forward as TorchScript, whose typing and semantics "
+               "differ from Python's in places (integer and float arithmetic, in-place "
+               "aliasing, what a call resolves to)"),
+}
 
 
 def _fold_sizes(traced):
