@@ -425,7 +425,18 @@ TEST_F(CliCommandsTest, PlanForAJob) {
   EXPECT_EQ(j["plan"][0]["rank"], 1);
   EXPECT_EQ(j["plan"][0]["actions"][1], "BW s1 mb0");
   EXPECT_EQ(j["predicted"]["bubble_rate"], 0.5);
+  EXPECT_EQ(j["recomputed_stages"], json::array());
   EXPECT_EQ(Run(RunJobPlanCommand, {"--job", "p", "--rank", "2"}).code, kExitUsage);
+
+  // A plan that recomputes stage 0 (schedule.recompute) says so, in text and JSON.
+  plan.plan.ranks[0] = {core::Action::F(0, 0), core::Action::R(0, 0), core::Action::BW(0, 0)};
+  fake_.SetPlan("p", plan);
+  r = Run(RunJobPlanCommand, {"--job", "p"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("recompute: stages 0 of 2 run their forwards again before B"));
+  r = Run(RunJobPlanCommand, {"--job", "p"}, OutputFormat::kJson);
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(json::parse(r.out)["recomputed_stages"], json::array({0}));
 }
 
 // -o json of a job (status, list, cancel, submit, watch): docs/guide.md "JSON output".

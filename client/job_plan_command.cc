@@ -8,6 +8,7 @@
 #include "client/cli.h"
 #include "client/command_table.h"
 #include "client/json_output.h"
+#include "core/recompute.h"
 
 namespace zpipe::cli {
 namespace {
@@ -23,6 +24,16 @@ CommandSpec JobPlanSpec() {
       "prints the job's plan (core's text form) after its predicted statistics;\n"
       "--rank R shows only pipeline rank R";
   return spec;
+}
+
+// The stages whose forwards the plan runs again before their B (schedule.recompute).
+std::vector<int> RecomputedStageList(const core::Plan& plan) {
+  std::vector<int> out;
+  const std::vector<bool> stages = core::RecomputedStages(plan);
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
+    if (stages[s]) out.push_back(s);
+  }
+  return out;
 }
 
 }  // namespace
@@ -74,6 +85,7 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     out["microbatches"] = p.num_microbatches;
     out["predicted"] = MessageJson(plan->predicted);
     out["layout"] = plan->layout.source().empty() ? Json() : MessageJson(plan->layout);
+    out["recomputed_stages"] = RecomputedStageList(p);
     Json actions = Json::array();
     for (int r = 0; r < p.num_ranks(); ++r) {
       if (only_rank >= 0 && r != only_rank) continue;
@@ -106,6 +118,12 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
            absl::StrFormat("%.2f", s.memory_limit())});
   }
   t.Print(ctx.out());
+  if (const std::vector<int> recomputed = RecomputedStageList(p); !recomputed.empty()) {
+    std::string list;
+    for (int stage : recomputed) absl::StrAppend(&list, list.empty() ? "" : ",", stage);
+    ctx.out() << "recompute: stages " << list << " of " << p.num_stages()
+              << " run their forwards again before B (R actions)\n";
+  }
   PrintModelLayout(ctx.out(), plan->layout);
   for (int r = 0; r < p.num_ranks(); ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
