@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli.h"
 #include "client/command_table.h"
 #include "client/json_output.h"
@@ -24,16 +25,6 @@ CommandSpec JobPlanSpec() {
       "prints the job's plan (core's text form) after its predicted statistics;\n"
       "--rank R shows only pipeline rank R";
   return spec;
-}
-
-// The stages whose forwards the plan runs again before their B (schedule.recompute).
-std::vector<int> RecomputedStageList(const core::Plan& plan) {
-  std::vector<int> out;
-  const std::vector<bool> stages = core::RecomputedStages(plan);
-  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
-    if (stages[s]) out.push_back(s);
-  }
-  return out;
 }
 
 }  // namespace
@@ -85,7 +76,7 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
     out["microbatches"] = p.num_microbatches;
     out["predicted"] = MessageJson(plan->predicted);
     out["layout"] = plan->layout.source().empty() ? Json() : MessageJson(plan->layout);
-    out["recomputed_stages"] = RecomputedStageList(p);
+    out["recomputed_stages"] = core::StageIndices(core::RecomputedStages(p));
     Json actions = Json::array();
     for (int r = 0; r < p.num_ranks(); ++r) {
       if (only_rank >= 0 && r != only_rank) continue;
@@ -118,10 +109,9 @@ int RunJobPlanCommand(CliContext& ctx, const std::vector<std::string>& argv) {
            absl::StrFormat("%.2f", s.memory_limit())});
   }
   t.Print(ctx.out());
-  if (const std::vector<int> recomputed = RecomputedStageList(p); !recomputed.empty()) {
-    std::string list;
-    for (int stage : recomputed) absl::StrAppend(&list, list.empty() ? "" : ",", stage);
-    ctx.out() << "recompute: stages " << list << " of " << p.num_stages()
+  if (const std::vector<int> recomputed = core::StageIndices(core::RecomputedStages(p));
+      !recomputed.empty()) {
+    ctx.out() << "recompute: stages " << absl::StrJoin(recomputed, ",") << " of " << p.num_stages()
               << " run their forwards again before B (R actions)\n";
   }
   PrintModelLayout(ctx.out(), plan->layout);

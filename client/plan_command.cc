@@ -527,10 +527,7 @@ std::string OptimalLines(const Planned& p) {
 
 // The stages a plan recomputes, "0,1", or "none".
 std::string RecomputedList(const Planned& p) {
-  std::vector<int> stages;
-  for (size_t s = 0; s < p.recompute_stages.size(); ++s) {
-    if (p.recompute_stages[s]) stages.push_back(static_cast<int>(s));
-  }
+  const std::vector<int> stages = core::StageIndices(p.recompute_stages);
   return stages.empty() ? "none" : absl::StrJoin(stages, ",");
 }
 
@@ -645,10 +642,7 @@ std::string DumpLine(const Json& value) {
 // {"stages":[0,1],"time":..,"span":..,"bubble":..,"keep_span":..|null,"keep_bubble":..|null}:
 // what --recompute chose, and the keep-everything plan at the same limit (null: none fits).
 Json RecomputeJson(const Planned& p) {
-  Json stages = Json::array();
-  for (size_t s = 0; s < p.recompute_stages.size(); ++s) {
-    if (p.recompute_stages[s]) stages.push_back(s);
-  }
+  Json stages = core::StageIndices(p.recompute_stages);
   auto optional = [](const std::optional<double>& v) { return v ? Number(*v) : Json(nullptr); };
   return {{"stages", std::move(stages)},       {"time", Number(p.sim.recompute_time)},
           {"span", Number(p.compute_span)},    {"bubble", Number(p.compute_bubble)},

@@ -66,11 +66,7 @@ absl::StatusOr<Candidate> Measure(Plan plan, const CostModel& cost) {
 }
 
 std::string StageList(const std::vector<bool>& recompute) {
-  std::vector<int> stages;
-  for (size_t s = 0; s < recompute.size(); ++s) {
-    if (recompute[s]) stages.push_back(static_cast<int>(s));
-  }
-  return absl::StrJoin(stages, ",");
+  return absl::StrJoin(StageIndices(recompute), ",");
 }
 
 // The surrogate for generators that need B and W to free memory (the V family): F holds
@@ -87,12 +83,55 @@ CostModel FreeingSurrogate(const CostModel& cost, const std::vector<bool>& recom
   return out;
 }
 
+// `plan` (the generator's, on a surrogate) with its Rs, when it fits the real costs and `limit`;
+// else the validator's reason.
+absl::StatusOr<Candidate> WithRecompute(const Plan& plan, const std::vector<bool>& recompute,
+                                        const CostModel& cost, double limit) {
+  Plan with_r = InsertRecompute(plan, recompute);
+  if (absl::Status st = ValidatePlan(with_r, {.cost = &cost, .memory_limit = limit}); !st.ok()) {
+    return st;
+  }
+  return Measure(std::move(with_r), cost);
+}
+
+absl::Status DoesNotFit(const std::vector<bool>& recompute, double limit,
+                        const absl::Status& why) {
+  return absl::FailedPreconditionError(absl::StrCat("recomputing stages ", StageList(recompute),
+                                                    " does not fit the memory limit ", limit, ": ",
+                                                    why.message()));
+}
+
+// PlanRecomputing for a generator that refuses a backward that takes memory (the V family):
+// FreeingSurrogate, at generator limits that leave room for one to four recomputed microbatches
+// between their R and their W (the surrogate does not see R's memory).
+absl::StatusOr<Candidate> PlanRecomputingFreeing(ScheduleKind kind, const ScheduleRequest& request,
+                                                 const std::vector<bool>& recompute,
+                                                 double headroom) {
+  const double limit = *request.memory_limit;
+  ScheduleRequest sreq = request;
+  sreq.cost = FreeingSurrogate(request.cost, recompute);
+  absl::Status last;
+  for (int held = 1; held <= 4; ++held) {
+    sreq.memory_limit = limit - held * headroom;
+    if (*sreq.memory_limit <= 0) break;
+    absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
+    if (!plan.ok()) {
+      last = plan.status();  // a smaller generator limit fails too; said with the real limit
+      continue;
+    }
+    absl::StatusOr<Candidate> fits = WithRecompute(*plan, recompute, request.cost, limit);
+    if (fits.ok()) return fits;
+    last = fits.status();
+    if (headroom <= 0) break;
+  }
+  return DoesNotFit(recompute, limit, last);
+}
+
 // The plan of `kind` that recomputes the stages in `recompute`, within the request's memory limit.
 // The surrogate charges R's memory at the backward; when the real order peaks higher (a fused BW,
 // or a generator that checks memory only at whole in-flight counts) the plan fails validation, and
-// one more try leaves room for one R's memory. A generator that refuses a backward that takes
-// memory (the V family) gets FreeingSurrogate, with room for one to four recomputed microbatches
-// between their R and their W.
+// one more try leaves room for one R's memory. A generator that refuses the surrogate's costs
+// (the V family) gets PlanRecomputingFreeing instead.
 absl::StatusOr<Candidate> PlanRecomputing(ScheduleKind kind, const ScheduleRequest& request,
                                           const std::vector<bool>& recompute) {
   const double limit = *request.memory_limit;
@@ -104,37 +143,21 @@ absl::StatusOr<Candidate> PlanRecomputing(ScheduleKind kind, const ScheduleReque
   }
   ScheduleRequest sreq = request;
   sreq.cost = RecomputeSurrogate(request.cost, recompute);
-  std::vector<double> limits = {limit, limit - headroom};
   absl::Status last;
-  bool freeing = false;
-  for (size_t k = 0; k < limits.size(); ++k) {
-    const double generator_limit = limits[k];
+  for (const double generator_limit : {limit, limit - headroom}) {
     if (generator_limit <= 0) break;
     sreq.memory_limit = generator_limit;
     absl::StatusOr<Plan> plan = GenerateSchedule(kind, sreq);
-    if (!plan.ok() && !freeing && absl::StartsWith(ErrorField(plan.status()), "cost")) {
-      // The generator refuses the surrogate's costs (not its limit): the freeing one, from the
-      // first of its limits on (the loop's ++k makes k 0).
-      freeing = true;
-      sreq.cost = FreeingSurrogate(request.cost, recompute);
-      limits = {limit - headroom, limit - 2 * headroom, limit - 3 * headroom,
-                limit - 4 * headroom};
-      k = static_cast<size_t>(-1);
-      continue;
-    }
-    if (!plan.ok() && freeing) {
-      last = plan.status();  // a smaller generator limit fails too; said with the real limit
-      continue;
+    if (!plan.ok() && absl::StartsWith(ErrorField(plan.status()), "cost")) {
+      return PlanRecomputingFreeing(kind, request, recompute, headroom);
     }
     if (!plan.ok()) return plan.status();
-    Plan with_r = InsertRecompute(*plan, recompute);
-    last = ValidatePlan(with_r, {.cost = &request.cost, .memory_limit = limit});
-    if (last.ok()) return Measure(std::move(with_r), request.cost);
+    absl::StatusOr<Candidate> fits = WithRecompute(*plan, recompute, request.cost, limit);
+    if (fits.ok()) return fits;
+    last = fits.status();
     if (headroom <= 0) break;
   }
-  return absl::FailedPreconditionError(absl::StrCat("recomputing stages ", StageList(recompute),
-                                                    " does not fit the memory limit ", limit, ": ",
-                                                    last.message()));
+  return DoesNotFit(recompute, limit, last);
 }
 
 }  // namespace
@@ -199,6 +222,14 @@ std::vector<bool> RecomputedStages(const Plan& plan) {
         out[a.stage] = true;
       }
     }
+  }
+  return out;
+}
+
+std::vector<int> StageIndices(const std::vector<bool>& stages) {
+  std::vector<int> out;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (stages[s]) out.push_back(static_cast<int>(s));
   }
   return out;
 }

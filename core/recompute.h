@@ -47,6 +47,9 @@ Plan InsertRecompute(const Plan& plan, const std::vector<bool>& recompute);
 
 // Per stage, whether `plan` recomputes it (has an R for any of its microbatches).
 std::vector<bool> RecomputedStages(const Plan& plan);
+// The stages set in `stages` (RecomputedStages, RecomputeChoice::stages), ascending: what the
+// CLI and errors list.
+std::vector<int> StageIndices(const std::vector<bool>& stages);
 
 // Moves each R of a compute plan earlier on its rank (never before its F), where that shortens the
 // span (or, at equal span, ends the ranks earlier) and keeps every rank's memory within `limit`.
