@@ -89,6 +89,16 @@ class Solver {
     rem_.assign(p_, 0);
     for (const Act& a : acts_) rem_[a.rank] += a.dur;
     order_.assign(p_, {});
+    b_order_.assign(S_, {});
+    w_done_.assign(S_, 0);
+  }
+
+  // The one W of stage s the tree may append next: Ws of a stage run in the order of their Bs.
+  // Two Ws of one stage have the same duration and memory and nothing waits for them, so
+  // swapping two that are both ready changes no time and no memory of any plan: every span is
+  // still reached, and the (m!) orders of deferred Ws are not searched again and again.
+  int NextW(int s) const {
+    return w_done_[s] < static_cast<int>(b_order_[s].size()) ? b_order_[s][w_done_[s]] : -1;
   }
 
   int Id(int kind, int s, int i) const { return (s * m_ + i) * K_ + kind; }
@@ -108,7 +118,37 @@ class Solver {
     best_orders_ = std::move(incumbent_orders);
     t0_ = std::chrono::steady_clock::now();
     const double root = LowerBound();
+    proven_ = std::min(best_, root);
+    // First the plain search, cut at the incumbent, for half the budget: it finds shorter plans
+    // and, when it finishes, proves the best one optimal. Its open nodes prove little (most hang
+    // near the root), so when it does not finish, the rest of the budget goes to iterative
+    // deepening on the bound (IDA*): each pass explores only the nodes whose bound is at most a
+    // threshold, so a pass that ends without a plan within it proves that no plan is shorter
+    // than the least bound it cut, which is the next pass's threshold.
+    threshold_ = std::numeric_limits<double>::infinity();
+    budget_end_ = 0.5;
     if (root < Cut()) Dfs(root);
+    if (!aborted_) {
+      proven_ = best_;
+    } else {
+      proven_ = std::max(proven_, std::min(best_, open_bound_));
+      aborted_ = false;
+      budget_end_ = 1;
+      threshold_ = root;
+      while (proven_ < BestCut()) {
+        cut_off_ = std::numeric_limits<double>::infinity();
+        open_bound_ = std::numeric_limits<double>::infinity();
+        if (root < Cut()) Dfs(root);
+        if (aborted_) {
+          // Every plan not found yet lies below a node this pass cut or one it left open.
+          proven_ = std::max(proven_, std::min({best_, cut_off_, open_bound_}));
+          break;
+        }
+        proven_ = std::max(proven_, std::min(best_, cut_off_));
+        threshold_ = cut_off_;
+      }
+      if (!aborted_) proven_ = best_;  // the last pass reached the incumbent
+    }
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
 
@@ -119,8 +159,7 @@ class Solver {
   double seconds() const { return seconds_; }
   // Every valid plan's span is at least this.
   double Bound() const {
-    if (!aborted_) return best_;
-    return std::min(best_, std::max(static_bound_, std::min(best_, open_bound_)));
+    return std::min(best_, std::max(static_bound_, proven_));
   }
   Plan BestPlan(const Plan& incumbent) const {
     Plan plan = EmptyPlan(incumbent.schedule, placement_, m_);
@@ -137,8 +176,18 @@ class Solver {
   }
 
  private:
-  // A node is worth expanding while its bound is below this.
-  double Cut() const { return best_ - 1e-12 * std::max(1.0, std::abs(best_)); }
+  // A node is expanded while its bound is below this: under the incumbent, and at most the pass's
+  // threshold.
+  double Cut() const {
+    return std::min(BestCut(), threshold_ + 1e-9 * std::max(1.0, std::abs(threshold_)));
+  }
+  // A plan is an improvement when its span is below this.
+  double BestCut() const { return best_ - 1e-12 * std::max(1.0, std::abs(best_)); }
+  // A node of bound `lb` was not expanded: remember it when the threshold cut it (the incumbent
+  // did not), since the next pass starts there.
+  void NoteCut(double lb) {
+    if (lb < BestCut()) cut_off_ = std::min(cut_off_, lb);
+  }
 
   bool Scheduled(int id) const { return end_[id] != kUnset; }
 
@@ -221,6 +270,8 @@ class Solver {
     order_[a.rank].push_back(id);
     ++done_;
     if (a.kind == kF && a.stage == 0) ++stage0_forwards_;
+    if (K_ == 3 && a.kind == kB) b_order_[a.stage].push_back(a.mb);
+    if (a.kind == kW) ++w_done_[a.stage];
   }
 
   void Undo(int id, double prev_free, double prev_first, double prev_t_last, int prev_rank_last) {
@@ -234,16 +285,18 @@ class Solver {
     order_[a.rank].pop_back();
     --done_;
     if (a.kind == kF && a.stage == 0) --stage0_forwards_;
+    if (K_ == 3 && a.kind == kB) b_order_[a.stage].pop_back();
+    if (a.kind == kW) --w_done_[a.stage];
     t_last_ = prev_t_last;
     rank_last_ = prev_rank_last;
   }
 
   bool OutOfBudget() {
-    if (options_.node_limit > 0 && nodes_ >= options_.node_limit) return true;
+    if (options_.node_limit > 0 && nodes_ >= budget_end_ * options_.node_limit) return true;
     if (options_.time_limit_seconds > 0 && (nodes_ & 255) == 0) {
       const double spent =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      if (spent > options_.time_limit_seconds) return true;
+      if (spent > budget_end_ * options_.time_limit_seconds) return true;
     }
     return false;
   }
@@ -252,7 +305,7 @@ class Solver {
     if (done_ == static_cast<int>(acts_.size())) {
       double span = 0;
       for (int r = 0; r < p_; ++r) span = std::max(span, free_[r] - first_[r]);
-      if (span < Cut()) {
+      if (span < BestCut()) {
         best_ = span;
         best_orders_ = order_;
         improved_ = true;
@@ -265,6 +318,7 @@ class Solver {
         if (Scheduled(id)) continue;
         const Act& a = acts_[id];
         if (a.kind == kF && a.stage == 0 && a.mb != stage0_forwards_) continue;  // symmetry
+        if (a.kind == kW && a.mb != NextW(a.stage)) continue;                      // W order
         if (mem_[r] + a.mem > limit_ + tol_) continue;
         const double ready = Ready(id);
         if (ready == kUnset) continue;
@@ -294,7 +348,11 @@ class Solver {
       t_last_ = c.start;
       rank_last_ = c.rank;
       const double lb = std::max(node_bound, LowerBound());
-      if (lb < Cut()) Dfs(lb);
+      if (lb < Cut()) {
+        Dfs(lb);
+      } else {
+        NoteCut(lb);
+      }
       Undo(c.id, prev_free, prev_first, prev_t_last, prev_rank_last);
     }
   }
@@ -311,9 +369,15 @@ class Solver {
   std::vector<std::vector<int>> order_;
   std::vector<std::pair<double, double>> jobs_;  // LowerBound's scratch: (release, duration)
   int done_ = 0, stage0_forwards_ = 0, rank_last_ = 0;
+  std::vector<std::vector<int>> b_order_;  // per stage, the microbatches of its Bs so far
+  std::vector<int> w_done_;                // per stage, how many of its Ws are scheduled
   double t_last_ = 0;
   // Result.
   double best_ = 0, open_bound_ = std::numeric_limits<double>::infinity(), seconds_ = 0;
+  // Iterative deepening: this pass's threshold, the least bound it cut, and the bound proven by
+  // the passes that finished.
+  double threshold_ = 0, cut_off_ = std::numeric_limits<double>::infinity(), proven_ = 0;
+  double budget_end_ = 1;  // the share of the budget the current phase may use up to
   std::vector<std::vector<int>> best_orders_;
   bool aborted_ = false, improved_ = false;
   int64_t nodes_ = 0;

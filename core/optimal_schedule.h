@@ -21,6 +21,10 @@
 //     valid plan's order (and, with the tie-break, few duplicates).
 //   - Symmetry: microbatches are interchangeable (costs do not depend on them), so relabelling
 //     maps a valid plan to one with the same span; the tree only starts F(0, i) after F(0, i-1).
+//     The Ws of one stage run in the order of their Bs: two of them have the same duration and
+//     memory and nothing waits for them, so swapping two that are both ready changes no time and
+//     no memory; without the rule the tree would try every order of the deferred Ws (at p = 4,
+//     m = 6 the proof takes 4.8 million nodes with it, 28 million without).
 //   - Pruning: a node is cut when a lower bound on every completion reaches the incumbent. Per
 //     rank that has started (first start t0 known), its remaining actions have release times
 //     (each no earlier than the last appended start, its rank's free time, and its inputs'
@@ -28,10 +32,14 @@
 //     earlier than the preemptive one-machine schedule of them, max_k (r_k + sum of the durations
 //     released at or after r_k), so the rank's span is at least that minus t0. A rank that has
 //     not started spans at least its own work. SpanLowerBound (core/span_bound.h) holds too.
-//   - The gap: when the budget runs out, every unexplored subtree hangs below a node whose lower
-//     bound was computed, so the optimum is at least min(incumbent, least such bound); the
-//     reported bound is the larger of that and SpanLowerBound. `optimal` says the tree was
-//     exhausted (the bound then equals the span).
+//   - Two phases. The plain search, cut at the incumbent, gets half the budget: it finds shorter
+//     plans and, when it finishes, proves the best one optimal. When it does not, its open nodes
+//     prove little (most hang near the root), so the rest goes to iterative deepening on the bound
+//     (IDA*): each pass expands only the nodes whose bound is at most a threshold; a pass that
+//     ends without a plan within it proves that no plan is shorter than the least bound it cut,
+//     which is the next pass's threshold, and a pass that runs out proves the least bound of the
+//     nodes it cut or left open. The reported bound is the best of these and SpanLowerBound;
+//     `optimal` says a phase exhausted the tree (the bound then equals the span).
 //
 // The size the tree can finish is small (p = 2..3 with a few microbatches in well under a second);
 // beyond that the result is the incumbent (or better) with a bound. Deterministic for a given

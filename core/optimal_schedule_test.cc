@@ -219,6 +219,37 @@ TEST(OptimalScheduleTest, CutOffSearchReportsABoundThatHolds) {
   EXPECT_GE(cut_off, 8);  // most tiny shapes need more than 3 nodes
 }
 
+// A search cut off after its plain phase raises the proven bound pass by pass (IDA*). ZB-1p at
+// p = 4, m = 5, T_comm = 0.1: SpanLowerBound says 18.6, the optimum is 19.2. With a little more
+// than the nodes the plain search needs for the proof, split in two phases, neither finishes,
+// and the deepening proves more than 18.6 (the plain phase alone proves only the root's bound,
+// 18.6) and never more than the optimum.
+TEST(OptimalScheduleTest, CutOffSearchProvesMoreThanTheStaticBound) {
+  PlanRequest req;
+  req.schedule = "zb-1p";
+  req.pipeline = 4;
+  req.microbatches = 5;
+  req.lower = false;
+  req.inputs = [](const Placement& pl) {
+    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
+                         /*comm=*/0.1);
+  };
+  req.optimal = OptimalOptions{.time_limit_seconds = 0, .node_limit = 0};
+  absl::StatusOr<PlannedSchedule> exact = PlanSchedule(req);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  ASSERT_TRUE(exact->optimal->optimal);
+  EXPECT_NEAR(exact->optimal->span, 19.2, 1e-9);
+  EXPECT_NEAR(SpanLowerBound(exact->plan.placement, 5, exact->cost, exact->memory_limit, true),
+              18.6, 1e-9);
+
+  req.optimal->node_limit = exact->optimal->nodes * 6 / 5;
+  absl::StatusOr<PlannedSchedule> cut = PlanSchedule(req);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_FALSE(cut->optimal->optimal);
+  EXPECT_GT(cut->optimal->bound, 18.6 + 1e-9);
+  EXPECT_LE(cut->optimal->bound, 19.2 + 1e-9);
+}
+
 TEST(OptimalScheduleTest, RefusesALoweredOrInvalidIncumbent) {
   const Placement pl = Placement::Linear(2);
   const CostModel cost = CostModel::Uniform(2, StageCost{});
