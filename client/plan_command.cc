@@ -46,6 +46,7 @@ struct PlanArgs {
   double comm = 0;
   std::optional<double> memory_limit;
   core::RecomputePolicy recompute = core::RecomputePolicy::kOff;  // --recompute
+  bool recompute_given = false;  // --recompute off says no to the recomputation suggestion too
   std::string format = "summary";
   bool format_given = false;
   std::string output_format;  // -o: "table" or "json" ("" = not given)
@@ -321,6 +322,7 @@ absl::Status ParseCosts(const Args& args, PlanArgs& pa) {
       return absl::InvalidArgumentError(absl::StrCat("--recompute: ", policy.status().message()));
     }
     pa.recompute = *policy;
+    pa.recompute_given = true;
   }
   if (args.Has("--buckets")) {
     absl::StatusOr<int> v = ParseInt("--buckets", args.Get("--buckets"), 1,
@@ -553,7 +555,47 @@ std::string RecomputeLines(const Planned& p) {
   return out;
 }
 
-std::string Summary(const Planned& p) {
+// What --recompute auto would give where the user set --memory-limit and no --recompute: its
+// plan at the same limit, when that plan recomputes some stages and its span is strictly shorter
+// than the plan printed. The plan printed stays the keep-everything one (the user did not ask to
+// recompute; --recompute off turns the probe off too). The probe plans with the greedy pass
+// alone: --recompute auto chooses its stages by greedy plans too (core/recompute.h), and a second
+// search would double the command's time, so its span is what the greedy pass reaches; the
+// search of --recompute auto may come out shorter still.
+struct RecomputeSuggestion {
+  std::vector<int> stages;
+  double span = 0;
+  double bubble = 0;
+};
+
+std::optional<RecomputeSuggestion> SuggestRecompute(const PlanArgs& pa, const Planned& kept) {
+  if (!pa.memory_limit.has_value() || pa.recompute_given || pa.optimal) {
+    return std::nullopt;
+  }
+  core::PlanRequest req = Request(pa.schedule, pa);
+  req.recompute = core::RecomputePolicy::kAuto;
+  req.search.budget_seconds = 0;
+  absl::StatusOr<Planned> probe = core::PlanSchedule(req);
+  if (!probe.ok()) return std::nullopt;  // the plan printed is the answer; nothing to add
+  RecomputeSuggestion out{.stages = core::StageIndices(probe->recompute_stages),
+                          .span = probe->sim.span,
+                          .bubble = probe->sim.bubble_rate};
+  // Both spans come from the same chain (lowering, reductions), so they compare like for like;
+  // the margin keeps rounding noise from reading as a gain.
+  const bool shorter = out.span < kept.sim.span - 1e-9 * std::max(1.0, kept.sim.span);
+  if (out.stages.empty() || !shorter) return std::nullopt;
+  return out;
+}
+
+// "recompute     --recompute auto recomputes stages 0,1: span 41 -> 33, bubble .. -> .."
+std::string SuggestionLine(const Planned& kept, const RecomputeSuggestion& s) {
+  return absl::StrFormat(
+      "recompute     --recompute auto recomputes stages %s: span %s -> %s, bubble %.4f -> %.4f\n",
+      absl::StrJoin(s.stages, ","), Plain(kept.sim.span), Plain(s.span), kept.sim.bubble_rate,
+      s.bubble);
+}
+
+std::string Summary(const Planned& p, const std::optional<RecomputeSuggestion>& suggestion) {
   const core::Plan& plan = p.plan;
   std::string out;
   absl::StrAppendFormat(&out, "schedule      %s\n", plan.schedule);
@@ -574,6 +616,7 @@ std::string Summary(const Planned& p) {
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
                         Plain(MaxOf(p.sim.peak_memory)));
   if (!p.recompute_stages.empty()) absl::StrAppend(&out, RecomputeLines(p));
+  if (suggestion.has_value()) absl::StrAppend(&out, SuggestionLine(p, *suggestion));
   if (p.sim.total_reduce > 0) {
     absl::StrAppendFormat(&out, "reduce        total %s, exposed %s, overlap %.4f\n",
                           Plain(p.sim.total_reduce), Plain(p.sim.total_exposed_reduce),
@@ -665,10 +708,18 @@ void AddBounds(const Planned& p, Json& out) {
                     {"seconds", Number(o.seconds)}};
 }
 
-// The plan JSON (render::PlanToJson, one object) with the bounds added as its last fields.
-std::string PlanJson(const Planned& p) {
+// The plan JSON (render::PlanToJson, one object) with the bounds added as its last fields, then
+// "recompute_suggestion":{"recompute":"auto","stages":[0,1],"span":..,"bubble":..} when
+// SuggestRecompute found a shorter plan.
+std::string PlanJson(const Planned& p, const std::optional<RecomputeSuggestion>& suggestion) {
   Json json = Json::parse(render::PlanToJson(p.plan, &p.sim));
   AddBounds(p, json);
+  if (suggestion.has_value()) {
+    json["recompute_suggestion"] = {{"recompute", "auto"},
+                                    {"stages", suggestion->stages},
+                                    {"span", Number(suggestion->span)},
+                                    {"bubble", Number(suggestion->bubble)}};
+  }
   return DumpLine(json);
 }
 
@@ -736,9 +787,9 @@ absl::StatusOr<std::string> Render(const PlanArgs& pa) {
   }
   absl::StatusOr<Planned> planned = core::PlanSchedule(Request(pa.schedule, pa));
   if (!planned.ok()) return Line(planned.status(), pa);
-  if (pa.format == "summary") return Summary(*planned);
+  if (pa.format == "summary") return Summary(*planned, SuggestRecompute(pa, *planned));
   if (pa.format == "text") return core::PlanToText(planned->plan);
-  if (pa.format == "json") return PlanJson(*planned);
+  if (pa.format == "json") return PlanJson(*planned, SuggestRecompute(pa, *planned));
   if (pa.format == "csv") return render::PlanToCsv(planned->plan, &planned->sim);
   if (pa.format == "ascii")
     return render::RenderAscii(planned->plan, planned->sim, {.width = pa.width});

@@ -242,6 +242,75 @@ TEST(PlanCommandTest, RecomputeMakesATightLimitFit) {
   EXPECT_NE(r.err.find("--optimal does not model recomputation"), std::string::npos) << r.err;
 }
 
+// Without --recompute, a memory limit where recomputing shortens the plan says so (text and
+// JSON), while the plan printed stays the one that keeps every activation.
+TEST(PlanCommandTest, MemoryLimitSaysWhereRecomputationWins) {
+  const std::vector<std::string> args = {"--schedule", "zb-1p", "-p", "4", "-m", "8",
+                                         "--memory-limit", "2"};
+  CliRun r = Plan(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("recompute     --recompute auto recomputes stages 0,1: span 41 -> 33, "
+                       "bubble 0.4146 -> 0.1515\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("span          41 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("recompute     stages"), std::string::npos) << r.out;
+  // --recompute auto gives what the line promised.
+  std::vector<std::string> recompute = args;
+  recompute.insert(recompute.end(), {"--recompute", "auto"});
+  r = Plan(recompute);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("span          33 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recompute     stages 0,1 of 4"), std::string::npos) << r.out;
+
+  std::vector<std::string> json = args;
+  json.insert(json.end(), {"-o", "json"});
+  r = Plan(json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"span\":41,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"recompute_suggestion\":{\"recompute\":\"auto\",\"stages\":[0,1],"
+                       "\"span\":33,\"bubble\":0.15151515151515"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("\"kind\":\"R\""), std::string::npos) << r.out;  // no R in the plan
+
+  // --recompute off says no to the suggestion; the plan formats print the plan alone, byte for
+  // byte what --recompute off prints.
+  std::vector<std::string> off = args;
+  off.insert(off.end(), {"--recompute", "off"});
+  r = Plan(off);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("--recompute auto"), std::string::npos) << r.out;
+  for (const char* format : {"ascii", "svg", "csv", "text", "torch-csv"}) {
+    std::vector<std::string> plain = args, explicit_off = off;
+    plain.insert(plain.end(), {"--format", format, "--budget", "0"});
+    explicit_off.insert(explicit_off.end(), {"--format", format, "--budget", "0"});
+    CliRun a = Plan(plain), b = Plan(explicit_off);
+    ASSERT_EQ(a.code, 0) << format << ": " << a.err;
+    EXPECT_EQ(a.out, b.out) << format;
+  }
+  // The comparison table has no room for it (--schedule all --recompute auto compares with it).
+  r = Plan({"--schedule", "all", "-p", "4", "-m", "8", "--memory-limit", "2", "--budget", "0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("recompute"), std::string::npos) << r.out;
+}
+
+// Where keeping every activation is as short, or no limit was given, nothing is said.
+TEST(PlanCommandTest, NoRecomputeLineWhereItDoesNotWin) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--memory-limit", "8"}, std::vector<std::string>{}}) {
+    std::vector<std::string> full = {"--schedule", "zb-1p", "-p", "4", "-m", "8", "--budget", "0"};
+    full.insert(full.end(), args.begin(), args.end());
+    CliRun r = Plan(full);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("recompute"), std::string::npos) << r.out;
+    full.insert(full.end(), {"-o", "json"});
+    r = Plan(full);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("recompute"), std::string::npos) << r.out;
+  }
+}
+
 // Issue 11: these ran for minutes at up to 12.6 GB; each must exit 2 at once, naming the flag
 // and the limit, before any planning.
 TEST(PlanCommandTest, HugeShapesExitTwoNamingTheFlagAndTheLimit) {
