@@ -42,8 +42,9 @@ JobLifecycle::JobLifecycle(Clock& clock, Metrics& metrics, const ManagerOptions&
 void JobLifecycle::Restore(std::vector<JobRecord> loaded,
                            std::vector<std::vector<JobEvent>> events) {
   for (JobRecord& rec : loaded) {
-    // A job stored without a search budget was planned, and runs, with the greedy pass.
-    if (!rec.spec.search_budget) rec.spec.search_budget = 0;
+    // A job stored without a search budget that ran was planned with the greedy pass: its ranks
+    // run (or ran) that plan. One that never ran gets the default, like a new submit.
+    if (!rec.spec.search_budget && rec.attempt > 0) rec.spec.search_budget = 0;
     // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
     rec.spec = ResolveSpecDefaults(std::move(rec.spec));
     // Every job that may run again gets its plan now, before the lock: a search takes up to its
