@@ -175,18 +175,19 @@ absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
 }
 
 void JobManager::MakePlan(const std::string& job_id) {
+  const JobLifecycle& lifecycle = lifecycle_;
   std::optional<JobRecord> job;
   {
-    absl::ReaderMutexLock lock(&lifecycle_.mu());
-    const JobRecord* found = lifecycle_.queue().Find(job_id);
+    absl::ReaderMutexLock lock(&lifecycle.mu());
+    const JobRecord* found = lifecycle.queue().Find(job_id);
     if (found == nullptr || plans_.Known(job_id)) return;
     job = *found;
   }
   plans_.For(*job);
   // A job deleted meanwhile keeps no plan (one submitted again under its id has its own: For
   // keeps the plan stored first, and Admit replaces any).
-  absl::ReaderMutexLock lock(&lifecycle_.mu());
-  if (lifecycle_.queue().Find(job_id) == nullptr) plans_.Forget(job_id);
+  absl::ReaderMutexLock lock(&lifecycle.mu());
+  if (lifecycle.queue().Find(job_id) == nullptr) plans_.Forget(job_id);
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {

@@ -145,7 +145,11 @@ bool JobPlans::MaybeSwitch(JobRecord& job, const ReplanCheck& check, ReplanPropo
   if (entry.plan != check.plan || entry.pending || job.attempt != check.attempt) return false;
   if (!WorthSwitching(job, entry, proposal)) return false;
   const int measured = check.window.last_iteration;
-  const int at = SwitchIteration(measured, check.iteration_seconds);
+  // The ranks went on while the proposal was made (its search runs up to the spec's search
+  // budget): the switch is timed from the latest iteration they have reported by now.
+  const int reported =
+      job.latest_summary ? std::max(measured, job.latest_summary->iteration) : measured;
+  const int at = SwitchIteration(reported, check.iteration_seconds);
   if (at >= job.spec.iterations) {
     LogInfo("job ", job.id, ": a better plan (", proposal.reason, ") comes too late to switch");
     return false;

@@ -85,7 +85,9 @@ class JobPlans {
   std::optional<ReplanCheck> Observe(JobRecord& job, const IterationSummary& summary)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Sends `proposal` to every rank (connection_of: a rank's worker by name, null when it has no
-  // session) when it beats the running plan by the spec's threshold, the switch comes in time,
+  // session) for an iteration SwitchIteration puts after the latest one the job reported (not
+  // the measured one: the ranks went on while the proposal was searched), when it beats the
+  // running plan by the spec's threshold, the switch comes in time,
   // every rank is connected, and the job still runs `check.plan` in the same attempt. True when
   // sent: `job` changed (an event), the caller stores it.
   bool MaybeSwitch(JobRecord& job, const ReplanCheck& check, ReplanProposal proposal,

@@ -181,6 +181,27 @@ TEST_F(JobPlansTest, ASwitchGoesToEveryRankAndIsAppliedWhenEveryRankRanIt) {
   EXPECT_EQ(job_.last_sequence, 2u);
 }
 
+// Iterations reported while the proposal was made (its search takes up to the search budget)
+// push the switch back: it is timed from the latest reported iteration, not the measured one.
+TEST_F(JobPlansTest, ASwitchIsTimedFromTheLatestReportedIteration) {
+  plans_.For(job_);
+  connections_["w0"];
+  connections_["w1"];
+  const ReplanCheck check = DueCheck();
+  ASSERT_EQ(check.window.last_iteration, 1);
+  job_.latest_summary = Summary(9, 0);
+  ASSERT_TRUE(plans_.MaybeSwitch(job_, check, Better(),
+                                 [&](const std::string& n) { return ConnectionOf(n); }));
+  for (auto& [name, connection] : connections_) {
+    ASSERT_EQ(connection.commands.size(), 1u) << name;
+    EXPECT_EQ(connection.commands[0].switch_iteration, 9 + 3) << name;
+  }
+  const std::vector<JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].plan_switch.measured_iteration, 1);
+  EXPECT_EQ(events[0].plan_switch.switch_iteration, 12);
+}
+
 TEST_F(JobPlansTest, ASwitchNoRankRanIsAbandoned) {
   std::shared_ptr<const JobPlan> old_plan = plans_.For(job_);
   connections_["w0"];
