@@ -104,6 +104,7 @@ struct JobSpec {
   int replan_every = 0;                    // 0 = no re-planning
   std::optional<double> replan_threshold;  // nullopt = kDefaultReplanThreshold
   std::string recompute;                   // "" = off; "off", "auto", "all" (RecomputePolicy)
+  std::optional<double> search_budget;     // seconds; nullopt = kDefaultSearchBudget, 0 = greedy
   int microbatches = 0;
   int microbatch_size = 0;
   int iterations = 0;
@@ -133,11 +134,17 @@ struct JobSpec {
   static constexpr double kDefaultBucketMb = 25;
   static constexpr bool kDefaultOverlap = true;
   static constexpr double kDefaultReplanThreshold = 0.01;
+  // `zpipe plan --budget`'s default, so that a job runs the plan `zpipe plan` shows. A submit
+  // waits for its plan, and a restarted coordinator makes every unfinished job's plan again
+  // (docs/design.md, "Planning time"): hence a smaller limit than zpipe plan's.
+  static constexpr double kDefaultSearchBudget = 1;
+  static constexpr double kMaxSearchBudget = 10;
   double bucket_mb_or_default() const { return bucket_mb == 0 ? kDefaultBucketMb : bucket_mb; }
   bool overlap_or_default() const { return overlap.value_or(kDefaultOverlap); }
   double replan_threshold_or_default() const {
     return replan_threshold.value_or(kDefaultReplanThreshold);
   }
+  double search_budget_or_default() const { return search_budget.value_or(kDefaultSearchBudget); }
 
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };

@@ -41,14 +41,22 @@ JobLifecycle::JobLifecycle(Clock& clock, Metrics& metrics, const ManagerOptions&
 
 void JobLifecycle::Restore(std::vector<JobRecord> loaded,
                            std::vector<std::vector<JobEvent>> events) {
+  for (JobRecord& rec : loaded) {
+    // A job stored without a search budget that ran was planned with the greedy pass: its ranks
+    // run (or ran) that plan. One that never ran gets the default, like a new submit.
+    if (!rec.spec.search_budget && rec.attempt > 0) rec.spec.search_budget = 0;
+    // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
+    rec.spec = ResolveSpecDefaults(std::move(rec.spec));
+    // Every job that may run again gets its plan now, before the lock: a search takes up to its
+    // budget, and under the lock (Start, a worker's report) the plan is then only looked up.
+    if (!IsTerminal(rec.state)) plans_.For(rec);
+  }
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   int running = 0;
   for (size_t i = 0; i < loaded.size(); ++i) {
     JobRecord& rec = loaded[i];
     const std::string id = rec.id;
-    // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
-    rec.spec = ResolveSpecDefaults(std::move(rec.spec));
     events_.Open(id, rec.last_sequence,
                  i < events.size() ? std::move(events[i]) : std::vector<JobEvent>());
     if (!IsTerminal(rec.state)) rendezvous_.Open(id);

@@ -81,7 +81,8 @@ class JobLifecycle {
   bool shut_down() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return shut_down_; }
 
   // Takes the jobs loaded from the store after a coordinator restart (reconciliation: recovery.h).
-  // `events[i]` are `loaded[i]`'s stored events (JobStore::LoadEvents).
+  // `events[i]` are `loaded[i]`'s stored events (JobStore::LoadEvents). Makes the plan of every
+  // unfinished job first, without the lock (each up to its search budget).
   void Restore(std::vector<JobRecord> loaded, std::vector<std::vector<JobEvent>> events)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a new job, already stored, as PENDING with the plan made at submit, and schedules.
@@ -116,7 +117,9 @@ class JobLifecycle {
   // RUNNING.
   void Dispatch(JobRecord& job, const std::vector<RegisteredWorker*>& workers,
                 std::shared_ptr<const JobPlan> plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's plan, made on first use (JobPlans::For).
+  // The job's plan (JobPlans::For). Made before anyone calls this under the lock for a job that
+  // can run (at admission, at Restore, or from the profile without the lock), so a lookup here;
+  // JobManager makes a finished job's before it takes the lock to read it.
   // Const: the plans are JobPlans' state, under its own lock.
   std::shared_ptr<const JobPlan> PlanFor(const JobRecord& job) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -69,11 +70,11 @@ absl::StatusOr<std::string> JobManager::SubmittedBy(const std::string& job_id) c
 }
 
 absl::StatusOr<JobView> JobManager::Get(const std::string& job_id, bool with_microbatches) {
+  MakePlan(job_id);
   const JobLifecycle& lifecycle = lifecycle_;
   absl::ReaderMutexLock lock(&lifecycle.mu());
   const JobRecord* job = lifecycle.queue().Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
-  lifecycle.PlanFor(*job);  // loaded from the store without a plan yet: made once
   return lifecycle.View(*job, true, with_microbatches);
 }
 
@@ -173,12 +174,29 @@ absl::StatusOr<TraceView> JobManager::Trace(const std::string& job_id,
   return view;
 }
 
+void JobManager::MakePlan(const std::string& job_id) {
+  const JobLifecycle& lifecycle = lifecycle_;
+  std::optional<JobRecord> job;
+  {
+    absl::ReaderMutexLock lock(&lifecycle.mu());
+    const JobRecord* found = lifecycle.queue().Find(job_id);
+    if (found == nullptr || plans_.Known(job_id)) return;
+    job = *found;
+  }
+  plans_.For(*job);
+  // A job deleted meanwhile keeps no plan (one submitted again under its id has its own: For
+  // keeps the plan stored first, and Admit replaces any).
+  absl::ReaderMutexLock lock(&lifecycle.mu());
+  if (lifecycle.queue().Find(job_id) == nullptr) plans_.Forget(job_id);
+}
+
 absl::StatusOr<std::shared_ptr<const JobPlan>> JobManager::Plan(const std::string& job_id) {
+  MakePlan(job_id);
   const JobLifecycle& lifecycle = lifecycle_;
   absl::ReaderMutexLock lock(&lifecycle.mu());
   const JobRecord* job = lifecycle.queue().Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
-  std::shared_ptr<const JobPlan> plan = lifecycle.PlanFor(*job);
+  std::shared_ptr<const JobPlan> plan = plans_.Find(job_id);
   if (!plan) return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' has no plan"));
   return plan;
 }

@@ -186,6 +186,9 @@ class JobManager {
  private:
   // FailedPrecondition or NotFound for a job whose rendezvous store is closed.
   absl::Status ClosedRendezvous(const std::string& job_id) const;
+  // Makes the plan of a job that has none yet (a finished job loaded from the store, on its first
+  // read) without the lifecycle lock: its search takes up to the job's search budget.
+  void MakePlan(const std::string& job_id) ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
 
   Clock& clock_;
   JobStore& store_;

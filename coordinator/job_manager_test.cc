@@ -926,6 +926,52 @@ TEST_F(JobManagerTest, ARawSpecFromAnOlderStoreIsResolvedOnLoad) {
   EXPECT_TRUE(absl::IsAlreadyExists(manager_->Submit("old", Spec(2, 5), false).status()));
 }
 
+// A job stored before jobs searched that ran was planned with the greedy pass, which its ranks
+// run: it is loaded with schedule.search_budget 0 and gets that plan again. One that never ran
+// is planned like a new submit (the search, budget 1).
+TEST_F(JobManagerTest, AJobThatRanBeforeJobsSearchedKeepsTheGreedyPlan) {
+  JobSpec spec = Spec(4);
+  spec.schedule = "zb-v";
+  spec.microbatches = 8;
+  spec.model = SyntheticConfig{2, 2, 2, 97.65625, 8};  // per stage 1, 1, 1, T_comm 0.1
+  JobRecord ran;
+  ran.id = "ran";
+  ran.spec = spec;
+  ran.state = JobState::kSucceeded;
+  ran.attempt = 1;
+  ran.create_time = clock_.Now();
+  ran.submit_order = 1;
+  JobRecord waiting = ran;
+  waiting.id = "waiting";
+  waiting.state = JobState::kPending;
+  waiting.attempt = 0;
+  waiting.submit_order = 2;
+  ASSERT_TRUE(store_->Put(ran, {}).ok());
+  ASSERT_TRUE(store_->Put(waiting, {}).ok());
+
+  manager_ = MakeManager();
+  JobSpec greedy = ResolveSpecDefaults(spec);
+  greedy.search_budget = 0;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> expected = PlanJob(greedy);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<JobView> view = manager_->Get("ran");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->record.spec.search_budget, 0);
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = manager_->Plan("ran");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->text, (*expected)->text);
+
+  view = manager_->Get("waiting");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->record.spec.search_budget, 1);
+  plan = manager_->Plan("waiting");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<std::shared_ptr<const JobPlan>> searched = PlanJob(ResolveSpecDefaults(spec));
+  ASSERT_TRUE(searched.ok()) << searched.status();
+  EXPECT_EQ((*plan)->text, (*searched)->text);
+  EXPECT_LT((*plan)->sim.span, (*expected)->sim.span);
+}
+
 TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {
   ManagerOptions options;
   options.max_pending_jobs = 2;

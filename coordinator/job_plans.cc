@@ -9,12 +9,17 @@
 namespace zpipe::coordinator {
 
 std::shared_ptr<const JobPlan> JobPlans::For(const JobRecord& job) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = jobs_.find(job.id);
+    if (it != jobs_.end() && (it->second.plan || it->second.failed)) return it->second.plan;
+  }
+  // Without the lock: the search takes up to its budget. Callers racing here make the same plan
+  // (it is deterministic in what it is made from); the first one stored is kept.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = Make(job);
   absl::MutexLock lock(&mu_);
   Entry& entry = jobs_[job.id];
   if (entry.plan || entry.failed) return entry.plan;
-  // After a re-plan: the plan the ranks switched to, regenerated from the costs it was made from.
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan =
-      PlanJob(job.spec, nullptr, job.plan_costs, job.plan_version);
   if (!plan.ok()) {
     entry.failed = true;
     LogError("job ", job.id, ": cannot make its plan: ", plan.status().ToString());
@@ -22,6 +27,13 @@ std::shared_ptr<const JobPlan> JobPlans::For(const JobRecord& job) {
   }
   entry.plan = *plan;
   return entry.plan;
+}
+
+absl::StatusOr<std::shared_ptr<const JobPlan>> JobPlans::Make(const JobRecord& job) {
+  // The plan the ranks run: from the profiled layout of a model whose blocks were timed, and
+  // after a re-plan from the costs and version the ranks switched to.
+  const ModelLayout* layout = job.layout ? &*job.layout : nullptr;
+  return PlanJob(job.spec, layout, job.plan_costs, job.plan_version);
 }
 
 std::shared_ptr<const JobPlan> JobPlans::Find(const std::string& job_id) const {
@@ -133,7 +145,11 @@ bool JobPlans::MaybeSwitch(JobRecord& job, const ReplanCheck& check, ReplanPropo
   if (entry.plan != check.plan || entry.pending || job.attempt != check.attempt) return false;
   if (!WorthSwitching(job, entry, proposal)) return false;
   const int measured = check.window.last_iteration;
-  const int at = SwitchIteration(measured, check.iteration_seconds);
+  // The ranks went on while the proposal was made (its search runs up to the spec's search
+  // budget): the switch is timed from the latest iteration they have reported by now.
+  const int reported =
+      job.latest_summary ? std::max(measured, job.latest_summary->iteration) : measured;
+  const int at = SwitchIteration(reported, check.iteration_seconds);
   if (at >= job.spec.iterations) {
     LogInfo("job ", job.id, ": a better plan (", proposal.reason, ") comes too late to switch");
     return false;

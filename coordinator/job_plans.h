@@ -1,9 +1,11 @@
 // JobPlans: the plan each job runs, and its re-planning from measured costs
 // (schedule.replan_every; the pure part is replanner.h).
 //
-// A job's plan is made at submit (or from the profile of its model's blocks), or on first use
-// after a coordinator restart, from the costs and version of its last re-plan (JobRecord::
-// plan_costs, plan_version); a plan that cannot be made is not tried again. While the job runs,
+// A job's plan is made at submit (or from the profile of its model's blocks), or after a
+// coordinator restart from its record (Make: the profiled layout, and the costs and version of
+// its last re-plan, JobRecord::plan_costs and plan_version): for every unfinished job as the
+// coordinator loads them, for a finished one on first read. A plan that cannot be made is not
+// tried again. While the job runs,
 // every complete iteration summary goes into a window of iterations run with the current plan;
 // every replan_every of them, a check is due (Observe), which the caller runs without any lock
 // (ProposeReplan: generating and simulating two plans) before handing the proposal back
@@ -53,8 +55,14 @@ class JobPlans {
   JobPlans(Clock& clock, Metrics& metrics, RunMonitor& monitor, JobEventLog& events)
       : clock_(clock), metrics_(metrics), monitor_(monitor), events_(events) {}
 
-  // The plan `job` runs, made on first use; null when it cannot be made (logged once).
+  // The plan `job` runs, made on first use (Make, without this lock: up to the search budget of
+  // one core; callers that hold other locks should find it made); null when it cannot be made
+  // (logged once).
   std::shared_ptr<const JobPlan> For(const JobRecord& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // The plan `job` runs, made anew from its record: its spec, the profiled layout of its model
+  // (JobRecord::layout) and the costs and version of its last re-plan (plan_costs, plan_version).
+  // The same record gives the same plan, on any coordinator.
+  static absl::StatusOr<std::shared_ptr<const JobPlan>> Make(const JobRecord& job);
   // The plan `job_id` runs without making one: null when it has none (yet).
   std::shared_ptr<const JobPlan> Find(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether For() has nothing left to do for the job: a plan was made, or failed.
@@ -77,7 +85,9 @@ class JobPlans {
   std::optional<ReplanCheck> Observe(JobRecord& job, const IterationSummary& summary)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Sends `proposal` to every rank (connection_of: a rank's worker by name, null when it has no
-  // session) when it beats the running plan by the spec's threshold, the switch comes in time,
+  // session) for an iteration SwitchIteration puts after the latest one the job reported (not
+  // the measured one: the ranks went on while the proposal was searched), when it beats the
+  // running plan by the spec's threshold, the switch comes in time,
   // every rank is connected, and the job still runs `check.plan` in the same attempt. True when
   // sent: `job` changed (an event), the caller stores it.
   bool MaybeSwitch(JobRecord& job, const ReplanCheck& check, ReplanProposal proposal,

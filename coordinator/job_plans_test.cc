@@ -102,6 +102,58 @@ TEST_F(JobPlansTest, MakesAPlanOnceAndKnowsIt) {
   EXPECT_TRUE(plans_.Known("j"));
 }
 
+// A restarted coordinator (a new JobPlans) makes the plan the ranks run from the job's record:
+// the searched plan (schedule.search_budget's default) from the profiled layout and the costs
+// and version of the last re-plan, the same every time.
+TEST_F(JobPlansTest, ARestartedCoordinatorMakesThePlanTheRanksRun) {
+  job_.spec = Spec("zb-v");
+  job_.spec.pipeline = 4;
+  job_.spec.microbatches = 8;
+  ModelLayout layout;
+  layout.source = "measured";
+  for (int s = 0; s < 8; ++s) {
+    ModelLayout::Stage st;
+    st.stage = s;
+    st.forward_ms = 1 + 0.3 * (s % 3);
+    st.backward_ms = 1.5 + 0.2 * (s % 4);
+    st.weight_ms = 0.7 + 0.1 * (s % 5);
+    st.activation_kb = 64;
+    st.params_mb = 1;
+    layout.stages.push_back(st);
+  }
+  job_.layout = layout;
+  // What the ranks run after profiling (ModelProfiling) ...
+  absl::StatusOr<std::shared_ptr<const JobPlan>> profiled = PlanJob(job_.spec, &layout);
+  ASSERT_TRUE(profiled.ok()) << profiled.status();
+  std::shared_ptr<const JobPlan> made = plans_.For(job_);
+  ASSERT_NE(made, nullptr);
+  EXPECT_EQ(made->text, (*profiled)->text);
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(made->cost.stages[s].f, layout.stages[s].forward_ms) << s;
+
+  // ... and after re-plan v2 (ProposeReplan: the layout and the measured costs).
+  job_.plan_version = 2;
+  job_.plan_costs = {{0, 1.2, 2.0, 0.9}, {1, 1.1, 1.6, 0.5}, {2, 1.4, 1.9, 1.1},
+                     {3, 0.9, 1.7, 0.6}, {4, 1.0, 1.8, 0.8}, {5, 1.3, 2.1, 0.7},
+                     {6, 1.2, 1.5, 1.0}, {7, 0.8, 1.9, 0.9}};
+  absl::StatusOr<std::shared_ptr<const JobPlan>> replanned =
+      PlanJob(job_.spec, &layout, job_.plan_costs, 2);
+  ASSERT_TRUE(replanned.ok()) << replanned.status();
+  JobSpec greedy_spec = job_.spec;
+  greedy_spec.search_budget = 0;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> greedy =
+      PlanJob(greedy_spec, &layout, job_.plan_costs, 2);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_LT((*replanned)->sim.span, (*greedy)->sim.span);  // the search found a shorter plan
+  for (int restart = 0; restart < 2; ++restart) {
+    JobPlans fresh(clock_, metrics_, monitor_, events_);
+    std::shared_ptr<const JobPlan> plan = fresh.For(job_);
+    ASSERT_NE(plan, nullptr);
+    EXPECT_EQ(plan->version, 2);
+    EXPECT_EQ(plan->text, (*replanned)->text) << "restart " << restart;
+    EXPECT_EQ(plan->sim.span, (*replanned)->sim.span);
+  }
+}
+
 TEST_F(JobPlansTest, ASwitchGoesToEveryRankAndIsAppliedWhenEveryRankRanIt) {
   std::shared_ptr<const JobPlan> old_plan = plans_.For(job_);
   connections_["w0"];
@@ -127,6 +179,27 @@ TEST_F(JobPlansTest, ASwitchGoesToEveryRankAndIsAppliedWhenEveryRankRanIt) {
   EXPECT_EQ(events[0].plan_switch.phase, PlanSwitchEvent::Phase::kScheduled);
   EXPECT_EQ(events[1].plan_switch.phase, PlanSwitchEvent::Phase::kApplied);
   EXPECT_EQ(job_.last_sequence, 2u);
+}
+
+// Iterations reported while the proposal was made (its search takes up to the search budget)
+// push the switch back: it is timed from the latest reported iteration, not the measured one.
+TEST_F(JobPlansTest, ASwitchIsTimedFromTheLatestReportedIteration) {
+  plans_.For(job_);
+  connections_["w0"];
+  connections_["w1"];
+  const ReplanCheck check = DueCheck();
+  ASSERT_EQ(check.window.last_iteration, 1);
+  job_.latest_summary = Summary(9, 0);
+  ASSERT_TRUE(plans_.MaybeSwitch(job_, check, Better(),
+                                 [&](const std::string& n) { return ConnectionOf(n); }));
+  for (auto& [name, connection] : connections_) {
+    ASSERT_EQ(connection.commands.size(), 1u) << name;
+    EXPECT_EQ(connection.commands[0].switch_iteration, 9 + 3) << name;
+  }
+  const std::vector<JobEvent> events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].plan_switch.measured_iteration, 1);
+  EXPECT_EQ(events[0].plan_switch.switch_iteration, 12);
 }
 
 TEST_F(JobPlansTest, ASwitchNoRankRanIsAbandoned) {

@@ -105,6 +105,7 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   s.replan_every = p.schedule().replan_every();
   if (p.schedule().has_replan_threshold()) s.replan_threshold = p.schedule().replan_threshold();
   s.recompute = p.schedule().recompute();
+  if (p.schedule().has_search_budget()) s.search_budget = p.schedule().search_budget();
   s.microbatches = p.batch().microbatches();
   s.microbatch_size = p.batch().microbatch_size();
   s.iterations = p.train().iterations();
@@ -188,6 +189,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   p.mutable_schedule()->set_replan_every(s.replan_every);
   if (s.replan_threshold) p.mutable_schedule()->set_replan_threshold(*s.replan_threshold);
   p.mutable_schedule()->set_recompute(s.recompute);
+  if (s.search_budget) p.mutable_schedule()->set_search_budget(*s.search_budget);
   p.mutable_batch()->set_microbatches(s.microbatches);
   p.mutable_batch()->set_microbatch_size(s.microbatch_size);
   p.mutable_train()->set_iterations(s.iterations);

@@ -71,40 +71,61 @@ absl::StatusOr<ModelLayout> LayoutFromProfile(const std::vector<BlockProfileData
   return LayoutFor(blocks, cuts, std::move(source));
 }
 
+JobRecord* ModelProfiling::Waiting(const std::string& job_id, int attempt,
+                                   const std::string& worker_name) {
+  JobRecord* job = lifecycle_.queue().Find(job_id);
+  if (job == nullptr || job->state != JobState::kScheduling || job->attempt != attempt ||
+      lifecycle_.run(job_id).profiling_worker != worker_name) {
+    return nullptr;
+  }
+  return job;
+}
+
 absl::Status ModelProfiling::Result(const std::string& worker_id, const std::string& job_id,
                                     int attempt, const std::vector<BlockProfileData>& blocks,
                                     const std::vector<int>& checkpoint_cuts,
                                     const std::string& error) {
+  std::string worker_name;
+  JobSpec spec;
+  absl::StatusOr<ModelLayout> layout;
+  {
+    absl::MutexLock lock(&lifecycle_.mu());
+    RegisteredWorker* w = lifecycle_.workers().ById(worker_id);
+    if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
+    worker_name = w->info.registration.name;
+    JobRecord* job = Waiting(job_id, attempt, worker_name);
+    if (job == nullptr) return absl::OkStatus();  // stale: the job moved on (cancelled, rescheduled)
+    if (!error.empty()) {
+      lifecycle_.run(job_id).profiling_worker.clear();
+      lifecycle_.Finish(*job, JobState::kFailed,
+                        absl::StrCat("the job could not start (checked on ", worker_name,
+                                     "): ", error.substr(0, 4096)));
+      return absl::OkStatus();
+    }
+    // The job's plan before profiling was made at admission or restore: a lookup here.
+    layout = LayoutFromProfile(blocks, checkpoint_cuts, lifecycle_.PlanFor(*job).get(),
+                               BlockModelField(job->spec));
+    if (!layout.ok()) {
+      lifecycle_.run(job_id).profiling_worker.clear();
+      lifecycle_.Finish(*job, JobState::kFailed, std::string(layout.status().message()));
+      return absl::OkStatus();
+    }
+    spec = job->spec;
+  }
+  // Without the lock: the plan's search takes up to schedule.search_budget of one core. The job
+  // stays SCHEDULING with this worker as its profiler meanwhile; whatever moved it on wins.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(spec, &*layout);
   absl::MutexLock lock(&lifecycle_.mu());
-  RegisteredWorker* w = lifecycle_.workers().ById(worker_id);
-  if (w == nullptr) return absl::AbortedError("worker_id is no longer current");
-  JobRecord* job = lifecycle_.queue().Find(job_id);
-  JobLifecycle::Run& run = lifecycle_.run(job_id);
-  if (job == nullptr || job->state != JobState::kScheduling || job->attempt != attempt ||
-      run.profiling_worker != w->info.registration.name) {
-    return absl::OkStatus();  // stale: the job moved on (cancelled, rescheduled)
-  }
-  run.profiling_worker.clear();
-  if (!error.empty()) {
-    lifecycle_.Finish(*job, JobState::kFailed,
-                      absl::StrCat("the job could not start (checked on ",
-                                   w->info.registration.name, "): ", error.substr(0, 4096)));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<ModelLayout> layout =
-      LayoutFromProfile(blocks, checkpoint_cuts, lifecycle_.PlanFor(*job).get(),
-                        BlockModelField(job->spec));
-  if (!layout.ok()) {
-    lifecycle_.Finish(*job, JobState::kFailed, std::string(layout.status().message()));
-    return absl::OkStatus();
-  }
-  Start(*job, *std::move(layout), blocks.size());
+  JobRecord* job = Waiting(job_id, attempt, worker_name);
+  if (job == nullptr) return absl::OkStatus();
+  lifecycle_.run(job_id).profiling_worker.clear();
+  Start(*job, *std::move(layout), std::move(plan), blocks.size());
   return absl::OkStatus();
 }
 
-void ModelProfiling::Start(JobRecord& job, const ModelLayout& layout, size_t blocks) {
+void ModelProfiling::Start(JobRecord& job, const ModelLayout& layout,
+                           absl::StatusOr<std::shared_ptr<const JobPlan>> plan, size_t blocks) {
   job.layout = layout;
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanJob(job.spec, &*job.layout);
   if (!plan.ok()) {
     lifecycle_.Finish(
         job, JobState::kFailed,

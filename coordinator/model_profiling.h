@@ -5,7 +5,8 @@
 // resumes, the plan is made from the measured per-stage costs, and the assignments go out. The
 // pure step is LayoutFromProfile.
 //
-// Thread-safe: works under JobLifecycle's lock (job_lifecycle.h), which it takes itself.
+// Thread-safe: works under JobLifecycle's lock (job_lifecycle.h), which it takes itself, and
+// makes the plan from the measured costs without it (a search takes up to its budget).
 #ifndef ZPIPE_COORDINATOR_MODEL_PROFILING_H_
 #define ZPIPE_COORDINATOR_MODEL_PROFILING_H_
 
@@ -43,8 +44,14 @@ class ModelProfiling {
       ABSL_LOCKS_EXCLUDED(lifecycle_.mu());
 
  private:
-  // Plans `job` from its measured layout and sends the assignments; or fails it saying why.
-  void Start(JobRecord& job, const ModelLayout& layout, size_t blocks)
+  // The job when it still waits for this profile: SCHEDULING, in `attempt`, profiled by
+  // `worker_name`; else null (the answer is stale).
+  JobRecord* Waiting(const std::string& job_id, int attempt, const std::string& worker_name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_.mu());
+  // Gives `job` its measured layout and `plan` (made from it) and sends the assignments; or
+  // fails it saying why.
+  void Start(JobRecord& job, const ModelLayout& layout,
+             absl::StatusOr<std::shared_ptr<const JobPlan>> plan, size_t blocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_.mu());
 
   JobLifecycle& lifecycle_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "core/planning.h"
@@ -15,6 +16,8 @@ namespace {
 constexpr double kCpuFlopsPerMs = 50e9 / 1e3;
 constexpr double kCudaFlopsPerMs = 100e12 / 1e3;
 constexpr double kLinkBytesPerMs = 1e9 / 1e3;  // P2P and all-reduce bandwidth, 1 GB/s
+// The search seed: `zpipe plan --seed`'s default.
+constexpr uint64_t kSearchSeed = 1;
 
 struct StageShape {
   double forward_ms, backward_ms, weight_ms, activation_kb, params_mb;
@@ -85,6 +88,7 @@ std::string SpecPath(const JobSpec& spec, absl::string_view field) {
     return spec.memory_limit.has_value() ? "spec.schedule.memory_limit" : "spec.schedule.kind";
   }
   if (root == "cost" || root == "buckets_per_stage" || root == "reduce_cost") return "spec.model";
+  if (root == "search") return "spec.schedule.search_budget";
   return "spec.schedule.kind";
 }
 
@@ -137,6 +141,8 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
   req.recompute =
       core::ParseRecomputePolicy(spec.recompute.empty() ? "off" : spec.recompute).value_or(
           core::RecomputePolicy::kOff);
+  // `zpipe plan`'s search, with its default seed: the job runs the plan `zpipe plan` shows.
+  req.search = {.budget_seconds = spec.search_budget_or_default(), .seed = kSearchSeed};
   req.lower = true;
   req.overlap = spec.overlap_or_default();
   out->bucket_size_mb = spec.bucket_mb_or_default();

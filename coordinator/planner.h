@@ -4,9 +4,12 @@
 // The planner supplies what is job-specific: the cost model (synthetic: from the *_ms fields;
 // GPT: FLOP-proportional, per stage by its layers; TorchScript: measured per stage), the gradient
 // buckets and the reduce time; core::PlanSchedule (core/planning.h) does the rest (generate,
-// validate, lower, grad-sync plan, simulate). Times are in milliseconds; memory in M_F units
-// (one rank's share of one microbatch's activations; a stage holds 1/v of it).
-// The plan is deterministic in the spec, so it is regenerated rather than stored.
+// validate, lower, grad-sync plan, simulate), with the search `zpipe plan` runs
+// (schedule.search_budget, default 1 s as for `zpipe plan --budget`; seed 1). Times are in
+// milliseconds; memory in M_F units (one rank's share of one microbatch's activations; a stage
+// holds 1/v of it). The plan is deterministic in the spec and its costs (the search budget is
+// simulation work, not a clock), so it is regenerated rather than stored. Planning takes up to
+// the search budget of one core: call PlanJob with no lock held.
 #ifndef ZPIPE_COORDINATOR_PLANNER_H_
 #define ZPIPE_COORDINATOR_PLANNER_H_
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/lowering.h"
+#include "core/planning.h"
 #include "core/plan.h"
 #include "core/schedule.h"
 
@@ -38,6 +39,7 @@ TEST(PlannerTest, PlansThroughTheCoreChain) {
   req.pipeline = 4;
   req.microbatches = 8;
   req.cost = CostModelFor(spec, 8, 2);
+  req.search = {.budget_seconds = 1, .seed = 1};  // schedule.search_budget's default
   absl::StatusOr<core::Plan> compute = core::GenerateSchedule(core::ScheduleKind::kZbV, req);
   ASSERT_TRUE(compute.ok());
   absl::StatusOr<core::Plan> lowered = core::LowerComm(*compute);
@@ -48,6 +50,57 @@ TEST(PlannerTest, PlansThroughTheCoreChain) {
     std::erase_if(rank, [](const core::Action& a) { return a.kind == core::ActionKind::kReduce; });
   }
   EXPECT_EQ(without_reduce, *lowered);
+}
+
+// The compute actions of `plan`, without SEND/RECV and REDUCE.
+core::Plan ComputeOnly(core::Plan plan) {
+  for (auto& rank : plan.ranks) {
+    std::erase_if(rank, [](const core::Action& a) {
+      return a.kind == core::ActionKind::kReduce || a.kind == core::ActionKind::kSendAct ||
+             a.kind == core::ActionKind::kRecvAct;
+    });
+  }
+  return plan;
+}
+
+// A job runs the plan `zpipe plan` shows for its shape and costs: the search with budget 1 and
+// seed 1, not the greedy pass. ZB-V p = 8, m = 8 with T_F = T_B = T_W = 1 and T_comm = 0.1 (the
+// job's memory model: `zpipe plan --memory f=0.5,b=0,w=-0.5`): greedy 58.2, searched 56.4.
+TEST(PlannerTest, JobRunsTheSearchedPlanOfZpipePlan) {
+  JobSpec spec;
+  // v = 2: each stage gets half of these; 97.65625 KiB at 1 GB/s take 0.1 ms.
+  spec.model = SyntheticConfig{/*forward_ms=*/2, /*backward_ms=*/2, /*weight_ms=*/2,
+                               /*activation_kb=*/97.65625, /*params_mb=*/8};
+  spec.pipeline = 8;
+  spec.schedule = "zb-v";
+  spec.microbatches = 8;
+  spec.iterations = 1;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> searched = PlanJob(spec);
+  ASSERT_TRUE(searched.ok()) << searched.status();
+  EXPECT_NEAR((*searched)->sim.span, 56.4, 1e-9);
+
+  // What `zpipe plan --schedule zb-v -p 8 -m 8 --cost f=1,b=1,w=1,comm=0.1
+  // --memory f=0.5,b=0,w=-0.5` plans (client/plan_command.cc Request, default --budget and --seed).
+  const core::CostModel cost = CostModelFor(spec, 16, 2);
+  ASSERT_DOUBLE_EQ(cost.comm, 0.1);
+  core::PlanRequest req;
+  req.schedule = "zb-v";
+  req.pipeline = 8;
+  req.microbatches = 8;
+  req.inputs = [&cost](const core::Placement& placement) {
+    return core::UniformInputs(placement, cost.stages[0], cost.comm);
+  };
+  req.search = {.budget_seconds = 1, .seed = 1};
+  absl::StatusOr<core::PlannedSchedule> shown = core::PlanSchedule(req);
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_EQ(ComputeOnly((*searched)->plan), ComputeOnly(shown->plan));
+  EXPECT_DOUBLE_EQ((*searched)->sim.span, shown->sim.span);
+
+  // schedule.search_budget 0: the greedy pass alone, as `zpipe plan --budget 0`.
+  spec.search_budget = 0;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> greedy = PlanJob(spec);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_NEAR((*greedy)->sim.span, 58.2, 1e-9);
 }
 
 // schedule.recompute: auto at a limit of two microbatches' activations plans Rs (the workers run

@@ -276,6 +276,10 @@ absl::StatusOr<int> ValidateParallelAndSchedule(const JobSpec& spec) {
     ZPIPE_RETURN_IF_ERROR(
         DoubleIn("spec.schedule.replan_threshold", *spec.replan_threshold, 0, 1, false));
   }
+  if (spec.search_budget.has_value()) {
+    ZPIPE_RETURN_IF_ERROR(DoubleIn("spec.schedule.search_budget", *spec.search_budget, 0,
+                                   JobSpec::kMaxSearchBudget, false));
+  }
   return core::PlacementFor(*kind, spec.pipeline, spec.chunks).chunks_per_rank();
 }
 
