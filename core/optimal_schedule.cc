@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/rank_bound.h"
 #include "core/simulator.h"
 #include "core/span_bound.h"
 #include "core/validator.h"
@@ -384,6 +385,16 @@ class Solver {
   std::chrono::steady_clock::time_point t0_;
 };
 
+// Nodes for the per-rank relaxation: about half a second of this machine per second of budget
+// (and the tree's own node limit when that is what bounds the search).
+int64_t RankBoundNodes(const OptimalOptions& options) {
+  if (options.time_limit_seconds > 0) {
+    return std::clamp<int64_t>(static_cast<int64_t>(2e6 * options.time_limit_seconds), 100'000,
+                               20'000'000);
+  }
+  return options.node_limit > 0 ? options.node_limit : 20'000'000;
+}
+
 }  // namespace
 
 absl::StatusOr<OptimalResult> SolveOptimal(const Plan& incumbent, const CostModel& cost,
@@ -419,8 +430,15 @@ absl::StatusOr<OptimalResult> SolveOptimal(const Plan& incumbent, const CostMode
   absl::StatusOr<SimResult> sim = Simulate(incumbent, cost);
   if (!sim.ok()) return sim.status();
   const bool split = !has_bw;
-  const double static_bound = SpanLowerBound(incumbent.placement, incumbent.num_microbatches,
-                                             cost, memory_limit, split);
+  // The root's bound: the closed-form arguments, and each rank on its own with every other rank
+  // unlimited (core/rank_bound.h), which settles many shapes before the tree starts.
+  const RankBound ranks =
+      RankRelaxationBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit,
+                          split, {.upper = sim->span, .node_limit = RankBoundNodes(options)});
+  const double static_bound =
+      std::max(SpanLowerBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit,
+                              split),
+               ranks.span);
   Solver solver(incumbent, cost, memory_limit, split, options, static_bound);
   std::vector<std::vector<int>> orders(incumbent.num_ranks());
   for (int r = 0; r < incumbent.num_ranks(); ++r) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/planning.h"
+#include "core/rank_bound.h"
 #include "core/simulator.h"
 #include "core/span_bound.h"
 #include "core/validator.h"
@@ -192,9 +194,34 @@ TEST(OptimalScheduleTest, MatchesBruteForceOnTinyShapes) {
     absl::StatusOr<SimResult> serial_sim = Simulate(serial, c.cost);
     ASSERT_TRUE(serial_sim.ok());
     EXPECT_EQ(r->improved, serial_sim->span > brute * (1 + 1e-12));
-    // The static bound holds for every valid order.
+    // The static bounds hold for every valid order.
     EXPECT_LE(SpanLowerBound(c.placement, c.m, c.cost, c.limit, c.split), brute * (1 + 1e-12));
+    const RankBound ranks = RankRelaxationBound(c.placement, c.m, c.cost, c.limit, c.split);
+    EXPECT_EQ(ranks.ranks_solved, c.placement.num_ranks());
+    EXPECT_LE(ranks.span, brute * (1 + 1e-12));
   }
+}
+
+// With one rank the per-rank relaxation is the problem itself: its bound is the optimum.
+TEST(OptimalScheduleTest, RankRelaxationIsExactOnOneRank) {
+  const Placement one = Placement::Linear(1);
+  int cases = 0;
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    for (bool split : {true, false}) {
+      for (double limit : {1.0, 1.5, 2.0, 3.0}) {
+        const CostModel cost = RandomCost(1, seed, 0);
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << " split " << split << " limit "
+                                          << limit);
+        const double brute = BruteForceOptimum(one, 3, cost, limit, split);
+        if (!std::isfinite(brute)) continue;
+        ++cases;
+        const RankBound ranks = RankRelaxationBound(one, 3, cost, limit, split);
+        EXPECT_EQ(ranks.ranks_solved, 1);
+        EXPECT_NEAR(ranks.span, brute, 1e-9 * brute);
+      }
+    }
+  }
+  EXPECT_GE(cases, 12);
 }
 
 TEST(OptimalScheduleTest, CutOffSearchReportsABoundThatHolds) {
@@ -219,16 +246,16 @@ TEST(OptimalScheduleTest, CutOffSearchReportsABoundThatHolds) {
   EXPECT_GE(cut_off, 8);  // most tiny shapes need more than 3 nodes
 }
 
-// A search cut off after its plain phase raises the proven bound pass by pass (IDA*). ZB-1p at
-// p = 4, m = 5, T_comm = 0.1: SpanLowerBound says 18.6, the optimum is 19.2. With a little more
-// than the nodes the plain search needs for the proof, split in two phases, neither finishes,
-// and the deepening proves more than 18.6 (the plain phase alone proves only the root's bound,
-// 18.6) and never more than the optimum.
+// A search cut off after its plain phase raises the proven bound pass by pass (IDA*). ZB-2p at
+// p = 3, m = 6, T_comm = 0.1: SpanLowerBound and the per-rank relaxation say 18, the optimum is
+// 18.2. With a little more than the nodes the plain search needs for the proof, split in two
+// phases, neither finishes, and the deepening proves more than 18 (the plain phase alone proves
+// only the root's bound) and never more than the optimum.
 TEST(OptimalScheduleTest, CutOffSearchProvesMoreThanTheStaticBound) {
   PlanRequest req;
-  req.schedule = "zb-1p";
-  req.pipeline = 4;
-  req.microbatches = 5;
+  req.schedule = "zb-2p";
+  req.pipeline = 3;
+  req.microbatches = 6;
   req.lower = false;
   req.inputs = [](const Placement& pl) {
     return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
@@ -238,16 +265,19 @@ TEST(OptimalScheduleTest, CutOffSearchProvesMoreThanTheStaticBound) {
   absl::StatusOr<PlannedSchedule> exact = PlanSchedule(req);
   ASSERT_TRUE(exact.ok()) << exact.status();
   ASSERT_TRUE(exact->optimal->optimal);
-  EXPECT_NEAR(exact->optimal->span, 19.2, 1e-9);
-  EXPECT_NEAR(SpanLowerBound(exact->plan.placement, 5, exact->cost, exact->memory_limit, true),
-              18.6, 1e-9);
+  EXPECT_NEAR(exact->optimal->span, 18.2, 1e-9);
+  EXPECT_NEAR(SpanLowerBound(exact->plan.placement, 6, exact->cost, exact->memory_limit, true),
+              18, 1e-9);
+  EXPECT_NEAR(RankRelaxationBound(exact->plan.placement, 6, exact->cost, exact->memory_limit, true)
+                  .span,
+              18, 1e-9);
 
   req.optimal->node_limit = exact->optimal->nodes * 6 / 5;
   absl::StatusOr<PlannedSchedule> cut = PlanSchedule(req);
   ASSERT_TRUE(cut.ok()) << cut.status();
   EXPECT_FALSE(cut->optimal->optimal);
-  EXPECT_GT(cut->optimal->bound, 18.6 + 1e-9);
-  EXPECT_LE(cut->optimal->bound, 19.2 + 1e-9);
+  EXPECT_GT(cut->optimal->bound, 18 + 1e-9);
+  EXPECT_LE(cut->optimal->bound, 18.2 + 1e-9);
 }
 
 TEST(OptimalScheduleTest, RefusesALoweredOrInvalidIncumbent) {

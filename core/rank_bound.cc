@@ -1,0 +1,306 @@
+#include "core/rank_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace zpipe::core {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// One kind of action on the rank (F, B or W of one of its stages): m of them, first-in
+// first-out, the i-th ready `delay` after the i-th of `pred` ends (pred -1: always ready).
+struct Kind {
+  double dur = 0, mem = 0;
+  int pred = -1;
+  double delay = 0;
+  std::vector<int> succ;
+};
+
+// The relaxed one-machine problem of one rank (see the header): branch and bound over which kind
+// runs next, depth first, with the least span found so far as the cut. A state (the counts done
+// and how long until each queued microbatch is ready) remembers the least time to the end that
+// its explored subtree proved; reached again later, it is cut when that time does not fit.
+class RankProblem {
+ public:
+  RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t node_limit,
+              int64_t state_limit)
+      : kinds_(std::move(kinds)),
+        m_(m),
+        limit_(limit),
+        tol_(1e-9 * std::max(1.0, std::abs(limit))),
+        node_limit_(node_limit),
+        state_limit_(state_limit),
+        done_(kinds_.size(), 0),
+        queue_(kinds_.size()),
+        head_(kinds_.size(), 0),
+        tail_(kinds_.size(), 0) {
+    // tail_[k]: the least time from the start of a kind-k action to the end of the last action of
+    // its microbatch on this rank (itself, then its successors here and the delays to them).
+    for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) Tail(k);
+    for (const Kind& kind : kinds_) left_ += m_ * kind.dur;
+    // Kinds in an order where each comes after its predecessor.
+    std::vector<bool> placed(kinds_.size(), false);
+    while (topo_.size() < kinds_.size()) {
+      for (size_t k = 0; k < kinds_.size(); ++k) {
+        if (!placed[k] && (kinds_[k].pred < 0 || placed[kinds_[k].pred])) {
+          placed[k] = true;
+          topo_.push_back(static_cast<int>(k));
+        }
+      }
+    }
+    est_.resize(kinds_.size());
+  }
+
+  // The least span, at most `upper`: `upper` itself when no order is shorter. nullopt when the
+  // search outgrew the node limit, or when no order fits the memory limit.
+  std::optional<double> Solve(double upper) {
+    best_ = upper;
+    Dfs();
+    if (!aborted_ && !std::isfinite(best_)) too_large_ = true;  // nothing fits: never settles
+    if (aborted_ || !std::isfinite(best_)) return std::nullopt;
+    return best_;
+  }
+  int64_t nodes() const { return nodes_; }
+  // The search stopped at the state limit (or found no order that fits the memory limit).
+  bool TooLarge() const { return too_large_; }
+
+ private:
+  double Tail(int k) {
+    double after = 0;
+    for (int s : kinds_[k].succ) after = std::max(after, kinds_[s].delay + Tail(s));
+    return tail_[k] = kinds_[k].dur + after;
+  }
+
+  // No completion from here ends before this.
+  double NodeBound() const {
+    double end = t_ + left_;
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      if (done_[k] == m_) continue;
+      // The kind's remaining actions run one after another from now on, and the last one's
+      // microbatch still has its tail to go.
+      end = std::max(end, t_ + (m_ - done_[k]) * kinds_[k].dur + tail_[k] - kinds_[k].dur);
+      if (kinds_[k].pred >= 0 && head_[k] < queue_[k].size()) {
+        end = std::max(end, queue_[k].back() + tail_[k]);  // its last queued microbatch
+      }
+    }
+    if (end >= Cut()) return end;
+    return std::max(end, OneMachine());
+  }
+
+  // The preemptive one-machine bound over the remaining actions with their earliest starts
+  // (release times): some action's release plus the work released at or after it. An action's
+  // earliest start: now for the next F of the first stage, one F later for each after it; the
+  // queued ready time; else its predecessor's earliest end plus the delay.
+  double OneMachine() const {
+    jobs_.clear();
+    for (int k : topo_) {
+      const Kind& kind = kinds_[k];
+      std::vector<double>& est = est_[k];
+      est.assign(m_, 0);
+      for (int i = done_[k]; i < m_; ++i) {
+        double e;
+        if (kind.pred < 0) {
+          e = t_ + (i - done_[k]) * kind.dur;
+        } else if (i < done_[kind.pred]) {
+          e = std::max(t_, queue_[k][head_[k] + (i - done_[k])]);
+        } else {
+          e = std::max(t_, est_[kind.pred][i] + kinds_[kind.pred].dur + kind.delay);
+        }
+        est[i] = e;
+        jobs_.push_back({e, kind.dur});
+      }
+    }
+    std::sort(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) { return a > b; });
+    double end = 0, work = 0;
+    for (const auto& [release, dur] : jobs_) {
+      work += dur;
+      end = std::max(end, release + work);
+    }
+    return end;
+  }
+
+  double Cut() const { return best_ - 1e-12 * std::max(1.0, std::abs(best_)); }
+
+  void Dfs() {
+    if (++nodes_ > node_limit_) aborted_ = true;
+    if (aborted_) return;
+    if (Finished()) {
+      best_ = std::min(best_, t_);
+      return;
+    }
+    if (NodeBound() >= Cut()) return;
+    std::vector<double> key = Key();
+    auto it = memo_.find(key);
+    if (it != memo_.end() && t_ + it->second >= Cut()) return;
+    for (int k = 0; k < static_cast<int>(kinds_.size()) && !aborted_; ++k) {
+      const Kind& kind = kinds_[k];
+      if (done_[k] == m_ || (kind.pred >= 0 && done_[k] >= done_[kind.pred])) continue;
+      if (mem_ + kind.mem > limit_ + tol_) continue;
+      const double now = t_;
+      const double start = kind.pred < 0 ? now : std::max(now, queue_[k][head_[k]]);
+      if (start + tail_[k] >= Cut()) continue;
+      Apply(k, start + kind.dur);
+      Dfs();
+      Undo(k, now);
+    }
+    if (aborted_) return;
+    // Every completion from here either was found (and best_ is at most its end) or was cut at
+    // best_: none ends before best_ now.
+    double& rest = memo_[std::move(key)];
+    rest = std::max(rest, best_ - t_);
+    if (static_cast<int64_t>(memo_.size()) > state_limit_) aborted_ = too_large_ = true;
+  }
+
+  bool Finished() const {
+    for (int n : done_) {
+      if (n != m_) return false;
+    }
+    return true;
+  }
+
+  // The counts done and, for every kind that waits on another rank, how long until each of its
+  // queued microbatches is ready (0 once it is): all the future depends on.
+  std::vector<double> Key() const {
+    std::vector<double> key(done_.begin(), done_.end());
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      if (kinds_[k].delay <= 0) continue;  // ready when its predecessor on this rank ended
+      for (size_t i = head_[k]; i < queue_[k].size(); ++i) {
+        key.push_back(std::max(0.0, queue_[k][i] - t_));
+      }
+    }
+    return key;
+  }
+
+  void Apply(int k, double end) {
+    const Kind& kind = kinds_[k];
+    if (kind.pred >= 0) ++head_[k];
+    for (int s : kind.succ) queue_[s].push_back(end + kinds_[s].delay);
+    ++done_[k];
+    mem_ += kind.mem;
+    left_ -= kind.dur;
+    t_ = end;
+  }
+
+  void Undo(int k, double now) {
+    const Kind& kind = kinds_[k];
+    if (kind.pred >= 0) --head_[k];
+    for (int s : kind.succ) queue_[s].pop_back();
+    --done_[k];
+    mem_ -= kind.mem;
+    left_ += kind.dur;
+    t_ = now;
+  }
+
+  const std::vector<Kind> kinds_;
+  const int m_;
+  const double limit_, tol_;
+  const int64_t node_limit_, state_limit_;
+  std::vector<int> done_;
+  std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
+  std::vector<size_t> head_;
+  std::vector<double> tail_;
+  std::vector<int> topo_;
+  mutable std::vector<std::vector<double>> est_;              // OneMachine's scratch
+  mutable std::vector<std::pair<double, double>> jobs_;       // (release, duration)
+  double t_ = 0, mem_ = 0, left_ = 0, best_ = kInf;
+  int64_t nodes_ = 0;
+  bool aborted_ = false, too_large_ = false;
+  absl::flat_hash_map<std::vector<double>, double> memo_;  // least time from the state to the end
+};
+
+// The kinds of rank r's actions and the delays between them when no other rank queues.
+std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, bool split, int r) {
+  const int S = placement.num_stages();
+  std::vector<int> local;
+  for (int s = 0; s < S; ++s) {
+    if (placement.RankOf(s) == r) local.push_back(s);
+  }
+  auto edge = [&](int s) {  // T_comm of the edge s -> s + 1
+    return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
+  };
+  auto backward = [&](int s) {
+    return split ? cost.stages[s].b : cost.stages[s].b + cost.stages[s].w;
+  };
+  // Forward work from the end of F(a) to the start of F(b), a < b, and backward work from the end
+  // of B(b) to the start of B(a): the stages strictly between, and every edge from a to b.
+  auto forward_between = [&](int a, int b) {
+    double d = 0;
+    for (int x = a; x < b; ++x) d += (x > a ? cost.stages[x].f : 0) + edge(x);
+    return d;
+  };
+  auto backward_between = [&](int a, int b) {
+    double d = 0;
+    for (int x = a; x < b; ++x) d += (x > a ? backward(x) : 0) + edge(x);
+    return d;
+  };
+  const int k = static_cast<int>(local.size());
+  // Kinds: F_j = j, B_j = k + j, W_j = 2k + j.
+  std::vector<Kind> kinds(split ? 3 * k : 2 * k);
+  for (int j = 0; j < k; ++j) {
+    const StageCost& sc = cost.stages[local[j]];
+    kinds[j] = {.dur = sc.f, .mem = sc.mem_f};
+    if (j > 0) {
+      kinds[j].pred = j - 1;
+      kinds[j].delay = forward_between(local[j - 1], local[j]);
+    }
+    Kind& b = kinds[k + j];
+    b.dur = backward(local[j]);
+    b.mem = split ? sc.mem_b : sc.mem_b + sc.mem_w;
+    if (j == k - 1) {  // the round trip through the stages above
+      b.pred = k - 1;
+      b.delay = forward_between(local[j], S - 1) + (local[j] < S - 1 ? cost.stages[S - 1].f : 0) +
+                (local[j] < S - 1 ? backward_between(local[j], S - 1) + backward(S - 1) : 0);
+    } else {
+      b.pred = k + j + 1;
+      b.delay = backward_between(local[j], local[j + 1]);
+    }
+    if (split) kinds[2 * k + j] = {.dur = sc.w, .mem = sc.mem_w, .pred = k + j, .delay = 0};
+  }
+  for (int i = 0; i < static_cast<int>(kinds.size()); ++i) {
+    if (kinds[i].pred >= 0) kinds[kinds[i].pred].succ.push_back(i);
+  }
+  return kinds;
+}
+
+}  // namespace
+
+RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
+                              double memory_limit, bool split_backward,
+                              const RankBoundOptions& options) {
+  RankBound out;
+  const int p = placement.num_ranks();
+  // Rounds: every rank not settled yet gets a share that grows fourfold each round, so an easy
+  // rank costs little and a hard one gets most of the budget (what the aborted rounds spent is at
+  // most a third of it).
+  std::vector<bool> settled(p, false);
+  int64_t share = std::max<int64_t>(1000, options.node_limit / (16 * p));
+  while (true) {
+    int open = 0;
+    for (int r = 0; r < p; ++r) open += !settled[r];
+    if (open == 0 || out.nodes >= options.node_limit) break;
+    for (int r = 0; r < p; ++r) {
+      if (settled[r]) continue;
+      const int64_t left = options.node_limit - out.nodes;
+      if (left <= 0) break;
+      RankProblem problem(KindsOf(placement, cost, split_backward, r), microbatches,
+                          memory_limit, std::min(share, left), options.state_limit);
+      const std::optional<double> span = problem.Solve(options.upper);
+      out.nodes += problem.nodes();
+      if (problem.TooLarge()) settled[r] = true;  // out of states: more nodes would not help
+      if (!span) continue;
+      settled[r] = true;
+      ++out.ranks_solved;
+      out.span = std::max(out.span, *span);
+    }
+    share *= 4;
+  }
+  return out;
+}
+
+}  // namespace zpipe::core

@@ -1,0 +1,63 @@
+// A lower bound on the span of any plan from one rank on its own: every other rank is given
+// unlimited capacity (each of its actions runs as soon as its inputs arrive, alongside any other),
+// so what is left is a one-machine problem, solved exactly.
+//
+// The relaxation. On rank r with stages L_0 < ... < L_{k-1} (one for a linear pipeline, two for
+// a V, v when interleaved), a microbatch's actions there form a chain: F(L_0), F(L_1), ...,
+// F(L_{k-1}), B(L_{k-1}), ..., B(L_0), and each W(L_j) after its B. Between two consecutive ones
+// lies the work of the stages in between, on other ranks, plus T_comm per cross-rank edge: a fixed
+// delay once those ranks never queue. F(L_0) waits for nothing (the span is counted from the
+// rank's own first start, and earlier ranks have no queue). Any plan's rank r meets every one of
+// these constraints, its memory limit included, so its span is at least the least span of the
+// relaxed problem; the plan's span is the largest rank span, so the bound is the maximum over
+// ranks.
+//
+// Solving it. Actions of one kind and stage have the same duration and memory and the same
+// delay to their successor, so two of them that are both ready can swap places (relabelling the
+// microbatches from there on) without changing any time or memory: some optimal order runs each
+// kind first-in first-out. What is left to choose is which kind runs next; the state is the count
+// done of each kind and, for the microbatches in flight, how long until each becomes ready (only
+// what lies after the current time matters, so the state is shift-invariant). A depth-first
+// search with memoised states gives the exact least span. Where the state space is larger than
+// `state_limit`, that rank contributes nothing (the bound then rests on the other ranks).
+//
+// It sees what the closed-form arguments of core/span_bound.h miss: how a memory limit and the
+// round trip to the last stage interleave in the steady state, microbatch by microbatch (ZB-1p at
+// p = 4, m = 8, T_comm = 0.1: SpanLowerBound 27.6, this bound 28.2, the span of the plan the
+// generators make, so that plan is optimal).
+#ifndef ZPIPE_CORE_RANK_BOUND_H_
+#define ZPIPE_CORE_RANK_BOUND_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "core/cost_model.h"
+#include "core/placement.h"
+
+namespace zpipe::core {
+
+struct RankBound {
+  double span = 0;         // max over the ranks solved of their least relaxed span (or `upper`)
+  int ranks_solved = 0;    // ranks whose search finished within the limits
+  int64_t nodes = 0;       // search nodes over all ranks
+};
+
+struct RankBoundOptions {
+  // A rank whose relaxed span is at least `upper` (a plan's span, say) counts as `upper`: enough
+  // to prove that plan optimal, and much faster to settle than the exact value.
+  double upper = std::numeric_limits<double>::infinity();
+  // Search nodes over all ranks (in rounds: each unsettled rank gets a share that grows fourfold
+  // a round), and remembered states per rank (about 200 bytes each). A rank that needs more
+  // contributes nothing.
+  int64_t node_limit = 1'000'000;
+  int64_t state_limit = 1'000'000;
+};
+
+// `cost` has placement.num_stages() stages; `memory_limit` is per rank. Deterministic.
+RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
+                              double memory_limit, bool split_backward,
+                              const RankBoundOptions& options = {});
+
+}  // namespace zpipe::core
+
+#endif  // ZPIPE_CORE_RANK_BOUND_H_

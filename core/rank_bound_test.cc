@@ -1,0 +1,111 @@
+#include "core/rank_bound.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/planning.h"
+#include "core/span_bound.h"
+
+namespace zpipe::core {
+namespace {
+
+// The generated plan of a schedule with unit costs, the paper's memory model and T_comm = 0.1.
+PlannedSchedule Plan(const std::string& schedule, int p, int m) {
+  PlanRequest req;
+  req.schedule = schedule;
+  req.pipeline = p;
+  req.microbatches = m;
+  req.lower = false;
+  req.inputs = [](const Placement& pl) {
+    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
+                         /*comm=*/0.1);
+  };
+  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+RankBound BoundOf(const PlannedSchedule& plan, bool split, const RankBoundOptions& options = {}) {
+  return RankRelaxationBound(plan.plan.placement, plan.plan.num_microbatches, plan.cost,
+                             plan.memory_limit, split, options);
+}
+
+// ZB-1p at p = 4: the closed-form bound leaves 0.6 (m = 8) that the rank relaxation closes, so
+// the generated plans are optimal.
+TEST(RankBoundTest, ProvesZb1pPlansOptimal) {
+  for (const auto& [m, span] : {std::pair{8, 28.2}, std::pair{16, 52.2}}) {
+    SCOPED_TRACE(m);
+    const PlannedSchedule plan = Plan("zb-1p", 4, m);
+    EXPECT_NEAR(plan.sim.span, span, 1e-9);
+    EXPECT_LT(SpanLowerBound(plan.plan.placement, m, plan.cost, plan.memory_limit, true),
+              span - 0.5);
+    const RankBound ranks = BoundOf(plan, true);
+    EXPECT_EQ(ranks.ranks_solved, 4);
+    EXPECT_NEAR(ranks.span, span, 1e-9);
+  }
+}
+
+// The exact solver starts from it: the generated ZB-1p plan at p = 4, m = 8 is proven optimal
+// before the tree opens a node.
+TEST(RankBoundTest, TheSolverProvesAtTheRoot) {
+  PlanRequest req;
+  req.schedule = "zb-1p";
+  req.pipeline = 4;
+  req.microbatches = 8;
+  req.lower = false;
+  req.inputs = [](const Placement& pl) {
+    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
+                         /*comm=*/0.1);
+  };
+  req.optimal = OptimalOptions{.time_limit_seconds = 0, .node_limit = 1'000'000};
+  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->optimal->optimal);
+  EXPECT_EQ(plan->optimal->nodes, 0);
+  EXPECT_NEAR(plan->optimal->span, 28.2, 1e-9);
+  EXPECT_NEAR(plan->span_lower_bound, 28.2, 1e-9);
+}
+
+// 1F1B at p = 4, m = 16 (fused backward): rank 0 alone, memory for 4 microbatches and a 10.6 round
+// trip, cannot be busier than span 59.4; the closed form says 58.2 and the plan spans 59.8.
+TEST(RankBoundTest, SeesTheSteadyStateOfAMemoryLimitedRank) {
+  const PlannedSchedule plan = Plan("1f1b", 4, 16);
+  EXPECT_NEAR(plan.sim.span, 59.8, 1e-9);
+  EXPECT_NEAR(SpanLowerBound(plan.plan.placement, 16, plan.cost, plan.memory_limit, false), 58.2,
+              1e-9);
+  const RankBound ranks = BoundOf(plan, false);
+  EXPECT_EQ(ranks.ranks_solved, 4);
+  EXPECT_NEAR(ranks.span, 59.4, 1e-9);
+}
+
+// A V placement: each rank's two stages and the round trips between them. ZB-V at p = 3, m = 4:
+// 25.4 against the closed form's 24.4.
+TEST(RankBoundTest, HandlesTwoStagesPerRank) {
+  const PlannedSchedule plan = Plan("zb-v", 3, 4);
+  const RankBound ranks = BoundOf(plan, true);
+  EXPECT_EQ(ranks.ranks_solved, 3);
+  EXPECT_NEAR(ranks.span, 25.4, 1e-9);
+  EXPECT_NEAR(SpanLowerBound(plan.plan.placement, 4, plan.cost, plan.memory_limit, true), 24.4,
+              1e-9);
+  EXPECT_LE(ranks.span, plan.sim.span + 1e-9);
+}
+
+// `upper` caps the answer (a rank at least that long counts as that), and settles with far fewer
+// nodes; a node limit too small to settle any rank gives nothing rather than a wrong number.
+TEST(RankBoundTest, UpperAndLimits) {
+  const PlannedSchedule plan = Plan("zb-1p", 8, 16);
+  const RankBound exact = BoundOf(plan, true, {.node_limit = 20'000'000});
+  ASSERT_EQ(exact.ranks_solved, 8);
+  EXPECT_NEAR(exact.span, 57.8, 1e-9);  // the plan's span: optimal
+  const RankBound capped = BoundOf(plan, true, {.upper = 57, .node_limit = 20'000'000});
+  EXPECT_EQ(capped.ranks_solved, 8);
+  EXPECT_DOUBLE_EQ(capped.span, 57);
+  EXPECT_LT(capped.nodes, exact.nodes);
+  const RankBound starved = BoundOf(plan, true, {.node_limit = 100});
+  EXPECT_LT(starved.ranks_solved, 8);
+  EXPECT_LE(starved.span, 57.8 + 1e-9);
+}
+
+}  // namespace
+}  // namespace zpipe::core
