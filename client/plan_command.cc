@@ -518,7 +518,7 @@ std::string OptimalLines(const Planned& p) {
   std::string out = absl::StrFormat("optimal       span %s, bound %s, gap %.2f%% ", Plain(o.span),
                                     Plain(o.bound), 100 * o.gap());
   absl::StrAppendFormat(&out,
-                        o.optimal ? "(proven optimal: every order searched, %d nodes, %.2f s)\n"
+                        o.optimal ? "(proven optimal: no valid order is shorter, %d nodes, %.2f s)\n"
                                   : "(budget ran out after %d nodes, %.2f s)\n",
                         o.nodes, o.seconds);
   absl::StrAppendFormat(&out, "generated     span %s (%.2f%% above the bound%s)\n",
