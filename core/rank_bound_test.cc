@@ -10,8 +10,8 @@
 namespace zpipe::core {
 namespace {
 
-// The generated plan of a schedule with unit costs, the paper's memory model and T_comm = 0.1.
-PlannedSchedule Plan(const std::string& schedule, int p, int m) {
+// A schedule with unit costs, the paper's memory model and T_comm = 0.1.
+PlanRequest UnitRequest(const std::string& schedule, int p, int m) {
   PlanRequest req;
   req.schedule = schedule;
   req.pipeline = p;
@@ -21,7 +21,12 @@ PlannedSchedule Plan(const std::string& schedule, int p, int m) {
     return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
                          /*comm=*/0.1);
   };
-  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+  return req;
+}
+
+// Its generated plan.
+PlannedSchedule Plan(const std::string& schedule, int p, int m) {
+  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(UnitRequest(schedule, p, m));
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *plan;
 }
@@ -49,15 +54,7 @@ TEST(RankBoundTest, ProvesZb1pPlansOptimal) {
 // The exact solver starts from it: the generated ZB-1p plan at p = 4, m = 8 is proven optimal
 // before the tree opens a node.
 TEST(RankBoundTest, TheSolverProvesAtTheRoot) {
-  PlanRequest req;
-  req.schedule = "zb-1p";
-  req.pipeline = 4;
-  req.microbatches = 8;
-  req.lower = false;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
+  PlanRequest req = UnitRequest("zb-1p", 4, 8);
   req.optimal = OptimalOptions{.time_limit_seconds = 0, .node_limit = 1'000'000};
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
