@@ -159,9 +159,7 @@ class Solver {
   int64_t nodes() const { return nodes_; }
   double seconds() const { return seconds_; }
   // Every valid plan's span is at least this.
-  double Bound() const {
-    return std::min(best_, std::max(static_bound_, proven_));
-  }
+  double Bound() const { return std::min(best_, std::max(static_bound_, proven_)); }
   Plan BestPlan(const Plan& incumbent) const {
     Plan plan = EmptyPlan(incumbent.schedule, placement_, m_);
     for (int r = 0; r < p_; ++r) {
