@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,15 @@ namespace {
 
 constexpr int kF = 0, kB = 1, kW = 2;  // kB is BW when the backward is fused
 constexpr double kUnset = -1;
+// A rank's relaxation at a node: the nodes one question may take (past them, the state's
+// one-machine bound answers), and the states it remembers (about 80 bytes each).
+constexpr int64_t kRelaxationNodes = 2000;
+// The relaxations' searches may take this many of their nodes per tree node on average (past
+// it, a question is answered by the remembered states and the node bound alone): where they
+// seldom cut (V placements at p = 8), the tree keeps most of its speed.
+constexpr int64_t kRelaxationNodesPerNode = 20;
+constexpr int64_t kRelaxationCredit = 1'000'000;
+constexpr int64_t kRelaxationStates = 1'000'000;
 
 // One compute action of the problem, with its inputs (ids, -1 = none) and their hand-over cost.
 struct Act {
@@ -92,6 +102,65 @@ class Solver {
     order_.assign(p_, {});
     b_order_.assign(S_, {});
     w_done_.assign(S_, 0);
+    if (options.rank_relaxation_at_nodes) BuildRankRelaxations(cost, split);
+  }
+
+  // Each rank's relaxation (core/rank_bound.h), and how the tree's actions map to its kinds.
+  void BuildRankRelaxations(const CostModel& cost, bool split) {
+    local_kind_.assign(acts_.size(), -1);
+    kind_ids_.resize(p_);
+    local_done_.resize(p_);
+    for (int r = 0; r < p_; ++r) {
+      relax_.push_back(std::make_unique<RankRelaxation>(placement_, m_, cost, limit_, split, r,
+                                                        kRelaxationStates));
+      const RankRelaxation& rel = *relax_.back();
+      const int k = static_cast<int>(rel.stages().size());
+      kind_ids_[r].assign(rel.num_kinds(), std::vector<int>(m_));
+      local_done_[r].assign(rel.num_kinds(), 0);
+      for (int q = 0; q < rel.num_kinds(); ++q) {
+        const int stage = rel.stages()[q % k];
+        const int kind = q / k;  // kF, kB, kW, as the relaxation numbers its kinds
+        for (int i = 0; i < m_; ++i) {
+          const int id = Id(kind, stage, i);
+          kind_ids_[r][q][i] = id;
+          local_kind_[id] = q;
+        }
+      }
+    }
+    ready_.resize(p_);
+  }
+
+  // A rank's span in any completion of this node is at least `now`, when it can next start, plus
+  // its relaxation's least time to the end from the node's state, minus its first start. The
+  // state: the counts done of each kind, and for each microbatch whose predecessor on the rank
+  // is done, the earliest start LowerBound gave it. Asks each started rank until one cuts.
+  double RankRelaxationsBound(double lb) {
+    const double target = BestCut();
+    for (int r = 0; r < p_ && lb < Cut(); ++r) {
+      // (A rank with nothing left ends at free_[r], which the plain bound counts.)
+      if (first_[r] == kUnset || order_[r].size() == by_rank_[r].size()) continue;
+      RankRelaxation& rel = *relax_[r];
+      const double now = std::max(free_[r], t_last_);
+      std::vector<std::vector<double>>& ready = ready_[r];
+      ready.resize(rel.num_kinds());
+      for (int q = 0; q < rel.num_kinds(); ++q) {
+        ready[q].clear();
+        const int pred = rel.PredecessorOf(q);
+        if (pred < 0) continue;
+        for (int i = 0; i < m_; ++i) {
+          const int id = kind_ids_[r][q][i];
+          if (Scheduled(id) || !Scheduled(kind_ids_[r][pred][i])) continue;
+          ready[q].push_back(std::max(0.0, est_[id] - now));
+        }
+        std::sort(ready[q].begin(), ready[q].end());
+      }
+      const int64_t before = rel.nodes();
+      const double rest = rel.LeastRest(local_done_[r], ready, target + first_[r] - now,
+                                        std::min(kRelaxationNodes, relax_credit_));
+      relax_credit_ -= rel.nodes() - before;
+      lb = std::max(lb, now + rest - first_[r]);
+    }
+    return lb;
   }
 
   // The one W of stage s the tree may append next: Ws of a stage run in the order of their Bs.
@@ -248,6 +317,7 @@ class Solver {
       }
       lb = std::max(lb, end - first_[r]);
     }
+    if (!relax_.empty() && lb < Cut()) lb = RankRelaxationsBound(lb);
     return lb;
   }
 
@@ -267,6 +337,7 @@ class Solver {
     if (first_[a.rank] == kUnset) first_[a.rank] = start;
     rem_[a.rank] -= a.dur;
     order_[a.rank].push_back(id);
+    if (!relax_.empty()) ++local_done_[a.rank][local_kind_[id]];
     ++done_;
     if (a.kind == kF && a.stage == 0) ++stage0_forwards_;
     if (K_ == 3 && a.kind == kB) b_order_[a.stage].push_back(a.mb);
@@ -282,6 +353,7 @@ class Solver {
     first_[a.rank] = prev_first;
     rem_[a.rank] += a.dur;
     order_[a.rank].pop_back();
+    if (!relax_.empty()) --local_done_[a.rank][local_kind_[id]];
     --done_;
     if (a.kind == kF && a.stage == 0) --stage0_forwards_;
     if (K_ == 3 && a.kind == kB) b_order_[a.stage].pop_back();
@@ -340,6 +412,9 @@ class Solver {
       }
       if (node_bound >= Cut()) return;  // the incumbent improved meanwhile
       ++nodes_;
+      if (!relax_.empty()) {
+        relax_credit_ = std::min(kRelaxationCredit, relax_credit_ + kRelaxationNodesPerNode);
+      }
       const double prev_free = free_[c.rank], prev_first = first_[c.rank];
       const double prev_t_last = t_last_;
       const int prev_rank_last = rank_last_;
@@ -379,6 +454,15 @@ class Solver {
   double budget_end_ = 1;  // the share of the budget the current phase may use up to
   std::vector<std::vector<int>> best_orders_;
   bool aborted_ = false, improved_ = false;
+  // The ranks' relaxations at the nodes (empty when off): per action its kind on its rank; per
+  // rank and kind the action of each microbatch, and how many are done; RankRelaxationsBound's
+  // scratch.
+  std::vector<std::unique_ptr<RankRelaxation>> relax_;
+  std::vector<int> local_kind_;
+  std::vector<std::vector<std::vector<int>>> kind_ids_;
+  std::vector<std::vector<int>> local_done_;
+  std::vector<std::vector<std::vector<double>>> ready_;
+  int64_t relax_credit_ = kRelaxationNodes;  // relaxation nodes the searches may still take
   int64_t nodes_ = 0;
   std::chrono::steady_clock::time_point t0_;
 };

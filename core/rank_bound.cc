@@ -98,6 +98,11 @@ class StateMemo {
   // Remembered states.
   int64_t size() const { return size_; }
 
+  void Clear() {
+    groups_.clear();
+    size_ = 0;
+  }
+
  private:
   // How many of a group's latest entries a look-up reads. A group can grow to thousands of
   // incomparable states: on V-Half p = 8, m = 16 (skewed costs) 20 million nodes took 18 s reading
@@ -112,6 +117,8 @@ class StateMemo {
   const bool dominance_;
 };
 
+}  // namespace
+
 // The relaxed one-machine problem of one rank (see the header): branch and bound over which kind
 // runs next, depth first, with the least span found so far as the cut. A state (the counts done
 // and how long until each queued microbatch is ready) remembers the least time to the end that
@@ -120,7 +127,7 @@ class StateMemo {
 class RankProblem {
  public:
   RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t node_limit,
-              int64_t state_limit, bool dominance)
+              int64_t state_limit, bool dominance, bool keep_searching = false)
       : kinds_(std::move(kinds)),
         m_(m),
         limit_(limit),
@@ -131,7 +138,8 @@ class RankProblem {
         queue_(kinds_.size()),
         head_(kinds_.size(), 0),
         tail_(kinds_.size(), 0),
-        memo_(dominance) {
+        memo_(dominance),
+        keep_searching_(keep_searching) {
     // tail_[k]: the least time from the start of a kind-k action to the end of the last action of
     // its microbatch on this rank (itself, then its successors here and the delays to them).
     for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) Tail(k);
@@ -158,6 +166,38 @@ class RankProblem {
     if (aborted_ || !std::isfinite(best_)) return std::nullopt;
     return best_;
   }
+  // From a state of the rank (the counts done of each kind; for each kind with a predecessor, how
+  // long from now until each of its queued microbatches may start, sorted), the least time to
+  // the end, or `need` when that is at least `need`. When the search would pass `node_limit`
+  // nodes (0: only the remembered states and the node bound are asked): the node bound of the
+  // state, a weaker lower bound. The remembered states stay for the
+  // next call (they are shift-invariant: a least time to the end).
+  double SolveFrom(const std::vector<int>& done, const std::vector<std::vector<double>>& ready,
+                   double need, int64_t node_limit) {
+    t_ = 0;
+    mem_ = 0;
+    left_ = 0;
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      done_[k] = done[k];
+      queue_[k] = ready[k];
+      head_[k] = 0;
+      mem_ += done[k] * kinds_[k].mem;
+      left_ += (m_ - done[k]) * kinds_[k].dur;
+    }
+    best_ = need;
+    // What the remembered states and the node bound say costs no search.
+    Key();
+    if (memo_.Prunes(counts_, times_, t_, Cut())) return need;
+    const double bound = NodeBound();
+    if (bound >= Cut() || node_limit <= 0) return std::min(need, bound);
+    aborted_ = false;
+    node_limit_ = nodes_ + node_limit;
+    Dfs();
+    if (!aborted_) return best_;
+    aborted_ = false;
+    return bound;
+  }
+
   int64_t nodes() const { return nodes_; }
   int64_t states() const { return memo_.size(); }
   // The search stopped at the state limit (or found no order that fits the memory limit).
@@ -246,7 +286,14 @@ class RankProblem {
     // best_: none ends before best_ now. (The children overwrote the key's scratch: rebuild it.)
     Key();
     memo_.Remember(counts_, times_, best_ - t_);
-    if (memo_.size() > state_limit_) aborted_ = too_large_ = true;
+    if (memo_.size() > state_limit_) {
+      // A search that keeps going between calls starts remembering afresh; a single one stops.
+      if (keep_searching_) {
+        memo_.Clear();
+      } else {
+        aborted_ = too_large_ = true;
+      }
+    }
   }
 
   bool Finished() const {
@@ -293,7 +340,8 @@ class RankProblem {
   const std::vector<Kind> kinds_;
   const int m_;
   const double limit_, tol_;
-  const int64_t node_limit_, state_limit_;
+  int64_t node_limit_;
+  const int64_t state_limit_;
   std::vector<int> done_;
   std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
   std::vector<size_t> head_;
@@ -307,7 +355,10 @@ class RankProblem {
   std::string counts_;          // Key's scratch: the counts' bytes
   std::vector<double> times_;   // and the ready times
   StateMemo memo_;
+  const bool keep_searching_;
 };
+
+namespace {
 
 // The kinds of rank r's actions and the delays between them when no other rank queues.
 std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, bool split, int r) {
@@ -364,6 +415,33 @@ std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, boo
 }
 
 }  // namespace
+
+RankRelaxation::RankRelaxation(const Placement& placement, int microbatches,
+                               const CostModel& cost, double memory_limit, bool split_backward,
+                               int rank, int64_t state_limit) {
+  for (int s = 0; s < placement.num_stages(); ++s) {
+    if (placement.RankOf(s) == rank) stages_.push_back(s);
+  }
+  std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, rank);
+  for (const Kind& kind : kinds) preds_.push_back(kind.pred);
+  problem_ = std::make_unique<RankProblem>(std::move(kinds), microbatches, memory_limit,
+                                           /*node_limit=*/0, state_limit, /*dominance=*/true,
+                                           /*keep_searching=*/true);
+}
+
+RankRelaxation::~RankRelaxation() = default;
+
+int RankRelaxation::num_kinds() const { return static_cast<int>(preds_.size()); }
+
+int RankRelaxation::PredecessorOf(int kind) const { return preds_[kind]; }
+
+double RankRelaxation::LeastRest(const std::vector<int>& done,
+                                 const std::vector<std::vector<double>>& ready, double need,
+                                 int64_t node_limit) {
+  return problem_->SolveFrom(done, ready, need, node_limit);
+}
+
+int64_t RankRelaxation::nodes() const { return problem_->nodes(); }
 
 RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
                               double memory_limit, bool split_backward,

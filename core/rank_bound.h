@@ -35,6 +35,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "core/cost_model.h"
 #include "core/placement.h"
@@ -66,6 +68,43 @@ struct RankBoundOptions {
 RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
                               double memory_limit, bool split_backward,
                               const RankBoundOptions& options = {});
+
+class RankProblem;  // rank_bound.cc
+
+// The same relaxation of one rank, from a state of a partial plan: what the exact solver's tree
+// (core/optimal_schedule.cc) asks at its nodes. Its remembered states stay between calls, so a
+// state that many nodes share is searched once. Not thread-safe.
+class RankRelaxation {
+ public:
+  // `state_limit`: remembered states (about 80 bytes each); past it, it starts afresh.
+  RankRelaxation(const Placement& placement, int microbatches, const CostModel& cost,
+                 double memory_limit, bool split_backward, int rank, int64_t state_limit);
+  ~RankRelaxation();
+  RankRelaxation(const RankRelaxation&) = delete;
+  RankRelaxation& operator=(const RankRelaxation&) = delete;
+
+  // The rank's stages, lowest first. The kinds: F of its j-th stage is kind j, B (BW when the
+  // backward is fused) kind k + j, W kind 2k + j, with k stages.
+  const std::vector<int>& stages() const { return stages_; }
+  int num_kinds() const;
+  // The kind on this rank whose microbatch must be done before a kind's is (-1: none, the F of
+  // its first stage).
+  int PredecessorOf(int kind) const;
+
+  // The least time from a state to the end of the rank's remaining work, with every other rank
+  // unlimited, or `need` when that is at least `need`; when the search would pass `node_limit`
+  // nodes, a weaker lower bound (the state's one-machine bound). `done[kind]`: how many are done.
+  // `ready[kind]`, for a kind with a predecessor: for each microbatch whose predecessor is done
+  // and which is not, how long from now until it may start (>= 0), ascending.
+  double LeastRest(const std::vector<int>& done, const std::vector<std::vector<double>>& ready,
+                   double need, int64_t node_limit);
+  int64_t nodes() const;  // over all calls
+
+ private:
+  std::vector<int> stages_;
+  std::vector<int> preds_;
+  std::unique_ptr<RankProblem> problem_;
+};
 
 }  // namespace zpipe::core
 
