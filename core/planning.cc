@@ -185,8 +185,10 @@ absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSc
 
 int64_t PolishNodes(double budget_seconds, int64_t actions) {
   if (!(budget_seconds > 0) || actions <= 0 || actions > kMaxPolishActions) return 0;
-  const double passes = std::max(2.0, 4 * std::min(budget_seconds, kMaxSearchSeconds));
-  return static_cast<int64_t>(std::ceil(passes * static_cast<double>(actions)));
+  const double a = static_cast<double>(actions);
+  const double per_second = std::min(4 * a, kPolishWork / a);
+  const double nodes = std::min(budget_seconds, kMaxSearchSeconds) * per_second;
+  return static_cast<int64_t>(std::ceil(std::max(2 * a, nodes)));
 }
 
 PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm,

@@ -124,14 +124,16 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& request);
 absl::Status CheckPlanRequest(const PlanRequest& request);
 
 // The polish's limits. Each tree node costs about one pass over the plan's compute actions
-// (10-20 ns per action on the development machine), and one depth-first pass from the root to a
-// complete plan is `actions` nodes, so the polish costs about actions^2 per pass: at 512 actions
-// (p = 8, m = 32 for 1F1B) its whole default budget is a few milliseconds; above that it is
-// skipped (p = 8, m = 32 is already 768 for the ZB schedules, where a pass takes ~8 ms).
+// (7-20 ns per action on the development machine), and one depth-first pass from the root to a
+// complete plan is `actions` nodes, so a pass costs about actions^2 of that. Per second of
+// search budget the polish gets 4 passes, at most kPolishWork node-actions (about 5 ms), and at
+// least 2 passes (one for each of the solver's phases); plans of more than kMaxPolishActions
+// compute actions, where 2 passes exceed kPolishWork, are not polished (ZB-2p at p = 8, m = 32
+// has 768 and one pass there takes ~8 ms; at p = 32, m = 256, 24576 actions, seconds).
 inline constexpr int64_t kMaxPolishActions = 512;
-// Tree nodes for a search budget and a plan of `actions` compute actions: 4 passes' worth per
-// second of budget (at least 2, one for each of the solver's phases), 0 = no polish (no budget,
-// or more than kMaxPolishActions actions).
+inline constexpr double kPolishWork = 2.0 * kMaxPolishActions * kMaxPolishActions;
+// Tree nodes for a search budget and a plan of `actions` compute actions (above); 0 = no polish
+// (no budget, or more than kMaxPolishActions actions).
 int64_t PolishNodes(double budget_seconds, int64_t actions);
 
 // PlanInputs with the same `stage` cost for each of the placement's stages.

@@ -216,6 +216,9 @@ TEST(PlanningTest, PolishLeavesPlansItDoesNotApplyToOrCannotShorten) {
   EXPECT_EQ(PolishNodes(1, kMaxPolishActions + 1), 0);
   EXPECT_EQ(PolishNodes(1, 100), 400);
   EXPECT_EQ(PolishNodes(0.1, 100), 200);  // one pass for each of the solver's two phases
+  EXPECT_EQ(PolishNodes(1, 400), 1311);   // kPolishWork / 400: under 4 passes
+  EXPECT_EQ(PolishNodes(1, 512), 1024);
+  EXPECT_EQ(PolishNodes(2, 512), 2048);
 }
 
 TEST(StatusFieldTest, AttachesAndReadsAField) {
