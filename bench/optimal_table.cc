@@ -104,8 +104,8 @@ int Main(int argc, char** argv) {
     }
   }
   std::printf(
-      "%d rows: optimum proven on %d; default plan (the search) within 1%% of the bound on %d, "
-      "the greedy pass on %d\n",
+      "%d rows: optimum proven on %d; default plan (search and polish) within 1%% of the bound "
+      "on %d, the greedy pass on %d\n",
       rows, proven, within_1pct, greedy_within_1pct);
   std::printf("the polish ran on %d rows and shortened the default plan on %d\n", polished_rows,
               polish_shortened);

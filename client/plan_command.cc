@@ -613,9 +613,9 @@ std::string Summary(const Planned& p, const std::optional<RecomputeSuggestion>& 
                         Plain(p.span_lower_bound), p.bubble_lower_bound,
                         std::max(0.0, p.sim.bubble_rate - p.bubble_lower_bound));
   if (p.polish.has_value() && p.polish->improved()) {
-    absl::StrAppendFormat(&out, "polished      span %s; the generated plan's %s (%d solver nodes)\n",
-                          Plain(p.polish->span), Plain(p.polish->generated_span),
-                          p.polish->nodes);
+    absl::StrAppendFormat(&out,
+                          "polished      span %s; the generated plan's %s (%d solver nodes)\n",
+                          Plain(p.polish->span), Plain(p.polish->generated_span), p.polish->nodes);
   }
   if (p.optimal.has_value()) absl::StrAppend(&out, OptimalLines(p));
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),

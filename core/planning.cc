@@ -157,19 +157,14 @@ void BoundRecomputingPlan(const Placement& placement, int microbatches, bool spl
       out.span_lower_bound > 0 ? std::max(0.0, 1 - busy / (p * out.span_lower_bound)) : 0;
 }
 
-int64_t CountComputeActions(const Plan& plan) {
-  int64_t n = 0;
-  for (const auto& rank : plan.ranks) n += static_cast<int64_t>(rank.size());
-  return n;
-}
-
 // The polish (PlanRequest::polish) of the compute plan `out.plan`, in place; false when the
 // request does not get one.
 absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& out) {
   if (!req.polish || kind == ScheduleKind::kGpipe || req.recompute != RecomputePolicy::kOff) {
     return false;
   }
-  const int64_t nodes = PolishNodes(req.search.budget_seconds, CountComputeActions(out.plan));
+  const int64_t nodes =
+      PolishNodes(req.search.budget_seconds, static_cast<int64_t>(out.plan.num_actions()));
   if (nodes == 0) return false;
   absl::StatusOr<OptimalResult> solved =
       SolveOptimal(out.plan, out.cost, out.memory_limit,

@@ -68,9 +68,9 @@ struct PlanRequest {
   // all-forwards-then-all-backwards baseline. false = the generated plan (what jobs planned
   // before the polish run: coordinator's schedule.polish).
   bool polish = true;
-  // Set: after generating (and searching), run the exact solver (core/optimal_schedule.h) with
-  // the generated plan as the incumbent; its plan replaces the generated one and goes through
-  // the rest of the chain (validate, lower, grad sync, simulate) like any other.
+  // Set: after generating (searching and polishing), run the exact solver
+  // (core/optimal_schedule.h) with that plan as the incumbent; its plan replaces it and goes
+  // through the rest of the chain (validate, lower, grad sync, simulate) like any other.
   std::optional<OptimalOptions> optimal;
   // Whether stages may recompute their forward before B instead of keeping activations
   // (core/recompute.h). kOff plans exactly as before; kAuto recomputes where that shortens the
@@ -94,9 +94,10 @@ struct PlannedSchedule {
   double span_lower_bound = 0;
   double bubble_lower_bound = 0;
   // With PlanRequest::optimal: the solver's result (its `plan` is the compute plan; its
-  // `incumbent_span` the generated plan's span, so the generator's distance to the optimum is
-  // incumbent_span / bound - 1). The simulated span of `plan` equals its `span` unless
-  // reductions (buckets with a reduce cost) lengthen it, which the solver does not model.
+  // `incumbent_span` the generated plan's span, searched and polished, so the generator's
+  // distance to the optimum is incumbent_span / bound - 1). The simulated span of `plan` equals
+  // its `span` unless reductions (buckets with a reduce cost) lengthen it, which the solver does
+  // not model.
   std::optional<OptimalResult> optimal;
   // Set when the polish ran (PlanRequest::polish): the generated plan's span, the polished one's
   // (equal when the solver found nothing shorter) and the tree nodes it took.
