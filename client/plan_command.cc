@@ -612,6 +612,11 @@ std::string Summary(const Planned& p, const std::optional<RecomputeSuggestion>& 
                         "%.4f of bubble)\n",
                         Plain(p.span_lower_bound), p.bubble_lower_bound,
                         std::max(0.0, p.sim.bubble_rate - p.bubble_lower_bound));
+  if (p.polish.has_value() && p.polish->improved()) {
+    absl::StrAppendFormat(&out,
+                          "polished      span %s; the generated plan's %s (%d solver nodes)\n",
+                          Plain(p.polish->span), Plain(p.polish->generated_span), p.polish->nodes);
+  }
   if (p.optimal.has_value()) absl::StrAppend(&out, OptimalLines(p));
   absl::StrAppendFormat(&out, "memory limit  %s per rank; peak %s\n", Plain(p.memory_limit),
                         Plain(MaxOf(p.sim.peak_memory)));
@@ -692,11 +697,17 @@ Json RecomputeJson(const Planned& p) {
           {"keep_span", optional(p.keep_span)}, {"keep_bubble", optional(p.keep_bubble)}};
 }
 
-// The lower bounds, and the exact solver's result when it ran (--optimal), as fields of `out`.
+// The lower bounds, the polish when it ran and the exact solver's result when it ran
+// (--optimal), as fields of `out`.
 void AddBounds(const Planned& p, Json& out) {
   out["span_lower_bound"] = Number(p.span_lower_bound);
   out["bubble_lower_bound"] = Number(p.bubble_lower_bound);
   if (!p.recompute_stages.empty()) out["recompute"] = RecomputeJson(p);
+  if (p.polish.has_value()) {
+    out["polish"] = {{"generated_span", Number(p.polish->generated_span)},
+                     {"span", Number(p.polish->span)},
+                     {"nodes", p.polish->nodes}};
+  }
   if (!p.optimal.has_value()) return;
   const core::OptimalResult& o = *p.optimal;
   out["optimal"] = {{"span", Number(o.span)},

@@ -105,6 +105,7 @@ struct JobSpec {
   std::optional<double> replan_threshold;  // nullopt = kDefaultReplanThreshold
   std::string recompute;                   // "" = off; "off", "auto", "all" (RecomputePolicy)
   std::optional<double> search_budget;     // seconds; nullopt = kDefaultSearchBudget, 0 = greedy
+  std::optional<bool> polish;              // nullopt = kDefaultPolish (core::PlanRequest::polish)
   int microbatches = 0;
   int microbatch_size = 0;
   int iterations = 0;
@@ -139,12 +140,14 @@ struct JobSpec {
   // (docs/design.md, "Planning time"): hence a smaller limit than zpipe plan's.
   static constexpr double kDefaultSearchBudget = 1;
   static constexpr double kMaxSearchBudget = 10;
+  static constexpr bool kDefaultPolish = true;  // as `zpipe plan`
   double bucket_mb_or_default() const { return bucket_mb == 0 ? kDefaultBucketMb : bucket_mb; }
   bool overlap_or_default() const { return overlap.value_or(kDefaultOverlap); }
   double replan_threshold_or_default() const {
     return replan_threshold.value_or(kDefaultReplanThreshold);
   }
   double search_budget_or_default() const { return search_budget.value_or(kDefaultSearchBudget); }
+  bool polish_or_default() const { return polish.value_or(kDefaultPolish); }
 
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };

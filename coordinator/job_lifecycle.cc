@@ -45,6 +45,8 @@ void JobLifecycle::Restore(std::vector<JobRecord> loaded,
     // A job stored without a search budget that ran was planned with the greedy pass: its ranks
     // run (or ran) that plan. One that never ran gets the default, like a new submit.
     if (!rec.spec.search_budget && rec.attempt > 0) rec.spec.search_budget = 0;
+    // Likewise one stored without polish was planned before plans were polished.
+    if (!rec.spec.polish && rec.attempt > 0) rec.spec.polish = false;
     // Jobs stored by a coordinator before defaults were resolved at submit hold the raw spec.
     rec.spec = ResolveSpecDefaults(std::move(rec.spec));
     // Every job that may run again gets its plan now, before the lock: a search takes up to its

@@ -972,6 +972,53 @@ TEST_F(JobManagerTest, AJobThatRanBeforeJobsSearchedKeepsTheGreedyPlan) {
   EXPECT_LT((*plan)->sim.span, (*expected)->sim.span);
 }
 
+// A job stored before plans were polished (its resolved spec has search_budget 1 and no polish)
+// that ran keeps the plan its ranks run: it is loaded with schedule.polish false. One that never
+// ran is planned like a new submit, polished (1F1B at m = p: shorter than the published order).
+TEST_F(JobManagerTest, AJobThatRanBeforePlansWerePolishedKeepsItsPlan) {
+  JobSpec spec = Spec(4);
+  spec.model = SyntheticConfig{1, 1, 1, 97.65625, 8};  // T_comm 0.1 per hand-over
+  spec = ResolveSpecDefaults(spec);
+  spec.polish.reset();  // as the previous coordinator stored it
+  JobRecord ran;
+  ran.id = "ran";
+  ran.spec = spec;
+  ran.state = JobState::kRunning;
+  ran.attempt = 1;
+  ran.create_time = clock_.Now();
+  ran.submit_order = 1;
+  JobRecord waiting = ran;
+  waiting.id = "waiting";
+  waiting.state = JobState::kPending;
+  waiting.attempt = 0;
+  waiting.submit_order = 2;
+  ASSERT_TRUE(store_->Put(ran, {}).ok());
+  ASSERT_TRUE(store_->Put(waiting, {}).ok());
+
+  manager_ = MakeManager();
+  JobSpec unpolished = spec;
+  unpolished.polish = false;
+  absl::StatusOr<std::shared_ptr<const JobPlan>> expected = PlanJob(unpolished);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<JobView> view = manager_->Get("ran");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->record.spec.polish, false);
+  EXPECT_EQ(view->record.spec.search_budget, 1);
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = manager_->Plan("ran");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->text, (*expected)->text);
+
+  view = manager_->Get("waiting");
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->record.spec.polish, true);
+  plan = manager_->Plan("waiting");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<std::shared_ptr<const JobPlan>> polished = PlanJob(ResolveSpecDefaults(spec));
+  ASSERT_TRUE(polished.ok()) << polished.status();
+  EXPECT_EQ((*plan)->text, (*polished)->text);
+  EXPECT_LT((*plan)->sim.span, (*expected)->sim.span);
+}
+
 TEST_F(JobManagerTest, PendingJobLimitRefusesNewJobsButNotResubmits) {
   ManagerOptions options;
   options.max_pending_jobs = 2;

@@ -106,6 +106,7 @@ absl::StatusOr<JobSpec> SpecFromProto(const v1::JobSpec& p) {
   if (p.schedule().has_replan_threshold()) s.replan_threshold = p.schedule().replan_threshold();
   s.recompute = p.schedule().recompute();
   if (p.schedule().has_search_budget()) s.search_budget = p.schedule().search_budget();
+  if (p.schedule().has_polish()) s.polish = p.schedule().polish();
   s.microbatches = p.batch().microbatches();
   s.microbatch_size = p.batch().microbatch_size();
   s.iterations = p.train().iterations();
@@ -190,6 +191,7 @@ v1::JobSpec SpecToProto(const JobSpec& s) {
   if (s.replan_threshold) p.mutable_schedule()->set_replan_threshold(*s.replan_threshold);
   p.mutable_schedule()->set_recompute(s.recompute);
   if (s.search_budget) p.mutable_schedule()->set_search_budget(*s.search_budget);
+  if (s.polish) p.mutable_schedule()->set_polish(*s.polish);
   p.mutable_batch()->set_microbatches(s.microbatches);
   p.mutable_batch()->set_microbatch_size(s.microbatch_size);
   p.mutable_train()->set_iterations(s.iterations);

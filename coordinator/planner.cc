@@ -143,6 +143,8 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanJob(const JobSpec& spec,
           core::RecomputePolicy::kOff);
   // `zpipe plan`'s search, with its default seed: the job runs the plan `zpipe plan` shows.
   req.search = {.budget_seconds = spec.search_budget_or_default(), .seed = kSearchSeed};
+  // And its polish; false for a job stored before plans were polished (JobLifecycle::Restore).
+  req.polish = spec.polish_or_default();
   req.lower = true;
   req.overlap = spec.overlap_or_default();
   out->bucket_size_mb = spec.bucket_mb_or_default();

@@ -4,8 +4,9 @@
 // The planner supplies what is job-specific: the cost model (synthetic: from the *_ms fields;
 // GPT: FLOP-proportional, per stage by its layers; TorchScript: measured per stage), the gradient
 // buckets and the reduce time; core::PlanSchedule (core/planning.h) does the rest (generate,
-// validate, lower, grad-sync plan, simulate), with the search `zpipe plan` runs
-// (schedule.search_budget, default 1 s as for `zpipe plan --budget`; seed 1). Times are in
+// validate, lower, grad-sync plan, simulate), with the search and polish `zpipe plan` runs
+// (schedule.search_budget, default 1 s as for `zpipe plan --budget`; seed 1; schedule.polish,
+// default true). Times are in
 // milliseconds; memory in M_F units (one rank's share of one microbatch's activations; a stage
 // holds 1/v of it). The plan is deterministic in the spec and its costs (the search budget is
 // simulation work, not a clock), so it is regenerated rather than stored. Planning takes up to

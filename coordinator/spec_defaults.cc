@@ -43,6 +43,7 @@ JobSpec ResolveSpecDefaults(JobSpec spec) {
   if (spec.restart_backoff.empty()) spec.restart_backoff = "2s";
   spec.replan_threshold = spec.replan_threshold_or_default();
   spec.search_budget = spec.search_budget_or_default();
+  spec.polish = spec.polish_or_default();
   return spec;
 }
 

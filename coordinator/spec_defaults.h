@@ -18,8 +18,9 @@ namespace zpipe::coordinator {
 // "constant"; train.precision "fp32"; grad_sync.bucket_mb 25 and overlap true; with a data
 // section data.dtype "uint16" and data.seq_len the GPT model's; with an eval section eval.batches
 // 4; checkpoint.on_error fail; restart.backoff "2s"; schedule.replan_threshold 0.01 and
-// search_budget 1. device is cpu already (DeviceKind has no unset value). A stored job without
-// search_budget that ran was planned before jobs searched: JobLifecycle::Restore gives it 0.
+// search_budget 1, polish true. device is cpu already (DeviceKind has no unset value). A stored
+// job without search_budget that ran was planned before jobs searched, one without polish before
+// plans were polished: JobLifecycle::Restore gives it 0, false.
 // Left alone on purpose: schedule.memory_limit (nullopt = auto: the limit depends on the plan and
 // is the job's predicted memory limit), data.shuffle_seed (unset = no shuffling), checkpoint.keep
 // (0 = keep all) and restart.max_restarts (0 = off), whose zero is itself the meaning.

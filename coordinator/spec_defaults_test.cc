@@ -47,6 +47,7 @@ TEST(SpecDefaultsTest, FillsEveryDefaultTheReadmeDocuments) {
   EXPECT_EQ(r.restart_backoff, "2s");
   EXPECT_EQ(r.replan_threshold, 0.01);  // schedule.replan_threshold
   EXPECT_EQ(r.search_budget, 1);        // schedule.search_budget: zpipe plan's --budget
+  EXPECT_EQ(r.polish, true);            // schedule.polish: as zpipe plan
   EXPECT_EQ(r.replan_every, 0);         // off
   // Zeros that are themselves the meaning stay, and auto stays auto.
   EXPECT_EQ(r.max_restarts, 0);              // off

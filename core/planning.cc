@@ -157,7 +157,34 @@ void BoundRecomputingPlan(const Placement& placement, int microbatches, bool spl
       out.span_lower_bound > 0 ? std::max(0.0, 1 - busy / (p * out.span_lower_bound)) : 0;
 }
 
+// The polish (PlanRequest::polish) of the compute plan `out.plan`, in place; false when the
+// request does not get one.
+absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& out) {
+  if (!req.polish || kind == ScheduleKind::kGpipe || req.recompute != RecomputePolicy::kOff) {
+    return false;
+  }
+  const int64_t nodes =
+      PolishNodes(req.search.budget_seconds, static_cast<int64_t>(out.plan.num_actions()));
+  if (nodes == 0) return false;
+  absl::StatusOr<OptimalResult> solved =
+      SolveOptimal(out.plan, out.cost, out.memory_limit,
+                   OptimalOptions{.time_limit_seconds = 0, .node_limit = nodes});
+  if (!solved.ok()) return solved.status();
+  out.polish = PlannedSchedule::Polish{
+      .generated_span = solved->incumbent_span, .span = solved->span, .nodes = solved->nodes};
+  if (solved->improved) out.plan = std::move(solved->plan);
+  return true;
+}
+
 }  // namespace
+
+int64_t PolishNodes(double budget_seconds, int64_t actions) {
+  if (!(budget_seconds > 0) || actions <= 0 || actions > kMaxPolishActions) return 0;
+  const double a = static_cast<double>(actions);
+  const double per_second = std::min(4 * a, kPolishWork / a);
+  const double nodes = std::min(budget_seconds, kMaxSearchSeconds) * per_second;
+  return static_cast<int64_t>(std::ceil(std::max(2 * a, nodes)));
+}
 
 PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm,
                          int buckets_per_stage, double reduce_cost) {
@@ -207,6 +234,13 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
     }
   }
   out.plan = *std::move(plan);
+  absl::StatusOr<bool> polished = Polish(req, kind, out);
+  if (!polished.ok()) return Internal("polish", polished.status());
+  if (*polished && req.validate) {
+    if (absl::Status st = ValidatePlan(out.plan, vopts); !st.ok()) {
+      return Internal("polished plan invalid", st);
+    }
+  }
   if (req.optimal.has_value()) {
     absl::StatusOr<OptimalResult> solved =
         SolveOptimal(out.plan, out.cost, out.memory_limit, *req.optimal);

@@ -6,7 +6,8 @@
 //   parse the schedule kind -> check the bounds (core/plan_limits.h) -> placement -> the caller's
 //   placement-dependent inputs (costs, buckets) and their bounds -> memory limit ->
 //   GenerateSchedule (with a recompute policy: ChooseRecompute, core/recompute.h) -> ValidatePlan
-//   -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
+//   -> polish (with a search budget: the exact solver for a node budget, PlanRequest::polish)
+//   -> ValidatePlan -> LowerComm -> PlanGradSync -> ValidatePlan -> Simulate
 //
 // Every error the request can cause names the request field it came from (core::ErrorField on
 // the status: "schedule", "pipeline", "microbatches", "chunks", "memory_limit",
@@ -57,9 +58,19 @@ struct PlanRequest {
   bool validate = true;  // validate the compute plan and the final plan (benches may skip it)
   // Search beyond the greedy pass (core/schedule.h); the default is the greedy pass alone.
   SearchOptions search;
-  // Set: after generating (and searching), run the exact solver (core/optimal_schedule.h) with
-  // the generated plan as the incumbent; its plan replaces the generated one and goes through
-  // the rest of the chain (validate, lower, grad sync, simulate) like any other.
+  // With a search budget (> 0), every schedule but gpipe, no recompute policy and at most
+  // kMaxPolishActions compute actions: after generating (and searching), the exact solver
+  // (core/optimal_schedule.h) runs from the generated plan for PolishNodes(budget, actions) tree
+  // nodes (a node budget, not a clock: the same plan on every machine), and its plan replaces the
+  // generated one when it is strictly shorter. Its depth-first search, timed action by action,
+  // often finds in a few passes what the generators' orders miss (1F1B and ZB-H1 at m = p fill
+  // the middle ranks' warm-up deeper within the same memory limit). gpipe stays the textbook
+  // all-forwards-then-all-backwards baseline. false = the generated plan (what jobs planned
+  // before the polish run: coordinator's schedule.polish).
+  bool polish = true;
+  // Set: after generating (searching and polishing), run the exact solver
+  // (core/optimal_schedule.h) with that plan as the incumbent; its plan replaces it and goes
+  // through the rest of the chain (validate, lower, grad sync, simulate) like any other.
   std::optional<OptimalOptions> optimal;
   // Whether stages may recompute their forward before B instead of keeping activations
   // (core/recompute.h). kOff plans exactly as before; kAuto recomputes where that shortens the
@@ -83,10 +94,20 @@ struct PlannedSchedule {
   double span_lower_bound = 0;
   double bubble_lower_bound = 0;
   // With PlanRequest::optimal: the solver's result (its `plan` is the compute plan; its
-  // `incumbent_span` the generated plan's span, so the generator's distance to the optimum is
-  // incumbent_span / bound - 1). The simulated span of `plan` equals its `span` unless
-  // reductions (buckets with a reduce cost) lengthen it, which the solver does not model.
+  // `incumbent_span` the generated plan's span, searched and polished, so the generator's
+  // distance to the optimum is incumbent_span / bound - 1). The simulated span of `plan` equals
+  // its `span` unless reductions (buckets with a reduce cost) lengthen it, which the solver does
+  // not model.
   std::optional<OptimalResult> optimal;
+  // Set when the polish ran (PlanRequest::polish): the generated plan's span, the polished one's
+  // (equal when the solver found nothing shorter) and the tree nodes it took.
+  struct Polish {
+    double generated_span = 0;
+    double span = 0;
+    int64_t nodes = 0;
+    bool improved() const { return span < generated_span; }
+  };
+  std::optional<Polish> polish;
   // Per stage, whether the plan recomputes it; empty with RecomputePolicy::kOff.
   std::vector<bool> recompute_stages;
   // With a recompute policy: the best keep-everything plan's span and bubble at this limit
@@ -102,6 +123,19 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& request);
 // The checks PlanSchedule makes before generating (the schedule name, the bounds of the shape
 // and of the inputs), alone: cheap, for callers that check several requests before planning any.
 absl::Status CheckPlanRequest(const PlanRequest& request);
+
+// The polish's limits. Each tree node costs about one pass over the plan's compute actions
+// (7-20 ns per action on the development machine), and one depth-first pass from the root to a
+// complete plan is `actions` nodes, so a pass costs about actions^2 of that. Per second of
+// search budget the polish gets 4 passes, at most kPolishWork node-actions (about 5 ms), and at
+// least 2 passes (one for each of the solver's phases); plans of more than kMaxPolishActions
+// compute actions, where 2 passes exceed kPolishWork, are not polished (ZB-2p at p = 8, m = 32
+// has 768 and one pass there takes ~8 ms; at p = 32, m = 256, 24576 actions, seconds).
+inline constexpr int64_t kMaxPolishActions = 512;
+inline constexpr double kPolishWork = 2.0 * kMaxPolishActions * kMaxPolishActions;
+// Tree nodes for a search budget and a plan of `actions` compute actions (above); 0 = no polish
+// (no budget, or more than kMaxPolishActions actions).
+int64_t PolishNodes(double budget_seconds, int64_t actions);
 
 // PlanInputs with the same `stage` cost for each of the placement's stages.
 PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm = 0,

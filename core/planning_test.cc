@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "core/lowering.h"
 #include "core/status_field.h"
+#include "core/validator.h"
 
 namespace zpipe::core {
 namespace {
@@ -112,6 +114,111 @@ TEST(PlanningTest, ErrorsNameTheRequestField) {
                 planned.status().code() == absl::StatusCode::kFailedPrecondition)
         << planned.status();
   }
+}
+
+PlanRequest Searched(std::string schedule, int p, int m, double comm, double budget = 1) {
+  PlanRequest req = Request(std::move(schedule), p, m, kUnit, comm);
+  req.search = {.budget_seconds = budget, .seed = 1};
+  return req;
+}
+
+// 1F1B at m = p: the published order holds each rank to its p - r warm-up forwards; within the
+// same memory limit the polish fills the middle ranks deeper and is shorter. The greedy pass
+// alone (budget 0) and a request without the polish keep the published order.
+TEST(PlanningTest, PolishShortens1F1BAndBudgetZeroKeepsThePublishedOrder) {
+  absl::StatusOr<PlannedSchedule> polished = PlanSchedule(Searched("1f1b", 4, 4, 0.1));
+  ASSERT_TRUE(polished.ok()) << polished.status();
+  EXPECT_NEAR(polished->sim.span, 21.6, 1e-9);
+  ASSERT_TRUE(polished->polish.has_value());
+  EXPECT_NEAR(polished->polish->generated_span, 22, 1e-9);
+  EXPECT_NEAR(polished->polish->span, 21.6, 1e-9);
+  EXPECT_TRUE(polished->polish->improved());
+
+  ScheduleRequest sreq;
+  sreq.pipeline = 4;
+  sreq.microbatches = 4;
+  sreq.cost = CostModel::Uniform(4, kUnit, 0.1);
+  absl::StatusOr<Plan> published = GenerateSchedule(ScheduleKind::k1F1B, sreq);
+  ASSERT_TRUE(published.ok());
+  absl::StatusOr<Plan> published_lowered = LowerComm(*published);
+  ASSERT_TRUE(published_lowered.ok());
+  absl::StatusOr<PlannedSchedule> greedy = PlanSchedule(Searched("1f1b", 4, 4, 0.1, 0));
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_NEAR(greedy->sim.span, 22, 1e-9);
+  EXPECT_FALSE(greedy->polish.has_value());
+  EXPECT_EQ(greedy->plan, *published_lowered);
+  PlanRequest off = Searched("1f1b", 4, 4, 0.1);
+  off.polish = false;
+  absl::StatusOr<PlannedSchedule> unpolished = PlanSchedule(off);
+  ASSERT_TRUE(unpolished.ok()) << unpolished.status();
+  EXPECT_EQ(unpolished->plan, *published_lowered);
+  EXPECT_FALSE(unpolished->polish.has_value());
+}
+
+// A polished plan is a plan like any other: valid under the memory limit once lowered and with
+// its reductions, simulated to the span the solver timed, and the same for the same request.
+TEST(PlanningTest, PolishedPlansAreValidSimulatedAndDeterministic) {
+  struct Case {
+    const char* schedule;
+    int p, m;
+  };
+  for (const Case& c : {Case{"1f1b", 4, 4}, Case{"1f1b", 8, 8}, Case{"zb-h1", 8, 8},
+                        Case{"zb-2p", 4, 8}, Case{"zb-2p", 8, 16}}) {
+    PlanRequest req = Searched(c.schedule, c.p, c.m, 0.1);
+    req.inputs = [](const Placement& placement) {
+      return UniformInputs(placement, kUnit, 0.1, /*buckets_per_stage=*/2, /*reduce_cost=*/0);
+    };
+    absl::StatusOr<PlannedSchedule> first = PlanSchedule(req);
+    ASSERT_TRUE(first.ok()) << c.schedule << ": " << first.status();
+    ASSERT_TRUE(first->polish.has_value()) << c.schedule;
+    EXPECT_TRUE(first->polish->improved()) << c.schedule << " p=" << c.p << " m=" << c.m;
+    EXPECT_TRUE(first->plan.IsLowered());
+    EXPECT_FALSE(first->buckets.empty());
+    EXPECT_TRUE(
+        ValidatePlan(first->plan, {.cost = &first->cost, .memory_limit = first->memory_limit})
+            .ok());
+    absl::StatusOr<SimResult> sim = Simulate(first->plan, first->cost);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    EXPECT_NEAR(sim->span, first->polish->span, 1e-9) << c.schedule;
+    EXPECT_NEAR(first->sim.span, first->polish->span, 1e-9) << c.schedule;
+    absl::StatusOr<PlannedSchedule> second = PlanSchedule(req);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(first->plan, second->plan) << c.schedule;
+    EXPECT_EQ(first->polish->nodes, second->polish->nodes) << c.schedule;
+  }
+}
+
+// Where the polish does not apply, the plan is the generated one: gpipe (the textbook
+// baseline), a recompute policy (the solver has no R), and plans above kMaxPolishActions.
+// Where the published order is already optimal (1F1B and ZB-H1 without communication time) the
+// polish finds nothing shorter and keeps it.
+TEST(PlanningTest, PolishLeavesPlansItDoesNotApplyToOrCannotShorten) {
+  auto same_as_greedy = [](PlanRequest req, bool polished) {
+    absl::StatusOr<PlannedSchedule> searched = PlanSchedule(req);
+    ASSERT_TRUE(searched.ok()) << req.schedule << ": " << searched.status();
+    EXPECT_EQ(searched->polish.has_value(), polished) << req.schedule;
+    req.search.budget_seconds = 0;
+    absl::StatusOr<PlannedSchedule> greedy = PlanSchedule(req);
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    EXPECT_EQ(searched->plan, greedy->plan) << req.schedule << " p=" << req.pipeline;
+  };
+  same_as_greedy(Searched("gpipe", 4, 4, 0.1), false);
+  PlanRequest recompute = Searched("1f1b", 4, 4, 0.1);
+  recompute.recompute = RecomputePolicy::kAuto;
+  same_as_greedy(recompute, false);
+  same_as_greedy(Searched("zb-h1", 8, 32, 0.1), false);  // 768 compute actions
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    for (const auto& [p, m] : {std::pair{4, 4}, std::pair{4, 8}, std::pair{8, 8}}) {
+      same_as_greedy(Searched(schedule, p, m, 0), true);
+    }
+  }
+  EXPECT_EQ(PolishNodes(0, 100), 0);
+  EXPECT_EQ(PolishNodes(1, kMaxPolishActions + 1), 0);
+  EXPECT_EQ(PolishNodes(1, 100), 400);
+  EXPECT_EQ(PolishNodes(0.1, 100), 200);  // one pass for each of the solver's two phases
+  EXPECT_EQ(PolishNodes(1, 400), 1311);   // kPolishWork / 400: under 4 passes
+  EXPECT_EQ(PolishNodes(1, 512), 1024);
+  EXPECT_EQ(PolishNodes(2, 512), 2048);
 }
 
 TEST(StatusFieldTest, AttachesAndReadsAField) {

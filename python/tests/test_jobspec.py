@@ -86,7 +86,7 @@ class LoadSpecTest(unittest.TestCase):
         self.assertEqual(e.field, "spec.schedule.knd")
         self.assertEqual(e.message, "line 3: unknown field 'schedule.knd' "
                          "(schedule has: kind, memory_limit, chunks, replan_every, "
-                         "replan_threshold, recompute, search_budget)")
+                         "replan_threshold, recompute, search_budget, polish)")
         e = self.error({"parallel": {"pipeline": "4"}})
         self.assertEqual(e.field, "spec.parallel.pipeline")
         self.assertIn('expects an integer, got the string "4"', e.message)
