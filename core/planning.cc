@@ -168,7 +168,11 @@ absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSc
   if (nodes == 0) return false;
   absl::StatusOr<OptimalResult> solved =
       SolveOptimal(out.plan, out.cost, out.memory_limit,
-                   OptimalOptions{.time_limit_seconds = 0, .node_limit = nodes});
+                   // The relaxations at the nodes serve proofs; the polish looks for a shorter
+                   // plan in a few passes, where they would cost more than they cut.
+                   OptimalOptions{.time_limit_seconds = 0,
+                                  .node_limit = nodes,
+                                  .rank_relaxation_at_nodes = false});
   if (!solved.ok()) return solved.status();
   out.polish = PlannedSchedule::Polish{
       .generated_span = solved->incumbent_span, .span = solved->span, .nodes = solved->nodes};
