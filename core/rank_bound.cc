@@ -21,6 +21,9 @@ struct Kind {
   int pred = -1;
   double delay = 0;
   std::vector<int> succ;
+  // Whether its time counts towards the end the problem measures: not for the Ws when the end
+  // is the last B of the rank's first stage (they may all run after it).
+  bool counts = true;
 };
 
 // The states a search has settled, with the least time from each to the end that it proved.
@@ -126,8 +129,10 @@ class StateMemo {
 // when that time does not fit.
 class RankProblem {
  public:
+  // `finish_kind`: the problem ends when every action of that kind is done (-1: when all are).
   RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t node_limit,
-              int64_t state_limit, bool dominance, bool keep_searching = false)
+              int64_t state_limit, bool dominance, bool keep_searching = false,
+              int finish_kind = -1)
       : kinds_(std::move(kinds)),
         m_(m),
         limit_(limit),
@@ -139,11 +144,12 @@ class RankProblem {
         head_(kinds_.size(), 0),
         tail_(kinds_.size(), 0),
         memo_(dominance),
-        keep_searching_(keep_searching) {
+        keep_searching_(keep_searching),
+        finish_kind_(finish_kind) {
     // tail_[k]: the least time from the start of a kind-k action to the end of the last action of
     // its microbatch on this rank (itself, then its successors here and the delays to them).
     for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) Tail(k);
-    for (const Kind& kind : kinds_) left_ += m_ * kind.dur;
+    for (size_t k = 0; k < kinds_.size(); ++k) left_ += m_ * Counted(k);
     // Kinds in an order where each comes after its predecessor.
     std::vector<bool> placed(kinds_.size(), false);
     while (topo_.size() < kinds_.size()) {
@@ -182,7 +188,7 @@ class RankProblem {
       queue_[k] = ready[k];
       head_[k] = 0;
       mem_ += done[k] * kinds_[k].mem;
-      left_ += (m_ - done[k]) * kinds_[k].dur;
+      left_ += (m_ - done[k]) * Counted(k);
     }
     best_ = need;
     // What the remembered states and the node bound say costs no search.
@@ -204,17 +210,20 @@ class RankProblem {
   bool TooLarge() const { return too_large_; }
 
  private:
+  // The part of a kind's duration the measured end counts.
+  double Counted(size_t k) const { return kinds_[k].counts ? kinds_[k].dur : 0; }
+
   double Tail(int k) {
     double after = 0;
     for (int s : kinds_[k].succ) after = std::max(after, kinds_[s].delay + Tail(s));
-    return tail_[k] = kinds_[k].dur + after;
+    return tail_[k] = Counted(k) + after;
   }
 
   // No completion from here ends before this.
   double NodeBound() const {
     double end = t_ + left_;
     for (size_t k = 0; k < kinds_.size(); ++k) {
-      if (done_[k] == m_) continue;
+      if (done_[k] == m_ || !kinds_[k].counts) continue;
       // The kind's remaining actions run one after another from now on, and the last one's
       // microbatch still has its tail to go.
       end = std::max(end, t_ + (m_ - done_[k]) * kinds_[k].dur + tail_[k] - kinds_[k].dur);
@@ -246,7 +255,7 @@ class RankProblem {
           e = std::max(t_, est_[kind.pred][i] + kinds_[kind.pred].dur + kind.delay);
         }
         est[i] = e;
-        jobs_.push_back({e, kind.dur});
+        if (kind.counts) jobs_.push_back({e, kind.dur});
       }
     }
     std::sort(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) { return a > b; });
@@ -297,6 +306,7 @@ class RankProblem {
   }
 
   bool Finished() const {
+    if (finish_kind_ >= 0) return done_[finish_kind_] == m_;
     for (int n : done_) {
       if (n != m_) return false;
     }
@@ -323,7 +333,7 @@ class RankProblem {
     for (int s : kind.succ) queue_[s].push_back(end + kinds_[s].delay);
     ++done_[k];
     mem_ += kind.mem;
-    left_ -= kind.dur;
+    left_ -= Counted(k);
     t_ = end;
   }
 
@@ -333,7 +343,7 @@ class RankProblem {
     for (int s : kind.succ) queue_[s].pop_back();
     --done_[k];
     mem_ -= kind.mem;
-    left_ += kind.dur;
+    left_ += Counted(k);
     t_ = now;
   }
 
@@ -356,6 +366,7 @@ class RankProblem {
   std::vector<double> times_;   // and the ready times
   StateMemo memo_;
   const bool keep_searching_;
+  const int finish_kind_;
 };
 
 namespace {
@@ -443,35 +454,86 @@ double RankRelaxation::LeastRest(const std::vector<int>& done,
 
 int64_t RankRelaxation::nodes() const { return problem_->nodes(); }
 
+namespace {
+
+// One problem of RankRelaxationBound: a rank's relaxation, measured to its last action (`chain`
+// false) or to the last B of its first stage, with what the bound adds to its least time.
+struct Unit {
+  int rank = 0;
+  bool chain = false;
+  double offset = 0;
+};
+
+// The units: each rank, and each rank past the first stage's as a link of a chain (see the
+// header): rank 0 spans at least the forward path from its F of stage 0 to the rank's first
+// stage, that rank's first start to its last B there, and the backward path down to stage 0 with
+// rank 0's W after it.
+std::vector<Unit> UnitsOf(const Placement& placement, const CostModel& cost, bool split) {
+  const int p = placement.num_ranks();
+  std::vector<Unit> units;
+  for (int r = 0; r < p; ++r) units.push_back({.rank = r});
+  auto edge = [&](int s) {
+    return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
+  };
+  std::vector<int> first_stage(p, -1);
+  for (int s = placement.num_stages() - 1; s >= 0; --s) first_stage[placement.RankOf(s)] = s;
+  for (int r = 0; r < p; ++r) {
+    if (first_stage[r] <= 0) continue;
+    double offset = split ? cost.stages[0].w : 0;
+    for (int s = 0; s < first_stage[r]; ++s) {
+      const StageCost& sc = cost.stages[s];
+      offset += sc.f + (split ? sc.b : sc.b + sc.w) + 2 * edge(s);
+    }
+    units.push_back({.rank = r, .chain = true, .offset = offset});
+  }
+  return units;
+}
+
+}  // namespace
+
 RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
                               double memory_limit, bool split_backward,
                               const RankBoundOptions& options) {
   RankBound out;
-  const int p = placement.num_ranks();
-  // Rounds: every rank not settled yet gets a share that grows fourfold each round, so an easy
-  // rank costs little and a hard one gets most of the budget (what the aborted rounds spent is at
+  const std::vector<Unit> units =
+      UnitsOf(placement, cost, split_backward);
+  const int n = options.chains ? static_cast<int>(units.size()) : placement.num_ranks();
+  // Rounds: every unit not settled yet gets a share that grows fourfold each round, so an easy
+  // one costs little and a hard one gets most of the budget (what the aborted rounds spent is at
   // most a third of it).
-  std::vector<bool> settled(p, false);
-  int64_t share = std::max<int64_t>(1000, options.node_limit / (16 * p));
+  std::vector<bool> settled(n, false);
+  int64_t share = std::max<int64_t>(1000, options.node_limit / (16 * n));
   while (true) {
     int open = 0;
-    for (int r = 0; r < p; ++r) open += !settled[r];
-    if (open == 0 || out.nodes >= options.node_limit) break;
-    for (int r = 0; r < p; ++r) {
-      if (settled[r]) continue;
+    for (int u = 0; u < n; ++u) open += !settled[u];
+    // A unit that reached `upper` already says all the bound may say.
+    if (open == 0 || out.nodes >= options.node_limit || out.span >= options.upper) break;
+    for (int u = 0; u < n; ++u) {
+      if (settled[u]) continue;
       const int64_t left = options.node_limit - out.nodes;
       if (left <= 0) break;
-      RankProblem problem(KindsOf(placement, cost, split_backward, r), microbatches,
-                          memory_limit, std::min(share, left), options.state_limit,
-                          options.dominance);
-      const std::optional<double> span = problem.Solve(options.upper);
+      if (out.span >= options.upper) break;
+      const Unit& unit = units[u];
+      std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, unit.rank);
+      // A chain's rank ends at the last B of its first stage: kind k, with k stages.
+      int finish = -1;
+      if (unit.chain) {
+        finish = static_cast<int>(kinds.size()) / (split_backward ? 3 : 2);
+        if (split_backward) {
+          for (size_t k = 2 * finish; k < kinds.size(); ++k) kinds[k].counts = false;
+        }
+      }
+      RankProblem problem(std::move(kinds), microbatches, memory_limit, std::min(share, left),
+                          options.state_limit, options.dominance, /*keep_searching=*/false,
+                          finish);
+      const std::optional<double> span = problem.Solve(options.upper - unit.offset);
       out.nodes += problem.nodes();
       out.states = std::max(out.states, problem.states());
-      if (problem.TooLarge()) settled[r] = true;  // out of states: more nodes would not help
+      if (problem.TooLarge()) settled[u] = true;  // out of states: more nodes would not help
       if (!span) continue;
-      settled[r] = true;
-      ++out.ranks_solved;
-      out.span = std::max(out.span, *span);
+      settled[u] = true;
+      ++(unit.chain ? out.chains_solved : out.ranks_solved);
+      out.span = std::max(out.span, *span + unit.offset);
     }
     share *= 4;
   }

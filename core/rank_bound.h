@@ -46,6 +46,7 @@ namespace zpipe::core {
 struct RankBound {
   double span = 0;         // max over the ranks solved of their least relaxed span (or `upper`)
   int ranks_solved = 0;    // ranks whose search finished within the limits
+  int chains_solved = 0;   // chain links (RankBoundOptions::chains) whose search finished
   int64_t nodes = 0;       // search nodes over all ranks
   int64_t states = 0;      // the most states one rank's search remembered
 };
@@ -62,6 +63,9 @@ struct RankBoundOptions {
   // Whether a remembered state also bounds the states with the same counts and other ready times
   // (see StateMemo in rank_bound.cc); off, only an equal state does. Off is for tests.
   bool dominance = true;
+  // Whether each rank past stage 0's also bounds rank 0 as a link of a chain (see above); off,
+  // only each rank on its own. Off is for tests.
+  bool chains = true;
 };
 
 // `cost` has placement.num_stages() stages; `memory_limit` is per rank. Deterministic.
