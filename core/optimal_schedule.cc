@@ -482,12 +482,12 @@ class Solver {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// Nodes for the per-rank relaxation: about half a second of this machine per second of budget
-// (and the tree's own node limit when that is what bounds the search).
+// Nodes for the per-rank relaxation and its chains: about half a second of this machine per
+// second of budget (and the tree's own node limit when that is what bounds the search).
 int64_t RankBoundNodes(const OptimalOptions& options) {
   if (options.time_limit_seconds > 0) {
-    return std::clamp<int64_t>(static_cast<int64_t>(2e6 * options.time_limit_seconds), 100'000,
-                               20'000'000);
+    return std::clamp<int64_t>(static_cast<int64_t>(4e6 * options.time_limit_seconds), 100'000,
+                               40'000'000);
   }
   return options.node_limit > 0 ? options.node_limit : 20'000'000;
 }
