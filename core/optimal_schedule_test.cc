@@ -317,7 +317,8 @@ TEST(OptimalScheduleTest, PlanScheduleRunsTheSolversPlanThroughThePipeline) {
 }
 
 // The node bound that asks each rank's relaxation from the node's state (on by default) cuts
-// only what cannot be shorter: on a few hundred small shapes of every placement, with random
+// only what cannot be shorter, and the relaxation's root bound (its chains included) never
+// exceeds the optimum: on a few hundred small shapes of every placement, with random
 // costs rounded to tenths (so that equal times arise, as they do with real costs) and T_comm
 // 0, 0.15 or 0.3, the solver finds the same optimum with it as without (whose optimum the
 // brute-force test above checks), in fewer nodes. A relaxation that over-estimates (it once
@@ -325,7 +326,7 @@ TEST(OptimalScheduleTest, PlanScheduleRunsTheSolversPlanThroughThePipeline) {
 TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
   std::mt19937 rng(11);
   const char* schedules[] = {"1f1b", "zb-h1", "zb-1p", "zb-2p", "zb-v", "v-half", "interleaved"};
-  int cases = 0;
+  int cases = 0, tight = 0;
   int64_t nodes_on = 0, nodes_off = 0;
   for (int trial = 0; trial < 700; ++trial) {
     const std::string schedule = schedules[trial % std::size(schedules)];
@@ -365,11 +366,18 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
     ++cases;
     EXPECT_TRUE(with->optimal);
     EXPECT_NEAR(with->span, without->span, 1e-9);
+    // The relaxation's bound, chains included, holds: no plan is shorter than it.
+    const RankBound bound = RankRelaxationBound(plan->plan.placement, req.microbatches,
+                                                plan->cost, plan->memory_limit,
+                                                schedule != "1f1b", {.node_limit = 5'000'000});
+    EXPECT_LE(bound.span, without->span * (1 + 1e-12));
+    tight += bound.span >= without->span * (1 - 1e-12);
     nodes_on += with->nodes;
     nodes_off += without->nodes;
   }
   EXPECT_GE(cases, 600);
   EXPECT_LT(nodes_on, nodes_off);
+  EXPECT_GE(tight, cases / 2);  // and it is the optimum itself on most of these small shapes
 }
 
 // Where memory and the round trip decide, the relaxation at the nodes settles what the tree
