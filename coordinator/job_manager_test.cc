@@ -57,6 +57,27 @@ class JobManagerTest : public ::testing::Test {
     return r->worker_id;
   }
 
+  // Stores, as an earlier coordinator left them, a job "ran" of `spec` in `ran_state` that ran
+  // once, and a pending job "waiting" of the same spec that never ran; then starts a coordinator
+  // on that store.
+  void RestartWithAJobThatRanAndOneThatWaits(const JobSpec& spec, JobState ran_state) {
+    JobRecord ran;
+    ran.id = "ran";
+    ran.spec = spec;
+    ran.state = ran_state;
+    ran.attempt = 1;
+    ran.create_time = clock_.Now();
+    ran.submit_order = 1;
+    JobRecord waiting = ran;
+    waiting.id = "waiting";
+    waiting.state = JobState::kPending;
+    waiting.attempt = 0;
+    waiting.submit_order = 2;
+    ASSERT_TRUE(store_->Put(ran, {}).ok());
+    ASSERT_TRUE(store_->Put(waiting, {}).ok());
+    manager_ = MakeManager();
+  }
+
   FakeClock clock_;
   NullMetrics metrics_;
   std::unique_ptr<SqliteJobStore> store_;
@@ -934,22 +955,7 @@ TEST_F(JobManagerTest, AJobThatRanBeforeJobsSearchedKeepsTheGreedyPlan) {
   spec.schedule = "zb-v";
   spec.microbatches = 8;
   spec.model = SyntheticConfig{2, 2, 2, 97.65625, 8};  // per stage 1, 1, 1, T_comm 0.1
-  JobRecord ran;
-  ran.id = "ran";
-  ran.spec = spec;
-  ran.state = JobState::kSucceeded;
-  ran.attempt = 1;
-  ran.create_time = clock_.Now();
-  ran.submit_order = 1;
-  JobRecord waiting = ran;
-  waiting.id = "waiting";
-  waiting.state = JobState::kPending;
-  waiting.attempt = 0;
-  waiting.submit_order = 2;
-  ASSERT_TRUE(store_->Put(ran, {}).ok());
-  ASSERT_TRUE(store_->Put(waiting, {}).ok());
-
-  manager_ = MakeManager();
+  RestartWithAJobThatRanAndOneThatWaits(spec, JobState::kSucceeded);
   JobSpec greedy = ResolveSpecDefaults(spec);
   greedy.search_budget = 0;
   absl::StatusOr<std::shared_ptr<const JobPlan>> expected = PlanJob(greedy);
@@ -980,22 +986,7 @@ TEST_F(JobManagerTest, AJobThatRanBeforePlansWerePolishedKeepsItsPlan) {
   spec.model = SyntheticConfig{1, 1, 1, 97.65625, 8};  // T_comm 0.1 per hand-over
   spec = ResolveSpecDefaults(spec);
   spec.polish.reset();  // as the previous coordinator stored it
-  JobRecord ran;
-  ran.id = "ran";
-  ran.spec = spec;
-  ran.state = JobState::kRunning;
-  ran.attempt = 1;
-  ran.create_time = clock_.Now();
-  ran.submit_order = 1;
-  JobRecord waiting = ran;
-  waiting.id = "waiting";
-  waiting.state = JobState::kPending;
-  waiting.attempt = 0;
-  waiting.submit_order = 2;
-  ASSERT_TRUE(store_->Put(ran, {}).ok());
-  ASSERT_TRUE(store_->Put(waiting, {}).ok());
-
-  manager_ = MakeManager();
+  RestartWithAJobThatRanAndOneThatWaits(spec, JobState::kRunning);
   JobSpec unpolished = spec;
   unpolished.polish = false;
   absl::StatusOr<std::shared_ptr<const JobPlan>> expected = PlanJob(unpolished);
