@@ -157,15 +157,15 @@ void BoundRecomputingPlan(const Placement& placement, int microbatches, bool spl
       out.span_lower_bound > 0 ? std::max(0.0, 1 - busy / (p * out.span_lower_bound)) : 0;
 }
 
-// The polish (PlanRequest::polish) of the compute plan `out.plan`, in place; false when the
-// request does not get one.
-absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& out) {
+// The polish (PlanRequest::polish) of the compute plan `out.plan`, in place; `out.polish` says
+// whether it ran and what it found.
+absl::Status Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& out) {
   if (!req.polish || kind == ScheduleKind::kGpipe || req.recompute != RecomputePolicy::kOff) {
-    return false;
+    return absl::OkStatus();
   }
   const int64_t nodes =
       PolishNodes(req.search.budget_seconds, static_cast<int64_t>(out.plan.num_actions()));
-  if (nodes == 0) return false;
+  if (nodes == 0) return absl::OkStatus();
   absl::StatusOr<OptimalResult> solved =
       SolveOptimal(out.plan, out.cost, out.memory_limit,
                    // The relaxations at the nodes serve proofs; the polish looks for a shorter
@@ -177,7 +177,7 @@ absl::StatusOr<bool> Polish(const PlanRequest& req, ScheduleKind kind, PlannedSc
   out.polish = PlannedSchedule::Polish{
       .generated_span = solved->incumbent_span, .span = solved->span, .nodes = solved->nodes};
   if (solved->improved) out.plan = std::move(solved->plan);
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -238,9 +238,8 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
     }
   }
   out.plan = *std::move(plan);
-  absl::StatusOr<bool> polished = Polish(req, kind, out);
-  if (!polished.ok()) return Internal("polish", polished.status());
-  if (*polished && req.validate) {
+  if (absl::Status st = Polish(req, kind, out); !st.ok()) return Internal("polish", st);
+  if (out.polish.has_value() && out.polish->improved() && req.validate) {
     if (absl::Status st = ValidatePlan(out.plan, vopts); !st.ok()) {
       return Internal("polished plan invalid", st);
     }
