@@ -171,6 +171,20 @@ std::vector<Case> TinyCases() {
   };
 }
 
+// A compute plan's request: unit F, B and W, the ZB paper's memory deltas, T_comm 0.1.
+PlanRequest UnitRequest(const std::string& schedule, int p, int m) {
+  PlanRequest req;
+  req.schedule = schedule;
+  req.pipeline = p;
+  req.microbatches = m;
+  req.lower = false;
+  req.inputs = [](const Placement& pl) {
+    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
+                         /*comm=*/0.1);
+  };
+  return req;
+}
+
 TEST(OptimalScheduleTest, MatchesBruteForceOnTinyShapes) {
   for (const Case& c : TinyCases()) {
     SCOPED_TRACE(c.name);
@@ -252,15 +266,7 @@ TEST(OptimalScheduleTest, CutOffSearchReportsABoundThatHolds) {
 // phases, neither finishes, and the deepening proves more than 18 (the plain phase alone proves
 // only the root's bound) and never more than the optimum.
 TEST(OptimalScheduleTest, CutOffSearchProvesMoreThanTheStaticBound) {
-  PlanRequest req;
-  req.schedule = "zb-2p";
-  req.pipeline = 3;
-  req.microbatches = 6;
-  req.lower = false;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
+  PlanRequest req = UnitRequest("zb-2p", 3, 6);
   req.optimal = OptimalOptions{.time_limit_seconds = 0, .node_limit = 0};
   absl::StatusOr<PlannedSchedule> exact = PlanSchedule(req);
   ASSERT_TRUE(exact.ok()) << exact.status();
@@ -296,14 +302,8 @@ TEST(OptimalScheduleTest, RefusesALoweredOrInvalidIncumbent) {
 // other. 1F1B at p = 4, m = 4 with T_comm = 0.1 spans 22; another order under the same memory
 // limit spans 21.6, and the solver proves it optimal.
 TEST(OptimalScheduleTest, PlanScheduleRunsTheSolversPlanThroughThePipeline) {
-  PlanRequest req;
-  req.schedule = "1f1b";
-  req.pipeline = 4;
-  req.microbatches = 4;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
+  PlanRequest req = UnitRequest("1f1b", 4, 4);
+  req.lower = true;  // through the whole chain
   req.optimal = OptimalOptions{.time_limit_seconds = 0, .node_limit = 1'000'000};
   absl::StatusOr<PlannedSchedule> p = PlanSchedule(req);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -384,15 +384,7 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
 // alone cannot: 1F1B at p = 4, m = 8, T_comm = 0.1 spans 34.6 and no order is shorter. The
 // root's bound says 34.2; with it the proof takes about 17 thousand nodes, without it 30 million.
 TEST(OptimalScheduleTest, RankRelaxationAtNodesProves1F1BAtFourRanksEightMicrobatches) {
-  PlanRequest req;
-  req.schedule = "1f1b";
-  req.pipeline = 4;
-  req.microbatches = 8;
-  req.lower = false;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
+  PlanRequest req = UnitRequest("1f1b", 4, 8);
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const OptimalOptions on{.time_limit_seconds = 0, .node_limit = 200'000};
