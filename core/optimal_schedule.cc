@@ -110,9 +110,23 @@ class Solver {
     local_kind_.assign(acts_.size(), -1);
     kind_ids_.resize(p_);
     local_done_.resize(p_);
+    chain_relax_.resize(p_);
+    chain_back_.assign(p_, 0);
     for (int r = 0; r < p_; ++r) {
       relax_.push_back(std::make_unique<RankRelaxation>(placement_, m_, cost, limit_, split, r,
                                                         kRelaxationStates));
+      if (r > 0) {
+        chain_relax_[r] = std::make_unique<RankRelaxation>(placement_, m_, cost, limit_, split, r,
+                                                           kRelaxationStates, /*chain=*/true);
+        // The backward path from the end of a B of r's first stage to the end of the B of stage
+        // 0 (each stage's B, and T_comm per cross-rank edge), and a W of stage 0.
+        double& back = chain_back_[r];
+        back = split ? cost.stages[0].w : 0;
+        for (int s = 0; s < chain_relax_[r]->stages()[0]; ++s) {
+          back += cost.stages[s].b + (split ? 0 : cost.stages[s].w) +
+                  (placement_.RankOf(s) == placement_.RankOf(s + 1) ? 0 : cost.comm);
+        }
+      }
       const RankRelaxation& rel = *relax_.back();
       const int k = static_cast<int>(rel.stages().size());
       kind_ids_[r].assign(rel.num_kinds(), std::vector<int>(m_));
@@ -134,33 +148,61 @@ class Solver {
   // its relaxation's least time to the end from the node's state, minus its first start. The
   // state: the counts done of each kind, and for each microbatch whose predecessor on the rank
   // is done, the earliest start LowerBound gave it. Asks each started rank until one cuts.
+  //
+  // Then each rank r past stage 0's as a link of a chain (core/rank_bound.h): from its state
+  // (when it has not started, its first start is at least the earliest start of an F of its
+  // first stage), the last B of its first stage ends no earlier than `now` plus the chain
+  // relaxation's least time, and rank 0 ends at least the backward path down to stage 0 and a W
+  // of stage 0 later. This sees what the root's chains see, from the node: a forward the partial
+  // plan held back delays the whole round trip.
   double RankRelaxationsBound(double lb) {
     const double target = BestCut();
     for (int r = 0; r < p_ && lb < Cut(); ++r) {
       // (A rank with nothing left ends at free_[r], which the plain bound counts.)
       if (first_[r] == kUnset || order_[r].size() == by_rank_[r].size()) continue;
-      RankRelaxation& rel = *relax_[r];
       const double now = std::max(free_[r], t_last_);
-      std::vector<std::vector<double>>& ready = ready_[r];
-      ready.resize(rel.num_kinds());
-      for (int q = 0; q < rel.num_kinds(); ++q) {
-        ready[q].clear();
-        const int pred = rel.PredecessorOf(q);
-        if (pred < 0) continue;
-        for (int i = 0; i < m_; ++i) {
-          const int id = kind_ids_[r][q][i];
-          if (Scheduled(id) || !Scheduled(kind_ids_[r][pred][i])) continue;
-          ready[q].push_back(std::max(0.0, est_[id] - now));
-        }
-        std::sort(ready[q].begin(), ready[q].end());
+      lb = std::max(lb, now + LeastRest(*relax_[r], r, now, target + first_[r] - now) - first_[r]);
+    }
+    for (int r = 1; r < p_ && lb < Cut(); ++r) {
+      RankRelaxation& rel = *chain_relax_[r];
+      const int first_stage = rel.stages()[0];
+      const int k = static_cast<int>(rel.stages().size());
+      if (first_[0] == kUnset || local_done_[r][k] == m_) continue;
+      double now = std::max(free_[r], t_last_);
+      if (first_[r] == kUnset) {
+        now = std::numeric_limits<double>::infinity();
+        for (int i = 0; i < m_; ++i) now = std::min(now, est_[Id(kF, first_stage, i)]);
+        now = std::max(now, t_last_);
       }
-      const int64_t before = rel.nodes();
-      const double rest = rel.LeastRest(local_done_[r], ready, target + first_[r] - now,
-                                        std::min(kRelaxationNodes, relax_credit_));
-      relax_credit_ -= rel.nodes() - before;
-      lb = std::max(lb, now + rest - first_[r]);
+      const double back = chain_back_[r];
+      lb = std::max(lb, now + back - first_[0]);
+      if (lb >= Cut()) break;
+      lb = std::max(
+          lb, now + LeastRest(rel, r, now, target + first_[0] - now - back) + back - first_[0]);
     }
     return lb;
+  }
+
+  // Rank r's relaxation `rel` from the node's state, its time counted from `now`.
+  double LeastRest(RankRelaxation& rel, int r, double now, double need) {
+    std::vector<std::vector<double>>& ready = ready_[r];
+    ready.resize(rel.num_kinds());
+    for (int q = 0; q < rel.num_kinds(); ++q) {
+      ready[q].clear();
+      const int pred = rel.PredecessorOf(q);
+      if (pred < 0) continue;
+      for (int i = 0; i < m_; ++i) {
+        const int id = kind_ids_[r][q][i];
+        if (Scheduled(id) || !Scheduled(kind_ids_[r][pred][i])) continue;
+        ready[q].push_back(std::max(0.0, est_[id] - now));
+      }
+      std::sort(ready[q].begin(), ready[q].end());
+    }
+    const int64_t before = rel.nodes();
+    const double rest =
+        rel.LeastRest(local_done_[r], ready, need, std::min(kRelaxationNodes, relax_credit_));
+    relax_credit_ -= rel.nodes() - before;
+    return rest;
   }
 
   // The one W of stage s the tree may append next: Ws of a stage run in the order of their Bs.
@@ -472,6 +514,10 @@ class Solver {
   // rank and kind the action of each microbatch, and how many are done; RankRelaxationsBound's
   // scratch.
   std::vector<std::unique_ptr<RankRelaxation>> relax_;
+  // Per rank past the first (null for rank 0): its relaxation as a link of a chain, and the
+  // backward path from its first stage to rank 0's end.
+  std::vector<std::unique_ptr<RankRelaxation>> chain_relax_;
+  std::vector<double> chain_back_;
   std::vector<int> local_kind_;
   std::vector<std::vector<std::vector<int>>> kind_ids_;
   std::vector<std::vector<int>> local_done_;

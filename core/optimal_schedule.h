@@ -39,8 +39,12 @@
 //     Each rank's relaxation remembers its states across the whole tree, and its searches may
 //     take 20 nodes per tree node on average (past that, the remembered states and its one-machine
 //     bound answer); where they cut under 1 node in 32, only every 256th node asks. The memory
-//     limit then cuts inside the tree, not only at the root: 1F1B at p = 4, m = 8, T_comm = 0.1
-//     is proven in 17 thousand nodes instead of 30 million.
+//     limit then cuts inside the tree, not only at the root. Each rank past stage 0's is asked
+//     as a link of a chain too (core/rank_bound.h): from its state (not started: its first start
+//     is at least the earliest start of an F of its first stage), its last B of that stage ends
+//     no earlier than its relaxation measured to that B says, and rank 0 ends at least the
+//     backward path and a W of stage 0 later. 1F1B at p = 4, m = 8, T_comm = 0.1 is proven in 8
+//     thousand nodes (17 thousand with the ranks alone, 30 million without either).
 //   - Two phases. The plain search, cut at the incumbent, gets half the budget: it finds shorter
 //     plans and, when it finishes, proves the best one optimal. When it does not, its open nodes
 //     prove little (most hang near the root), so the rest goes to iterative deepening on the bound

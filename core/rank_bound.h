@@ -24,7 +24,11 @@
 // settles ZB-1p at p = 8, m = 32 (T_comm = 0.1) in 19 thousand nodes and 664 states, where an
 // exact-match memo ran out of its million states (after 4 million nodes, 200 MB). Where the
 // search needs more than `state_limit` states or its share of `node_limit` nodes, that rank
-// contributes nothing (the bound then rests on the other ranks).
+// contributes nothing (the bound then rests on the other ranks). A search may run in several
+// calls, each going on from what the last one remembered, and need not cut at the plan's span:
+// searched without that cut, its early subtrees prove how long their states really need, which
+// dominance spreads to their neighbours, so a least span below the cut is found several times
+// faster (the chain of rank 7 in ZB-V at p = 8, m = 16: 10 million nodes, not 34 million).
 //
 // It sees what the closed-form arguments of core/span_bound.h miss: how a memory limit and the
 // round trip to the last stage interleave in the steady state, microbatch by microbatch (ZB-1p at
@@ -68,9 +72,10 @@ struct RankBoundOptions {
   // A rank whose relaxed span is at least `upper` (a plan's span, say) counts as `upper`: enough
   // to prove that plan optimal, and much faster to settle than the exact value.
   double upper = std::numeric_limits<double>::infinity();
-  // Search nodes over all ranks (in rounds: each unsettled rank gets a share that grows fourfold
-  // a round), and remembered states per rank (about 80 bytes each). A rank that needs more
-  // contributes nothing.
+  // Search nodes over all ranks and chains (in rounds: each unsettled one gets a share that
+  // doubles a round, and goes on where it stopped; the deepest chain gets as much as the other
+  // chains together), and remembered states over all of them (about 80 bytes each). One that
+  // needs more contributes nothing.
   int64_t node_limit = 1'000'000;
   int64_t state_limit = 1'000'000;
   // Whether a remembered state also bounds the states with the same counts and other ready times
@@ -96,8 +101,11 @@ class RankProblem;  // rank_bound.cc
 class RankRelaxation {
  public:
   // `state_limit`: remembered states (about 80 bytes each); past it, it starts afresh.
+  // `chain`: the problem ends at the last B of the rank's first stage, not its last action (the
+  // rank as a link of a chain, see above: the Ws' time does not count).
   RankRelaxation(const Placement& placement, int microbatches, const CostModel& cost,
-                 double memory_limit, bool split_backward, int rank, int64_t state_limit);
+                 double memory_limit, bool split_backward, int rank, int64_t state_limit,
+                 bool chain = false);
   ~RankRelaxation();
   RankRelaxation(const RankRelaxation&) = delete;
   RankRelaxation& operator=(const RankRelaxation&) = delete;
