@@ -127,11 +127,14 @@ absl::Status CheckPlanRequest(const PlanRequest& request);
 // The polish's limits. Each tree node costs about one pass over the plan's compute actions
 // (7-20 ns per action on the development machine), and one depth-first pass from the root to a
 // complete plan is `actions` nodes, so a pass costs about actions^2 of that. Per second of
-// search budget the polish gets 4 passes, at most kPolishWork node-actions (about 5 ms), and at
-// least 2 passes (one for each of the solver's phases); plans of more than kMaxPolishActions
-// compute actions, where 2 passes exceed kPolishWork, are not polished (ZB-2p at p = 8, m = 32
-// has 768 and one pass there takes ~8 ms; at p = 32, m = 256, 24576 actions, seconds).
+// search budget the polish gets kPolishWork node-actions (about 5 ms), and at least 2 passes
+// (one for each of the solver's phases); plans of more than kMaxPolishActions compute actions,
+// where 2 passes exceed kPolishWork, are not polished (ZB-2p at p = 8, m = 32 has 768 and one
+// pass there takes ~8 ms; at p = 32, m = 256, 24576 actions, seconds). Plans of at most
+// kPolishRelaxationActions also have the tree ask the ranks' relaxations at its nodes
+// (OptimalOptions::rank_relaxation_at_nodes), which costs about as much again.
 inline constexpr int64_t kMaxPolishActions = 512;
+inline constexpr int64_t kPolishRelaxationActions = 192;
 inline constexpr double kPolishWork = 2.0 * kMaxPolishActions * kMaxPolishActions;
 // Tree nodes for a search budget and a plan of `actions` compute actions (above); 0 = no polish
 // (no budget, or more than kMaxPolishActions actions).
