@@ -73,9 +73,9 @@ struct RankBoundOptions {
   // to prove that plan optimal, and much faster to settle than the exact value.
   double upper = std::numeric_limits<double>::infinity();
   // Search nodes over all ranks and chains (in rounds: each unsettled one gets a share that
-  // doubles a round, and goes on where it stopped; the deepest chain gets as much as the other
-  // chains together), and remembered states over all of them (about 80 bytes each). One that
-  // needs more contributes nothing.
+  // doubles a round, and goes on where it stopped; after the first round the deepest chain
+  // gets three times as much as the other chains together), and remembered states over all of
+  // them (about 80 bytes each). One that needs more contributes nothing.
   int64_t node_limit = 1'000'000;
   int64_t state_limit = 1'000'000;
   // Whether a remembered state also bounds the states with the same counts and other ready times

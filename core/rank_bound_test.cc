@@ -141,16 +141,16 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
 }
 
 // The shape the equal-state memo could not settle within a million states: ZB-1p at p = 8,
-// m = 32 needs a few hundred with dominance, and proves the generated plan (105.8) optimal (in
-// about 100 thousand nodes: half of each unit's share searches without the cut at the plan's
-// span, which this shape does not need).
+// m = 32 needs under ten thousand states with dominance, and proves the generated plan (105.8) optimal (in
+// about 170 thousand nodes, 50 ms: after the first round the units search without the cut at
+// the plan's span, which this shape does not need; cut, under 100 thousand).
 TEST(RankBoundTest, SettlesZb1pAtEightRanksThirtyTwoMicrobatches) {
   const PlannedSchedule plan = Plan("zb-1p", 8, 32);
   EXPECT_NEAR(plan.sim.span, 105.8, 1e-9);
   const RankBound ranks = BoundOf(plan, true, {.upper = plan.sim.span});
   EXPECT_GE(ranks.ranks_solved, 1);  // the first rank to reach the plan's span ends it
   EXPECT_NEAR(ranks.span, 105.8, 1e-9);
-  EXPECT_LT(ranks.nodes, 150'000);
+  EXPECT_LT(ranks.nodes, 250'000);
   EXPECT_LT(ranks.states, 10'000);
 }
 
