@@ -44,12 +44,12 @@ core::PlanInputs Inputs(const core::Placement& pl, bool skewed, double comm) {
 }
 
 int Main(int argc, char** argv) {
-  double budget = 2, comm = 0.1;
+  double budget = 10, comm = 0.1;
   std::string costs = "uniform";
   std::unique_ptr<CLI::App> app = flags::NewApp(
       "zpipe_optimal_table", "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed]",
       "  the exact solver's span, bound and gap beside the default plan, shape by shape");
-  flags::AddNumber(*app, "--budget", &budget, "solver seconds per row (default 2)");
+  flags::AddNumber(*app, "--budget", &budget, "solver seconds per row (default 10)");
   flags::AddNumber(*app, "--comm", &comm, "T_comm (default 0.1)");
   flags::AddChecked(*app, "--costs", "uniform|skewed", "stage costs (default uniform)",
                     flags::OneOf("uniform skewed"), [&](const std::string& v) { costs = v; });
