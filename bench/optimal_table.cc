@@ -9,7 +9,9 @@
 // (`yes`), ran and found nothing shorter (`no`), or did not run (`-`: more than
 // core::kMaxPolishActions compute actions).
 //   zpipe_optimal_table [--budget SECONDS] [--comm T] [--costs uniform|skewed]
+//                       [--schedule NAME]... [--max-p P]
 // The gaps are span / bound - 1: how much shorter than that plan any valid plan could be.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -47,12 +49,18 @@ int Main(int argc, char** argv) {
   double budget = 10, comm = 0.1;
   std::string costs = "uniform";
   std::unique_ptr<CLI::App> app = flags::NewApp(
-      "zpipe_optimal_table", "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed]",
+      "zpipe_optimal_table", "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed] [--schedule NAME]... "
+      "[--max-p P]",
       "  the exact solver's span, bound and gap beside the default plan, shape by shape");
   flags::AddNumber(*app, "--budget", &budget, "solver seconds per row (default 10)");
   flags::AddNumber(*app, "--comm", &comm, "T_comm (default 0.1)");
   flags::AddChecked(*app, "--costs", "uniform|skewed", "stage costs (default uniform)",
                     flags::OneOf("uniform skewed"), [&](const std::string& v) { costs = v; });
+  std::vector<std::string> only;
+  flags::AddList(*app, "--schedule", &only, "NAME",
+                 "only this schedule's rows (repeatable; default all six)");
+  int max_p = 8;
+  flags::AddInteger(*app, "--max-p", &max_p, 2, 8, "only rows of p at most this (default 8)");
   if (std::optional<int> exit =
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
@@ -68,7 +76,9 @@ int Main(int argc, char** argv) {
   int rows = 0, within_1pct = 0, greedy_within_1pct = 0, proven = 0;
   int polished_rows = 0, polish_shortened = 0;
   for (const char* schedule : schedules) {
+    if (!only.empty() && std::find(only.begin(), only.end(), schedule) == only.end()) continue;
     for (const auto& [p, m] : shapes) {
+      if (p > max_p) continue;
       core::PlanRequest req;
       req.schedule = schedule;
       req.pipeline = p;

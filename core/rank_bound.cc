@@ -20,7 +20,7 @@ struct Kind {
   double dur = 0, mem = 0;
   int pred = -1;
   double delay = 0;
-  std::vector<int> succ;
+  std::vector<int> succ = {};
   // Whether its time counts towards the end the problem measures: not for the Ws when the end
   // is the last B of the rank's first stage (they may all run after it).
   bool counts = true;
