@@ -49,7 +49,8 @@ int Main(int argc, char** argv) {
   double budget = 10, comm = 0.1;
   std::string costs = "uniform";
   std::unique_ptr<CLI::App> app = flags::NewApp(
-      "zpipe_optimal_table", "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed] [--schedule NAME]... "
+      "zpipe_optimal_table",
+      "zpipe_optimal_table [--budget S] [--comm T] [--costs uniform|skewed] [--schedule NAME]... "
       "[--max-p P]",
       "  the exact solver's span, bound and gap beside the default plan, shape by shape");
   flags::AddNumber(*app, "--budget", &budget, "solver seconds per row (default 10)");

@@ -142,6 +142,8 @@ class Solver {
       }
     }
     ready_.resize(p_);
+    ready_call_.assign(p_, -1);
+    ready_now_.assign(p_, 0);
   }
 
   // A rank's span in any completion of this node is at least `now`, when it can next start, plus
@@ -183,8 +185,26 @@ class Solver {
     return lb;
   }
 
-  // Rank r's relaxation `rel` from the node's state, its time counted from `now`.
+  // Rank r's relaxation `rel` from the node's state, its time counted from `now`. The rank and its
+  // chain share the kinds, so the queued ready times built for one serve the other at the same
+  // node and `now`.
   double LeastRest(RankRelaxation& rel, int r, double now, double need) {
+    std::vector<std::vector<double>>& ready = ready_[r];
+    if (ready_call_[r] != relax_calls_ || ready_now_[r] != now) {
+      BuildReady(rel, r, now);
+      ready_call_[r] = relax_calls_;
+      ready_now_[r] = now;
+    }
+    const int64_t before = rel.nodes();
+    const double rest =
+        rel.LeastRest(local_done_[r], ready, need, std::min(kRelaxationNodes, relax_credit_));
+    relax_credit_ -= rel.nodes() - before;
+    return rest;
+  }
+
+  // Into ready_[r]: for each kind of rank r with a predecessor there, how long from `now` until
+  // each microbatch whose predecessor is done (and which is not) may start, ascending.
+  void BuildReady(const RankRelaxation& rel, int r, double now) {
     std::vector<std::vector<double>>& ready = ready_[r];
     ready.resize(rel.num_kinds());
     for (int q = 0; q < rel.num_kinds(); ++q) {
@@ -198,11 +218,6 @@ class Solver {
       }
       std::sort(ready[q].begin(), ready[q].end());
     }
-    const int64_t before = rel.nodes();
-    const double rest =
-        rel.LeastRest(local_done_[r], ready, need, std::min(kRelaxationNodes, relax_credit_));
-    relax_credit_ -= rel.nodes() - before;
-    return rest;
   }
 
   // The one W of stage s the tree may append next: Ws of a stage run in the order of their Bs.
@@ -522,6 +537,8 @@ class Solver {
   std::vector<std::vector<std::vector<int>>> kind_ids_;
   std::vector<std::vector<int>> local_done_;
   std::vector<std::vector<std::vector<double>>> ready_;
+  std::vector<int64_t> ready_call_;  // per rank, the relax_calls_ and `now` ready_ was built for
+  std::vector<double> ready_now_;
   int64_t relax_credit_ = kRelaxationNodes;  // relaxation nodes the searches may still take
   int64_t relax_calls_ = 0, relax_cuts_ = 0, relax_skipped_ = 0;  // AskRelaxations' counts
   int64_t nodes_ = 0;

@@ -8,12 +8,14 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/planning.h"
 #include "core/rank_bound.h"
 #include "core/simulator.h"
 #include "core/span_bound.h"
+#include "core/testing/unit_request.h"
 #include "core/validator.h"
 
 namespace zpipe::core {
@@ -171,18 +173,14 @@ std::vector<Case> TinyCases() {
   };
 }
 
-// A compute plan's request: unit F, B and W, the ZB paper's memory deltas, T_comm 0.1.
-PlanRequest UnitRequest(const std::string& schedule, int p, int m) {
-  PlanRequest req;
-  req.schedule = schedule;
-  req.pipeline = p;
-  req.microbatches = m;
-  req.lower = false;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
-  return req;
+// The solver on a plan with `options`, and with the same options but no relaxations at the
+// tree's nodes.
+std::pair<absl::StatusOr<OptimalResult>, absl::StatusOr<OptimalResult>> SolveWithAndWithout(
+    const PlannedSchedule& plan, const OptimalOptions& options) {
+  OptimalOptions off = options;
+  off.rank_relaxation_at_nodes = false;
+  return {SolveOptimal(plan.plan, plan.cost, plan.memory_limit, options),
+          SolveOptimal(plan.plan, plan.cost, plan.memory_limit, off)};
 }
 
 TEST(OptimalScheduleTest, MatchesBruteForceOnTinyShapes) {
@@ -354,12 +352,8 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     SCOPED_TRACE(::testing::Message() << schedule << " p " << req.pipeline << " m "
                                       << req.microbatches << " seed " << seed << " comm " << comm);
-    const OptimalOptions on{.time_limit_seconds = 0, .node_limit = 2'000'000};
-    OptimalOptions off = on;
-    off.rank_relaxation_at_nodes = false;
-    absl::StatusOr<OptimalResult> with = SolveOptimal(plan->plan, plan->cost, plan->memory_limit, on);
-    absl::StatusOr<OptimalResult> without =
-        SolveOptimal(plan->plan, plan->cost, plan->memory_limit, off);
+    const auto [with, without] =
+        SolveWithAndWithout(*plan, {.time_limit_seconds = 0, .node_limit = 2'000'000});
     ASSERT_TRUE(with.ok()) << with.status();
     ASSERT_TRUE(without.ok()) << without.status();
     if (!without->optimal) continue;
@@ -388,12 +382,8 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesProves1F1BAtFourRanksEightMicroba
   PlanRequest req = UnitRequest("1f1b", 4, 8);
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const OptimalOptions on{.time_limit_seconds = 0, .node_limit = 200'000};
-  OptimalOptions off = on;
-  off.rank_relaxation_at_nodes = false;
-  absl::StatusOr<OptimalResult> with = SolveOptimal(plan->plan, plan->cost, plan->memory_limit, on);
-  absl::StatusOr<OptimalResult> without =
-      SolveOptimal(plan->plan, plan->cost, plan->memory_limit, off);
+  const auto [with, without] =
+      SolveWithAndWithout(*plan, {.time_limit_seconds = 0, .node_limit = 200'000});
   ASSERT_TRUE(with.ok() && without.ok());
   EXPECT_TRUE(with->optimal);
   EXPECT_NEAR(with->span, 34.6, 1e-9);

@@ -567,23 +567,23 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
       const Unit& unit = units[u];
       RankProblem& problem = *problems[u];
       const int64_t states_before = problem.states();
+      auto solve = [&](int64_t unit_nodes, bool cut_at_upper) {
+        const int64_t before = problem.nodes();
+        std::optional<double> span =
+            problem.Solve(options.upper - unit.offset,
+                          std::min(unit_nodes, options.node_limit - nodes), cut_at_upper);
+        nodes += problem.nodes() - before;
+        return span;
+      };
       std::optional<double> span;
       if (share == first_share) {
         // Half cut at `upper`, half not.
-        for (const bool cut_at_upper : {true, false}) {
-          if (span || problem.TooLarge() || nodes >= options.node_limit) break;
-          const int64_t before = problem.nodes();
-          span = problem.Solve(options.upper - unit.offset,
-                               std::min(share / 2, options.node_limit - nodes), cut_at_upper);
-          nodes += problem.nodes() - before;
+        span = solve(share / 2, /*cut_at_upper=*/true);
+        if (!span && !problem.TooLarge() && nodes < options.node_limit) {
+          span = solve(share / 2, /*cut_at_upper=*/false);
         }
       } else {
-        const int64_t unit_share = u == deepest ? 3 * open_chains * share : share;
-        const int64_t before = problem.nodes();
-        span = problem.Solve(options.upper - unit.offset,
-                             std::min(unit_share, options.node_limit - nodes),
-                             /*cut_at_upper=*/false);
-        nodes += problem.nodes() - before;
+        span = solve(u == deepest ? 3 * open_chains * share : share, /*cut_at_upper=*/false);
       }
       states += problem.states() - states_before;
       out.states = std::max(out.states, problem.states());

@@ -8,23 +8,10 @@
 #include "core/optimal_schedule.h"
 #include "core/planning.h"
 #include "core/span_bound.h"
+#include "core/testing/unit_request.h"
 
 namespace zpipe::core {
 namespace {
-
-// A schedule with unit costs, the paper's memory model and T_comm = 0.1.
-PlanRequest UnitRequest(const std::string& schedule, int p, int m) {
-  PlanRequest req;
-  req.schedule = schedule;
-  req.pipeline = p;
-  req.microbatches = m;
-  req.lower = false;
-  req.inputs = [](const Placement& pl) {
-    return UniformInputs(pl, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5},
-                         /*comm=*/0.1);
-  };
-  return req;
-}
 
 // Its generated plan.
 PlannedSchedule Plan(const std::string& schedule, int p, int m) {
