@@ -604,18 +604,21 @@ int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore&
 void ImproveOrders(const OrderProblem& problem, Orders& orders, OrderScore& score, int64_t work,
                    uint64_t seed, double span_bound) {
   SearchRng rng(seed);
-  // Half the work on plain iterated local search; the rest (with what the first half left)
-  // first on ruin and recreate, which rebuilds the whole cool-down at once (what no sequence of
-  // small moves that each keep the score reaches), then from the best plan with late acceptance
-  // and swaps, which can walk out of the optimum the first half stopped in. Every phase keeps
-  // its best plan, so none loses ground.
+  // Half the work on plain iterated local search; the rest (with what the first half left) in
+  // rounds, each first on ruin and recreate, which rebuilds the whole cool-down at once (what no
+  // sequence of small moves that each keep the score reaches), then from the best plan with late
+  // acceptance and swaps, which can walk out of the optimum the first half stopped in. Every
+  // phase keeps its best plan, so none loses ground.
   const int64_t first = work / 2;
-  const int64_t left = Improve(problem, orders, score, first, rng, span_bound, 1, 0);
-  const int64_t second = work - first + left;
-  const int64_t rebuild = static_cast<int64_t>(second * kRecreateShare);
-  const int64_t unspent = RuinAndRecreate(problem, orders, score, rebuild, rng, span_bound);
-  Improve(problem, orders, score, second - rebuild + unspent, rng, span_bound, kLateAcceptance,
-          kSwapOneIn);
+  int64_t left = work - first + Improve(problem, orders, score, first, rng, span_bound, 1, 0);
+  for (int round = 0; round < kRecreateRounds; ++round) {
+    const int64_t share = left / (kRecreateRounds - round);
+    const int64_t rebuild = static_cast<int64_t>(share * kRecreateShare);
+    const int64_t unspent = RuinAndRecreate(problem, orders, score, rebuild, rng, span_bound);
+    left -= share;
+    left += Improve(problem, orders, score, share - rebuild + unspent, rng, span_bound,
+                    kLateAcceptance, kSwapOneIn);
+  }
 }
 
 }  // namespace zpipe::core::internal
