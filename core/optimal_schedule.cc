@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/order_search.h"
 #include "core/rank_bound.h"
 #include "core/simulator.h"
 #include "core/span_bound.h"
@@ -252,6 +253,8 @@ class Solver {
     // deepening on the bound (IDA*): each pass explores only the nodes whose bound is at most a
     // threshold, so a pass that ends without a plan within it proves that no plan is shorter
     // than the least bound it cut, which is the next pass's threshold.
+    // Between the two, when the plain search did not finish, the neighbourhood rounds (a polish's
+    // OptimalOptions::neighbourhood_nodes).
     threshold_ = std::numeric_limits<double>::infinity();
     budget_end_ = 0.5;
     if (root < Cut()) Dfs(root);
@@ -260,6 +263,7 @@ class Solver {
     } else {
       proven_ = std::max(proven_, std::min(best_, open_bound_));
       aborted_ = false;
+      if (options_.neighbourhood_nodes > 0 && proven_ < BestCut()) Neighbourhoods();
       budget_end_ = 1;
       threshold_ = root;
       while (proven_ < BestCut()) {
@@ -433,8 +437,85 @@ class Solver {
     rank_last_ = prev_rank_last;
   }
 
+  // One action a neighbourhood round replayed, with what Undo needs.
+  struct Replayed {
+    int id;
+    double prev_free, prev_first, prev_t_last;
+    int prev_rank_last;
+  };
+
+  // Appends the best plan's first `k` actions in the order the tree visits that plan (each
+  // rank's next action, the earliest start first, the lower rank on a tie), each recorded in
+  // `replayed`. False when the plan breaks a rule of the tree (it then stops there): the best
+  // plan is the incumbent relabelled (CanonicalLabels) or one the tree found, so it should not.
+  bool ReplayPrefix(int k, std::vector<Replayed>& replayed) {
+    std::vector<size_t> next(p_, 0);
+    const std::vector<std::vector<int>> orders = best_orders_;  // a round may replace them
+    for (int n = 0; n < k; ++n) {
+      int rank = -1;
+      double start = std::numeric_limits<double>::infinity();
+      for (int r = 0; r < p_; ++r) {
+        if (next[r] == orders[r].size()) continue;
+        const double ready = Ready(orders[r][next[r]]);
+        if (ready == kUnset) continue;
+        if (std::max(free_[r], ready) < start) rank = r, start = std::max(free_[r], ready);
+      }
+      if (rank < 0) return false;
+      const int id = orders[rank][next[rank]];
+      const Act& a = acts_[id];
+      const bool in_order =
+          start > t_last_ || (start == t_last_ && (!rank_tie_break_ || rank >= rank_last_));
+      if (!in_order || (a.kind == kF && a.stage == 0 && a.mb != stage0_forwards_) ||
+          (a.kind == kW && a.mb != NextW(a.stage)) || mem_[rank] + a.mem > limit_ + tol_) {
+        return false;
+      }
+      replayed.push_back({id, free_[rank], first_[rank], t_last_, rank_last_});
+      Apply(id, start);
+      t_last_ = start;
+      rank_last_ = rank;
+      ++next[rank];
+    }
+    return true;
+  }
+
+  // OptimalOptions::neighbourhood_nodes: rounds that keep the best plan's first k actions and
+  // search every completion below them, for kNeighbourhoodRoundNodes nodes each. A round's
+  // replay is charged k / 8 nodes. The nodes count apart from node_limit.
+  void Neighbourhoods() {
+    const int n = static_cast<int>(acts_.size());
+    const int64_t begin = nodes_, end = nodes_ + options_.neighbourhood_nodes;
+    internal::SearchRng rng(n);
+    while (nodes_ < end) {
+      const int k = rng.Uniform(n);
+      nodes_ += 1 + k / 8;
+      std::vector<Replayed> replayed;
+      bool clock = false;  // the time limit, not the round's nodes, stopped the round
+      if (ReplayPrefix(k, replayed)) {
+        round_end_ = std::min(end, nodes_ + kNeighbourhoodRoundNodes);
+        const double lb = LowerBound();
+        if (lb < Cut()) Dfs(lb);
+        clock = aborted_ && nodes_ < round_end_;
+        round_end_ = 0;
+      }
+      for (auto it = replayed.rbegin(); it != replayed.rend(); ++it) {
+        Undo(it->id, it->prev_free, it->prev_first, it->prev_t_last, it->prev_rank_last);
+      }
+      if (clock) break;  // aborted_ stays: the search after it stops at once
+      aborted_ = false;
+    }
+    neighbourhood_spent_ = nodes_ - begin;
+    // What the rounds left open or cut proves nothing about the whole tree.
+    open_bound_ = std::numeric_limits<double>::infinity();
+    cut_off_ = std::numeric_limits<double>::infinity();
+  }
+
   bool OutOfBudget() {
-    if (options_.node_limit > 0 && nodes_ >= budget_end_ * options_.node_limit) return true;
+    if (round_end_ > 0) {
+      if (nodes_ >= round_end_) return true;
+    } else if (options_.node_limit > 0 &&
+               nodes_ - neighbourhood_spent_ >= budget_end_ * options_.node_limit) {
+      return true;
+    }
     if (options_.time_limit_seconds > 0 && (nodes_ & 255) == 0) {
       const double spent =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
@@ -542,6 +623,8 @@ class Solver {
   int64_t relax_credit_ = kRelaxationNodes;  // relaxation nodes the searches may still take
   int64_t relax_calls_ = 0, relax_cuts_ = 0, relax_skipped_ = 0;  // AskRelaxations' counts
   int64_t nodes_ = 0;
+  int64_t round_end_ = 0;            // a neighbourhood round's last node (0 = none)
+  int64_t neighbourhood_spent_ = 0;  // nodes the rounds took (apart from node_limit)
   std::chrono::steady_clock::time_point t0_;
 };
 
@@ -553,6 +636,33 @@ int64_t RankBoundNodes(const OptimalOptions& options) {
                                40'000'000);
   }
   return options.node_limit > 0 ? options.node_limit : 20'000'000;
+}
+
+// `plan` with its microbatches renamed so that the tree can replay its order: stage 0's Fs in
+// order 0, 1, ..., and each stage's Ws in the order of its Bs. Microbatches are interchangeable,
+// and two Ws of a stage swap freely (the k-th W of a stage runs after at least k of its Bs), so
+// every time and every memory level is the same.
+Plan CanonicalLabels(const Plan& plan) {
+  Plan out = plan;
+  std::vector<int> label(plan.num_microbatches, -1);
+  int next = 0;
+  for (const Action& a : plan.ranks[plan.placement.RankOf(0)]) {
+    if (a.kind == ActionKind::kForward && a.stage == 0) label[a.microbatch] = next++;
+  }
+  if (next != plan.num_microbatches) return out;
+  const int stages = plan.placement.num_stages();
+  for (auto& rank : out.ranks) {
+    std::vector<std::vector<int>> bs(stages);
+    std::vector<size_t> ws(stages, 0);
+    for (Action& a : rank) {
+      a.microbatch = label[a.microbatch];
+      if (a.kind == ActionKind::kBackwardInput) bs[a.stage].push_back(a.microbatch);
+      if (a.kind == ActionKind::kBackwardWeight && ws[a.stage] < bs[a.stage].size()) {
+        a.microbatch = bs[a.stage][ws[a.stage]++];
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -600,9 +710,10 @@ absl::StatusOr<OptimalResult> SolveOptimal(const Plan& incumbent, const CostMode
                               split),
                ranks.span);
   Solver solver(incumbent, cost, memory_limit, split, options, static_bound);
+  const Plan canonical = CanonicalLabels(incumbent);
   std::vector<std::vector<int>> orders(incumbent.num_ranks());
   for (int r = 0; r < incumbent.num_ranks(); ++r) {
-    for (const Action& a : incumbent.ranks[r]) orders[r].push_back(solver.IdOf(a));
+    for (const Action& a : canonical.ranks[r]) orders[r].push_back(solver.IdOf(a));
   }
   solver.Run(sim->span, std::move(orders));
 

@@ -45,6 +45,11 @@
 //     no earlier than its relaxation measured to that B says, and rank 0 ends at least the
 //     backward path and a W of stage 0 later. 1F1B at p = 4, m = 8, T_comm = 0.1 is proven in 8
 //     thousand nodes (17 thousand with the ranks alone, 30 million without either).
+//   - Neighbourhoods (OptimalOptions::neighbourhood_nodes, for the polish of core/planning.h):
+//     between the two phases below, rounds that replay the best plan's first k actions and
+//     search only below that node. The incumbent is relabelled first (stage 0's Fs in order,
+//     each stage's Ws in the order of its Bs: same times, same memory) so that its order is
+//     one the tree visits.
 //   - Two phases. The plain search, cut at the incumbent, gets half the budget: it finds shorter
 //     plans and, when it finishes, proves the best one optimal. When it does not, its open nodes
 //     prove little (most hang near the root), so the rest goes to iterative deepening on the bound
@@ -75,7 +80,19 @@ struct OptimalOptions {
   // Whether the node bound also asks each started rank's relaxation from the node's state
   // (core/rank_bound.h: RankRelaxation). Off is for tests.
   bool rank_relaxation_at_nodes = true;
+  // Tree nodes for neighbourhood rounds (0 = none), on top of `node_limit`, after the plain
+  // search when it did not finish (see "Two phases" above): each round keeps the best plan's
+  // first k actions (in the tree's order, k drawn at random) and searches every completion of
+  // them, cut at the best span, for at most kNeighbourhoodRoundNodes nodes. The local search
+  // (core/schedule.h) moves a few actions at a time; a better plan that shares the best one's
+  // order up to some point is found here (V-Half p = 4, m = 8, T_comm 0.1: searched 55.4,
+  // rounds 55.2, where as many nodes of the tree from the root find nothing). They prove
+  // nothing: the deepening after them proves as before. Deterministic.
+  int64_t neighbourhood_nodes = 0;
 };
+
+// Nodes one neighbourhood round may take (OptimalOptions::neighbourhood_nodes).
+inline constexpr int64_t kNeighbourhoodRoundNodes = 4000;
 
 struct OptimalResult {
   Plan plan;            // compute actions only; the incumbent when nothing better was found

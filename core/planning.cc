@@ -176,7 +176,16 @@ absl::Status Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& 
                    OptimalOptions{.time_limit_seconds = 0,
                                   .node_limit = nodes,
                                   .rank_relaxation_at_nodes =
-                                      out.plan.num_actions() <= kPolishRelaxationActions});
+                                      out.plan.num_actions() <= kPolishRelaxationActions,
+                                  // Rounds only where the generator searched: the budget is
+                                  // then spent anyway, and the published orders of 1F1B and
+                                  // ZB-H1 stay milliseconds.
+                                  .neighbourhood_nodes =
+                                      HasSearch(kind) ? PolishNeighbourhoodNodes(
+                                                            req.search.budget_seconds,
+                                                            static_cast<int64_t>(
+                                                                out.plan.num_actions()))
+                                                      : 0});
   if (!solved.ok()) return solved.status();
   out.polish = PlannedSchedule::Polish{
       .generated_span = solved->incumbent_span, .span = solved->span, .nodes = solved->nodes};
@@ -192,6 +201,12 @@ int64_t PolishNodes(double budget_seconds, int64_t actions) {
   const double per_second = kPolishWork / a;
   const double nodes = std::min(budget_seconds, kMaxSearchSeconds) * per_second;
   return static_cast<int64_t>(std::ceil(std::max(2 * a, nodes)));
+}
+
+int64_t PolishNeighbourhoodNodes(double budget_seconds, int64_t actions) {
+  if (!(budget_seconds > 0) || actions <= 0 || actions > kPolishRelaxationActions) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(budget_seconds, kMaxSearchSeconds) *
+                                        kPolishNeighbourhoodWork / static_cast<double>(actions)));
 }
 
 PlanInputs UniformInputs(const Placement& placement, const StageCost& stage, double comm,

@@ -16,21 +16,22 @@ struct ScheduleInfo {
   ScheduleKind kind;
   absl::string_view name;
   bool splits_backward;
+  bool searches;  // SearchOptions applies
 };
 
 constexpr ScheduleInfo kSchedules[] = {
-    {ScheduleKind::kGpipe, "gpipe", false},
-    {ScheduleKind::k1F1B, "1f1b", false},
-    {ScheduleKind::kInterleaved1F1B, "interleaved", false},
-    {ScheduleKind::kZbH1, "zb-h1", true},
-    {ScheduleKind::kZbH2, "zb-h2", true},
-    {ScheduleKind::kZb1p, "zb-1p", true},
-    {ScheduleKind::kZb2p, "zb-2p", true},
-    {ScheduleKind::kZbAuto, "zb-auto", true},
-    {ScheduleKind::kZbV, "zb-v", true},
-    {ScheduleKind::kVHalf, "v-half", true},
-    {ScheduleKind::kVMin, "v-min", true},
-    {ScheduleKind::kDualPipeV, "dualpipe-v", true},
+    {ScheduleKind::kGpipe, "gpipe", false, false},
+    {ScheduleKind::k1F1B, "1f1b", false, false},
+    {ScheduleKind::kInterleaved1F1B, "interleaved", false, false},
+    {ScheduleKind::kZbH1, "zb-h1", true, false},
+    {ScheduleKind::kZbH2, "zb-h2", true, false},
+    {ScheduleKind::kZb1p, "zb-1p", true, true},
+    {ScheduleKind::kZb2p, "zb-2p", true, true},
+    {ScheduleKind::kZbAuto, "zb-auto", true, true},
+    {ScheduleKind::kZbV, "zb-v", true, true},
+    {ScheduleKind::kVHalf, "v-half", true, true},
+    {ScheduleKind::kVMin, "v-min", true, true},
+    {ScheduleKind::kDualPipeV, "dualpipe-v", true, false},
 };
 
 const ScheduleInfo& Info(ScheduleKind kind) {
@@ -75,6 +76,8 @@ const std::vector<ScheduleKind>& AllScheduleKinds() {
 }
 
 bool SplitsBackward(ScheduleKind kind) { return Info(kind).splits_backward; }
+
+bool HasSearch(ScheduleKind kind) { return Info(kind).searches; }
 
 Placement PlacementFor(ScheduleKind kind, int pipeline, int chunks) {
   switch (kind) {

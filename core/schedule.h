@@ -43,6 +43,10 @@ const std::vector<ScheduleKind>& AllScheduleKinds();
 // Whether the schedule splits backward into B and W (otherwise it uses BW).
 bool SplitsBackward(ScheduleKind kind);
 
+// Whether the schedule's generator searches (SearchOptions, below): ZB-1p, ZB-2p, zb-auto, ZB-V,
+// V-Half and V-Min.
+bool HasSearch(ScheduleKind kind);
+
 // A search beyond the single greedy pass, for the schedules that have one (ZB-1p, ZB-2p, zb-auto,
 // ZB-V, V-Half, V-Min; the others ignore it). The search starts from the greedy pass's plan, tries
 // the rest of the generator's policy family and seeded random variants of it, then improves the
