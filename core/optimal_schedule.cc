@@ -480,7 +480,7 @@ class Solver {
 
   // OptimalOptions::neighbourhood_nodes: rounds that keep the best plan's first k actions and
   // search every completion below them, for kNeighbourhoodRoundNodes nodes each. A round's
-  // replay is charged k / 8 nodes. The nodes count apart from node_limit.
+  // replay is charged 1 + k / 8 nodes. The nodes count apart from node_limit.
   void Neighbourhoods() {
     const int n = static_cast<int>(acts_.size());
     const int64_t begin = nodes_, end = nodes_ + options_.neighbourhood_nodes;

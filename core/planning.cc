@@ -163,9 +163,13 @@ absl::Status Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& 
   if (!req.polish || kind == ScheduleKind::kGpipe || req.recompute != RecomputePolicy::kOff) {
     return absl::OkStatus();
   }
-  const int64_t nodes =
-      PolishNodes(req.search.budget_seconds, static_cast<int64_t>(out.plan.num_actions()));
+  const int64_t actions = static_cast<int64_t>(out.plan.num_actions());
+  const int64_t nodes = PolishNodes(req.search.budget_seconds, actions);
   if (nodes == 0) return absl::OkStatus();
+  // Neighbourhood rounds only where the generator searched: the budget is spent there anyway,
+  // and the published orders of 1F1B and ZB-H1 stay milliseconds.
+  const int64_t neighbourhood_nodes =
+      HasSearch(kind) ? PolishNeighbourhoodNodes(req.search.budget_seconds, actions) : 0;
   absl::StatusOr<OptimalResult> solved =
       SolveOptimal(out.plan, out.cost, out.memory_limit,
                    // The relaxations at the nodes cost time per node, but their bounds lead
@@ -176,16 +180,8 @@ absl::Status Polish(const PlanRequest& req, ScheduleKind kind, PlannedSchedule& 
                    OptimalOptions{.time_limit_seconds = 0,
                                   .node_limit = nodes,
                                   .rank_relaxation_at_nodes =
-                                      out.plan.num_actions() <= kPolishRelaxationActions,
-                                  // Rounds only where the generator searched: the budget is
-                                  // then spent anyway, and the published orders of 1F1B and
-                                  // ZB-H1 stay milliseconds.
-                                  .neighbourhood_nodes =
-                                      HasSearch(kind) ? PolishNeighbourhoodNodes(
-                                                            req.search.budget_seconds,
-                                                            static_cast<int64_t>(
-                                                                out.plan.num_actions()))
-                                                      : 0});
+                                      actions <= kPolishRelaxationActions,
+                                  .neighbourhood_nodes = neighbourhood_nodes});
   if (!solved.ok()) return solved.status();
   out.polish = PlannedSchedule::Polish{
       .generated_span = solved->incumbent_span, .span = solved->span, .nodes = solved->nodes};
