@@ -450,7 +450,7 @@ class Solver {
   // plan is the incumbent relabelled (CanonicalLabels) or one the tree found, so it should not.
   bool ReplayPrefix(int k, std::vector<Replayed>& replayed) {
     std::vector<size_t> next(p_, 0);
-    const std::vector<std::vector<int>> orders = best_orders_;  // a round may replace them
+    const std::vector<std::vector<int>>& orders = best_orders_;  // unchanged until the round
     for (int n = 0; n < k; ++n) {
       int rank = -1;
       double start = std::numeric_limits<double>::infinity();
@@ -458,7 +458,8 @@ class Solver {
         if (next[r] == orders[r].size()) continue;
         const double ready = Ready(orders[r][next[r]]);
         if (ready == kUnset) continue;
-        if (std::max(free_[r], ready) < start) rank = r, start = std::max(free_[r], ready);
+        const double earliest = std::max(free_[r], ready);
+        if (earliest < start) rank = r, start = earliest;
       }
       if (rank < 0) return false;
       const int id = orders[rank][next[rank]];

@@ -8,6 +8,7 @@
 
 #include "core/lowering.h"
 #include "core/status_field.h"
+#include "core/testing/unit_request.h"
 #include "core/validator.h"
 
 namespace zpipe::core {
@@ -263,9 +264,7 @@ TEST(PlanningTest, PolishLeavesPlansItDoesNotApplyToOrCannotShorten) {
 // searched to 55.4 (seed 1) and polished to 55.2, within 1% of the optimum 54.8; the tree alone
 // kept 55.4.
 TEST(PlanningTest, PolishSearchesNeighbourhoodsOfSmallPlans) {
-  PlanRequest req = Request("v-half", 4, 8, {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5,
-                                             .mem_w = -0.5},
-                            0.1);
+  PlanRequest req = UnitRequest("v-half", 4, 8);
   req.search = {.budget_seconds = 1, .seed = 1};
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
