@@ -1,9 +1,11 @@
 #include "core/rank_bound.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,19 @@ int FinishForChain(std::vector<Kind>& kinds, bool split) {
   return finish;
 }
 
+// What RankRelaxationBound's rounds ask of a problem: one rank's, or a pair's.
+class BoundProblem {
+ public:
+  virtual ~BoundProblem() = default;
+  virtual std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) = 0;
+  virtual int64_t nodes() const = 0;
+  virtual int64_t states() const = 0;
+  // The span of the shortest order Solve has found (infinity: none yet).
+  virtual double shortest() const = 0;
+  // The search stopped at the state limit (or found no order that fits the memory limit).
+  virtual bool TooLarge() const = 0;
+};
+
 }  // namespace
 
 // The relaxed one-machine problem of one rank (see the header): branch and bound over which kind
@@ -137,7 +152,7 @@ int FinishForChain(std::vector<Kind>& kinds, bool split) {
 // and how long until each queued microbatch is ready) remembers the least time to the end that
 // its explored subtree proved; reached again later, it (or a state it bounds: StateMemo) is cut
 // when that time does not fit.
-class RankProblem {
+class RankProblem : public BoundProblem {
  public:
   // `finish_kind`: the problem ends when every action of that kind is done (-1: when all are).
   RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t node_limit,
@@ -184,7 +199,7 @@ class RankProblem {
   // least times, not just `upper`), which dominance (StateMemo) then spreads to their
   // neighbours. Where the least span is below `upper` that finds it several times faster: the
   // chain of rank 7 in ZB-V at p = 8, m = 16 settles in 10 million nodes, not 34 million.
-  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) {
+  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) override {
     aborted_ = false;
     node_limit_ = nodes_ + nodes;
     const double initial = cut_at_upper ? std::min(upper, shortest_) : shortest_;
@@ -230,12 +245,10 @@ class RankProblem {
     return bound;
   }
 
-  int64_t nodes() const { return nodes_; }
-  int64_t states() const { return memo_.size(); }
-  // The span of the shortest order Solve has found (infinity: none yet).
-  double shortest() const { return shortest_; }
-  // The search stopped at the state limit (or found no order that fits the memory limit).
-  bool TooLarge() const { return too_large_; }
+  int64_t nodes() const override { return nodes_; }
+  int64_t states() const override { return memo_.size(); }
+  double shortest() const override { return shortest_; }
+  bool TooLarge() const override { return too_large_; }
 
  private:
   // The part of a kind's duration the measured end counts.
@@ -402,6 +415,304 @@ class RankProblem {
 
 namespace {
 
+// The pair relaxation (see the header): rank 0 and rank `other` exact, every other rank unlimited.
+// A kind is an F, B (BW) or W of one stage on either rank; a microbatch's kinds form the chain
+// F(0) .. F(S-1), B(S-1) .. B(0) restricted to the two ranks' stages, with the work of the stages
+// in between (and T_comm per cross-rank edge) as a fixed delay, and each W after its B.
+struct PairKind {
+  int machine = 0;  // the index of its rank in the problem's ranks (0: rank 0)
+  double dur = 0, mem = 0;
+  int pred = -1;
+  double delay = 0;
+  std::vector<int> succ = {};
+};
+
+// `ranks` lists the exact ranks, rank 0 first; machine j is ranks[j]. Empty when stage 0 is not
+// on rank 0.
+std::vector<PairKind> PairKindsOf(const Placement& placement, const CostModel& cost, bool split,
+                                  const std::vector<int>& ranks) {
+  const int S = placement.num_stages();
+  if (placement.RankOf(0) != 0 || ranks.empty() || ranks[0] != 0) return {};
+  auto machine = [&](int s) {
+    auto it = std::find(ranks.begin(), ranks.end(), placement.RankOf(s));
+    return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+  };
+  auto backward = [&](int s) {
+    return split ? cost.stages[s].b : cost.stages[s].b + cost.stages[s].w;
+  };
+  std::vector<PairKind> kinds;
+  std::vector<int> b_kind(S, -1);
+  int prev = -1;
+  double delay = 0;
+  // Step i of the chain: F(i) for i < S, then B(2S - 1 - i).
+  for (int i = 0; i < 2 * S; ++i) {
+    const bool forward = i < S;
+    const int s = forward ? i : 2 * S - 1 - i;
+    const int before = i - 1 < S ? i - 1 : 2 * S - i;  // the previous step's stage
+    if (i > 0 && i != S && placement.RankOf(before) != placement.RankOf(s)) delay += cost.comm;
+    const double dur = forward ? cost.stages[s].f : backward(s);
+    if (machine(s) < 0) {
+      delay += dur;
+      continue;
+    }
+    const StageCost& sc = cost.stages[s];
+    kinds.push_back({.machine = machine(s),
+                     .dur = dur,
+                     .mem = forward ? sc.mem_f : (split ? sc.mem_b : sc.mem_b + sc.mem_w),
+                     .pred = prev,
+                     .delay = prev < 0 ? 0 : delay});
+    prev = static_cast<int>(kinds.size()) - 1;
+    delay = 0;
+    if (!forward) b_kind[s] = prev;
+  }
+  if (split) {
+    for (int s = 0; s < S; ++s) {
+      if (b_kind[s] < 0) continue;
+      kinds.push_back({.machine = machine(s),
+                       .dur = cost.stages[s].w,
+                       .mem = cost.stages[s].mem_w,
+                       .pred = b_kind[s]});
+    }
+  }
+  for (int k = 0; k < static_cast<int>(kinds.size()); ++k) {
+    if (kinds[k].pred >= 0) kinds[kinds[k].pred].succ.push_back(k);
+  }
+  return kinds;
+}
+
+// The least time by which the preemptive one-machine schedule of `jobs` (release, duration,
+// tail) delivers every job: each job's end plus its tail, at the latest. Jackson's rule (run the
+// released job with the longest tail, preempting when a longer one arrives) is optimal with
+// preemption, so no order of the jobs on one machine delivers them all sooner. Sorts `jobs`.
+double PreemptiveDelivery(std::vector<std::array<double, 3>>& jobs) {
+  std::sort(jobs.begin(), jobs.end());
+  std::priority_queue<std::pair<double, double>> ready;  // (tail, work left)
+  double now = 0, out = 0;
+  size_t next = 0;
+  while (next < jobs.size() || !ready.empty()) {
+    if (ready.empty()) now = std::max(now, jobs[next][0]);
+    while (next < jobs.size() && jobs[next][0] <= now) {
+      ready.push({jobs[next][2], jobs[next][1]});
+      ++next;
+    }
+    auto [tail, left] = ready.top();
+    ready.pop();
+    const double until = next < jobs.size() ? jobs[next][0] : kInf;
+    if (now + left <= until) {
+      now += left;
+      out = std::max(out, now + tail);
+    } else {
+      ready.push({tail, left - (until - now)});
+      now = until;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Several ranks at once (see the header: RankBoundOptions::pair), each a machine with its own
+// memory limit, every other rank unlimited. Each kind runs first-in first-out, as in RankProblem
+// (two ready actions of one kind swap their microbatches from there on: the same times, the same
+// memory). Branch and bound over the order in which the machines' actions start: the tree
+// appends one action at a time, each starting at the latest of now (the start of the action
+// appended before it), its machine's free time and its input's ready time. Appended in the order
+// of their starts, any schedule's actions each start no later than in it, so the least end of
+// rank 0 the tree finds is exact. Clamping at now only adds orders that idle, and makes the
+// future of a node depend on nothing but its counts and how long from now until each queued
+// microbatch is ready and each machine is free: the state, remembered with dominance (StateMemo)
+// as in RankProblem. (A tie-break on the machine among equal starts, as the exact solver's tree
+// has, would not be sound here: a state's shifted completion may tie where the original did
+// not.) The problem ends when rank 0's last action does; rank 0 starts at 0, as in every plan,
+// so its least end bounds rank 0's span.
+class PairProblem : public BoundProblem {
+ public:
+  PairProblem(std::vector<PairKind> kinds, int machines, int m, double limit, int64_t state_limit,
+              bool dominance)
+      : kinds_(std::move(kinds)),
+        m_(m),
+        limit_(limit),
+        tol_(1e-9 * std::max(1.0, std::abs(limit))),
+        state_limit_(state_limit),
+        done_(kinds_.size(), 0),
+        queue_(kinds_.size()),
+        head_(kinds_.size(), 0),
+        reach_(kinds_.size(), -kInf),
+        est_(kinds_.size()),
+        jobs_(machines),
+        free_(machines, 0),
+        mem_(machines, 0),
+        memo_(dominance) {
+    // reach_[k]: the least time from the start of a kind-k action to the end of the last action
+    // of its microbatch on rank 0 (-infinity: none after it). Successors come later in kinds_.
+    for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) {
+      const PairKind& kind = kinds_[k];
+      if (kind.machine == 0) reach_[k] = kind.dur;
+      for (int s : kind.succ) {
+        reach_[k] = std::max(reach_[k], kind.dur + kinds_[s].delay + reach_[s]);
+      }
+      if (kind.machine == 0) left0_ += m_ * kind.dur;
+    }
+  }
+
+  // As RankProblem::Solve: the least end of rank 0, at most `upper`; nullopt when the search
+  // needed more than `nodes` more nodes or more than the state limit.
+  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) override {
+    aborted_ = false;
+    node_limit_ = nodes_ + nodes;
+    const double initial = cut_at_upper ? std::min(upper, shortest_) : shortest_;
+    best_ = initial;
+    Dfs();
+    if (best_ < initial) shortest_ = best_;
+    if (aborted_) return std::nullopt;
+    if (!std::isfinite(best_)) {
+      too_large_ = true;
+      return std::nullopt;
+    }
+    return std::min(best_, upper);
+  }
+
+  int64_t nodes() const override { return nodes_; }
+  int64_t states() const override { return memo_.size(); }
+  double shortest() const override { return shortest_; }
+  bool TooLarge() const override { return too_large_; }
+
+ private:
+  double Cut() const {
+    return std::isfinite(best_) ? best_ - 1e-12 * std::max(1.0, std::abs(best_)) : best_;
+  }
+
+  bool Finished() const {
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      if (kinds_[k].machine == 0 && done_[k] != m_) return false;
+    }
+    return true;
+  }
+
+  // No completion from here ends rank 0 before this: rank 0's work left after it is free, and on
+  // each machine the preemptive one-machine schedule of its remaining actions, released at their
+  // earliest starts (the chains' delays from what is done, every machine unlimited), each with
+  // the least time from its end to the end of its microbatch's last action on rank 0.
+  double NodeBound() const {
+    const double end = std::max(t_, free_[0]) + left0_;
+    if (end >= Cut()) return end;
+    for (auto& jobs : jobs_) jobs.clear();
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      const PairKind& kind = kinds_[k];
+      const double from = std::max(t_, free_[kind.machine]);
+      std::vector<double>& est = est_[k];
+      est.assign(m_, 0);
+      for (int i = done_[k]; i < m_; ++i) {
+        double e;
+        if (kind.pred < 0) {
+          e = from + (i - done_[k]) * kind.dur;
+        } else if (i < done_[kind.pred]) {
+          e = std::max(from, queue_[k][head_[k] + (i - done_[k])]);
+        } else {
+          e = std::max(from, est_[kind.pred][i] + kinds_[kind.pred].dur + kind.delay);
+        }
+        if (i > done_[k]) e = std::max(e, est[i - 1] + kind.dur);  // first-in first-out
+        est[i] = e;
+        if (std::isfinite(reach_[k])) {
+          jobs_[kind.machine].push_back({e, kind.dur, reach_[k] - kind.dur});
+        }
+      }
+    }
+    double bound = end;
+    for (auto& jobs : jobs_) bound = std::max(bound, PreemptiveDelivery(jobs));
+    return bound;
+  }
+
+  void Dfs() {
+    if (++nodes_ > node_limit_) aborted_ = true;
+    if (aborted_) return;
+    if (Finished()) {
+      best_ = std::min(best_, free_[0]);
+      return;
+    }
+    Key();
+    if (memo_.Prunes(counts_, times_, t_, Cut())) return;
+    if (NodeBound() >= Cut()) return;
+    for (int k = 0; k < static_cast<int>(kinds_.size()) && !aborted_; ++k) {
+      const PairKind& kind = kinds_[k];
+      const int mc = kind.machine;
+      if (done_[k] == m_ || (kind.pred >= 0 && done_[k] >= done_[kind.pred])) continue;
+      if (mem_[mc] + kind.mem > limit_ + tol_) continue;
+      const double start =
+          std::max({t_, free_[mc], kind.pred < 0 ? 0.0 : queue_[k][head_[k]]});
+      if (std::isfinite(reach_[k]) && start + reach_[k] >= Cut()) continue;
+      const double now = t_, free = free_[mc];
+      Apply(k, start);
+      Dfs();
+      Undo(k, now, free);
+    }
+    if (aborted_) return;
+    Key();
+    memo_.Remember(counts_, times_, best_ - t_);
+    if (memo_.size() > state_limit_) aborted_ = too_large_ = true;
+  }
+
+  // The counts done; how long from now until each queued microbatch is ready (for the kinds whose input comes from elsewhere or later than
+  // their machine frees) and until each machine is free, 0 once it is.
+  void Key() {
+    counts_.assign(reinterpret_cast<const char*>(done_.data()), done_.size() * sizeof(int));
+    times_.clear();
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      const PairKind& kind = kinds_[k];
+      if (kind.pred < 0) continue;
+      if (kinds_[kind.pred].machine == kind.machine && kind.delay <= 0) continue;
+      for (size_t i = head_[k]; i < queue_[k].size(); ++i) {
+        times_.push_back(std::max(0.0, queue_[k][i] - t_));
+      }
+    }
+    for (double free : free_) times_.push_back(std::max(0.0, free - t_));
+  }
+
+  void Apply(int k, double start) {
+    const PairKind& kind = kinds_[k];
+    if (kind.pred >= 0) ++head_[k];
+    const double end = start + kind.dur;
+    for (int s : kind.succ) queue_[s].push_back(end + kinds_[s].delay);
+    ++done_[k];
+    mem_[kind.machine] += kind.mem;
+    if (kind.machine == 0) left0_ -= kind.dur;
+    free_[kind.machine] = end;
+    t_ = start;
+  }
+
+  void Undo(int k, double now, double free) {
+    const PairKind& kind = kinds_[k];
+    if (kind.pred >= 0) --head_[k];
+    for (int s : kind.succ) queue_[s].pop_back();
+    --done_[k];
+    mem_[kind.machine] -= kind.mem;
+    if (kind.machine == 0) left0_ += kind.dur;
+    free_[kind.machine] = free;
+    t_ = now;
+  }
+
+  const std::vector<PairKind> kinds_;
+  const int m_;
+  const double limit_, tol_;
+  const int64_t state_limit_;
+  int64_t node_limit_ = 0;
+  std::vector<int> done_;
+  std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
+  std::vector<size_t> head_;
+  std::vector<double> reach_;
+  mutable std::vector<std::vector<double>> est_;              // NodeBound's scratch
+  mutable std::vector<std::vector<std::array<double, 3>>> jobs_;  // (release, duration, tail)
+  double t_ = 0, left0_ = 0, best_ = kInf, shortest_ = kInf;
+  std::vector<double> free_, mem_;
+  int64_t nodes_ = 0;
+  bool aborted_ = false, too_large_ = false;
+  std::string counts_;
+  std::vector<double> times_;
+  StateMemo memo_;
+};
+
+namespace {
+
 // The kinds of rank r's actions and the delays between them when no other rank queues.
 std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, bool split, int r) {
   const int S = placement.num_stages();
@@ -493,6 +804,7 @@ namespace {
 struct Unit {
   int rank = 0;
   bool chain = false;
+  bool pair = false;  // rank 0 with `rank`, measured to rank 0's end (PairProblem)
   double offset = 0;
 };
 
@@ -500,10 +812,13 @@ struct Unit {
 // header): rank 0 spans at least the forward path from its F of stage 0 to the rank's first
 // stage, that rank's first start to its last B there, and the backward path down to stage 0 with
 // rank 0's W after it.
-std::vector<Unit> UnitsOf(const Placement& placement, const CostModel& cost, bool split) {
+std::vector<Unit> UnitsOf(const Placement& placement, const CostModel& cost, bool split,
+                          const RankBoundOptions& options) {
   const int p = placement.num_ranks();
   std::vector<Unit> units;
   for (int r = 0; r < p; ++r) units.push_back({.rank = r});
+  if (options.pair && p >= 2 && placement.RankOf(0) == 0) units.push_back({.rank = 1, .pair = true});
+  if (!options.chains) return units;
   auto edge = [&](int s) {
     return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
   };
@@ -527,11 +842,18 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
                               double memory_limit, bool split_backward,
                               const RankBoundOptions& options) {
   RankBound out;
-  const std::vector<Unit> units =
-      UnitsOf(placement, cost, split_backward);
-  const int n = options.chains ? static_cast<int>(units.size()) : placement.num_ranks();
-  std::vector<std::unique_ptr<RankProblem>> problems;
+  const std::vector<Unit> units = UnitsOf(placement, cost, split_backward, options);
+  const int n = static_cast<int>(units.size());
+  std::vector<std::unique_ptr<BoundProblem>> problems;
   for (int u = 0; u < n; ++u) {
+    if (units[u].pair) {
+      const std::vector<int> ranks = {0, units[u].rank};
+      auto pair = std::make_unique<PairProblem>(
+          PairKindsOf(placement, cost, split_backward, ranks), static_cast<int>(ranks.size()),
+          microbatches, memory_limit, options.state_limit, options.dominance);
+      problems.push_back(std::move(pair));
+      continue;
+    }
     std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, units[u].rank);
     const int finish = units[u].chain ? FinishForChain(kinds, split_backward) : -1;
     problems.push_back(std::make_unique<RankProblem>(
@@ -565,7 +887,7 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
       if (settled[u]) continue;
       if (left <= 0 || out.span >= options.upper) break;
       const Unit& unit = units[u];
-      RankProblem& problem = *problems[u];
+      BoundProblem& problem = *problems[u];
       const int64_t states_before = problem.states();
       auto solve = [&](int64_t unit_nodes, bool cut_at_upper) {
         const int64_t before = problem.nodes();
@@ -594,7 +916,11 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
       if (states > options.state_limit) settled[u] = true;
       if (span) {
         settled[u] = true;
-        ++(unit.chain ? out.chains_solved : out.ranks_solved);
+        if (unit.pair) {
+          out.pair_solved = true;
+        } else {
+          ++(unit.chain ? out.chains_solved : out.ranks_solved);
+        }
         out.span = std::max(out.span, *span + unit.offset);
       }
       if (settled[u]) {  // its memory goes back

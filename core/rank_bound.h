@@ -64,6 +64,7 @@ struct RankBound {
   double span = 0;         // max over the ranks solved of their least relaxed span (or `upper`)
   int ranks_solved = 0;    // ranks whose search finished within the limits
   int chains_solved = 0;   // chain links (RankBoundOptions::chains) whose search finished
+  bool pair_solved = false;  // the pair of ranks 0 and 1 (RankBoundOptions::pair) finished
   int64_t nodes = 0;       // search nodes over all ranks
   int64_t states = 0;      // the most states one rank's search remembered
 };
@@ -84,6 +85,8 @@ struct RankBoundOptions {
   // Whether each rank past stage 0's also bounds rank 0 as a link of a chain (see above); off,
   // only each rank on its own. Off is for tests.
   bool chains = true;
+  // Whether ranks 0 and 1 together also bound rank 0 (see above); off is for tests.
+  bool pair = true;
 };
 
 // `cost` has placement.num_stages() stages; `memory_limit` is per rank. Deterministic. The chains

@@ -55,14 +55,19 @@ TEST(RankBoundTest, TheSolverProvesAtTheRoot) {
 
 // 1F1B at p = 4, m = 16 (fused backward): rank 0 alone, memory for 4 microbatches and a 10.6 round
 // trip, cannot be busier than span 59.4; the closed form says 58.2 and the plan spans 59.8.
+// Ranks 0 and 1 together (rank 1's queue between rank 0's Fs and the Bs coming back) say 59.8:
+// the plan is optimal before the exact solver's tree opens a node.
 TEST(RankBoundTest, SeesTheSteadyStateOfAMemoryLimitedRank) {
   const PlannedSchedule plan = Plan("1f1b", 4, 16);
   EXPECT_NEAR(plan.sim.span, 59.8, 1e-9);
   EXPECT_NEAR(SpanLowerBound(plan.plan.placement, 16, plan.cost, plan.memory_limit, false), 58.2,
               1e-9);
-  const RankBound ranks = BoundOf(plan, false);
+  const RankBound ranks = BoundOf(plan, false, {.chains = false, .pair = false});
   EXPECT_EQ(ranks.ranks_solved, 4);
   EXPECT_NEAR(ranks.span, 59.4, 1e-9);
+  const RankBound pair = BoundOf(plan, false, {.chains = false});
+  EXPECT_TRUE(pair.pair_solved);
+  EXPECT_NEAR(pair.span, 59.8, 1e-9);
 }
 
 // A V placement: each rank's two stages and the round trips between them. ZB-V at p = 3, m = 4:
@@ -105,9 +110,11 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
       const PlannedSchedule plan = Plan(schedule, p, m);
       const bool split = schedule != "1f1b";
       // Each rank on its own (the chains' problems end earlier, the same memo serves them).
-      const RankBound on = BoundOf(plan, split, {.node_limit = 20'000'000, .chains = false});
-      const RankBound off =
-          BoundOf(plan, split, {.node_limit = 20'000'000, .dominance = false, .chains = false});
+      const RankBound on =
+          BoundOf(plan, split, {.node_limit = 20'000'000, .chains = false, .pair = false});
+      const RankBound off = BoundOf(
+          plan, split,
+          {.node_limit = 20'000'000, .dominance = false, .chains = false, .pair = false});
       ASSERT_EQ(on.ranks_solved, p);
       ASSERT_EQ(off.ranks_solved, p);
       EXPECT_NEAR(on.span, off.span, 1e-9);
@@ -120,8 +127,8 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
   EXPECT_LT(with, without);
   // ZB-1p at p = 4, m = 16: 13 thousand nodes with only equal states, under 10 thousand with.
   const PlannedSchedule plan = Plan("zb-1p", 4, 16);
-  const RankBound on = BoundOf(plan, true, {.chains = false});
-  const RankBound off = BoundOf(plan, true, {.dominance = false, .chains = false});
+  const RankBound on = BoundOf(plan, true, {.chains = false, .pair = false});
+  const RankBound off = BoundOf(plan, true, {.dominance = false, .chains = false, .pair = false});
   EXPECT_NEAR(on.span, 52.2, 1e-9);
   EXPECT_NEAR(off.span, 52.2, 1e-9);
   EXPECT_LT(on.nodes * 4, off.nodes * 3);
@@ -175,10 +182,37 @@ TEST(RankBoundTest, ChainsThroughTheRanksProveVHalf) {
     EXPECT_NEAR(chained.span, span, 1e-9);
     EXPECT_EQ(chained.ranks_solved, p);
     EXPECT_EQ(chained.chains_solved, p - 1);
-    const RankBound each = BoundOf(plan, true, {.node_limit = 5'000'000, .chains = false});
+    const RankBound each =
+        BoundOf(plan, true, {.node_limit = 5'000'000, .chains = false, .pair = false});
     EXPECT_NEAR(each.span, alone, 1e-9);
     EXPECT_EQ(each.chains_solved, 0);
     // The exact solver starts from it: the plan is proven optimal before the tree opens a node.
+    absl::StatusOr<OptimalResult> solved =
+        SolveOptimal(plan.plan, plan.cost, plan.memory_limit, {.time_limit_seconds = 2});
+    ASSERT_TRUE(solved.ok()) << solved.status();
+    EXPECT_TRUE(solved->optimal);
+    EXPECT_EQ(solved->nodes, 0);
+  }
+}
+
+// Ranks 0 and 1 together, each exact and the others unlimited, see how the two interleave, which
+// neither alone nor the chains do. At p = 2 that is every rank: ZB-V and V-Half at p = 2, m = 8
+// span 48.4, the ranks and chains say 48.2 (and the exact solver's tree from the root does not
+// finish in 3 million nodes), the pair 48.4: the plans are optimal. Its kinds run first-in
+// first-out, and rank 0's end is what it measures, so with every rank in it it is exact for rank
+// 0's span: its least end over the orders of the serial plan's 1F1B at p = 2 is rank 0's.
+TEST(RankBoundTest, RanksZeroAndOneTogetherProveVShapesAtTwoRanks) {
+  for (const std::string schedule : {"zb-v", "v-half"}) {
+    SCOPED_TRACE(schedule);
+    const PlannedSchedule plan = Plan(schedule, 2, 8);
+    EXPECT_NEAR(plan.sim.span, 48.4, 1e-9);
+    const RankBound alone = BoundOf(plan, true, {.node_limit = 5'000'000, .pair = false});
+    EXPECT_NEAR(alone.span, 48.2, 1e-9);
+    EXPECT_FALSE(alone.pair_solved);
+    const RankBound pair = BoundOf(plan, true, {.upper = plan.sim.span, .node_limit = 5'000'000});
+    EXPECT_TRUE(pair.pair_solved);
+    EXPECT_NEAR(pair.span, 48.4, 1e-9);
+    // The exact solver starts from it: proven before the tree opens a node.
     absl::StatusOr<OptimalResult> solved =
         SolveOptimal(plan.plan, plan.cost, plan.memory_limit, {.time_limit_seconds = 2});
     ASSERT_TRUE(solved.ok()) << solved.status();
