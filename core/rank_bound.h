@@ -47,6 +47,17 @@
 // action (the Ws still free memory, and take time when they run before it; those after it do
 // not count). V-Half at p = 4, m = 4 (30.8) and p = 8, m = 8 (69.2) are then proven optimal, and
 // checked against the exact solver's optimum on thousands of small random shapes.
+//
+// The pair. Neither a rank alone nor a chain sees how two ranks' queues interleave: in 1F1B at
+// p = 4, m = 16, rank 1's Bs come back to rank 0 no closer than rank 1 can run them between its
+// own Fs. So ranks 0 and 1 are also solved together (RankBoundOptions::pair): both exact, every
+// other rank unlimited, the least end of rank 0. Each kind still runs first-in first-out (two
+// ready actions of one kind swap their microbatches from there on, on both ranks: the same times
+// and memory), and a branch and bound over the order of the two ranks' starts (rank_bound.cc:
+// PairProblem) finds it exactly. Rank 0 starts at 0 in every plan, so its end is its span. 1F1B
+// at p = 4, m = 16 then gets 59.8 (rank 0 alone: 59.4), the plan's span; at p = 2 the pair is
+// every rank, and ZB-V and V-Half at m = 8 are proven optimal (48.4, where the ranks and chains
+// say 48.2 and the exact solver's tree does not finish in 3 million nodes).
 #ifndef ZPIPE_CORE_RANK_BOUND_H_
 #define ZPIPE_CORE_RANK_BOUND_H_
 
