@@ -415,7 +415,7 @@ class RankProblem : public BoundProblem {
 
 namespace {
 
-// The pair relaxation (see the header): rank 0 and rank `other` exact, every other rank unlimited.
+// A pair's relaxation (see the header): the ranks listed exact, every other rank unlimited.
 // A kind is an F, B (BW) or W of one stage on either rank; a microbatch's kinds form the chain
 // F(0) .. F(S-1), B(S-1) .. B(0) restricted to the two ranks' stages, with the work of the stages
 // in between (and T_comm per cross-rank edge) as a fixed delay, and each W after its B.
@@ -511,7 +511,7 @@ double PreemptiveDelivery(std::vector<std::array<double, 3>>& jobs) {
 
 }  // namespace
 
-// Several ranks at once (see the header: RankBoundOptions::pair), each a machine with its own
+// Several ranks at once (see the header: RankBoundOptions::pairs), each a machine with its own
 // memory limit, every other rank unlimited. Each kind runs first-in first-out, as in RankProblem
 // (two ready actions of one kind swap their microbatches from there on: the same times, the same
 // memory). Branch and bound over the order in which the machines' actions start: the tree
@@ -799,12 +799,15 @@ int64_t RankRelaxation::nodes() const { return problem_->nodes(); }
 
 namespace {
 
+// How many of the budget's nodes one node of a pair's search counts as (RankRelaxationBound).
+constexpr int64_t kPairNodeWeight = 4;
+
 // One problem of RankRelaxationBound: a rank's relaxation, measured to its last action (`chain`
 // false) or to the last B of its first stage, with what the bound adds to its least time.
 struct Unit {
   int rank = 0;
   bool chain = false;
-  bool pair = false;  // rank 0 with `rank`, measured to rank 0's end (PairProblem)
+  bool pair = false;  // rank 0 and `rank` together, measured to rank 0's end (PairProblem)
   double offset = 0;
 };
 
@@ -817,7 +820,10 @@ std::vector<Unit> UnitsOf(const Placement& placement, const CostModel& cost, boo
   const int p = placement.num_ranks();
   std::vector<Unit> units;
   for (int r = 0; r < p; ++r) units.push_back({.rank = r});
-  if (options.pair && p >= 2 && placement.RankOf(0) == 0) units.push_back({.rank = 1, .pair = true});
+  if (options.pairs && placement.RankOf(0) == 0) {
+    if (p >= 2) units.push_back({.rank = 1, .pair = true});
+    if (p >= 3) units.push_back({.rank = p - 1, .pair = true});
+  }
   if (!options.chains) return units;
   auto edge = [&](int s) {
     return placement.RankOf(s) == placement.RankOf(s + 1) ? 0.0 : cost.comm;
@@ -870,6 +876,10 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
   // three times as much as all the other chains together: V-Half at p = 8, m = 16 gets 117.2
   // from 8 million nodes, where the ranks alone say 103.4.
   std::vector<bool> settled(n, false);
+  // A unit that reaches `upper` returns it less its offset; added back, it may round below.
+  const double reached = std::isfinite(options.upper)
+                             ? options.upper - 1e-9 * std::max(1.0, std::abs(options.upper))
+                             : options.upper;
   const int64_t first_share = std::max<int64_t>(1000, options.node_limit / (16 * n));
   int64_t nodes = 0, states = 0;
   for (int64_t share = first_share;; share *= 2) {
@@ -881,20 +891,24 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
       if (deepest < 0 || units[u].offset > units[deepest].offset) deepest = u;
     }
     // A unit that reached `upper` already says all the bound may say.
-    if (open == 0 || nodes >= options.node_limit || out.span >= options.upper) break;
+    if (open == 0 || nodes >= options.node_limit || out.span >= reached) break;
     for (int u = 0; u < n; ++u) {
       const int64_t left = options.node_limit - nodes;
       if (settled[u]) continue;
-      if (left <= 0 || out.span >= options.upper) break;
+      if (left <= 0 || out.span >= reached) break;
       const Unit& unit = units[u];
       BoundProblem& problem = *problems[u];
       const int64_t states_before = problem.states();
+      // A pair's node (two machines, a preemptive bound on each) takes about 4 times a rank's
+      // time, and counts so against the budget.
+      const int64_t weight = unit.pair ? kPairNodeWeight : 1;
       auto solve = [&](int64_t unit_nodes, bool cut_at_upper) {
         const int64_t before = problem.nodes();
+        const int64_t allowed = std::min(unit_nodes, options.node_limit - nodes) / weight;
+        if (allowed <= 0) return std::optional<double>();
         std::optional<double> span =
-            problem.Solve(options.upper - unit.offset,
-                          std::min(unit_nodes, options.node_limit - nodes), cut_at_upper);
-        nodes += problem.nodes() - before;
+            problem.Solve(options.upper - unit.offset, allowed, cut_at_upper);
+        nodes += (problem.nodes() - before) * weight;
         return span;
       };
       std::optional<double> span;
@@ -917,7 +931,7 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
       if (span) {
         settled[u] = true;
         if (unit.pair) {
-          out.pair_solved = true;
+          ++out.pairs_solved;
         } else {
           ++(unit.chain ? out.chains_solved : out.ranks_solved);
         }

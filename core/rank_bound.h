@@ -48,16 +48,18 @@
 // not count). V-Half at p = 4, m = 4 (30.8) and p = 8, m = 8 (69.2) are then proven optimal, and
 // checked against the exact solver's optimum on thousands of small random shapes.
 //
-// The pair. Neither a rank alone nor a chain sees how two ranks' queues interleave: in 1F1B at
+// Pairs. Neither a rank alone nor a chain sees how two ranks' queues interleave: in 1F1B at
 // p = 4, m = 16, rank 1's Bs come back to rank 0 no closer than rank 1 can run them between its
-// own Fs. So ranks 0 and 1 are also solved together (RankBoundOptions::pair): both exact, every
-// other rank unlimited, the least end of rank 0. Each kind still runs first-in first-out (two
+// own Fs. So rank 0 is also solved together with rank 1 and with rank p - 1 (the last stage's,
+// or a V's turn) (RankBoundOptions::pairs): both exact, every other rank unlimited, the least
+// end of rank 0. Each kind still runs first-in first-out (two
 // ready actions of one kind swap their microbatches from there on, on both ranks: the same times
 // and memory), and a branch and bound over the order of the two ranks' starts (rank_bound.cc:
 // PairProblem) finds it exactly. Rank 0 starts at 0 in every plan, so its end is its span. 1F1B
-// at p = 4, m = 16 then gets 59.8 (rank 0 alone: 59.4), the plan's span; at p = 2 the pair is
-// every rank, and ZB-V and V-Half at m = 8 are proven optimal (48.4, where the ranks and chains
-// say 48.2 and the exact solver's tree does not finish in 3 million nodes).
+// at p = 4, m = 16 then gets 59.8 from ranks 0 and 1 (rank 0 alone: 59.4), the plan's span; ZB-V
+// at p = 4, m = 8 gets 49.2 from ranks 0 and 3 (the chains: 48.8; the plan spans 49.4); at p = 2
+// the pair is every rank, and ZB-V and V-Half at m = 8 are proven optimal (48.4, where the ranks
+// and chains say 48.2 and the exact solver's tree does not finish in 3 million nodes).
 #ifndef ZPIPE_CORE_RANK_BOUND_H_
 #define ZPIPE_CORE_RANK_BOUND_H_
 
@@ -75,7 +77,7 @@ struct RankBound {
   double span = 0;         // max over the ranks solved of their least relaxed span (or `upper`)
   int ranks_solved = 0;    // ranks whose search finished within the limits
   int chains_solved = 0;   // chain links (RankBoundOptions::chains) whose search finished
-  bool pair_solved = false;  // the pair of ranks 0 and 1 (RankBoundOptions::pair) finished
+  int pairs_solved = 0;    // pairs of ranks (RankBoundOptions::pairs) whose search finished
   int64_t nodes = 0;       // search nodes over all ranks
   int64_t states = 0;      // the most states one rank's search remembered
 };
@@ -96,8 +98,9 @@ struct RankBoundOptions {
   // Whether each rank past stage 0's also bounds rank 0 as a link of a chain (see above); off,
   // only each rank on its own. Off is for tests.
   bool chains = true;
-  // Whether ranks 0 and 1 together also bound rank 0 (see above); off is for tests.
-  bool pair = true;
+  // Whether rank 0 with rank 1, and with rank p - 1, also bound rank 0 (see above); off is for
+  // tests.
+  bool pairs = true;
 };
 
 // `cost` has placement.num_stages() stages; `memory_limit` is per rank. Deterministic. The chains

@@ -62,11 +62,11 @@ TEST(RankBoundTest, SeesTheSteadyStateOfAMemoryLimitedRank) {
   EXPECT_NEAR(plan.sim.span, 59.8, 1e-9);
   EXPECT_NEAR(SpanLowerBound(plan.plan.placement, 16, plan.cost, plan.memory_limit, false), 58.2,
               1e-9);
-  const RankBound ranks = BoundOf(plan, false, {.chains = false, .pair = false});
+  const RankBound ranks = BoundOf(plan, false, {.chains = false, .pairs = false});
   EXPECT_EQ(ranks.ranks_solved, 4);
   EXPECT_NEAR(ranks.span, 59.4, 1e-9);
   const RankBound pair = BoundOf(plan, false, {.chains = false});
-  EXPECT_TRUE(pair.pair_solved);
+  EXPECT_GE(pair.pairs_solved, 1);
   EXPECT_NEAR(pair.span, 59.8, 1e-9);
 }
 
@@ -111,10 +111,10 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
       const bool split = schedule != "1f1b";
       // Each rank on its own (the chains' problems end earlier, the same memo serves them).
       const RankBound on =
-          BoundOf(plan, split, {.node_limit = 20'000'000, .chains = false, .pair = false});
+          BoundOf(plan, split, {.node_limit = 20'000'000, .chains = false, .pairs = false});
       const RankBound off = BoundOf(
           plan, split,
-          {.node_limit = 20'000'000, .dominance = false, .chains = false, .pair = false});
+          {.node_limit = 20'000'000, .dominance = false, .chains = false, .pairs = false});
       ASSERT_EQ(on.ranks_solved, p);
       ASSERT_EQ(off.ranks_solved, p);
       EXPECT_NEAR(on.span, off.span, 1e-9);
@@ -127,8 +127,8 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
   EXPECT_LT(with, without);
   // ZB-1p at p = 4, m = 16: 13 thousand nodes with only equal states, under 10 thousand with.
   const PlannedSchedule plan = Plan("zb-1p", 4, 16);
-  const RankBound on = BoundOf(plan, true, {.chains = false, .pair = false});
-  const RankBound off = BoundOf(plan, true, {.dominance = false, .chains = false, .pair = false});
+  const RankBound on = BoundOf(plan, true, {.chains = false, .pairs = false});
+  const RankBound off = BoundOf(plan, true, {.dominance = false, .chains = false, .pairs = false});
   EXPECT_NEAR(on.span, 52.2, 1e-9);
   EXPECT_NEAR(off.span, 52.2, 1e-9);
   EXPECT_LT(on.nodes * 4, off.nodes * 3);
@@ -158,7 +158,7 @@ TEST(RankBoundTest, RoundsGoOnWhereTheyStoppedAndSettleZbVAtFourRanks) {
   EXPECT_LE(ranks.span, plan.sim.span + 1e-9);
   EXPECT_NEAR(ranks.span, 96.8, 1e-9);
   EXPECT_GE(ranks.chains_solved, 1);
-  EXPECT_LE(ranks.nodes, 4'000'001);
+  EXPECT_LE(ranks.nodes, 4'000'004);  // a search's last node may pass it (a pair's counts 4)
 }
 
 // Rank 0 spans at least the forward path to another rank's first stage, that rank's time from
@@ -183,7 +183,7 @@ TEST(RankBoundTest, ChainsThroughTheRanksProveVHalf) {
     EXPECT_EQ(chained.ranks_solved, p);
     EXPECT_EQ(chained.chains_solved, p - 1);
     const RankBound each =
-        BoundOf(plan, true, {.node_limit = 5'000'000, .chains = false, .pair = false});
+        BoundOf(plan, true, {.node_limit = 5'000'000, .chains = false, .pairs = false});
     EXPECT_NEAR(each.span, alone, 1e-9);
     EXPECT_EQ(each.chains_solved, 0);
     // The exact solver starts from it: the plan is proven optimal before the tree opens a node.
@@ -206,11 +206,11 @@ TEST(RankBoundTest, RanksZeroAndOneTogetherProveVShapesAtTwoRanks) {
     SCOPED_TRACE(schedule);
     const PlannedSchedule plan = Plan(schedule, 2, 8);
     EXPECT_NEAR(plan.sim.span, 48.4, 1e-9);
-    const RankBound alone = BoundOf(plan, true, {.node_limit = 5'000'000, .pair = false});
+    const RankBound alone = BoundOf(plan, true, {.node_limit = 5'000'000, .pairs = false});
     EXPECT_NEAR(alone.span, 48.2, 1e-9);
-    EXPECT_FALSE(alone.pair_solved);
+    EXPECT_EQ(alone.pairs_solved, 0);
     const RankBound pair = BoundOf(plan, true, {.upper = plan.sim.span, .node_limit = 5'000'000});
-    EXPECT_TRUE(pair.pair_solved);
+    EXPECT_GE(pair.pairs_solved, 1);
     EXPECT_NEAR(pair.span, 48.4, 1e-9);
     // The exact solver starts from it: proven before the tree opens a node.
     absl::StatusOr<OptimalResult> solved =
@@ -219,6 +219,20 @@ TEST(RankBoundTest, RanksZeroAndOneTogetherProveVShapesAtTwoRanks) {
     EXPECT_TRUE(solved->optimal);
     EXPECT_EQ(solved->nodes, 0);
   }
+}
+
+// Rank 0 with rank p - 1, where a V turns (stages p - 1 and p): ZB-V at p = 4, m = 8 gets 49.2
+// (every rank alone 48.6, the chains 48.8), within 0.41% of the plan's 49.4.
+TEST(RankBoundTest, RankZeroWithTheTurnOfTheV) {
+  const PlannedSchedule plan = Plan("zb-v", 4, 8);
+  const RankBound without = BoundOf(plan, true, {.node_limit = 40'000'000, .pairs = false});
+  EXPECT_NEAR(without.span, 48.8, 1e-9);
+  // (The budget of the solver's root at 10 s: the pair of ranks 0 and 3 takes about 6 million
+  // nodes, each counted 4 times.)
+  const RankBound with =
+      BoundOf(plan, true, {.upper = plan.sim.span, .node_limit = 40'000'000});
+  EXPECT_EQ(with.pairs_solved, 2);
+  EXPECT_NEAR(with.span, 49.2, 1e-9);
 }
 
 }  // namespace
