@@ -652,8 +652,9 @@ class PairProblem : public BoundProblem {
     if (memo_.size() > state_limit_) aborted_ = too_large_ = true;
   }
 
-  // The counts done; how long from now until each queued microbatch is ready (for the kinds whose input comes from elsewhere or later than
-  // their machine frees) and until each machine is free, 0 once it is.
+  // The counts done; how long from now until each queued microbatch is ready (for the kinds
+  // whose input comes from elsewhere or later than their machine frees) and until each machine
+  // is free, 0 once it is.
   void Key() {
     counts_.assign(reinterpret_cast<const char*>(done_.data()), done_.size() * sizeof(int));
     times_.clear();
