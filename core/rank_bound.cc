@@ -132,17 +132,83 @@ int FinishForChain(std::vector<Kind>& kinds, bool split) {
   return finish;
 }
 
+// The earliest starts of kind k's remaining actions, est[k][done[k]] .. est[k][m - 1], each at
+// least `from`: one after another from `from` for the kind with no predecessor; a queued
+// microbatch's ready time; else its predecessor's earliest end plus the delay. With `fifo`, also
+// no earlier than the kind's previous action's earliest end. Kinds before their successors.
+template <typename KindT>
+void EarliestStarts(const std::vector<KindT>& kinds, int k, int m, double from,
+                    const std::vector<int>& done, const std::vector<std::vector<double>>& queue,
+                    const std::vector<size_t>& head, bool fifo,
+                    std::vector<std::vector<double>>& est) {
+  const KindT& kind = kinds[k];
+  std::vector<double>& out = est[k];
+  out.assign(m, 0);
+  for (int i = done[k]; i < m; ++i) {
+    double e;
+    if (kind.pred < 0) {
+      e = from + (i - done[k]) * kind.dur;
+    } else if (i < done[kind.pred]) {
+      e = std::max(from, queue[k][head[k] + (i - done[k])]);
+    } else {
+      e = std::max(from, est[kind.pred][i] + kinds[kind.pred].dur + kind.delay);
+    }
+    if (fifo && i > done[k]) e = std::max(e, out[i - 1] + kind.dur);
+    out[i] = e;
+  }
+}
+
 // What RankRelaxationBound's rounds ask of a problem: one rank's, or a pair's.
+// Both search depth first from their first state (Dfs), cut at best_.
 class BoundProblem {
  public:
   virtual ~BoundProblem() = default;
-  virtual std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) = 0;
-  virtual int64_t nodes() const = 0;
+
+  // The least span, at most `upper`: `upper` itself when no order is shorter. nullopt when the
+  // search needed more than `nodes` more nodes, or when no order fits the memory limit. It may be
+  // called again, with more nodes: the remembered states carry over, so the work an unfinished
+  // call did is not lost.
+  //
+  // `cut_at_upper`: the search cuts at `upper` from the start (fast when the least span is at
+  // least `upper`); otherwise only at the shortest order found so far, so it explores the early
+  // subtrees under a loose cut, and what it remembers of them proves much more (their states'
+  // least times, not just `upper`), which dominance (StateMemo) then spreads to their
+  // neighbours. Where the least span is below `upper` that finds it several times faster: the
+  // chain of rank 7 in ZB-V at p = 8, m = 16 settles in 10 million nodes, not 34 million.
+  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) {
+    aborted_ = false;
+    node_limit_ = nodes_ + nodes;
+    const double initial = cut_at_upper ? std::min(upper, shortest_) : shortest_;
+    best_ = initial;
+    Dfs();
+    if (best_ < initial) shortest_ = best_;  // (an unfinished search's orders are real too)
+    if (aborted_) return std::nullopt;
+    if (!std::isfinite(best_)) {  // no order at all: nothing fits the memory limit
+      too_large_ = true;          // never settles
+      return std::nullopt;
+    }
+    return std::min(best_, upper);
+  }
+
+  int64_t nodes() const { return nodes_; }
   virtual int64_t states() const = 0;
   // The span of the shortest order Solve has found (infinity: none yet).
-  virtual double shortest() const = 0;
+  double shortest() const { return shortest_; }
   // The search stopped at the state limit (or found no order that fits the memory limit).
-  virtual bool TooLarge() const = 0;
+  bool TooLarge() const { return too_large_; }
+
+ protected:
+  // From the current state (the first one, in Solve: Dfs undoes every step it takes).
+  virtual void Dfs() = 0;
+
+  double Cut() const {
+    return std::isfinite(best_) ? best_ - 1e-12 * std::max(1.0, std::abs(best_)) : best_;
+  }
+
+  double best_ = kInf;
+  double shortest_ = kInf;  // the shortest order Solve found (from the first state)
+  int64_t nodes_ = 0, node_limit_ = 0;
+  bool aborted_ = false, too_large_ = false;
 };
 
 }  // namespace
@@ -155,14 +221,12 @@ class BoundProblem {
 class RankProblem : public BoundProblem {
  public:
   // `finish_kind`: the problem ends when every action of that kind is done (-1: when all are).
-  RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t node_limit,
-              int64_t state_limit, bool dominance, bool keep_searching = false,
-              int finish_kind = -1)
+  RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t state_limit, bool dominance,
+              bool keep_searching = false, int finish_kind = -1)
       : kinds_(std::move(kinds)),
         m_(m),
         limit_(limit),
         tol_(1e-9 * std::max(1.0, std::abs(limit))),
-        node_limit_(node_limit),
         state_limit_(state_limit),
         done_(kinds_.size(), 0),
         queue_(kinds_.size()),
@@ -188,31 +252,6 @@ class RankProblem : public BoundProblem {
     est_.resize(kinds_.size());
   }
 
-  // The least span, at most `upper`: `upper` itself when no order is shorter. nullopt when the
-  // search needed more than `nodes` more nodes, or when no order fits the memory limit. It may be
-  // called again, with more nodes: the remembered states carry over, so the work an unfinished
-  // call did is not lost.
-  //
-  // `cut_at_upper`: the search cuts at `upper` from the start (fast when the least span is at
-  // least `upper`); otherwise only at the shortest order found so far, so it explores the early
-  // subtrees under a loose cut, and what it remembers of them proves much more (their states'
-  // least times, not just `upper`), which dominance (StateMemo) then spreads to their
-  // neighbours. Where the least span is below `upper` that finds it several times faster: the
-  // chain of rank 7 in ZB-V at p = 8, m = 16 settles in 10 million nodes, not 34 million.
-  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) override {
-    aborted_ = false;
-    node_limit_ = nodes_ + nodes;
-    const double initial = cut_at_upper ? std::min(upper, shortest_) : shortest_;
-    best_ = initial;
-    Dfs();
-    if (best_ < initial) shortest_ = best_;  // (an unfinished search's orders are real too)
-    if (aborted_) return std::nullopt;
-    if (!std::isfinite(best_)) {  // no order at all: nothing fits the memory limit
-      too_large_ = true;          // never settles
-      return std::nullopt;
-    }
-    return std::min(best_, upper);
-  }
   // From a state of the rank (the counts done of each kind; for each kind with a predecessor, how
   // long from now until each of its queued microbatches may start, sorted), the least time to
   // the end, or `need` when that is at least `need`. When the search would pass `node_limit`
@@ -245,10 +284,7 @@ class RankProblem : public BoundProblem {
     return bound;
   }
 
-  int64_t nodes() const override { return nodes_; }
   int64_t states() const override { return memo_.size(); }
-  double shortest() const override { return shortest_; }
-  bool TooLarge() const override { return too_large_; }
 
  private:
   // The part of a kind's duration the measured end counts.
@@ -283,21 +319,9 @@ class RankProblem : public BoundProblem {
   double OneMachine() const {
     jobs_.clear();
     for (int k : topo_) {
-      const Kind& kind = kinds_[k];
-      std::vector<double>& est = est_[k];
-      est.assign(m_, 0);
-      for (int i = done_[k]; i < m_; ++i) {
-        double e;
-        if (kind.pred < 0) {
-          e = t_ + (i - done_[k]) * kind.dur;
-        } else if (i < done_[kind.pred]) {
-          e = std::max(t_, queue_[k][head_[k] + (i - done_[k])]);
-        } else {
-          e = std::max(t_, est_[kind.pred][i] + kinds_[kind.pred].dur + kind.delay);
-        }
-        est[i] = e;
-        if (kind.counts) jobs_.push_back({e, kind.dur});
-      }
+      EarliestStarts(kinds_, k, m_, t_, done_, queue_, head_, /*fifo=*/false, est_);
+      if (!kinds_[k].counts) continue;
+      for (int i = done_[k]; i < m_; ++i) jobs_.push_back({est_[k][i], kinds_[k].dur});
     }
     std::sort(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) { return a > b; });
     double end = 0, work = 0;
@@ -308,11 +332,7 @@ class RankProblem : public BoundProblem {
     return end;
   }
 
-  double Cut() const {
-    return std::isfinite(best_) ? best_ - 1e-12 * std::max(1.0, std::abs(best_)) : best_;
-  }
-
-  void Dfs() {
+  void Dfs() override {
     if (++nodes_ > node_limit_) aborted_ = true;
     if (aborted_) return;
     if (Finished()) {
@@ -393,7 +413,6 @@ class RankProblem : public BoundProblem {
   const std::vector<Kind> kinds_;
   const int m_;
   const double limit_, tol_;
-  int64_t node_limit_;
   const int64_t state_limit_;
   std::vector<int> done_;
   std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
@@ -402,10 +421,7 @@ class RankProblem : public BoundProblem {
   std::vector<int> topo_;
   mutable std::vector<std::vector<double>> est_;              // OneMachine's scratch
   mutable std::vector<std::pair<double, double>> jobs_;       // (release, duration)
-  double t_ = 0, mem_ = 0, left_ = 0, best_ = kInf;
-  double shortest_ = kInf;  // the shortest order Solve found (from the first state)
-  int64_t nodes_ = 0;
-  bool aborted_ = false, too_large_ = false;
+  double t_ = 0, mem_ = 0, left_ = 0;
   std::string counts_;          // Key's scratch: the counts' bytes
   std::vector<double> times_;   // and the ready times
   StateMemo memo_;
@@ -555,33 +571,9 @@ class PairProblem : public BoundProblem {
     }
   }
 
-  // As RankProblem::Solve: the least end of rank 0, at most `upper`; nullopt when the search
-  // needed more than `nodes` more nodes or more than the state limit.
-  std::optional<double> Solve(double upper, int64_t nodes, bool cut_at_upper) override {
-    aborted_ = false;
-    node_limit_ = nodes_ + nodes;
-    const double initial = cut_at_upper ? std::min(upper, shortest_) : shortest_;
-    best_ = initial;
-    Dfs();
-    if (best_ < initial) shortest_ = best_;
-    if (aborted_) return std::nullopt;
-    if (!std::isfinite(best_)) {
-      too_large_ = true;
-      return std::nullopt;
-    }
-    return std::min(best_, upper);
-  }
-
-  int64_t nodes() const override { return nodes_; }
   int64_t states() const override { return memo_.size(); }
-  double shortest() const override { return shortest_; }
-  bool TooLarge() const override { return too_large_; }
 
  private:
-  double Cut() const {
-    return std::isfinite(best_) ? best_ - 1e-12 * std::max(1.0, std::abs(best_)) : best_;
-  }
-
   bool Finished() const {
     for (size_t k = 0; k < kinds_.size(); ++k) {
       if (kinds_[k].machine == 0 && done_[k] != m_) return false;
@@ -597,25 +589,13 @@ class PairProblem : public BoundProblem {
     const double end = std::max(t_, free_[0]) + left0_;
     if (end >= Cut()) return end;
     for (auto& jobs : jobs_) jobs.clear();
-    for (size_t k = 0; k < kinds_.size(); ++k) {
+    for (int k = 0; k < static_cast<int>(kinds_.size()); ++k) {
       const PairKind& kind = kinds_[k];
-      const double from = std::max(t_, free_[kind.machine]);
-      std::vector<double>& est = est_[k];
-      est.assign(m_, 0);
+      EarliestStarts(kinds_, k, m_, std::max(t_, free_[kind.machine]), done_, queue_, head_,
+                     /*fifo=*/true, est_);
+      if (!std::isfinite(reach_[k])) continue;
       for (int i = done_[k]; i < m_; ++i) {
-        double e;
-        if (kind.pred < 0) {
-          e = from + (i - done_[k]) * kind.dur;
-        } else if (i < done_[kind.pred]) {
-          e = std::max(from, queue_[k][head_[k] + (i - done_[k])]);
-        } else {
-          e = std::max(from, est_[kind.pred][i] + kinds_[kind.pred].dur + kind.delay);
-        }
-        if (i > done_[k]) e = std::max(e, est[i - 1] + kind.dur);  // first-in first-out
-        est[i] = e;
-        if (std::isfinite(reach_[k])) {
-          jobs_[kind.machine].push_back({e, kind.dur, reach_[k] - kind.dur});
-        }
+        jobs_[kind.machine].push_back({est_[k][i], kind.dur, reach_[k] - kind.dur});
       }
     }
     double bound = end;
@@ -623,7 +603,7 @@ class PairProblem : public BoundProblem {
     return bound;
   }
 
-  void Dfs() {
+  void Dfs() override {
     if (++nodes_ > node_limit_) aborted_ = true;
     if (aborted_) return;
     if (Finished()) {
@@ -696,17 +676,14 @@ class PairProblem : public BoundProblem {
   const int m_;
   const double limit_, tol_;
   const int64_t state_limit_;
-  int64_t node_limit_ = 0;
   std::vector<int> done_;
   std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
   std::vector<size_t> head_;
   std::vector<double> reach_;
   mutable std::vector<std::vector<double>> est_;              // NodeBound's scratch
   mutable std::vector<std::vector<std::array<double, 3>>> jobs_;  // (release, duration, tail)
-  double t_ = 0, left0_ = 0, best_ = kInf, shortest_ = kInf;
+  double t_ = 0, left0_ = 0;
   std::vector<double> free_, mem_;
-  int64_t nodes_ = 0;
-  bool aborted_ = false, too_large_ = false;
   std::string counts_;
   std::vector<double> times_;
   StateMemo memo_;
@@ -780,7 +757,7 @@ RankRelaxation::RankRelaxation(const Placement& placement, int microbatches,
   for (const Kind& kind : kinds) preds_.push_back(kind.pred);
   const int finish = chain ? FinishForChain(kinds, split_backward) : -1;
   problem_ = std::make_unique<RankProblem>(std::move(kinds), microbatches, memory_limit,
-                                           /*node_limit=*/0, state_limit, /*dominance=*/true,
+                                           state_limit, /*dominance=*/true,
                                            /*keep_searching=*/true, finish);
 }
 
@@ -864,11 +841,11 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
     std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, units[u].rank);
     const int finish = units[u].chain ? FinishForChain(kinds, split_backward) : -1;
     problems.push_back(std::make_unique<RankProblem>(
-        std::move(kinds), microbatches, memory_limit, /*node_limit=*/0, options.state_limit,
+        std::move(kinds), microbatches, memory_limit, options.state_limit,
         options.dominance, /*keep_searching=*/false, finish));
   }
   // Rounds: every unit not settled yet gets a share that doubles each round and goes on where its
-  // last round stopped (RankProblem::Solve), so an easy unit costs little and a hard one gets
+  // last round stopped (BoundProblem::Solve), so an easy unit costs little and a hard one gets
   // most of the budget. In the first round half of the share cuts at `upper`, which settles the
   // units that prove the plan optimal at once; the rest, and every later round, search without
   // that cut, which finds a least span below it several times faster (both add to what the unit
