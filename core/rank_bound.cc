@@ -158,10 +158,21 @@ void EarliestStarts(const std::vector<KindT>& kinds, int k, int m, double from,
   }
 }
 
-// What RankRelaxationBound's rounds ask of a problem: one rank's, or a pair's.
-// Both search depth first from their first state (Dfs), cut at best_.
+// What RankRelaxationBound's rounds ask of a problem: one rank's, or a pair's. Both search depth
+// first from their first state (Dfs), cut at best_, over `kinds` kinds of m actions each run
+// first-in first-out, and remember the states they settle.
 class BoundProblem {
  public:
+  BoundProblem(size_t kinds, int m, double limit, int64_t state_limit, bool dominance)
+      : m_(m),
+        limit_(limit),
+        tol_(1e-9 * std::max(1.0, std::abs(limit))),
+        state_limit_(state_limit),
+        done_(kinds, 0),
+        queue_(kinds),
+        head_(kinds, 0),
+        est_(kinds),
+        memo_(dominance) {}
   virtual ~BoundProblem() = default;
 
   // The least span, at most `upper`: `upper` itself when no order is shorter. nullopt when the
@@ -191,7 +202,7 @@ class BoundProblem {
   }
 
   int64_t nodes() const { return nodes_; }
-  virtual int64_t states() const = 0;
+  int64_t states() const { return memo_.size(); }
   // The span of the shortest order Solve has found (infinity: none yet).
   double shortest() const { return shortest_; }
   // The search stopped at the state limit (or found no order that fits the memory limit).
@@ -205,6 +216,19 @@ class BoundProblem {
     return std::isfinite(best_) ? best_ - 1e-12 * std::max(1.0, std::abs(best_)) : best_;
   }
 
+  const int m_;
+  const double limit_, tol_;
+  const int64_t state_limit_;
+  // The search's state: the count done of each kind, and the ready times of its queued
+  // microbatches (the first head_[k] are taken), at time t_.
+  std::vector<int> done_;
+  std::vector<std::vector<double>> queue_;
+  std::vector<size_t> head_;
+  double t_ = 0;
+  mutable std::vector<std::vector<double>> est_;  // the node bounds' earliest starts (scratch)
+  std::string counts_;         // Key's scratch: the counts' bytes
+  std::vector<double> times_;  // and the ready times
+  StateMemo memo_;
   double best_ = kInf;
   double shortest_ = kInf;  // the shortest order Solve found (from the first state)
   int64_t nodes_ = 0, node_limit_ = 0;
@@ -223,16 +247,9 @@ class RankProblem : public BoundProblem {
   // `finish_kind`: the problem ends when every action of that kind is done (-1: when all are).
   RankProblem(std::vector<Kind> kinds, int m, double limit, int64_t state_limit, bool dominance,
               bool keep_searching = false, int finish_kind = -1)
-      : kinds_(std::move(kinds)),
-        m_(m),
-        limit_(limit),
-        tol_(1e-9 * std::max(1.0, std::abs(limit))),
-        state_limit_(state_limit),
-        done_(kinds_.size(), 0),
-        queue_(kinds_.size()),
-        head_(kinds_.size(), 0),
+      : BoundProblem(kinds.size(), m, limit, state_limit, dominance),
+        kinds_(std::move(kinds)),
         tail_(kinds_.size(), 0),
-        memo_(dominance),
         keep_searching_(keep_searching),
         finish_kind_(finish_kind) {
     // tail_[k]: the least time from the start of a kind-k action to the end of the last action of
@@ -249,7 +266,6 @@ class RankProblem : public BoundProblem {
         }
       }
     }
-    est_.resize(kinds_.size());
   }
 
   // From a state of the rank (the counts done of each kind; for each kind with a predecessor, how
@@ -283,8 +299,6 @@ class RankProblem : public BoundProblem {
     aborted_ = false;
     return bound;
   }
-
-  int64_t states() const override { return memo_.size(); }
 
  private:
   // The part of a kind's duration the measured end counts.
@@ -411,20 +425,10 @@ class RankProblem : public BoundProblem {
   }
 
   const std::vector<Kind> kinds_;
-  const int m_;
-  const double limit_, tol_;
-  const int64_t state_limit_;
-  std::vector<int> done_;
-  std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
-  std::vector<size_t> head_;
   std::vector<double> tail_;
   std::vector<int> topo_;
-  mutable std::vector<std::vector<double>> est_;              // OneMachine's scratch
-  mutable std::vector<std::pair<double, double>> jobs_;       // (release, duration)
-  double t_ = 0, mem_ = 0, left_ = 0;
-  std::string counts_;          // Key's scratch: the counts' bytes
-  std::vector<double> times_;   // and the ready times
-  StateMemo memo_;
+  mutable std::vector<std::pair<double, double>> jobs_;  // OneMachine's: (release, duration)
+  double mem_ = 0, left_ = 0;
   const bool keep_searching_;
   const int finish_kind_;
 };
@@ -443,12 +447,10 @@ struct PairKind {
   std::vector<int> succ = {};
 };
 
-// `ranks` lists the exact ranks, rank 0 first; machine j is ranks[j]. Empty when stage 0 is not
-// on rank 0.
+// `ranks` lists the exact ranks, rank 0 (which holds stage 0) first; machine j is ranks[j].
 std::vector<PairKind> PairKindsOf(const Placement& placement, const CostModel& cost, bool split,
                                   const std::vector<int>& ranks) {
   const int S = placement.num_stages();
-  if (placement.RankOf(0) != 0 || ranks.empty() || ranks[0] != 0) return {};
   auto machine = [&](int s) {
     auto it = std::find(ranks.begin(), ranks.end(), placement.RankOf(s));
     return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
@@ -543,22 +545,17 @@ double PreemptiveDelivery(std::vector<std::array<double, 3>>& jobs) {
 // so its least end bounds rank 0's span.
 class PairProblem : public BoundProblem {
  public:
-  PairProblem(std::vector<PairKind> kinds, int machines, int m, double limit, int64_t state_limit,
+  // `kinds` on machines 0 .. (the largest machine a kind names).
+  PairProblem(std::vector<PairKind> kinds, int m, double limit, int64_t state_limit,
               bool dominance)
-      : kinds_(std::move(kinds)),
-        m_(m),
-        limit_(limit),
-        tol_(1e-9 * std::max(1.0, std::abs(limit))),
-        state_limit_(state_limit),
-        done_(kinds_.size(), 0),
-        queue_(kinds_.size()),
-        head_(kinds_.size(), 0),
-        reach_(kinds_.size(), -kInf),
-        est_(kinds_.size()),
-        jobs_(machines),
-        free_(machines, 0),
-        mem_(machines, 0),
-        memo_(dominance) {
+      : BoundProblem(kinds.size(), m, limit, state_limit, dominance),
+        kinds_(std::move(kinds)),
+        reach_(kinds_.size(), -kInf) {
+    int machines = 0;
+    for (const PairKind& kind : kinds_) machines = std::max(machines, kind.machine + 1);
+    jobs_.resize(machines);
+    free_.assign(machines, 0);
+    mem_.assign(machines, 0);
     // reach_[k]: the least time from the start of a kind-k action to the end of the last action
     // of its microbatch on rank 0 (-infinity: none after it). Successors come later in kinds_.
     for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) {
@@ -570,8 +567,6 @@ class PairProblem : public BoundProblem {
       if (kind.machine == 0) left0_ += m_ * kind.dur;
     }
   }
-
-  int64_t states() const override { return memo_.size(); }
 
  private:
   bool Finished() const {
@@ -673,20 +668,10 @@ class PairProblem : public BoundProblem {
   }
 
   const std::vector<PairKind> kinds_;
-  const int m_;
-  const double limit_, tol_;
-  const int64_t state_limit_;
-  std::vector<int> done_;
-  std::vector<std::vector<double>> queue_;  // ready times; the first head_[k] are taken
-  std::vector<size_t> head_;
   std::vector<double> reach_;
-  mutable std::vector<std::vector<double>> est_;              // NodeBound's scratch
   mutable std::vector<std::vector<std::array<double, 3>>> jobs_;  // (release, duration, tail)
-  double t_ = 0, left0_ = 0;
+  double left0_ = 0;
   std::vector<double> free_, mem_;
-  std::string counts_;
-  std::vector<double> times_;
-  StateMemo memo_;
 };
 
 namespace {
@@ -831,11 +816,9 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
   std::vector<std::unique_ptr<BoundProblem>> problems;
   for (int u = 0; u < n; ++u) {
     if (units[u].pair) {
-      const std::vector<int> ranks = {0, units[u].rank};
-      auto pair = std::make_unique<PairProblem>(
-          PairKindsOf(placement, cost, split_backward, ranks), static_cast<int>(ranks.size()),
-          microbatches, memory_limit, options.state_limit, options.dominance);
-      problems.push_back(std::move(pair));
+      problems.push_back(std::make_unique<PairProblem>(
+          PairKindsOf(placement, cost, split_backward, {0, units[u].rank}), microbatches,
+          memory_limit, options.state_limit, options.dominance));
       continue;
     }
     std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, units[u].rank);
