@@ -377,6 +377,64 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
   EXPECT_GE(pairs, cases / 2);  // (a pair settled, so its bound was in the maximum)
 }
 
+// The memory limit's release times (RankBoundOptions::memory_releases: a stage's i-th F waits for
+// the B of microbatch i - L / M_F) are a bound only: under limits tighter than the schedules'
+// own, where they bind from the second microbatch on, the relaxation with them never exceeds the
+// optimum the tree proves without any relaxation, and they do change the search on a third of
+// the shapes.
+TEST(OptimalScheduleTest, MemoryReleasesKeepTheOptimumUnderTightLimits) {
+  std::mt19937 rng(5);
+  const char* schedules[] = {"1f1b", "zb-h1", "zb-1p", "zb-2p", "v-half"};
+  int cases = 0, changed = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const std::string schedule = schedules[trial % std::size(schedules)];
+    const bool v = schedule == "v-half";
+    PlanRequest req;
+    req.schedule = schedule;
+    req.pipeline = v ? 2 : 2 + rng() % 2;
+    req.microbatches = v ? 3 + rng() % 2 : 4 + rng() % 3;
+    req.lower = false;
+    // Rank 0 holds one microbatch per stage it has, and at most one more.
+    req.memory_limit = (v ? 2 : 1) + rng() % 2;
+    const uint32_t seed = rng();
+    const double comm = 0.15 * (rng() % 3);
+    req.inputs = [seed, comm](const Placement& pl) {
+      std::mt19937 costs(seed);
+      std::uniform_real_distribution<double> time(0.2, 1.5);
+      auto tenths = [&] { return std::round(time(costs) * 10) / 10; };
+      PlanInputs in;
+      in.cost.comm = comm;
+      for (int s = 0; s < pl.num_stages(); ++s) {
+        in.cost.stages.push_back(StageCost{.f = tenths(), .b = tenths(), .w = tenths(),
+                                           .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
+      }
+      return in;
+    };
+    absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+    if (!plan.ok()) continue;  // no plan of this schedule fits so little memory
+    SCOPED_TRACE(::testing::Message() << schedule << " p " << req.pipeline << " m "
+                                      << req.microbatches << " limit " << *req.memory_limit
+                                      << " seed " << seed << " comm " << comm);
+    OptimalOptions exact{.time_limit_seconds = 0, .node_limit = 2'000'000};
+    exact.rank_relaxation_at_nodes = false;
+    absl::StatusOr<OptimalResult> optimum =
+        SolveOptimal(plan->plan, plan->cost, plan->memory_limit, exact);
+    ASSERT_TRUE(optimum.ok()) << optimum.status();
+    if (!optimum->optimal) continue;
+    ++cases;
+    auto bound = [&](bool releases) {
+      return RankRelaxationBound(plan->plan.placement, req.microbatches, plan->cost,
+                                 plan->memory_limit, schedule != "1f1b",
+                                 {.node_limit = 5'000'000, .memory_releases = releases});
+    };
+    const RankBound with = bound(true), without = bound(false);
+    EXPECT_LE(with.span, optimum->span * (1 + 1e-12));
+    changed += with.nodes != without.nodes || with.span != without.span;
+  }
+  EXPECT_GE(cases, 100);
+  EXPECT_GE(changed, cases / 4);  // 43 of 128
+}
+
 // Where memory and the round trip decide, the relaxation at the nodes settles what the tree
 // alone cannot: 1F1B at p = 4, m = 8, T_comm = 0.1 spans 34.6 and no order is shorter. The
 // root's bound says 34.2; with it the proof takes about 8 thousand nodes (17 thousand with each

@@ -26,6 +26,9 @@ struct Kind {
   // Whether its time counts towards the end the problem measures: not for the Ws when the end
   // is the last B of the rank's first stage (they may all run after it).
   bool counts = true;
+  // For a stage's F: the kind (its B) whose ends free the memory it holds, when the memory limit
+  // makes release times of it (MemoryLimitedStart); -1 otherwise.
+  int freed_by = -1;
 };
 
 // The states a search has settled, with the least time from each to the end that it proved.
@@ -132,29 +135,38 @@ int FinishForChain(std::vector<Kind>& kinds, bool split) {
   return finish;
 }
 
-// The earliest starts of kind k's remaining actions, est[k][done[k]] .. est[k][m - 1], each at
-// least `from`: one after another from `from` for the kind with no predecessor; a queued
-// microbatch's ready time; else its predecessor's earliest end plus the delay. With `fifo`, also
-// no earlier than the kind's previous action's earliest end. Kinds before their successors.
+// The earliest start of kind k's microbatch i (not done yet), at least `from`: one after another
+// from `from` for the kind with no predecessor; a queued microbatch's ready time; else its
+// predecessor's earliest end (est[pred][i]) plus the delay. With `fifo`, also no earlier than the
+// kind's previous action's earliest end (est[k][i - 1]).
+template <typename KindT>
+double EarliestStart(const std::vector<KindT>& kinds, int k, int i, double from,
+                     const std::vector<int>& done, const std::vector<std::vector<double>>& queue,
+                     const std::vector<size_t>& head, bool fifo,
+                     const std::vector<std::vector<double>>& est) {
+  const KindT& kind = kinds[k];
+  double e;
+  if (kind.pred < 0) {
+    e = from + (i - done[k]) * kind.dur;
+  } else if (i < done[kind.pred]) {
+    e = std::max(from, queue[k][head[k] + (i - done[k])]);
+  } else {
+    e = std::max(from, est[kind.pred][i] + kinds[kind.pred].dur + kind.delay);
+  }
+  if (fifo && i > done[k]) e = std::max(e, est[k][i - 1] + kind.dur);
+  return e;
+}
+
+// The earliest starts of kind k's remaining actions, est[k][done[k]] .. est[k][m - 1]
+// (EarliestStart). Kinds before their successors.
 template <typename KindT>
 void EarliestStarts(const std::vector<KindT>& kinds, int k, int m, double from,
                     const std::vector<int>& done, const std::vector<std::vector<double>>& queue,
                     const std::vector<size_t>& head, bool fifo,
                     std::vector<std::vector<double>>& est) {
-  const KindT& kind = kinds[k];
-  std::vector<double>& out = est[k];
-  out.assign(m, 0);
+  est[k].assign(m, 0);
   for (int i = done[k]; i < m; ++i) {
-    double e;
-    if (kind.pred < 0) {
-      e = from + (i - done[k]) * kind.dur;
-    } else if (i < done[kind.pred]) {
-      e = std::max(from, queue[k][head[k] + (i - done[k])]);
-    } else {
-      e = std::max(from, est[kind.pred][i] + kinds[kind.pred].dur + kind.delay);
-    }
-    if (fifo && i > done[k]) e = std::max(e, out[i - 1] + kind.dur);
-    out[i] = e;
+    est[k][i] = EarliestStart(kinds, k, i, from, done, queue, head, fifo, est);
   }
 }
 
@@ -256,6 +268,13 @@ class RankProblem : public BoundProblem {
     // its microbatch on this rank (itself, then its successors here and the delays to them).
     for (int k = static_cast<int>(kinds_.size()) - 1; k >= 0; --k) Tail(k);
     for (size_t k = 0; k < kinds_.size(); ++k) left_ += m_ * Counted(k);
+    slots_.assign(kinds_.size(), m_);
+    for (size_t k = 0; k < kinds_.size(); ++k) {
+      if (kinds_[k].freed_by < 0 || kinds_[k].mem <= 0) continue;
+      const double slots = std::floor((limit_ + tol_) / kinds_[k].mem);
+      slots_[k] = static_cast<int>(std::min<double>(m_, slots));
+      memory_releases_ = memory_releases_ || slots_[k] < m_;
+    }
     // Kinds in an order where each comes after its predecessor.
     std::vector<bool> placed(kinds_.size(), false);
     while (topo_.size() < kinds_.size()) {
@@ -332,8 +351,22 @@ class RankProblem : public BoundProblem {
   // queued ready time; else its predecessor's earliest end plus the delay.
   double OneMachine() const {
     jobs_.clear();
+    if (!memory_releases_) {
+      for (int k : topo_) {
+        EarliestStarts(kinds_, k, m_, t_, done_, queue_, head_, /*fifo=*/false, est_);
+      }
+    } else {
+      // Microbatch by microbatch: an F's memory release time is a B's of an earlier one.
+      for (int k : topo_) est_[k].assign(m_, 0);
+      for (int i = 0; i < m_; ++i) {
+        for (int k : topo_) {
+          if (i < done_[k]) continue;
+          est_[k][i] = MemoryLimitedStart(
+              k, i, EarliestStart(kinds_, k, i, t_, done_, queue_, head_, /*fifo=*/false, est_));
+        }
+      }
+    }
     for (int k : topo_) {
-      EarliestStarts(kinds_, k, m_, t_, done_, queue_, head_, /*fifo=*/false, est_);
       if (!kinds_[k].counts) continue;
       for (int i = done_[k]; i < m_; ++i) jobs_.push_back({est_[k][i], kinds_[k].dur});
     }
@@ -344,6 +377,18 @@ class RankProblem : public BoundProblem {
       end = std::max(end, release + work);
     }
     return end;
+  }
+
+  // The memory limit as a release time: the i-th F of a stage (0-based) cannot start before the
+  // B of microbatch i - slots_ has ended, for at most slots_ of the stage's microbatches hold
+  // their F's memory without their B (KindsOf sets freed_by only where that holds). `start`: its
+  // earliest start otherwise.
+  double MemoryLimitedStart(int k, int i, double start) const {
+    const int b = kinds_[k].freed_by;
+    if (b < 0) return start;
+    const int before = i - slots_[k];  // the microbatch whose B must have ended
+    if (before < done_[b]) return start;
+    return std::max(start, est_[b][before] + kinds_[b].dur);
   }
 
   void Dfs() override {
@@ -427,6 +472,9 @@ class RankProblem : public BoundProblem {
   const std::vector<Kind> kinds_;
   std::vector<double> tail_;
   std::vector<int> topo_;
+  // For a kind with freed_by: how many of its microbatches may hold its memory at once.
+  std::vector<int> slots_;
+  bool memory_releases_ = false;
   mutable std::vector<std::pair<double, double>> jobs_;  // OneMachine's: (release, duration)
   double mem_ = 0, left_ = 0;
   const bool keep_searching_;
@@ -677,7 +725,9 @@ class PairProblem : public BoundProblem {
 namespace {
 
 // The kinds of rank r's actions and the delays between them when no other rank queues.
-std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, bool split, int r) {
+// `memory_releases`: whether the Fs get release times from the memory limit (freed_by).
+std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, bool split, int r,
+                          bool memory_releases = true) {
   const int S = placement.num_stages();
   std::vector<int> local;
   for (int s = 0; s < S; ++s) {
@@ -726,6 +776,18 @@ std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, boo
   }
   for (int i = 0; i < static_cast<int>(kinds.size()); ++i) {
     if (kinds[i].pred >= 0) kinds[kinds[i].pred].succ.push_back(i);
+  }
+  // The memory limit gives each F a release time (RankProblem::MemoryLimitedStart) when no stage's
+  // microbatch ever holds less than nothing: an F's memory, then after its B, then after its W,
+  // each at least 0. Then the rank holds at least (F's done - B's done) * M_F of any one stage.
+  bool releases = memory_releases;
+  for (int j = 0; j < k; ++j) {
+    const StageCost& sc = cost.stages[local[j]];
+    releases = releases && sc.mem_f >= 0 && sc.mem_f + sc.mem_b >= 0 &&
+                  sc.mem_f + sc.mem_b + sc.mem_w >= 0;
+  }
+  for (int j = 0; releases && j < k; ++j) {
+    if (kinds[j].mem > 0) kinds[j].freed_by = k + j;
   }
   return kinds;
 }
@@ -821,7 +883,8 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
           memory_limit, options.state_limit, options.dominance));
       continue;
     }
-    std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, units[u].rank);
+    std::vector<Kind> kinds =
+        KindsOf(placement, cost, split_backward, units[u].rank, options.memory_releases);
     const int finish = units[u].chain ? FinishForChain(kinds, split_backward) : -1;
     problems.push_back(std::make_unique<RankProblem>(
         std::move(kinds), microbatches, memory_limit, options.state_limit,

@@ -125,13 +125,14 @@ TEST(RankBoundTest, DominanceKeepsTheBoundWithFewerNodes) {
     }
   }
   EXPECT_LT(with, without);
-  // ZB-1p at p = 4, m = 16: 13 thousand nodes with only equal states, under 10 thousand with.
+  // ZB-1p at p = 4, m = 16: 11.4 thousand nodes with only equal states, 8.7 thousand with (13 and
+  // 10 thousand without the memory limit's release times).
   const PlannedSchedule plan = Plan("zb-1p", 4, 16);
   const RankBound on = BoundOf(plan, true, {.chains = false, .pairs = false});
   const RankBound off = BoundOf(plan, true, {.dominance = false, .chains = false, .pairs = false});
   EXPECT_NEAR(on.span, 52.2, 1e-9);
   EXPECT_NEAR(off.span, 52.2, 1e-9);
-  EXPECT_LT(on.nodes * 4, off.nodes * 3);
+  EXPECT_LT(on.nodes * 5, off.nodes * 4);
 }
 
 // The shape the equal-state memo could not settle within a million states: ZB-1p at p = 8,
@@ -233,6 +234,23 @@ TEST(RankBoundTest, RankZeroWithTheTurnOfTheV) {
       BoundOf(plan, true, {.upper = plan.sim.span, .node_limit = 40'000'000});
   EXPECT_EQ(with.pairs_solved, 2);
   EXPECT_NEAR(with.span, 49.2, 1e-9);
+}
+
+// V-Half at p = 8, m = 32: rank 0 (stages 0 and 15) has 192 of work, and its first F of stage
+// 15 cannot start before 16.4. With memory for 10 microbatches it runs out of Fs of stage 0 at 10
+// (the 11th waits for the first B of stage 0, which cannot start before 33.8): 6.4 idle, which the
+// root's one-machine bound sees only through the memory limit's release times: 198.4, not the 192
+// of the work alone. The exact solver's tree asks this bound at its nodes.
+TEST(RankBoundTest, TheMemoryLimitDelaysRankZerosForwards) {
+  const PlannedSchedule plan = Plan("v-half", 8, 32);
+  ASSERT_NEAR(plan.memory_limit, 10, 1e-9);
+  RankRelaxation rank0(plan.plan.placement, 32, plan.cost, plan.memory_limit, true, 0, 1'000'000);
+  const std::vector<int> none(rank0.num_kinds(), 0);
+  const std::vector<std::vector<double>> nothing_queued(rank0.num_kinds());
+  EXPECT_NEAR(rank0.LeastRest(none, nothing_queued, 1e9, /*node_limit=*/0), 198.4, 1e-9);
+  // Without a memory limit the same bound is the work alone.
+  RankRelaxation unlimited(plan.plan.placement, 32, plan.cost, 1e9, true, 0, 1'000'000);
+  EXPECT_NEAR(unlimited.LeastRest(none, nothing_queued, 1e9, 0), 192, 1e-9);
 }
 
 }  // namespace
