@@ -9,10 +9,12 @@
 // (`yes`), ran and found nothing shorter (`no`), or did not run (`-`: more than
 // core::kMaxPolishActions compute actions).
 //   zpipe_optimal_table [--budget SECONDS] [--comm T] [--costs uniform|skewed]
-//                       [--schedule NAME]... [--max-p P]
+//                       [--schedule NAME]... [--max-p P] [--models DIR]
 // The gaps are span / bound - 1: how much shorter than that plan any valid plan could be.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -22,8 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/planning.h"
 #include "flags/flags.h"
+#include "nlohmann/json.hpp"
 
 namespace zpipe {
 namespace {
@@ -45,6 +49,39 @@ core::PlanInputs Inputs(const core::Placement& pl, bool skewed, double comm) {
   return in;
 }
 
+// A row's scheduling problem for bench/mip_bound.py (the same problem, as a mixed-integer
+// model solved by HiGHS): each stage's rank, costs and memory, the memory limit, the default
+// plan's span and what our solver proved.
+nlohmann::json Model(const char* schedule, const char* costs, const core::PlannedSchedule& plan,
+                     const core::OptimalResult& o, double bound) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int s = 0; s < plan.plan.placement.num_stages(); ++s) {
+    const core::StageCost& sc = plan.cost.stages[s];
+    stages.push_back({{"rank", plan.plan.placement.RankOf(s)},
+                      {"f", sc.f},
+                      {"b", sc.b},
+                      {"w", sc.w},
+                      {"mem_f", sc.mem_f},
+                      {"mem_b", sc.mem_b},
+                      {"mem_w", sc.mem_w}});
+  }
+  bool split = false;  // B and W apart (BW otherwise, as 1F1B plans)
+  for (const auto& rank : plan.plan.ranks) {
+    for (const core::Action& a : rank) split = split || a.kind == core::ActionKind::kBackwardInput;
+  }
+  return {{"schedule", schedule},
+          {"costs", costs},
+          {"pipeline", plan.plan.num_ranks()},
+          {"microbatches", plan.plan.num_microbatches},
+          {"stages", stages},
+          {"comm", plan.cost.comm},
+          {"memory_limit", plan.memory_limit},
+          {"split", split},
+          {"span", o.incumbent_span},
+          {"bound", bound},
+          {"optimal", o.optimal}};
+}
+
 int Main(int argc, char** argv) {
   double budget = 10, comm = 0.1;
   std::string costs = "uniform";
@@ -62,9 +99,18 @@ int Main(int argc, char** argv) {
                  "only this schedule's rows (repeatable; default all six)");
   int max_p = 8;
   flags::AddInteger(*app, "--max-p", &max_p, 2, 8, "only rows of p at most this (default 8)");
+  std::string models;
+  flags::AddText(*app, "--models", &models, "DIR",
+                 "write each row's problem there as JSON, for bench/mip_bound.py");
   if (std::optional<int> exit =
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
+  }
+  if (std::error_code error; !models.empty() && !std::filesystem::is_directory(models) &&
+                             !std::filesystem::create_directories(models, error)) {
+    std::cerr << "zpipe_optimal_table: --models " << models << ": cannot make the folder ("
+              << error.message() << ")\n";
+    return 2;
   }
   const bool skewed = costs == "skewed";
   const std::vector<std::pair<int, int>> shapes = {{2, 2}, {2, 4}, {2, 8}, {4, 4},  {4, 8},
@@ -108,6 +154,11 @@ int Main(int argc, char** argv) {
       polished_rows += polish.has_value();
       polish_shortened += polish.has_value() && polish->improved();
       const char* pol = !polish.has_value() ? "-" : polish->improved() ? "yes" : "no";
+      if (!models.empty()) {
+        std::ofstream(std::filesystem::path(models) /
+                      absl::StrFormat("%s-%s-p%d-m%d.json", costs, schedule, p, m))
+            << Model(schedule, costs.c_str(), *solved, o, bound).dump(1) << "\n";
+      }
       std::printf("%-7s %2d %3d %9.4g %9.4g %4s %9.4g %9.4g %4s %7.2f%% %7.2f%% %10lld\n", schedule,
                   p, m, greedy->sim.span, o.incumbent_span, pol, o.span, bound,
                   o.optimal ? "yes" : "no", 100 * greedy_gap, 100 * def_gap,

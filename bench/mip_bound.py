@@ -1,0 +1,260 @@
+"""A second certificate for the optimality table: each row's problem as a mixed-integer model,
+solved by HiGHS (highspy, pinned in scripts/requirements.txt).
+
+zpipe_optimal_table --models DIR writes each row's problem (stages with their rank, costs and
+memory, the memory limit, T_comm, the default plan's span and what our branch and bound proved).
+This solves the same problem with a different method: a MIP over start times and the order of
+each rank's actions, whose optimum is the least span and whose dual bound, when the time limit
+ends it first, is a proven lower bound. Where our own bound leaves the default plan more than 1%
+from it, this may close the gap (1F1B at p = 8, m = 16: the rank relaxation proves 71.8, the MIP
+proves the plan's 73 optimal); where our solver proved the optimum, the two must agree (--check,
+the test bench_mip_smoke).
+
+The model (docs/design.md, "A second certificate"):
+- Kinds: the F, B and W (BW when the plan fuses them) of each stage; a microbatch's kinds form the
+  chain F(0) .. F(S-1), B(S-1) .. B(0), each W after its B, with T_comm between stages on
+  different ranks. Each kind runs its microbatches first-in first-out: two actions of one kind are
+  interchangeable (same duration, same memory), so swapping the microbatches of an out-of-order
+  pair, and of everything after them, gives a plan with the same times. So the i-th action of a
+  kind is microbatch i's, and no optimum is lost.
+- Variables: the start of each (kind, microbatch), the span T, and for two actions of different
+  kinds on one rank whose order the chain does not fix, a binary for which runs first, with the
+  ranks' one-at-a-time rule as big-M pairs (M: twice the plan's span plus the longest action,
+  enough for any plan of span at most the plan's: every action but a W precedes its
+  microbatch's last B on rank 0, and rank 0 starts at 0).
+- Memory: at each action that adds memory, the rank's sum over the actions before it (in the
+  binaries' order) plus its own is at most the limit, as the validator checks it.
+- Span: the longest over ranks of the last end less the rank's first start (its first stage's F of
+  microbatch 0, by FIFO), as the simulator measures it; at most the plan's span.
+
+  mip_bound.py DIR [--time-limit S] [--rows over|unproven|all] [--check]
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+
+import highspy
+
+
+def kinds_of(model):
+    """(rank, duration, memory, predecessor, delay) of each kind, in chain order, then the Ws."""
+    stages = model["stages"]
+    count = len(stages)
+    split = model["split"]
+    rank_of = [s["rank"] for s in stages]
+    kinds, b_kind, prev = [], {}, -1
+    for step in range(2 * count):
+        forward = step < count
+        s = step if forward else 2 * count - 1 - step
+        delay = 0.0
+        if 0 < step != count:
+            before = step - 1 if step - 1 < count else 2 * count - step
+            if rank_of[before] != rank_of[s]:
+                delay = model["comm"]
+        st = stages[s]
+        if forward:
+            dur, mem = st["f"], st["mem_f"]
+        elif split:
+            dur, mem = st["b"], st["mem_b"]
+        else:
+            dur, mem = st["b"] + st["w"], st["mem_b"] + st["mem_w"]
+        kinds.append((rank_of[s], dur, mem, prev, delay))
+        prev = len(kinds) - 1
+        if not forward:
+            b_kind[s] = prev
+    if split:
+        for s in range(count):
+            kinds.append((rank_of[s], stages[s]["w"], stages[s]["mem_w"], b_kind[s], 0.0))
+    return kinds
+
+
+def order_binaries(model):
+    """At most how many order binaries the model has (two actions of different kinds on a rank)."""
+    kinds = kinds_of(model)
+    per_rank = {}
+    for rank, *_ in kinds:
+        per_rank[rank] = per_rank.get(rank, 0) + 1
+    return sum(n * (n - 1) // 2 for n in per_rank.values()) * model["microbatches"] ** 2
+
+
+def solve(model, time_limit):
+    """The least span (at most the plan's), or the dual bound when the time limit ends first."""
+    kinds = kinds_of(model)
+    m = model["microbatches"]
+    upper = model["span"] * (1 + 1e-9)
+    ancestors = []
+    for k in range(len(kinds)):
+        found, p = set(), kinds[k][3]
+        while p >= 0:
+            found.add(p)
+            p = kinds[p][3]
+        ancestors.append(found)
+    big = 2 * upper + max(k[1] for k in kinds)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("threads", 1)
+    start = [[h.addVariable(lb=0, ub=big) for _ in range(m)] for _ in kinds]
+    span = h.addVariable(lb=0, ub=upper)
+    h.addConstr(start[0][0] == 0)
+    first = {}
+    for k, (rank, _, _, _, _) in enumerate(kinds):
+        first.setdefault(rank, k)  # the rank's first stage's F: its first action
+    for k, (rank, dur, _, pred, delay) in enumerate(kinds):
+        for i in range(m):
+            if pred >= 0:
+                h.addConstr(start[k][i] >= start[pred][i] + kinds[pred][1] + delay)
+            if i + 1 < m:
+                h.addConstr(start[k][i + 1] >= start[k][i] + dur)
+        h.addConstr(span >= start[k][m - 1] + dur - start[first[rank]][0])
+    # before[(a, i, b, j)]: 1 when action (a, i) starts before (b, j) on their rank: 0, 1 or a
+    # binary's expression.
+    before = {}
+    binaries = 0
+    for rank in sorted(first):
+        mine = [k for k in range(len(kinds)) if kinds[k][0] == rank]
+        for x, a in enumerate(mine):
+            for b in mine[x + 1:]:
+                for i in range(m):
+                    for j in range(m):
+                        if a in ancestors[b] and j >= i:
+                            before[(a, i, b, j)], before[(b, j, a, i)] = 1, 0
+                        elif b in ancestors[a] and i >= j:
+                            before[(b, j, a, i)], before[(a, i, b, j)] = 1, 0
+                        else:
+                            z = h.addBinary()
+                            binaries += 1
+                            h.addConstr(start[a][i] + kinds[a][1] <= start[b][j] + big * (1 - z))
+                            h.addConstr(start[b][j] + kinds[b][1] <= start[a][i] + big * z)
+                            before[(a, i, b, j)], before[(b, j, a, i)] = z, 1 - z
+                # FIFO: (a, i) before (b, j) implies it is before (b, j + 1), and (a, i - 1)
+                # before (b, j).
+                for i in range(m):
+                    for j in range(m):
+                        e = before[(a, i, b, j)]
+                        if isinstance(e, int):
+                            continue
+                        if j + 1 < m and not isinstance(before[(a, i, b, j + 1)], int):
+                            h.addConstr(before[(a, i, b, j + 1)] >= e)
+                        if i > 0 and not isinstance(before[(a, i - 1, b, j)], int):
+                            h.addConstr(before[(a, i - 1, b, j)] >= e)
+        for k in mine:
+            if kinds[k][2] <= 0:
+                continue
+            for i in range(m):
+                held, expr = kinds[k][2] * (i + 1), None
+                for other in mine:
+                    if other == k:
+                        continue
+                    for j in range(m):
+                        e = before[(other, j, k, i)]
+                        if isinstance(e, int):
+                            held += kinds[other][2] * e
+                        else:
+                            expr = kinds[other][2] * e if expr is None else expr + kinds[other][2] * e
+                if expr is not None:
+                    h.addConstr(expr <= model["memory_limit"] - held)
+                elif held > model["memory_limit"] + 1e-9:
+                    return {"status": "Infeasible", "span": math.inf, "bound": math.inf,
+                            "binaries": binaries, "seconds": 0.0}
+    began = time.time()
+    h.minimize(span)
+    info = h.getInfo()
+    status = h.modelStatusToString(h.getModelStatus())
+    if status == "Time limit reached":
+        status = "time limit"
+    found = info.objective_function_value if info.primal_solution_status == 2 else math.inf
+    bound = info.mip_dual_bound if status != "Infeasible" else math.inf
+    if status == "Optimal":
+        bound = found
+    return {"status": status, "span": found, "bound": bound, "binaries": binaries,
+            "seconds": time.time() - began}
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description="the optimality table's rows as MIPs solved by HiGHS: a second certificate")
+    parser.add_argument("models", help="the folder zpipe_optimal_table --models wrote")
+    parser.add_argument("--time-limit", type=float, default=30,
+                        help="HiGHS seconds per row (default 30)")
+    parser.add_argument("--rows", choices=["over", "unproven", "all"], default="over",
+                        help="which rows: those whose default plan is over 1%% from our bound "
+                        "(default), every row our solver did not prove, or all")
+    parser.add_argument("--max-binaries", type=int, default=20000,
+                        help="skip a row whose model would have more order binaries than this "
+                        "(default 20000: past it HiGHS proves nothing in minutes, and building "
+                        "the model alone takes a minute)")
+    parser.add_argument("--check", action="store_true",
+                        help="fail unless the MIP agrees with every optimum our solver proved")
+    args = parser.parse_args()
+    paths = sorted(glob.glob(os.path.join(args.models, "*.json")))
+    if not paths:
+        sys.exit(f"mip_bound: no row models (*.json) in {args.models}: run "
+                 "zpipe_optimal_table --models DIR first")
+    print(f"HiGHS {highspy.Highs().version()}, {args.time_limit:g} s a row, rows: {args.rows}")
+    print(f"{'costs':<8} {'sched':<7} {'p':>2} {'m':>3} {'default':>9} {'bound':>9} "
+          f"{'mip':>9} {'mip_bound':>9} {'status':<11} {'def_gap':>8} {'binaries':>8} {'secs':>6}")
+    print("(bound: our solver's; mip: the least span the MIP found, at most the default's, inf: "
+          "none yet; def_gap: the default plan against the better bound)")
+    # Per cost model: rows, and those proven optimal and within 1% by our bound, and by the better
+    # of the two.
+    tally = {}
+    disagree = 0
+    for path in paths:
+        with open(path) as f:
+            model = json.load(f)
+        counts = tally.setdefault(model["costs"], [0, 0, 0, 0, 0])
+        gap = model["span"] / model["bound"] - 1
+        counts[0] += 1
+        counts[1] += model["optimal"]
+        counts[2] += gap <= 0.01 + 1e-12
+        wanted = (args.rows == "all" or (args.rows == "unproven" and not model["optimal"]) or
+                  (args.rows == "over" and gap > 0.01 + 1e-12))
+        row = (f"{model['costs']:<8} {model['schedule']:<7} {model['pipeline']:>2} "
+               f"{model['microbatches']:>3} {model['span']:>9.4g} {model['bound']:>9.4g}")
+        if not wanted or order_binaries(model) > args.max_binaries:
+            if wanted:
+                print(f"{row}   skipped: up to {order_binaries(model)} order binaries "
+                      f"(--max-binaries {args.max_binaries})", flush=True)
+            counts[3] += model["optimal"]
+            counts[4] += gap <= 0.01 + 1e-12
+            continue
+        result = solve(model, args.time_limit)
+        # (Infeasible: the model disagrees with the plan, reported below; its bound says nothing.)
+        bound = model["bound"] if result["status"] == "Infeasible" else \
+            max(model["bound"], result["bound"])
+        gap = model["span"] / bound - 1
+        counts[3] += model["optimal"] or bound >= model["span"] * (1 - 1e-9)
+        counts[4] += gap <= 0.01 + 1e-12
+        print(f"{row} {result['span']:>9.4g} {result['bound']:>9.4g} {result['status']:<11} "
+              f"{100 * gap:>7.2f}% {result['binaries']:>8} {result['seconds']:>6.1f}",
+              flush=True)
+        if result["status"] == "Infeasible":
+            disagree += 1
+            print(f"mip_bound: {path}: the MIP finds no plan as short as the default plan's span "
+                  f"{model['span']}: the model and the simulator disagree", file=sys.stderr)
+        elif model["optimal"] and result["status"] == "Optimal" and \
+                abs(result["span"] - model["span"]) > 1e-6 * max(1.0, model["span"]):
+            disagree += 1
+            print(f"mip_bound: {path}: our solver proved {model['span']} optimal, the MIP says "
+                  f"{result['span']}", file=sys.stderr)
+        elif args.check and model["optimal"] and result["status"] != "Optimal":
+            disagree += 1
+            print(f"mip_bound: {path}: the MIP did not settle in {args.time_limit:g} s "
+                  f"({result['status']}); --check needs every row settled", file=sys.stderr)
+    for costs, (rows, proven, within, proven_either, within_either) in sorted(tally.items()):
+        print(f"{costs}: {rows} rows: optimum proven on {proven}, with the MIP {proven_either}; "
+              f"default plan within 1% of the bound on {within}, of the better bound "
+              f"{within_either}")
+    if disagree:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
