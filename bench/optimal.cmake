@@ -2,5 +2,5 @@
 # against the exact solver's optimum or proven bound (core/optimal_schedule.h).
 add_executable(zpipe_optimal_table ${CMAKE_CURRENT_LIST_DIR}/optimal_table.cc)
 find_package(nlohmann_json REQUIRED)
-target_link_libraries(zpipe_optimal_table PRIVATE zpipe::core zpipe::flags nlohmann_json::nlohmann_json
-                                                  absl::str_format)
+target_link_libraries(zpipe_optimal_table PRIVATE zpipe::core zpipe::flags
+                                                  nlohmann_json::nlohmann_json)

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -24,10 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_format.h"
+#include "bench/mip_model.h"
 #include "core/planning.h"
 #include "flags/flags.h"
-#include "nlohmann/json.hpp"
 
 namespace zpipe {
 namespace {
@@ -47,39 +45,6 @@ core::PlanInputs Inputs(const core::Placement& pl, bool skewed, double comm) {
                                              .mem_w = -0.5});
   }
   return in;
-}
-
-// A row's scheduling problem for bench/mip_bound.py (the same problem, as a mixed-integer
-// model solved by HiGHS): each stage's rank, costs and memory, the memory limit, the default
-// plan's span and what our solver proved.
-nlohmann::json Model(const char* schedule, const char* costs, const core::PlannedSchedule& plan,
-                     const core::OptimalResult& o, double bound) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (int s = 0; s < plan.plan.placement.num_stages(); ++s) {
-    const core::StageCost& sc = plan.cost.stages[s];
-    stages.push_back({{"rank", plan.plan.placement.RankOf(s)},
-                      {"f", sc.f},
-                      {"b", sc.b},
-                      {"w", sc.w},
-                      {"mem_f", sc.mem_f},
-                      {"mem_b", sc.mem_b},
-                      {"mem_w", sc.mem_w}});
-  }
-  bool split = false;  // B and W apart (BW otherwise, as 1F1B plans)
-  for (const auto& rank : plan.plan.ranks) {
-    for (const core::Action& a : rank) split = split || a.kind == core::ActionKind::kBackwardInput;
-  }
-  return {{"schedule", schedule},
-          {"costs", costs},
-          {"pipeline", plan.plan.num_ranks()},
-          {"microbatches", plan.plan.num_microbatches},
-          {"stages", stages},
-          {"comm", plan.cost.comm},
-          {"memory_limit", plan.memory_limit},
-          {"split", split},
-          {"span", o.incumbent_span},
-          {"bound", bound},
-          {"optimal", o.optimal}};
 }
 
 int Main(int argc, char** argv) {
@@ -154,10 +119,16 @@ int Main(int argc, char** argv) {
       polished_rows += polish.has_value();
       polish_shortened += polish.has_value() && polish->improved();
       const char* pol = !polish.has_value() ? "-" : polish->improved() ? "yes" : "no";
-      if (!models.empty()) {
-        std::ofstream(std::filesystem::path(models) /
-                      absl::StrFormat("%s-%s-p%d-m%d.json", costs, schedule, p, m))
-            << Model(schedule, costs.c_str(), *solved, o, bound).dump(1) << "\n";
+      if (!models.empty() &&
+          !bench::WriteMipModel(models, *solved,
+                                {.costs = costs,
+                                 .schedule = schedule,
+                                 .span = o.incumbent_span,
+                                 .bound = bound,
+                                 .optimal = o.optimal})) {
+        std::fprintf(stderr, "zpipe_optimal_table: cannot write a model into %s\n",
+                     models.c_str());
+        return 1;
       }
       std::printf("%-7s %2d %3d %9.4g %9.4g %4s %9.4g %9.4g %4s %7.2f%% %7.2f%% %10lld\n", schedule,
                   p, m, greedy->sim.span, o.incumbent_span, pol, o.span, bound,

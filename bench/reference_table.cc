@@ -4,13 +4,16 @@
 // its numbers are converted), with the gap to core's lower bound, and a summary line. Where our
 // plan is not strictly shorter, `ref_opt` says whether the per-rank relaxation
 // (core/rank_bound.h) proves the reference's span optimal ("yes": nothing could beat it) or not
-// ("?": the row is open), within --prove-nodes nodes (0: not tried, "-").
+// ("?": the row is open), within --prove-nodes nodes (0: not tried, "-"). --models DIR writes each
+// open row's problem there (bench/mip_model.h), with the reference's span as the span in
+// question, for bench/mip_bound.py.
 //   zpipe_reference_table [--budget SECONDS] [--seed N] [--data PATH] [--limit ROWS] [--kind KIND]
-//                         [--prove-nodes N]
+//                         [--prove-nodes N] [--models DIR]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/mip_model.h"
 #include "bench/reference_rows.h"
 #include "core/planning.h"
 #include "core/rank_bound.h"
@@ -56,9 +60,18 @@ int Main(int argc, char** argv) {
   flags::AddInteger(*app, "--prove-nodes", &prove_nodes, 0, std::numeric_limits<int64_t>::max(),
                     "per-rank relaxation nodes per row where ours is not shorter (default "
                     "2000000; 0 = do not try)");
+  std::string models;
+  flags::AddText(*app, "--models", &models, "DIR",
+                 "write each open row's problem there as JSON, for bench/mip_bound.py");
   if (std::optional<int> exit =
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
+  }
+  if (std::error_code error; !models.empty() && !std::filesystem::is_directory(models) &&
+                             !std::filesystem::create_directories(models, error)) {
+    std::cerr << "zpipe_reference_table: --models " << models << ": cannot make the folder ("
+              << error.message() << ")\n";
+    return 2;
   }
   std::vector<Row> rows = bench::ReadReferenceRows(data);
   if (rows.empty()) {
@@ -110,10 +123,22 @@ int Main(int argc, char** argv) {
       const core::RankBound ranks = core::RankRelaxationBound(
           search->plan.placement, row.m, search->cost, search->memory_limit,
           /*split_backward=*/true, {.upper = row.span, .node_limit = prove_nodes});
-      const bool proven =
-          std::max(search->span_lower_bound, ranks.span) >= row.span * (1 - 1e-9);
+      const double bound = std::max(search->span_lower_bound, ranks.span);
+      const bool proven = bound >= row.span * (1 - 1e-9);
       ref_optimal += proven;
       ref_opt = proven ? "yes" : "?";
+      if (!proven && !models.empty() &&
+          !bench::WriteMipModel(models, *search,
+                                {.costs = "reference",
+                                 .schedule = row.kind,
+                                 .span = row.span,
+                                 .bound = bound,
+                                 .optimal = false},
+                                "-row" + std::to_string(&row - rows.data() + 1))) {
+        std::fprintf(stderr, "zpipe_reference_table: cannot write a model into %s\n",
+                     models.c_str());
+        return 1;
+      }
     }
     std::printf("%-6s %3d %4d %9.4f %9.4f %9.4f %+10.5f %9.4f %9.4f %9.2f %7s\n",
                 row.kind.c_str(), row.p, row.m, ref, greedy->sim.bubble_rate, ours, delta,

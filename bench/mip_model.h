@@ -1,0 +1,72 @@
+// A plan's scheduling problem as JSON for bench/mip_bound.py (the optimality table's and the
+// reference table's second certificate: the same problem as a mixed-integer model, solved by
+// HiGHS). Header-only; the tables that write it link nlohmann_json.
+#ifndef ZPIPE_BENCH_MIP_MODEL_H_
+#define ZPIPE_BENCH_MIP_MODEL_H_
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/planning.h"
+#include "nlohmann/json.hpp"
+
+namespace zpipe::bench {
+
+// What the row is: its table ("uniform", "skewed", "reference"), schedule and shape; `span`: the
+// plan whose optimality is in question (the default plan's, or the reference generator's);
+// `bound`, `optimal`: what our own solver proved about it.
+struct MipRow {
+  std::string costs;
+  std::string schedule;
+  double span = 0;
+  double bound = 0;
+  bool optimal = false;
+};
+
+// Each stage's rank, costs and memory, the memory limit, T_comm and whether B and W are apart,
+// from `plan` (its placement, cost model and limit), with `row`.
+inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& row) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int s = 0; s < plan.plan.placement.num_stages(); ++s) {
+    const core::StageCost& sc = plan.cost.stages[s];
+    stages.push_back({{"rank", plan.plan.placement.RankOf(s)},
+                      {"f", sc.f},
+                      {"b", sc.b},
+                      {"w", sc.w},
+                      {"mem_f", sc.mem_f},
+                      {"mem_b", sc.mem_b},
+                      {"mem_w", sc.mem_w}});
+  }
+  bool split = false;  // B and W apart (BW otherwise, as 1F1B plans)
+  for (const auto& rank : plan.plan.ranks) {
+    for (const core::Action& a : rank) split = split || a.kind == core::ActionKind::kBackwardInput;
+  }
+  return {{"schedule", row.schedule},
+          {"costs", row.costs},
+          {"pipeline", plan.plan.num_ranks()},
+          {"microbatches", plan.plan.num_microbatches},
+          {"stages", stages},
+          {"comm", plan.cost.comm},
+          {"memory_limit", plan.memory_limit},
+          {"split", split},
+          {"span", row.span},
+          {"bound", row.bound},
+          {"optimal", row.optimal}};
+}
+
+// Writes it to DIR/<costs>-<schedule>-p<P>-m<M>.json (a suffix `tag` before .json when rows share
+// a shape). False when the file cannot be written.
+inline bool WriteMipModel(const std::string& dir, const core::PlannedSchedule& plan,
+                          const MipRow& row, const std::string& tag = "") {
+  const std::string name = row.costs + "-" + row.schedule + "-p" +
+                           std::to_string(plan.plan.num_ranks()) + "-m" +
+                           std::to_string(plan.plan.num_microbatches) + tag + ".json";
+  std::ofstream out(std::filesystem::path(dir) / name);
+  out << MipModel(plan, row).dump(1) << "\n";
+  return static_cast<bool>(out);
+}
+
+}  // namespace zpipe::bench
+
+#endif  // ZPIPE_BENCH_MIP_MODEL_H_
