@@ -701,15 +701,16 @@ absl::StatusOr<OptimalResult> SolveOptimal(const Plan& incumbent, const CostMode
   absl::StatusOr<SimResult> sim = Simulate(incumbent, cost);
   if (!sim.ok()) return sim.status();
   const bool split = !has_bw;
-  // The root's bound: the closed-form arguments, and each rank on its own with every other rank
-  // unlimited (core/rank_bound.h), which settles many shapes before the tree starts.
+  // The root's bound: the closed-form arguments, each rank's (and chain's) one-machine bound at
+  // its first state (RankRootBound, no search), and each rank on its own with every other rank
+  // unlimited, searched (core/rank_bound.h), which settles many shapes before the tree starts.
   const RankBound ranks =
       RankRelaxationBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit,
                           split, {.upper = sim->span, .node_limit = RankBoundNodes(options)});
-  const double static_bound =
-      std::max(SpanLowerBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit,
-                              split),
-               ranks.span);
+  const double static_bound = std::max(
+      {SpanLowerBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit, split),
+       RankRootBound(incumbent.placement, incumbent.num_microbatches, cost, memory_limit, split),
+       ranks.span});
   Solver solver(incumbent, cost, memory_limit, split, options, static_bound);
   const Plan canonical = CanonicalLabels(incumbent);
   std::vector<std::vector<int>> orders(incumbent.num_ranks());

@@ -366,6 +366,7 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
                                                 plan->cost, plan->memory_limit,
                                                 schedule != "1f1b", {.node_limit = 5'000'000});
     EXPECT_LE(bound.span, without->span * (1 + 1e-12));
+    EXPECT_LE(plan->span_lower_bound, without->span * (1 + 1e-12));
     tight += bound.span >= without->span * (1 - 1e-12);
     pairs += bound.pairs_solved > 0;
     nodes_on += with->nodes;
@@ -429,6 +430,11 @@ TEST(OptimalScheduleTest, MemoryReleasesKeepTheOptimumUnderTightLimits) {
     };
     const RankBound with = bound(true), without = bound(false);
     EXPECT_LE(with.span, optimum->span * (1 + 1e-12));
+    // And the units' bounds at their first states (what every plan's span_lower_bound has).
+    EXPECT_LE(RankRootBound(plan->plan.placement, req.microbatches, plan->cost,
+                            plan->memory_limit, schedule != "1f1b"),
+              optimum->span * (1 + 1e-12));
+    EXPECT_LE(plan->span_lower_bound, optimum->span * (1 + 1e-12));
     changed += with.nodes != without.nodes || with.span != without.span;
   }
   EXPECT_GE(cases, 100);

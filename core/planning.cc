@@ -10,6 +10,7 @@
 #include "core/lowering.h"
 #include "core/number_format.h"
 #include "core/plan_limits.h"
+#include "core/rank_bound.h"
 #include "core/span_bound.h"
 #include "core/status_field.h"
 #include "core/validator.h"
@@ -295,8 +296,10 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   absl::StatusOr<SimResult> sim = Simulate(out.plan, out.cost, sopts);
   if (!sim.ok()) return Internal("simulation", sim.status());
   out.sim = *std::move(sim);
-  out.span_lower_bound =
-      SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind));
+  // The closed forms, and each rank's (and chain's) relaxation at its first state, no search.
+  out.span_lower_bound = std::max(
+      SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind)),
+      RankRootBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind)));
   if (out.optimal.has_value()) {
     out.span_lower_bound = std::max(out.span_lower_bound, out.optimal->bound);
   }

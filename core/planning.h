@@ -87,9 +87,11 @@ struct PlannedSchedule {
   std::vector<BucketPlan> buckets;  // all ranks; empty without buckets
   SimResult sim;                    // of `plan`, with the request's reduce cost and overlap
   double generate_seconds = 0;      // GenerateSchedule alone
-  // SpanLowerBound (core/span_bound.h) for the shape and memory limit, and the bubble rate at
-  // that span: sim.bubble_rate - bubble_lower_bound is what any search could still gain. With a
-  // recompute policy, also over plans that recompute (a weaker bound: they hold less).
+  // The larger of SpanLowerBound (core/span_bound.h) and RankRootBound (core/rank_bound.h: each
+  // rank's relaxation at its first state, no search) for the shape and memory limit, and the
+  // bubble rate at that span: sim.bubble_rate - bubble_lower_bound is what any search could still
+  // gain. With a recompute policy, also over plans that recompute (a weaker bound: they hold
+  // less).
   // With `optimal`, the larger of that and the solver's proven bound.
   double span_lower_bound = 0;
   double bubble_lower_bound = 0;

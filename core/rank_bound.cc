@@ -271,7 +271,8 @@ class RankProblem : public BoundProblem {
     slots_.assign(kinds_.size(), m_);
     for (size_t k = 0; k < kinds_.size(); ++k) {
       if (kinds_[k].freed_by < 0 || kinds_[k].mem <= 0) continue;
-      const double slots = std::floor((limit_ + tol_) / kinds_[k].mem);
+      // (At least 1: below that no F fits at all, and no plan exists to bound.)
+      const double slots = std::max(1.0, std::floor((limit_ + tol_) / kinds_[k].mem));
       slots_[k] = static_cast<int>(std::min<double>(m_, slots));
       memory_releases_ = memory_releases_ || slots_[k] < m_;
     }
@@ -868,6 +869,23 @@ std::vector<Unit> UnitsOf(const Placement& placement, const CostModel& cost, boo
 }
 
 }  // namespace
+
+double RankRootBound(const Placement& placement, int microbatches, const CostModel& cost,
+                     double memory_limit, bool split_backward) {
+  double bound = 0;
+  for (const Unit& unit : UnitsOf(placement, cost, split_backward, {.pairs = false})) {
+    std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, unit.rank);
+    const int finish = unit.chain ? FinishForChain(kinds, split_backward) : -1;
+    const int n = static_cast<int>(kinds.size());
+    RankProblem problem(std::move(kinds), microbatches, memory_limit, /*state_limit=*/0,
+                        /*dominance=*/true, /*keep_searching=*/false, finish);
+    const double root = problem.SolveFrom(std::vector<int>(n, 0),
+                                          std::vector<std::vector<double>>(n), kInf,
+                                          /*node_limit=*/0);
+    bound = std::max(bound, root + unit.offset);
+  }
+  return bound;
+}
 
 RankBound RankRelaxationBound(const Placement& placement, int microbatches, const CostModel& cost,
                               double memory_limit, bool split_backward,

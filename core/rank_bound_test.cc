@@ -253,5 +253,32 @@ TEST(RankBoundTest, TheMemoryLimitDelaysRankZerosForwards) {
   EXPECT_NEAR(unlimited.LeastRest(none, nothing_queued, 1e9, 0), 192, 1e-9);
 }
 
+// Every plan's bound (PlannedSchedule::span_lower_bound) includes the units' bounds at their first
+// states, no search: ZB-V at p = 8, m = 16 with a heavier last stage (rank 0 holds stages 0 and
+// 15) gets 104.768 where the closed forms say 101.568 (the plan spans 107.636); the search would
+// say more (105.8 in the optimality table at 10 s).
+TEST(RankBoundTest, EveryPlanGetsTheRanksBoundsAtTheirFirstStates) {
+  PlanRequest req = UnitRequest("zb-v", 8, 16);
+  req.inputs = [](const Placement& pl) {
+    PlanInputs in;
+    in.cost.comm = 0.3;
+    for (int s = 0; s < pl.num_stages(); ++s) {
+      const double heavy = s == pl.num_stages() - 1 ? 1.3 : 1;
+      in.cost.stages.push_back(StageCost{.f = heavy, .b = 1.1 * heavy, .w = 0.66 * heavy,
+                                         .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
+    }
+    return in;
+  };
+  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NEAR(SpanLowerBound(plan->plan.placement, 16, plan->cost, plan->memory_limit, true),
+              101.568, 1e-9);
+  const double root =
+      RankRootBound(plan->plan.placement, 16, plan->cost, plan->memory_limit, true);
+  EXPECT_NEAR(root, 104.768, 1e-9);
+  EXPECT_NEAR(plan->span_lower_bound, root, 1e-9);
+  EXPECT_LE(root, plan->sim.span);
+}
+
 }  // namespace
 }  // namespace zpipe::core
