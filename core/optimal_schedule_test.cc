@@ -314,6 +314,23 @@ TEST(OptimalScheduleTest, PlanScheduleRunsTheSolversPlanThroughThePipeline) {
   EXPECT_NEAR(p->span_lower_bound, 21.6, 1e-9);
 }
 
+// Random stage costs for the random-shape tests: F, B and W each 0.2-1.5 in tenths (from `seed`),
+// T_comm `comm`, the ZB paper's memory deltas.
+std::function<PlanInputs(const Placement&)> RandomTenthsInputs(uint32_t seed, double comm) {
+  return [seed, comm](const Placement& pl) {
+    std::mt19937 costs(seed);
+    std::uniform_real_distribution<double> time(0.2, 1.5);
+    auto tenths = [&] { return std::round(time(costs) * 10) / 10; };
+    PlanInputs in;
+    in.cost.comm = comm;
+    for (int s = 0; s < pl.num_stages(); ++s) {
+      in.cost.stages.push_back(StageCost{.f = tenths(), .b = tenths(), .w = tenths(),
+                                         .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
+    }
+    return in;
+  };
+}
+
 // The node bound that asks each rank's relaxation from the node's state (on by default) cuts
 // only what cannot be shorter, and the relaxation's root bound (its chains included) never
 // exceeds the optimum: on a few hundred small shapes of every placement, with random
@@ -336,18 +353,7 @@ TEST(OptimalScheduleTest, RankRelaxationAtNodesKeepsTheOptimum) {
     req.lower = false;
     const uint32_t seed = rng();
     const double comm = 0.15 * (rng() % 3);
-    req.inputs = [seed, comm](const Placement& pl) {
-      std::mt19937 costs(seed);
-      std::uniform_real_distribution<double> time(0.2, 1.5);
-      auto tenths = [&] { return std::round(time(costs) * 10) / 10; };
-      PlanInputs in;
-      in.cost.comm = comm;
-      for (int s = 0; s < pl.num_stages(); ++s) {
-        in.cost.stages.push_back(StageCost{.f = tenths(), .b = tenths(), .w = tenths(),
-                                           .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
-      }
-      return in;
-    };
+    req.inputs = RandomTenthsInputs(seed, comm);
     absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
     ASSERT_TRUE(plan.ok()) << plan.status();
     SCOPED_TRACE(::testing::Message() << schedule << " p " << req.pipeline << " m "
@@ -399,18 +405,7 @@ TEST(OptimalScheduleTest, MemoryReleasesKeepTheOptimumUnderTightLimits) {
     req.memory_limit = (v ? 2 : 1) + rng() % 2;
     const uint32_t seed = rng();
     const double comm = 0.15 * (rng() % 3);
-    req.inputs = [seed, comm](const Placement& pl) {
-      std::mt19937 costs(seed);
-      std::uniform_real_distribution<double> time(0.2, 1.5);
-      auto tenths = [&] { return std::round(time(costs) * 10) / 10; };
-      PlanInputs in;
-      in.cost.comm = comm;
-      for (int s = 0; s < pl.num_stages(); ++s) {
-        in.cost.stages.push_back(StageCost{.f = tenths(), .b = tenths(), .w = tenths(),
-                                           .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
-      }
-      return in;
-    };
+    req.inputs = RandomTenthsInputs(seed, comm);
     absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
     if (!plan.ok()) continue;  // no plan of this schedule fits so little memory
     SCOPED_TRACE(::testing::Message() << schedule << " p " << req.pipeline << " m "
