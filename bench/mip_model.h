@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
+#include <system_error>
 
 #include "core/planning.h"
 #include "nlohmann/json.hpp"
@@ -53,6 +55,18 @@ inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& 
           {"span", row.span},
           {"bound", row.bound},
           {"optimal", row.optimal}};
+}
+
+// Makes `dir` for the models when it is not there; false (saying why on stderr, as `program`)
+// when it cannot.
+inline bool MakeMipModelFolder(const std::string& dir, const std::string& program) {
+  std::error_code error;
+  if (std::filesystem::is_directory(dir) || std::filesystem::create_directories(dir, error)) {
+    return true;
+  }
+  std::cerr << program << ": --models " << dir << ": cannot make the folder (" << error.message()
+            << ")\n";
+  return false;
 }
 
 // Writes it to DIR/<costs>-<schedule>-p<P>-m<M>.json (a suffix `tag` before .json when rows share

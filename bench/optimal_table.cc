@@ -13,7 +13,6 @@
 // The gaps are span / bound - 1: how much shorter than that plan any valid plan could be.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -71,12 +70,7 @@ int Main(int argc, char** argv) {
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
   }
-  if (std::error_code error; !models.empty() && !std::filesystem::is_directory(models) &&
-                             !std::filesystem::create_directories(models, error)) {
-    std::cerr << "zpipe_optimal_table: --models " << models << ": cannot make the folder ("
-              << error.message() << ")\n";
-    return 2;
-  }
+  if (!models.empty() && !bench::MakeMipModelFolder(models, "zpipe_optimal_table")) return 2;
   const bool skewed = costs == "skewed";
   const std::vector<std::pair<int, int>> shapes = {{2, 2}, {2, 4}, {2, 8}, {4, 4},  {4, 8},
                                                    {4, 16}, {8, 8}, {8, 16}, {8, 32}};

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -67,12 +66,7 @@ int Main(int argc, char** argv) {
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
   }
-  if (std::error_code error; !models.empty() && !std::filesystem::is_directory(models) &&
-                             !std::filesystem::create_directories(models, error)) {
-    std::cerr << "zpipe_reference_table: --models " << models << ": cannot make the folder ("
-              << error.message() << ")\n";
-    return 2;
-  }
+  if (!models.empty() && !bench::MakeMipModelFolder(models, "zpipe_reference_table")) return 2;
   std::vector<Row> rows = bench::ReadReferenceRows(data);
   if (rows.empty()) {
     std::fprintf(stderr, "no rows in %s\n", data.c_str());

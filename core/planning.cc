@@ -296,13 +296,15 @@ absl::StatusOr<PlannedSchedule> PlanSchedule(const PlanRequest& req) {
   absl::StatusOr<SimResult> sim = Simulate(out.plan, out.cost, sopts);
   if (!sim.ok()) return Internal("simulation", sim.status());
   out.sim = *std::move(sim);
-  // The closed forms, and each rank's (and chain's) relaxation at its first state, no search.
-  out.span_lower_bound = std::max(
-      SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind)),
-      RankRootBound(placement, req.microbatches, out.cost, out.memory_limit, SplitsBackward(kind)));
-  if (out.optimal.has_value()) {
-    out.span_lower_bound = std::max(out.span_lower_bound, out.optimal->bound);
-  }
+  // The closed forms, and each rank's (and chain's) relaxation at its first state, no search;
+  // the solver's bound starts from both.
+  out.span_lower_bound =
+      out.optimal.has_value()
+          ? out.optimal->bound
+          : std::max(SpanLowerBound(placement, req.microbatches, out.cost, out.memory_limit,
+                                    SplitsBackward(kind)),
+                     RankRootBound(placement, req.microbatches, out.cost, out.memory_limit,
+                                   SplitsBackward(kind)));
   out.bubble_lower_bound =
       BubbleLowerBound(placement, req.microbatches, out.cost, out.span_lower_bound);
   if (req.recompute != RecomputePolicy::kOff) {

@@ -274,7 +274,6 @@ class RankProblem : public BoundProblem {
       // (At least 1: below that no F fits at all, and no plan exists to bound.)
       const double slots = std::max(1.0, std::floor((limit_ + tol_) / kinds_[k].mem));
       slots_[k] = static_cast<int>(std::min<double>(m_, slots));
-      memory_releases_ = memory_releases_ || slots_[k] < m_;
     }
     // Kinds in an order where each comes after its predecessor.
     std::vector<bool> placed(kinds_.size(), false);
@@ -352,19 +351,13 @@ class RankProblem : public BoundProblem {
   // queued ready time; else its predecessor's earliest end plus the delay.
   double OneMachine() const {
     jobs_.clear();
-    if (!memory_releases_) {
+    // Microbatch by microbatch: an F's memory release time is a B's of an earlier one.
+    for (int k : topo_) est_[k].assign(m_, 0);
+    for (int i = 0; i < m_; ++i) {
       for (int k : topo_) {
-        EarliestStarts(kinds_, k, m_, t_, done_, queue_, head_, /*fifo=*/false, est_);
-      }
-    } else {
-      // Microbatch by microbatch: an F's memory release time is a B's of an earlier one.
-      for (int k : topo_) est_[k].assign(m_, 0);
-      for (int i = 0; i < m_; ++i) {
-        for (int k : topo_) {
-          if (i < done_[k]) continue;
-          est_[k][i] = MemoryLimitedStart(
-              k, i, EarliestStart(kinds_, k, i, t_, done_, queue_, head_, /*fifo=*/false, est_));
-        }
+        if (i < done_[k]) continue;
+        est_[k][i] = MemoryLimitedStart(
+            k, i, EarliestStart(kinds_, k, i, t_, done_, queue_, head_, /*fifo=*/false, est_));
       }
     }
     for (int k : topo_) {
@@ -475,7 +468,6 @@ class RankProblem : public BoundProblem {
   std::vector<int> topo_;
   // For a kind with freed_by: how many of its microbatches may hold its memory at once.
   std::vector<int> slots_;
-  bool memory_releases_ = false;
   mutable std::vector<std::pair<double, double>> jobs_;  // OneMachine's: (release, duration)
   double mem_ = 0, left_ = 0;
   const bool keep_searching_;
