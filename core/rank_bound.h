@@ -37,8 +37,12 @@
 // not run (when no stage's microbatch ever holds less than nothing: M_F, M_F + M_B and
 // M_F + M_B + M_W each at least 0, so every other stage holds at least 0). So the i-th F of a stage
 // is also released no earlier than the earliest end of the B of microbatch i - L / M_F, computed
-// microbatch by microbatch. V-Half at p = 8, m = 32 (skewed costs, T_comm = 0.3): rank 0's root
-// bound 210.6 -> 212.3.
+// microbatch by microbatch. And where the rank has a later stage (a V's turn or last stage), no
+// earlier than the end of the F there of microbatch i - (L - M_F there) / M_F: the Fs here of the
+// microbatches that have not reached there hold their memory until after the first of them does,
+// and that F needs room of its own. V-Half at p = 8, m = 32 (skewed costs, T_comm = 0.3): rank 0's
+// root bound 210.6 -> 212.3 with the Bs' release times, 213.3 with both (it runs at most 9 Fs of
+// stage 0 in its memory of 10 before its first F of stage 15 can start).
 //
 // It sees what the closed-form arguments of core/span_bound.h miss: how a memory limit and the
 // round trip to the last stage interleave in the steady state, microbatch by microbatch (ZB-1p at

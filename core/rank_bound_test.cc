@@ -237,17 +237,19 @@ TEST(RankBoundTest, RankZeroWithTheTurnOfTheV) {
 }
 
 // V-Half at p = 8, m = 32: rank 0 (stages 0 and 15) has 192 of work, and its first F of stage
-// 15 cannot start before 16.4. With memory for 10 microbatches it runs out of Fs of stage 0 at 10
-// (the 11th waits for the first B of stage 0, which cannot start before 33.8): 6.4 idle, which the
-// root's one-machine bound sees only through the memory limit's release times: 198.4, not the 192
-// of the work alone. The exact solver's tree asks this bound at its nodes.
+// 15 cannot start before 16.4. With memory for 10 microbatches it runs out of Fs of stage 0 at 9:
+// a 10th would leave no room for that F of stage 15, and none of the 10 could free its memory
+// before it ran (an 11th would wait for the first B of stage 0, which cannot start before 33.8).
+// So 7.4 idle, which the root's one-machine bound sees only through the memory limit's release
+// times: 199.4 (198.4 with the Bs' release times alone), not the 192 of the work alone. The exact
+// solver's tree asks this bound at its nodes.
 TEST(RankBoundTest, TheMemoryLimitDelaysRankZerosForwards) {
   const PlannedSchedule plan = Plan("v-half", 8, 32);
   ASSERT_NEAR(plan.memory_limit, 10, 1e-9);
   RankRelaxation rank0(plan.plan.placement, 32, plan.cost, plan.memory_limit, true, 0, 1'000'000);
   const std::vector<int> none(rank0.num_kinds(), 0);
   const std::vector<std::vector<double>> nothing_queued(rank0.num_kinds());
-  EXPECT_NEAR(rank0.LeastRest(none, nothing_queued, 1e9, /*node_limit=*/0), 198.4, 1e-9);
+  EXPECT_NEAR(rank0.LeastRest(none, nothing_queued, 1e9, /*node_limit=*/0), 199.4, 1e-9);
   // Without a memory limit the same bound is the work alone.
   RankRelaxation unlimited(plan.plan.placement, 32, plan.cost, 1e9, true, 0, 1'000'000);
   EXPECT_NEAR(unlimited.LeastRest(none, nothing_queued, 1e9, 0), 192, 1e-9);
@@ -255,8 +257,9 @@ TEST(RankBoundTest, TheMemoryLimitDelaysRankZerosForwards) {
 
 // Every plan's bound (PlannedSchedule::span_lower_bound) includes the units' bounds at their first
 // states, no search: ZB-V at p = 8, m = 16 with a heavier last stage (rank 0 holds stages 0 and
-// 15) gets 104.768 where the closed forms say 101.568 (the plan spans 107.636); the search would
-// say more (105.8 in the optimality table at 10 s).
+// 15) gets 105.768 where the closed forms say 101.568 (the plan spans 107.636): rank 0 runs at
+// most 15 Fs of stage 0 before its first of stage 15, which cannot start before 19.2. The
+// optimality table's search at 10 s says no more.
 TEST(RankBoundTest, EveryPlanGetsTheRanksBoundsAtTheirFirstStates) {
   PlanRequest req = UnitRequest("zb-v", 8, 16);
   req.inputs = [](const Placement& pl) {
@@ -275,7 +278,7 @@ TEST(RankBoundTest, EveryPlanGetsTheRanksBoundsAtTheirFirstStates) {
               101.568, 1e-9);
   const double root =
       RankRootBound(plan->plan.placement, 16, plan->cost, plan->memory_limit, true);
-  EXPECT_NEAR(root, 104.768, 1e-9);
+  EXPECT_NEAR(root, 105.768, 1e-9);
   EXPECT_NEAR(plan->span_lower_bound, root, 1e-9);
   EXPECT_LE(root, plan->sim.span);
 }
