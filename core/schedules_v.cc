@@ -943,8 +943,9 @@ class GreedyVSearch {
     }
     if (work_ > 0 && !AtBound(best_.rank_span, span_bound_)) Search(span_bound_);
     // At both lower bounds no plan is shorter, and the balanced-idle construction, which aims at
-    // the idle time, is left out: a third of `zpipe plan`'s time for ZB-V at p = 32, m = 256
-    // (41 -> 30 ms), and no plan changed (480 shapes of the three schedules, p 2 to 32).
+    // the idle time, is left out (it could win only on peak memory, the score's last tie-break,
+    // which it did on none of 480 shapes of the three schedules, p 2 to 32): a third of `zpipe
+    // plan`'s time for ZB-V at p = 32, m = 256 (39 -> 28 ms).
     const bool at_bounds =
         AtBound(best_.rank_span, span_bound_) && AtBound(best_.span, makespan_bound_);
     if (balanced_work > 0 && !at_bounds && Evaluate(pb_, best_orders_, &best_)) {
