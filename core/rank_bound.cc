@@ -265,9 +265,9 @@ class BoundProblem {
 // within 0.1%.)
 class MemoryReleases {
  public:
-  MemoryReleases(const std::vector<Kind>& kinds, int m, double limit)
+  // `tol`: the problem's tolerance on the memory limit.
+  MemoryReleases(const std::vector<Kind>& kinds, int m, double limit, double tol)
       : slots_(kinds.size(), m), ahead_(kinds.size(), m) {
-    const double tol = 1e-9 * std::max(1.0, std::abs(limit));
     for (size_t k = 0; k < kinds.size(); ++k) {
       if (kinds[k].freed_by < 0 || kinds[k].mem <= 0) continue;
       // (At least 1: below that no F fits at all, and no plan exists to bound.)
@@ -318,7 +318,7 @@ class RankProblem : public BoundProblem {
       : BoundProblem(kinds.size(), m, limit, state_limit, dominance),
         kinds_(std::move(kinds)),
         tail_(kinds_.size(), 0),
-        releases_(kinds_, m, limit),
+        releases_(kinds_, m, limit, tol_),
         keep_searching_(keep_searching),
         finish_kind_(finish_kind) {
     // tail_[k]: the least time from the start of a kind-k action to the end of the last action of

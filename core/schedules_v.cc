@@ -946,9 +946,7 @@ class GreedyVSearch {
     // the idle time, is left out (it could win only on peak memory, the score's last tie-break,
     // which it did on none of 480 shapes of the three schedules, p 2 to 32): a third of `zpipe
     // plan`'s time for ZB-V at p = 32, m = 256 (39 -> 28 ms).
-    const bool at_bounds =
-        AtBound(best_.rank_span, span_bound_) && AtBound(best_.span, makespan_bound_);
-    if (balanced_work > 0 && !at_bounds && Evaluate(pb_, best_orders_, &best_)) {
+    if (balanced_work > 0 && !AtBothBounds() && Evaluate(pb_, best_orders_, &best_)) {
       TryBalanced(balanced_work);
     }
     return MakePlan(name_, pb_, std::move(best_orders_));
@@ -956,6 +954,12 @@ class GreedyVSearch {
 
  private:
   static constexpr double kRefillWaits[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+
+  // Whether the best plan's rank span and span are at their lower bounds: no plan has shorter
+  // ones, so another can be Better only with a lower peak.
+  bool AtBothBounds() const {
+    return AtBound(best_.rank_span, span_bound_) && AtBound(best_.span, makespan_bound_);
+  }
 
   // Keeps `orders_` when `score` is the best so far within the memory limit.
   void Consider(const Score& score) {
@@ -983,8 +987,7 @@ class GreedyVSearch {
     // ones, and a run can only be Better with a lower peak: it gives up as soon as its peak
     // reaches the best's (peak memory only grows during a run). On uniform costs the first runs
     // reach both bounds, and the rest give up in their warm-up.
-    const bool spans_at_bounds = best_.rank_span <= span_bound_ && best_.span <= makespan_bound_;
-    if (greedy.Run(&orders_, &score, best_.rank_span, spans_at_bounds ? best_.peak : kInf)) {
+    if (greedy.Run(&orders_, &score, best_.rank_span, AtBothBounds() ? best_.peak : kInf)) {
       Consider(score);  // else stuck, behind, or no better
     }
   }
