@@ -1,17 +1,20 @@
-"""A second certificate for the optimality table: each row's problem as a mixed-integer model,
-solved by HiGHS (highspy, pinned in scripts/requirements.txt).
+"""A second certificate for the optimality table: each row's problem solved by a general solver,
+OR-Tools' CP-SAT (the default) or HiGHS as a mixed-integer model (ortools and highspy, pinned in
+scripts/requirements.txt).
 
 zpipe_optimal_table --models DIR writes each row's problem (stages with their rank, costs and
 memory, the memory limit, T_comm, the default plan's span and what our branch and bound proved);
 zpipe_reference_table --models DIR each open row's (ours is not shorter than the ZB paper's
 reference generator, and our bound does not prove the reference's span optimal), with the
 reference's span as the one in question.
-This solves the same problem with a different method: a MIP over start times and the order of
-each rank's actions, whose optimum is the least span and whose dual bound, when the time limit
-ends it first, is a proven lower bound. Where our own bound leaves the default plan more than 1%
-from it, this may close the gap (1F1B at p = 8, m = 16: the rank relaxation proves 71.8, the MIP
-proves the plan's 73 optimal); where our solver proved the optimum, the two must agree (--check,
-the test bench_mip_smoke).
+This solves the same problem with a different method, whose optimum is the least span and whose
+proven bound, when the time limit ends it first, is a lower bound. Where our own bound leaves the
+default plan more than 1% from it, this may close the gap (1F1B at p = 8, m = 16: the rank
+relaxation proves 71.8, HiGHS and CP-SAT the plan's 73 optimal; skewed ZB-V at p = 8, m = 16: our
+bound 105.77, CP-SAT proves 106.98 optimal, 0.12% under the plan) or show that the plan, not the
+bound, is off (skewed V-Half at p = 4, m = 16: CP-SAT proves 106.064 optimal, the plan spans
+108.34); where our solver proved the optimum, the two must agree (--check, the test
+bench_mip_smoke).
 
 The model (docs/design.md, "A second certificate"):
 - Kinds: the F, B and W (BW when the plan fuses them) of each stage; a microbatch's kinds form the
@@ -20,28 +23,33 @@ The model (docs/design.md, "A second certificate"):
   interchangeable (same duration, same memory), so swapping the microbatches of an out-of-order
   pair, and of everything after them, gives a plan with the same times. So the i-th action of a
   kind is microbatch i's, and no optimum is lost.
-- Variables: the start of each (kind, microbatch), the span T, and for two actions of different
-  kinds on one rank whose order the chain does not fix, a binary for which runs first, with the
-  ranks' one-at-a-time rule as big-M pairs (M: twice the plan's span plus the longest action,
-  enough for any plan of span at most the plan's: every action but a W precedes its
-  microbatch's last B on rank 0, and rank 0 starts at 0).
-- Memory: at each action that adds memory, the rank's sum over the actions before it (in the
-  binaries' order) plus its own is at most the limit, as the validator checks it.
+- CP-SAT (--solver cp-sat): the start of each (kind, microbatch) as an integer (the costs scaled
+  to whole numbers: a row whose costs are not multiples of some 1 / D, D at most a million, is
+  skipped), each rank's actions as intervals that do not overlap, and its memory as a reservoir
+  that each action's start changes by its memory, at most the limit. The model's `plan` (the
+  default plan's start times, each kind's in order) is the solver's first hint: without it CP-SAT
+  finds no plan for skewed V-Half at p = 4, m = 16 in 120 s, with it it proves the optimum in 50.
+- HiGHS (--solver highs), a MIP: the start of each (kind, microbatch), the span T, and for two
+  actions of different kinds on one rank whose order the chain does not fix, a binary for which
+  runs first, with the ranks' one-at-a-time rule as big-M pairs (M: twice the plan's span plus the
+  longest action, enough for any plan of span at most the plan's: every action but a W precedes
+  its microbatch's last B on rank 0, and rank 0 starts at 0). Memory: at each action that adds
+  memory, the rank's sum over the actions before it (in the binaries' order) plus its own is at
+  most the limit, as the validator checks it.
 - Span: the longest over ranks of the last end less the rank's first start (its first stage's F of
   microbatch 0, by FIFO), as the simulator measures it; at most the plan's span.
 
-  mip_bound.py DIR [--time-limit S] [--rows over|unproven|all] [--check]
+  mip_bound.py DIR [--solver cp-sat|highs] [--time-limit S] [--rows over|unproven|all] [--check]
 """
 
 import argparse
+import fractions
 import glob
 import json
 import math
 import os
 import sys
 import time
-
-import highspy
 
 
 def kinds_of(model):
@@ -85,8 +93,100 @@ def order_binaries(model):
     return sum(n * (n - 1) // 2 for n in per_rank.values()) * model["microbatches"] ** 2
 
 
-def solve(model, time_limit):
+def integer_scale(values):
+    """The least D (at most a million) that makes every value a whole number when multiplied by it,
+    or None."""
+    scale = 1
+    for v in values:
+        f = fractions.Fraction(v).limit_denominator(10**6)
+        if abs(float(f) - v) > 1e-9 * max(1.0, abs(v)):
+            return None
+        scale = math.lcm(scale, f.denominator)
+        if scale > 10**6:
+            return None
+    return scale
+
+
+def solve_cpsat(model, time_limit, workers):
+    """The least span (at most the plan's), or CP-SAT's proven bound when the time limit ends first;
+    None when the costs do not scale to whole numbers."""
+    from ortools.sat.python import cp_model
+
+    kinds = kinds_of(model)
+    m = model["microbatches"]
+    scale = integer_scale([k[1] for k in kinds] + [model["comm"]] + [model["span"]])
+    mem_scale = integer_scale([k[2] for k in kinds] + [model["memory_limit"]])
+    if scale is None or mem_scale is None:
+        return None
+    whole = lambda v, d=scale: int(round(v * d))
+    upper = whole(model["span"])
+    horizon = 2 * upper + max(whole(k[1]) for k in kinds)  # as the MIP's big M, below
+    cp = cp_model.CpModel()
+    start, end, busy = [], [], []
+    for k, (rank, dur, _, pred, delay) in enumerate(kinds):
+        start.append([cp.new_int_var(0, horizon, f"s{k}_{i}") for i in range(m)])
+        end.append([cp.new_int_var(0, horizon, f"e{k}_{i}") for i in range(m)])
+        busy.append([cp.new_interval_var(start[k][i], whole(dur), end[k][i], f"a{k}_{i}")
+                     for i in range(m)])
+        for i in range(m):
+            if pred >= 0:
+                cp.add(start[k][i] >= end[pred][i] + whole(delay))
+            if i > 0:
+                cp.add(start[k][i] >= end[k][i - 1])
+    span = cp.new_int_var(0, upper, "span")
+    cp.add(start[0][0] == 0)
+    first = {}
+    for k, (rank, *_) in enumerate(kinds):
+        first.setdefault(rank, k)
+    for rank in sorted(first):
+        mine = [k for k in range(len(kinds)) if kinds[k][0] == rank]
+        cp.add_no_overlap([busy[k][i] for k in mine for i in range(m)])
+        for k in mine:
+            cp.add(span >= end[k][m - 1] - start[first[rank]][0])
+        changes = [(start[k][i], whole(kinds[k][2], mem_scale)) for k in mine for i in range(m)
+                   if kinds[k][2] != 0]
+        if changes:
+            cp.add_reservoir_constraint([t for t, _ in changes], [c for _, c in changes],
+                                        -sum(abs(c) for _, c in changes),
+                                        whole(model["memory_limit"], mem_scale))
+    # The plan's start times as the first hint, each kind's i-th start as microbatch i's (FIFO,
+    # above; sorting keeps every chain's order).
+    count = len(model["stages"])
+    index = {"F": lambda s: s, "B": lambda s: 2 * count - 1 - s,
+             "BW": lambda s: 2 * count - 1 - s, "W": lambda s: 2 * count + s}
+    starts = {}
+    for kind, stage, _, at in model.get("plan", []):
+        starts.setdefault(index[kind](stage), []).append(at)
+    for k, times in starts.items():
+        for i, at in enumerate(sorted(times)[:m]):
+            cp.add_hint(start[k][i], whole(at))
+            cp.add_hint(end[k][i], whole(at) + whole(kinds[k][1]))
+    cp.minimize(span)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.random_seed = 1
+    if workers:
+        solver.parameters.num_workers = workers
+    began = time.time()
+    result = solver.solve(cp)
+    seconds = time.time() - began
+    found = solver.objective_value / scale if result in (cp_model.OPTIMAL, cp_model.FEASIBLE) \
+        else math.inf
+    if result == cp_model.OPTIMAL:
+        status, bound = "Optimal", found
+    elif result == cp_model.INFEASIBLE:
+        status, bound = "Infeasible", math.inf
+    elif result == cp_model.MODEL_INVALID:
+        sys.exit(f"mip_bound: CP-SAT rejects the model: {cp.validate()}")
+    else:
+        status, bound = "time limit", solver.best_objective_bound / scale
+    return {"status": status, "span": found, "bound": bound, "binaries": 0, "seconds": seconds}
+
+
+def solve_highs(model, time_limit):
     """The least span (at most the plan's), or the dual bound when the time limit ends first."""
+    import highspy
+
     kinds = kinds_of(model)
     m = model["microbatches"]
     upper = model["span"] * (1 + 1e-9)
@@ -182,35 +282,46 @@ def solve(model, time_limit):
 
 def main():
     parser = argparse.ArgumentParser(
-        description="the optimality table's rows as MIPs solved by HiGHS: a second certificate")
+        description="the optimality table's rows solved by CP-SAT or HiGHS: a second certificate")
     parser.add_argument("models", help="the folder zpipe_optimal_table --models wrote")
+    parser.add_argument("--solver", choices=["cp-sat", "highs"], default="cp-sat",
+                        help="OR-Tools' CP-SAT (default) or HiGHS's MIP")
     parser.add_argument("--time-limit", type=float, default=30,
-                        help="HiGHS seconds per row (default 30)")
+                        help="the solver's seconds per row (default 30)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="CP-SAT's threads (default 0: one per core)")
     parser.add_argument("--rows", choices=["over", "unproven", "all"], default="over",
                         help="which rows: those whose default plan is over 1%% from our bound "
                         "(default), every row our solver did not prove, or all")
     parser.add_argument("--max-binaries", type=int, default=5000,
-                        help="skip a row whose model would have more order binaries than this "
-                        "(default 5000: skewed V-Half at p = 4, m = 16 has 8288, and after 60 s "
-                        "HiGHS's bound is 61 where the plan spans 108)")
+                        help="HiGHS: skip a row whose model would have more order binaries than "
+                        "this (default 5000: skewed V-Half at p = 4, m = 16 has 8288, and after "
+                        "60 s HiGHS's bound is 61 where the plan spans 108)")
     parser.add_argument("--check", action="store_true",
-                        help="fail unless the MIP agrees with every optimum our solver proved")
+                        help="fail unless the solver agrees with every optimum our solver proved")
     args = parser.parse_args()
     paths = sorted(glob.glob(os.path.join(args.models, "*.json")))
     if not paths:
         sys.exit(f"mip_bound: no row models (*.json) in {args.models}: run "
                  "zpipe_optimal_table --models DIR first")
-    print(f"HiGHS {highspy.Highs().version()}, {args.time_limit:g} s a row, rows: {args.rows}")
+    if args.solver == "cp-sat":
+        import ortools
+        name = f"CP-SAT (OR-Tools {ortools.__version__})"
+    else:
+        import highspy
+        name = f"HiGHS {highspy.Highs().version()}"
+    print(f"{name}, {args.time_limit:g} s a row, rows: {args.rows}")
     print(f"{'costs':<9} {'sched':<7} {'p':>2} {'m':>3} {'span':>9} {'bound':>9} "
           f"{'mip':>9} {'mip_bound':>9} {'status':<11} {'gap':>8} {'binaries':>8} {'secs':>6}")
     print("(span: the plan in question, the default plan's or the reference's; bound: our "
-          "solver's; mip: the least span the MIP found, at most that span, inf: none; gap: that "
-          "span against the better bound)")
+          "solver's; mip: the least span the second solver found, at most that span, inf: none; "
+          "gap: that span against the better bound; binaries: HiGHS's order binaries)")
     # Per cost model: rows, and those proven optimal and within 1% by our bound, and by the better
     # of the two.
     tally = {}
     disagree = 0
-    skipped = []  # rows whose models are too large to try
+    shorter = {}  # per cost model, rows where the second solver found a plan shorter than `span`
+    skipped = []  # rows whose models are too large (HiGHS) or not integral (CP-SAT) to try
     for path in paths:
         with open(path) as f:
             model = json.load(f)
@@ -223,43 +334,52 @@ def main():
                   (args.rows == "over" and gap > 0.01 + 1e-12))
         row = (f"{model['costs']:<9} {model['schedule']:<7} {model['pipeline']:>2} "
                f"{model['microbatches']:>3} {model['span']:>9.4g} {model['bound']:>9.4g}")
-        if not wanted or order_binaries(model) > args.max_binaries:
+        result = None
+        if wanted and args.solver == "cp-sat":
+            result = solve_cpsat(model, args.time_limit, args.workers)
+        elif wanted and order_binaries(model) <= args.max_binaries:
+            result = solve_highs(model, args.time_limit)
+        if result is None:
             if wanted:
                 skipped.append(f"{model['costs']} {model['schedule']} p{model['pipeline']} "
                                f"m{model['microbatches']}")
             counts[3] += model["optimal"]
             counts[4] += gap <= 0.01 + 1e-12
             continue
-        result = solve(model, args.time_limit)
         # (Infeasible: the model disagrees with the plan, reported below; its bound says nothing.)
         bound = model["bound"] if result["status"] == "Infeasible" else \
             max(model["bound"], result["bound"])
         gap = model["span"] / bound - 1
+        gap = 0.0 if abs(gap) < 1e-9 else gap  # (the solver's bound is the span, in whole units)
         counts[3] += model["optimal"] or bound >= model["span"] * (1 - 1e-9)
         counts[4] += gap <= 0.01 + 1e-12
+        shorter[model["costs"]] = shorter.get(model["costs"], 0) + \
+            (result["span"] < model["span"] * (1 - 1e-9))
+        binaries = result["binaries"] if args.solver == "highs" else "-"
         print(f"{row} {result['span']:>9.4g} {result['bound']:>9.4g} {result['status']:<11} "
-              f"{100 * gap:>7.2f}% {result['binaries']:>8} {result['seconds']:>6.1f}",
-              flush=True)
+              f"{100 * gap:>7.2f}% {binaries:>8} {result['seconds']:>6.1f}", flush=True)
         if result["status"] == "Infeasible":
             disagree += 1
-            print(f"mip_bound: {path}: the MIP finds no plan as short as the default plan's span "
+            print(f"mip_bound: {path}: {args.solver} finds no plan as short as the plan's span "
                   f"{model['span']}: the model and the simulator disagree", file=sys.stderr)
         elif model["optimal"] and result["status"] == "Optimal" and \
                 abs(result["span"] - model["span"]) > 1e-6 * max(1.0, model["span"]):
             disagree += 1
-            print(f"mip_bound: {path}: our solver proved {model['span']} optimal, the MIP says "
+            print(f"mip_bound: {path}: our solver proved {model['span']} optimal, {args.solver} says "
                   f"{result['span']}", file=sys.stderr)
         elif args.check and model["optimal"] and result["status"] != "Optimal":
             disagree += 1
-            print(f"mip_bound: {path}: the MIP did not settle in {args.time_limit:g} s "
+            print(f"mip_bound: {path}: {args.solver} did not settle in {args.time_limit:g} s "
                   f"({result['status']}); --check needs every row settled", file=sys.stderr)
     if skipped:
-        print(f"skipped {len(skipped)} rows of more than {args.max_binaries} order binaries "
-              f"(--max-binaries): {', '.join(skipped)}")
+        why = (f"of more than {args.max_binaries} order binaries (--max-binaries)"
+               if args.solver == "highs" else "whose costs do not scale to whole numbers")
+        print(f"skipped {len(skipped)} rows {why}: {', '.join(skipped)}")
     for costs, (rows, proven, within, proven_either, within_either) in sorted(tally.items()):
-        print(f"{costs}: {rows} rows: optimum proven on {proven}, with the MIP {proven_either}; "
-              f"the span within 1% of the bound on {within}, of the better bound "
-              f"{within_either}")
+        print(f"{costs}: {rows} rows: optimum proven on {proven}, with {args.solver} "
+              f"{proven_either}; the span within 1% of the bound on {within}, of the better "
+              f"bound {within_either}; {args.solver} found a shorter plan on "
+              f"{shorter.get(costs, 0)}")
     if disagree:
         sys.exit(1)
 

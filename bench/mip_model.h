@@ -1,6 +1,6 @@
 // A plan's scheduling problem as JSON for bench/mip_bound.py (the optimality table's and the
-// reference table's second certificate: the same problem as a mixed-integer model, solved by
-// HiGHS). Header-only; the tables that write it link nlohmann_json.
+// reference table's second certificate: the same problem solved by CP-SAT, or as a mixed-integer
+// model by HiGHS). Header-only; the tables that write it link nlohmann_json.
 #ifndef ZPIPE_BENCH_MIP_MODEL_H_
 #define ZPIPE_BENCH_MIP_MODEL_H_
 
@@ -27,7 +27,8 @@ struct MipRow {
 };
 
 // Each stage's rank, costs and memory, the memory limit, T_comm and whether B and W are apart,
-// from `plan` (its placement, cost model and limit), with `row`.
+// from `plan` (its placement, cost model and limit), with `row`; and `plan`'s compute actions as
+// [kind, stage, microbatch, start] (its simulated times: CP-SAT's first hint).
 inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& row) {
   nlohmann::json stages = nlohmann::json::array();
   for (int s = 0; s < plan.plan.placement.num_stages(); ++s) {
@@ -41,8 +42,17 @@ inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& 
                       {"mem_w", sc.mem_w}});
   }
   bool split = false;  // B and W apart (BW otherwise, as 1F1B plans)
-  for (const auto& rank : plan.plan.ranks) {
-    for (const core::Action& a : rank) split = split || a.kind == core::ActionKind::kBackwardInput;
+  nlohmann::json actions = nlohmann::json::array();
+  for (size_t r = 0; r < plan.plan.ranks.size(); ++r) {
+    for (size_t i = 0; i < plan.plan.ranks[r].size(); ++i) {
+      const core::Action& a = plan.plan.ranks[r][i];
+      split = split || a.kind == core::ActionKind::kBackwardInput;
+      if (a.kind == core::ActionKind::kForward || a.kind == core::ActionKind::kBackwardInput ||
+          a.kind == core::ActionKind::kBackwardWeight || a.kind == core::ActionKind::kBackwardFull) {
+        actions.push_back({std::string(core::ActionKindName(a.kind)), a.stage, a.microbatch,
+                           plan.sim.timings[r][i].start});
+      }
+    }
   }
   return {{"schedule", row.schedule},
           {"costs", row.costs},
@@ -54,7 +64,8 @@ inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& 
           {"split", split},
           {"span", row.span},
           {"bound", row.bound},
-          {"optimal", row.optimal}};
+          {"optimal", row.optimal},
+          {"plan", actions}};
 }
 
 // Makes `dir` for the models when it is not there; false (saying why on stderr, as `program`)
