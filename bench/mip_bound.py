@@ -48,7 +48,9 @@ import glob
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -172,6 +174,10 @@ def solve_cpsat(model, time_limit, workers):
     seconds = time.time() - began
     found = solver.objective_value / scale if result in (cp_model.OPTIMAL, cp_model.FEASIBLE) \
         else math.inf
+    plan = None
+    if found < math.inf:
+        plan = [(solver.value(start[k][i]) / scale, k, i)
+                for k in range(len(kinds)) for i in range(m)]
     if result == cp_model.OPTIMAL:
         status, bound = "Optimal", found
     elif result == cp_model.INFEASIBLE:
@@ -180,7 +186,8 @@ def solve_cpsat(model, time_limit, workers):
         sys.exit(f"mip_bound: CP-SAT rejects the model: {cp.validate()}")
     else:
         status, bound = "time limit", solver.best_objective_bound / scale
-    return {"status": status, "span": found, "bound": bound, "binaries": 0, "seconds": seconds}
+    return {"status": status, "span": found, "bound": bound, "binaries": 0, "seconds": seconds,
+            "plan": plan}
 
 
 def solve_highs(model, time_limit):
@@ -276,8 +283,46 @@ def solve_highs(model, time_limit):
     bound = info.mip_dual_bound if status != "Infeasible" else math.inf
     if status == "Optimal":
         bound = found
+    plan = None
+    if found < math.inf:
+        values = h.getSolution().col_value
+        plan = [(values[start[k][i].index], k, i) for k in range(len(kinds)) for i in range(m)]
     return {"status": status, "span": found, "bound": bound, "binaries": binaries,
-            "seconds": time.time() - began}
+            "seconds": time.time() - began, "plan": plan}
+
+
+def plan_text(model, plan):
+    """The solver's plan, [(start, kind, microbatch)], in the zpipe-plan text form (core/plan.h):
+    each rank's actions in the order of their starts."""
+    count = len(model["stages"])
+    names = []
+    for k, (rank, *_rest) in enumerate(kinds_of(model)):
+        if k < count:
+            names.append((rank, "F", k))
+        elif k < 2 * count:
+            names.append((rank, "B" if model["split"] else "BW", 2 * count - 1 - k))
+        else:
+            names.append((rank, "W", k - 2 * count))
+    lines = ["zpipe-plan v1", f"schedule {model['schedule']}",
+             f"placement {model['placement']} ranks {model['pipeline']} chunks {model['chunks']} "
+             f"microbatches {model['microbatches']}"]
+    for r in range(model["pipeline"]):
+        lines.append(f"rank {r}")
+        for at, k, i in sorted(p for p in plan if names[p[1]][0] == r):
+            lines.append(f"{names[k][1]} s{names[k][2]} mb{i}")
+    return "\n".join(lines) + "\n"
+
+
+def replay(binary, model_path, model, plan):
+    """The plan's span as our validator and simulator see it (zpipe_replay_plan), or the reason
+    they refuse it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".plan") as f:
+        f.write(plan_text(model, plan))
+        f.flush()
+        done = subprocess.run([binary, model_path, f.name], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, (done.stderr or done.stdout).strip()
+    return float(done.stdout.split()[1]), ""
 
 
 def main():
@@ -299,6 +344,10 @@ def main():
                         "60 s HiGHS's bound is 61 where the plan spans 108)")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the solver agrees with every optimum our solver proved")
+    parser.add_argument("--replay", metavar="ZPIPE_REPLAY_PLAN",
+                        help="replay every plan the solver finds through our validator and "
+                        "simulator (build/bench/zpipe_replay_plan) and fail unless they agree "
+                        "with its span")
     args = parser.parse_args()
     paths = sorted(glob.glob(os.path.join(args.models, "*.json")))
     if not paths:
@@ -320,6 +369,7 @@ def main():
     # of the two.
     tally = {}
     disagree = 0
+    replayed = 0  # plans replayed through zpipe_replay_plan (--replay)
     shorter = {}  # per cost model, rows where the second solver found a plan shorter than `span`
     skipped = []  # rows whose models are too large (HiGHS) or not integral (CP-SAT) to try
     for path in paths:
@@ -358,6 +408,14 @@ def main():
         binaries = result["binaries"] if args.solver == "highs" else "-"
         print(f"{row} {result['span']:>9.4g} {result['bound']:>9.4g} {result['status']:<11} "
               f"{100 * gap:>7.2f}% {binaries:>8} {result['seconds']:>6.1f}", flush=True)
+        if args.replay and result["plan"] is not None:
+            simulated, why = replay(args.replay, path, model, result["plan"])
+            replayed += 1
+            if simulated is None or abs(simulated - result["span"]) > 1e-6 * max(1.0, simulated):
+                disagree += 1
+                said = f"spans {simulated}" if simulated is not None else f"is refused: {why}"
+                print(f"mip_bound: {path}: {args.solver}'s plan of span {result['span']} {said} "
+                      "in our validator and simulator", file=sys.stderr)
         if result["status"] == "Infeasible":
             disagree += 1
             print(f"mip_bound: {path}: {args.solver} finds no plan as short as the plan's span "
@@ -380,6 +438,9 @@ def main():
               f"{proven_either}; the span within 1% of the bound on {within}, of the better "
               f"bound {within_either}; {args.solver} found a shorter plan on "
               f"{shorter.get(costs, 0)}")
+    if args.replay:
+        print(f"replayed {replayed} of {args.solver}'s plans through our validator and simulator"
+              f"{'' if disagree else ': every span agrees'}")
     if disagree:
         sys.exit(1)
 

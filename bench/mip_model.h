@@ -26,9 +26,9 @@ struct MipRow {
   bool optimal = false;
 };
 
-// Each stage's rank, costs and memory, the memory limit, T_comm and whether B and W are apart,
-// from `plan` (its placement, cost model and limit), with `row`; and `plan`'s compute actions as
-// [kind, stage, microbatch, start] (its simulated times: CP-SAT's first hint).
+// The placement, each stage's rank, costs and memory, the memory limit, T_comm and whether B and W
+// are apart, from `plan` (its placement, cost model and limit), with `row`; and `plan`'s compute
+// actions as [kind, stage, microbatch, start] (its simulated times: CP-SAT's first hint).
 inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& row) {
   nlohmann::json stages = nlohmann::json::array();
   for (int s = 0; s < plan.plan.placement.num_stages(); ++s) {
@@ -56,6 +56,8 @@ inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& 
   }
   return {{"schedule", row.schedule},
           {"costs", row.costs},
+          {"placement", std::string(core::PlacementKindName(plan.plan.placement.kind()))},
+          {"chunks", plan.plan.placement.chunks_per_rank()},
           {"pipeline", plan.plan.num_ranks()},
           {"microbatches", plan.plan.num_microbatches},
           {"stages", stages},

@@ -5,10 +5,12 @@
 # same optimum (--check); (2) a row whose claimed optimum is below the true one is caught (no plan
 # that short, exit 1), by either; (3) on the 1F1B rows CP-SAT proves the published order at p = 8,
 # m = 16 optimal (73), which our bound leaves at 71.8, so 9 of the 9 rows are within 1% where our
-# bound says 8. About 20 seconds.
-#   mip_smoke.sh ZPIPE_OPTIMAL_TABLE PYTHON SOURCE_DIR
+# bound says 8; (4) every plan either solver finds replays through our validator and simulator
+# (zpipe_replay_plan) at the solver's span, and the replay refuses a plan over the memory limit.
+# About 20 seconds.
+#   mip_smoke.sh ZPIPE_OPTIMAL_TABLE PYTHON SOURCE_DIR ZPIPE_REPLAY_PLAN
 set -uo pipefail
-table=$1 py=$2 src=$3
+table=$1 py=$2 src=$3 replay=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "mip_smoke: $*" >&2; exit 1; }
@@ -21,13 +23,27 @@ for costs in "--costs uniform" "--costs skewed --comm 0.3"; do
 done
 for solver in cp-sat highs; do
   out=$(PYTHONDONTWRITEBYTECODE=1 "$py" "$src/bench/mip_bound.py" "$tmp/small" --rows all --check \
-    --solver $solver)
+    --solver $solver --replay "$replay")
   status=$?
   echo "$out"
   [[ $status == 0 ]] || fail "$solver and our solver disagree on a row both settled (exit $status)"
   settled=$(grep -cE '^(uniform|skewed) +(1f1b|zb-h1|zb-1p) +2 .* Optimal ' <<<"$out")
   [[ $settled == 18 ]] || fail "want 18 rows settled by $solver, got $settled"
+  grep -q "^replayed 18 of $solver's plans through our validator and simulator: every span agrees" \
+    <<<"$out" || fail "want 18 of $solver's plans replayed at its spans"
 done
+# All eight forwards first on rank 0, at 1F1B's limit of two: the replay must refuse it.
+{
+  echo "zpipe-plan v1"; echo "schedule 1f1b"; echo "placement linear ranks 2 chunks 1 microbatches 8"
+  echo "rank 0"; for i in 0 1 2 3 4 5 6 7; do echo "F s0 mb$i"; done
+  for i in 0 1 2 3 4 5 6 7; do echo "BW s0 mb$i"; done
+  echo "rank 1"; for i in 0 1 2 3 4 5 6 7; do echo "F s1 mb$i"; echo "BW s1 mb$i"; done
+} >"$tmp/over.plan"
+out=$("$replay" "$tmp/small/uniform-1f1b-p2-m8.json" "$tmp/over.plan" 2>&1)
+status=$?
+echo "$out"
+[[ $status == 1 ]] || fail "zpipe_replay_plan took a plan over the memory limit (exit $status)"
+grep -q "invalid plan: .*memory" <<<"$out" || fail "the replay did not say the memory is over"
 
 mkdir "$tmp/wrong"
 "$py" - "$tmp/small/uniform-zb-h1-p2-m4.json" "$tmp/wrong/row.json" <<'PY'
