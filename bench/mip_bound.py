@@ -55,7 +55,8 @@ import time
 
 
 def kinds_of(model):
-    """(rank, duration, memory, predecessor, delay) of each kind, in chain order, then the Ws."""
+    """(rank, duration, memory, predecessor, delay, label) of each kind, in chain order, then the
+    Ws; label: (action name as the zpipe-plan text writes it, stage)."""
     stages = model["stages"]
     count = len(stages)
     split = model["split"]
@@ -76,13 +77,14 @@ def kinds_of(model):
             dur, mem = st["b"], st["mem_b"]
         else:
             dur, mem = st["b"] + st["w"], st["mem_b"] + st["mem_w"]
-        kinds.append((rank_of[s], dur, mem, prev, delay))
+        name = "F" if forward else "B" if split else "BW"
+        kinds.append((rank_of[s], dur, mem, prev, delay, (name, s)))
         prev = len(kinds) - 1
         if not forward:
             b_kind[s] = prev
     if split:
         for s in range(count):
-            kinds.append((rank_of[s], stages[s]["w"], stages[s]["mem_w"], b_kind[s], 0.0))
+            kinds.append((rank_of[s], stages[s]["w"], stages[s]["mem_w"], b_kind[s], 0.0, ("W", s)))
     return kinds
 
 
@@ -125,7 +127,7 @@ def solve_cpsat(model, time_limit, workers):
     horizon = 2 * upper + max(whole(k[1]) for k in kinds)  # as the MIP's big M, below
     cp = cp_model.CpModel()
     start, end, busy = [], [], []
-    for k, (rank, dur, _, pred, delay) in enumerate(kinds):
+    for k, (rank, dur, _, pred, delay, _) in enumerate(kinds):
         start.append([cp.new_int_var(0, horizon, f"s{k}_{i}") for i in range(m)])
         end.append([cp.new_int_var(0, horizon, f"e{k}_{i}") for i in range(m)])
         busy.append([cp.new_interval_var(start[k][i], whole(dur), end[k][i], f"a{k}_{i}")
@@ -153,12 +155,10 @@ def solve_cpsat(model, time_limit, workers):
                                         whole(model["memory_limit"], mem_scale))
     # The plan's start times as the first hint, each kind's i-th start as microbatch i's (FIFO,
     # above; sorting keeps every chain's order).
-    count = len(model["stages"])
-    index = {"F": lambda s: s, "B": lambda s: 2 * count - 1 - s,
-             "BW": lambda s: 2 * count - 1 - s, "W": lambda s: 2 * count + s}
+    index = {kinds[k][5]: k for k in range(len(kinds))}
     starts = {}
     for kind, stage, _, at in model.get("plan", []):
-        starts.setdefault(index[kind](stage), []).append(at)
+        starts.setdefault(index[(kind, stage)], []).append(at)
     for k, times in starts.items():
         for i, at in enumerate(sorted(times)[:m]):
             cp.add_hint(start[k][i], whole(at))
@@ -214,9 +214,9 @@ def solve_highs(model, time_limit):
     span = h.addVariable(lb=0, ub=upper)
     h.addConstr(start[0][0] == 0)
     first = {}
-    for k, (rank, _, _, _, _) in enumerate(kinds):
+    for k, (rank, *_) in enumerate(kinds):
         first.setdefault(rank, k)  # the rank's first stage's F: its first action
-    for k, (rank, dur, _, pred, delay) in enumerate(kinds):
+    for k, (rank, dur, _, pred, delay, _) in enumerate(kinds):
         for i in range(m):
             if pred >= 0:
                 h.addConstr(start[k][i] >= start[pred][i] + kinds[pred][1] + delay)
@@ -294,22 +294,15 @@ def solve_highs(model, time_limit):
 def plan_text(model, plan):
     """The solver's plan, [(start, kind, microbatch)], in the zpipe-plan text form (core/plan.h):
     each rank's actions in the order of their starts."""
-    count = len(model["stages"])
-    names = []
-    for k, (rank, *_rest) in enumerate(kinds_of(model)):
-        if k < count:
-            names.append((rank, "F", k))
-        elif k < 2 * count:
-            names.append((rank, "B" if model["split"] else "BW", 2 * count - 1 - k))
-        else:
-            names.append((rank, "W", k - 2 * count))
+    kinds = kinds_of(model)
     lines = ["zpipe-plan v1", f"schedule {model['schedule']}",
              f"placement {model['placement']} ranks {model['pipeline']} chunks {model['chunks']} "
              f"microbatches {model['microbatches']}"]
     for r in range(model["pipeline"]):
         lines.append(f"rank {r}")
-        for at, k, i in sorted(p for p in plan if names[p[1]][0] == r):
-            lines.append(f"{names[k][1]} s{names[k][2]} mb{i}")
+        for at, k, i in sorted(p for p in plan if kinds[p[1]][0] == r):
+            name, stage = kinds[k][5]
+            lines.append(f"{name} s{stage} mb{i}")
     return "\n".join(lines) + "\n"
 
 
@@ -438,8 +431,8 @@ def main():
         elif model["optimal"] and result["status"] == "Optimal" and \
                 abs(result["span"] - model["span"]) > 1e-6 * max(1.0, model["span"]):
             disagree += 1
-            print(f"mip_bound: {path}: our solver proved {model['span']} optimal, {args.solver} says "
-                  f"{result['span']}", file=sys.stderr)
+            print(f"mip_bound: {path}: our solver proved {model['span']} optimal, {args.solver} "
+                  f"says {result['span']}", file=sys.stderr)
         elif args.check and model["optimal"] and result["status"] != "Optimal":
             disagree += 1
             print(f"mip_bound: {path}: {args.solver} did not settle in {args.time_limit:g} s "

@@ -47,8 +47,7 @@ inline nlohmann::json MipModel(const core::PlannedSchedule& plan, const MipRow& 
     for (size_t i = 0; i < plan.plan.ranks[r].size(); ++i) {
       const core::Action& a = plan.plan.ranks[r][i];
       split = split || a.kind == core::ActionKind::kBackwardInput;
-      if (a.kind == core::ActionKind::kForward || a.kind == core::ActionKind::kBackwardInput ||
-          a.kind == core::ActionKind::kBackwardWeight || a.kind == core::ActionKind::kBackwardFull) {
+      if (core::IsCompute(a.kind)) {  // (the tables plan no recomputation: no R)
         actions.push_back({std::string(core::ActionKindName(a.kind)), a.stage, a.microbatch,
                            plan.sim.timings[r][i].start});
       }
