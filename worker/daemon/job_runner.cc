@@ -228,6 +228,7 @@ ExecutorConfig ExecutorConfigFor(const JobConfig& job, torch::Device device,
   config.max_grad_norm = train.clip_grad_norm;
   config.device = device;
   config.precision = train.precision;
+  config.forward_seed = train.seed;
   config.cancelled = &cancelled;
   return config;
 }

@@ -667,6 +667,11 @@ absl::Status Executor::Impl::Compute(IterationRun& run, const Action& a, torch::
     case ActionKind::kForward: {
       const torch::Tensor* targets = nullptr;
       if (a.stage == last_stage && batch != nullptr) targets = &batch->targets;
+      if (config.forward_seed) {
+        const uint64_t seed = model::ForwardSeed(*config.forward_seed, run.summary.iteration,
+                                                 data_rank, a.stage, a.microbatch);
+        if (absl::Status st = stage.SeedGenerators(seed); !st.ok()) return st;
+      }
       absl::StatusOr<torch::Tensor> out;
       {
         const model::AutocastScope autocast = Autocast();

@@ -81,6 +81,11 @@ struct ExecutorConfig {
   // kBf16: forward passes under bf16 autocast, with fp32 parameters (master weights), fp32
   // optimizer state and fp32 gradients (so gradient buckets reduce in fp32).
   Precision precision = Precision::kFp32;
+  // When set, every F seeds its stage's generators with model::ForwardSeed(forward_seed,
+  // iteration, data rank, stage, microbatch) first: dropout masks follow the job's seed and the
+  // sample, so a run is reproducible and draws the same masks whatever the schedule (for the
+  // same stages). Unset: forwards draw on from wherever the process's generators stand.
+  std::optional<uint64_t> forward_seed;
 };
 
 // One executed action: compute (F, B, W, BW), a send or receive of the plan (SEND_* / RECV_*, as

@@ -4,10 +4,12 @@
 // the loss curves match.
 #include "worker/executor/executor.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -673,6 +675,120 @@ TEST(ExecutorTest, AnOutputOfAnotherShapeFailsNamingBothShapes) {
       << msg;
   EXPECT_NE(msg.find("found to be [2, 16] Float"), std::string::npos) << msg;
   EXPECT_FALSE(st[0].ok());  // its peer went away: an error, not a hang
+}
+
+// Stage s of a two-stage model on one rank whose F draws like dropout: torch::rand from the CPU
+// generator, recorded per (stage, microbatch) in iteration order. Width 4 at every boundary.
+class DrawStage final : public model::Stage {
+ public:
+  using Draws = std::map<std::pair<int, int>, std::vector<torch::Tensor>>;
+  DrawStage(int stage, int num_stages, Draws* draws)
+      : stage_(stage), num_stages_(num_stages), draws_(draws) {}
+  int stage() const override { return stage_; }
+  int num_stages() const override { return num_stages_; }
+  absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor&,
+                                        const torch::Tensor*) override {
+    (*draws_)[{stage_, mb}].push_back(torch::rand({kWidth}));
+    ++pending_;
+    if (is_last()) return torch::full({}, 1.0f);
+    return torch::zeros({WidthStage::kB, kWidth});
+  }
+  absl::StatusOr<torch::Tensor> BackwardInput(int, const torch::Tensor&) override {
+    if (is_first()) return torch::Tensor();
+    return torch::zeros({WidthStage::kB, kWidth});
+  }
+  absl::Status BackwardWeight(int) override {
+    --pending_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
+  void ClearLosses() override {}
+  void FreeMicrobatch(int) override { pending_ = 0; }
+  int pending_microbatches() const override { return pending_; }
+  const std::vector<model::ParamInfo>& params() const override { return params_; }
+  model::TensorSpec InputSpec(int b) const override { return {{b, kWidth}, torch::kFloat32}; }
+  model::TensorSpec OutputSpec(int b) const override { return {{b, kWidth}, torch::kFloat32}; }
+
+ private:
+  static constexpr int kWidth = 4;
+  int stage_, num_stages_;
+  Draws* draws_;
+  int pending_ = 0;
+  std::vector<model::ParamInfo> params_;
+};
+
+// Two iterations of `kind` at p = 1, m = 4 (two stages on the one rank) over DrawStages.
+absl::StatusOr<DrawStage::Draws> RunDraws(core::ScheduleKind kind,
+                                          std::optional<uint64_t> forward_seed) {
+  auto plan = testing::LoweredPlan(kind, 1, 4);
+  if (!plan.ok()) return plan.status();
+  auto store = NewInMemoryStore();
+  CommunicatorOptions o;
+  o.pipeline_rank = 0;
+  o.pipeline_size = 1;
+  o.key_prefix = absl::StrCat("draws/", core::ScheduleName(kind), "/");
+  auto comm = NewTcpCommunicator(o, *store);
+  if (!comm.ok()) return comm.status();
+  DrawStage::Draws draws;
+  std::vector<std::unique_ptr<model::Stage>> stages;
+  for (int c = 0; c < plan->placement.chunks_per_rank(); ++c) {
+    stages.push_back(
+        std::make_unique<DrawStage>(plan->placement.StageOf(0, c), plan->num_stages(), &draws));
+  }
+  ExecutorConfig config;
+  config.microbatch_size = WidthStage::kB;
+  config.optimizer = Optimizer::kSgd;
+  config.max_grad_norm = 0;
+  config.forward_seed = forward_seed;
+  auto exec = Executor::Make(*plan, 0, 0, config, std::move(stages), **comm, nullptr, nullptr,
+                             nullptr);
+  if (!exec.ok()) return exec.status();
+  for (int it = 0; it < 2; ++it) {
+    if (auto s = (*exec)->RunIteration(it); !s.ok()) return s.status();
+  }
+  return draws;
+}
+
+// With the job's seed every F draws from ForwardSeed(seed, iteration, data rank, stage,
+// microbatch): the same masks whatever order the schedule runs its forwards in (ZB-V, V-Half and
+// interleaved order the two stages' Fs differently) and whatever drew before; without it a
+// forward draws on from wherever the generator stands.
+TEST(ExecutorTest, TheJobSeedFixesEveryForwardsDrawsWhateverTheSchedule) {
+  std::map<core::ScheduleKind, DrawStage::Draws> seeded;
+  for (core::ScheduleKind kind : {core::ScheduleKind::kZbV, core::ScheduleKind::kVHalf,
+                                  core::ScheduleKind::kInterleaved1F1B}) {
+    (void)torch::rand({7});  // whatever drew before
+    auto draws = RunDraws(kind, 11);
+    ASSERT_TRUE(draws.ok()) << draws.status();
+    seeded[kind] = *std::move(draws);
+  }
+  const DrawStage::Draws& zbv = seeded[core::ScheduleKind::kZbV];
+  ASSERT_EQ(zbv.size(), 8u);  // 2 stages x 4 microbatches
+  for (const auto& [key, per_iteration] : zbv) {
+    const auto [stage, mb] = key;
+    ASSERT_EQ(per_iteration.size(), 2u);
+    for (int it = 0; it < 2; ++it) {
+      at::Generator gen = at::detail::createCPUGenerator(model::ForwardSeed(11, it, 0, stage, mb));
+      EXPECT_TRUE(torch::equal(per_iteration[it], torch::rand({4}, gen)))
+          << "stage " << stage << " mb " << mb << " iteration " << it;
+    }
+    EXPECT_FALSE(torch::equal(per_iteration[0], per_iteration[1]));  // iterations draw anew
+    for (const auto& [kind, draws] : seeded) {
+      for (int it = 0; it < 2; ++it) {
+        EXPECT_TRUE(torch::equal(draws.at(key)[it], per_iteration[it]))
+            << core::ScheduleName(kind) << " stage " << stage << " mb " << mb;
+      }
+    }
+  }
+  EXPECT_FALSE(torch::equal(zbv.at({0, 0})[0], zbv.at({0, 1})[0]));  // microbatches apart
+  EXPECT_FALSE(torch::equal(zbv.at({0, 0})[0], zbv.at({1, 0})[0]));  // stages apart
+  EXPECT_NE(model::ForwardSeed(11, 0, 0, 0, 0), model::ForwardSeed(11, 0, 1, 0, 0));
+  EXPECT_NE(model::ForwardSeed(11, 0, 0, 0, 0), model::ForwardSeed(12, 0, 0, 0, 0));
+
+  auto unseeded = RunDraws(core::ScheduleKind::kZbV, std::nullopt);
+  auto again = RunDraws(core::ScheduleKind::kZbV, std::nullopt);
+  ASSERT_TRUE(unseeded.ok() && again.ok());
+  EXPECT_FALSE(torch::equal(unseeded->at({0, 0})[0], again->at({0, 0})[0]));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/model/internal/torch_status.h"
 
 namespace zpipe::worker::model {
 namespace {
@@ -37,6 +38,27 @@ void RestoreStates(const std::vector<std::pair<at::Generator, torch::Tensor>>& s
 }
 
 }  // namespace
+
+uint64_t ForwardSeed(uint64_t job_seed, int iteration, int data_rank, int stage, int mb) {
+  uint64_t h = internal::SplitMix64(job_seed ^ 0xd40f5eedULL);
+  for (int v : {iteration, data_rank, stage, mb}) {
+    h = internal::SplitMix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(v)));
+  }
+  return h;
+}
+
+absl::Status Stage::SeedGenerators(uint64_t seed) {
+  try {
+    for (at::Generator g : Generators(*this)) {
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_current_seed(seed);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("stage ", stage(), ": seeding the random generators: ", e.what()));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<torch::Tensor> Stage::ForwardAndForget(int mb, const torch::Tensor& input,
                                                       const torch::Tensor* targets) {

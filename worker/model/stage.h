@@ -69,6 +69,13 @@ struct StageOptions {
   torch::Dtype dtype = torch::kFloat32;
 };
 
+// The seed F(s, i) of `iteration` on data rank `data_rank` gives its stage's generators when the
+// job fixes them (ExecutorConfig::forward_seed): a function of the job seed and those four
+// numbers only, so a stage draws the same dropout masks for a microbatch whatever the schedule,
+// the order its actions run in, or a restart (distinct data ranks and microbatches draw
+// independently).
+uint64_t ForwardSeed(uint64_t job_seed, int iteration, int data_rank, int stage, int mb);
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -117,6 +124,10 @@ class Stage {
   absl::StatusOr<torch::Tensor> ForwardAndForget(int mb, const torch::Tensor& input,
                                                  const torch::Tensor* targets = nullptr);
   absl::Status Recompute(int mb);
+  // Seeds the generators a forward may draw from (the CPU's and the parameters' device's), so
+  // the next Forward's dropout masks depend on `seed` alone (ForwardSeed), not on what drew
+  // before it. Internal on a libtorch error.
+  absl::Status SeedGenerators(uint64_t seed);
   // Microbatches whose input is kept for Recompute.
   int kept_for_recompute() const { return static_cast<int>(kept_.size()); }
 
