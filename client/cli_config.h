@@ -35,12 +35,12 @@ namespace zpipe::cli {
 inline constexpr char kContextEnv[] = "ZPIPE_CONTEXT";
 
 struct ConfigContext {
-  std::string name;
-  std::string coordinator;  // "" = not set, as for every field below
-  std::string token_file;
-  std::string tls_ca;
-  std::string tls_cert;
-  std::string tls_key;
+  std::string name{};
+  std::string coordinator{};  // "" = not set, as for every field below
+  std::string token_file{};
+  std::string tls_ca{};
+  std::string tls_cert{};
+  std::string tls_key{};
 };
 
 struct CliConfig {

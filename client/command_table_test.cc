@@ -44,9 +44,9 @@ TEST(CommandTableTest, EveryCommandFollowsTheFlagConventions) {
       if (!f.short_name.empty()) {
         EXPECT_TRUE(spellings.insert(std::string(f.short_name)).second) << c.name;
       }
-      if (f.short_name == "-f") EXPECT_EQ(f.name, "--file") << c.name;
-      if (f.name == "--file") EXPECT_EQ(f.short_name, "-f") << c.name;
-      if (f.name == "-f") EXPECT_FALSE(f.deprecated_for.empty()) << c.name;
+      if (f.short_name == "-f") { EXPECT_EQ(f.name, "--file") << c.name; }
+      if (f.name == "--file") { EXPECT_EQ(f.short_name, "-f") << c.name; }
+      if (f.name == "-f") { EXPECT_FALSE(f.deprecated_for.empty()) << c.name; }
     }
     // Every command's parser takes every flag the table (and so --help and completion) names.
     if (CommandRunner(c.name) == nullptr || c.name == "plan") continue;
@@ -58,7 +58,7 @@ TEST(CommandTableTest, EveryCommandFollowsTheFlagConventions) {
         if (f.value != ValueKind::kNone) argv.push_back("v");
         absl::Status s = args.Parse(argv);
         EXPECT_TRUE(s.ok()) << c.name << " " << spelling << ": " << s;
-        if (f.deprecated_for.empty()) EXPECT_TRUE(args.Has(std::string(f.name))) << spelling;
+        if (f.deprecated_for.empty()) { EXPECT_TRUE(args.Has(std::string(f.name))) << spelling; }
       }
     }
   }

@@ -57,7 +57,7 @@ struct PythonConfig {
   std::string factory;  // "" = build_model
   std::string args;     // JSON object text; "" = no arguments
   std::vector<int> cuts;  // empty = balanced by measured cost
-  std::string compile;    // "none", "trace" or "script"; "" = none
+  std::string compile{};  // "none", "trace" or "script"; "" = none
   friend bool operator==(const PythonConfig&, const PythonConfig&) = default;
 };
 

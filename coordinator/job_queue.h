@@ -31,8 +31,8 @@ namespace zpipe::coordinator {
 
 // Which jobs a listing wants (ListJobsRequest); every part that is set must match.
 struct JobFilter {
-  std::set<JobState> states;                        // empty = any state
-  std::map<std::string, std::string> labels;        // each with this value (JobSpec.labels)
+  std::set<JobState> states{};                      // empty = any state
+  std::map<std::string, std::string> labels{};      // each with this value (JobSpec.labels)
   absl::Time created_after = absl::InfinitePast();  // created at or after
 
   bool Matches(const JobRecord& job) const;

@@ -38,13 +38,13 @@ struct LocalClusterOptions {
   std::string comm_timeout_s = "10";  // worker --comm-timeout
   // Put before each worker's argv, e.g. a shell that sets resource limits and then runs
   // `exec "$@"` (see tests/worker/checkpoint_failure_e2e_test.cc).
-  std::vector<std::string> worker_wrapper;
+  std::vector<std::string> worker_wrapper{};
   // Worker --data-root: tests keep job files and checkpoints under the temporary directory.
   std::vector<std::string> data_roots = {std::filesystem::temp_directory_path().string()};
   // The coordinator's --db: a file keeps jobs across RestartCoordinator().
   std::string db = ":memory:";
-  std::vector<std::string> coordinator_args;  // more flags
-  std::vector<std::string> worker_args;       // more flags for every worker
+  std::vector<std::string> coordinator_args{};  // more flags
+  std::vector<std::string> worker_args{};       // more flags for every worker
 };
 
 // The coordinator (in-memory database unless options.db, no /metrics) starts at construction,

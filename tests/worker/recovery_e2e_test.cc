@@ -206,7 +206,7 @@ void CoordinatorGoesAway(int sig, std::chrono::milliseconds gap) {
               iterations, Reference().iterations_per_s, before, lowest, job.reason().c_str());
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason();
   EXPECT_GE(lowest, before) << "the iteration count went backwards";
-  if (outlast) EXPECT_GT(seen_running, 0) << "the coordinator came back to a finished job";
+  if (outlast) { EXPECT_GT(seen_running, 0) << "the coordinator came back to a finished job"; }
   EXPECT_EQ(job.attempt(), 1) << "the job continued; it was not run again";
   ASSERT_TRUE(job.has_latest_summary());
   EXPECT_EQ(job.latest_summary().iteration(), iterations - 1);

@@ -394,7 +394,7 @@ TEST_F(TorchScriptTest, TupleBoundariesMatchPlainBackward) {
     for (int s = 0; s < 3; ++s) {
       auto y = stages[s]->Forward(i, x, s == 2 ? &targets[i] : nullptr);
       ASSERT_TRUE(y.ok()) << y.status();
-      if (s < 2) EXPECT_EQ(y->sizes(), torch::IntArrayRef(stages[s]->OutputSpec(kBatch).shape));
+      if (s < 2) { EXPECT_EQ(y->sizes(), torch::IntArrayRef(stages[s]->OutputSpec(kBatch).shape)); }
       x = *y;
     }
     losses.push_back(*stages[2]->Loss(i));
@@ -404,7 +404,9 @@ TEST_F(TorchScriptTest, TupleBoundariesMatchPlainBackward) {
     for (int s = 2; s >= 0; --s) {
       auto gi = stages[s]->BackwardFull(i, g);
       ASSERT_TRUE(gi.ok()) << gi.status();
-      if (s > 0) EXPECT_EQ(gi->sizes(), torch::IntArrayRef(stages[s]->InputGradSpec(kBatch).shape));
+      if (s > 0) {
+        EXPECT_EQ(gi->sizes(), torch::IntArrayRef(stages[s]->InputGradSpec(kBatch).shape));
+      }
       g = *gi;
     }
   }
