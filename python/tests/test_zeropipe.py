@@ -278,6 +278,19 @@ class TokensTest(TempDirTest):
                                                           [24, 25, 26, 27]])))
         self.assertTrue(torch.equal(targets, inputs + 1))
 
+    def test_forward_seed_golden_values_shared_with_cpp(self):
+        # worker/executor/executor_test.cc asserts the same values (model::ForwardSeed).
+        self.assertEqual(zeropipe.forward_seed(1, 2, 3, 4, 5), 0x5411837E6A4E571D)
+        self.assertNotEqual(zeropipe.forward_seed(1, 2, 3, 4, 6), 0x5411837E6A4E571D)
+
+    def test_run_blocks_needs_a_seed_per_stage(self):
+        net = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Dropout(0.5))
+        with self.assertRaisesRegex(ValueError, "1 seeds for 2 stages"):
+            zeropipe.run_blocks(net, torch.zeros(1, 3, dtype=torch.long), [1], [7])
+        a = zeropipe.run_blocks(net, torch.zeros(1, 3, dtype=torch.long), [1], [7, 9])
+        b = zeropipe.run_blocks(net, torch.zeros(1, 3, dtype=torch.long), [1], [7, 9])
+        self.assertTrue(torch.equal(a, b))  # the same seeds, the same masks
+
     def test_shuffle_matches_the_stated_algorithm(self):
         for seed, pass_, n in [(42, 0, 10), (1, 5, 1), (2, 0, 2), (2**64 - 1, 3, 257),
                                (123456789, 7, 1000)]:

@@ -70,15 +70,49 @@ def _as_tuple(y):
     return tuple(y) if isinstance(y, tuple) else (y,)
 
 
-def run_blocks(model, tokens):
+_MASK = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def forward_seed(seed, iteration, data_rank, stage, microbatch):
+    """The seed a ZeroPipe worker gives the random generators before the forward of `stage` for
+    `microbatch` of `iteration` on data rank `data_rank`, in a job whose train.seed is `seed`
+    (worker/model/stage.h: ForwardSeed). torch.manual_seed(forward_seed(...)) before that stage's
+    blocks makes dropout draw the masks the run drew."""
+    h = _splitmix64((seed ^ 0xD40F5EED) & _MASK)
+    for v in (iteration, data_rank, stage, microbatch):
+        h = _splitmix64(h ^ (v & 0xFFFFFFFF))
+    return h
+
+
+def run_blocks(model, tokens, cuts=None, seeds=None):
     """Runs `model`'s blocks (model.stages() when it has one, as for a Python model; else its
     children, in order) on int64 token ids the way ZeroPipe does: a tuple a block returns becomes
     the next block's positional arguments. Returns the last block's output: logits, or (logits,
-    aux). Works on the nn.Sequential, on the loaded file and on a Python model's module."""
+    aux). Works on the nn.Sequential, on the loaded file and on a Python model's module.
+
+    With `cuts` (the job's model cuts: stage k runs blocks cuts[k-1] to cuts[k] - 1) and `seeds`
+    (one per stage), torch.manual_seed(seeds[k]) runs before stage k's first block, as a worker
+    seeds each forward: with seeds[k] = forward_seed(train.seed, t, r, k, i) a model with
+    dropout draws the masks microbatch i of iteration t on data rank r drew in the run."""
     stages = getattr(model, "stages", None)
-    blocks = stages() if callable(stages) else model.children()
+    blocks = list(stages() if callable(stages) else model.children())
+    starts = {}
+    if seeds is not None:
+        bounds = [0] + list(cuts or [])
+        if len(bounds) != len(seeds):
+            raise ValueError(f"{len(seeds)} seeds for {len(bounds)} stages (cuts {cuts})")
+        starts = dict(zip(bounds, seeds))
     x = (tokens,)
-    for block in blocks:
+    for k, block in enumerate(blocks):
+        if k in starts:
+            torch.manual_seed(starts[k])
         x = _as_tuple(block(*x))
     return x[0] if len(x) == 1 else x
 

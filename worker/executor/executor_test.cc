@@ -783,6 +783,9 @@ TEST(ExecutorTest, TheJobSeedFixesEveryForwardsDrawsWhateverTheSchedule) {
   EXPECT_FALSE(torch::equal(zbv.at({0, 0})[0], zbv.at({0, 1})[0]));  // microbatches apart
   EXPECT_FALSE(torch::equal(zbv.at({0, 0})[0], zbv.at({1, 0})[0]));  // stages apart
   EXPECT_NE(model::ForwardSeed(11, 0, 0, 0, 0), model::ForwardSeed(11, 0, 1, 0, 0));
+  // python/tests/test_zeropipe.py asserts the same value (zeropipe.forward_seed), so a plain
+  // PyTorch loop can draw a run's masks.
+  EXPECT_EQ(model::ForwardSeed(1, 2, 3, 4, 5), 0x5411837E6A4E571DULL);
   EXPECT_NE(model::ForwardSeed(11, 0, 0, 0, 0), model::ForwardSeed(12, 0, 0, 0, 0));
 
   auto unseeded = RunDraws(core::ScheduleKind::kZbV, std::nullopt);
