@@ -539,16 +539,39 @@ namespace {
 // another width, as in a model whose blocks change width (64 -> 96 -> 48).
 int64_t Width(int k) { return 8 + 4 * k; }
 
+// What the fake stages below share: their numbering, no parameters, a loss of 1, and the count
+// of microbatches between F and W.
+class FakeStage : public model::Stage {
+ public:
+  FakeStage(int stage, int num_stages) : stage_(stage), num_stages_(num_stages) {}
+  int stage() const override { return stage_; }
+  int num_stages() const override { return num_stages_; }
+  absl::Status BackwardWeight(int) override {
+    --pending_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
+  void ClearLosses() override {}
+  void FreeMicrobatch(int) override { pending_ = 0; }
+  int pending_microbatches() const override { return pending_; }
+  const std::vector<model::ParamInfo>& params() const override { return params_; }
+
+ protected:
+  const int stage_, num_stages_;
+  int pending_ = 0;
+
+ private:
+  std::vector<model::ParamInfo> params_;
+};
+
 // Stage s of a model whose boundaries all differ: F takes [b, Width(s)] and returns
 // [b, Width(s+1)] filled with 1000 s + mb; B takes the gradient of its output and returns
 // [b, Width(s)]. Inputs and output gradients are checked on arrival. `bad_output`: F returns one
 // column too many (a block whose output shape depends on the data).
-class WidthStage final : public model::Stage {
+class WidthStage final : public FakeStage {
  public:
   WidthStage(int stage, int num_stages, bool bad_output = false)
-      : stage_(stage), num_stages_(num_stages), bad_output_(bad_output) {}
-  int stage() const override { return stage_; }
-  int num_stages() const override { return num_stages_; }
+      : FakeStage(stage, num_stages), bad_output_(bad_output) {}
   absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor& input,
                                         const torch::Tensor*) override {
     if (stage_ > 0) {
@@ -570,15 +593,6 @@ class WidthStage final : public model::Stage {
     if (is_first()) return torch::Tensor();
     return torch::full({kB, Width(stage_)}, -Fill(stage_, mb));
   }
-  absl::Status BackwardWeight(int) override {
-    --pending_;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
-  void ClearLosses() override {}
-  void FreeMicrobatch(int) override { pending_ = 0; }
-  int pending_microbatches() const override { return pending_; }
-  const std::vector<model::ParamInfo>& params() const override { return params_; }
   model::TensorSpec InputSpec(int b) const override {
     return {{b, Width(stage_)}, torch::kFloat32};
   }
@@ -599,10 +613,7 @@ class WidthStage final : public model::Stage {
     return absl::OkStatus();
   }
 
-  int stage_, num_stages_;
   bool bad_output_;
-  int pending_ = 0;
-  std::vector<model::ParamInfo> params_;
 };
 
 // Runs two iterations and an evaluation of `kind` at p ranks over WidthStages; `bad_stage` (if
@@ -679,13 +690,11 @@ TEST(ExecutorTest, AnOutputOfAnotherShapeFailsNamingBothShapes) {
 
 // Stage s of a two-stage model on one rank whose F draws like dropout: torch::rand from the CPU
 // generator, recorded per (stage, microbatch) in iteration order. Width 4 at every boundary.
-class DrawStage final : public model::Stage {
+class DrawStage final : public FakeStage {
  public:
   using Draws = std::map<std::pair<int, int>, std::vector<torch::Tensor>>;
   DrawStage(int stage, int num_stages, Draws* draws)
-      : stage_(stage), num_stages_(num_stages), draws_(draws) {}
-  int stage() const override { return stage_; }
-  int num_stages() const override { return num_stages_; }
+      : FakeStage(stage, num_stages), draws_(draws) {}
   absl::StatusOr<torch::Tensor> Forward(int mb, const torch::Tensor&,
                                         const torch::Tensor*) override {
     (*draws_)[{stage_, mb}].push_back(torch::rand({kWidth}));
@@ -697,24 +706,12 @@ class DrawStage final : public model::Stage {
     if (is_first()) return torch::Tensor();
     return torch::zeros({WidthStage::kB, kWidth});
   }
-  absl::Status BackwardWeight(int) override {
-    --pending_;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<float> Loss(int) const override { return 1.0f; }
-  void ClearLosses() override {}
-  void FreeMicrobatch(int) override { pending_ = 0; }
-  int pending_microbatches() const override { return pending_; }
-  const std::vector<model::ParamInfo>& params() const override { return params_; }
   model::TensorSpec InputSpec(int b) const override { return {{b, kWidth}, torch::kFloat32}; }
   model::TensorSpec OutputSpec(int b) const override { return {{b, kWidth}, torch::kFloat32}; }
 
  private:
   static constexpr int kWidth = 4;
-  int stage_, num_stages_;
   Draws* draws_;
-  int pending_ = 0;
-  std::vector<model::ParamInfo> params_;
 };
 
 // Two iterations of `kind` at p = 1, m = 4 (two stages on the one rank) over DrawStages.
