@@ -70,27 +70,6 @@ def _as_tuple(y):
     return tuple(y) if isinstance(y, tuple) else (y,)
 
 
-_MASK = (1 << 64) - 1
-
-
-def _splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
-
-
-def forward_seed(seed, iteration, data_rank, stage, microbatch):
-    """The seed a ZeroPipe worker gives the random generators before the forward of `stage` for
-    `microbatch` of `iteration` on data rank `data_rank`, in a job whose train.seed is `seed`
-    (worker/model/stage.h: ForwardSeed). torch.manual_seed(forward_seed(...)) before that stage's
-    blocks makes dropout draw the masks the run drew."""
-    h = _splitmix64((seed ^ 0xD40F5EED) & _MASK)
-    for v in (iteration, data_rank, stage, microbatch):
-        h = _splitmix64(h ^ (v & 0xFFFFFFFF))
-    return h
-
-
 def run_blocks(model, tokens, cuts=None, seeds=None):
     """Runs `model`'s blocks (model.stages() when it has one, as for a Python model; else its
     children, in order) on int64 token ids the way ZeroPipe does: a tuple a block returns becomes

@@ -8,6 +8,7 @@ last L; a file of n tokens has N = (n - 1) // L windows.
 Iteration t, data-parallel rank r of d, microbatch i of m, row j of b reads the global sample
 g = (((t*d + r)*m + i)*b + j): window g % N without a shuffle seed; with seed s, window
 shuffle_permutation(s, g // N, N)[g % N]. Eval batch k, row j reads window (k*b + j) % N_eval.
+Its dropout masks come from forward_seed(train.seed, t, r, stage, i), one per stage.
 """
 import functools
 import os
@@ -36,6 +37,20 @@ def _mix_array(z):
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_C1)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_C2)
     return z ^ (z >> np.uint64(31))
+
+
+def forward_seed(seed, iteration, data_rank, stage, microbatch):
+    """The seed a ZeroPipe worker gives the random generators before the forward of `stage` for
+    `microbatch` of `iteration` on data rank `data_rank`, in a job whose train.seed is `seed`
+    (worker/model/stage.h: ForwardSeed, splitmix64 over the five). torch.manual_seed of it before
+    that stage's blocks (run_blocks' `seeds`) makes dropout draw the masks the run drew."""
+    def splitmix64(x):
+        return _mix((x + _GAMMA) & _MASK)
+
+    h = splitmix64((seed ^ 0xD40F5EED) & _MASK)
+    for v in (iteration, data_rank, stage, microbatch):
+        h = splitmix64(h ^ (v & 0xFFFFFFFF))
+    return h
 
 
 @functools.lru_cache(maxsize=2)

@@ -183,22 +183,26 @@ class EvalModeTest(harness.ParityTestCase):
             self.assertGreater(abs(got - eval_mode) / eval_mode, 10 * harness.TOLERANCE,
                                f"iteration {t}: training loss {got} is the eval-mode loss")
 
+    def sgd_spec(self, name, schedule, cuts, iterations, lr, seed):
+        """A job training the dropout model with plain SGD (no decay, no clipping) at p = 2."""
+        return {
+            "name": name,
+            "model": {"torchscript": {"path": self.model_path, "cuts": cuts}},
+            "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": harness.SEQ_LEN},
+            "parallel": {"pipeline": 2, "data": 1},
+            "schedule": {"kind": schedule},
+            "batch": {"microbatches": M, "microbatch_size": B},
+            "train": {"iterations": iterations, "optimizer": "sgd", "lr": lr, "weight_decay": 0,
+                      "seed": seed, "clip_grad_norm": 0},
+        }
+
     def test_dropout_masks_follow_the_job_seed(self):
         """Every F seeds its stage's generators from (seed, iteration, data rank, stage,
         microbatch): a job with dropout trains bit for bit the same whatever the schedule (the
         same two stages, their forwards in other orders), run after run; another seed draws
         other masks."""
         def losses(name, schedule, seed):
-            spec = {
-                "name": name,
-                "model": {"torchscript": {"path": self.model_path, "cuts": [2]}},
-                "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": harness.SEQ_LEN},
-                "parallel": {"pipeline": 2, "data": 1},
-                "schedule": {"kind": schedule},
-                "batch": {"microbatches": M, "microbatch_size": B},
-                "train": {"iterations": 3, "optimizer": "sgd", "lr": 0.05, "weight_decay": 0,
-                          "seed": seed, "clip_grad_norm": 0},
-            }
+            spec = self.sgd_spec(name, schedule, [2], iterations=3, lr=0.05, seed=seed)
             return self.run_zpipe(name, spec)["losses"]
 
         want = losses("dropout-1f1b", "1f1b", 1)
@@ -232,17 +236,7 @@ class EvalModeTest(harness.ParityTestCase):
                 opt.step()
                 want.append(total / M)
             name = f"dropout-plain-{schedule}"
-            spec = {
-                "name": name,
-                "model": {"torchscript": {"path": self.model_path, "cuts": cuts}},
-                "data": {"path": self.tokens_path, "dtype": "uint16", "seq_len": harness.SEQ_LEN},
-                "parallel": {"pipeline": 2, "data": 1},
-                "schedule": {"kind": schedule},
-                "batch": {"microbatches": M, "microbatch_size": B},
-                "train": {"iterations": iterations, "optimizer": "sgd", "lr": lr,
-                          "weight_decay": 0, "seed": 1, "clip_grad_norm": 0},
-            }
-            summary = self.run_zpipe(name, spec)
+            summary = self.run_zpipe(name, self.sgd_spec(name, schedule, cuts, iterations, lr, 1))
             got = summary["losses"]
             self.assertEqual(len(got), iterations)
             for t in range(iterations):
