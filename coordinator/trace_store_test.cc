@@ -8,9 +8,11 @@ namespace {
 // Pipeline ranks 0 and 1 on workers "a" and "b".
 std::vector<RankSlot> TwoRanks() {
   std::vector<RankSlot> slots(2);
-  slots[0].worker_name = "a";
+  // Move-assigned, not assigned from the literal: GCC 12 warns falsely (-Wrestrict, its bug 105329)
+  // on std::string::assign(const char*) inlined here.
+  slots[0].worker_name = std::string("a");
   slots[1].pipeline_rank = 1;
-  slots[1].worker_name = "b";
+  slots[1].worker_name = std::string("b");
   return slots;
 }
 

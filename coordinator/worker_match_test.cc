@@ -1,6 +1,7 @@
 // The job/worker matching rule and the waiting reason it produces, on plain registrations.
 #include "coordinator/worker_match.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace zpipe::coordinator {
@@ -97,7 +98,7 @@ TEST(WorkerMatchTest, WaitingReasonNamesTheWorkersThatCannotRunTheJob) {
 TEST(WorkerMatchTest, WaitingReasonNamesAtMostFourWorkers) {
   std::vector<WorkerRegistration> workers;
   for (int i = 0; i < 6; ++i) {
-    workers.push_back(Worker("c" + std::to_string(i), DeviceKind::kCpu, i, std::nullopt));
+    workers.push_back(Worker(absl::StrCat("c", i), DeviceKind::kCpu, i, std::nullopt));
   }
   std::vector<const WorkerRegistration*> live;
   for (const WorkerRegistration& w : workers) live.push_back(&w);
