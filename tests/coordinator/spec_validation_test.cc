@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -74,7 +75,7 @@ std::vector<BadSpec> BadSpecs() {
        "spec.labels.team"},
       {"33 labels",
        [=](R& r) {
-         for (int i = 0; i < 33; ++i) (*spec(r)->mutable_labels())[absl::StrCat("k", i)] = "v";
+         for (int i = 0; i < 33; ++i) (*spec(r)->mutable_labels())[absl::StrCat("k", i)] = std::string("v");
        },
        "spec.labels"},
       {"no model", [=](R& r) { spec(r)->clear_model(); }, "spec.model"},

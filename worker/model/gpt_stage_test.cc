@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/schedule.h"
 #include "worker/model/data.h"
 #include "worker/model/gpt.h"
@@ -227,8 +228,8 @@ INSTANTIATE_TEST_SUITE_P(StagesAndOrders, GptParityTest,
                                                               Order::kAllBThenWReversed,
                                                               Order::kFused, Order::kDeferredW)),
                          [](const auto& info) {
-                           return "S" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  OrderName(std::get<1>(info.param));
+                           return absl::StrCat("S", std::get<0>(info.param), "_",
+                                               OrderName(std::get<1>(info.param)));
                          });
 
 // Runs the compute actions of a generated plan on `stages` in one thread, as a rank-parallel
