@@ -75,7 +75,9 @@ std::vector<BadSpec> BadSpecs() {
        "spec.labels.team"},
       {"33 labels",
        [=](R& r) {
-         for (int i = 0; i < 33; ++i) (*spec(r)->mutable_labels())[absl::StrCat("k", i)] = std::string("v");
+         for (int i = 0; i < 33; ++i) {
+           (*spec(r)->mutable_labels())[absl::StrCat("k", i)] = std::string("v");
+         }
        },
        "spec.labels"},
       {"no model", [=](R& r) { spec(r)->clear_model(); }, "spec.model"},
