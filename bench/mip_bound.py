@@ -249,7 +249,8 @@ def span_of(kinds, starts, whole):
     return max(last[r] - first[r] for r in first)
 
 
-def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor=0.0, seed=1):
+def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor=0.0, seed=1,
+              log=None):
     """Large-neighbourhood search from `plan` (either form plan_starts takes) for `seconds`, with
     CP-SAT's exact repairs. Each step draws a time window that holds about `window_actions`
     actions on average (that share of the span; t0 uniform, so a window may hang over either end),
@@ -262,7 +263,8 @@ def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor
     where one step reorders two to four pairs of actions on every rank of the early steady state
     (docs/performance.md). Returns {"span", "plan", "steps", "windows", "seconds"}: the best plan
     found (no longer than `plan`) and its span, the shorter plans on the way, the windows solved;
-    None when the costs do not scale to whole numbers."""
+    None when the costs do not scale to whole numbers. `log(text)`, when given, hears of each
+    shorter plan."""
     import random
 
     from ortools.sat.python import cp_model
@@ -305,6 +307,9 @@ def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor
             continue
         found = int(round(solver.objective_value))
         if found <= best:
+            if found < best and log:
+                log(f"{time.time() - began:.0f} s: {found / scale:g} (window {t0 / scale:g} to "
+                    f"{(t0 + width) / scale:g})")
             steps += found < best
             best = found
             current = {k: sorted(solver.value(start[k][i]) for i in range(m))
@@ -469,6 +474,8 @@ def main():
                         "80)")
     parser.add_argument("--lns-step-limit", type=float, default=10, metavar="SECONDS",
                         help="CP-SAT's seconds for one window (default 10)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="--lns: print each shorter plan the search finds, with its time")
     parser.add_argument("--check", action="store_true",
                         help="fail unless the solver agrees with every optimum our solver proved")
     parser.add_argument("--replay", metavar="ZPIPE_REPLAY_PLAN",
@@ -570,7 +577,9 @@ def main():
             shortest = result["plan"] if result["plan"] is not None and \
                 result["span"] < model["span"] else model["plan"]
             lns = lns_cpsat(model, shortest, args.lns, args.lns_actions, args.lns_step_limit,
-                            args.workers, floor=bound)
+                            args.workers, floor=bound,
+                            log=(lambda text: print(f"    {text}", flush=True)) if args.verbose
+                            else None)
             said = ""
             if args.replay:
                 simulated, why = replay(args.replay, path, model, lns["plan"])
