@@ -169,15 +169,16 @@ def cpsat_model(model, kinds, whole, mem_whole, upper, current=None, window=None
     return cp, start, end, span
 
 
-def scales_of(model, kinds):
-    """(whole, mem_whole, scale): functions that give the row's times and memory in whole units,
-    and the times' scale; None when its costs are not multiples of some 1 / D, D at most a
-    million."""
+def whole_units(model):
+    """(kinds, whole, mem_whole, scale): the row's kinds (kinds_of), functions that give its times
+    and memory in whole units, and the times' scale; None when its costs are not multiples of some
+    1 / D, D at most a million."""
+    kinds = kinds_of(model)
     scale = integer_scale([k[1] for k in kinds] + [model["comm"]] + [model["span"]])
     mem_scale = integer_scale([k[2] for k in kinds] + [model["memory_limit"]])
     if scale is None or mem_scale is None:
         return None
-    return (lambda v: int(round(v * scale))), (lambda v: int(round(v * mem_scale))), scale
+    return kinds, (lambda v: int(round(v * scale))), (lambda v: int(round(v * mem_scale))), scale
 
 
 def plan_starts(model, kinds, plan):
@@ -199,12 +200,11 @@ def solve_cpsat(model, time_limit, workers):
     None when the costs do not scale to whole numbers."""
     from ortools.sat.python import cp_model
 
-    kinds = kinds_of(model)
-    m = model["microbatches"]
-    scales = scales_of(model, kinds)
-    if scales is None:
+    units = whole_units(model)
+    if units is None:
         return None
-    whole, mem_whole, scale = scales
+    kinds, whole, mem_whole, scale = units
+    m = model["microbatches"]
     cp, start, end, span = cpsat_model(model, kinds, whole, mem_whole, whole(model["span"]))
     # The plan's start times as the first hint.
     for k, times in plan_starts(model, kinds, model.get("plan", [])).items():
@@ -269,12 +269,11 @@ def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor
 
     from ortools.sat.python import cp_model
 
-    kinds = kinds_of(model)
-    m = model["microbatches"]
-    scales = scales_of(model, kinds)
-    if scales is None:
+    units = whole_units(model)
+    if units is None:
         return None
-    whole, mem_whole, scale = scales
+    kinds, whole, mem_whole, scale = units
+    m = model["microbatches"]
     current = {k: [whole(at) for at in times]
                for k, times in plan_starts(model, kinds, plan).items()}
     best = span_of(kinds, current, whole)
