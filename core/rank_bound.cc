@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -825,6 +826,109 @@ std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, boo
   return kinds;
 }
 
+// The last round trip, in closed form (see the header): a lower bound on a unit's least time,
+// `chain` to the last B of its first stage (the Ws do not count), else to its last action. 0
+// where it does not apply: a stage whose microbatch may hold less than nothing, or too many ways
+// to fill the memory to count.
+double LastRoundTripBound(const std::vector<Kind>& kinds, int m, double limit, bool split,
+                          bool chain) {
+  const int k = static_cast<int>(kinds.size()) / (split ? 3 : 2);
+  if (k == 0 || m <= 0) return 0;
+  const double room = limit + 1e-9 * std::max(1.0, std::abs(limit));
+  // Stage j's durations, and what its microbatch holds with its B to come (a) and with only its
+  // W to come (c).
+  std::vector<double> f(k), b(k), w(k, 0), a(k), c(k);
+  double work = 0, fpath = 0, fmem = 0;
+  for (int j = 0; j < k; ++j) {
+    const Kind& fk = kinds[j];
+    const Kind& bk = kinds[k + j];
+    f[j] = fk.dur;
+    b[j] = bk.dur;
+    a[j] = fk.mem;
+    c[j] = fk.mem + bk.mem;
+    if (split) w[j] = kinds[2 * k + j].dur;
+    const double after = split ? c[j] + kinds[2 * k + j].mem : c[j];
+    if (a[j] < 0 || c[j] < 0 || after < 0) return 0;
+    work += m * (f[j] + b[j] + w[j]);
+    fpath += f[j] + (j > 0 ? fk.delay : 0);
+    fmem += a[j];
+  }
+  if (fmem > room) return 0;  // not even one microbatch fits: no plan to bound
+  const double turn = kinds[2 * k - 1].delay;  // the last stage's B after its F
+  // From the end of the last microbatch's F of the last stage to the end of its B of the first.
+  double drain = turn;
+  for (int j = 0; j < k; ++j) drain += b[j] + (j < k - 1 ? kinds[k + j].delay : 0);
+
+  // The first fill. Where not every F fits in memory at once, some B runs before the last F
+  // ends; before the first B only Fs run, and at most the memory's worth of them (the first
+  // microbatch's, then the most F time per unit of memory), while that B waits for the first
+  // microbatch's Fs and its round trip.
+  double first_idle = 0;
+  if (m * fmem > room) {
+    double fits = 0;  // F time per unit of memory, at best (infinite: an F that holds nothing)
+    for (int j = 0; j < k; ++j) {
+      fits = std::max(fits, a[j] > 0 ? f[j] / a[j] : kInf);
+    }
+    double own = 0;  // the first microbatch's Fs
+    for (int j = 0; j < k; ++j) own += f[j];
+    const double fwork = std::isfinite(fits)
+                             ? std::min(m * own, own + std::max(0.0, limit - fmem) * fits)
+                             : m * own;
+    first_idle = std::max(0.0, fpath + turn - fwork);
+  }
+
+  // The last round trip. When the last F of the last stage ends, at t, every F has run; the
+  // microbatches still to run a B there (nA per stage, the last one's among them) hold a each, and
+  // those with only a W left (nC) hold c each. After t come their Bs and the last microbatch's
+  // way back (`drain`); the Ws left at t run in that window or, for a chain, after its end. So a
+  // chain ends no earlier than its work plus the idle minus the Ws it can leave after its end,
+  // less what of the window the Bs do not fill: gain = W(A and C) - max(0, drain - B(A)); and a
+  // rank no earlier than its work plus the idle of a window that the work left at t cannot fill.
+  // Counted over every split of the memory into nA (whole numbers), the Cs filled greedily by W
+  // time per unit of memory (a fractional knapsack: at least the best whole one).
+  std::vector<int> most(k);
+  double ways = 1;
+  for (int j = 0; j < k; ++j) {
+    most[j] = a[j] > 0 ? static_cast<int>(std::min<double>(m, std::floor(room / a[j]))) : m;
+    ways *= most[j];
+  }
+  if (ways > 1e5) return 0;
+  std::vector<int> by_ratio(k);
+  for (int j = 0; j < k; ++j) by_ratio[j] = j;
+  std::sort(by_ratio.begin(), by_ratio.end(), [&](int x, int y) {
+    return w[x] * std::max(c[y], 0.0) > w[y] * std::max(c[x], 0.0);
+  });
+  const double full_drain = drain + w[0];  // the last microbatch's W of the first stage
+  double best = -kInf;  // chain: the most gain; rank: the most work left at t
+  std::vector<int> n_a(k, 1);
+  std::function<void(int, double)> count = [&](int j, double held) {
+    if (j < k) {
+      for (int n = 1; n <= most[j] && held + n * a[j] <= room; ++n) {
+        n_a[j] = n;
+        count(j + 1, held + n * a[j]);
+      }
+      return;
+    }
+    double left = std::max(0.0, limit - held), ws = 0, bs = 0;
+    for (int x = 0; x < k; ++x) {
+      ws += n_a[x] * w[x];
+      bs += n_a[x] * b[x];
+    }
+    for (int x : by_ratio) {
+      const int can = m - n_a[x];
+      if (can <= 0) continue;
+      const double take = c[x] > 0 ? std::min<double>(can, left / c[x]) : can;
+      ws += take * w[x];
+      left = std::max(0.0, left - take * std::max(c[x], 0.0));
+    }
+    best = std::max(best, chain ? ws + std::min(bs, drain) - drain : ws + bs);
+  };
+  count(0, 0);
+  if (!std::isfinite(best)) return 0;
+  return chain ? work + first_idle - best
+               : work + first_idle + std::max(0.0, full_drain - best);
+}
+
 }  // namespace
 
 RankRelaxation::RankRelaxation(const Placement& placement, int microbatches,
@@ -836,6 +940,8 @@ RankRelaxation::RankRelaxation(const Placement& placement, int microbatches,
   std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, rank);
   for (const Kind& kind : kinds) preds_.push_back(kind.pred);
   const int finish = chain ? FinishForChain(kinds, split_backward) : -1;
+  last_round_trip_ =
+      LastRoundTripBound(kinds, microbatches, memory_limit, split_backward, chain);
   problem_ = std::make_unique<RankProblem>(std::move(kinds), microbatches, memory_limit,
                                            state_limit, /*dominance=*/true,
                                            /*keep_searching=*/true, finish);
@@ -909,12 +1015,14 @@ double RankRootBound(const Placement& placement, int microbatches, const CostMod
     std::vector<Kind> kinds = KindsOf(placement, cost, split_backward, unit.rank);
     const int finish = unit.chain ? FinishForChain(kinds, split_backward) : -1;
     const int n = static_cast<int>(kinds.size());
+    const double closed =
+        LastRoundTripBound(kinds, microbatches, memory_limit, split_backward, unit.chain);
     RankProblem problem(std::move(kinds), microbatches, memory_limit, /*state_limit=*/0,
                         /*dominance=*/true, /*keep_searching=*/false, finish);
     const double root = problem.SolveFrom(std::vector<int>(n, 0),
                                           std::vector<std::vector<double>>(n), kInf,
                                           /*node_limit=*/0);
-    bound = std::max(bound, root + unit.offset);
+    bound = std::max(bound, std::max(root, closed) + unit.offset);
   }
   return bound;
 }
@@ -936,6 +1044,12 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
     std::vector<Kind> kinds =
         KindsOf(placement, cost, split_backward, units[u].rank, options.memory_releases);
     const int finish = units[u].chain ? FinishForChain(kinds, split_backward) : -1;
+    // The unit's last round trip holds whether or not its search settles.
+    if (options.last_round_trip) {
+      const double closed = LastRoundTripBound(kinds, microbatches, memory_limit, split_backward,
+                                               units[u].chain);
+      out.span = std::max(out.span, std::min(options.upper, closed + units[u].offset));
+    }
     problems.push_back(std::make_unique<RankProblem>(
         std::move(kinds), microbatches, memory_limit, options.state_limit,
         options.dominance, /*keep_searching=*/false, finish));

@@ -74,6 +74,27 @@
 // at p = 4, m = 8 gets 49.2 from ranks 0 and 3 (the chains: 48.8; the plan spans 49.4); at p = 2
 // the pair is every rank, and ZB-V and V-Half at m = 8 are proven optimal (48.4, where the ranks
 // and chains say 48.2 and the exact solver's tree does not finish in 3 million nodes).
+//
+// The last round trip. Where a unit's search cannot settle, two counts still bound it, in closed
+// form, when its stages' microbatches never hold less than nothing (as for the memory limit's
+// release times). When the last F of the rank's last stage ends, at t, every F has run; each
+// microbatch stage whose B is still to run holds M_F, each with only its W left M_F + M_B, and
+// together they fit the limit. After t the last microbatch still has its round trip and its Bs
+// down to the first stage (the drain), and every B still to run runs after t. So a rank needs at
+// least its work plus what of the drain (and the last W) the work that memory holds at t cannot
+// fill; and a chain's rank, whose Ws may run after its end, at least its work less the W time it
+// leaves for after its end, which is at most what memory holds at t less the part of the drain
+// the Bs do not fill. Before the first B only Fs run, at most memory's worth, while that B waits
+// for the first microbatch's Fs and its round trip; where not every F fits in memory at once (so
+// a B runs before t), that idle comes on top. The counts run over every split of memory at t
+// (whole microbatch stages waiting for their Bs; those waiting for their Ws filled as a fractional
+// knapsack, which can only say more). ZB-V at p = 8 (T_comm 0.1), the turn (rank 7) as a link:
+// its first B waits 17.4 for the round trip, with room for 16 Fs before it (1.4 idle), and its
+// last B ends 17.4 after t, of which Ws worth at most 14.6 can be left for after the end: it needs
+// 6 m + 1.4 - 14.6, the value its search finds at every m it settles from 9 on, where at m = 32
+// the search takes 286 million nodes (two minutes) and the table's 10 s left the bound at 193.4;
+// with the path there and back, 195.2. Each unit's value is checked against its exact search on
+// random small shapes (rank_bound_test).
 #ifndef ZPIPE_CORE_RANK_BOUND_H_
 #define ZPIPE_CORE_RANK_BOUND_H_
 
@@ -88,7 +109,9 @@
 namespace zpipe::core {
 
 struct RankBound {
-  double span = 0;         // max over the ranks solved of their least relaxed span (or `upper`)
+  // The max over the units solved of their least relaxed span (or `upper`) and over every unit
+  // of its last round trip (at most `upper`).
+  double span = 0;
   int ranks_solved = 0;    // ranks whose search finished within the limits
   int chains_solved = 0;   // chain links (RankBoundOptions::chains) whose search finished
   int pairs_solved = 0;    // pairs of ranks (RankBoundOptions::pairs) whose search finished
@@ -118,6 +141,9 @@ struct RankBoundOptions {
   // Whether a memory-limited rank's Fs get release times from its Bs in each node's one-machine
   // bound (see "The memory limit" above); off is for tests.
   bool memory_releases = true;
+  // Whether each unit's last round trip in closed form (see above) floors the bound whether or
+  // not its search settles; off is for tests of the searches.
+  bool last_round_trip = true;
 };
 
 // `cost` has placement.num_stages() stages; `memory_limit` is per rank. Deterministic. The chains
@@ -129,7 +155,7 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
 
 // The same units (each rank, and each rank past stage 0's as a link of a chain) bounded without a
 // search: each one's one-machine bound at its first state (the release times of its actions,
-// the memory limit's included), the largest over them. A sort of each rank's actions, no search,
+// the memory limit's included) and its last round trip, the largest over them. A sort of each rank's actions, no search,
 // so every plan gets it (core/planning.h: PlannedSchedule::span_lower_bound, what `zpipe plan`
 // prints): ZB-V at p = 32, m = 256 with the skewed costs of the optimality table gets 1642.7 where
 // SpanLowerBound says 1625.1 (the plan spans 1643.7). At most RankRelaxationBound's value with
@@ -171,9 +197,14 @@ class RankRelaxation {
                    double need, int64_t node_limit);
   int64_t nodes() const;  // over all calls
 
+  // The last round trip's closed form (see above): a lower bound on LeastRest from the first
+  // state (nothing done), no search; 0 where it does not apply.
+  double LastRoundTrip() const { return last_round_trip_; }
+
  private:
   std::vector<int> stages_;
   std::vector<int> preds_;
+  double last_round_trip_ = 0;
   std::unique_ptr<RankProblem> problem_;
 };
 
