@@ -902,6 +902,7 @@ double LastRoundTripBound(const std::vector<Kind>& kinds, int m, double limit, b
   double best = -kInf;  // chain: the most gain; rank: the most work left at t
   std::vector<int> n_a(k, 1);
   std::function<void(int, double)> count = [&](int j, double held) {
+    if (!chain && best >= full_drain) return;  // a rank whose drain is filled: no idle there
     if (j < k) {
       for (int n = 1; n <= most[j] && held + n * a[j] <= room; ++n) {
         n_a[j] = n;
