@@ -249,6 +249,13 @@ def span_of(kinds, starts, whole):
     return max(last[r] - first[r] for r in first)
 
 
+# The search's windows by default: 30 actions a rank. Windows of 80 actions took skewed V-Half
+# at p = 4, m = 16 from the default plan to 106.148 and stopped there, and at p = 8, m = 32 only
+# to 227.4 in 300 s; 120 reach the optimum (106.064) in 71 s, and 240 take p = 8, m = 32 to 225.0
+# and p = 8, m = 16 to 123.592 (one worker; docs/performance.md).
+LNS_ACTIONS_PER_RANK = 30
+
+
 def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor=0.0, seed=1,
               log=None):
     """Large-neighbourhood search from `plan` (either form plan_starts takes) for `seconds`, with
@@ -258,9 +265,9 @@ def lns_cpsat(model, plan, seconds, window_actions, window_limit, workers, floor
     their order, and has CP-SAT find the best plan for the actions inside (at most `window_limit`
     seconds); a step's plan is kept when its span is no longer, so the search drifts across equal
     plans. It ends at `seconds` or when the span reaches `floor` (a proven bound). Windows of some
-    80 actions, every rank's at once, find what moves of a few actions cannot: skewed V-Half at
-    p = 4, m = 16 from the default plan's 108.338 to 106.148 in 300 s (the optimum is 106.064),
-    where one step reorders two to four pairs of actions on every rank of the early steady state
+    30 actions a rank, every rank's at once, find what moves of a few actions cannot: skewed
+    V-Half at p = 4, m = 16 from the default plan's 108.338 to the optimum 106.064 in 71 s, where
+    one step reorders two to four pairs of actions on every rank of the early steady state
     (docs/performance.md). Returns {"span", "plan", "steps", "windows", "seconds"}: the best plan
     found (no longer than `plan`) and its span, the shorter plans on the way, the windows solved;
     None when the costs do not scale to whole numbers. `log(text)`, when given, hears of each
@@ -484,9 +491,9 @@ def main():
                         help="CP-SAT: after the solve, a large-neighbourhood search from the "
                         "shorter of its plan and the row's for this many seconds a row "
                         "(lns_cpsat; default 0: none)")
-    parser.add_argument("--lns-actions", type=int, default=80, metavar="N",
+    parser.add_argument("--lns-actions", type=int, default=0, metavar="N",
                         help="the search's windows hold this many actions on average (default "
-                        "80)")
+                        "0: 30 a rank, 120 at p = 4 and 240 at p = 8)")
     parser.add_argument("--lns-step-limit", type=float, default=10, metavar="SECONDS",
                         help="CP-SAT's seconds for one window (default 10)")
     parser.add_argument("--verbose", action="store_true",
@@ -586,7 +593,8 @@ def main():
         if args.lns > 0 and result["status"] not in ("Optimal", "Infeasible"):
             shortest = result["plan"] if result["plan"] is not None and \
                 result["span"] < model["span"] else model["plan"]
-            lns = lns_cpsat(model, shortest, args.lns, args.lns_actions, args.lns_step_limit,
+            window = args.lns_actions or LNS_ACTIONS_PER_RANK * model["pipeline"]
+            lns = lns_cpsat(model, shortest, args.lns, window, args.lns_step_limit,
                             args.workers, floor=bound,
                             log=(lambda text: print(f"    {text}", flush=True)) if args.verbose
                             else None)
