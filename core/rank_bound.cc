@@ -826,108 +826,135 @@ std::vector<Kind> KindsOf(const Placement& placement, const CostModel& cost, boo
   return kinds;
 }
 
-// The last round trip, in closed form (see the header): a lower bound on a unit's least time,
-// `chain` to the last B of its first stage (the Ws do not count), else to its last action. 0
-// where it does not apply: a stage whose microbatch may hold less than nothing, or too many ways
-// to fill the memory to count.
-double LastRoundTripBound(const std::vector<Kind>& kinds, int m, double limit, bool split,
-                          bool chain) {
-  const int k = static_cast<int>(kinds.size()) / (split ? 3 : 2);
-  if (k == 0 || m <= 0) return 0;
-  const double room = limit + 1e-9 * std::max(1.0, std::abs(limit));
-  // Stage j's durations, and what its microbatch holds with its B to come (a) and with only its
-  // W to come (c).
-  std::vector<double> f(k), b(k), w(k, 0), a(k), c(k);
-  double work = 0, fpath = 0, fmem = 0;
+// A unit's stages as the last round trip (below) counts them: stage j's durations, and what its
+// microbatch holds with its B still to come (a) and with only its W left (c).
+struct RoundTripStages {
+  std::vector<double> f, b, w, a, c;
+  double work = 0;       // every action of every microbatch, Ws included
+  double own_f = 0;      // the first microbatch's Fs
+  double own_mem = 0;    // what its Fs hold together
+  double f_path = 0;     // from its first F's start to its last F's end, with the delays between
+  double turn = 0;       // its last stage's B after its F
+  double drain = 0;      // from that F's end to the end of its B of the first stage
+};
+
+// nullopt where a stage's microbatch may hold less than nothing, after any of its actions.
+std::optional<RoundTripStages> RoundTripStagesOf(const std::vector<Kind>& kinds, int k, int m,
+                                                 bool split) {
+  RoundTripStages st;
   for (int j = 0; j < k; ++j) {
     const Kind& fk = kinds[j];
     const Kind& bk = kinds[k + j];
-    f[j] = fk.dur;
-    b[j] = bk.dur;
-    a[j] = fk.mem;
-    c[j] = fk.mem + bk.mem;
-    if (split) w[j] = kinds[2 * k + j].dur;
-    const double after = split ? c[j] + kinds[2 * k + j].mem : c[j];
-    if (a[j] < 0 || c[j] < 0 || after < 0) return 0;
-    work += m * (f[j] + b[j] + w[j]);
-    fpath += f[j] + (j > 0 ? fk.delay : 0);
-    fmem += a[j];
+    const double w = split ? kinds[2 * k + j].dur : 0;
+    const double after = fk.mem + bk.mem + (split ? kinds[2 * k + j].mem : 0);
+    if (fk.mem < 0 || fk.mem + bk.mem < 0 || after < 0) return std::nullopt;
+    st.f.push_back(fk.dur);
+    st.b.push_back(bk.dur);
+    st.w.push_back(w);
+    st.a.push_back(fk.mem);
+    st.c.push_back(fk.mem + bk.mem);
+    st.work += m * (fk.dur + bk.dur + w);
+    st.own_f += fk.dur;
+    st.own_mem += fk.mem;
+    st.f_path += fk.dur + (j > 0 ? fk.delay : 0);
   }
-  if (fmem > room) return 0;  // not even one microbatch fits: no plan to bound
-  const double turn = kinds[2 * k - 1].delay;  // the last stage's B after its F
-  // From the end of the last microbatch's F of the last stage to the end of its B of the first.
-  double drain = turn;
-  for (int j = 0; j < k; ++j) drain += b[j] + (j < k - 1 ? kinds[k + j].delay : 0);
+  st.turn = kinds[2 * k - 1].delay;
+  st.drain = st.turn;
+  for (int j = 0; j < k; ++j) st.drain += st.b[j] + (j < k - 1 ? kinds[k + j].delay : 0);
+  return st;
+}
 
-  // The first fill. Where not every F fits in memory at once, some B runs before the last F
-  // ends; before the first B only Fs run, and at most the memory's worth of them (the first
-  // microbatch's, then the most F time per unit of memory), while that B waits for the first
-  // microbatch's Fs and its round trip.
-  double first_idle = 0;
-  if (m * fmem > room) {
-    double fits = 0;  // F time per unit of memory, at best (infinite: an F that holds nothing)
-    for (int j = 0; j < k; ++j) {
-      fits = std::max(fits, a[j] > 0 ? f[j] / a[j] : kInf);
-    }
-    double own = 0;  // the first microbatch's Fs
-    for (int j = 0; j < k; ++j) own += f[j];
-    const double fwork = std::isfinite(fits)
-                             ? std::min(m * own, own + std::max(0.0, limit - fmem) * fits)
-                             : m * own;
-    first_idle = std::max(0.0, fpath + turn - fwork);
+// The first fill. Before the first B only Fs run, at most memory's worth of them (the first
+// microbatch's, then the most F time per unit of memory), while that B waits for the first
+// microbatch's Fs and its round trip: the idle no plan avoids there.
+double FirstFillIdle(const RoundTripStages& st, int m, double limit) {
+  double per_memory = 0;  // F time per unit of memory, at best (infinite: an F holding nothing)
+  for (size_t j = 0; j < st.f.size(); ++j) {
+    per_memory = std::max(per_memory, st.a[j] > 0 ? st.f[j] / st.a[j] : kInf);
   }
+  const double f_work =
+      std::isfinite(per_memory)
+          ? std::min(m * st.own_f, st.own_f + std::max(0.0, limit - st.own_mem) * per_memory)
+          : m * st.own_f;
+  return std::max(0.0, st.f_path + st.turn - f_work);
+}
 
-  // The last round trip. When the last F of the last stage ends, at t, every F has run; the
-  // microbatches still to run a B there (nA per stage, the last one's among them) hold a each, and
-  // those with only a W left (nC) hold c each. After t come their Bs and the last microbatch's
-  // way back (`drain`); the Ws left at t run in that window or, for a chain, after its end. So a
-  // chain ends no earlier than its work plus the idle minus the Ws it can leave after its end,
-  // less what of the window the Bs do not fill: gain = W(A and C) - max(0, drain - B(A)); and a
-  // rank no earlier than its work plus the idle of a window that the work left at t cannot fill.
-  // Counted over every split of the memory into nA (whole numbers), the Cs filled greedily by W
-  // time per unit of memory (a fractional knapsack: at least the best whole one).
+// When the last F of the last stage ends, the microbatch stages still waiting for their B (n_a per
+// stage, at least the last microbatch's) hold a each and those with only their W left c each,
+// within the limit. Over every such split (whole n_a; the Cs filled by W time per unit of memory
+// as a fractional knapsack, which can only say more): for a chain, the most W time it can leave
+// after its end, W(A and C) - max(0, drain - B(A)); for a rank, the most work left then,
+// B(A) + W(A and C), enough to end the count once it fills `enough`. nullopt where the splits
+// are too many to count.
+std::optional<double> MostLeftAtLastF(const RoundTripStages& st, int m, double limit, bool chain,
+                                      double enough) {
+  const int k = static_cast<int>(st.f.size());
+  const double room = limit + 1e-9 * std::max(1.0, std::abs(limit));
   std::vector<int> most(k);
   double ways = 1;
   for (int j = 0; j < k; ++j) {
-    most[j] = a[j] > 0 ? static_cast<int>(std::min<double>(m, std::floor(room / a[j]))) : m;
+    most[j] = st.a[j] > 0 ? static_cast<int>(std::min<double>(m, std::floor(room / st.a[j]))) : m;
     ways *= most[j];
   }
-  if (ways > 1e5) return 0;
+  if (ways > 1e5) return std::nullopt;
   std::vector<int> by_ratio(k);
   for (int j = 0; j < k; ++j) by_ratio[j] = j;
   std::sort(by_ratio.begin(), by_ratio.end(), [&](int x, int y) {
-    return w[x] * std::max(c[y], 0.0) > w[y] * std::max(c[x], 0.0);
+    return st.w[x] * std::max(st.c[y], 0.0) > st.w[y] * std::max(st.c[x], 0.0);
   });
-  const double full_drain = drain + w[0];  // the last microbatch's W of the first stage
-  double best = -kInf;  // chain: the most gain; rank: the most work left at t
+  double best = -kInf;
   std::vector<int> n_a(k, 1);
   std::function<void(int, double)> count = [&](int j, double held) {
-    if (!chain && best >= full_drain) return;  // a rank whose drain is filled: no idle there
+    if (best >= enough) return;
     if (j < k) {
-      for (int n = 1; n <= most[j] && held + n * a[j] <= room; ++n) {
+      for (int n = 1; n <= most[j] && held + n * st.a[j] <= room; ++n) {
         n_a[j] = n;
-        count(j + 1, held + n * a[j]);
+        count(j + 1, held + n * st.a[j]);
       }
       return;
     }
     double left = std::max(0.0, limit - held), ws = 0, bs = 0;
     for (int x = 0; x < k; ++x) {
-      ws += n_a[x] * w[x];
-      bs += n_a[x] * b[x];
+      ws += n_a[x] * st.w[x];
+      bs += n_a[x] * st.b[x];
     }
     for (int x : by_ratio) {
       const int can = m - n_a[x];
       if (can <= 0) continue;
-      const double take = c[x] > 0 ? std::min<double>(can, left / c[x]) : can;
-      ws += take * w[x];
-      left = std::max(0.0, left - take * std::max(c[x], 0.0));
+      const double take = st.c[x] > 0 ? std::min<double>(can, left / st.c[x]) : can;
+      ws += take * st.w[x];
+      left = std::max(0.0, left - take * std::max(st.c[x], 0.0));
     }
-    best = std::max(best, chain ? ws + std::min(bs, drain) - drain : ws + bs);
+    best = std::max(best, chain ? ws + std::min(bs, st.drain) - st.drain : ws + bs);
   };
   count(0, 0);
-  if (!std::isfinite(best)) return 0;
-  return chain ? work + first_idle - best
-               : work + first_idle + std::max(0.0, full_drain - best);
+  if (!std::isfinite(best)) return std::nullopt;
+  return best;
+}
+
+// The last round trip, in closed form (see the header): a lower bound on a unit's least time,
+// `chain` to the last B of its first stage (the Ws do not count), else to its last action. 0
+// where it does not apply: a stage whose microbatch may hold less than nothing, or too many ways
+// to fill the memory to count. When the last F of the last stage ends, at t, every F has run;
+// after t come the Bs still to run and the last microbatch's drain. So a chain ends no earlier
+// than its work plus the first fill's idle less the W time it leaves for after its end, and a
+// rank no earlier than its work plus that idle plus what of the drain (and the last microbatch's
+// W of the first stage) the work left at t cannot fill. The first fill's idle counts only where
+// not every F fits in memory at once: then a B runs before t.
+double LastRoundTripBound(const std::vector<Kind>& kinds, int m, double limit, bool split,
+                          bool chain) {
+  const int k = static_cast<int>(kinds.size()) / (split ? 3 : 2);
+  if (k == 0 || m <= 0) return 0;
+  const std::optional<RoundTripStages> st = RoundTripStagesOf(kinds, k, m, split);
+  const double room = limit + 1e-9 * std::max(1.0, std::abs(limit));
+  if (!st || st->own_mem > room) return 0;  // (not even one microbatch fits: no plan to bound)
+  const double first_idle = m * st->own_mem > room ? FirstFillIdle(*st, m, limit) : 0;
+  const double full_drain = st->drain + st->w[0];
+  const std::optional<double> left =
+      MostLeftAtLastF(*st, m, limit, chain, chain ? kInf : full_drain);
+  if (!left) return 0;
+  return chain ? st->work + first_idle - *left
+               : st->work + first_idle + std::max(0.0, full_drain - *left);
 }
 
 }  // namespace
