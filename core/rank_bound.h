@@ -155,11 +155,11 @@ RankBound RankRelaxationBound(const Placement& placement, int microbatches, cons
 
 // The same units (each rank, and each rank past stage 0's as a link of a chain) bounded without a
 // search: each one's one-machine bound at its first state (the release times of its actions,
-// the memory limit's included) and its last round trip, the largest over them. A sort of each rank's actions, no search,
-// so every plan gets it (core/planning.h: PlannedSchedule::span_lower_bound, what `zpipe plan`
-// prints): ZB-V at p = 32, m = 256 with the skewed costs of the optimality table gets 1642.7 where
-// SpanLowerBound says 1625.1 (the plan spans 1643.7). At most RankRelaxationBound's value with
-// enough nodes.
+// the memory limit's included) and its last round trip, the largest over them. A sort of each
+// rank's actions, no search, so every plan gets it (core/planning.h:
+// PlannedSchedule::span_lower_bound, what `zpipe plan` prints): ZB-V at p = 32, m = 256 with the
+// skewed costs of the optimality table gets 1642.7 where SpanLowerBound says 1625.1 (the plan
+// spans 1643.7). At most RankRelaxationBound's value with enough nodes.
 double RankRootBound(const Placement& placement, int microbatches, const CostModel& cost,
                      double memory_limit, bool split_backward);
 
