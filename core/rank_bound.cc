@@ -884,12 +884,11 @@ double FirstFillIdle(const RoundTripStages& st, int m, double limit) {
 // within the limit. Over every such split (whole n_a; the Cs filled by W time per unit of memory
 // as a fractional knapsack, which can only say more): for a chain, the most W time it can leave
 // after its end, W(A and C) - max(0, drain - B(A)); for a rank, the most work left then,
-// B(A) + W(A and C), enough to end the count once it fills `enough`. nullopt where the splits
-// are too many to count.
-std::optional<double> MostLeftAtLastF(const RoundTripStages& st, int m, double limit, bool chain,
-                                      double enough) {
+// B(A) + W(A and C), enough to end the count once it fills `enough`. `room`: the limit with the
+// problems' tolerance, for the whole counts. nullopt where the splits are too many to count.
+std::optional<double> MostLeftAtLastF(const RoundTripStages& st, int m, double limit, double room,
+                                      bool chain, double enough) {
   const int k = static_cast<int>(st.f.size());
-  const double room = limit + 1e-9 * std::max(1.0, std::abs(limit));
   std::vector<int> most(k);
   double ways = 1;
   for (int j = 0; j < k; ++j) {
@@ -951,7 +950,7 @@ double LastRoundTripBound(const std::vector<Kind>& kinds, int m, double limit, b
   const double first_idle = m * st->own_mem > room ? FirstFillIdle(*st, m, limit) : 0;
   const double full_drain = st->drain + st->w[0];
   const std::optional<double> left =
-      MostLeftAtLastF(*st, m, limit, chain, chain ? kInf : full_drain);
+      MostLeftAtLastF(*st, m, limit, room, chain, chain ? kInf : full_drain);
   if (!left) return 0;
   return chain ? st->work + first_idle - *left
                : st->work + first_idle + std::max(0.0, full_drain - *left);
