@@ -10,6 +10,7 @@
 // core::kMaxPolishActions compute actions).
 //   zpipe_optimal_table [--budget SECONDS] [--comm T] [--costs uniform|skewed]
 //                       [--schedule NAME]... [--max-p P] [--models DIR]
+//                       [--models-plan default|greedy]
 // The gaps are span / bound - 1: how much shorter than that plan any valid plan could be.
 #include <algorithm>
 #include <cstdio>
@@ -66,6 +67,12 @@ int Main(int argc, char** argv) {
   std::string models;
   flags::AddText(*app, "--models", &models, "DIR",
                  "write each row's problem there as JSON, for bench/mip_bound.py");
+  std::string models_plan = "default";
+  flags::AddChecked(*app, "--models-plan", "default|greedy",
+                    "the plan each --models row carries, as the plan in question and the hint of "
+                    "bench/mip_bound.py: the default plan (default) or the greedy pass's",
+                    flags::OneOf("default greedy"),
+                    [&](const std::string& v) { models_plan = v; });
   if (std::optional<int> exit =
           flags::ParseMain(*app, flags::Args(argc, argv), std::cout, std::cerr)) {
     return *exit;
@@ -113,11 +120,12 @@ int Main(int argc, char** argv) {
       polished_rows += polish.has_value();
       polish_shortened += polish.has_value() && polish->improved();
       const char* pol = !polish.has_value() ? "-" : polish->improved() ? "yes" : "no";
+      const bool greedy_plan = models_plan == "greedy";
       if (!models.empty() &&
-          !bench::WriteMipModel(models, *solved,
+          !bench::WriteMipModel(models, greedy_plan ? *greedy : *solved,
                                 {.costs = costs,
                                  .schedule = schedule,
-                                 .span = o.incumbent_span,
+                                 .span = greedy_plan ? greedy->sim.span : o.incumbent_span,
                                  .bound = bound,
                                  .optimal = o.optimal})) {
         std::fprintf(stderr, "zpipe_optimal_table: cannot write a model into %s\n",

@@ -192,12 +192,12 @@ TEST(PlanningTest, PolishedPlansAreValidSimulatedAndDeterministic) {
 // On plans of at most kPolishRelaxationActions compute actions the polish's tree asks the ranks'
 // relaxations at its nodes, whose bounds lead its deepening to shorter plans the plain search
 // misses: V-Half at p = 4, m = 4 (96 actions), its last stage 1.3 times heavier, T_W = 0.6 T_B,
-// T_comm = 0.3, is searched to 36.38 (with seed 2; seed 1's search reaches 35.94 itself) and
+// T_comm = 0.3, is searched to 36.38 (with seed 4; seed 1's search reaches 35.94 itself) and
 // polished to 35.94, the optimum (without them the polish keeps 36.38, and 100 thousand nodes of
 // the plain tree find nothing shorter).
 TEST(PlanningTest, PolishAsksTheRanksRelaxationsOnSmallPlans) {
   PlanRequest req = Searched("v-half", 4, 4, 0.3);
-  req.search.seed = 2;
+  req.search.seed = 4;
   req.inputs = [](const Placement& placement) {
     PlanInputs in;
     in.cost.comm = 0.3;
@@ -261,17 +261,16 @@ TEST(PlanningTest, PolishLeavesPlansItDoesNotApplyToOrCannotShorten) {
 }
 
 // Small plans' polish starts with neighbourhood rounds: V-Half at p = 4, m = 8, T_comm 0.1 is
-// searched to 55.4 (seed 1) and polished to 55.2, within 1% of the optimum 54.8; the tree alone
-// kept 55.4.
+// searched to 55 (seed 1) and polished to 54.8, the optimum; the tree alone keeps 55.
 TEST(PlanningTest, PolishSearchesNeighbourhoodsOfSmallPlans) {
   PlanRequest req = UnitRequest("v-half", 4, 8);
   req.search = {.budget_seconds = 1, .seed = 1};
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->polish.has_value());
-  EXPECT_NEAR(plan->polish->generated_span, 55.4, 1e-9);
-  EXPECT_NEAR(plan->polish->span, 55.2, 1e-9);
-  EXPECT_NEAR(plan->sim.span, 55.2, 1e-9);
+  EXPECT_NEAR(plan->polish->generated_span, 55, 1e-9);
+  EXPECT_NEAR(plan->polish->span, 54.8, 1e-9);
+  EXPECT_NEAR(plan->sim.span, 54.8, 1e-9);
   EXPECT_GT(plan->polish->nodes, PolishNeighbourhoodNodes(1, 192));
 }
 

@@ -407,6 +407,58 @@ bool OrderProblem::Recreate(const Orders& base, const OrderTimeline& timeline, d
   return recreation.PlaceRest(left, out);
 }
 
+void OrderProblem::CriticalArcs(const Orders& orders, const OrderTimeline& tl,
+                                std::vector<std::pair<int, int>>* arcs) const {
+  // Where each F and each B (or BW) sits in its rank's order.
+  std::vector<int> f_at(size_t(S_) * m_, -1), b_at(size_t(S_) * m_, -1);
+  for (int r = 0; r < p_; ++r) {
+    for (int k = 0; k < static_cast<int>(orders[r].size()); ++k) {
+      const Action& a = orders[r][k];
+      const size_t idx = size_t(a.stage) * m_ + a.microbatch;
+      if (a.kind == ActionKind::kForward) f_at[idx] = k;
+      if (a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardFull) {
+        b_at[idx] = k;
+      }
+    }
+  }
+  const int critical = CriticalRank(tl);
+  if (orders[critical].empty()) return;
+  const double from = tl.start[critical].front();
+  auto tight = [](double start, double end) {
+    return start <= end + 1e-9 * std::max(1.0, std::abs(end));
+  };
+  int r = critical;
+  int k = static_cast<int>(orders[r].size()) - 1;
+  while (k >= 0 && tl.start[r][k] > from) {
+    const double start = tl.start[r][k];
+    if (k > 0 && tight(start, tl.end[r][k - 1])) {
+      arcs->emplace_back(r, k);
+      --k;
+      continue;
+    }
+    // An input set the start: step to the action that produced it.
+    const Action& a = orders[r][k];
+    int next_r = -1, next_k = -1;
+    auto consider = [&](int stage, const std::vector<int>& at, double edge) {
+      if (next_r >= 0 || stage < 0 || stage >= S_) return;
+      const int rank = rank_of_[stage];
+      const int pos = at[size_t(stage) * m_ + a.microbatch];
+      if (pos >= 0 && tight(start, tl.end[rank][pos] + edge)) next_r = rank, next_k = pos;
+    };
+    if (a.kind == ActionKind::kForward) {
+      if (a.stage > 0) consider(a.stage - 1, f_at, edge_[a.stage - 1]);
+    } else if (a.kind == ActionKind::kBackwardWeight) {
+      consider(a.stage, b_at, 0);
+    } else {
+      if (a.stage + 1 < S_) consider(a.stage + 1, b_at, edge_[a.stage]);
+      consider(a.stage, f_at, 0);
+    }
+    if (next_r < 0) return;
+    r = next_r;
+    k = next_k;
+  }
+}
+
 uint64_t SearchRng::Next() {
   uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -447,13 +499,20 @@ class MoveSearch {
   int64_t cost() const { return cost_; }
 
   // Times `orders` afresh; false when they do not complete within memory.
-  bool Retime() { return problem_.Evaluate(orders_, &tl_).has_value(); }
+  bool Retime() {
+    arcs_fresh_ = false;
+    return problem_.Evaluate(orders_, &tl_).has_value();
+  }
 
   // Proposes the next moves; HasMoves() is false when nothing applies.
   void ProposeMoves() {
     moves_.clear();
     if (swap_one_in_ > 0 && rng_.Uniform(swap_one_in_) == 0) {
       ProposeSwap();
+      return;
+    }
+    if (rng_.Uniform(kCriticalOneIn) == 0) {
+      ProposeCritical();
       return;
     }
     if (rng_.Uniform(2) == 0) {
@@ -475,6 +534,7 @@ class MoveSearch {
     if (s && (!improving || *s <= score_ || (threshold != nullptr && *s <= *threshold))) {
       score_ = *s;
       std::swap(tl_, trial_tl_);
+      arcs_fresh_ = false;
       return true;
     }
     for (auto it = moves_.rbegin(); it != moves_.rend(); ++it) {
@@ -493,6 +553,39 @@ class MoveSearch {
   }
 
  private:
+  // A step of the critical path between two actions on one rank (CriticalArcs): the later one
+  // moves ahead of the earlier, or the earlier one behind the later, by one to three places;
+  // half the time at either end of a run of such steps on a rank, where the path enters or
+  // leaves the rank.
+  void ProposeCritical() {
+    if (!arcs_fresh_) {
+      arcs_.clear();
+      problem_.CriticalArcs(orders_, tl_, &arcs_);
+      ends_.clear();
+      for (size_t j = 0; j < arcs_.size(); ++j) {
+        const bool first = j == 0 || arcs_[j - 1].first != arcs_[j].first ||
+                           arcs_[j - 1].second != arcs_[j].second + 1;
+        const bool last = j + 1 == arcs_.size() || arcs_[j + 1].first != arcs_[j].first ||
+                          arcs_[j + 1].second != arcs_[j].second - 1;
+        if (first || last) ends_.push_back(arcs_[j]);
+      }
+      arcs_fresh_ = true;
+      work_ -= cost_;
+    }
+    if (arcs_.empty()) return;
+    const auto& pick = rng_.Uniform(2) == 0 && !ends_.empty()
+                           ? ends_[rng_.Uniform(static_cast<int>(ends_.size()))]
+                           : arcs_[rng_.Uniform(static_cast<int>(arcs_.size()))];
+    const auto [r, k] = pick;
+    const int n = static_cast<int>(orders_[r].size());
+    const int d = rng_.Uniform(3);
+    if (rng_.Uniform(2) == 0) {
+      moves_.push_back({r, k, std::max(0, k - 1 - d)});
+    } else {
+      moves_.push_back({r, k - 1, std::min(n - 1, k + d)});
+    }
+  }
+
   // Swap two actions a few places apart on one rank: two moves.
   void ProposeSwap() {
     const int r =
@@ -515,6 +608,8 @@ class MoveSearch {
   int microbatches_ = 0;
   OrderTimeline tl_, trial_tl_;  // of `orders_`, and of the last try
   std::vector<Move> moves_;
+  std::vector<std::pair<int, int>> arcs_, ends_;  // the critical path of tl_ (CriticalArcs)
+  bool arcs_fresh_ = false;
 };
 
 // One phase of ImproveOrders on `work`; returns the work it left unspent. With `history` = 1
