@@ -198,20 +198,7 @@ TEST(PlanningTest, PolishedPlansAreValidSimulatedAndDeterministic) {
 TEST(PlanningTest, PolishAsksTheRanksRelaxationsOnSmallPlans) {
   PlanRequest req = Searched("v-half", 4, 4, 0.3);
   req.search.seed = 4;
-  req.inputs = [](const Placement& placement) {
-    PlanInputs in;
-    in.cost.comm = 0.3;
-    for (int s = 0; s < placement.num_stages(); ++s) {
-      const double heavy = s == placement.num_stages() - 1 ? 1.3 : 1;
-      in.cost.stages.push_back(StageCost{.f = heavy,
-                                         .b = 1.1 * heavy,
-                                         .w = 0.66 * heavy,
-                                         .mem_f = 1,
-                                         .mem_b = -0.5,
-                                         .mem_w = -0.5});
-    }
-    return in;
-  };
+  req.inputs = SkewedInputs;
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->polish.has_value());

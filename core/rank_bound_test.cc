@@ -273,16 +273,7 @@ TEST(RankBoundTest, TheMemoryLimitDelaysRankZerosForwards) {
 // (docs/performance.md).
 TEST(RankBoundTest, EveryPlanGetsTheRanksBoundsAtTheirFirstStates) {
   PlanRequest req = UnitRequest("zb-v", 8, 16);
-  req.inputs = [](const Placement& pl) {
-    PlanInputs in;
-    in.cost.comm = 0.3;
-    for (int s = 0; s < pl.num_stages(); ++s) {
-      const double heavy = s == pl.num_stages() - 1 ? 1.3 : 1;
-      in.cost.stages.push_back(StageCost{.f = heavy, .b = 1.1 * heavy, .w = 0.66 * heavy,
-                                         .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5});
-    }
-    return in;
-  };
+  req.inputs = SkewedInputs;
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_NEAR(SpanLowerBound(plan->plan.placement, 16, plan->cost, plan->memory_limit, true),

@@ -13,6 +13,7 @@
 #include "core/planning.h"
 #include "core/span_bound.h"
 #include "core/status_field.h"
+#include "core/testing/unit_request.h"
 #include "core/validator.h"
 #include "gtest/gtest.h"
 
@@ -249,36 +250,16 @@ TEST(ScheduleSearchTest, CriticalArcsFollowWhatSetEachStart) {
 // 106.98, the optimum our bound proves (the random moves alone stopped at 107.11), and uniform
 // V-Half at p = 8, m = 16, T_comm 0.1, reaches 117.8 (118.2 before; the bound is 117.2).
 TEST(ScheduleSearchTest, TheCriticalPathTakesTheSearchToTheOptimum) {
-  PlanRequest req;
-  req.schedule = "zb-v";
-  req.pipeline = 8;
-  req.microbatches = 16;
-  req.lower = false;
+  PlanRequest req = UnitRequest("zb-v", 8, 16);
   req.search = {.budget_seconds = 1, .seed = 1};
-  req.inputs = [](const Placement& placement) {
-    PlanInputs in;
-    in.cost.comm = 0.3;
-    for (int s = 0; s < placement.num_stages(); ++s) {
-      const double heavy = s == placement.num_stages() - 1 ? 1.3 : 1;
-      in.cost.stages.push_back(StageCost{.f = heavy,
-                                         .b = 1.1 * heavy,
-                                         .w = 0.66 * heavy,
-                                         .mem_f = 1,
-                                         .mem_b = -0.5,
-                                         .mem_w = -0.5});
-    }
-    return in;
-  };
+  req.inputs = SkewedInputs;
   absl::StatusOr<PlannedSchedule> skewed = PlanSchedule(req);
   ASSERT_TRUE(skewed.ok()) << skewed.status();
   EXPECT_NEAR(skewed->sim.span, 106.98, 1e-9);
   EXPECT_NEAR(skewed->span_lower_bound, 106.98, 1e-9);
 
-  req.schedule = "v-half";
-  req.inputs = [](const Placement& placement) {
-    return UniformInputs(placement,
-                         {.f = 1, .b = 1, .w = 1, .mem_f = 1, .mem_b = -0.5, .mem_w = -0.5}, 0.1);
-  };
+  req = UnitRequest("v-half", 8, 16);
+  req.search = {.budget_seconds = 1, .seed = 1};
   absl::StatusOr<PlannedSchedule> uniform = PlanSchedule(req);
   ASSERT_TRUE(uniform.ok()) << uniform.status();
   EXPECT_NEAR(uniform->sim.span, 117.8, 1e-9);
