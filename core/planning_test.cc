@@ -192,12 +192,12 @@ TEST(PlanningTest, PolishedPlansAreValidSimulatedAndDeterministic) {
 // On plans of at most kPolishRelaxationActions compute actions the polish's tree asks the ranks'
 // relaxations at its nodes, whose bounds lead its deepening to shorter plans the plain search
 // misses: V-Half at p = 4, m = 4 (96 actions), its last stage 1.3 times heavier, T_W = 0.6 T_B,
-// T_comm = 0.3, is searched to 36.38 (with seed 4; seed 1's search reaches 35.94 itself) and
+// T_comm = 0.3, is searched to 36.38 (with seed 5; seed 1's search reaches 35.94 itself) and
 // polished to 35.94, the optimum (without them the polish keeps 36.38, and 100 thousand nodes of
 // the plain tree find nothing shorter).
 TEST(PlanningTest, PolishAsksTheRanksRelaxationsOnSmallPlans) {
   PlanRequest req = Searched("v-half", 4, 4, 0.3);
-  req.search.seed = 4;
+  req.search.seed = 5;
   req.inputs = SkewedInputs;
   absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
   ASSERT_TRUE(plan.ok()) << plan.status();

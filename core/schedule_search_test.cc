@@ -245,6 +245,64 @@ TEST(ScheduleSearchTest, CriticalArcsFollowWhatSetEachStart) {
   }
 }
 
+// Timing from part of the way gives what timing the whole plan gives: on V and linear plans,
+// after random moves of one action (1-4 places ahead or behind, on any rank), from the earliest
+// start the move touched and from earlier, the score and every action's start, end and memory
+// agree, and only what starts from there is simulated; orders that deadlock or pass the memory
+// limit fail both ways.
+TEST(ScheduleSearchTest, TimingFromPartOfTheWayEqualsTimingTheWhole) {
+  const Shape shape{
+      6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+  for (const char* kind : {"zb-2p", "zb-v", "v-half"}) {
+    absl::StatusOr<PlannedSchedule> planned = PlanSchedule(Request(kind, shape, 0, 1));
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    const internal::OrderProblem problem(planned->plan.placement, shape.m, planned->cost,
+                                         planned->memory_limit);
+    const internal::Orders& base = planned->plan.ranks;
+    internal::OrderTimeline base_tl;
+    ASSERT_TRUE(problem.Evaluate(base, &base_tl).has_value());
+    internal::SearchRng rng(7);
+    int compared = 0, failed = 0;
+    for (int trial = 0; trial < 400; ++trial) {
+      const int r = rng.Uniform(shape.p);
+      const int n = static_cast<int>(base[r].size());
+      const int from = rng.Uniform(n);
+      const int d = 1 + rng.Uniform(4);
+      const int to = std::clamp(rng.Uniform(2) == 0 ? from - d : from + d, 0, n - 1);
+      if (from == to) continue;
+      internal::Orders moved = base;
+      const Action a = moved[r][from];
+      moved[r].erase(moved[r].begin() + from);
+      moved[r].insert(moved[r].begin() + to, a);
+      const double at = base_tl.start[r][std::min(from, to)] * (trial % 3 == 0 ? 0.5 : 1);
+      internal::OrderTimeline whole, part;
+      const std::optional<internal::OrderScore> want = problem.Evaluate(moved, &whole);
+      int64_t simulated = 0;
+      const std::optional<internal::OrderScore> got =
+          problem.EvaluateFrom(moved, base_tl, at, &part, &simulated);
+      ASSERT_EQ(want.has_value(), got.has_value()) << kind << " trial " << trial;
+      int64_t later = 0;
+      for (const auto& starts : base_tl.start) {
+        later += std::count_if(starts.begin(), starts.end(), [&](double t) { return t >= at; });
+      }
+      EXPECT_EQ(simulated, later) << kind << " trial " << trial;
+      if (!want) {
+        ++failed;
+        continue;
+      }
+      ++compared;
+      EXPECT_EQ(want->span, got->span);
+      EXPECT_EQ(want->makespan, got->makespan);
+      EXPECT_EQ(want->total, got->total);
+      EXPECT_EQ(whole.start, part.start) << kind << " trial " << trial;
+      EXPECT_EQ(whole.end, part.end) << kind << " trial " << trial;
+      EXPECT_EQ(whole.mem, part.mem) << kind << " trial " << trial;
+    }
+    EXPECT_GT(compared, 50) << kind;
+    EXPECT_GT(failed, 10) << kind;
+  }
+}
+
 // Following the critical path is what finds these: skewed ZB-V at p = 8, m = 16 (the last stage
 // 1.3 times heavier, T_W = 0.6 T_B, T_comm 0.3) searched with budget 1 s and seed 1 reaches
 // 106.98, the optimum our bound proves (the random moves alone stopped at 107.11), and uniform

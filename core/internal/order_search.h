@@ -43,6 +43,10 @@ struct OrderScore {
 
 struct OrderTimeline {
   std::vector<std::vector<double>> start, end;  // indexed like the orders
+  std::vector<std::vector<double>> mem;          // a rank's memory once the action ran
+  // When each F and each B (or BW) ended, per (stage, microbatch): what a timing from part of
+  // the way (OrderProblem::EvaluateFrom) starts from.
+  std::vector<double> f_end, b_end;
 };
 
 // The rank with the longest span (first start to last end) in `tl`.
@@ -70,6 +74,14 @@ class OrderProblem {
   // deadlock or a rank's running memory passes the limit (with the validator's tolerance).
   std::optional<OrderScore> Evaluate(const Orders& orders, OrderTimeline* timeline = nullptr) const;
 
+  // Evaluate for `orders` that differ from the orders `base` times only in actions that start at
+  // `from` or later there: every action that starts before `from` in `base` keeps its time (what
+  // set it ended earlier still), so only the rest is simulated. Adds the actions it simulated to
+  // `*simulated`. `timeline` is required and must not be `base`.
+  std::optional<OrderScore> EvaluateFrom(const Orders& orders, const OrderTimeline& base,
+                                         double from, OrderTimeline* timeline,
+                                         int64_t* simulated) const;
+
   int64_t actions() const { return actions_; }
 
   // Ruin and recreate: keeps, on every rank, the actions that start before `cut` in `timeline`
@@ -96,6 +108,10 @@ class OrderProblem {
                     std::vector<std::pair<int, int>>* arcs) const;
 
  private:
+  // Evaluate and EvaluateFrom (with `base`).
+  std::optional<OrderScore> Time(const Orders& orders, const OrderTimeline* base, double from,
+                                 OrderTimeline* timeline, int64_t* simulated) const;
+
   int p_, m_, S_;
   std::vector<int> rank_of_;
   std::vector<double> edge_;  // latency of stage s -> s + 1
