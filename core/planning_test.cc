@@ -190,21 +190,45 @@ TEST(PlanningTest, PolishedPlansAreValidSimulatedAndDeterministic) {
 }
 
 // On plans of at most kPolishRelaxationActions compute actions the polish's tree asks the ranks'
-// relaxations at its nodes, whose bounds lead its deepening to shorter plans the plain search
+// relaxations at its nodes, whose bounds lead its deepening to shorter plans the plain tree
 // misses: V-Half at p = 4, m = 4 (96 actions), its last stage 1.3 times heavier, T_W = 0.6 T_B,
-// T_comm = 0.3, is searched to 36.38 (with seed 5; seed 1's search reaches 35.94 itself) and
-// polished to 35.94, the optimum (without them the polish keeps 36.38, and 100 thousand nodes of
-// the plain tree find nothing shorter).
+// T_comm = 0.3, searched for 0.1 s, ends at its optimum 35.94 with some seeds and at 36.38 with
+// others (the first of them, in 1-20, is taken: seed 1; at 1 s every seed there finds 35.94).
+// The polish takes it to 35.94; its tree alone (547 nodes) reaches 36.34 with the relaxations
+// and nothing without them (its neighbourhood rounds find 35.94 either way).
 TEST(PlanningTest, PolishAsksTheRanksRelaxationsOnSmallPlans) {
-  PlanRequest req = Searched("v-half", 4, 4, 0.3);
-  req.search.seed = 5;
-  req.inputs = SkewedInputs;
-  absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(plan->polish.has_value());
-  EXPECT_NEAR(plan->polish->generated_span, 36.38, 1e-9);
-  EXPECT_NEAR(plan->polish->span, 35.94, 1e-9);
-  EXPECT_NEAR(plan->sim.span, 35.94, 1e-9);
+  bool polished = false;
+  for (uint64_t seed = 1; seed <= 20 && !polished; ++seed) {
+    PlanRequest req = Searched("v-half", 4, 4, 0.3, /*budget=*/0.1);
+    req.search.seed = seed;
+    req.inputs = SkewedInputs;
+    absl::StatusOr<PlannedSchedule> plan = PlanSchedule(req);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->polish.has_value());
+    EXPECT_NEAR(plan->sim.span, 35.94, 1e-9) << "seed " << seed;
+    if (plan->polish->generated_span < 35.94 + 1e-9) continue;
+    polished = true;
+    EXPECT_NEAR(plan->polish->generated_span, 36.38, 1e-9) << "seed " << seed;
+    EXPECT_NEAR(plan->polish->span, 35.94, 1e-9) << "seed " << seed;
+    req.polish = false;
+    req.lower = false;  // the solver takes the compute plan
+    absl::StatusOr<PlannedSchedule> searched = PlanSchedule(req);
+    ASSERT_TRUE(searched.ok()) << searched.status();
+    // The polish's tree alone (no neighbourhood rounds), with and without the relaxations.
+    const int64_t actions = static_cast<int64_t>(searched->plan.num_actions());
+    auto tree = [&](bool relaxations) {
+      return SolveOptimal(searched->plan, searched->cost, searched->memory_limit,
+                          {.time_limit_seconds = 0,
+                           .node_limit = PolishNodes(0.1, actions),
+                           .rank_relaxation_at_nodes = relaxations});
+    };
+    absl::StatusOr<OptimalResult> asked = tree(true), plain = tree(false);
+    ASSERT_TRUE(asked.ok()) << asked.status();
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_LT(asked->span, 36.38 - 1e-9) << "seed " << seed;
+    EXPECT_FALSE(plain->improved) << "seed " << seed;
+  }
+  EXPECT_TRUE(polished) << "no seed in 1-20 left the polish anything to do";
 }
 
 // Where the polish does not apply, the plan is the generated one: gpipe (the textbook

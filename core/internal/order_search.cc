@@ -743,6 +743,7 @@ int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore&
   if (!problem.Evaluate(orders, &tl)) return work;
   const int64_t cost = std::max<int64_t>(problem.actions(), 1);
   Orders trial;
+  OrderTimeline trial_tl;
   while (work >= 2 * cost && !AtBound(score.span, span_bound)) {
     double last = 0;
     for (const auto& end : tl.end) {
@@ -755,10 +756,15 @@ int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore&
                                                 .jitter = 0.5 * rng.Real()};
     int64_t checks = 0;
     const bool built = problem.Recreate(orders, tl, cut, weights, rng, &trial, &checks);
-    work -= checks + cost;
-    if (!built) continue;
-    OrderTimeline trial_tl;
-    std::optional<OrderScore> s = problem.Evaluate(trial, &trial_tl);
+    work -= checks;
+    if (!built) {
+      work -= cost;
+      continue;
+    }
+    // What starts before the cut was kept as it ran.
+    int64_t simulated = 0;
+    std::optional<OrderScore> s = problem.EvaluateFrom(trial, tl, cut, &trial_tl, &simulated);
+    work -= simulated + (cost - simulated) / kKeptActionsPerSimulated;
     if (s && *s <= score) {
       std::swap(orders, trial);
       std::swap(tl, trial_tl);
