@@ -1,6 +1,6 @@
 // Re-planning from measured costs (schedule.replan_every), end to end with a real coordinator
 // and real worker processes on loopback:
-// - a synthetic job whose W becomes 2x slower after iteration 10 (model.synthetic.w_slowdown)
+// - a synthetic job whose W becomes 3x slower after iteration 10 (model.synthetic.w_slowdown)
 //   re-plans from the measured costs, every rank switches at one iteration (the event history
 //   says when and why), and it measures a lower bubble after the switch than the same job
 //   without re-planning; the new plan version survives a coordinator restart;
@@ -38,8 +38,10 @@ testing::LocalClusterOptions Options(const fs::path& dir) {
 constexpr int kSlowAfter = 10;
 constexpr int kIterations = 36;
 
-// p = 4 ZB-V with F = B = W = 20 ms per rank (10 ms per stage); W twice as slow from iteration
-// 10 on. At 2x W the plan made for 1x predicts a bubble of 0.045, one made for 2x 0.
+// p = 4 ZB-V with F = B = W = 20 ms per rank (10 ms per stage); W three times as slow from
+// iteration 10 on. At the measured T_comm (about 0.05 ms) the plan made for 1x predicts a bubble
+// of 0.037 at 3x W, one made for 3x 0.0004. (At 2x the gain is 0.015: the search finds plans for
+// 1x that lose little when W slows, under the threshold below.)
 v1::JobSpec SlowingSpec(const std::string& name, int replan_every) {
   v1::JobSpec spec;
   spec.set_name(name);
@@ -49,11 +51,11 @@ v1::JobSpec SlowingSpec(const std::string& name, int replan_every) {
   s->set_weight_ms(20);
   s->set_activation_kb(16);
   s->mutable_w_slowdown()->set_after_iteration(kSlowAfter);
-  s->mutable_w_slowdown()->set_factor(2);
+  s->mutable_w_slowdown()->set_factor(3);
   spec.mutable_parallel()->set_pipeline(4);
   spec.mutable_schedule()->set_kind("zb-v");
   spec.mutable_schedule()->set_replan_every(replan_every);
-  // The real gain is 0.045; a threshold well under it but above what noisy measured costs
+  // The real gain is 0.036; a threshold well under it but above what noisy measured costs
   // suggest on a loaded machine keeps the job to the one switch this test describes.
   spec.mutable_schedule()->set_replan_threshold(0.02);
   spec.mutable_batch()->set_microbatches(8);
@@ -148,7 +150,7 @@ TEST(Replan, SlowerWSwitchesEveryRankAndLowersTheBubble) {
   EXPECT_GE(applied.measured_iteration(), kSlowAfter);
   EXPECT_GT(applied.switch_iteration(), applied.measured_iteration());
   EXPECT_LT(applied.new_predicted_bubble(), applied.old_predicted_bubble() - 0.01);
-  EXPECT_NE(applied.reason().find("W 2."), std::string::npos) << applied.reason();
+  EXPECT_NE(applied.reason().find("W 3."), std::string::npos) << applied.reason();
   // Atomic: every rank ran each iteration with one plan, the switch iteration the first of v1.
   const int at = applied.switch_iteration();
   for (const auto& [i, it] : replanned.iterations) {
@@ -159,7 +161,7 @@ TEST(Replan, SlowerWSwitchesEveryRankAndLowersTheBubble) {
   }
   EXPECT_EQ(job->plan_version(), 1);
   ASSERT_EQ(job->plan_costs_size(), 8);                // p * v stages
-  EXPECT_NEAR(job->plan_costs(0).weight_ms(), 20, 4);  // measured: 2 x 10 ms per stage
+  EXPECT_NEAR(job->plan_costs(0).weight_ms(), 30, 5);  // measured: 3 x 10 ms per stage
 
   // The bubble after the switch, against the same iterations of the job that kept its plan.
   ASSERT_LT(at + 3, kIterations);
