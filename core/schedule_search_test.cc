@@ -64,9 +64,20 @@ PlanRequest Request(const std::string& schedule, const Shape& shape, double budg
   return req;
 }
 
+// Six ranks, 20 microbatches, unequal F, B and W, the paper's memory model: the shape the search's
+// own tests share.
+const Shape kSixRanks{
+    6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+
+// The order problem of a planned schedule (its placement, costs and memory limit), which must
+// outlive it.
+internal::OrderProblem ProblemOf(const PlannedSchedule& planned) {
+  return internal::OrderProblem(planned.plan.placement, planned.plan.num_microbatches,
+                                planned.cost, planned.memory_limit);
+}
+
 TEST(ScheduleSearchTest, SameSeedSamePlan) {
-  const Shape shape{
-      6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+  const Shape shape = kSixRanks;
   for (const char* kind : {"zb-2p", "zb-v"}) {
     absl::StatusOr<PlannedSchedule> a = PlanSchedule(Request(kind, shape, 0.05, 7));
     absl::StatusOr<PlannedSchedule> b = PlanSchedule(Request(kind, shape, 0.05, 7));
@@ -140,13 +151,11 @@ TEST(ScheduleSearchTest, BudgetOutOfBoundsNamesTheField) {
 // OrderProblem::Recreate keeps what starts before the cut and rebuilds the rest into a plan that
 // completes within the memory limit, with every action of the original exactly once.
 TEST(ScheduleSearchTest, RecreateKeepsThePrefixAndRebuildsTheRest) {
-  const Shape shape{
-      6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+  const Shape shape = kSixRanks;
   for (const char* kind : {"zb-2p", "zb-v"}) {
     absl::StatusOr<PlannedSchedule> greedy = PlanSchedule(Request(kind, shape, 0, 1));
     ASSERT_TRUE(greedy.ok()) << greedy.status();
-    const internal::OrderProblem problem(greedy->plan.placement, shape.m, greedy->cost,
-                                         greedy->memory_limit);
+    const internal::OrderProblem problem = ProblemOf(*greedy);
     const internal::Orders& base = greedy->plan.ranks;
     internal::OrderTimeline tl;
     ASSERT_TRUE(problem.Evaluate(base, &tl).has_value());
@@ -225,12 +234,10 @@ TEST(ScheduleSearchTest, CriticalArcsFollowWhatSetEachStart) {
 
   // On a searched ZB-V plan every step of the path is one action starting the moment the one
   // before it on its rank ends, and the steps come latest first.
-  const Shape shape{
-      6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+  const Shape shape = kSixRanks;
   absl::StatusOr<PlannedSchedule> planned = PlanSchedule(Request("zb-v", shape, 0.05, 1));
   ASSERT_TRUE(planned.ok()) << planned.status();
-  const internal::OrderProblem problem(planned->plan.placement, shape.m, planned->cost,
-                                       planned->memory_limit);
+  const internal::OrderProblem problem = ProblemOf(*planned);
   ASSERT_TRUE(problem.Evaluate(planned->plan.ranks, &tl).has_value());
   arcs.clear();
   problem.CriticalArcs(planned->plan.ranks, tl, &arcs);
@@ -251,13 +258,11 @@ TEST(ScheduleSearchTest, CriticalArcsFollowWhatSetEachStart) {
 // agree, and only what starts from there is simulated; orders that deadlock or pass the memory
 // limit fail both ways.
 TEST(ScheduleSearchTest, TimingFromPartOfTheWayEqualsTimingTheWhole) {
-  const Shape shape{
-      6, 20, {.f = 900, .b = 1300, .w = 700, .mem_f = 1, .mem_b = -.57, .mem_w = -.43}, 200};
+  const Shape shape = kSixRanks;
   for (const char* kind : {"zb-2p", "zb-v", "v-half"}) {
     absl::StatusOr<PlannedSchedule> planned = PlanSchedule(Request(kind, shape, 0, 1));
     ASSERT_TRUE(planned.ok()) << planned.status();
-    const internal::OrderProblem problem(planned->plan.placement, shape.m, planned->cost,
-                                         planned->memory_limit);
+    const internal::OrderProblem problem = ProblemOf(*planned);
     const internal::Orders& base = planned->plan.ranks;
     internal::OrderTimeline base_tl;
     ASSERT_TRUE(problem.Evaluate(base, &base_tl).has_value());
