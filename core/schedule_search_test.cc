@@ -248,7 +248,9 @@ TEST(ScheduleSearchTest, CriticalArcsFollowWhatSetEachStart) {
     const auto [r, k] = arcs[j];
     ASSERT_GE(k, 1);
     EXPECT_NEAR(tl.start[r][k], tl.end[r][k - 1], 1e-6) << "rank " << r << " position " << k;
-    if (j > 0) EXPECT_LE(tl.start[r][k], tl.start[arcs[j - 1].first][arcs[j - 1].second]);
+    if (j > 0) {
+      EXPECT_LE(tl.start[r][k], tl.start[arcs[j - 1].first][arcs[j - 1].second]);
+    }
   }
 }
 
