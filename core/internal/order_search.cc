@@ -19,6 +19,11 @@ constexpr double kActionsPerSecond = 4e7;
 // p = 4, m = 16 and p = 8, m = 32), so each kept action counts as that share of one.
 constexpr int64_t kKeptActionsPerSimulated = 8;
 
+// The work of one EvaluateFrom over a plan of `actions` actions that simulated `simulated`.
+int64_t TimingWork(int64_t simulated, int64_t actions) {
+  return simulated + (actions - simulated) / kKeptActionsPerSimulated;
+}
+
 // Moves the action at `from` to position `to` of `order`, shifting the ones between.
 void MoveAction(std::vector<Action>& order, int from, int to) {
   if (from < to) {
@@ -604,7 +609,7 @@ class MoveSearch {
     int64_t simulated = 0;
     std::optional<OrderScore> s =
         problem_.EvaluateFrom(orders_, tl_, from, &trial_tl_, &simulated);
-    work_ -= simulated + (cost_ - simulated) / kKeptActionsPerSimulated;
+    work_ -= TimingWork(simulated, cost_);
     if (s && (!improving || *s <= score_ || (threshold != nullptr && *s <= *threshold))) {
       score_ = *s;
       std::swap(tl_, trial_tl_);
@@ -764,7 +769,7 @@ int64_t RuinAndRecreate(const OrderProblem& problem, Orders& orders, OrderScore&
     // What starts before the cut was kept as it ran.
     int64_t simulated = 0;
     std::optional<OrderScore> s = problem.EvaluateFrom(trial, tl, cut, &trial_tl, &simulated);
-    work -= simulated + (cost - simulated) / kKeptActionsPerSimulated;
+    work -= TimingWork(simulated, cost);
     if (s && *s <= score) {
       std::swap(orders, trial);
       std::swap(tl, trial_tl);
