@@ -79,6 +79,7 @@ int Main(int argc, char** argv) {
   }
   if (!models.empty() && !bench::MakeMipModelFolder(models, "zpipe_optimal_table")) return 2;
   const bool skewed = costs == "skewed";
+  const bool greedy_plan = models_plan == "greedy";
   const std::vector<std::pair<int, int>> shapes = {{2, 2}, {2, 4}, {2, 8}, {4, 4},  {4, 8},
                                                    {4, 16}, {8, 8}, {8, 16}, {8, 32}};
   const char* schedules[] = {"1f1b", "zb-h1", "zb-1p", "zb-2p", "zb-v", "v-half"};
@@ -120,7 +121,6 @@ int Main(int argc, char** argv) {
       polished_rows += polish.has_value();
       polish_shortened += polish.has_value() && polish->improved();
       const char* pol = !polish.has_value() ? "-" : polish->improved() ? "yes" : "no";
-      const bool greedy_plan = models_plan == "greedy";
       if (!models.empty() &&
           !bench::WriteMipModel(models, greedy_plan ? *greedy : *solved,
                                 {.costs = costs,
